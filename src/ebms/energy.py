@@ -1,0 +1,249 @@
+r"""Energies: the one object every layer of ``ebms`` talks about.
+
+Sign convention (fixed for the whole package):
+
+.. math::  p(x) = \exp(-E(x)) / Z, \qquad Z = \int \exp(-E(x))\,dx .
+
+``energy(x)`` takes a batch ``x: (B, *event_shape)`` and returns ``(B,)``.
+Lower energy means more probable. The monograph writes a *potential*
+``U = -E``; convert once at the boundary with :func:`potential_to_energy` /
+:func:`energy_to_potential`, never by sprinkling minus signs.
+
+Samplers need the energy and its input gradient together; they call
+:func:`energy_and_grad`, which uses an energy's own ``energy_and_grad`` method
+when it has one (analytic or fused forms, e.g. :class:`ebms.nets.MLPEnergy`)
+and autograd otherwise. Any ``nn.Module`` or plain callable that maps
+``(B, *event) -> (B,)`` works as an energy; :func:`from_fn` turns a callable
+into a module so it composes with ``+`` and :meth:`Energy.tempered`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol, Sequence, runtime_checkable
+
+import torch
+from torch import Tensor, nn
+
+from ebms._checks import check_energy_output, check_positive
+
+__all__ = [
+    "Energy",
+    "EnergyLike",
+    "FunctionEnergy",
+    "Residual",
+    "SumEnergy",
+    "Tempered",
+    "autograd_energy_and_grad",
+    "energy_and_grad",
+    "energy_to_potential",
+    "evaluate",
+    "from_fn",
+    "potential_to_energy",
+]
+
+
+@runtime_checkable
+class EnergyLike(Protocol):
+    """Anything callable as ``energy(x) -> (B,)``."""
+
+    def __call__(self, x: Tensor) -> Tensor: ...
+
+
+def evaluate(energy: EnergyLike, x: Tensor) -> Tensor:
+    """``energy(x)`` with its output shape checked to be ``(B,)`` (no host sync)."""
+    return check_energy_output(energy(x), x.shape[0])
+
+
+def autograd_energy_and_grad(energy: EnergyLike, x: Tensor) -> tuple[Tensor, Tensor]:
+    r"""Energy ``(B,)`` and input gradient :math:`\nabla_x E` ``(B, *event)`` via autograd.
+
+    Only the gradient with respect to ``x`` is computed; parameter ``.grad``
+    fields are untouched and no graph is kept. Both outputs are detached.
+    """
+    with torch.enable_grad():
+        xg = x.detach().requires_grad_(True)
+        e = evaluate(energy, xg)
+        (g,) = torch.autograd.grad(e.sum(), xg)
+    return e.detach(), g
+
+
+def energy_and_grad(energy: EnergyLike, x: Tensor) -> tuple[Tensor, Tensor]:
+    """Dispatch to ``energy.energy_and_grad`` when defined, else autograd.
+
+    Returns detached ``(E: (B,), grad: (B, *event))``.
+    """
+    fn = getattr(energy, "energy_and_grad", None)
+    if fn is not None:
+        return fn(x)
+    return autograd_energy_and_grad(energy, x)
+
+
+class Energy(nn.Module):
+    """Base class for energies. Subclasses implement ``forward(x) -> (B,)``.
+
+    Override :meth:`energy_and_grad` when an analytic input gradient is
+    cheaper than autograd (it must return detached tensors).
+    """
+
+    def energy_and_grad(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Detached energy ``(B,)`` and input gradient ``(B, *event)``."""
+        return autograd_energy_and_grad(self, x)
+
+    def potential(self, x: Tensor) -> Tensor:
+        """The monograph's potential ``U(x) = -E(x)``, shape ``(B,)``."""
+        return -self(x)
+
+    def score(self, x: Tensor) -> Tensor:
+        r""":math:`\nabla_x \log p(x) = -\nabla_x E(x)`, shape ``(B, *event)``."""
+        return -self.energy_and_grad(x)[1]
+
+    def tempered(self, temperature: float) -> "Tempered":
+        """``E(x) / T``: ``T > 1`` flattens, ``T < 1`` sharpens."""
+        return Tempered(self, temperature)
+
+    def __add__(self, other: EnergyLike) -> "SumEnergy":
+        return SumEnergy(self, other)
+
+
+class FunctionEnergy(Energy):
+    """An energy defined by a plain function (see :func:`from_fn`)."""
+
+    def __init__(
+        self,
+        fn: Callable[[Tensor], Tensor],
+        grad_fn: Callable[[Tensor], Tensor] | None = None,
+    ) -> None:
+        super().__init__()
+        if not callable(fn):
+            raise TypeError(f"fn: expected a callable x -> (B,); got {type(fn).__name__}")
+        if grad_fn is not None and not callable(grad_fn):
+            raise TypeError(f"grad_fn: expected a callable or None; got {type(grad_fn).__name__}")
+        self.fn = fn
+        self.grad_fn = grad_fn
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fn(x)
+
+    def energy_and_grad(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        if self.grad_fn is None:
+            return autograd_energy_and_grad(self.fn, x)
+        with torch.no_grad():
+            e = evaluate(self.fn, x)
+            g = self.grad_fn(x)
+        if g.shape != x.shape:
+            raise ValueError(f"grad_fn(x): expected shape {tuple(x.shape)}; got {tuple(g.shape)}")
+        return e, g
+
+
+def from_fn(
+    fn: Callable[[Tensor], Tensor], *, grad_fn: Callable[[Tensor], Tensor] | None = None
+) -> FunctionEnergy:
+    """Wrap ``fn: (B, *event) -> (B,)`` as an :class:`Energy`.
+
+    Args:
+        fn: the energy. Lower is more probable.
+        grad_fn: optional analytic :math:`\\nabla_x E`, ``(B, *event) -> (B, *event)``.
+
+    Example:
+        >>> import torch
+        >>> from ebms.energy import from_fn
+        >>> e = from_fn(lambda x: 0.5 * (x ** 2).sum(-1))
+        >>> e(torch.zeros(3, 2)).shape
+        torch.Size([3])
+    """
+    return FunctionEnergy(fn, grad_fn)
+
+
+def potential_to_energy(potential: Callable[[Tensor], Tensor]) -> FunctionEnergy:
+    """Convert a monograph potential ``U`` (``p ∝ exp(U)``) to an energy ``E = -U``."""
+    return FunctionEnergy(lambda x: -potential(x))
+
+
+def energy_to_potential(energy: EnergyLike) -> Callable[[Tensor], Tensor]:
+    """The potential ``U = -E`` of an energy, as a plain function."""
+    return lambda x: -energy(x)
+
+
+class SumEnergy(Energy):
+    """``E(x) = sum_k E_k(x)``: a product of experts. Keeps each term's fast gradient."""
+
+    def __init__(self, *terms: EnergyLike) -> None:
+        super().__init__()
+        if len(terms) < 1:
+            raise ValueError("terms: expected at least one energy; got none")
+        flat: list[EnergyLike] = []
+        for t in terms:
+            flat.extend(t.terms if isinstance(t, SumEnergy) else [t])
+        self.terms: Sequence[EnergyLike] = nn.ModuleList(
+            [t if isinstance(t, nn.Module) else from_fn(t) for t in flat]
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = evaluate(self.terms[0], x)
+        for t in self.terms[1:]:
+            out = out + evaluate(t, x)
+        return out
+
+    def energy_and_grad(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        e, g = energy_and_grad(self.terms[0], x)
+        for t in self.terms[1:]:
+            e_k, g_k = energy_and_grad(t, x)
+            e, g = e + e_k, g + g_k
+        return e, g
+
+
+class Tempered(Energy):
+    r"""``E(x) / T`` — the Boltzmann distribution at temperature ``T``.
+
+    Args:
+        energy: the base energy.
+        temperature: ``T > 0``.
+    """
+
+    def __init__(self, energy: EnergyLike, temperature: float) -> None:
+        super().__init__()
+        self.temperature = check_positive(temperature, "temperature")
+        self.base = energy if isinstance(energy, nn.Module) else from_fn(energy)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return evaluate(self.base, x) / self.temperature
+
+    def energy_and_grad(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        e, g = energy_and_grad(self.base, x)
+        return e / self.temperature, g / self.temperature
+
+
+class Residual(Energy):
+    r"""Residual energy: a normalised base model times an energy correction.
+
+    .. math::  p(x) \propto p_{base}(x)\,\exp(-E_{corr}(x)), \qquad
+               E(x) = -\log p_{base}(x) + E_{corr}(x).
+
+    With a zero correction the model *is* the base (``log Z = 0``), which is
+    what makes residual EBMs easy to start and to evaluate (Deng et al., 2020,
+    "Residual Energy-Based Models for Text Generation").
+
+    Args:
+        base: object with ``log_prob(x) -> (B,)`` (e.g. a ``torch.distributions``
+            distribution with event shape matching ``x``).
+        correction: the energy correction ``E_corr``.
+    """
+
+    def __init__(self, base: object, correction: EnergyLike) -> None:
+        super().__init__()
+        if not callable(getattr(base, "log_prob", None)):
+            raise TypeError(f"base: expected an object with log_prob(x) -> (B,); got {type(base).__name__}")
+        self.base = base
+        self.correction = correction if isinstance(correction, nn.Module) else from_fn(correction)
+
+    def base_energy(self, x: Tensor) -> Tensor:
+        """``-log p_base(x)``, shape ``(B,)``."""
+        return check_energy_output(-self.base.log_prob(x), x.shape[0], "base.log_prob(x)")
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.base_energy(x) + evaluate(self.correction, x)
+
+    def energy_and_grad(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        e0, g0 = autograd_energy_and_grad(self.base_energy, x)
+        e1, g1 = energy_and_grad(self.correction, x)
+        return e0 + e1, g0 + g1

@@ -1,0 +1,176 @@
+r"""Closed-form energies: a learnable Gaussian and a fixed Gaussian mixture.
+
+These are the exact references the test-suite and the toy data lean on:
+their normalisers, moments and samples are known in closed form.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ebms._checks import check_finite, check_int, check_shape, check_tensor
+from ebms.energy import Energy
+
+__all__ = ["GaussianEnergy", "GaussianMixtureEnergy"]
+
+
+class GaussianEnergy(Energy):
+    r"""Quadratic energy :math:`E(x) = \tfrac12 (x-\mu)^\top P (x-\mu)`, ``P = L L^T``.
+
+    ``p`` is :math:`\mathcal N(\mu, P^{-1})` and
+    :math:`\log Z = \tfrac D2 \log 2\pi - \sum_i \log L_{ii}`. The precision is
+    parametrised by its Cholesky factor ``L`` (lower triangular, diagonal kept
+    positive through ``softplus``), so every parameter value is valid.
+
+    Args:
+        dim: ``D``.
+        mean: initial mean ``(D,)`` (default zeros).
+        precision: initial precision ``(D, D)``, symmetric positive definite
+            (default identity).
+        learnable: register mean and factor as parameters (else buffers).
+
+    Shapes: ``x: (B, D)`` → ``(B,)``.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        mean: Tensor | Sequence[float] | None = None,
+        precision: Tensor | None = None,
+        learnable: bool = True,
+    ) -> None:
+        super().__init__()
+        self.dim = check_int(dim, "dim", minimum=1)
+        mu = torch.zeros(dim) if mean is None else torch.as_tensor(mean, dtype=torch.float32).clone()
+        check_shape(mu, (dim,), "mean")
+        prec = torch.eye(dim) if precision is None else torch.as_tensor(precision, dtype=torch.float32)
+        check_shape(prec, (dim, dim), "precision")
+        if not torch.allclose(prec, prec.T, atol=1e-6):
+            raise ValueError("precision: expected a symmetric matrix; got an asymmetric one")
+        try:
+            chol = torch.linalg.cholesky(prec.double()).float()
+        except RuntimeError:
+            raise ValueError("precision: expected a positive definite matrix; Cholesky failed") from None
+        raw = chol.clone()
+        d = torch.diagonal(chol)
+        raw[range(dim), range(dim)] = d + torch.log(-torch.expm1(-d))  # softplus^{-1}
+        if learnable:
+            self.mean = nn.Parameter(mu)
+            self.raw_factor = nn.Parameter(raw)
+        else:
+            self.register_buffer("mean", mu)
+            self.register_buffer("raw_factor", raw)
+
+    @property
+    def factor(self) -> Tensor:
+        """Cholesky factor ``L`` of the precision, ``(D, D)``."""
+        low = torch.tril(self.raw_factor, -1)
+        return low + torch.diag(F.softplus(torch.diagonal(self.raw_factor)))
+
+    @property
+    def precision(self) -> Tensor:
+        """``P = L L^T``, ``(D, D)``."""
+        L = self.factor
+        return L @ L.T
+
+    @property
+    def covariance(self) -> Tensor:
+        """``P^{-1}``, ``(D, D)``."""
+        return torch.cholesky_inverse(self.factor)
+
+    def log_partition(self) -> Tensor:
+        r""":math:`\log Z`, 0-d tensor (differentiable)."""
+        return 0.5 * self.dim * math.log(2 * math.pi) - torch.log(torch.diagonal(self.factor)).sum()
+
+    def forward(self, x: Tensor) -> Tensor:
+        z = (x - self.mean) @ self.factor
+        return 0.5 * (z * z).sum(-1)
+
+    def energy_and_grad(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        with torch.no_grad():
+            d = x - self.mean
+            L = self.factor
+            z = d @ L
+            return 0.5 * (z * z).sum(-1), z @ L.T
+
+    def log_prob(self, x: Tensor) -> Tensor:
+        """Normalised log-density ``(B,)``."""
+        return -self(x) - self.log_partition()
+
+
+class GaussianMixtureEnergy(Energy):
+    r"""Fixed Gaussian mixture, :math:`E(x) = -\log \sum_k w_k \mathcal N(x; \mu_k, \Sigma_k)`.
+
+    Normalised (``log Z = 0``), with exact sampling — the ground truth for
+    sampler tests and for toy data sets that have a true density.
+
+    Args:
+        means: ``(K, D)``.
+        covariances: ``(K, D, D)``, or ``(K,)`` / a float for isotropic ``s^2 I``.
+        weights: ``(K,)`` positive (normalised here); default uniform.
+    """
+
+    def __init__(
+        self,
+        means: Tensor | Sequence[Sequence[float]],
+        covariances: Tensor | float | Sequence[float] = 1.0,
+        weights: Tensor | Sequence[float] | None = None,
+    ) -> None:
+        super().__init__()
+        mu = torch.as_tensor(means, dtype=torch.float32)
+        check_tensor(mu, "means", floating=True)
+        if mu.dim() != 2:
+            raise ValueError(f"means: expected shape (K, D); got {tuple(mu.shape)}")
+        K, D = mu.shape
+        cov = torch.as_tensor(covariances, dtype=torch.float32)
+        if cov.dim() == 0:
+            cov = cov.expand(K)
+        if cov.dim() == 1:
+            check_shape(cov, (K,), "covariances")
+            cov = cov[:, None, None] * torch.eye(D)
+        check_shape(cov, (K, D, D), "covariances")
+        w = torch.full((K,), 1.0 / K) if weights is None else torch.as_tensor(weights, dtype=torch.float32)
+        check_shape(w, (K,), "weights")
+        check_finite(w, "weights")
+        if bool((w <= 0).any()):
+            raise ValueError(f"weights: expected positive entries; got {w.tolist()}")
+        try:
+            chol = torch.linalg.cholesky(cov)
+        except RuntimeError:
+            raise ValueError("covariances: expected positive definite matrices; Cholesky failed") from None
+        self.register_buffer("means", mu)
+        self.register_buffer("chol", chol)
+        self.register_buffer("log_weights", torch.log(w / w.sum()))
+
+    @property
+    def dim(self) -> int:
+        return self.means.shape[1]
+
+    def component_log_prob(self, x: Tensor) -> Tensor:
+        """``log w_k + log N(x; mu_k, Sigma_k)``, shape ``(B, K)``."""
+        d = x[:, None, :] - self.means  # (B, K, D)
+        z = torch.linalg.solve_triangular(self.chol, d.unsqueeze(-1), upper=False).squeeze(-1)
+        logdet = torch.log(torch.diagonal(self.chol, dim1=-2, dim2=-1)).sum(-1)  # (K,)
+        D = self.dim
+        return self.log_weights - 0.5 * (z * z).sum(-1) - logdet - 0.5 * D * math.log(2 * math.pi)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return -torch.logsumexp(self.component_log_prob(x), dim=-1)
+
+    def log_prob(self, x: Tensor) -> Tensor:
+        """Normalised log-density ``(B,)``."""
+        return -self(x)
+
+    def sample(self, n: int, *, generator: torch.Generator | None = None) -> Tensor:
+        """Exact draws ``(n, D)``."""
+        check_int(n, "n", minimum=1)
+        dev = self.means.device
+        k = torch.multinomial(self.log_weights.exp(), n, replacement=True, generator=generator)
+        eps = torch.randn(n, self.dim, generator=generator, device=dev)
+        return self.means[k] + (self.chol[k] @ eps.unsqueeze(-1)).squeeze(-1)

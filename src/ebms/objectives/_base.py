@@ -1,0 +1,40 @@
+"""The output type shared by every training objective."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+__all__ = ["LossOutput", "scalar_metrics"]
+
+
+@dataclass(frozen=True)
+class LossOutput:
+    """What an objective returns.
+
+    Attributes:
+        loss: 0-d tensor to call ``backward()`` on.
+        metrics: floats for logging. Contrastive losses always report
+            ``e_pos`` (mean data energy), ``e_neg`` (mean negative energy) and
+            ``gap = e_neg - e_pos``. Watch the gap, not the loss value: a CD
+            loss near zero can mean a healthy model *or* collapsed chains; a
+            gap that grows without bound signals divergence.
+        negatives: detached negative samples ``(B', *event)`` when the
+            objective drew any (for plots and replay buffers), else ``None``.
+    """
+
+    loss: Tensor
+    metrics: dict[str, float] = field(default_factory=dict)
+    negatives: Tensor | None = None
+
+
+def scalar_metrics(**values: Tensor | float) -> dict[str, float]:
+    """Turn 0-d tensors into floats with one host sync for all of them."""
+    names = list(values)
+    tensors = [v.detach().float().reshape(()) if isinstance(v, Tensor) else torch.tensor(float(v)) for v in values.values()]
+    if not tensors:
+        return {}
+    flat = torch.stack([t.cpu() if t.device.type != "cpu" else t for t in tensors]).tolist()
+    return dict(zip(names, flat))

@@ -1,0 +1,132 @@
+r"""Unadjusted Langevin dynamics: the exact ULA form and the decoupled SGLD form.
+
+ULA (Roberts & Tweedie, 1996; monograph Eq. 2.23 with :math:`\epsilon=\sigma^2`):
+
+.. math::  x' = x - \frac{\epsilon}{2}\nabla_x E(x) + \sqrt{\epsilon}\,\xi, \qquad \xi\sim\mathcal N(0, I).
+
+Decoupled Langevin as used to train neural EBMs (Du & Mordatch, 2019;
+Grathwohl et al., 2020 "JEM"), with independent gradient step ``α`` and noise
+scale ``σ``:
+
+.. math::  x' = x - \alpha\,\nabla_x E(x) + \sigma\,\xi .
+
+With :math:`\sigma = \sqrt{2\alpha}` the two coincide (``ε = 2α``). Both are
+*biased*: the chain targets ``exp(-E)`` only as the step goes to zero (no MH
+correction; see :class:`~ebms.samplers.MALA` for the exact version). In
+practice the decoupled form with ``σ ≪ sqrt(2α)`` samples a *colder*
+distribution — fine for training negatives, wrong for estimating expectations.
+
+Cost: one ``energy_and_grad`` per step. Acceptance is always 1, except that a
+proposal with a non-finite energy or gradient is rejected (the chain stays)
+and flagged in ``info.nonfinite``.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from ebms._checks import check_positive
+from ebms.energy import EnergyLike, energy_and_grad
+from ebms.samplers._base import ChainState, Sampler, StepInfo, batch_where, expand_to
+from ebms.spaces import Space
+
+__all__ = ["SGLD", "ULA"]
+
+Schedule = Callable[[int], float]
+
+
+class _Langevin(Sampler, abc.ABC):
+    def __init__(self, *, step_size: float, schedule: Schedule | None, space: Space | None) -> None:
+        super().__init__(step_size=step_size, space=space)
+        if schedule is not None and not callable(schedule):
+            raise TypeError(f"schedule: expected a callable t -> multiplier or None; got {type(schedule).__name__}")
+        self.schedule = schedule
+
+    @abc.abstractmethod
+    def _coefficients(self, eps: Tensor) -> tuple[Tensor, Tensor | float]:
+        """Gradient coefficient and noise scale for step size ``eps``."""
+
+    def step(
+        self, energy: EnergyLike, state: ChainState, *, generator: torch.Generator | None = None
+    ) -> tuple[ChainState, StepInfo]:
+        x, g = state.x, state.grad
+        eps = state.step_size
+        if self.schedule is not None:
+            eps = eps * float(self.schedule(state.t))
+        alpha, sigma = self._coefficients(expand_to(eps, x))
+        noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
+        x_new = x - alpha * g + sigma * noise
+        if self.space is not None:
+            x_new = self.space.project(x_new)
+        e_new, g_new = energy_and_grad(energy, x_new)
+        ok = torch.isfinite(e_new) & torch.isfinite(g_new).flatten(1).all(1)
+        x_out = batch_where(ok, x_new, x)
+        e_out = torch.where(ok, e_new, state.energy)
+        g_out = batch_where(ok, g_new, g)
+        info = StepInfo(
+            accept_prob=ok.to(x.dtype),
+            accepted=ok,
+            energy=e_out,
+            nonfinite=~ok,
+        )
+        return state.replace(x=x_out, energy=e_out, grad=g_out, t=state.t + 1), info
+
+
+class ULA(_Langevin):
+    r"""Unadjusted Langevin algorithm, :math:`x' = x - \tfrac{\epsilon}{2}\nabla E + \sqrt{\epsilon}\,\xi`.
+
+    Args:
+        step_size: ``ε > 0`` (the noise variance per step).
+        schedule: optional ``t -> multiplier`` applied to ``ε`` at step ``t``
+            (see :mod:`ebms.samplers.schedules`; SGLD theory wants
+            :math:`\sum \epsilon_t = \infty`, :math:`\sum \epsilon_t^2 < \infty`).
+        space: optional space to project onto after each move (e.g. a box).
+
+    Example:
+        >>> import torch
+        >>> from ebms.energy import from_fn
+        >>> from ebms.samplers import ULA
+        >>> e = from_fn(lambda x: 0.5 * (x ** 2).sum(-1))
+        >>> g = torch.Generator().manual_seed(0)
+        >>> ULA(step_size=0.05).sample(e, torch.zeros(4, 2), steps=10, generator=g).shape
+        torch.Size([4, 2])
+    """
+
+    def __init__(self, step_size: float = 0.01, *, schedule: Schedule | None = None, space: Space | None = None) -> None:
+        super().__init__(step_size=step_size, schedule=schedule, space=space)
+
+    def _coefficients(self, eps: Tensor) -> tuple[Tensor, Tensor]:
+        return 0.5 * eps, torch.sqrt(eps)
+
+
+class SGLD(_Langevin):
+    r"""Decoupled Langevin, :math:`x' = x - \alpha\nabla E + \sigma\,\xi`.
+
+    Args:
+        step_size: gradient step ``α > 0``.
+        noise_scale: ``σ >= 0``; ``None`` means ``sqrt(2 α)`` (the exact
+            Langevin noise, i.e. ULA with ``ε = 2α``).
+        schedule: optional ``t -> multiplier`` applied to ``α`` (``σ`` stays fixed
+            unless ``noise_scale`` is ``None``).
+        space: optional space to project onto after each move.
+    """
+
+    def __init__(
+        self,
+        step_size: float = 1.0,
+        noise_scale: float | None = 0.01,
+        *,
+        schedule: Schedule | None = None,
+        space: Space | None = None,
+    ) -> None:
+        super().__init__(step_size=step_size, schedule=schedule, space=space)
+        self.noise_scale = None if noise_scale is None else check_positive(noise_scale, "noise_scale", allow_zero=True)
+
+    def _coefficients(self, eps: Tensor) -> tuple[Tensor, Tensor | float]:
+        if self.noise_scale is None:
+            return eps, torch.sqrt(2.0 * eps)
+        return eps, self.noise_scale
