@@ -1,1 +1,58 @@
-"""(filled in below)"""
+r"""Training objectives: losses that shape an energy ``E`` (``p ∝ exp(-E)``).
+
+Every objective is an ``nn.Module`` with one call::
+
+    out = objective(energy, batch, generator=g)   # -> LossOutput(loss, metrics, negatives)
+    out.loss.backward()                           # 0-d tensor
+    log(out.metrics)                              # dict[str, float], gathered with one host sync
+
+* ``batch: (B, *event)`` is validated at the boundary (floating point, finite,
+  event shape matching the objective's chains or buffer); the energy's output
+  must be ``(B,)`` (checked by :func:`ebms.energy.evaluate`).
+* Randomness comes **only** from ``generator`` (the trainer owns one and
+  passes it), so a resumed run reproduces the same losses bit for bit.
+* State an objective keeps — a replay buffer's chains, NCE's learned
+  ``log Z`` — lives in parameters or registered buffers, so
+  ``objective.state_dict()`` belongs in the checkpoint, and learned
+  quantities (``NCE.log_z``) belong in the optimiser:
+  ``Adam([*energy.parameters(), *objective.parameters()])``.
+* ``out.negatives`` holds the detached samples the objective contrasted
+  with the data (chain end points, noise samples, perturbed data), or
+  ``None``.
+* Contrastive losses always report ``e_pos``, ``e_neg`` and
+  ``gap = e_neg - e_pos``; watch the gap, not the loss.
+
+Which one:
+
+* :class:`ContrastiveDivergence` — a sampler run ``k`` steps from the data;
+  cheap, biased (does not converge to the MLE).
+* :class:`PersistentContrastiveDivergence` — the same plus a
+  :class:`ReplayBuffer` of persistent chains; maximum likelihood as far as
+  the chains mix (SML).
+* :class:`ScoreMatching` — exact Fisher divergence; twice-differentiable
+  energy, small dimension.
+* :class:`SlicedScoreMatching` — the same by random projections; any dimension.
+* :class:`DenoisingScoreMatching` — fits the noise-smoothed density; one or
+  several noise levels (NCSN), no second derivatives of the data term.
+* :class:`NCE` — classify data against a known noise model; also learns
+  ``log Z`` (see :class:`GaussianNoise`).
+"""
+
+from ebms.objectives._base import LossOutput, scalar_metrics
+from ebms.objectives.buffer import ReplayBuffer
+from ebms.objectives.cd import ContrastiveDivergence, PersistentContrastiveDivergence
+from ebms.objectives.nce import NCE, GaussianNoise
+from ebms.objectives.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
+
+__all__ = [
+    "ContrastiveDivergence",
+    "DenoisingScoreMatching",
+    "GaussianNoise",
+    "LossOutput",
+    "NCE",
+    "PersistentContrastiveDivergence",
+    "ReplayBuffer",
+    "ScoreMatching",
+    "SlicedScoreMatching",
+    "scalar_metrics",
+]

@@ -31,7 +31,16 @@ from ebms._checks import check_finite, check_int, check_positive, check_tensor
 from ebms.energy import EnergyLike, energy_and_grad, evaluate
 from ebms.spaces import Space
 
-__all__ = ["ChainResult", "ChainState", "Sampler", "StepInfo", "batch_where", "expand_to", "mh_accept"]
+__all__ = [
+    "ChainResult",
+    "ChainState",
+    "Sampler",
+    "StepInfo",
+    "all_true_on_cpu",
+    "batch_where",
+    "expand_to",
+    "mh_accept",
+]
 
 
 @dataclass(frozen=True)
@@ -111,8 +120,29 @@ def expand_to(v: Tensor, x: Tensor) -> Tensor:
 
 
 def batch_where(mask: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    """Per-chain select: rows of ``a`` where ``mask: (B,)`` is true, else rows of ``b``."""
+    """Per-chain select: rows of ``a`` where ``mask: (B,)`` is true, else rows of ``b``.
+
+    Fast path (eager mode, CPU only): when every entry of ``mask`` is true and
+    ``a``, ``b`` agree in shape, dtype and device, ``a`` itself is returned
+    instead of a copy. Reading a CPU tensor is not a device synchronisation,
+    and on the CPU a full-size ``torch.where`` costs several times an
+    elementwise product, which made it the costliest op of a Langevin step.
+    On accelerators (and under ``torch.compile``) this is always one
+    ``torch.where``, with no host sync.
+    """
+    if a.shape == b.shape and a.dtype == b.dtype and a.device == b.device and all_true_on_cpu(mask):
+        return a
     return torch.where(expand_to(mask, a), a, b)
+
+
+def all_true_on_cpu(mask: Tensor) -> bool:
+    """``True`` iff ``mask`` lives on the CPU, we run eagerly, and every entry is true.
+
+    Lets CPU code skip a per-chain select when nothing was rejected. Always
+    ``False`` on accelerators and under ``torch.compile``, where reading the
+    mask would be a host sync (or a graph break).
+    """
+    return mask.device.type == "cpu" and not torch.compiler.is_compiling() and bool(mask.all())
 
 
 def mh_accept(log_ratio: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:

@@ -1,0 +1,199 @@
+"""Shared helpers for the side-by-side benchmarks in ``benchmarks/``.
+
+Every benchmark follows the same protocol:
+
+* all implementations run in **one process**, on the same inputs, with the
+  same number of torch threads (``--threads``; torch's default unless given,
+  ``--threads 1`` gives steadier figures on a shared machine);
+* each implementation is warmed up, then timed ``repeats`` times, the order
+  of implementations rotating from one repeat to the next (so drift in
+  machine load hits everyone alike); the **median** is reported;
+* ratios are reported as ``speedup = their_time / our_time``: above 1 means
+  ``ebms`` is faster, below 1 means it is slower;
+* the table goes to stdout, the full record to ``benchmarks/results/<bench>.json``,
+  and the very last stdout line is one JSON object ``{"bench": ..., ...}``.
+
+``--quick`` keeps the comparison identical and only lowers the repeat count,
+so a quick run finishes in well under a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import torch
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def parse_args(description: str, add_args: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
+    """Common flags: ``--quick``, ``--threads``, ``--repeats``, ``--no-save``."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--quick", action="store_true", help="fewer repeats, same comparison (< 1 min)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch intra-op threads (default: torch's own choice; 1 is steadier on a shared machine)")
+    p.add_argument("--repeats", type=int, default=None, help="timed repeats per implementation")
+    p.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/<bench>.json")
+    if add_args is not None:
+        add_args(p)
+    args = p.parse_args()
+    if args.threads is not None and args.threads < 1:
+        p.error(f"--threads: expected an int >= 1; got {args.threads}")
+    if args.repeats is not None and args.repeats < 1:
+        p.error(f"--repeats: expected an int >= 1; got {args.repeats}")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    return args
+
+
+def version_of(dist: str) -> str | None:
+    """Installed version of a distribution, or ``None`` when absent."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def machine_info(peers: Iterable[str] = ()) -> dict[str, Any]:
+    """What the numbers were measured on (goes into the JSON record)."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "ebms": version_of("ebms"),
+        "peers": {p: version_of(p) for p in peers},
+        "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "processor": platform.processor() or platform.machine(),
+        "load_avg_1min_at_start": load,
+    }
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def time_alternating(
+    impls: Mapping[str, Callable[[], object]], *, repeats: int, warmup: int = 1
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall and process-CPU times (seconds) of each zero-argument callable, interleaved.
+
+    Each implementation runs ``warmup`` untimed calls, then ``repeats`` timed
+    calls; in repeat ``r`` the order starts at implementation ``r mod n``.
+    The garbage collector is paused while timing. Wall time is the reported
+    figure; CPU time (which leaves out time the process was descheduled) is
+    kept as a cross-check for runs on a busy machine.
+
+    Returns:
+        ``(wall, cpu)``, each ``{name: [seconds per repeat]}``.
+    """
+    names = list(impls)
+    for _ in range(warmup):
+        for n in names:
+            impls[n]()
+    wall: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for r in range(repeats):
+            k = r % len(names)
+            for n in names[k:] + names[:k]:
+                c0 = time.process_time()
+                wall[n].append(_timed(impls[n]))
+                cpu[n].append(time.process_time() - c0)
+    finally:
+        if enabled:
+            gc.enable()
+    return wall, cpu
+
+
+def median(xs: Sequence[float]) -> float:
+    return float(statistics.median(xs))
+
+
+def speedup(their_time: float, our_time: float) -> float:
+    """``their / ours``: > 1 means ebms is faster."""
+    return their_time / our_time
+
+
+def matmul_gflops(n: int = 1024, *, repeats: int = 5, dtype: torch.dtype = torch.float32) -> float:
+    """Measured throughput (GFLOP/s, median) of an ``n x n @ n x n`` matmul on this machine.
+
+    Uses the current torch thread count; ``2 n^3`` FLOPs per product.
+    """
+    a = torch.randn(n, n, dtype=dtype)
+    b = torch.randn(n, n, dtype=dtype)
+    out = torch.empty(n, n, dtype=dtype)
+    for _ in range(2):
+        torch.mm(a, b, out=out)
+    ts = [_timed(lambda: torch.mm(a, b, out=out)) for _ in range(repeats)]
+    return 2.0 * n**3 / median(ts) / 1e9
+
+
+def matmul_probe(n: int = 1024, reps: int = 4, *, dtype: torch.dtype = torch.float32) -> Callable[[], None]:
+    """A callable doing ``reps`` products ``n x n @ n x n`` (``2 n^3 reps`` FLOPs).
+
+    Put it in :func:`time_alternating` beside the implementations, so the
+    machine throughput is measured under the same load as they are.
+    """
+    a = torch.randn(n, n, dtype=dtype)
+    b = torch.randn(n, n, dtype=dtype)
+    out = torch.empty(n, n, dtype=dtype)
+
+    def run() -> None:
+        for _ in range(reps):
+            torch.mm(a, b, out=out)
+
+    return run
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain aligned text table (floats shown with 4 significant digits)."""
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return "-" if v is None else str(v)
+
+    body = [[cell(v) for v in r] for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(header)]
+    line = "  ".join(h.ljust(w) for h, w in zip(header, widths))
+    sep = "  ".join("-" * w for w in widths)
+    return "\n".join([line, sep, *("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in body)])
+
+
+def save_results(bench: str, record: Mapping[str, Any], *, enabled: bool = True) -> Path | None:
+    """Write ``benchmarks/results/<bench>.json`` atomically; returns the path."""
+    if not enabled:
+        return None
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{bench}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def emit_final_line(summary: Mapping[str, Any]) -> None:
+    """Print the one-line JSON summary; it must be the last line on stdout."""
+    sys.stdout.flush()
+    print(json.dumps(dict(summary), sort_keys=False), flush=True)
+
+
+def note(msg: str) -> None:
+    """Progress/diagnostic text (stderr, so stdout stays table + final JSON)."""
+    print(msg, file=sys.stderr, flush=True)

@@ -1,0 +1,47 @@
+"""The training loop — nothing model-specific.
+
+::
+
+    trainer = Trainer(objective, model, data, steps=2000, batch_size=256, run_dir="runs/toy")
+    result = trainer.fit(resume="auto")
+
+Contract with the layers above:
+
+* an **objective** is an ``nn.Module`` called as
+  ``out = objective(model, batch, generator=g)`` returning
+  ``LossOutput(loss, metrics, negatives)``; its parameters (a learned log Z)
+  are optimised with the model's and its buffers (a replay buffer) are
+  checkpointed;
+* **data** is a tensor ``(N, *event)`` (or a tuple of tensors) shuffled per
+  epoch from the seed, or a function ``(batch_size, generator) -> batch``;
+* all randomness flows from the trainer's ``torch.Generator``, so a run
+  resumed from a checkpoint reproduces the uninterrupted run exactly.
+
+The trainer shows a tqdm bar with the health metrics (loss, e_pos, e_neg, gap,
+grad_norm), appends JSON lines to ``run_dir/metrics.jsonl``, writes atomic
+safetensors + JSON checkpoints (:class:`CheckpointStore`), restores the last
+good state and lowers the learning rate when training diverges
+(:class:`DivergenceGuard`), and runs unchanged under ``torchrun``
+(:class:`DistributedContext`). Callbacks add evaluation, sample pictures and
+early stopping.
+"""
+
+from ebms.train.callbacks import Callback, EarlyStopping, PeriodicEval, SampleSnapshot
+from ebms.train.checkpoint import Checkpoint, CheckpointStore
+from ebms.train.distributed import DistributedContext
+from ebms.train.guard import DivergenceGuard, TrainingDiverged
+from ebms.train.trainer import TrainResult, Trainer
+
+__all__ = [
+    "Callback",
+    "Checkpoint",
+    "CheckpointStore",
+    "DistributedContext",
+    "DivergenceGuard",
+    "EarlyStopping",
+    "PeriodicEval",
+    "SampleSnapshot",
+    "TrainResult",
+    "Trainer",
+    "TrainingDiverged",
+]

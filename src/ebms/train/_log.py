@@ -1,0 +1,54 @@
+"""Private: the append-only ``metrics.jsonl`` writer (strict JSON, one object per line)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import IO, Any
+
+
+def jsonable(obj: Any) -> Any:
+    """Strict-JSON copy: non-finite floats become the strings ``"nan"``, ``"inf"``, ``"-inf"``."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    return obj
+
+
+class MetricsLog:
+    """Appends records to ``path`` (only when ``enabled``: rank 0), flushing every line."""
+
+    def __init__(self, path: Path, *, enabled: bool) -> None:
+        self.path = path
+        self.enabled = enabled
+        self._f: IO[str] | None = None
+
+    def open(self, *, truncate_to: int | None = None) -> None:
+        """Open for appending; with ``truncate_to``, first drop bytes written after that offset."""
+        if not self.enabled:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if truncate_to is not None and self.path.exists() and self.path.stat().st_size > truncate_to:
+            with open(self.path, "r+b") as f:
+                f.truncate(truncate_to)
+        self._f = open(self.path, "a", encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self._f is not None:
+            self._f.write(json.dumps(jsonable(record), allow_nan=False) + "\n")
+            self._f.flush()
+
+    def offset(self) -> int:
+        """Bytes written so far (stored in checkpoints; a resume truncates back to it)."""
+        if self._f is None:
+            return 0
+        return self._f.tell()
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None

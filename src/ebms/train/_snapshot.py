@@ -1,0 +1,168 @@
+"""Private: capture and apply the complete training state (snapshots and checkpoints).
+
+The state of a run is: model, objective and optimizer ``state_dict``s, every
+RNG stream (:func:`~ebms.train._state.capture_rng`), the data position, the
+step counter and the callbacks' ``state_dict``s. In-memory snapshots (for the
+divergence guard) and on-disk checkpoints share this code, so the resume test
+also exercises the restore path the guard uses.
+
+Under ``torchrun`` a checkpoint additionally gathers each rank's RNG states and
+each rank's objective buffers (e.g. a replay buffer of negatives), stored as
+``objective@<rank>/<name>``; parameters are identical on all ranks and are
+stored once.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+import torch
+from torch import Tensor, nn
+
+from ebms.train._state import capture_rng, decode_blobs, encode_blobs, flatten_state, restore_rng, unflatten_state
+from ebms.train.checkpoint import Checkpoint
+
+if TYPE_CHECKING:
+    from ebms.train.trainer import Trainer
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A complete local training state; tensors are private CPU copies."""
+
+    step: int
+    skeleton: Any
+    tensors: dict[str, Tensor]
+    rng: dict[str, bytes]
+    data: dict[str, Any]
+    callbacks: list[dict[str, Any]]
+
+
+def _tree(t: Trainer) -> dict[str, Any]:
+    tree: dict[str, Any] = {"model": t.model.state_dict(), "optimizer": t.optimizer.state_dict()}
+    if isinstance(t.objective, nn.Module):
+        tree["objective"] = t.objective.state_dict()
+    return tree
+
+
+def capture(t: Trainer) -> Snapshot:
+    """Copy the current local state."""
+    skeleton, tensors = flatten_state(_tree(t), "")
+    cbs = [
+        {"type": type(cb).__name__, "state": cb.state_dict() if hasattr(cb, "state_dict") else None}
+        for cb in t.callbacks
+    ]
+    try:
+        cbs = json.loads(json.dumps(cbs, allow_nan=False))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"callbacks: state_dict() must return strict JSON data; {err}") from None
+    return Snapshot(t.step, skeleton, tensors, capture_rng(t.generator), dict(t._batches.state_dict()), cbs)
+
+
+def load_module(module: nn.Module, state: Mapping[str, Tensor], what: str, where: str) -> None:
+    """``module.load_state_dict`` with key and shape checks that name the file.
+
+    A buffer that is currently empty (``numel() == 0``, a placeholder for
+    state created on first use) takes the stored shape.
+    """
+    current = module.state_dict()
+    missing = sorted(set(current) - set(state))
+    unexpected = sorted(set(state) - set(current))
+    if missing or unexpected:
+        raise ValueError(f"{where}: {what} state does not match: missing keys {missing}, unexpected keys {unexpected}")
+    buffers = dict(module.named_buffers())
+    for key, value in state.items():
+        have = current[key]
+        if tuple(have.shape) == tuple(value.shape):
+            continue
+        if key in buffers and have.numel() == 0:
+            owner, _, name = key.rpartition(".")
+            module.get_submodule(owner)._buffers[name] = torch.empty(value.shape, dtype=have.dtype, device=have.device)
+            continue
+        raise ValueError(
+            f"{where}: {what}.{key}: shape mismatch: checkpoint has {tuple(value.shape)}, "
+            f"current {what} has {tuple(have.shape)}"
+        )
+    module.load_state_dict(state)
+
+
+def apply(t: Trainer, snap: Snapshot, where: str) -> None:
+    """Put ``snap`` back into the trainer (tensors are copied, the snapshot stays intact)."""
+    tree = unflatten_state(snap.skeleton, {k: v.clone() for k, v in snap.tensors.items()}, where)
+    if not isinstance(tree, dict) or "model" not in tree or "optimizer" not in tree:
+        raise ValueError(f"{where}: state lacks 'model' or 'optimizer'")
+    load_module(t.model, tree["model"], "model", where)
+    if isinstance(t.objective, nn.Module):
+        load_module(t.objective, tree.get("objective", {}), "objective", where)
+    try:
+        t.optimizer.load_state_dict(tree["optimizer"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{where}: optimizer state does not fit this optimizer ({err})") from None
+    restore_rng(snap.rng, t.generator, where)
+    t._batches.load_state_dict(snap.data)
+    for cb, saved in zip(t.callbacks, snap.callbacks):
+        if saved.get("type") == type(cb).__name__ and saved.get("state") is not None and hasattr(cb, "load_state_dict"):
+            cb.load_state_dict(saved["state"])
+    t.step = snap.step
+
+
+def checkpoint_payload(t: Trainer) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """Tensors and JSON record of a checkpoint (a collective call under torchrun)."""
+    snap = capture(t)
+    tensors = dict(snap.tensors)
+    blob = json.dumps(encode_blobs(snap.rng)).encode()
+    rngs = [json.loads(part) for part in t.dist.gather_bytes(blob, t.device)]
+    rank_buffers: list[str] = []
+    if t.dist.enabled and isinstance(t.objective, nn.Module):
+        state = t.objective.state_dict()
+        rank_buffers = [n for n, _ in t.objective.named_buffers() if n in state]
+        for name in rank_buffers:
+            for r, part in enumerate(t.dist.gather_tensor(state[name])):
+                if r > 0:
+                    tensors[f"objective@{r}/{name}"] = part.detach().cpu()
+    meta = {
+        "config": t.config_dict(),
+        "state": snap.skeleton,
+        "rng": rngs,
+        "rank_buffers": rank_buffers,
+        "trainer": {"step": snap.step, "data": snap.data, "callbacks": snap.callbacks},
+    }
+    return tensors, meta
+
+
+def apply_checkpoint(t: Trainer, ckpt: Checkpoint) -> None:
+    """Restore a loaded checkpoint after checking it was made by a compatible run."""
+    where, meta = str(ckpt.path), ckpt.meta
+    try:
+        cfg, tr, rngs, skeleton = meta["config"], meta["trainer"], meta["rng"], meta["state"]
+        step, data, cbs = tr["step"], tr["data"], tr["callbacks"]
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"{where}: malformed record: missing field {err}") from None
+    mine = t.config_dict()
+    for key in ("batch_size", "seed", "world_size", "data"):
+        if cfg.get(key) != mine[key]:
+            raise ValueError(
+                f"{where}: checkpoint has {key}={cfg.get(key)!r} but this trainer has {key}={mine[key]!r}; "
+                "an exact resume needs the same value"
+            )
+    if not isinstance(rngs, list) or len(rngs) != t.dist.world_size:
+        raise ValueError(f"{where}: expected RNG states for {t.dist.world_size} rank(s)")
+    rng = decode_blobs(rngs[t.dist.rank], where)
+    apply(t, Snapshot(step, skeleton, ckpt.tensors, rng, data, cbs), where)
+    if t.dist.rank > 0 and isinstance(t.objective, nn.Module):
+        for name in meta.get("rank_buffers", []):
+            key = f"objective@{t.dist.rank}/{name}"
+            if key not in ckpt.tensors:
+                raise ValueError(f"{where}: missing per-rank buffer {key!r}")
+            t.objective.get_buffer(name).copy_(ckpt.tensors[key])
+
+
+def sync_tensors(t: Trainer) -> list[Tensor]:
+    """What rank 0 broadcasts at the start of ``fit``: model parameters and buffers, objective
+    parameters. Objective buffers stay per rank (each rank keeps its own negatives)."""
+    out = [*t.model.parameters(), *t.model.buffers()]
+    if isinstance(t.objective, nn.Module):
+        out += list(t.objective.parameters())
+    return out

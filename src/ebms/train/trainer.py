@@ -1,0 +1,445 @@
+"""The training loop: progress, metrics log, checkpoint/resume, divergence guard, data parallel."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence, Union
+
+import torch
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from ebms._checks import check_int, check_positive
+from ebms.train._data import Batch, StreamBatches, TensorBatches, mix_seed, to_device
+from ebms.train._log import MetricsLog, jsonable
+from ebms.train import _snapshot
+from ebms.train._snapshot import Snapshot
+from ebms.train.callbacks import Callback
+from ebms.train.checkpoint import CheckpointStore
+from ebms.train.distributed import DistributedContext
+from ebms.train.guard import DivergenceGuard, TrainingDiverged
+
+__all__ = ["TrainResult", "Trainer"]
+
+logger = logging.getLogger("ebms.train")
+
+OptimizerSpec = Union[torch.optim.Optimizer, Callable[[list[dict[str, Any]]], torch.optim.Optimizer], None]
+HEALTH = ("loss", "e_pos", "e_neg", "gap", "grad_norm")
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What :meth:`Trainer.fit` returns.
+
+    Attributes:
+        step: steps completed (the optimizer step counter).
+        metrics: the last step's flat metrics (``loss``, ``grad_norm``, ``lr``, objective metrics).
+        stop_reason: why training ended before ``steps`` (early stopping), else ``None``.
+        checkpoint: the exit checkpoint's JSON record (``None`` on non-zero ranks).
+        restores: divergence restores performed during this fit.
+    """
+
+    step: int
+    metrics: dict[str, float]
+    stop_reason: str | None
+    checkpoint: Path | None
+    restores: int
+
+
+class Trainer:
+    r"""Run an objective on a model for ``steps`` optimizer steps, reproducibly.
+
+    One step: draw a batch, ``out = objective(model, batch, generator=g)``,
+    ``out.loss.backward()``, average gradients over ranks, check health with the
+    :class:`DivergenceGuard` (restore + smaller learning rate on failure), clip
+    (``grad_clip``), ``optimizer.step()``, log, run callbacks, checkpoint.
+
+    **Optimizer.** ``optimizer`` is either a ready ``torch.optim.Optimizer``
+    covering exactly the trainable parameters of ``model`` and ``objective``, or
+    a factory called with parameter groups ``[{"params": model params},
+    {"params": objective params}]`` (the second only when the objective has
+    trainable parameters, e.g. a learned log Z), e.g.
+    ``lambda groups: torch.optim.Adam(groups, lr=1e-3)`` — the default.
+
+    **Data.** A tensor ``(N, *event)`` or tuple of tensors sharing ``N``
+    (shuffled each epoch from ``seed``; last partial batch dropped), or a
+    callable ``(batch_size, generator) -> batch`` drawing from the trainer's
+    generator. ``batch_size`` is per process; under ``torchrun`` each global
+    batch has ``world_size * batch_size`` rows.
+
+    **Randomness.** One ``torch.Generator`` on ``device`` (seed ``seed`` on rank
+    0, a derived seed on other ranks) feeds the objective and data streams.
+    Checkpoints also store torch's global CPU/CUDA, Python and NumPy RNG states,
+    so a resumed run reproduces the uninterrupted one bit for bit.
+
+    **Files** (rank 0): ``run_dir/metrics.jsonl`` — one JSON object per logged
+    step ``{"step", "loss", "grad_norm", "lr", "metrics": {...}, "time": {...}}``
+    (wall-clock values only under ``"time"``) and event lines
+    ``{"event": "diverged" | "resume" | "eval" | "sample" | "stop", ...}``;
+    ``run_dir/checkpoints/`` (see :mod:`ebms.train.checkpoint`).
+
+    Args:
+        objective: ``nn.Module`` (or callable) returning a ``LossOutput``.
+        model: the energy ``nn.Module`` (passed unwrapped to the objective).
+        data: tensor data or a stream (see above).
+        optimizer: optimizer or factory (see above).
+        steps: total optimizer steps (a resumed run continues up to it).
+        batch_size: rows per step per process.
+        run_dir: output folder.
+        seed: base seed.
+        log_every: write a metrics line every this many steps.
+        checkpoint_every: checkpoint every this many steps (``None``: at exit only).
+        keep_checkpoints: most recent checkpoints kept on disk.
+        grad_clip: clip the global gradient norm to this value (``None``: off).
+        callbacks: :class:`~ebms.train.Callback` objects, run in order.
+        guard: divergence handling; ``None`` disables it.
+        progress: show a tqdm bar (rank 0).
+        device: default ``cuda:<local_rank>`` when CUDA is available, else CPU.
+        config: JSON-able user configuration stored in every checkpoint.
+        distributed: default :meth:`DistributedContext.from_env`.
+
+    Example::
+
+        trainer = Trainer(objective, model, data, steps=1000, batch_size=128, run_dir="runs/demo")
+        result = trainer.fit(resume="auto")   # continues from runs/demo/checkpoints if present
+    """
+
+    def __init__(
+        self,
+        objective: Callable[..., Any],
+        model: nn.Module,
+        data: Batch | Callable[[int, torch.Generator], Batch],
+        *,
+        optimizer: OptimizerSpec = None,
+        steps: int,
+        batch_size: int,
+        run_dir: str | Path,
+        seed: int = 0,
+        log_every: int = 10,
+        checkpoint_every: int | None = 1000,
+        keep_checkpoints: int | None = 3,
+        grad_clip: float | None = None,
+        callbacks: Sequence[Callback] = (),
+        guard: DivergenceGuard | None = DivergenceGuard(),
+        progress: bool = True,
+        device: str | torch.device | None = None,
+        config: Mapping[str, Any] | None = None,
+        distributed: DistributedContext | None = None,
+    ) -> None:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model: expected a torch.nn.Module; got {type(model).__name__}")
+        if not callable(objective):
+            raise TypeError(f"objective: expected an nn.Module returning LossOutput; got {type(objective).__name__}")
+        self.steps = check_int(steps, "steps", minimum=1)
+        self.batch_size = check_int(batch_size, "batch_size", minimum=1)
+        self.seed = check_int(seed, "seed", minimum=0)
+        self.log_every = check_int(log_every, "log_every", minimum=1)
+        self.checkpoint_every = None if checkpoint_every is None else check_int(checkpoint_every, "checkpoint_every", minimum=1)
+        self.grad_clip = None if grad_clip is None else check_positive(grad_clip, "grad_clip")
+        if guard is not None and not isinstance(guard, DivergenceGuard):
+            raise TypeError(f"guard: expected a DivergenceGuard or None; got {type(guard).__name__}")
+        self.guard = guard
+        self.callbacks = list(callbacks)
+        for i, cb in enumerate(self.callbacks):
+            if not any(hasattr(cb, h) for h in ("on_fit_start", "on_step_end", "on_fit_end")):
+                raise TypeError(f"callbacks[{i}]: expected an object with on_step_end/on_fit_start/on_fit_end; got {cb!r}")
+        try:
+            self.user_config = json.loads(json.dumps(dict(config or {}), allow_nan=False))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"config: expected a JSON-serialisable mapping; {err}") from None
+        self.progress = bool(progress)
+        self.dist = distributed if distributed is not None else DistributedContext.from_env()
+        self.device = torch.device(device) if device is not None else self.dist.default_device()
+        self.dist.setup(self.device)
+        self.run_dir = Path(run_dir)
+        self.model = model.to(self.device)
+        self.objective = objective.to(self.device) if isinstance(objective, nn.Module) else objective
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(self.seed if self.dist.rank == 0 else mix_seed(self.seed, self.dist.rank))
+        if isinstance(data, (Tensor, tuple)):
+            self._batches: TensorBatches | StreamBatches = TensorBatches(
+                data, self.batch_size, seed=self.seed, rank=self.dist.rank, world_size=self.dist.world_size
+            )
+        elif callable(data):
+            self._batches = StreamBatches(data, self.batch_size, self.generator)
+        else:
+            raise TypeError(f"data: expected a Tensor, a tuple of Tensors or a callable (batch_size, generator); got {type(data).__name__}")
+        self.optimizer = self._build_optimizer(optimizer)
+        self._params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        self.store = CheckpointStore(self.run_dir / "checkpoints", keep=keep_checkpoints)
+        self._log = MetricsLog(self.run_dir / "metrics.jsonl", enabled=self.is_main)
+        self.step = 0
+        self.metrics: dict[str, float] = {}
+        self._stop_reason: str | None = None
+        self._snapshot: Snapshot | None = None
+        self._pending: Snapshot | None = None
+        self._retries = 0
+        self._restores = 0
+        self._saved_step: int | None = None
+        self._resume_offset: int | None = None
+        self._t0 = time.time()
+
+    # ------------------------------------------------------------------ setup
+
+    def _build_optimizer(self, spec: OptimizerSpec) -> torch.optim.Optimizer:
+        named = [(f"model.{n}", p) for n, p in self.model.named_parameters() if p.requires_grad]
+        seen = {id(p) for _, p in named}
+        obj = []
+        if isinstance(self.objective, nn.Module):
+            obj = [(f"objective.{n}", p) for n, p in self.objective.named_parameters() if p.requires_grad and id(p) not in seen]
+        if not named and not obj:
+            raise ValueError("model/objective: no trainable parameters (requires_grad=True) to optimise")
+        if isinstance(spec, torch.optim.Optimizer):
+            held = {id(p) for g in spec.param_groups for p in g["params"]}
+            ours = {id(p) for _, p in named + obj}
+            missing = [n for n, p in named + obj if id(p) not in held]
+            if missing or held - ours:
+                raise ValueError(
+                    f"optimizer: expected exactly the trainable parameters of model and objective; "
+                    f"missing {missing}, {len(held - ours)} foreign parameter(s). Pass a factory "
+                    "(groups -> optimizer) to have the trainer build it"
+                )
+            return spec
+        groups = [{"params": [p for _, p in part]} for part in (named, obj) if part]
+        if spec is None:
+            return torch.optim.Adam(groups, lr=1e-3)
+        if not callable(spec):
+            raise TypeError(f"optimizer: expected an Optimizer or a factory (groups -> Optimizer); got {type(spec).__name__}")
+        built = spec(groups)
+        if not isinstance(built, torch.optim.Optimizer):
+            raise TypeError(f"optimizer factory: expected a torch.optim.Optimizer; got {type(built).__name__}")
+        return built
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 (or a single process): writes logs and checkpoints."""
+        return self.dist.is_main
+
+    def log_event(self, kind: str, **fields: Any) -> None:
+        """Append ``{"event": kind, "step": ..., **fields, "time": ...}`` to metrics.jsonl (rank 0)."""
+        self._log.write({"event": kind, "step": self.step, **fields, "time": self._time()})
+
+    def request_stop(self, reason: str) -> None:
+        """Ask the loop to stop after the current step (used by :class:`EarlyStopping`)."""
+        self._stop_reason = reason
+
+    def _time(self) -> dict[str, float]:
+        now = time.time()
+        return {"wall": now, "elapsed_s": now - self._t0}
+
+    # ------------------------------------------------------------------ loop
+
+    def fit(self, *, resume: bool | str = False) -> TrainResult:
+        """Train until ``steps`` (or early stop); checkpoint at exit.
+
+        Args:
+            resume: ``False`` start fresh; ``True`` continue from the latest
+                checkpoint in ``run_dir`` (error if none); ``"auto"`` continue
+                when one exists; a path continues from that checkpoint record.
+
+        Raises:
+            TrainingDiverged: the guard ran out of retries.
+        """
+        resumed_from = None
+        if resume is True or (isinstance(resume, (str, Path)) and resume != "auto"):
+            resumed_from = self.restore(None if resume is True else resume)
+        elif resume == "auto":
+            if self.store.latest() is not None:
+                resumed_from = self.restore()
+        elif resume is not False:
+            raise ValueError(f"resume: expected False, True, 'auto' or a checkpoint path; got {resume!r}")
+        if self.dist.enabled:
+            steps = [int(x) for x in self.dist.gather_tensor(torch.tensor([self.step], device=self.device))]
+            if len(set(steps)) > 1:
+                raise RuntimeError(f"distributed: ranks resumed at different steps {steps}; is run_dir shared by all ranks?")
+        self.dist.broadcast_(_snapshot.sync_tensors(self))
+        self._t0 = time.time()
+        self._log.open(truncate_to=self._resume_offset if resumed_from else None)
+        if resumed_from is not None:
+            self.log_event("resume", checkpoint=str(resumed_from))
+        self._stop_reason, self._restores, self._snapshot, self._pending = None, 0, None, None
+        for cb in self.callbacks:
+            getattr(cb, "on_fit_start", lambda t: None)(self)
+        bar = tqdm(total=self.steps, initial=self.step, desc="train", disable=not (self.progress and self.is_main), dynamic_ncols=True)
+        in_update = False
+        try:
+            while self.step < self.steps and self._stop_reason is None:
+                in_update = True
+                if self._one_step():
+                    in_update = False
+                    self._after_step(bar)
+                in_update = False
+        except KeyboardInterrupt:
+            if not in_update and not self.dist.enabled and self.step != self._saved_step:
+                self.save_checkpoint()
+            self.log_event("stop", reason="interrupted")
+            self._log.close()
+            raise
+        except BaseException:
+            self._log.close()
+            raise
+        finally:
+            bar.close()
+        path = self.save_checkpoint() if self.step != self._saved_step else self.store.latest()
+        if self._stop_reason is not None:
+            self.log_event("stop", reason=self._stop_reason)
+        for cb in self.callbacks:
+            getattr(cb, "on_fit_end", lambda t: None)(self)
+        self._log.close()
+        return TrainResult(self.step, dict(self.metrics), self._stop_reason, path if self.is_main else None, self._restores)
+
+    def _one_step(self) -> bool:
+        """One attempted step; ``False`` when the guard rejected it (state restored)."""
+        if self._snapshot_due():
+            self._pending = _snapshot.capture(self)
+        batch = to_device(self._batches.next(), self.device)
+        out = self.objective(self.model, batch, generator=self.generator)
+        loss, metrics = self._check_output(out)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.dist.average_gradients(self._params)
+        grads = [p.grad for p in self._params if p.grad is not None]
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.detach().float()) for g in grads])) if grads else torch.zeros((), device=self.device)
+        if self.dist.enabled:
+            keys = sorted(metrics)
+            vec = torch.tensor([metrics[k] for k in keys], dtype=torch.float64, device=self.device)
+            vec = self.dist.mean(torch.cat([loss.detach().double().reshape(1), vec]))
+            loss_f, *vals = vec.tolist()
+            metrics = dict(zip(keys, vals))
+            gnorm = float(norm)
+        else:
+            loss_f, gnorm = torch.stack([loss.detach().double(), norm.double()]).tolist()
+        reason = self.guard.check(loss_f, metrics, gnorm) if self.guard is not None else None
+        if reason is not None:
+            self._recover(reason)
+            return False
+        if self._pending is not None:
+            self._snapshot, self._pending, self._retries = self._pending, None, 0
+        if self.grad_clip is not None and grads:
+            coef = (self.grad_clip / (norm + 1e-6)).clamp(max=1.0)
+            for g in grads:
+                g.mul_(coef.to(g.dtype))
+        self.optimizer.step()
+        self.step += 1
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        self._record = {"step": self.step, "loss": loss_f, "grad_norm": gnorm, "lr": lr, "metrics": metrics}
+        if len(self.optimizer.param_groups) > 1:
+            self._record["lr_groups"] = [float(g["lr"]) for g in self.optimizer.param_groups]
+        self.metrics = {**metrics, "loss": loss_f, "grad_norm": gnorm, "lr": lr}
+        return True
+
+    def _after_step(self, bar: Any) -> None:
+        if self.step % self.log_every == 0:
+            self._log.write({**self._record, "time": self._time()})
+            bar.set_postfix({k: f"{self.metrics[k]:.4g}" for k in HEALTH if k in self.metrics}, refresh=False)
+        bar.update(1)
+        for cb in self.callbacks:
+            if hasattr(cb, "on_step_end"):
+                cb.on_step_end(self, self.step, self.metrics)
+        if self.checkpoint_every is not None and self.step % self.checkpoint_every == 0:
+            self.save_checkpoint()
+
+    def _check_output(self, out: Any) -> tuple[Tensor, dict[str, float]]:
+        loss, metrics = getattr(out, "loss", None), getattr(out, "metrics", None)
+        if not isinstance(loss, Tensor) or not isinstance(metrics, Mapping):
+            raise TypeError(f"objective: expected a LossOutput(loss, metrics, negatives); got {type(out).__name__}")
+        if loss.dim() != 0:
+            raise ValueError(f"objective: expected LossOutput.loss to be a 0-d tensor; got shape {tuple(loss.shape)}")
+        if not loss.requires_grad:
+            raise ValueError("objective: LossOutput.loss does not require grad (computed under no_grad or detached?)")
+        clean: dict[str, float] = {}
+        for k, v in metrics.items():
+            try:
+                clean[str(k)] = float(v)
+            except (TypeError, ValueError, RuntimeError):
+                raise TypeError(f"objective: metric {k!r} must be a number; got {v!r}") from None
+        return loss, clean
+
+    # ------------------------------------------------------------------ divergence
+
+    def _snapshot_due(self) -> bool:
+        if self._pending is not None or self.guard is None:
+            return False
+        if self._snapshot is None:
+            return True
+        if self._snapshot.step == self.step:
+            return False
+        every = self.guard.snapshot_every
+        at_ckpt = self.checkpoint_every is not None and self.step % self.checkpoint_every == 0
+        return at_ckpt or (every is not None and self.step % every == 0)
+
+    def _recover(self, reason: str) -> None:
+        assert self.guard is not None
+        failed = self.step + 1
+        self._retries += 1
+        if self._snapshot is None or self._retries > self.guard.max_retries:
+            self.log_event("diverged", failed_step=failed, reason=reason, action="stop")
+            if self._snapshot is None:
+                msg = (
+                    f"training diverged at step {failed}: {reason}; no earlier healthy state to restore "
+                    "(the first step after the start or resume failed). Check the data, the initialisation "
+                    "and the objective"
+                )
+            else:
+                lr = float(self.optimizer.param_groups[0]["lr"])
+                msg = (
+                    f"training diverged at step {failed}: {reason}; gave up after {self.guard.max_retries} "
+                    f"restore(s) to step {self._snapshot.step} (lr now {lr:.3g}). Try a smaller learning rate, "
+                    "grad_clip, or a regulariser on the energies"
+                )
+            raise TrainingDiverged(msg)
+        self._pending = None
+        _snapshot.apply(self, self._snapshot, str(self.run_dir))
+        factor = self.guard.lr_factor**self._retries
+        for g in self.optimizer.param_groups:
+            g["lr"] = g["lr"] * factor
+        self.optimizer.zero_grad(set_to_none=True)
+        self._restores += 1
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        self.log_event(
+            "diverged", failed_step=failed, reason=reason, action="restore",
+            retry=self._retries, max_retries=self.guard.max_retries, lr=lr,
+        )
+        logger.warning(
+            "step %d diverged (%s): restored step %d, lr -> %.3g (retry %d/%d)",
+            failed, reason, self.step, lr, self._retries, self.guard.max_retries,
+        )
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def save_checkpoint(self) -> Path | None:
+        """Checkpoint the current state (collective under torchrun; rank 0 writes).
+
+        Returns the JSON record's path on rank 0, else ``None``.
+        """
+        tensors, meta = _snapshot.checkpoint_payload(self)
+        meta["trainer"]["metrics_offset"] = self._log.offset()
+        meta["metrics"] = jsonable(self.metrics)
+        self._saved_step = self.step
+        path = self.store.save(self.step, tensors, meta) if self.is_main else None
+        self.dist.barrier()  # no rank reads `latest` before rank 0 has committed
+        if path is not None:
+            logger.info("checkpoint %s", path)
+        return path
+
+    def restore(self, which: int | str | Path | None = None) -> Path:
+        """Load a checkpoint (default: latest in ``run_dir``) into this trainer; returns its record path."""
+        ckpt = self.store.load(which)
+        _snapshot.apply_checkpoint(self, ckpt)
+        self._saved_step = self.step
+        self._resume_offset = int(ckpt.meta["trainer"].get("metrics_offset", 0))
+        return ckpt.path
+
+    def config_dict(self) -> dict[str, Any]:
+        """Settings a resume must agree with (plus informational ones), stored in checkpoints."""
+        return {
+            "steps": self.steps, "batch_size": self.batch_size, "seed": self.seed,
+            "world_size": self.dist.world_size, "data": self._batches.describe(),
+            "log_every": self.log_every, "checkpoint_every": self.checkpoint_every,
+            "grad_clip": self.grad_clip, "optimizer": type(self.optimizer).__name__,
+            "user": self.user_config,
+        }

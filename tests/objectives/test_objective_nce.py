@@ -1,0 +1,179 @@
+"""NCE: the worked decision boundary, loss formula, Gaussian recovery of mean, precision and log Z."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from _objective_fit import (
+    DTYPE, TRUE_COV, TRUE_MEAN, check_fit, fit, gaussian_data, new_energy, precision_theta, theta_of, unpack,
+)
+from ebms.energy import from_fn
+from ebms.nets import GaussianEnergy, GaussianMixtureEnergy
+from ebms.objectives import NCE, GaussianNoise
+
+
+def _bisect(f, lo: float, hi: float, iters: int = 60) -> float:
+    flo = f(lo)
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        fm = f(mid)
+        if (fm > 0) == (flo > 0):
+            lo, flo = mid, fm
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def test_decision_boundary_matches_worked_example():
+    # Course notes, "Example 3: NCE Logit": E = x^2/2, q = N(0, 4), nu = 1, zeta = 0 -> roots at +-2.073.
+    nce = NCE(GaussianNoise([0.0], 4.0).double(), nu=1.0, log_z_init=0.0)
+    energy = from_fn(lambda x: 0.5 * (x**2).sum(-1))
+
+    def G(t: float) -> float:
+        with torch.no_grad():
+            return float(nce.logit(energy, torch.tensor([[t]], dtype=DTYPE)))
+
+    closed = math.sqrt(8.0 / 3.0 * math.log(2 * math.sqrt(2 * math.pi)))
+    assert closed == pytest.approx(2.073, abs=1e-3)
+    assert G(0.0) > 0 and G(5.0) < 0  # data-like centre, noise-like tails
+    assert _bisect(G, 0.0, 5.0) == pytest.approx(closed, abs=1e-6)
+    assert _bisect(G, -5.0, 0.0) == pytest.approx(-closed, abs=1e-6)
+
+
+def test_loss_and_metrics_match_formula():
+    noise = GaussianNoise([0.0, 0.0], 2.0)
+    nce = NCE(noise, nu=2.0, log_z_init=0.3)
+    energy = GaussianEnergy(2, mean=[0.5, 0.0])
+    x = torch.randn(10, 2, generator=torch.Generator().manual_seed(0))
+    out = nce(energy, x, generator=torch.Generator().manual_seed(1))
+    y = noise.sample(20, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(out.negatives, y)
+
+    def logit(z):
+        return -energy(z) - 0.3 - noise.log_prob(z) - math.log(2.0)
+
+    gx, gy = logit(x), logit(y)
+    expected = F.softplus(-gx).mean() + 2.0 * F.softplus(gy).mean()
+    torch.testing.assert_close(out.loss, expected)
+    acc = ((gx > 0).sum() + (gy <= 0).sum()).item() / 30
+    m = out.metrics
+    assert m["accuracy"] == pytest.approx(acc)
+    assert m["log_z"] == pytest.approx(0.3)
+    assert m["e_pos"] == pytest.approx(energy(x).mean().item(), rel=1e-6)
+    assert m["e_neg"] == pytest.approx(energy(y).mean().item(), rel=1e-6)
+    assert m["gap"] == pytest.approx(m["e_neg"] - m["e_pos"], abs=1e-6)
+
+
+def test_log_z_is_a_parameter_in_state_dict_and_gets_gradient():
+    nce = NCE(GaussianNoise([0.0, 0.0], 2.0), log_z_init=1.5)
+    assert [n for n, _ in nce.named_parameters()] == ["log_z"]
+    assert float(nce.state_dict()["log_z"]) == 1.5
+    out = nce(GaussianEnergy(2), torch.randn(8, 2), generator=torch.Generator().manual_seed(0))
+    out.loss.backward()
+    assert nce.log_z.grad is not None and torch.isfinite(nce.log_z.grad)
+
+
+def test_same_generator_gives_same_loss():
+    nce = NCE(GaussianMixtureEnergy([[0.0, 0.0], [2.0, 2.0]], 1.0))  # any object with sample(n, generator=)
+    x = torch.randn(8, 2, generator=torch.Generator().manual_seed(0))
+    a = nce(GaussianEnergy(2), x, generator=torch.Generator().manual_seed(5))
+    b = nce(GaussianEnergy(2), x, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(a.loss, b.loss) and torch.equal(a.negatives, b.negatives)
+
+
+def test_gaussian_noise_sample_moments_and_log_prob():
+    cov = torch.tensor([[2.0, 0.6], [0.6, 1.0]], dtype=DTYPE)
+    q = GaussianNoise(torch.tensor([1.0, -1.0], dtype=DTYPE), cov)
+    ref = torch.distributions.MultivariateNormal(torch.tensor([1.0, -1.0], dtype=DTYPE), cov)
+    x = torch.randn(5, 2, dtype=DTYPE)
+    torch.testing.assert_close(q.log_prob(x), ref.log_prob(x))
+    n = 20000
+    y = q.sample(n, generator=torch.Generator().manual_seed(0))
+    # z = 4 with SE sqrt(C_ii / n) for each mean coordinate
+    se = (cov.diagonal() / n).sqrt()
+    assert torch.all((y.mean(0) - q.mean).abs() < 4 * se)
+    fitted = GaussianNoise.fit(y, scale=2.0)
+    torch.testing.assert_close(fitted.covariance, 4.0 * torch.cov(y.T))
+
+
+def test_nce_recovers_gaussian_and_log_partition():
+    nu = 1.0
+    x = gaussian_data(seed=20)
+    noise = GaussianNoise(torch.tensor([0.5, 0.0], dtype=DTYPE), torch.tensor([[4.0, 0.0], [0.0, 3.0]], dtype=DTYPE))
+    nce = NCE(noise, nu=nu).double()
+    energy = new_energy()
+    out = fit(nce, energy, x, seed=4, extra=[nce.log_z])
+    y = out.negatives
+    log_q_x, log_q_y = noise.log_prob(x), noise.log_prob(y)
+
+    def logit(th, z, log_q):
+        m, P = unpack(th[:5])
+        d = z - m
+        return -0.5 * ((d @ P) * d).sum(-1) - th[5] - log_q - math.log(nu)
+
+    terms = [
+        (lambda th: F.softplus(-logit(th, x, log_q_x)), 1.0),
+        (lambda th: F.softplus(logit(th, y, log_q_y)), nu),
+    ]
+    log_z_true = math.log(2 * math.pi) + 0.5 * math.log(float(torch.linalg.det(TRUE_COV)))
+    target = precision_theta(TRUE_MEAN, TRUE_COV, log_z_true)
+    check_fit(theta_of(energy, nce.log_z), target, terms)
+    assert out.metrics["log_z"] == pytest.approx(float(nce.log_z.detach()))
+
+
+# -- validation ---------------------------------------------------------------------------
+@pytest.mark.parametrize("nu", [0.0, -1.0, float("inf")])
+def test_bad_nu_message_names_argument_and_value(nu):
+    with pytest.raises(ValueError, match=rf"nu: expected a finite number > 0; got {nu!r}"):
+        NCE(GaussianNoise([0.0], 1.0), nu=nu)
+
+
+def test_torch_distribution_noise_is_rejected_with_fix():
+    q = torch.distributions.Normal(torch.zeros(1), torch.ones(1))
+    with pytest.raises(TypeError, match="noise: expected sample.*GaussianNoise"):
+        NCE(q)
+
+
+def test_noise_without_log_prob_is_rejected():
+    class OnlySample:
+        def sample(self, n, *, generator=None):
+            return torch.zeros(n, 1)
+
+    with pytest.raises(TypeError, match="noise: .* OnlySample has no log_prob"):
+        NCE(OnlySample())
+
+
+def test_bad_log_z_init_is_rejected():
+    with pytest.raises(ValueError, match="log_z_init: expected a finite number; got nan"):
+        NCE(GaussianNoise([0.0], 1.0), log_z_init=float("nan"))
+
+
+def test_nan_batch_and_mismatched_noise_shape_are_rejected():
+    nce = NCE(GaussianNoise([0.0, 0.0], 1.0))
+    x = torch.zeros(4, 2)
+    x[0, 0] = float("inf")
+    with pytest.raises(ValueError, match="batch: expected a finite tensor; got 0 NaN and 1 Inf"):
+        nce(GaussianEnergy(2), x)
+    with pytest.raises(ValueError, match=r"noise.sample\(n\): expected shape \(4, 3\); got \(4, 2\)"):
+        nce(GaussianEnergy(3), torch.zeros(4, 3))
+
+
+def test_noise_dtype_mismatch_is_rejected():
+    nce = NCE(GaussianNoise([0.0, 0.0], 1.0))  # float32 noise
+    with pytest.raises(TypeError, match=r"noise.sample\(n\): expected dtype torch.float64"):
+        nce(GaussianEnergy(2).double(), torch.zeros(4, 2, dtype=DTYPE))
+
+
+def test_bad_gaussian_noise_arguments():
+    with pytest.raises(ValueError, match=r"mean: expected shape \(D,\)"):
+        GaussianNoise([[0.0]], 1.0)
+    with pytest.raises(ValueError, match="cov: expected a finite number > 0; got -1.0"):
+        GaussianNoise([0.0], -1.0)
+    with pytest.raises(ValueError, match=r"cov: expected shape \(2, 2\); got \(3, 3\)"):
+        GaussianNoise([0.0, 0.0], torch.eye(3))
+    with pytest.raises(ValueError, match="cov: expected a positive definite matrix"):
+        GaussianNoise([0.0, 0.0], torch.tensor([[1.0, 2.0], [2.0, 1.0]]))
