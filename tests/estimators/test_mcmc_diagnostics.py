@@ -8,7 +8,6 @@ alarm rate ~6e-5 per comparison).
 from __future__ import annotations
 
 import math
-from typing import Iterator
 
 import pytest
 import torch
@@ -16,14 +15,6 @@ import torch
 from ebms.estimators import Estimate, autocorrelation, effective_sample_size, mcmc_mean, split_rhat
 
 Z_MAX = 4.0
-
-
-@pytest.fixture(autouse=True, scope="module")
-def single_thread() -> Iterator[None]:
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def ar1(rho: float, draws: int, chains: int, replicates: int, seed: int) -> torch.Tensor:
@@ -111,7 +102,8 @@ def test_rank_normalized_rhat_catches_chains_that_differ_only_in_scale():
 
 def test_split_rhat_catches_a_single_drifting_chain():
     g = torch.Generator().manual_seed(7)
-    x = torch.randn(1000, 1, generator=g, dtype=torch.float64) + torch.linspace(0, 3, 1000, dtype=torch.float64)[:, None]
+    trend = torch.linspace(0, 3, 1000, dtype=torch.float64)[:, None]
+    x = torch.randn(1000, 1, generator=g, dtype=torch.float64) + trend
     assert float(split_rhat(x)) > 1.1
 
 
@@ -164,9 +156,9 @@ def test_diagnostics_keep_float32_and_promote_integers():
         (torch.zeros(10), ValueError, r"chains: expected shape \(S, C\).* got \(10,\)"),
         (torch.zeros(10, 2, 2, 2), ValueError, r"chains: expected shape \(S, C\).* got \(10, 2, 2, 2\)"),
         (torch.zeros(3, 2), ValueError, r"chains: expected at least 4 draws per chain .*got shape \(3, 2\)"),
-        (torch.zeros(10, 0), ValueError, r"chains: expected at least 4 draws per chain and non-empty C, D; got shape \(10, 0\)"),
+        (torch.zeros(10, 0), ValueError, r"chains: expected at least 4 draws .*non-empty C, D; got shape \(10, 0\)"),
         (torch.tensor([[float("nan"), 1.0]] * 5), ValueError, r"chains: expected a finite tensor; got 5 NaN and 0 Inf"),
-        (torch.zeros(10, 2, dtype=torch.bool), TypeError, r"chains: expected a real floating or integer tensor; got dtype torch.bool"),
+        (torch.zeros(10, 2, dtype=torch.bool), TypeError, r"chains: expected a real floating or integer .*torch.bool"),
         ([[1.0, 2.0]] * 5, TypeError, r"chains: expected a torch.Tensor; got list"),
     ],
 )

@@ -10,9 +10,6 @@ alarm rate under 0.3%.
 
 from __future__ import annotations
 
-from typing import Iterator
-
-import pytest
 import torch
 from torch import Tensor, nn
 
@@ -21,15 +18,6 @@ from ebms.estimators import effective_sample_size
 from ebms.nets import GaussianEnergy, GaussianMixtureEnergy
 
 Z_MAX = 4.0
-
-
-@pytest.fixture(autouse=True, scope="module")
-def single_thread() -> Iterator[None]:
-    """Tiny batched kernels run fastest on one thread (and do not fight other jobs); restored after."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 # Correlated 2-D Gaussian: correlation 0.6, precision eigenvalues 0.625 and 2.5.
 GAUSS_MEAN = torch.tensor([1.0, -1.0])

@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _sampler_checks import (
-    broad_start,
-    gaussian_energy,
-    mixture_energy,
-    single_thread,  # noqa: F401  (autouse fixture)
-)
+from _sampler_checks import broad_start, gaussian_energy, mixture_energy
 
 from ebms.energy import energy_and_grad
 from ebms.samplers import HMC, MALA, SGLD, ULA, HMCInfo, StepSizeAdaptation, warmup
@@ -116,8 +111,8 @@ def test_warmup_same_seed_same_result():
 @pytest.mark.parametrize(
     ("make", "exc", "match"),
     [
-        (lambda: StepSizeAdaptation(MALA(), 1.5), ValueError, r"target_accept: expected a number in \(0, 1\); got 1\.5"),
-        (lambda: StepSizeAdaptation(MALA(), 0.0), ValueError, r"target_accept: expected a number in \(0, 1\); got 0\.0"),
+        (lambda: StepSizeAdaptation(MALA(), 1.5), ValueError, r"target_accept: .* in \(0, 1\); got 1\.5"),
+        (lambda: StepSizeAdaptation(MALA(), 0.0), ValueError, r"target_accept: .* in \(0, 1\); got 0\.0"),
         (lambda: StepSizeAdaptation(ULA()), TypeError, r"kernel: expected a Metropolis-adjusted kernel .* got ULA"),
         (lambda: StepSizeAdaptation(SGLD()), TypeError, r"kernel: expected a Metropolis-adjusted kernel .* got SGLD"),
         (lambda: StepSizeAdaptation("mala"), TypeError, r"kernel: expected an ebms.samplers.Sampler; got str"),
@@ -126,7 +121,7 @@ def test_warmup_same_seed_same_result():
             TypeError,
             r"kernel: expected an unwrapped kernel; got a StepSizeAdaptation",
         ),
-        (lambda: StepSizeAdaptation(MALA(), decay=0.5), ValueError, r"decay: expected a number in \(0\.5, 1\] .*got 0\.5"),
+        (lambda: StepSizeAdaptation(MALA(), decay=0.5), ValueError, r"decay: .* \(0\.5, 1\].*got 0\.5"),
         (lambda: StepSizeAdaptation(MALA(), gain=-1), ValueError, r"gain: expected a finite number > 0; got -1"),
         (lambda: StepSizeAdaptation(MALA(), per_chain=1), TypeError, r"per_chain: expected a bool; got 1"),
     ],
@@ -140,7 +135,8 @@ def test_adaptation_without_default_target_asks_for_one():
     class Custom(MALA):
         default_target_accept = None
 
-    with pytest.raises(ValueError, match=r"target_accept: expected a number in \(0, 1\) \(no default for Custom\); got None"):
+    msg = r"target_accept: expected a number in \(0, 1\) \(no default for Custom\); got None"
+    with pytest.raises(ValueError, match=msg):
         StepSizeAdaptation(Custom())
 
 

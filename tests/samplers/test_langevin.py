@@ -14,7 +14,6 @@ from _sampler_checks import (
     gaussian_moments,
     mixture_energy,
     mode_weight,
-    single_thread,  # noqa: F401  (autouse fixture)
     small_mlp_energy,
     z_scores,
 )

@@ -43,7 +43,7 @@ def test_schedule_values_match_formula(schedule, t, expected):
 )
 def test_decaying_schedules_never_increase(schedule):
     values = [schedule(t) for t in range(80)]
-    assert all(b <= a for a, b in zip(values, values[1:]))
+    assert all(b <= a for a, b in zip(values, values[1:], strict=False))
 
 
 def test_polynomial_decay_satisfies_robbins_monro_partial_sums():

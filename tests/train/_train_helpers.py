@@ -70,17 +70,21 @@ class NoisyNCE(nn.Module):
 
 
 class FailAt(nn.Module):
-    """Wraps an objective; from call ``start`` on, for ``count`` calls, the loss (or a metric) is bad."""
+    """Wraps an objective; on the listed call numbers (1-based) the loss is NaN or ``e_pos`` huge.
 
-    def __init__(self, inner: nn.Module, start: int, count: int = 1, *, what: str = "loss") -> None:
+    Calls are counted across guard restores (a replayed step is a new call), so
+    ``calls={25}`` fails once and the replay succeeds.
+    """
+
+    def __init__(self, inner: nn.Module, calls, *, what: str = "loss") -> None:
         super().__init__()
-        self.inner, self.start, self.count, self.what = inner, start, count, what
+        self.inner, self.bad, self.what = inner, calls, what
         self.calls = 0
 
     def forward(self, energy: nn.Module, x: Tensor, *, generator: torch.Generator) -> LossOutput:
         self.calls += 1
         out = self.inner(energy, x, generator=generator)
-        if not self.start <= self.calls < self.start + self.count:
+        if self.calls not in self.bad:
             return out
         if self.what == "loss":
             return LossOutput(out.loss * float("nan"), out.metrics, out.negatives)

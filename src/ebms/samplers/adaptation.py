@@ -43,7 +43,8 @@ References:
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -68,18 +69,17 @@ class StepSizeAdaptationState(ChainState):
         adapt_steps: adaptation steps taken.
     """
 
-    last_error: Tensor | None = None
-    sign_changes: Tensor | None = None
-    log_step_sum: Tensor | None = None
-    n_averaged: Tensor | None = None
+    last_error: Tensor = field(default_factory=lambda: torch.zeros(()))
+    sign_changes: Tensor = field(default_factory=lambda: torch.zeros(()))
+    log_step_sum: Tensor = field(default_factory=lambda: torch.zeros(()))
+    n_averaged: Tensor = field(default_factory=lambda: torch.zeros(()))
     adapt_steps: int = 0
 
     def frozen(self) -> ChainState:
         """A plain :class:`ChainState` at the averaged step size (the current one if none yet)."""
         base = {f.name: getattr(self, f.name) for f in dataclasses.fields(ChainState)}
-        if self.n_averaged is not None:
-            avg = torch.exp(self.log_step_sum / self.n_averaged.clamp_min(1.0))
-            base["step_size"] = torch.where(self.n_averaged > 0, avg, self.step_size)
+        avg = torch.exp(self.log_step_sum / self.n_averaged.clamp_min(1.0))
+        base["step_size"] = torch.where(self.n_averaged > 0, avg, self.step_size)
         return ChainState(**base)
 
 
@@ -191,7 +191,7 @@ class StepSizeAdaptation(Sampler):
         k = new.sign_changes + (err * new.last_error < 0).to(err.dtype)
         log_eps = torch.log(new.step_size) + self.gain * (k + 1.0) ** (-self.decay) * err
         averaging = (k > 0).to(err.dtype)
-        new = new.replace(
+        updated = new.replace(
             step_size=torch.exp(log_eps),
             last_error=torch.where(err != 0, err, new.last_error),
             sign_changes=k,
@@ -199,7 +199,7 @@ class StepSizeAdaptation(Sampler):
             n_averaged=new.n_averaged + averaging,
             adapt_steps=new.adapt_steps + 1,
         )
-        return new, info
+        return cast(StepSizeAdaptationState, updated), info
 
     def __repr__(self) -> str:
         return (

@@ -21,8 +21,9 @@ about 0.65 (Neal, 2011, §4.4; Beskos et al., 2013 derive 0.651 as ``D → ∞``
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, NamedTuple, Sequence
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -229,8 +230,8 @@ class HMC(Sampler):
         self, energy: EnergyLike, state: ChainState, *, generator: torch.Generator | None = None
     ) -> tuple[ChainState, HMCInfo]:
         """One HMC transition of every chain; returns ``(state, info)``."""
-        _check_state(state)
-        x, e, g = state.x, state.energy, state.grad
+        g = _check_state(state)
+        x, e = state.x, state.energy
         eps = expand_to(state.step_size, x)
         noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
         inv_mass = None

@@ -47,8 +47,8 @@ def _in_space(space: Space | None, x: Tensor) -> Tensor | None:
     return (space.project(x) == x).flatten(1).all(1)
 
 
-def _check_state(state: ChainState, name: str = "state") -> None:
-    """Shape checks on a state handed to a gradient kernel (no host sync)."""
+def _check_state(state: ChainState, name: str = "state") -> Tensor:
+    """Shape checks on a state handed to a gradient kernel (no host sync); returns the cached grad."""
     if state.grad is None:
         raise ValueError(
             f"{name}.grad: expected the cached gradient (B, *event); got None "
@@ -58,6 +58,7 @@ def _check_state(state: ChainState, name: str = "state") -> None:
     eps = state.step_size
     if not (eps.dim() == 0 or tuple(eps.shape) == (b,)):
         raise ValueError(f"{name}.step_size: expected shape () or ({b},); got {tuple(eps.shape)}")
+    return state.grad
 
 
 class MALA(Sampler):
@@ -114,8 +115,8 @@ class MALA(Sampler):
         self, energy: EnergyLike, state: ChainState, *, generator: torch.Generator | None = None
     ) -> tuple[ChainState, StepInfo]:
         """One MALA transition of every chain; returns ``(state, info)``."""
-        _check_state(state)
-        x, e, g = state.x, state.energy, state.grad
+        g = _check_state(state)
+        x, e = state.x, state.energy
         eps = state.step_size  # () or (B,)
         eps_x = expand_to(eps, x)
         noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)

@@ -101,7 +101,10 @@ def apply(t: Trainer, snap: Snapshot, where: str) -> None:
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(f"{where}: optimizer state does not fit this optimizer ({err})") from None
     restore_rng(snap.rng, t.generator, where)
-    t._batches.load_state_dict(snap.data)
+    try:
+        t._batches.load_state_dict(snap.data)
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{where}: {err}") from None
     for cb, saved in zip(t.callbacks, snap.callbacks):
         if saved.get("type") == type(cb).__name__ and saved.get("state") is not None and hasattr(cb, "load_state_dict"):
             cb.load_state_dict(saved["state"])
@@ -127,7 +130,7 @@ def checkpoint_payload(t: Trainer) -> tuple[dict[str, Tensor], dict[str, Any]]:
         "state": snap.skeleton,
         "rng": rngs,
         "rank_buffers": rank_buffers,
-        "trainer": {"step": snap.step, "data": snap.data, "callbacks": snap.callbacks},
+        "trainer": {"step": snap.step, "data": snap.data, "callbacks": snap.callbacks, "stop_reason": t._stop_reason},
     }
     return tensors, meta
 

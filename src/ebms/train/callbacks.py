@@ -25,6 +25,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+import torch
+
 from ebms._checks import check_int
 
 if TYPE_CHECKING:
@@ -49,7 +51,9 @@ class Callback:
 class PeriodicEval(Callback):
     """Every ``every`` steps call ``fn(trainer) -> {name: float}`` and log the result.
 
-    The values go to ``metrics.jsonl`` as ``{"event": "eval", "step", "values"}``
+    Under ``torchrun`` ``fn`` runs on every rank and the values are averaged
+    over ranks (so every rank sees the same numbers). The values go to
+    ``metrics.jsonl`` as ``{"event": "eval", "step", "values"}``
     and into the step's metrics dict as ``<prefix><name>``. ``fn`` should use its
     own ``torch.Generator`` (the trainer's generator belongs to training, and
     drawing from it would make results depend on the evaluation schedule).
@@ -80,6 +84,10 @@ class PeriodicEval(Callback):
                 values[str(k)] = float(v)
             except (TypeError, ValueError):
                 raise TypeError(f"PeriodicEval fn: value {k!r} is not a number; got {v!r}") from None
+        if trainer.dist.enabled and values:  # same numbers on every rank (mean over ranks)
+            keys = sorted(values)
+            mean = trainer.dist.mean(torch.tensor([values[k] for k in keys], dtype=torch.float64, device=trainer.device))
+            values = dict(zip(keys, mean.tolist()))
         trainer.log_event("eval", values=values)
         metrics.update({self.prefix + k: v for k, v in values.items()})
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import atexit
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Mapping, Sequence
 
 import torch
@@ -214,5 +215,15 @@ class DistributedContext:
 
 
 def _destroy() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    """Tear down a group this module created; ranks first meet at a barrier so that no rank
+    closes its connections while another is still using them (gloo aborts otherwise)."""
+    if not dist.is_initialized():
+        return
+    try:
+        if dist.get_backend() == "gloo":
+            dist.monitored_barrier(timeout=timedelta(seconds=60))
+        else:
+            dist.barrier()
+    except Exception:  # a peer is gone: nothing left to synchronise with
+        pass
+    dist.destroy_process_group()

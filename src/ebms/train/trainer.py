@@ -244,7 +244,7 @@ class Trainer:
         Raises:
             TrainingDiverged: the guard ran out of retries.
         """
-        resumed_from = None
+        resumed_from, self._stop_reason = None, None
         if resume is True or (isinstance(resume, (str, Path)) and resume != "auto"):
             resumed_from = self.restore(None if resume is True else resume)
         elif resume == "auto":
@@ -261,7 +261,8 @@ class Trainer:
         self._log.open(truncate_to=self._resume_offset if resumed_from else None)
         if resumed_from is not None:
             self.log_event("resume", checkpoint=str(resumed_from))
-        self._stop_reason, self._restores, self._snapshot, self._pending = None, 0, None, None
+        stopped_before = self._stop_reason  # a resumed run that had stopped early stays stopped
+        self._restores, self._snapshot, self._pending = 0, None, None
         for cb in self.callbacks:
             getattr(cb, "on_fit_start", lambda t: None)(self)
         bar = tqdm(total=self.steps, initial=self.step, desc="train", disable=not (self.progress and self.is_main), dynamic_ncols=True)
@@ -274,9 +275,9 @@ class Trainer:
                     self._after_step(bar)
                 in_update = False
         except KeyboardInterrupt:
+            self.log_event("stop", reason="interrupted")
             if not in_update and not self.dist.enabled and self.step != self._saved_step:
                 self.save_checkpoint()
-            self.log_event("stop", reason="interrupted")
             self._log.close()
             raise
         except BaseException:
@@ -284,9 +285,9 @@ class Trainer:
             raise
         finally:
             bar.close()
-        path = self.save_checkpoint() if self.step != self._saved_step else self.store.latest()
-        if self._stop_reason is not None:
+        if self._stop_reason is not None and stopped_before is None:
             self.log_event("stop", reason=self._stop_reason)
+        path = self.save_checkpoint() if self.step != self._saved_step else self.store.latest()
         for cb in self.callbacks:
             getattr(cb, "on_fit_end", lambda t: None)(self)
         self._log.close()
@@ -342,6 +343,10 @@ class Trainer:
                 cb.on_step_end(self, self.step, self.metrics)
         if self.checkpoint_every is not None and self.step % self.checkpoint_every == 0:
             self.save_checkpoint()
+        if self.dist.enabled:  # every rank stops at the same step, whichever asked
+            flag = torch.tensor([float(self._stop_reason is not None)], device=self.device)
+            if float(self.dist.mean(flag)) > 0 and self._stop_reason is None:
+                self._stop_reason = "stop requested on another rank"
 
     def _check_output(self, out: Any) -> tuple[Tensor, dict[str, float]]:
         loss, metrics = getattr(out, "loss", None), getattr(out, "metrics", None)
@@ -354,7 +359,7 @@ class Trainer:
         clean: dict[str, float] = {}
         for k, v in metrics.items():
             try:
-                clean[str(k)] = float(v)
+                clean[str(k)] = float(v.detach()) if isinstance(v, Tensor) else float(v)
             except (TypeError, ValueError, RuntimeError):
                 raise TypeError(f"objective: metric {k!r} must be a number; got {v!r}") from None
         return loss, clean
@@ -432,6 +437,13 @@ class Trainer:
         _snapshot.apply_checkpoint(self, ckpt)
         self._saved_step = self.step
         self._resume_offset = int(ckpt.meta["trainer"].get("metrics_offset", 0))
+        self._stop_reason = ckpt.meta["trainer"].get("stop_reason")
+        self.metrics = {}
+        for k, v in (ckpt.meta.get("metrics") or {}).items():
+            try:
+                self.metrics[k] = float(v)  # "nan"/"inf" strings included
+            except (TypeError, ValueError):
+                continue
         return ckpt.path
 
     def config_dict(self) -> dict[str, Any]:

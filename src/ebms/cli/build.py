@@ -1,0 +1,128 @@
+"""From a :class:`~ebms.cli.config.Config` to objects: the one place where names resolve.
+
+Every table maps a config name to a factory; an unknown name raises
+:class:`~ebms.cli.config.ConfigError` listing the valid ones. Nothing else in
+the library looks objects up by string.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ebms.cli.config import Config, ConfigError, ModelConfig, ObjectiveConfig, SamplerConfig
+from ebms.data import ToyDataset, get_toy
+from ebms.nets import MLPEnergy
+from ebms.objectives import (
+    NCE,
+    ContrastiveDivergence,
+    DenoisingScoreMatching,
+    GaussianNoise,
+    PersistentContrastiveDivergence,
+    ReplayBuffer,
+    ScoreMatching,
+    SlicedScoreMatching,
+)
+from ebms.samplers import HMC, MALA, SGLD, ULA, Sampler
+from ebms.spaces import Box, Space
+
+__all__ = ["MODELS", "OBJECTIVES", "SAMPLERS", "build_data", "build_model", "build_objective", "build_sampler", "resolve"]
+
+
+def resolve(table: dict[str, Any], name: str, key: str) -> Any:
+    """``table[name]`` or a one-line error listing the valid names."""
+    if name not in table:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(table), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"{key}: unknown value {name!r}; expected one of {', '.join(sorted(table))}{hint}")
+    return table[name]
+
+
+MODELS: dict[str, Callable[[ModelConfig, tuple[int, ...]], nn.Module]] = {
+    "mlp": lambda c, shape: MLPEnergy(shape, tuple(c.hidden), activation=c.activation),
+}
+
+SAMPLERS: dict[str, Callable[[SamplerConfig, Space | None], Sampler]] = {
+    "ula": lambda c, s: ULA(c.step_size, space=s),
+    "sgld": lambda c, s: SGLD(c.step_size, c.noise_scale, space=s),
+    "mala": lambda c, s: MALA(c.step_size, space=s),
+    "hmc": lambda c, s: HMC(c.step_size, c.n_leapfrog, space=s),
+}
+
+
+def _pcd(c: ObjectiveConfig, sampler: Sampler, data: ToyDataset) -> nn.Module:
+    lo, hi = data.bounds[0]
+    init = Box(data_dim(data), low=lo, high=hi)
+    buffer = ReplayBuffer(c.buffer_size, init, reinit_prob=c.reinit_prob)
+    return PersistentContrastiveDivergence(sampler, buffer, k=c.k, regularization=c.regularization)
+
+
+def _cd(c: ObjectiveConfig, sampler: Sampler, data: ToyDataset) -> nn.Module:
+    return ContrastiveDivergence(sampler, k=c.k, regularization=c.regularization)
+
+
+def _dsm(c: ObjectiveConfig, sampler: Sampler, data: ToyDataset) -> nn.Module:
+    if c.sigmas:
+        return DenoisingScoreMatching(sigmas=c.sigmas)
+    return DenoisingScoreMatching(sigma=c.sigma)
+
+
+def _nce(c: ObjectiveConfig, sampler: Sampler, data: ToyDataset) -> nn.Module:
+    g = torch.Generator().manual_seed(12345)
+    fit_on = data.sample(10000, generator=g)
+    return NCE(GaussianNoise.fit(fit_on, scale=c.noise_scale), nu=c.nu)
+
+
+OBJECTIVES: dict[str, Callable[[ObjectiveConfig, Sampler, ToyDataset], nn.Module]] = {
+    "pcd": _pcd,
+    "cd": _cd,
+    "sm": lambda c, s, d: ScoreMatching(),
+    "dsm": _dsm,
+    "ssm": lambda c, s, d: SlicedScoreMatching(c.n_projections),
+    "nce": _nce,
+}
+
+
+def data_dim(data: ToyDataset) -> int:
+    return 2
+
+
+def build_data(cfg: Config) -> ToyDataset:
+    kw: dict[str, Any] = {}
+    if cfg.data.scale is not None:
+        kw["scale"] = cfg.data.scale
+    if cfg.data.noise is not None:
+        kw["noise"] = cfg.data.noise
+    try:
+        return get_toy(cfg.data.name, **kw)
+    except ValueError as e:
+        raise ConfigError(f"data.name: {e}") from None
+
+
+def build_model(cfg: Config, event_shape: tuple[int, ...]) -> nn.Module:
+    factory = resolve(MODELS, cfg.model.kind, "model.kind")
+    try:
+        return factory(cfg.model, event_shape)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"model: {e}") from None
+
+
+def build_sampler(cfg: Config, space: Space | None = None) -> Sampler:
+    factory = resolve(SAMPLERS, cfg.sampler.kind, "sampler.kind")
+    try:
+        return factory(cfg.sampler, space)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"sampler: {e}") from None
+
+
+def build_objective(cfg: Config, sampler: Sampler, data: ToyDataset) -> nn.Module:
+    factory = resolve(OBJECTIVES, cfg.objective.kind, "objective.kind")
+    try:
+        return factory(cfg.objective, sampler, data)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"objective: {e}") from None

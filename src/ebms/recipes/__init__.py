@@ -1,0 +1,1 @@
+"""Packaged recipes (TOML configs): ``ebms recipes`` lists them."""
