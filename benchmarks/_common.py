@@ -3,8 +3,9 @@
 Every benchmark follows the same protocol:
 
 * all implementations run in **one process**, on the same inputs, with the
-  same number of torch threads (``--threads``; torch's default unless given,
-  ``--threads 1`` gives steadier figures on a shared machine);
+  same number of torch threads (``--threads``, default 1: with several
+  OpenMP threads on a shared machine one descheduled thread stalls the
+  others and timings swing by integer factors);
 * each implementation is warmed up, then timed ``repeats`` times, the order
   of implementations rotating from one repeat to the next (so drift in
   machine load hits everyone alike); the **median** is reported;
@@ -36,23 +37,25 @@ import torch
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
-def parse_args(description: str, add_args: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
+def parse_args(
+    description: str, add_args: Callable[[argparse.ArgumentParser], None] | None = None
+) -> argparse.Namespace:
     """Common flags: ``--quick``, ``--threads``, ``--repeats``, ``--no-save``."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--quick", action="store_true", help="fewer repeats, same comparison (< 1 min)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch intra-op threads (default: torch's own choice; 1 is steadier on a shared machine)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch intra-op threads for every implementation (default 1: on a shared machine "
+                        "several OpenMP threads wait on each other and the timings become erratic)")
     p.add_argument("--repeats", type=int, default=None, help="timed repeats per implementation")
     p.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/<bench>.json")
     if add_args is not None:
         add_args(p)
     args = p.parse_args()
-    if args.threads is not None and args.threads < 1:
+    if args.threads < 1:
         p.error(f"--threads: expected an int >= 1; got {args.threads}")
     if args.repeats is not None and args.repeats < 1:
         p.error(f"--repeats: expected an int >= 1; got {args.repeats}")
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
     return args
 
 

@@ -54,7 +54,9 @@ def test_energy_of_a_row_does_not_depend_on_other_rows(mode):
 def test_batchnorm_negative_control_couples_the_rows():
     # what ConvEnergy avoids: with BatchNorm, E(x)[0] moves when the other rows move
     torch.manual_seed(0)
-    bn_net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.SiLU(), nn.Flatten(), nn.Linear(4 * 64, 1))
+    bn_net = nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.SiLU(), nn.Flatten(), nn.Linear(4 * 64, 1)
+    )
     x = _imgs(5, 1, 8, 8)
     y = x.clone()
     y[1:] = 3.0 * _imgs(4, 1, 8, 8, seed=7) + 1.0

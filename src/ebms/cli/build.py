@@ -27,9 +27,10 @@ from ebms.objectives import (
     SlicedScoreMatching,
 )
 from ebms.samplers import HMC, MALA, SGLD, ULA, Sampler
+from ebms.samplers.schedules import Constant, CosineAnnealing, LinearAnnealing
 from ebms.spaces import Box, Space
 
-__all__ = ["MODELS", "OBJECTIVES", "SAMPLERS", "build_data", "build_model", "build_objective", "build_sampler", "resolve"]
+__all__ = ["MODELS", "OBJECTIVES", "SAMPLERS", "build_data", "build_lr_schedule", "build_model", "build_objective", "build_sampler", "resolve"]
 
 
 def resolve(table: dict[str, Any], name: str, key: str) -> Any:
@@ -86,6 +87,25 @@ OBJECTIVES: dict[str, Callable[[ObjectiveConfig, Sampler, ToyDataset], nn.Module
     "ssm": lambda c, s, d: SlicedScoreMatching(c.n_projections),
     "nce": _nce,
 }
+
+
+LR_SCHEDULES: dict[str, Callable[[Config], Callable[[int], float]]] = {
+    "constant": lambda c: Constant(1.0),
+    "cosine": lambda c: CosineAnnealing(c.train.steps, final=c.train.lr_final),
+    "linear": lambda c: LinearAnnealing(c.train.steps, final=c.train.lr_final),
+}
+
+
+def build_lr_schedule(cfg: Config) -> Callable[[int], float] | None:
+    """The learning-rate multiplier ``step -> factor`` (``None`` for a constant rate)."""
+    if cfg.train.lr_schedule == "constant":
+        return None
+    try:
+        return resolve(LR_SCHEDULES, cfg.train.lr_schedule, "train.lr_schedule")(cfg)
+    except (ValueError, TypeError) as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(f"train: {e}") from None
 
 
 def data_dim(data: ToyDataset) -> int:

@@ -101,6 +101,8 @@ class TrainConfig:
     steps: int = 3000
     batch_size: int = 256
     lr: float = 1e-3
+    lr_schedule: str = "constant"
+    lr_final: float = 0.0
     weight_decay: float = 0.0
     grad_clip: float | None = None
     log_every: int = 50

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ebms.cli.build import build_data, build_model, build_objective, build_sampler
+from ebms.cli.build import build_data, build_lr_schedule, build_model, build_objective, build_sampler
 from ebms.cli.config import Config, ConfigError, load_config, to_toml
 from ebms.data import ToyDataset
 from ebms.estimators.grid import grid_log_likelihood, true_log_likelihood
@@ -66,6 +66,7 @@ def train(cfg: Config, *, resume: bool | str = False) -> Path:
         log_every=cfg.train.log_every,
         checkpoint_every=cfg.train.checkpoint_every,
         grad_clip=cfg.train.grad_clip,
+        lr_schedule=build_lr_schedule(cfg),
         progress=cfg.run.progress,
         device=cfg.run.device,
         config={"config_toml": to_toml(cfg)},

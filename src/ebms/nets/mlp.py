@@ -75,8 +75,9 @@ class MLPEnergy(Energy):
     Shapes: ``x: (B, *event_shape)`` → ``(B,)``.
 
     Cost per :meth:`energy_and_grad`: ``2B(D H_1 + Σ H_{l-1} H_l + H_L)``
-    multiply–adds forward plus ``2B(D H_1 + Σ H_{l-1} H_l)`` backward, one
-    fused elementwise pass per layer each way; no autograd graph.
+    FLOPs forward plus ``2B(D H_1 + Σ H_{l-1} H_l)`` backward (the head's
+    gradient is a broadcast, not a product), one fused elementwise pass per
+    layer each way; no autograd graph.
 
     Example:
         >>> import torch

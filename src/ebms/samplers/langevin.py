@@ -73,11 +73,14 @@ class _Langevin(Sampler, abc.ABC):
             eps = eps * float(self.schedule(state.t))
         alpha, sigma = self._coefficients(expand_to(eps, x))
         noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
-        # x_new = (x - alpha * g) + sigma * noise, the same roundings as written, but
-        # with one temporary instead of four (large temporaries cost page faults on CPU)
-        x_new = torch.mul(g, alpha)
-        torch.sub(x, x_new, out=x_new)
-        x_new.add_(noise.mul_(sigma))
+        if g.dtype == x.dtype and g.shape == x.shape:
+            # (x - alpha * g) + sigma * noise with the same roundings, but one
+            # temporary instead of four (large temporaries cost page faults on CPU)
+            x_new = torch.mul(g, alpha)
+            torch.sub(x, x_new, out=x_new)
+            x_new.add_(noise.mul_(sigma))
+        else:  # mixed dtypes: let type promotion decide, as written
+            x_new = x - alpha * g + sigma * noise
         if self.space is not None:
             x_new = self.space.project(x_new)
         e_new, g_new = energy_and_grad(energy, x_new)

@@ -112,7 +112,7 @@ class DistributedContext:
     def setup(self, device: torch.device) -> None:
         """Initialise the default process group if needed (``nccl`` for CUDA, else ``gloo``).
 
-        A group this call creates is destroyed at interpreter exit.
+        A group this call creates is destroyed at interpreter exit, after a barrier.
         """
         if not self.enabled:
             return

@@ -95,6 +95,11 @@ class Trainer:
         checkpoint_every: checkpoint every this many steps (``None``: at exit only).
         keep_checkpoints: most recent checkpoints kept on disk.
         grad_clip: clip the global gradient norm to this value (``None``: off).
+        lr_schedule: optional ``step -> multiplier`` (e.g.
+            :class:`ebms.samplers.schedules.CosineAnnealing`); the learning
+            rate at step ``t`` is ``initial_lr * lr_schedule(t)`` per group.
+            ``initial_lr`` is kept in the optimizer state (checkpointed), and
+            the divergence guard lowers it too.
         callbacks: :class:`~ebms.train.Callback` objects, run in order.
         guard: divergence handling; ``None`` disables it.
         progress: show a tqdm bar (rank 0).
@@ -123,6 +128,7 @@ class Trainer:
         checkpoint_every: int | None = 1000,
         keep_checkpoints: int | None = 3,
         grad_clip: float | None = None,
+        lr_schedule: Callable[[int], float] | None = None,
         callbacks: Sequence[Callback] = (),
         guard: DivergenceGuard | None = DivergenceGuard(),
         progress: bool = True,
@@ -140,6 +146,9 @@ class Trainer:
         self.log_every = check_int(log_every, "log_every", minimum=1)
         self.checkpoint_every = None if checkpoint_every is None else check_int(checkpoint_every, "checkpoint_every", minimum=1)
         self.grad_clip = None if grad_clip is None else check_positive(grad_clip, "grad_clip")
+        if lr_schedule is not None and not callable(lr_schedule):
+            raise TypeError(f"lr_schedule: expected a callable step -> multiplier or None; got {type(lr_schedule).__name__}")
+        self.lr_schedule = lr_schedule
         if guard is not None and not isinstance(guard, DivergenceGuard):
             raise TypeError(f"guard: expected a DivergenceGuard or None; got {type(guard).__name__}")
         self.guard = guard
@@ -169,6 +178,8 @@ class Trainer:
         else:
             raise TypeError(f"data: expected a Tensor, a tuple of Tensors or a callable (batch_size, generator); got {type(data).__name__}")
         self.optimizer = self._build_optimizer(optimizer)
+        for group in self.optimizer.param_groups:  # the schedule scales this; saved with the optimizer state
+            group.setdefault("initial_lr", group["lr"])
         self._params = [p for g in self.optimizer.param_groups for p in g["params"]]
         self.store = CheckpointStore(self.run_dir / "checkpoints", keep=keep_checkpoints)
         self._log = MetricsLog(self.run_dir / "metrics.jsonl", enabled=self.is_main)
@@ -181,6 +192,7 @@ class Trainer:
         self._restores = 0
         self._saved_step: int | None = None
         self._resume_offset: int | None = None
+        self._restored_from: Path | None = None
         self._t0 = time.time()
 
     # ------------------------------------------------------------------ setup
@@ -244,21 +256,21 @@ class Trainer:
         Raises:
             TrainingDiverged: the guard ran out of retries.
         """
-        resumed_from, self._stop_reason = None, None
         if resume is True or (isinstance(resume, (str, Path)) and resume != "auto"):
-            resumed_from = self.restore(None if resume is True else resume)
+            self.restore(None if resume is True else resume)
         elif resume == "auto":
             if self.store.latest() is not None:
-                resumed_from = self.restore()
+                self.restore()
         elif resume is not False:
             raise ValueError(f"resume: expected False, True, 'auto' or a checkpoint path; got {resume!r}")
+        resumed_from, self._restored_from = self._restored_from, None  # also set by a direct restore()
         if self.dist.enabled:
             steps = [int(x) for x in self.dist.gather_tensor(torch.tensor([self.step], device=self.device))]
             if len(set(steps)) > 1:
                 raise RuntimeError(f"distributed: ranks resumed at different steps {steps}; is run_dir shared by all ranks?")
         self.dist.broadcast_(_snapshot.sync_tensors(self))
         self._t0 = time.time()
-        self._log.open(truncate_to=self._resume_offset if resumed_from else None)
+        self._log.open(truncate_to=self._resume_offset if resumed_from is not None else None)
         if resumed_from is not None:
             self.log_event("resume", checkpoint=str(resumed_from))
         stopped_before = self._stop_reason  # a resumed run that had stopped early stays stopped
@@ -324,6 +336,10 @@ class Trainer:
             coef = (self.grad_clip / (norm + 1e-6)).clamp(max=1.0)
             for g in grads:
                 g.mul_(coef.to(g.dtype))
+        if self.lr_schedule is not None:
+            scale = float(self.lr_schedule(self.step))
+            for g in self.optimizer.param_groups:
+                g["lr"] = g["initial_lr"] * scale
         self.optimizer.step()
         self.step += 1
         lr = float(self.optimizer.param_groups[0]["lr"])
@@ -402,6 +418,7 @@ class Trainer:
         factor = self.guard.lr_factor**self._retries
         for g in self.optimizer.param_groups:
             g["lr"] = g["lr"] * factor
+            g["initial_lr"] = g["initial_lr"] * factor
         self.optimizer.zero_grad(set_to_none=True)
         self._restores += 1
         lr = float(self.optimizer.param_groups[0]["lr"])
@@ -432,11 +449,15 @@ class Trainer:
         return path
 
     def restore(self, which: int | str | Path | None = None) -> Path:
-        """Load a checkpoint (default: latest in ``run_dir``) into this trainer; returns its record path."""
+        """Load a checkpoint (default: latest in ``run_dir``) into this trainer; returns its record path.
+
+        The next :meth:`fit` continues from it (same as ``fit(resume=which)``).
+        """
         ckpt = self.store.load(which)
         _snapshot.apply_checkpoint(self, ckpt)
         self._saved_step = self.step
         self._resume_offset = int(ckpt.meta["trainer"].get("metrics_offset", 0))
+        self._restored_from = ckpt.path
         self._stop_reason = ckpt.meta["trainer"].get("stop_reason")
         self.metrics = {}
         for k, v in (ckpt.meta.get("metrics") or {}).items():
