@@ -63,7 +63,9 @@ def autograd_energy_and_grad(energy: EnergyLike, x: Tensor) -> tuple[Tensor, Ten
     with torch.enable_grad():
         xg = x.detach().requires_grad_(True)
         e = evaluate(energy, xg)
-        (g,) = torch.autograd.grad(e.sum(), xg)
+        if not e.requires_grad:  # an energy that does not depend on x (e.g. a zero correction)
+            return e.detach(), torch.zeros_like(x)
+        (g,) = torch.autograd.grad(e.sum(), xg, allow_unused=True, materialize_grads=True)
     return e.detach(), g
 
 

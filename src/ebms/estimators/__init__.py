@@ -19,11 +19,15 @@ float::
 
 from ebms.estimators._base import Estimate
 from ebms.estimators.diagnostics import autocorrelation, effective_sample_size, mcmc_mean, split_rhat
+from ebms.estimators.grid import grid_log_likelihood, grid_log_partition, true_log_likelihood
 
 __all__ = [
     "Estimate",
     "autocorrelation",
     "effective_sample_size",
+    "grid_log_likelihood",
+    "grid_log_partition",
     "mcmc_mean",
     "split_rhat",
+    "true_log_likelihood",
 ]

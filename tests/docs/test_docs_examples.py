@@ -1,0 +1,86 @@
+"""The Python examples in the documentation run as written.
+
+Convention (also described in docs/getting-started.md, "Documentation examples"):
+
+* every fenced block opened with exactly three backticks and ``python`` in
+  ``docs/*.md`` and ``README.md`` is run, unless its first line is
+  ``# not run`` (for fragments that use names they do not define);
+* the blocks of one page run **in order, in one namespace**, like a notebook,
+  so a later block may use what an earlier one defined;
+* each page runs in a fresh namespace, in a temporary working folder (so run
+  folders such as ``runs/quickstart`` land there), under a time limit.
+
+Examples are kept small (few steps) so that all pages together stay well under
+half a minute on two busy cores.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+SKIP_MARK = "# not run"
+#: seconds allowed for all the blocks of one page.
+PAGE_LIMIT_S = 60.0
+
+_FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
+
+
+def python_blocks(text: str) -> list[tuple[int, str]]:
+    """``(first line number, source)`` of each runnable ``python`` block, in order."""
+    out = []
+    for m in _FENCE.finditer(text):
+        body = m.group(1)
+        if body.lstrip().startswith(SKIP_MARK):
+            continue
+        out.append((text.count("\n", 0, m.start(1)) + 1, body))
+    return out
+
+
+def _pages_with_code() -> list[Path]:
+    return [p for p in PAGES if p.is_file() and python_blocks(p.read_text(encoding="utf-8"))]
+
+
+class _PageTimeout(Exception):
+    pass
+
+
+def _on_alarm(signum: int, frame: object) -> None:
+    raise _PageTimeout
+
+
+def test_block_parser_skips_marked_blocks_and_numbers_lines() -> None:
+    text = "intro\n```python\nx = 1\n```\n\n```python\n# not run\nundefined_name\n```\n```bash\nls\n```\n"
+    assert python_blocks(text) == [(3, "x = 1\n")]
+
+
+@pytest.mark.parametrize("page", _pages_with_code(), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"__name__": "__main__"}
+    use_alarm = hasattr(signal, "setitimer")
+    if use_alarm:
+        old = signal.signal(signal.SIGALRM, _on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, PAGE_LIMIT_S)
+    t0 = time.perf_counter()
+    rel = page.relative_to(ROOT).as_posix()
+    try:
+        for line, src in python_blocks(page.read_text(encoding="utf-8")):
+            # pad with blank lines so tracebacks give the line number in the markdown file
+            code = compile("\n" * (line - 1) + src, rel, "exec")
+            try:
+                exec(code, namespace)
+            except _PageTimeout:
+                pytest.fail(f"{rel}: the examples took more than {PAGE_LIMIT_S:.0f} s (stopped in the block at line {line})")
+    finally:
+        if use_alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+    elapsed = time.perf_counter() - t0
+    assert elapsed < PAGE_LIMIT_S, f"{rel}: the examples took {elapsed:.1f} s (limit {PAGE_LIMIT_S:.0f} s)"

@@ -1,0 +1,102 @@
+"""End-to-end: the ``ebms`` command, its run folders and its one-line errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ebms.cli.main import main
+
+FAST = [
+    "run.progress=false",
+    "train.steps=60",
+    "train.log_every=20",
+    "train.checkpoint_every=30",
+    "objective.k=5",
+    "data.n_test=500",
+    "eval.resolution=96",
+    "eval.n_samples=200",
+    "eval.sample_steps=20",
+]
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs")
+    code = main(["demo", f"run.out_dir={out}", *FAST])
+    assert code == 0
+    return out / "demo"
+
+
+def test_demo_writes_plots_metrics_checkpoint_and_report(demo_run, capsys):
+    for name in ("samples.png", "energy.png", "metrics.jsonl", "config.toml", "eval.json"):
+        assert (demo_run / name).stat().st_size > 0, name
+    assert any((demo_run / "checkpoints").iterdir())
+    lines = [json.loads(line) for line in (demo_run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in lines if "event" not in r]
+    assert [r["step"] for r in steps] == [20, 40, 60]
+    assert {"e_pos", "e_neg", "gap"} <= set(steps[-1]["metrics"])
+    report = json.loads((demo_run / "eval.json").read_text())
+    assert report["step"] == 60 and report["true_nll"] is not None
+
+
+def test_eval_and_sample_read_a_finished_run(demo_run, capsys):
+    assert main(["eval", "--run", str(demo_run), "eval.resolution=64", "data.n_test=300"]) == 0
+    out = capsys.readouterr().out
+    assert "test NLL (grid-normalised), step 60" in out and "true density NLL" in out
+    assert main(["sample", "--run", str(demo_run), "--n", "50", "--steps", "5", "--out", str(demo_run / "s")]) == 0
+    from safetensors.torch import load_file
+
+    assert load_file(str(demo_run / "s" / "samples.safetensors"))["samples"].shape == (50, 2)
+
+
+def test_train_resume_continues_from_the_latest_checkpoint(demo_run, tmp_path):
+    run = tmp_path / "demo"
+    shutil.copytree(demo_run, run)
+    cfg = str(run / "config.toml")
+    assert main(["train", cfg, f"run.out_dir={tmp_path}", "train.steps=80", "--resume", "--no-eval"]) == 0
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any(r.get("event") == "resume" for r in lines)
+    assert [r["step"] for r in lines if "event" not in r][-1] == 80
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["demo", "objective.buffer_sz=3"], "objective.buffer_sz: unknown key; did you mean 'objective.buffer_size'?"),
+        (["demo", "train.steps=many"], "train.steps: expected an integer; got 'many' (str)"),
+        (["demo", "sampler.kind=langevin"], "sampler.kind: unknown value 'langevin'; expected one of hmc, mala, sgld, ula"),
+        (["demo", "data.name=moons"], "data.name"),
+        (["train", "nope.toml"], "config file 'nope.toml' not found"),
+        (["eval", "--run", "no/such/run"], "--run: folder 'no/such/run' not found"),
+        (["demo", "steps=3"], "expected section.key=value"),
+    ],
+)
+def test_bad_configuration_is_a_one_line_error_with_status_2(args, message, capsys):
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err
+    assert len(err.splitlines()) == 1
+
+
+def test_bad_toml_file_names_the_file(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[train]\nsteps = \n")
+    assert main(["train", str(bad)]) == 2
+    assert f"{bad}: not valid TOML" in capsys.readouterr().err
+
+
+def test_recipes_lists_the_demo(capsys):
+    assert main(["recipes"]) == 0
+    assert capsys.readouterr().out.startswith("demo")
+
+
+def test_console_script_is_installed():
+    exe = Path(sys.executable).with_name("ebms")
+    out = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("ebms ")

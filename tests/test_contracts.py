@@ -1,0 +1,250 @@
+"""One contract table for every sampler, objective and estimator in the package.
+
+Each entry is a tiny-config factory; the generic tests below pin the shared
+signatures of DESIGN.md so a later addition cannot drift from them. A
+completeness test fails when a public ``Sampler`` subclass or objective is
+added to the package without an entry here.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Callable
+
+import pytest
+import torch
+from torch import nn
+
+import ebms.objectives as objectives_pkg
+import ebms.samplers as samplers_pkg
+from ebms.estimators import Estimate, grid_log_partition, mcmc_mean
+from ebms.nets import GaussianEnergy, MLPEnergy
+from ebms.objectives import (
+    NCE,
+    ContrastiveDivergence,
+    DenoisingScoreMatching,
+    GaussianNoise,
+    LossOutput,
+    PersistentContrastiveDivergence,
+    ReplayBuffer,
+    ScoreMatching,
+    SlicedScoreMatching,
+)
+from ebms.samplers import HMC, MALA, SGLD, ULA, ChainState, Sampler, StepInfo, StepSizeAdaptation
+from ebms.spaces import Reals
+
+D = 2
+B = 16
+
+SAMPLERS: dict[str, Callable[[], Sampler]] = {
+    "ULA": lambda: ULA(0.05),
+    "SGLD": lambda: SGLD(0.02, 0.05),
+    "MALA": lambda: MALA(0.2),
+    "HMC": lambda: HMC(0.2, 3),
+    "StepSizeAdaptation": lambda: StepSizeAdaptation(MALA(0.2)),
+}
+
+OBJECTIVES: dict[str, Callable[[], nn.Module]] = {
+    "ContrastiveDivergence": lambda: ContrastiveDivergence(ULA(0.05), k=2),
+    "PersistentContrastiveDivergence": lambda: PersistentContrastiveDivergence(
+        ULA(0.05), ReplayBuffer(64, Reals(D)), k=2
+    ),
+    "ScoreMatching": ScoreMatching,
+    "DenoisingScoreMatching": lambda: DenoisingScoreMatching(sigma=0.1),
+    "SlicedScoreMatching": lambda: SlicedScoreMatching(1),
+    "NCE": lambda: NCE(GaussianNoise(torch.zeros(D), 2.0), nu=1.0),
+}
+CONTRASTIVE = {"ContrastiveDivergence", "PersistentContrastiveDivergence", "NCE"}
+#: losses of the score only: an additive constant in E (the head's bias) cannot reach them.
+SCORE_BASED = {"ScoreMatching", "DenoisingScoreMatching", "SlicedScoreMatching"}
+
+ESTIMATORS: dict[str, Callable[[], Estimate]] = {
+    "grid_log_partition": lambda: grid_log_partition(
+        GaussianEnergy(D, learnable=False), ((-8.0, 8.0), (-8.0, 8.0)), resolution=64
+    ),
+    "mcmc_mean": lambda: mcmc_mean(torch.randn(200, 4, generator=torch.Generator().manual_seed(0))),
+}
+
+
+def _energy() -> nn.Module:
+    torch.manual_seed(0)
+    return MLPEnergy(D, (16,))
+
+
+def _x0(seed: int = 0) -> torch.Tensor:
+    return torch.randn(B, D, generator=torch.Generator().manual_seed(seed))
+
+
+# ---------------------------------------------------------------- completeness
+
+
+def test_every_public_sampler_is_in_the_contract_table():
+    public = {
+        name
+        for name in samplers_pkg.__all__
+        if inspect.isclass(getattr(samplers_pkg, name))
+        and issubclass(getattr(samplers_pkg, name), Sampler)
+        and not inspect.isabstract(getattr(samplers_pkg, name))
+    }
+    assert public == set(SAMPLERS)
+
+
+def test_every_public_objective_is_in_the_contract_table():
+    public = {
+        name
+        for name in objectives_pkg.__all__
+        if inspect.isclass(getattr(objectives_pkg, name))
+        and issubclass(getattr(objectives_pkg, name), nn.Module)
+        and "energy" in inspect.signature(getattr(objectives_pkg, name).forward).parameters
+    }
+    assert public == set(OBJECTIVES)
+
+
+# ---------------------------------------------------------------- samplers
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_sampler_signatures_match_the_contract(name):
+    s = SAMPLERS[name]()
+    init = inspect.signature(s.init).parameters
+    step = inspect.signature(s.step).parameters
+    sample = inspect.signature(s.sample).parameters
+    assert list(init)[:2] == ["energy", "x0"]
+    assert list(step)[:2] == ["energy", "state"]
+    assert step["generator"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert list(sample)[:3] == ["energy", "x0", "steps"]
+    assert sample["generator"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_sampler_step_returns_state_and_info_with_batch_shapes(name):
+    s, e = SAMPLERS[name](), _energy()
+    state = s.init(e, _x0())
+    assert isinstance(state, ChainState)
+    state, info = s.step(e, state, generator=torch.Generator().manual_seed(1))
+    assert isinstance(state, ChainState) and isinstance(info, StepInfo)
+    assert state.x.shape == (B, D) and state.energy.shape == (B,) and state.t == 1
+    for field in ("accept_prob", "energy", "accepted", "nonfinite"):
+        assert getattr(info, field).shape == (B,), field
+    assert info.acceptance_rate.dim() == 0 and info.mean_energy.dim() == 0
+    assert 0.0 <= float(info.acceptance_rate) <= 1.0
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_sampler_cached_energy_equals_fresh_evaluation(name):
+    s, e = SAMPLERS[name](), _energy()
+    state = s.init(e, _x0())
+    g = torch.Generator().manual_seed(2)
+    for _ in range(3):
+        state, _ = s.step(e, state, generator=g)
+    with torch.no_grad():
+        torch.testing.assert_close(state.energy, e(state.x))
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_sampler_same_generator_seed_gives_same_chain(name):
+    e = _energy()
+    runs = [
+        SAMPLERS[name]().sample(e, _x0(), 4, generator=torch.Generator().manual_seed(seed)) for seed in (3, 3, 4)
+    ]
+    assert torch.equal(runs[0], runs[1])
+    assert not torch.equal(runs[0], runs[2])
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_sampler_leaves_parameters_untouched(name):
+    e = _energy()
+    before = {n: p.detach().clone() for n, p in e.named_parameters()}
+    flags = {n: p.requires_grad for n, p in e.named_parameters()}
+    SAMPLERS[name]().sample(e, _x0(), 3, generator=torch.Generator().manual_seed(5))
+    for n, p in e.named_parameters():
+        assert p.grad is None, n
+        assert p.requires_grad == flags[n], n
+        assert torch.equal(p, before[n]), n
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_sampler_rejects_nan_start_with_named_argument(name):
+    x0 = _x0()
+    x0[3, 1] = float("nan")
+    with pytest.raises(ValueError, match=r"x0: expected a finite tensor; got 1 NaN"):
+        SAMPLERS[name]().init(_energy(), x0)
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_sampler_rejects_energy_of_wrong_shape(name):
+    bad = lambda x: (x**2).sum(-1, keepdim=True)  # (B, 1) instead of (B,)  # noqa: E731
+    with pytest.raises(ValueError, match=r"energy\(x\): expected shape \(16,\); got \(16, 1\)"):
+        SAMPLERS[name]().init(bad, _x0())
+
+
+# ---------------------------------------------------------------- objectives
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVES))
+def test_objective_signature_matches_the_contract(name):
+    params = inspect.signature(OBJECTIVES[name]().forward).parameters
+    assert list(params)[:2] == ["energy", "batch"]
+    assert params["generator"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVES))
+def test_objective_returns_loss_output_with_health_metrics(name):
+    obj, e = OBJECTIVES[name](), _energy()
+    out = obj(e, _x0(), generator=torch.Generator().manual_seed(0))
+    assert isinstance(out, LossOutput)
+    assert out.loss.dim() == 0 and out.loss.requires_grad and torch.isfinite(out.loss)
+    assert all(isinstance(v, float) for v in out.metrics.values())
+    if name in CONTRASTIVE:
+        assert {"e_pos", "e_neg", "gap"} <= set(out.metrics)
+        assert out.metrics["gap"] == pytest.approx(out.metrics["e_neg"] - out.metrics["e_pos"], abs=1e-5)
+    if out.negatives is not None:
+        assert not out.negatives.requires_grad
+        assert out.negatives.shape[1:] == (D,)
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVES))
+def test_objective_backward_reaches_every_model_parameter(name):
+    obj, e = OBJECTIVES[name](), _energy()
+    obj(e, _x0(), generator=torch.Generator().manual_seed(0)).loss.backward()
+    for n, p in e.named_parameters():
+        if name in SCORE_BASED and n == "head.bias":
+            assert p.grad is None or torch.all(p.grad == 0), "a constant energy shift has no score"
+            continue
+        assert p.grad is not None and torch.isfinite(p.grad).all(), n
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVES))
+def test_objective_is_reproducible_from_the_generator(name):
+    e = _energy()
+    outs = [OBJECTIVES[name]()(e, _x0(), generator=torch.Generator().manual_seed(7)) for _ in range(2)]
+    assert outs[0].metrics == outs[1].metrics
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVES))
+def test_objective_rejects_nan_batch_naming_it(name):
+    x = _x0()
+    x[0, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"batch"):
+        OBJECTIVES[name]()(_energy(), x, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVES))
+def test_objective_state_round_trips_through_state_dict(name):
+    a, b = OBJECTIVES[name](), OBJECTIVES[name]()
+    a(_energy(), _x0(), generator=torch.Generator().manual_seed(0))
+    b.load_state_dict(a.state_dict())
+    for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert ka == kb and torch.equal(va, vb)
+
+
+# ---------------------------------------------------------------- estimators
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+def test_estimator_returns_estimate_with_uncertainty_and_settings(name):
+    r = ESTIMATORS[name]()
+    assert isinstance(r, Estimate)
+    assert isinstance(r.estimate, float) and r.stderr >= 0.0
+    assert r.settings, "an estimate records the settings it used"
+    assert str(r)  # printable

@@ -1,0 +1,137 @@
+"""The energy layer: sign convention, composition, dispatch and shape checks."""
+
+import math
+
+import pytest
+import torch
+
+from ebms.energy import (
+    Residual,
+    SumEnergy,
+    autograd_energy_and_grad,
+    energy_and_grad,
+    energy_to_potential,
+    evaluate,
+    from_fn,
+    potential_to_energy,
+)
+from ebms.nets import GaussianEnergy
+
+
+def _x(n=5, d=2, seed=0):
+    return torch.randn(n, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def test_from_fn_energy_and_autograd_gradient_match_closed_form():
+    e = from_fn(lambda x: 0.5 * (x**2).sum(-1))
+    x = _x()
+    val, grad = e.energy_and_grad(x)
+    torch.testing.assert_close(val, 0.5 * (x**2).sum(-1))
+    torch.testing.assert_close(grad, x)
+    torch.testing.assert_close(e.score(x), -x)
+
+
+def test_from_fn_analytic_grad_is_used_and_shape_checked():
+    e = from_fn(lambda x: (x**2).sum(-1), grad_fn=lambda x: 2 * x)
+    torch.testing.assert_close(e.energy_and_grad(_x())[1], 2 * _x())
+    bad = from_fn(lambda x: (x**2).sum(-1), grad_fn=lambda x: x[:, :1])
+    with pytest.raises(ValueError, match=r"grad_fn\(x\): expected shape \(5, 2\); got \(5, 1\)"):
+        bad.energy_and_grad(_x())
+
+
+def test_potential_and_energy_conversions_are_inverse_signs():
+    U = lambda x: -((x - 1) ** 2).sum(-1)  # noqa: E731
+    E = potential_to_energy(U)
+    x = _x()
+    torch.testing.assert_close(E(x), -U(x))
+    torch.testing.assert_close(energy_to_potential(E)(x), U(x))
+    torch.testing.assert_close(E.potential(x), U(x))
+
+
+def test_sum_energy_is_product_of_experts_and_keeps_analytic_gradients():
+    a = GaussianEnergy(2, mean=[1.0, 0.0], learnable=False).double()
+    b = from_fn(lambda x: x[:, 0] ** 2)
+    s = a + b
+    assert isinstance(s, SumEnergy) and len(s.terms) == 2
+    x = _x()
+    val, grad = s.energy_and_grad(x)
+    ref_val, ref_grad = autograd_energy_and_grad(lambda z: a(z) + b(z), x)
+    torch.testing.assert_close(val, ref_val)
+    torch.testing.assert_close(grad, ref_grad)
+    assert len((s + b).terms) == 3  # sums flatten
+
+
+def test_tempered_energy_divides_energy_and_gradient():
+    g = GaussianEnergy(2, learnable=False).double()
+    t = g.tempered(4.0)
+    x = _x()
+    torch.testing.assert_close(t(x), g(x) / 4)
+    torch.testing.assert_close(t.energy_and_grad(x)[1], x / 4)
+    with pytest.raises(ValueError, match=r"temperature: expected a finite number > 0; got -1"):
+        g.tempered(-1)
+
+
+def test_residual_with_zero_correction_is_the_normalised_base():
+    base = torch.distributions.Independent(torch.distributions.Normal(torch.zeros(2).double(), 1.0), 1)
+    r = Residual(base, from_fn(lambda x: torch.zeros(x.shape[0], dtype=x.dtype)))
+    x = _x()
+    torch.testing.assert_close(r(x), -base.log_prob(x))
+    # exp(-E) integrates to 1: E(0) = log(2 pi) for a 2-D standard normal
+    torch.testing.assert_close(r(torch.zeros(1, 2, dtype=torch.float64)), torch.tensor([math.log(2 * math.pi)], dtype=torch.float64))
+    val, grad = r.energy_and_grad(x)
+    torch.testing.assert_close(grad, x)
+
+
+def test_residual_rejects_base_without_log_prob():
+    with pytest.raises(TypeError, match=r"base: expected an object with log_prob"):
+        Residual(object(), from_fn(lambda x: x.sum(-1)))
+
+
+def test_energy_of_wrong_shape_is_a_clear_error_with_fix():
+    e = from_fn(lambda x: (x**2).sum(-1, keepdim=True))
+    with pytest.raises(ValueError, match=r"energy\(x\): expected shape \(5,\); got \(5, 1\) \(squeeze the last"):
+        evaluate(e, _x())
+    with pytest.raises(ValueError, match=r"expected shape \(5,\); got \(5, 1\)"):
+        energy_and_grad(e, _x())
+
+
+def test_energy_returning_non_tensor_is_a_type_error():
+    with pytest.raises(TypeError, match=r"energy\(x\): expected a tensor of shape \(5,\); got float"):
+        evaluate(lambda x: 1.0, _x())
+
+
+def test_autograd_gradient_leaves_parameter_grads_untouched():
+    g = GaussianEnergy(2)
+    autograd_energy_and_grad(lambda x: g(x), torch.randn(4, 2))
+    assert all(p.grad is None for p in g.parameters())
+
+
+def test_gaussian_energy_log_partition_matches_closed_form():
+    P = torch.tensor([[2.0, 0.5], [0.5, 1.0]])
+    g = GaussianEnergy(2, precision=P)
+    expected = math.log(2 * math.pi) - 0.5 * math.log(float(torch.linalg.det(P)))
+    assert float(g.log_partition().detach()) == pytest.approx(expected, abs=1e-5)
+    torch.testing.assert_close(g.covariance, torch.linalg.inv(P), atol=1e-5, rtol=1e-5)
+
+
+def test_gaussian_energy_rejects_bad_precision():
+    with pytest.raises(ValueError, match=r"precision: expected a symmetric matrix"):
+        GaussianEnergy(2, precision=torch.tensor([[1.0, 0.5], [0.0, 1.0]]))
+    with pytest.raises(ValueError, match=r"precision: expected a positive definite matrix"):
+        GaussianEnergy(2, precision=-torch.eye(2))
+    with pytest.raises(ValueError, match=r"mean: expected shape \(2,\); got \(3,\)"):
+        GaussianEnergy(2, mean=[0.0, 0.0, 0.0])
+
+
+def test_gaussian_mixture_samples_match_its_weights():
+    from ebms.nets import GaussianMixtureEnergy
+
+    m = GaussianMixtureEnergy([[-3.0], [3.0]], 0.25, [0.2, 0.8])
+    n = 20000
+    x = m.sample(n, generator=torch.Generator().manual_seed(0))
+    frac = float((x > 0).float().mean())
+    se = math.sqrt(0.8 * 0.2 / n)
+    assert abs(frac - 0.8) < 4 * se  # z = 4
+    # normalised: exp(-E) integrates to 1 on a fine grid
+    grid = torch.linspace(-8, 8, 4001).unsqueeze(-1)
+    assert float(torch.exp(-m(grid)).sum() * (grid[1] - grid[0])) == pytest.approx(1.0, abs=1e-4)
