@@ -4,8 +4,8 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= dev
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.ebms-$(subst $(comma),-,$(EXTRAS))
 comma := ,
+STAMP := $(VENV)/.ebms-$(subst $(comma),-,$(EXTRAS))
 
 .PHONY: demo test test-all bench bench-quick docs clean venv
 

@@ -20,13 +20,6 @@ from ebms.train import CheckpointStore, checkpoint
 from ebms.train._state import flatten_state, unflatten_state
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def _save(store: CheckpointStore, step: int) -> Path:
     return store.save(step, {"model/w": torch.full((3,), float(step)), "model/n": torch.tensor(step)}, {"note": f"s{step}"})

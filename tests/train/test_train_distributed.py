@@ -19,13 +19,6 @@ WORKER = Path(__file__).with_name("_ddp_worker.py")
 PORT_RACE = ("EADDRINUSE", "Address already in use", "address already in use")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 @pytest.fixture(scope="module")
 def ddp_out(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -8,18 +8,10 @@ import math
 from pathlib import Path
 
 import pytest
-import torch
 from _train_helpers import FailAt, GaussianML, NoisyNCE, events, make_trainer, metric_lines
 
 from ebms.train import Callback, DivergenceGuard, Trainer, TrainingDiverged
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 NEVER_ENDS = range(1, 10**9)

@@ -15,13 +15,6 @@ from ebms.objectives._base import LossOutput
 from ebms.train import Callback, EarlyStopping, PeriodicEval, SampleSnapshot, Trainer
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def _state(t: Trainer) -> dict[str, torch.Tensor]:
     return {**{f"m.{k}": v for k, v in t.model.state_dict().items()}, **{f"o.{k}": v for k, v in t.objective.state_dict().items()}}

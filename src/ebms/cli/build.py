@@ -7,7 +7,6 @@ the library looks objects up by string.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 import torch

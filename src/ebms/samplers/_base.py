@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -36,6 +37,7 @@ __all__ = [
     "ChainState",
     "Sampler",
     "StepInfo",
+    "all_finite_on_cpu",
     "all_true_on_cpu",
     "batch_where",
     "expand_to",
@@ -143,6 +145,22 @@ def all_true_on_cpu(mask: Tensor) -> bool:
     mask would be a host sync (or a graph break).
     """
     return mask.device.type == "cpu" and not torch.compiler.is_compiling() and bool(mask.all())
+
+
+def all_finite_on_cpu(*tensors: Tensor) -> bool:
+    """``True`` iff every tensor lives on the CPU, we run eagerly, and every entry is finite.
+
+    Decided by one scalar: a sum is finite exactly when no term is NaN or
+    ``±Inf`` and nothing overflows, so a finite total proves every entry
+    finite; a non-finite total (rare: a bad entry, or an overflowing sum of
+    huge finite ones) answers ``False`` and the caller builds the exact
+    per-row mask. One reduction per tensor and no full-size temporaries.
+    Always ``False`` on accelerators and under ``torch.compile`` (reading
+    the scalar would be a host sync or a graph break).
+    """
+    if torch.compiler.is_compiling() or any(t.device.type != "cpu" for t in tensors):
+        return False
+    return math.isfinite(sum(float(t.sum()) for t in tensors))
 
 
 def mh_accept(log_ratio: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:

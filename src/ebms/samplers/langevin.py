@@ -24,6 +24,7 @@ and flagged in ``info.nonfinite``.
 from __future__ import annotations
 
 import abc
+import math
 from typing import Callable
 
 import torch
@@ -31,7 +32,7 @@ from torch import Tensor
 
 from ebms._checks import check_positive
 from ebms.energy import EnergyLike, energy_and_grad
-from ebms.samplers._base import ChainState, Sampler, StepInfo, all_true_on_cpu, batch_where, expand_to
+from ebms.samplers._base import ChainState, Sampler, StepInfo, all_finite_on_cpu, batch_where, expand_to
 from ebms.spaces import Space
 
 __all__ = ["SGLD", "ULA"]
@@ -53,6 +54,10 @@ def _finite_rows(e: Tensor, g: Tensor) -> Tensor:
     return probe.mul_(0).sum(1) == 0
 
 
+def _sqrt(v: Tensor | float) -> Tensor | float:
+    return math.sqrt(v) if isinstance(v, float) else torch.sqrt(v)
+
+
 class _Langevin(Sampler, abc.ABC):
     def __init__(self, *, step_size: float, schedule: Schedule | None, space: Space | None) -> None:
         super().__init__(step_size=step_size, space=space)
@@ -61,42 +66,57 @@ class _Langevin(Sampler, abc.ABC):
         self.schedule = schedule
 
     @abc.abstractmethod
-    def _coefficients(self, eps: Tensor) -> tuple[Tensor, Tensor | float]:
-        """Gradient coefficient and noise scale for step size ``eps``."""
+    def _coefficients(self, eps: Tensor | float) -> tuple[Tensor | float, Tensor | float]:
+        """Gradient coefficient and noise scale for step size ``eps`` (a tensor or a float)."""
 
     def step(
         self, energy: EnergyLike, state: ChainState, *, generator: torch.Generator | None = None
     ) -> tuple[ChainState, StepInfo]:
         x, g = state.x, state.grad
-        eps = state.step_size
+        eps: Tensor | float = state.step_size
+        on_cpu = x.device.type == "cpu" and not torch.compiler.is_compiling()
+        if on_cpu and eps.dim() == 0 and eps.device.type == "cpu":
+            # A shared step size on the CPU becomes a Python float (reading a
+            # CPU tensor is no device sync): the coefficients are then plain
+            # arithmetic instead of tensor kernels. ``0.5 * eps`` and
+            # ``sqrt(eps)`` round to the same float32 values either way.
+            eps = float(eps)
         if self.schedule is not None:
             eps = eps * float(self.schedule(state.t))
-        alpha, sigma = self._coefficients(expand_to(eps, x))
+        alpha, sigma = self._coefficients(expand_to(eps, x) if isinstance(eps, Tensor) else eps)
         noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
-        if g.dtype == x.dtype and g.shape == x.shape:
-            # (x - alpha * g) + sigma * noise with the same roundings, but one
-            # temporary instead of four (large temporaries cost page faults on CPU)
+        if g.dtype != x.dtype:  # mixed dtypes: let type promotion decide, as written
+            x_new = x - alpha * g + sigma * noise
+        elif isinstance(alpha, float) and isinstance(sigma, float):
+            # x + (-alpha) g, then + sigma xi: two kernels (a fused multiply-add
+            # per element each) and one temporary
+            x_new = torch.add(x, g, alpha=-alpha)
+            x_new.add_(noise, alpha=sigma)
+        else:
+            # tensor coefficients (per-chain step sizes, accelerators): the same
+            # with one temporary instead of four (large temporaries cost page faults)
             x_new = torch.mul(g, alpha)
             torch.sub(x, x_new, out=x_new)
             x_new.add_(noise.mul_(sigma))
-        else:  # mixed dtypes: let type promotion decide, as written
-            x_new = x - alpha * g + sigma * noise
         if self.space is not None:
             x_new = self.space.project(x_new)
         e_new, g_new = energy_and_grad(energy, x_new)
+        if on_cpu and all_finite_on_cpu(e_new, g_new):
+            # Common case, decided by one scalar read: nothing to reject, so no
+            # per-row mask and no selects; the info tensors are constants.
+            ok = torch.ones(x.shape[0], dtype=torch.bool, device=x.device)
+            info = StepInfo(
+                accept_prob=torch.ones(x.shape[0], dtype=x.dtype, device=x.device),
+                accepted=ok,
+                energy=e_new,
+                nonfinite=torch.zeros_like(ok),
+            )
+            return state.replace(x=x_new, energy=e_new, grad=g_new, t=state.t + 1), info
         ok = _finite_rows(e_new, g_new)
-        if all_true_on_cpu(ok):  # nothing to keep from the old state: skip three selects
-            x_out, e_out, g_out = x_new, e_new, g_new
-        else:
-            x_out = batch_where(ok, x_new, x)
-            e_out = batch_where(ok, e_new, state.energy)
-            g_out = batch_where(ok, g_new, g)
-        info = StepInfo(
-            accept_prob=ok.to(x.dtype),
-            accepted=ok,
-            energy=e_out,
-            nonfinite=~ok,
-        )
+        x_out = batch_where(ok, x_new, x)
+        e_out = batch_where(ok, e_new, state.energy)
+        g_out = batch_where(ok, g_new, g)
+        info = StepInfo(accept_prob=ok.to(x.dtype), accepted=ok, energy=e_out, nonfinite=~ok)
         return state.replace(x=x_out, energy=e_out, grad=g_out, t=state.t + 1), info
 
 
@@ -123,8 +143,8 @@ class ULA(_Langevin):
     def __init__(self, step_size: float = 0.01, *, schedule: Schedule | None = None, space: Space | None = None) -> None:
         super().__init__(step_size=step_size, schedule=schedule, space=space)
 
-    def _coefficients(self, eps: Tensor) -> tuple[Tensor, Tensor]:
-        return 0.5 * eps, torch.sqrt(eps)
+    def _coefficients(self, eps: Tensor | float) -> tuple[Tensor | float, Tensor | float]:
+        return 0.5 * eps, _sqrt(eps)
 
 
 class SGLD(_Langevin):
@@ -150,7 +170,7 @@ class SGLD(_Langevin):
         super().__init__(step_size=step_size, schedule=schedule, space=space)
         self.noise_scale = None if noise_scale is None else check_positive(noise_scale, "noise_scale", allow_zero=True)
 
-    def _coefficients(self, eps: Tensor) -> tuple[Tensor, Tensor | float]:
+    def _coefficients(self, eps: Tensor | float) -> tuple[Tensor | float, Tensor | float]:
         if self.noise_scale is None:
-            return eps, torch.sqrt(2.0 * eps)
+            return eps, _sqrt(2.0 * eps)
         return eps, self.noise_scale
