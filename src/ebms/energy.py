@@ -19,7 +19,7 @@ into a module so it composes with ``+`` and :meth:`Energy.tempered`.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
@@ -42,11 +42,8 @@ __all__ = [
 ]
 
 
-@runtime_checkable
-class EnergyLike(Protocol):
-    """Anything callable as ``energy(x) -> (B,)``."""
-
-    def __call__(self, x: Tensor) -> Tensor: ...
+#: Anything callable as ``energy(x) -> (B,)``: an ``nn.Module`` or a plain function.
+EnergyLike = Callable[[Tensor], Tensor]
 
 
 def evaluate(energy: EnergyLike, x: Tensor) -> Tensor:
@@ -112,7 +109,7 @@ class FunctionEnergy(Energy):
 
     def __init__(
         self,
-        fn: Callable[[Tensor], Tensor],
+        fn: EnergyLike,
         grad_fn: Callable[[Tensor], Tensor] | None = None,
     ) -> None:
         super().__init__()
@@ -169,14 +166,16 @@ def energy_to_potential(energy: EnergyLike) -> Callable[[Tensor], Tensor]:
 class SumEnergy(Energy):
     """``E(x) = sum_k E_k(x)``: a product of experts. Keeps each term's fast gradient."""
 
+    terms: nn.ModuleList
+
     def __init__(self, *terms: EnergyLike) -> None:
         super().__init__()
         if len(terms) < 1:
             raise ValueError("terms: expected at least one energy; got none")
         flat: list[EnergyLike] = []
         for t in terms:
-            flat.extend(t.terms if isinstance(t, SumEnergy) else [t])
-        self.terms: Sequence[EnergyLike] = nn.ModuleList(
+            flat.extend(list(t.terms) if isinstance(t, SumEnergy) else [t])
+        self.terms = nn.ModuleList(
             [t if isinstance(t, nn.Module) else from_fn(t) for t in flat]
         )
 
@@ -231,7 +230,7 @@ class Residual(Energy):
         correction: the energy correction ``E_corr``.
     """
 
-    def __init__(self, base: object, correction: EnergyLike) -> None:
+    def __init__(self, base: Any, correction: EnergyLike) -> None:
         super().__init__()
         if not callable(getattr(base, "log_prob", None)):
             raise TypeError(f"base: expected an object with log_prob(x) -> (B,); got {type(base).__name__}")

@@ -67,9 +67,7 @@ def _cd(c: ObjectiveConfig, sampler: Sampler, data: ToyDataset) -> nn.Module:
 
 
 def _dsm(c: ObjectiveConfig, sampler: Sampler, data: ToyDataset) -> nn.Module:
-    if c.sigmas:
-        return DenoisingScoreMatching(sigmas=c.sigmas)
-    return DenoisingScoreMatching(sigma=c.sigma)
+    return DenoisingScoreMatching(c.sigmas if c.sigmas else c.sigma)
 
 
 def _nce(c: ObjectiveConfig, sampler: Sampler, data: ToyDataset) -> nn.Module:

@@ -38,7 +38,7 @@ __all__ = ["ConvEnergy"]
 
 def _positive_ints(value: object, name: str, length: int | None = None) -> tuple[int, ...]:
     try:
-        out = tuple(value)  # type: ignore[arg-type]
+        out: tuple = tuple(value)  # type: ignore[arg-type]
     except TypeError:
         out = ()
     ok = bool(out) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in out)

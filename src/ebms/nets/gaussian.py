@@ -37,6 +37,9 @@ class GaussianEnergy(Energy):
     Shapes: ``x: (B, D)`` → ``(B,)``.
     """
 
+    mean: Tensor
+    raw_factor: Tensor
+
     def __init__(
         self,
         dim: int,
@@ -115,6 +118,10 @@ class GaussianMixtureEnergy(Energy):
         covariances: ``(K, D, D)``, or ``(K,)`` / a float for isotropic ``s^2 I``.
         weights: ``(K,)`` positive (normalised here); default uniform.
     """
+
+    means: Tensor
+    chol: Tensor
+    log_weights: Tensor
 
     def __init__(
         self,

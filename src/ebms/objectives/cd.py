@@ -216,5 +216,6 @@ class PersistentContrastiveDivergence(nn.Module):
         pos = _check_batch(batch, self.cd.sampler, self.buffer.event_shape)
         x0, idx = self.buffer.sample(pos.shape[0], generator)
         out = self.cd.contrast(energy, pos, x0.to(device=pos.device, dtype=pos.dtype), generator=generator)
+        assert out.negatives is not None  # contrast always returns its negatives
         self.buffer.update(idx, out.negatives)
         return out

@@ -204,7 +204,7 @@ class DenoisingScoreMatching(nn.Module):
             sigma = levels[torch.randint(levels.numel(), (B,), generator=generator, device=x.device)]
         eps = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
         s = sigma.reshape(B, *([1] * (x.dim() - 1)))
-        return x + s * eps, sigma, eps
+        return torch.addcmul(x, s, eps), sigma, eps  # x + s * eps without a (B, *event) temporary
 
     def forward(
         self, energy: EnergyLike, batch: Tensor, *, generator: torch.Generator | None = None
@@ -224,7 +224,9 @@ class DenoisingScoreMatching(nn.Module):
                 if tuple(w.shape) != (x.shape[0],):
                     raise ValueError(f"weighting(sigma): expected shape ({x.shape[0]},); got {tuple(w.shape)}")
             loss = (w * 0.5 * _sq_norm(g - eps / s)).mean()
-        metrics = scalar_metrics(loss=loss, energy=e.detach().mean(), score_norm=_mean_norm(g), sigma=sigma.mean())
+        metrics = scalar_metrics(
+            loss=loss, energy=e.detach().mean(), score_norm=_mean_norm(g), sigma=sigma.mean()
+        )
         return LossOutput(loss=loss, metrics=metrics, negatives=x_noisy.detach())
 
     def extra_repr(self) -> str:
@@ -291,14 +293,16 @@ class SlicedScoreMatching(nn.Module):
         v = self.projections(x, generator=generator)
         with torch.enable_grad():
             xg, e, g = _energy_and_score_graph(energy, x)
-            total: Tensor | None = None
-            for vm in v:
-                gv = (g * vm).flatten(1).sum(1)  # v' grad E, (B,)
+
+            def term(vm: Tensor) -> Tensor:  # one projection's per-row term, (B,)
+                gv = (g * vm).flatten(1).sum(1)  # v' grad E
                 (hv,) = torch.autograd.grad(gv.sum(), xg, create_graph=True)  # H v, (B, *event)
-                term = (hv * vm).flatten(1).sum(1)
-                term = 0.5 * gv.pow(2) - term if not self.variance_reduced else -term
-                total = term if total is None else total + term
-            assert total is not None  # n_projections >= 1
+                vhv = (hv * vm).flatten(1).sum(1)
+                return -vhv if self.variance_reduced else 0.5 * gv.pow(2) - vhv
+
+            total = term(v[0])
+            for vm in v[1:]:
+                total = total + term(vm)
             per_row = total / self.n_projections if self.n_projections > 1 else total
             if self.variance_reduced:
                 per_row = per_row + 0.5 * _sq_norm(g)

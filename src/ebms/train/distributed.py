@@ -130,8 +130,8 @@ class DistributedContext:
             if device.type == "cpu" and backend == "nccl":
                 raise ValueError("device: the process group uses nccl, which needs CUDA tensors; got device cpu")
             return
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend=backend, init_method="env://", rank=self.rank, world_size=self.world_size)
+        new_backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend=new_backend, init_method="env://", rank=self.rank, world_size=self.world_size)
         atexit.register(_destroy)
 
     # ------------------------------------------------------------------ collectives
