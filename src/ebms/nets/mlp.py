@@ -14,16 +14,18 @@ This is the same arithmetic autograd would do, minus the graph bookkeeping and
 minus the head's ``(B, 1) x (1, H)`` product (``δ_L`` is a broadcast), and it
 lets Langevin-type samplers take a step without building a graph.
 
-Speed notes (CPU, float32; measured with one thread on an AMD EPYC Zen 5):
+Speed notes (CPU, float32; measured with one thread on an AMD EPYC, Zen 5):
 
 * Large products go to oneDNN (``torch.ops.mkldnn._linear_pointwise``, the
   kernel PyTorch's own compiler emits for ``nn.Linear`` on CPU) instead of
-  ``addmm``/``mm``, which call MKL. MKL runs its AVX2 code on non-Intel CPUs,
-  oneDNN picks AVX-512 from the CPU flags: a ``1024 x 128 x 128`` product took
-  150 µs instead of 317 µs. Same products, same rounding up to the summation
-  order. Small or skinny products stay on ``addmm`` (oneDNN costs ~10 µs per
-  call), as does everything off the CPU, in float64, under
-  ``torch.compile`` and when ``torch.backends.mkldnn.enabled`` is off.
+  ``addmm``/``mm``, which call MKL. Here MKL ran at ~105 GFLOP/s whatever
+  ``MKL_ENABLE_INSTRUCTIONS`` said (its AVX2 rate: it does not use AVX-512 on
+  this CPU) while oneDNN's AVX-512 kernels reached ~230 GFLOP/s: a
+  ``1024 x 128 x 128`` product took 150 µs instead of 317 µs. Same products,
+  same rounding up to the summation order. Small or skinny products stay on
+  ``addmm`` (a oneDNN call costs ~10 µs), as does everything off the CPU, in
+  float64, under ``torch.compile`` and with ``torch.backends.mkldnn.enabled``
+  off.
 * The input-gradient product ``(B, H) x (H, D)`` with a tiny ``D`` is handed a
   column-major copy of the weight: MKL's row-major path is 2-4x slower there.
 """
@@ -181,6 +183,8 @@ class MLPEnergy(Energy):
         if x.shape[1:] != self.event_shape or x.dim() != len(self.event_shape) + 1:
             shown = ", ".join(map(str, self.event_shape))
             raise ValueError(f"x: expected shape (B, {shown}); got {tuple(x.shape)}")
+        if len(self.event_shape) == 1:  # already (B, D): skip a no-op reshape (one dispatch less)
+            return x
         return x.reshape(x.shape[0], self.in_features)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -217,7 +221,7 @@ class MLPEnergy(Energy):
                 delta = _times_weight(vjp(delta, z, a), w, onednn)
             delta = vjp(delta, *saved[0])  # (B, H_1)
             grad = _times_weight(delta, weights[0], onednn)  # (B, D)
-        return e, grad.view(x.shape)
+        return e, grad if len(self.event_shape) == 1 else grad.view(x.shape)
 
     def extra_repr(self) -> str:
         return f"event_shape={self.event_shape}, hidden={self.hidden}, activation={self.activation.name!r}"

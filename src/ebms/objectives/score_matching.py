@@ -48,13 +48,7 @@ def _check_batch(batch: Tensor) -> Tensor:
     check_tensor(batch, "batch", floating=True, min_dim=1)
     if batch.shape[0] == 0:
         raise ValueError(f"batch: expected at least one row; got shape {tuple(batch.shape)}")
-    x = batch.detach()
-    # One reduction instead of isfinite's elementwise passes (about 20x cheaper for a
-    # 256 x 784 batch): any NaN/Inf makes the sum non-finite. Only then (or when finite
-    # values overflow the sum) run the exact check, which raises with the counts.
-    if not bool(torch.isfinite(x.sum())):
-        check_finite(x, "batch")
-    return x
+    return check_finite(batch.detach(), "batch")  # one reduction unless something is non-finite
 
 
 def _energy_and_score_graph(energy: EnergyLike, x: Tensor, *extra: Tensor) -> tuple[Tensor, Tensor, Tensor]:

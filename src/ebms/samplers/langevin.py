@@ -18,7 +18,9 @@ distribution — fine for training negatives, wrong for estimating expectations.
 
 Cost: one ``energy_and_grad`` per step. Acceptance is always 1, except that a
 proposal with a non-finite energy or gradient is rejected (the chain stays)
-and flagged in ``info.nonfinite``.
+and flagged in ``info.nonfinite``. On the CPU the check costs one sum per tensor
+when every proposal is finite (the common case); the per-row mask is built only
+otherwise, and always on accelerators (where a read would be a host sync).
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ class _Langevin(Sampler, abc.ABC):
             eps = eps * float(self.schedule(state.t))
         alpha, sigma = self._coefficients(expand_to(eps, x) if isinstance(eps, Tensor) else eps)
         noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
-        if g.dtype != x.dtype:  # mixed dtypes: let type promotion decide, as written
+        if g.dtype != x.dtype or g.shape != x.shape:  # let promotion/broadcasting decide, as written
             x_new = x - alpha * g + sigma * noise
         elif isinstance(alpha, float) and isinstance(sigma, float):
             # x + (-alpha) g, then + sigma xi: two kernels (a fused multiply-add
@@ -102,7 +104,7 @@ class _Langevin(Sampler, abc.ABC):
             x_new = self.space.project(x_new)
         e_new, g_new = energy_and_grad(energy, x_new)
         if on_cpu and all_finite_on_cpu(e_new, g_new):
-            # Common case, decided by one scalar read: nothing to reject, so no
+            # Common case, decided by one sum per tensor: nothing to reject, so no
             # per-row mask and no selects; the info tensors are constants.
             ok = torch.ones(x.shape[0], dtype=torch.bool, device=x.device)
             info = StepInfo(

@@ -1,0 +1,66 @@
+"""Shared argument checks: messages name the argument, the expectation and the value."""
+
+import pytest
+import torch
+
+from ebms._checks import (
+    check_energy_output,
+    check_exactly_one,
+    check_finite,
+    check_in_range,
+    check_int,
+    check_positive,
+    check_probability,
+    check_shape,
+    check_tensor,
+)
+
+
+def test_finite_check_counts_nan_and_inf():
+    x = torch.zeros(3, 4)
+    x[0, 0], x[1, 1], x[2, 2] = float("nan"), float("inf"), -float("inf")
+    with pytest.raises(ValueError, match=r"x: expected a finite tensor; got 1 NaN and 2 Inf entries in shape \(3, 4\)"):
+        check_finite(x, "x")
+
+
+def test_finite_check_accepts_values_whose_sum_overflows():
+    x = torch.full((4, 2), 3e38)  # each entry finite, the sum is +inf in float32
+    assert check_finite(x, "x") is x
+
+
+def test_finite_check_ignores_integer_and_empty_tensors():
+    check_finite(torch.arange(3), "i")
+    check_finite(torch.empty(0, 2), "e")
+
+
+def test_shape_check_never_broadcasts_and_shows_wildcards():
+    check_shape(torch.zeros(5, 2), (None, 2), "x")
+    with pytest.raises(ValueError, match=r"x: expected shape \('\*', 2\); got \(5, 1\)"):
+        check_shape(torch.zeros(5, 1), (None, 2), "x")
+
+
+def test_scalar_checks_name_argument_and_value():
+    with pytest.raises(ValueError, match=r"lr: expected a finite number > 0; got 0"):
+        check_positive(0, "lr")
+    with pytest.raises(TypeError, match=r"lr: expected a number; got 'a'"):
+        check_positive("a", "lr")
+    with pytest.raises(ValueError, match=r"p: expected a number in \(0, 1\]; got 0.0"):
+        check_probability(0.0, "p", open_low=True)
+    with pytest.raises(TypeError, match=r"n: expected an int; got True \(bool\)"):
+        check_int(True, "n")
+    with pytest.raises(ValueError, match=r"n: expected an int >= 1; got 0"):
+        check_int(0, "n", minimum=1)
+    with pytest.raises(ValueError, match=r"t: expected a number in \[0, 1\]; got 2"):
+        check_in_range(2, "t", 0, 1)
+    with pytest.raises(ValueError, match=r"expected exactly one of \(a, b\); got \['a', 'b'\]"):
+        check_exactly_one(a=1, b=2)
+    assert check_exactly_one(a=None, b=2) == "b"
+
+
+def test_tensor_and_energy_output_checks():
+    with pytest.raises(TypeError, match=r"x: expected a torch.Tensor; got list"):
+        check_tensor([1.0], "x")
+    with pytest.raises(ValueError, match=r"x: expected at least 2 dimension\(s\) \(batch first\); got shape \(3,\)"):
+        check_tensor(torch.zeros(3), "x", min_dim=2)
+    with pytest.raises(ValueError, match=r"energy\(x\): expected shape \(4,\); got \(2, 2\)"):
+        check_energy_output(torch.zeros(2, 2), 4)
