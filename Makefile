@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 comma := ,
 STAMP := $(VENV)/.ebms-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: demo test test-all bench bench-quick docs clean venv
+.PHONY: demo test test-all lint bench bench-quick docs clean venv
 
 venv: $(STAMP)
 
@@ -23,6 +23,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/mypy
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -28,12 +28,13 @@ Run: ``python benchmarks/langevin.py [--quick] [--threads N] [--compile]``.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+import _common as C
 import torch
 from torch import nn
 
-import _common as C
 from ebms.nets import MLPEnergy
 from ebms.samplers import ULA
 

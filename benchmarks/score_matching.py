@@ -40,13 +40,13 @@ Run: ``python benchmarks/score_matching.py [--quick] [--threads N]``.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+import _common as C
 import torch
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
-
-import _common as C
 
 try:
     import resource  # page-fault counts (POSIX only)
@@ -273,7 +273,7 @@ def bench_case(d: int, obj: str, args: Any) -> dict[str, Any]:
     checked = {n: r(CHECK_STEPS, 123) for n, r in runs.items()}
     ref_loss, ref_par = checked["ebms"]
     scale = float(ref_loss.abs().max())  # SSM losses can pass through 0: relative to the largest |loss|
-    loss_diff = {n: float((l - ref_loss).abs().max()) / scale for n, (l, _) in checked.items()}
+    loss_diff = {n: float((loss - ref_loss).abs().max()) / scale for n, (loss, _) in checked.items()}
     param_diff = {n: float((p - ref_par).abs().max()) for n, (_, p) in checked.items()}
     flops = {n: matmul_flops_per_step(r) for n, r in runs.items()}
     for r in runs.values():

@@ -9,7 +9,7 @@ added to the package without an entry here.
 from __future__ import annotations
 
 import inspect
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 import torch

@@ -19,7 +19,8 @@ into a module so it composes with ``+`` and :meth:`Energy.tempered`.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -96,11 +97,11 @@ class Energy(nn.Module):
         r""":math:`\nabla_x \log p(x) = -\nabla_x E(x)`, shape ``(B, *event)``."""
         return -self.energy_and_grad(x)[1]
 
-    def tempered(self, temperature: float) -> "Tempered":
+    def tempered(self, temperature: float) -> Tempered:
         """``E(x) / T``: ``T > 1`` flattens, ``T < 1`` sharpens."""
         return Tempered(self, temperature)
 
-    def __add__(self, other: EnergyLike) -> "SumEnergy":
+    def __add__(self, other: EnergyLike) -> SumEnergy:
         return SumEnergy(self, other)
 
 

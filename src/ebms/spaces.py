@@ -11,7 +11,7 @@ Shapes: ``event_shape`` is the shape of one point; batches are
 from __future__ import annotations
 
 import abc
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor

@@ -84,3 +84,40 @@ def test_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
             signal.signal(signal.SIGALRM, old)
     elapsed = time.perf_counter() - t0
     assert elapsed < PAGE_LIMIT_S, f"{rel}: the examples took {elapsed:.1f} s (limit {PAGE_LIMIT_S:.0f} s)"
+
+
+# --- the command-line page matches the code it documents ---------------------------------------
+
+_CLI_PAGE = ROOT / "docs" / "cli.md"
+
+
+def _rows_for(key: str) -> list[str]:
+    """The markdown table rows of docs/cli.md whose first cell is the code span ``key``."""
+    return [line for line in _CLI_PAGE.read_text(encoding="utf-8").splitlines() if line.startswith(f"| `{key}` |")]
+
+
+def test_cli_page_lists_exactly_the_config_keys() -> None:
+    import dataclasses
+
+    from ebms.cli.config import Config
+
+    keys = {
+        f"{section.name}.{f.name}"
+        for section in dataclasses.fields(Config)
+        for f in dataclasses.fields(section.default_factory())  # type: ignore[misc]
+    }
+    documented = set(re.findall(r"^\| `([a-z]+\.[a-z_]+)` \|", _CLI_PAGE.read_text(encoding="utf-8"), re.M))
+    assert documented == keys, f"docs/cli.md: missing {sorted(keys - documented)}, unknown {sorted(documented - keys)}"
+
+
+def test_cli_page_lists_exactly_the_valid_names() -> None:
+    from ebms.cli.build import LR_SCHEDULES, MODELS, OBJECTIVES, SAMPLERS
+    from ebms.data import TOY_NAMES
+
+    tables = {"model.kind": MODELS, "sampler.kind": SAMPLERS, "objective.kind": OBJECTIVES,
+              "train.lr_schedule": LR_SCHEDULES, "data.name": TOY_NAMES}
+    for key, names in tables.items():
+        rows = _rows_for(key)  # the key's row in its section table, then its row under "Valid names"
+        assert len(rows) == 2, f"docs/cli.md: expected a key row and a valid-names row for {key}; found {len(rows)}"
+        listed = set(re.findall(r"`([^`]+)`", rows[1].split("|")[2]))
+        assert listed == set(names), f"docs/cli.md: {key} lists {sorted(listed)}; the code has {sorted(names)}"

@@ -17,7 +17,7 @@ and use that covariance for two checks:
 from __future__ import annotations
 
 import warnings
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor

@@ -7,10 +7,19 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
 from _objective_fit import (
-    DTYPE, TRUE_COV, TRUE_MEAN, check_fit, fit, gaussian_data, new_energy, precision_theta, theta_of, unpack,
+    DTYPE,
+    TRUE_COV,
+    TRUE_MEAN,
+    check_fit,
+    fit,
+    gaussian_data,
+    new_energy,
+    precision_theta,
+    theta_of,
+    unpack,
 )
+
 from ebms.energy import from_fn
 from ebms.nets import GaussianEnergy, GaussianMixtureEnergy
 from ebms.objectives import NCE, GaussianNoise

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
-
 from _objective_fit import (
-    DTYPE, TRUE_COV, TRUE_MEAN, check_fit, fit, gaussian_data, new_energy, precision_theta, sandwich, theta_of,
+    DTYPE,
+    TRUE_COV,
+    TRUE_MEAN,
+    check_fit,
+    fit,
+    gaussian_data,
+    new_energy,
+    precision_theta,
+    sandwich,
+    theta_of,
     unpack,
 )
+from torch import nn
+
 from ebms.nets import GaussianEnergy
 from ebms.objectives import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
 

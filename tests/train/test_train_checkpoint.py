@@ -20,7 +20,6 @@ from ebms.train import CheckpointStore, checkpoint
 from ebms.train._state import flatten_state, unflatten_state
 
 
-
 def _save(store: CheckpointStore, step: int) -> Path:
     return store.save(step, {"model/w": torch.full((3,), float(step)), "model/n": torch.tensor(step)}, {"note": f"s{step}"})
 

@@ -12,8 +12,6 @@ from _train_helpers import FailAt, GaussianML, NoisyNCE, events, make_trainer, m
 
 from ebms.train import Callback, DivergenceGuard, Trainer, TrainingDiverged
 
-
-
 NEVER_ENDS = range(1, 10**9)
 
 

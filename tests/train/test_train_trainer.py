@@ -15,7 +15,6 @@ from ebms.objectives._base import LossOutput
 from ebms.train import Callback, EarlyStopping, PeriodicEval, SampleSnapshot, Trainer
 
 
-
 def _state(t: Trainer) -> dict[str, torch.Tensor]:
     return {**{f"m.{k}": v for k, v in t.model.state_dict().items()}, **{f"o.{k}": v for k, v in t.objective.state_dict().items()}}
 

@@ -32,8 +32,8 @@ Closed-form densities (base coordinates, :math:`\sigma` = ``noise``,
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import Tensor

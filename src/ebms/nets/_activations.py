@@ -31,8 +31,8 @@ like autograd. For Langevin sampling prefer smooth activations (``silu``,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F

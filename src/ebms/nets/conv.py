@@ -24,7 +24,7 @@ function in both modes.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from torch import Tensor, nn
 from torch.nn.utils.parametrizations import spectral_norm as _spectral_norm

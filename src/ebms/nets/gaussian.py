@@ -7,7 +7,7 @@ their normalisers, moments and samples are known in closed form.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F

@@ -32,7 +32,8 @@ Speed notes (CPU, float32; measured with one thread on an AMD EPYC, Zen 5):
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Callable, Sequence
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -47,6 +48,7 @@ _NARROW = 8  # input widths that take the column-major gradient product on CPU (
 _ONEDNN_MIN_WIDTH = 8  # oneDNN only when both sides of the weight are at least this wide ...
 _ONEDNN_MIN_MACS = 1 << 21  # ... and the product has at least this many multiply-adds (~2M)
 
+_ONEDNN_LINEAR: Callable[..., Tensor] | None
 try:  # present when PyTorch is built with oneDNN (``torch.backends.mkldnn``)
     _ONEDNN_LINEAR = torch.ops.mkldnn._linear_pointwise if torch.backends.mkldnn.is_available() else None
 except (AttributeError, RuntimeError):
@@ -55,7 +57,7 @@ except (AttributeError, RuntimeError):
 
 def _onednn_usable(x: Tensor) -> bool:
     """Whether products on ``x`` may go to oneDNN: eager float32 CPU with oneDNN enabled."""
-    return (
+    return bool(
         _ONEDNN_LINEAR is not None
         and x.dtype == torch.float32
         and x.device.type == "cpu"
@@ -78,14 +80,14 @@ def _onednn_pays(onednn: bool, w: Tensor, batch: int) -> bool:
 
 def _affine(h: Tensor, w: Tensor, b: Tensor, onednn: bool) -> Tensor:
     """``h @ w.T + b`` for ``h: (B, K)``, ``w: (N, K)``, ``b: (N,)`` -> ``(B, N)``."""
-    if _onednn_pays(onednn, w, h.shape[0]):
+    if _ONEDNN_LINEAR is not None and _onednn_pays(onednn, w, h.shape[0]):
         return _ONEDNN_LINEAR(h, w, b, "none", [], "")
     return torch.addmm(b, h, w.t())
 
 
 def _times_weight(delta: Tensor, w: Tensor, onednn: bool) -> Tensor:
     """``delta @ w`` for ``delta: (B, N)``, ``w: (N, K)`` -> ``(B, K)`` (a backward product)."""
-    if _onednn_pays(onednn, w, delta.shape[0]):
+    if _ONEDNN_LINEAR is not None and _onednn_pays(onednn, w, delta.shape[0]):
         return _ONEDNN_LINEAR(delta, w.t(), None, "none", [], "")
     if 1 < w.shape[1] <= _NARROW and delta.device.type == "cpu":
         # MKL takes a slow path for (B, N) @ (N, K) with a row-major (N, K)
@@ -206,16 +208,16 @@ class MLPEnergy(Energy):
         vjp, f = self.activation.vjp, self.activation.fn
         onednn = _onednn_usable(h)
         with torch.no_grad():
-            weights = []
-            saved = []
+            weights: list[Tensor] = []
+            saved: list[tuple[Tensor, Tensor]] = []
             for layer in self.layers:
-                w = layer.weight  # read once: a spectral-norm weight is recomputed per read
-                z = _affine(h, w, layer.bias, onednn)
+                w = cast(Tensor, layer.weight)  # read once: a spectral-norm weight is recomputed per read
+                z = _affine(h, w, cast(Tensor, layer.bias), onednn)
                 h = f(z)
                 weights.append(w)
                 saved.append((z, h))
-            w_out = self.head.weight  # (1, H_L)
-            e = torch.addmv(self.head.bias, h, w_out[0])
+            w_out = cast(Tensor, self.head.weight)  # (1, H_L)
+            e = torch.addmv(cast(Tensor, self.head.bias), h, w_out[0])
             delta = w_out.expand_as(h)  # dE/dh_L, the same row for every sample
             for w, (z, a) in zip(reversed(weights[1:]), reversed(saved[1:])):
                 delta = _times_weight(vjp(delta, z, a), w, onednn)

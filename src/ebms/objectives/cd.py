@@ -122,7 +122,7 @@ class ContrastiveDivergence(nn.Module):
         state = self.sampler.init(energy, x0)
         accept = torch.zeros((), dtype=x0.dtype, device=x0.device)
         bad = torch.zeros((), dtype=x0.dtype, device=x0.device)
-        for state, info in self.sampler.iterate(energy, state, self.k, generator=generator):
+        for state, info in self.sampler.iterate(energy, state, self.k, generator=generator):  # noqa: B007, B020
             accept = accept + info.acceptance_rate.to(accept.dtype)
             bad = bad + info.nonfinite.to(bad.dtype).mean()
         return state.x.detach(), accept / self.k, bad / self.k

@@ -88,7 +88,7 @@ class GaussianNoise(nn.Module):
         self.register_buffer("scale_tril", L)
 
     @classmethod
-    def fit(cls, x: Tensor, *, scale: float = 1.0) -> "GaussianNoise":
+    def fit(cls, x: Tensor, *, scale: float = 1.0) -> GaussianNoise:
         """Gaussian with the mean and (``scale²``-inflated) covariance of ``x: (N, D)``, ``N >= 2``."""
         check_tensor(x, "x", floating=True)
         if x.dim() != 2 or x.shape[0] < 2:

@@ -32,7 +32,7 @@ energy's detached ``energy_and_grad`` shortcut cannot carry parameter gradients)
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn

@@ -22,8 +22,9 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -64,7 +65,7 @@ class ChainState:
     step_size: Tensor
     t: int = 0
 
-    def replace(self, **changes: object) -> "ChainState":
+    def replace(self, **changes: Any) -> ChainState:
         """A copy with some fields changed (states are immutable)."""
         return dataclasses.replace(self, **changes)
 
@@ -248,7 +249,7 @@ class Sampler(abc.ABC):
     ) -> Tensor:
         """Run ``steps`` transitions from ``x0`` and return the final positions ``(B, *event)``."""
         state = self.init(energy, x0)
-        for state, _ in self.iterate(energy, state, steps, generator=generator, progress=progress):
+        for state, _ in self.iterate(energy, state, steps, generator=generator, progress=progress):  # noqa: B007, B020
             pass
         return state.x
 
@@ -268,7 +269,7 @@ class Sampler(abc.ABC):
         check_int(thin, "thin", minimum=1)
         state = x0 if isinstance(x0, ChainState) else self.init(energy, x0)
         xs, es, acc = [], [], []
-        for i, (state, info) in enumerate(
+        for i, (state, info) in enumerate(  # noqa: B020 (the loop advances the chain)
             self.iterate(energy, state, steps, generator=generator, progress=progress)
         ):
             acc.append(info.acceptance_rate)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import abc
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -75,9 +75,10 @@ class _Langevin(Sampler, abc.ABC):
         self, energy: EnergyLike, state: ChainState, *, generator: torch.Generator | None = None
     ) -> tuple[ChainState, StepInfo]:
         x, g = state.x, state.grad
+        assert g is not None, "Langevin states always cache the gradient (Sampler.init)"
         eps: Tensor | float = state.step_size
         on_cpu = x.device.type == "cpu" and not torch.compiler.is_compiling()
-        if on_cpu and eps.dim() == 0 and eps.device.type == "cpu":
+        if on_cpu and state.step_size.dim() == 0 and state.step_size.device.type == "cpu":
             # A shared step size on the CPU becomes a Python float (reading a
             # CPU tensor is no device sync): the coefficients are then plain
             # arithmetic instead of tensor kernels. ``0.5 * eps`` and

@@ -30,7 +30,7 @@ from ebms.train.callbacks import Callback, EarlyStopping, PeriodicEval, SampleSn
 from ebms.train.checkpoint import Checkpoint, CheckpointStore
 from ebms.train.distributed import DistributedContext
 from ebms.train.guard import DivergenceGuard, TrainingDiverged
-from ebms.train.trainer import TrainResult, Trainer
+from ebms.train.trainer import Trainer, TrainResult
 
 __all__ = [
     "Callback",

@@ -14,14 +14,15 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable, Union
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from ebms._checks import check_tensor
 
-Batch = Union[Tensor, tuple[Tensor, ...]]
+Batch = Tensor | tuple[Tensor, ...]
 Stream = Callable[[int, torch.Generator], Batch]
 
 

@@ -26,7 +26,8 @@ import base64
 import json
 import math
 import random
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch

@@ -22,8 +22,9 @@ the trainer stores it in checkpoints and snapshots so resumes stay exact.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 

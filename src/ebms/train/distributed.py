@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import atexit
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Mapping, Sequence
 
 import torch
 import torch.distributed as dist

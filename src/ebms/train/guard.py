@@ -21,8 +21,8 @@ The retry count resets when training reaches the next snapshot. More than
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from ebms._checks import check_int, check_positive, check_probability
 

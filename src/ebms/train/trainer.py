@@ -5,18 +5,19 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, Union
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from ebms._checks import check_int, check_positive
+from ebms.train import _snapshot
 from ebms.train._data import Batch, StreamBatches, TensorBatches, mix_seed, to_device
 from ebms.train._log import MetricsLog, jsonable
-from ebms.train import _snapshot
 from ebms.train._snapshot import Snapshot
 from ebms.train.callbacks import Callback
 from ebms.train.checkpoint import CheckpointStore
@@ -27,7 +28,7 @@ __all__ = ["TrainResult", "Trainer"]
 
 logger = logging.getLogger("ebms.train")
 
-OptimizerSpec = Union[torch.optim.Optimizer, Callable[[list[dict[str, Any]]], torch.optim.Optimizer], None]
+OptimizerSpec = torch.optim.Optimizer | Callable[[list[dict[str, Any]]], torch.optim.Optimizer] | None
 HEALTH = ("loss", "e_pos", "e_neg", "gap", "grad_norm")
 
 
@@ -130,7 +131,7 @@ class Trainer:
         grad_clip: float | None = None,
         lr_schedule: Callable[[int], float] | None = None,
         callbacks: Sequence[Callback] = (),
-        guard: DivergenceGuard | None = DivergenceGuard(),
+        guard: DivergenceGuard | None = DivergenceGuard(),  # noqa: B008 (frozen dataclass, safe to share)
         progress: bool = True,
         device: str | torch.device | None = None,
         config: Mapping[str, Any] | None = None,
