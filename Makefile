@@ -41,7 +41,7 @@ bench-quick:
 
 docs:
 	$(MAKE) EXTRAS=dev,docs venv
-	$(BIN)/mkdocs build --strict -d site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d site
 
 clean:
 	rm -rf $(VENV) site build src/*.egg-info

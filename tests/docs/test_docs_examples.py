@@ -1,4 +1,5 @@
-"""The Python examples in the documentation run as written.
+"""The documentation matches the code: its Python examples run as written, and the
+command-line page lists exactly the config keys, valid names and error messages of the code.
 
 Convention (also described in docs/getting-started.md, "Documentation examples"):
 
@@ -8,7 +9,9 @@ Convention (also described in docs/getting-started.md, "Documentation examples")
 * the blocks of one page run **in order, in one namespace**, like a notebook,
   so a later block may use what an earlier one defined;
 * each page runs in a fresh namespace, in a temporary working folder (so run
-  folders such as ``runs/quickstart`` land there), under a time limit.
+  folders such as ``runs/quickstart`` land there), under a time limit; torch's
+  global RNG state is restored afterwards, so a page's ``torch.manual_seed``
+  does not leak into other tests.
 
 Examples are kept small (few steps) so that all pages together stay well under
 half a minute on two busy cores.
@@ -22,6 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
@@ -68,6 +72,7 @@ def test_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
     if use_alarm:
         old = signal.signal(signal.SIGALRM, _on_alarm)
         signal.setitimer(signal.ITIMER_REAL, PAGE_LIMIT_S)
+    rng_state = torch.random.get_rng_state()
     t0 = time.perf_counter()
     rel = page.relative_to(ROOT).as_posix()
     try:
@@ -82,6 +87,7 @@ def test_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
         if use_alarm:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old)
+        torch.random.set_rng_state(rng_state)
     elapsed = time.perf_counter() - t0
     assert elapsed < PAGE_LIMIT_S, f"{rel}: the examples took {elapsed:.1f} s (limit {PAGE_LIMIT_S:.0f} s)"
 
@@ -121,3 +127,29 @@ def test_cli_page_lists_exactly_the_valid_names() -> None:
         assert len(rows) == 2, f"docs/cli.md: expected a key row and a valid-names row for {key}; found {len(rows)}"
         listed = set(re.findall(r"`([^`]+)`", rows[1].split("|")[2]))
         assert listed == set(names), f"docs/cli.md: {key} lists {sorted(listed)}; the code has {sorted(names)}"
+
+
+def test_cli_page_error_messages_are_the_real_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import shlex
+
+    from ebms.cli.main import main
+
+    text = _CLI_PAGE.read_text(encoding="utf-8")
+    block = text[text.index("## Errors"):]
+    block = block[block.index("```text\n") + 8:]
+    block = block[:block.index("```")]
+    # the files the examples refer to: a TOML string left open on line 2, a folder without config.toml
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.toml").write_text('[train]\nsteps = "many\n')
+    (tmp_path / "empty").mkdir()
+    lines = block.splitlines()
+    checked = 0
+    for cmd, expected in zip(lines[::2], lines[1::2]):
+        assert cmd.startswith("$ ebms "), f"docs/cli.md errors block: expected a command line; got {cmd!r}"
+        argv = shlex.split(cmd[2:], comments=True)[1:]
+        assert main(argv) == 2, f"docs/cli.md: `{cmd[2:]}` should fail with exit status 2"
+        err = capsys.readouterr().err.strip()
+        assert err == expected, f"docs/cli.md: `{cmd[2:]}` now prints\n{err}\ninstead of\n{expected}"
+        checked += 1
+    assert checked >= 10

@@ -124,3 +124,22 @@ def test_every_configurable_objective_and_sampler_trains_from_the_command_line(e
     assert "test NLL (grid-normalised), step 10" in out
     lines = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines if "event" not in r] == [5, 10]
+
+
+def test_train_refuses_a_run_folder_with_checkpoints_unless_told(demo_run, tmp_path, capsys):
+    run = tmp_path / "demo"
+    shutil.copytree(demo_run, run)
+    args = ["train", str(run / "config.toml"), f"run.out_dir={tmp_path}", "train.steps=20", "--no-eval"]
+    assert main(args) == 2
+    assert "already has checkpoints; use --resume to continue it, --overwrite to start again" in capsys.readouterr().err
+    assert main([*args, "--overwrite"]) == 0
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines if "event" not in r] == [20]  # a fresh log, not appended
+
+
+def test_same_config_and_seed_repeat_the_same_metrics(tmp_path):
+    for name in ("a", "b"):
+        assert main(["train", f"run.out_dir={tmp_path}", f"run.name={name}", *FAST, "train.steps=20", "--no-eval"]) == 0
+    logs = [[json.loads(x) for x in (tmp_path / n / "metrics.jsonl").read_text().splitlines()] for n in ("a", "b")]
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "time"} for r in rows if "event" not in r]  # noqa: E731
+    assert strip(logs[0]) == strip(logs[1])

@@ -339,3 +339,10 @@ def test_periodic_eval_rejects_non_numbers(tmp_path: Path) -> None:
     cb = PeriodicEval(lambda t: {"acc": "good"}, every=1)
     with pytest.raises(TypeError, match=r"PeriodicEval fn: value 'acc' is not a number; got 'good'"):
         make_trainer(GaussianML(), tmp_path, steps=2, callbacks=[cb]).fit()
+
+
+def test_fresh_fit_refuses_a_run_dir_holding_another_runs_checkpoints(tmp_path):
+    make_trainer(NoisyNCE(), tmp_path, steps=10).fit()
+    with pytest.raises(ValueError, match=r"run_dir: .* already holds checkpoints of another run; pass resume=True"):
+        make_trainer(NoisyNCE(), tmp_path, steps=10).fit()
+    make_trainer(NoisyNCE(), tmp_path, steps=20).fit(resume=True)  # continuing is fine

@@ -118,8 +118,10 @@ def build_data(cfg: Config) -> ToyDataset:
         kw["noise"] = cfg.data.noise
     try:
         return get_toy(cfg.data.name, **kw)
-    except ValueError as e:
-        raise ConfigError(f"data.name: {e}") from None
+    except (ValueError, TypeError) as e:
+        msg = str(e)
+        # the data layer names its own argument (name, scale, noise): prefix the section once
+        raise ConfigError(f"data.{msg}" if msg.split(" ", 1)[0].rstrip(":") in ("name", "scale") or msg.startswith("noise") else f"data: {msg}") from None
 
 
 def build_model(cfg: Config, event_shape: tuple[int, ...]) -> nn.Module:

@@ -88,7 +88,6 @@ class ObjectiveConfig:
     regularization: float = 0.0
     buffer_size: int = 10000
     reinit_prob: float = 0.05
-    init_scale: float = 4.0
     sigma: float = 0.1
     sigmas: list[float] = field(default_factory=list)
     n_projections: int = 1

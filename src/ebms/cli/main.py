@@ -3,7 +3,7 @@
 ::
 
     ebms demo [key=value ...]                      train the default job and report
-    ebms train [FILE.toml | --config FILE.toml] [key=value ...]
+    ebms train [FILE.toml | --config FILE.toml] [--resume | --overwrite] [key=value ...]
     ebms eval  --run DIR [key=value ...]           grid test NLL beside the true density's
     ebms sample --run DIR [--n N] [--steps S]      samples.png / samples.safetensors
     ebms recipes                                   list the packaged recipes
@@ -75,7 +75,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"ebms {__version__} demo: {cfg.objective.kind.upper()} on '{cfg.data.name}', "
           f"{cfg.train.steps} steps -> {Path(cfg.run.out_dir) / cfg.run.name}")
     t0 = time.perf_counter()
-    run_dir = train(cfg, resume=False)
+    run_dir = train(cfg, resume=False, overwrite=True)
     print(f"trained in {time.perf_counter() - t0:.1f} s; metrics in {run_dir / 'metrics.jsonl'}, "
           f"checkpoint in {run_dir / 'checkpoints'}")
     _report_and_plots(run_dir, [])
@@ -87,7 +87,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     cfg = load_config(_config_arg(args), args.overrides)
     t0 = time.perf_counter()
-    run_dir = train(cfg, resume="auto" if args.resume else False)
+    run_dir = train(cfg, resume="auto" if args.resume else False, overwrite=args.overwrite)
     print(f"trained in {time.perf_counter() - t0:.1f} s -> {run_dir}")
     if not args.no_eval:
         _report_and_plots(run_dir, [])
@@ -160,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("train", help="train from a TOML config or a packaged recipe")
     s.add_argument("--config", "-c", help="TOML file (or packaged recipe name)")
     s.add_argument("--resume", action="store_true", help="continue from the run folder's latest checkpoint")
+    s.add_argument("--overwrite", action="store_true", help="start again in a run folder that has checkpoints")
     s.add_argument("--no-eval", action="store_true", help="skip the evaluation and plots after training")
     s.add_argument("overrides", nargs="*", help="[FILE.toml] section.key=value ...")
     s.set_defaults(fn=cmd_train)

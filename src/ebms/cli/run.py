@@ -8,8 +8,9 @@ plots and ``eval.json``.
 from __future__ import annotations
 
 import json
+import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,6 @@ from ebms.cli.build import build_data, build_lr_schedule, build_model, build_obj
 from ebms.cli.config import Config, ConfigError, load_config, to_toml
 from ebms.data import ToyDataset
 from ebms.estimators.grid import grid_log_likelihood, true_log_likelihood
-from ebms.samplers import ULA
 from ebms.spaces import Box
 from ebms.train import CheckpointStore, Trainer
 
@@ -41,13 +41,42 @@ def _optimizer_factory(cfg: Config):
     return make
 
 
-def train(cfg: Config, *, resume: bool | str = False) -> Path:
-    """Train the configured model; returns the run folder."""
+RUN_OUTPUTS = ("metrics.jsonl", "eval.json", "samples.png", "energy.png", "samples.safetensors")
+
+
+def clear_run(run_dir: Path) -> None:
+    """Remove a previous run's checkpoints, log, report and plots (keeps anything else)."""
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    for name in RUN_OUTPUTS:
+        (run_dir / name).unlink(missing_ok=True)
+
+
+def build_seeded_model(cfg: Config) -> nn.Module:
+    """The configured model with initial weights drawn from ``run.seed`` (global RNG left as it was)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.run.seed)
+        return build_model(cfg, (2,))
+
+
+def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -> Path:
+    """Train the configured model; returns the run folder.
+
+    A folder that already holds checkpoints is continued with ``resume``,
+    started again with ``overwrite``, and otherwise refused.
+    """
+    run_dir = run_dir_of(cfg)
+    has_checkpoints = CheckpointStore(run_dir / "checkpoints").latest() is not None
+    if has_checkpoints and overwrite:
+        clear_run(run_dir)
+    elif has_checkpoints and resume is False:
+        raise ConfigError(
+            f"run folder {str(run_dir)!r} already has checkpoints; use --resume to continue it, "
+            f"--overwrite to start again, or another run.name"
+        )
     data = build_data(cfg)
-    model = build_model(cfg, (2,))
+    model = build_seeded_model(cfg)
     sampler = build_sampler(cfg)
     objective = build_objective(cfg, sampler, data)
-    run_dir = run_dir_of(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.toml").write_text(to_toml(cfg))
 
@@ -86,7 +115,7 @@ def load_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     if store.latest() is None:
         raise ConfigError(f"run folder {str(run_dir)!r}: no checkpoint yet (train first)")
     ckpt = store.load()
-    model = build_model(cfg, (2,))
+    model = build_seeded_model(cfg)
     state = {k[len("model/"):]: v for k, v in ckpt.tensors.items() if k.startswith("model/")}
     model.load_state_dict(state)
     model.eval()
@@ -131,14 +160,20 @@ def evaluate_run(cfg: Config, model: nn.Module, data: ToyDataset, step: int) -> 
 
 def sample_run(cfg: Config, model: nn.Module, data: ToyDataset, *, n: int | None = None, steps: int | None = None,
                seed: int | None = None) -> torch.Tensor:
-    """Fresh chains from a uniform start over the data box, run with exact-noise Langevin (ULA)."""
+    """Fresh chains from a uniform start over the data box, run with the configured sampler.
+
+    SGLD is run with its exact Langevin noise (``noise_scale = sqrt(2 step_size)``),
+    so the chains target ``exp(-E)`` rather than the colder law used for training
+    negatives. Objectives that need no sampler (score matching, NCE) use the
+    configured ``[sampler]`` table, ULA by default.
+    """
     n = cfg.eval.n_samples if n is None else n
     steps = cfg.eval.sample_steps if steps is None else steps
     g = torch.Generator().manual_seed(cfg.run.seed + 7 if seed is None else seed)
     (lo, hi), _ = data.bounds
-    x0 = Box(2, lo, hi).random(n, generator=g)
-    step_size = cfg.sampler.step_size if cfg.sampler.kind in ("ula", "mala") else 2 * cfg.sampler.step_size
-    return ULA(step_size, space=Box(2, lo, hi)).sample(model, x0, steps, generator=g)
+    box = Box(2, lo, hi)
+    exact = replace(cfg, sampler=replace(cfg.sampler, noise_scale=None))
+    return build_sampler(exact, box).sample(model, box.random(n, generator=g), steps, generator=g)
 
 
 def write_plots(run_dir: Path, cfg: Config, model: nn.Module, data: ToyDataset, samples: torch.Tensor) -> list[Path]:

@@ -41,6 +41,7 @@ from torch.nn.utils.parametrizations import spectral_norm as _spectral_norm
 
 from ebms.energy import Energy
 from ebms.nets._activations import Activation, resolve_activation
+from ebms.nets._linear import linear
 
 __all__ = ["MLPEnergy"]
 
@@ -95,6 +96,16 @@ def _times_weight(delta: Tensor, w: Tensor, onednn: bool) -> Tensor:
         # 2-4x faster (measured for K = 2..8).
         w = w.t().contiguous().t()
     return torch.mm(delta, w)
+
+
+def _unhooked(layer: nn.Module) -> bool:
+    """No module hooks would run if ``layer`` were called (so calling :func:`linear` directly is the same)."""
+    g = nn.modules.module
+    return not (
+        layer._forward_hooks or layer._forward_pre_hooks or layer._backward_hooks or layer._backward_pre_hooks
+        or g._global_forward_hooks or g._global_forward_pre_hooks
+        or g._global_backward_hooks or g._global_backward_pre_hooks
+    )
 
 
 def _event_shape(in_dim: int | Sequence[int]) -> tuple[int, ...]:
@@ -194,7 +205,7 @@ class MLPEnergy(Energy):
         h = self._flatten(x)
         f = self.activation.fn
         for layer in self.layers:
-            h = f(layer(h))
+            h = f(linear(h, layer.weight, layer.bias) if _unhooked(layer) else layer(h))
         return self.head(h).squeeze(-1)
 
     def energy_and_grad(self, x: Tensor) -> tuple[Tensor, Tensor]:

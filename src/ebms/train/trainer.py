@@ -264,6 +264,11 @@ class Trainer:
                 self.restore()
         elif resume is not False:
             raise ValueError(f"resume: expected False, True, 'auto' or a checkpoint path; got {resume!r}")
+        elif self.store.latest() is not None and self.step == 0:
+            raise ValueError(
+                f"run_dir: {str(self.run_dir)!r} already holds checkpoints of another run; pass "
+                "resume=True (or 'auto') to continue it, or use a new run_dir"
+            )
         resumed_from, self._restored_from = self._restored_from, None  # also set by a direct restore()
         if self.dist.enabled:
             steps = [int(x) for x in self.dist.gather_tensor(torch.tensor([self.step], device=self.device))]
@@ -271,7 +276,8 @@ class Trainer:
                 raise RuntimeError(f"distributed: ranks resumed at different steps {steps}; is run_dir shared by all ranks?")
         self.dist.broadcast_(_snapshot.sync_tensors(self))
         self._t0 = time.time()
-        self._log.open(truncate_to=self._resume_offset if resumed_from is not None else None)
+        # a fresh run starts a fresh log; a resumed one drops what was written after its checkpoint
+        self._log.open(truncate_to=self._resume_offset if resumed_from is not None else (0 if self.step == 0 else None))
         if resumed_from is not None:
             self.log_event("resume", checkpoint=str(resumed_from))
         stopped_before = self._stop_reason  # a resumed run that had stopped early stays stopped
