@@ -143,3 +143,11 @@ def test_same_config_and_seed_repeat_the_same_metrics(tmp_path):
     logs = [[json.loads(x) for x in (tmp_path / n / "metrics.jsonl").read_text().splitlines()] for n in ("a", "b")]
     strip = lambda rows: [{k: v for k, v in r.items() if k != "time"} for r in rows if "event" not in r]  # noqa: E731
     assert strip(logs[0]) == strip(logs[1])
+
+
+def test_eval_accepts_the_training_config_instead_of_the_folder(demo_run, capsys):
+    overrides = [f"run.out_dir={demo_run.parent}", "eval.resolution=64", "data.n_test=300"]
+    assert main(["eval", str(demo_run / "config.toml"), *overrides]) == 0
+    assert "test NLL (grid-normalised), step 60" in capsys.readouterr().out
+    assert main(["eval"]) == 2
+    assert "eval: expected --run DIR or a config" in capsys.readouterr().err

@@ -4,8 +4,8 @@
 
     ebms demo [key=value ...]                      train the default job and report
     ebms train [FILE.toml | --config FILE.toml] [--resume | --overwrite] [key=value ...]
-    ebms eval  --run DIR [key=value ...]           grid test NLL beside the true density's
-    ebms sample --run DIR [--n N] [--steps S]      samples.png / samples.safetensors
+    ebms eval  (--run DIR | FILE.toml) [key=value ...]        grid test NLL beside the true density's
+    ebms sample (--run DIR | FILE.toml) [--n N] [--steps S]   samples.png / samples.safetensors
     ebms recipes                                   list the packaged recipes
     ebms bench [--quick]                           run benchmarks/ (from a source checkout)
 
@@ -94,17 +94,28 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_folder(path: str) -> Path:
-    p = Path(path)
+def _run_folder(args: argparse.Namespace) -> Path:
+    """The run folder: ``--run DIR``, or the one a config names (``run.out_dir/run.name``)."""
+    if args.run is None:
+        cfg_file = _config_arg(args)
+        if cfg_file is None:
+            raise ConfigError(f"{args.command}: expected --run DIR or a config (FILE.toml / --config FILE)")
+        from ebms.cli.run import run_dir_of
+
+        p = run_dir_of(load_config(cfg_file, args.overrides))
+        if not p.is_dir():
+            raise ConfigError(f"{cfg_file}: its run folder {str(p)!r} does not exist yet (train first)")
+        return p
+    p = Path(args.run)
     if not p.is_dir():
-        raise ConfigError(f"--run: folder {path!r} not found (runs are written under runs/<name>/)")
+        raise ConfigError(f"--run: folder {args.run!r} not found (runs are written under runs/<name>/)")
     return p
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from ebms.cli.run import evaluate_run, load_run, write_eval
 
-    run_dir = _run_folder(args.run)
+    run_dir = _run_folder(args)
     cfg, model, data, step = load_run(run_dir, args.overrides)
     report = evaluate_run(cfg, model, data, step)
     write_eval(run_dir, report)
@@ -119,7 +130,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
     from ebms.cli.run import load_run, sample_run
     from ebms.viz import plot_samples, save_figure
 
-    run_dir = _run_folder(args.run)
+    run_dir = _run_folder(args)
     cfg, model, data, step = load_run(run_dir, args.overrides)
     x = sample_run(cfg, model, data, n=args.n, steps=args.steps, seed=args.seed)
     out = Path(args.out) if args.out else run_dir
@@ -166,12 +177,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_train)
 
     s = sub.add_parser("eval", help="grid-normalised test NLL of a trained 2-D run")
-    s.add_argument("--run", required=True, help="run folder (runs/<name>)")
-    s.add_argument("overrides", nargs="*", help="section.key=value (e.g. eval.resolution=600)")
+    s.add_argument("--run", help="run folder (runs/<name>)")
+    s.add_argument("--config", "-c", help="or: the TOML config the run was trained with")
+    s.add_argument("overrides", nargs="*", help="[FILE.toml] section.key=value (e.g. eval.resolution=600)")
     s.set_defaults(fn=cmd_eval)
 
     s = sub.add_parser("sample", help="draw samples from a trained run")
-    s.add_argument("--run", required=True, help="run folder (runs/<name>)")
+    s.add_argument("--run", help="run folder (runs/<name>)")
+    s.add_argument("--config", "-c", help="or: the TOML config the run was trained with")
     s.add_argument("--n", type=int, default=None, help="number of chains (default eval.n_samples)")
     s.add_argument("--steps", type=int, default=None, help="Langevin steps (default eval.sample_steps)")
     s.add_argument("--seed", type=int, default=None)
