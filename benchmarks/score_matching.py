@@ -227,6 +227,9 @@ class _MatmulFlops(TorchDispatchMode):
         elif name in ("mv", "addmv"):
             a = args[1] if name == "addmv" else args[0]
             self.flops += 2 * a.numel()
+        elif name == "_linear_pointwise":  # oneDNN linear: x (rows, in) times w (out, in)^T
+            x, w = args[0], args[1]
+            self.flops += 2 * x.numel() * w.shape[0]
         return out
 
 
