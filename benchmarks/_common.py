@@ -223,3 +223,21 @@ def emit_final_line(summary: Mapping[str, Any]) -> None:
 def note(msg: str) -> None:
     """Progress/diagnostic text (stderr, so stdout stays table + final JSON)."""
     print(msg, file=sys.stderr, flush=True)
+
+
+def sequential_copy(mlp: torch.nn.Module) -> torch.nn.Sequential:
+    """``Linear-SiLU-...-Linear`` holding copies of an ``ebms.nets.MLPEnergy``'s weights (SiLU MLPs).
+
+    The peers' and the hand loop's model: the same function and the same initial
+    weights as the ebms model, built from plain ``nn.Linear`` layers.
+    """
+    from torch import nn
+
+    mods: list[nn.Module] = []
+    for layer in mlp.layers:
+        lin = nn.Linear(layer.in_features, layer.out_features)
+        lin.load_state_dict(layer.state_dict())
+        mods += [lin, nn.SiLU()]
+    head = nn.Linear(mlp.head.in_features, 1)
+    head.load_state_dict(mlp.head.state_dict())
+    return nn.Sequential(*mods, head)

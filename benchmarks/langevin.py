@@ -47,20 +47,10 @@ PROBE, PROBE_N, PROBE_REPS = "matmul-probe", 1024, 4
 PEERS = ("torchebm", "ebmkit")
 
 
-def _sequential(mlp: MLPEnergy) -> nn.Sequential:
-    """``Linear-SiLU-Linear-SiLU-Linear`` holding copies of ``mlp``'s weights."""
-    mods: list[nn.Module] = []
-    for layer in mlp.layers:
-        lin = nn.Linear(layer.in_features, layer.out_features)
-        lin.load_state_dict(layer.state_dict())
-        mods += [lin, nn.SiLU()]
-    head = nn.Linear(mlp.head.in_features, 1)
-    head.load_state_dict(mlp.head.state_dict())
-    return nn.Sequential(*mods, head)
 
 
 def _copy_into(net: nn.Sequential, mlp: MLPEnergy) -> None:
-    ref = _sequential(mlp)
+    ref = C.sequential_copy(mlp)
     net.load_state_dict(ref.state_dict())
 
 
@@ -76,7 +66,7 @@ def make_ebms(mlp: MLPEnergy, x0: torch.Tensor) -> Callable[[int, int], torch.Te
 
 
 def make_hand(mlp: MLPEnergy, x0: torch.Tensor) -> Callable[[int, int], torch.Tensor]:
-    net = _sequential(mlp)
+    net = C.sequential_copy(mlp)
     half, sd = EPS / 2, math.sqrt(EPS)
 
     def run(steps: int, seed: int) -> torch.Tensor:
@@ -99,7 +89,7 @@ def make_torchebm(mlp: MLPEnergy, x0: torch.Tensor) -> Callable[[int, int], torc
     class TorchEBMMLP(BaseModel):
         def __init__(self) -> None:
             super().__init__()
-            self.net = _sequential(mlp)
+            self.net = C.sequential_copy(mlp)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.net(x).squeeze(-1)

@@ -68,16 +68,6 @@ PEERS = ("torchebm", "ebmkit")
 Run = Callable[[int, int], tuple[Tensor, Tensor]]  # (steps, seed) -> (losses (steps,), flat params)
 
 
-def _sequential(mlp: MLPEnergy) -> nn.Sequential:
-    """``Linear-SiLU-Linear-SiLU-Linear`` holding copies of ``mlp``'s weights."""
-    mods: list[nn.Module] = []
-    for layer in mlp.layers:
-        lin = nn.Linear(layer.in_features, layer.out_features)
-        lin.load_state_dict(layer.state_dict())
-        mods += [lin, nn.SiLU()]
-    head = nn.Linear(mlp.head.in_features, 1)
-    head.load_state_dict(mlp.head.state_dict())
-    return nn.Sequential(*mods, head)
 
 
 def _flat(params: Any) -> Tensor:
@@ -116,7 +106,7 @@ def make_ebms(obj: str, mlp: MLPEnergy, data: Tensor) -> Run:
 
 
 def make_hand(obj: str, mlp: MLPEnergy, data: Tensor) -> Run:
-    net = _sequential(mlp)
+    net = C.sequential_copy(mlp)
     opt = torch.optim.Adam(net.parameters(), lr=LR)
 
     def run(steps: int, seed: int) -> tuple[Tensor, Tensor]:
@@ -150,7 +140,7 @@ def make_torchebm(obj: str, mlp: MLPEnergy, data: Tensor) -> Run:
     class TorchEBMMLP(BaseModel):
         def __init__(self) -> None:
             super().__init__()
-            self.net = _sequential(mlp)
+            self.net = C.sequential_copy(mlp)
 
         def forward(self, x: Tensor) -> Tensor:
             return self.net(x).squeeze(-1)
@@ -176,7 +166,7 @@ def make_ebmkit(obj: str, mlp: MLPEnergy, data: Tensor) -> Run:
     from ebm.nets.mlp_conv import MLPEnergy as KitMLP
 
     model = KitMLP(mlp.in_features, hidden=mlp.hidden)
-    model.net.load_state_dict(_sequential(mlp).state_dict())
+    model.net.load_state_dict(C.sequential_copy(mlp).state_dict())
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     loss_fn: nn.Module = KDSM(sigma=SIGMA) if obj == "dsm" else KSSM(n_projections=1, vr=False)
 

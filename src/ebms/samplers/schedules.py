@@ -119,7 +119,21 @@ class ExponentialDecay:
         return f"ExponentialDecay(rate={self.rate}, minimum={self.minimum})"
 
 
-class CosineAnnealing:
+class _Annealing:
+    """Shared part of the annealing schedules: ``T`` steps from 1 to ``final``, then flat."""
+
+    def __init__(self, total_steps: int, *, final: float = 0.0) -> None:
+        self.total_steps = check_int(total_steps, "total_steps", minimum=1)
+        self.final = _check_final(final)
+
+    def _fraction(self, t: int) -> float:
+        return min(_check_t(t), self.total_steps) / self.total_steps
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(total_steps={self.total_steps}, final={self.final})"
+
+
+class CosineAnnealing(_Annealing):
     r"""Multiplier :math:`f + (1 - f)\,\tfrac12\,(1 + \cos(\pi \min(t, T) / T))`.
 
     Goes from 1 at ``t = 0`` to ``final`` at ``t = T`` and stays there.
@@ -129,19 +143,11 @@ class CosineAnnealing:
         final: end multiplier ``f`` in ``[0, 1]``.
     """
 
-    def __init__(self, total_steps: int, *, final: float = 0.0) -> None:
-        self.total_steps = check_int(total_steps, "total_steps", minimum=1)
-        self.final = _check_final(final)
-
     def __call__(self, t: int) -> float:
-        frac = min(_check_t(t), self.total_steps) / self.total_steps
-        return self.final + (1.0 - self.final) * 0.5 * (1.0 + math.cos(math.pi * frac))
-
-    def __repr__(self) -> str:
-        return f"CosineAnnealing(total_steps={self.total_steps}, final={self.final})"
+        return self.final + (1.0 - self.final) * 0.5 * (1.0 + math.cos(math.pi * self._fraction(t)))
 
 
-class LinearAnnealing:
+class LinearAnnealing(_Annealing):
     r"""Multiplier :math:`1 - (1 - f) \min(t, T) / T`: linear from 1 to ``final``.
 
     Args:
@@ -149,13 +155,5 @@ class LinearAnnealing:
         final: end multiplier ``f`` in ``[0, 1]``.
     """
 
-    def __init__(self, total_steps: int, *, final: float = 0.0) -> None:
-        self.total_steps = check_int(total_steps, "total_steps", minimum=1)
-        self.final = _check_final(final)
-
     def __call__(self, t: int) -> float:
-        frac = min(_check_t(t), self.total_steps) / self.total_steps
-        return 1.0 - (1.0 - self.final) * frac
-
-    def __repr__(self) -> str:
-        return f"LinearAnnealing(total_steps={self.total_steps}, final={self.final})"
+        return 1.0 - (1.0 - self.final) * self._fraction(t)
