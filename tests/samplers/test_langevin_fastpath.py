@@ -48,7 +48,7 @@ def _planted(seed: int, g_shape: tuple[int, ...], n_bad: int) -> tuple[Tensor, T
 @pytest.mark.parametrize("seed", range(8))
 def test_finite_rows_equals_isfinite_reference_with_nan_inf_and_huge_values(g_shape, seed):
     e, g = _planted(seed, g_shape, n_bad=4)
-    got = langevin_module._finite_rows(e, g)
+    got = langevin_module.finite_rows(e, g)
     assert got.dtype == torch.bool and got.shape == (g_shape[0],)
     assert torch.equal(got, _reference_mask(e, g))
 
@@ -141,8 +141,8 @@ def test_ula_accepts_huge_finite_energies_whose_sum_overflows():
 
 def test_all_finite_step_skips_the_per_row_mask_and_reports_constant_info(monkeypatch):
     calls = []
-    real = langevin_module._finite_rows
-    monkeypatch.setattr(langevin_module, "_finite_rows", lambda e, g: calls.append(1) or real(e, g))
+    real = langevin_module.finite_rows
+    monkeypatch.setattr(langevin_module, "finite_rows", lambda e, g: calls.append(1) or real(e, g))
     energy = _PoisonEnergy(math.nan, "energy")
     sampler = ULA(step_size=0.01)
     state = sampler.init(energy, torch.zeros(32, 3))

@@ -31,7 +31,7 @@ from torch import Tensor
 from ebms._checks import check_finite, check_int, check_positive, check_shape
 from ebms.energy import EnergyLike, energy_and_grad
 from ebms.samplers._base import ChainState, Sampler, StepInfo, batch_where, expand_to, mh_accept
-from ebms.samplers.mala import _all_finite, _check_state, _in_space, _sq_norm
+from ebms.samplers._util import check_grad_state, finite_rows, in_space, sq_norm
 from ebms.spaces import Space
 
 __all__ = ["HMC", "HMCInfo", "Trajectory", "leapfrog"]
@@ -107,12 +107,12 @@ def leapfrog(
         velocity = p if inv_mass is None else inv_mass * p
         x_try = x + step_size * velocity
         alive = finite & inside
-        in_now = _in_space(space, x_try)
+        in_now = in_space(space, x_try)
         if in_now is not None:
             inside = inside & (in_now | ~alive)
             alive = alive & in_now
         e_try, g_try = energy_and_grad(energy, batch_where(alive, x_try, x))
-        ok = _all_finite(e_try, g_try)
+        ok = finite_rows(e_try, g_try)
         finite = finite & (ok | ~alive)
         alive = alive & ok
         x = batch_where(alive, x_try, x)
@@ -230,26 +230,26 @@ class HMC(Sampler):
         self, energy: EnergyLike, state: ChainState, *, generator: torch.Generator | None = None
     ) -> tuple[ChainState, HMCInfo]:
         """One HMC transition of every chain; returns ``(state, info)``."""
-        g = _check_state(state)
+        g = check_grad_state(state)
         x, e = state.x, state.energy
         eps = expand_to(state.step_size, x)
         noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
         inv_mass = None
         if self.mass is None:
             p0 = noise
-            kin0 = 0.5 * _sq_norm(noise)
+            kin0 = 0.5 * sq_norm(noise)
         else:
             mass = self.mass.to(device=x.device, dtype=x.dtype)
             check_shape(mass, tuple(x.shape[1:]), "mass")
             inv_mass = 1.0 / mass
             p0 = torch.sqrt(mass) * noise
-            kin0 = 0.5 * _sq_norm(noise)  # p^T M^{-1} p / 2 with p = sqrt(M) xi
+            kin0 = 0.5 * sq_norm(noise)  # p^T M^{-1} p / 2 with p = sqrt(M) xi
 
         traj = self.integrator(
             energy, x, p0, e, g, eps, self.n_leapfrog, inv_mass=inv_mass, space=self.space
         )
         p1 = traj.momentum
-        kin1 = 0.5 * _sq_norm(p1 if inv_mass is None else p1 * torch.sqrt(inv_mass))
+        kin1 = 0.5 * sq_norm(p1 if inv_mass is None else p1 * torch.sqrt(inv_mass))
         valid = traj.finite & traj.inside
         inf = torch.full_like(e, float("inf"))
         energy_error = (traj.energy + kin1) - (e + kin0)

@@ -35,6 +35,7 @@ from torch import Tensor
 from ebms._checks import check_positive
 from ebms.energy import EnergyLike, energy_and_grad
 from ebms.samplers._base import ChainState, Sampler, StepInfo, all_finite_on_cpu, batch_where, expand_to
+from ebms.samplers._util import finite_rows
 from ebms.spaces import Space
 
 __all__ = ["SGLD", "ULA"]
@@ -42,18 +43,6 @@ __all__ = ["SGLD", "ULA"]
 Schedule = Callable[[int], float]
 
 
-def _finite_rows(e: Tensor, g: Tensor) -> Tensor:
-    """``(B,)`` bool: ``e[i]`` and row ``i`` of ``g`` are free of NaN/Inf.
-
-    Same result as ``isfinite(e) & isfinite(g).flatten(1).all(1)``, cheaper:
-    ``amax``/``amin`` propagate NaN and expose ``±Inf``, and ``v * 0`` is 0
-    for finite ``v`` and NaN otherwise, so each row sum below is exactly 0
-    iff its three entries are finite. Two allocation-free reductions over
-    ``g`` and four ``(B,)``-sized kernels, instead of a bool copy of ``g``.
-    """
-    rows = g.reshape(g.shape[0], -1)
-    probe = torch.stack((e, rows.amax(1), rows.amin(1)), dim=1)  # (B, 3)
-    return probe.mul_(0).sum(1) == 0
 
 
 def _sqrt(v: Tensor | float) -> Tensor | float:
@@ -115,7 +104,7 @@ class _Langevin(Sampler, abc.ABC):
                 nonfinite=torch.zeros_like(ok),
             )
             return state.replace(x=x_new, energy=e_new, grad=g_new, t=state.t + 1), info
-        ok = _finite_rows(e_new, g_new)
+        ok = finite_rows(e_new, g_new)
         x_out = batch_where(ok, x_new, x)
         e_out = batch_where(ok, e_new, state.energy)
         g_out = batch_where(ok, g_new, g)

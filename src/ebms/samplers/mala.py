@@ -21,44 +21,15 @@ targets by default.
 from __future__ import annotations
 
 import torch
-from torch import Tensor
 
 from ebms.energy import EnergyLike, energy_and_grad
 from ebms.samplers._base import ChainState, Sampler, StepInfo, batch_where, expand_to, mh_accept
+from ebms.samplers._util import check_grad_state, finite_rows, in_space, sq_norm
 from ebms.spaces import Space
 
 __all__ = ["MALA"]
 
 
-def _sq_norm(v: Tensor) -> Tensor:
-    """Squared Euclidean norm per chain, ``(B, *event) -> (B,)``."""
-    return (v * v).flatten(1).sum(1)
-
-
-def _all_finite(e: Tensor, g: Tensor) -> Tensor:
-    """Per-chain flag: energy and every gradient entry finite, bool ``(B,)``."""
-    return torch.isfinite(e) & torch.isfinite(g).flatten(1).all(1)
-
-
-def _in_space(space: Space | None, x: Tensor) -> Tensor | None:
-    """Per-chain flag: ``x`` already lies in ``space`` (``project`` is the identity there)."""
-    if space is None:
-        return None
-    return (space.project(x) == x).flatten(1).all(1)
-
-
-def _check_state(state: ChainState, name: str = "state") -> Tensor:
-    """Shape checks on a state handed to a gradient kernel (no host sync); returns the cached grad."""
-    if state.grad is None:
-        raise ValueError(
-            f"{name}.grad: expected the cached gradient (B, *event); got None "
-            "(start the chain with this sampler's init)"
-        )
-    b = state.x.shape[0]
-    eps = state.step_size
-    if not (eps.dim() == 0 or tuple(eps.shape) == (b,)):
-        raise ValueError(f"{name}.step_size: expected shape () or ({b},); got {tuple(eps.shape)}")
-    return state.grad
 
 
 class MALA(Sampler):
@@ -115,23 +86,23 @@ class MALA(Sampler):
         self, energy: EnergyLike, state: ChainState, *, generator: torch.Generator | None = None
     ) -> tuple[ChainState, StepInfo]:
         """One MALA transition of every chain; returns ``(state, info)``."""
-        g = _check_state(state)
+        g = check_grad_state(state)
         x, e = state.x, state.energy
         eps = state.step_size  # () or (B,)
         eps_x = expand_to(eps, x)
         noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
         x_prop = x - 0.5 * eps_x * g + torch.sqrt(eps_x) * noise
 
-        inside = _in_space(self.space, x_prop)
+        inside = in_space(self.space, x_prop)
         # Evaluate out-of-space proposals at the current point instead: they are
         # rejected anyway, and the energy may be undefined outside the space.
         x_eval = x_prop if inside is None else batch_where(inside, x_prop, x)
         e_prop, g_prop = energy_and_grad(energy, x_eval)
-        finite = _all_finite(e_prop, g_prop)
+        finite = finite_rows(e_prop, g_prop)
 
         # log q(x'|x) = -|xi|^2 / 2 ; log q(x|x') = -|x - x' + eps/2 g'|^2 / (2 eps)
-        log_fwd = -0.5 * _sq_norm(noise)
-        log_bwd = -_sq_norm(x - x_prop + 0.5 * eps_x * g_prop) / (2.0 * eps)
+        log_fwd = -0.5 * sq_norm(noise)
+        log_bwd = -sq_norm(x - x_prop + 0.5 * eps_x * g_prop) / (2.0 * eps)
         log_ratio = e - e_prop + log_bwd - log_fwd
         valid = finite if inside is None else finite & inside
         log_ratio = torch.where(valid, log_ratio, torch.full_like(log_ratio, -float("inf")))
