@@ -67,6 +67,11 @@ __all__ = [
 _ROUNDOFF_FACTOR = 8.0
 
 
+def _fmt_bounds(b: Any) -> str:
+    """``((-3.4, 3.4), (-3.4, 3.4))`` with short numbers (no float noise in messages)."""
+    return "(" + ", ".join(f"({lo:.4g}, {hi:.4g})" for lo, hi in b) + ")"
+
+
 def grid_log_partition(
     energy: EnergyLike,
     bounds: Any,
@@ -110,7 +115,7 @@ def grid_log_partition(
     edge = float(p[0].sum() + p[-1].sum() + p[1:-1, 0].sum() + p[1:-1, -1].sum())
     if edge > edge_tol:
         warnings.warn(
-            f"bounds: {edge:.2e} of the grid mass lies in the outermost cells of {b}; the box probably "
+            f"bounds: {edge:.2e} of the grid mass lies in the outermost cells of {_fmt_bounds(b)}; the box probably "
             "cuts off part of the density (log Z is then too low). Widen bounds.",
             RuntimeWarning,
             stacklevel=2,
