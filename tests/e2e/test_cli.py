@@ -155,3 +155,17 @@ def test_eval_accepts_the_training_config_instead_of_the_folder(demo_run, capsys
     assert "test NLL (grid-normalised), step 60" in capsys.readouterr().out
     assert main(["eval"]) == 2
     assert "eval: expected --run DIR or a config" in capsys.readouterr().err
+
+
+def test_bench_passes_its_flags_to_the_benchmark_runner(monkeypatch, tmp_path):
+    import subprocess as sp
+
+    calls = []
+    monkeypatch.setattr(sp, "call", lambda cmd: calls.append(cmd) or 0)
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "run_all.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "--quick", "--threads", "2"]) == 0
+    assert calls[0][-3:] == ["--quick", "--threads", "2"]
+    with pytest.raises(SystemExit):
+        main(["demo", "--bogus"])

@@ -156,7 +156,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if not script.is_file():
         raise ConfigError("bench: benchmarks/run_all.py not found; run `ebms bench` from a source checkout "
                           "with the bench extra installed (pip install -e .[bench])")
-    return subprocess.call([sys.executable, str(script), *args.rest])
+    return subprocess.call([sys.executable, str(script), *args.rest])  # e.g. --quick, --threads 2
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -195,15 +195,18 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("recipes", help="list the packaged recipes")
     s.set_defaults(fn=cmd_recipes)
 
-    s = sub.add_parser("bench", help="run the side-by-side benchmarks")
-    s.add_argument("rest", nargs=argparse.REMAINDER)
-    s.set_defaults(fn=cmd_bench)
+    s = sub.add_parser("bench", help="run the side-by-side benchmarks (flags go to benchmarks/run_all.py)")
+    s.set_defaults(fn=cmd_bench, rest=[])
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and getattr(args, "command", None) == "bench":
+        args.rest = extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "fn", None) is None:
         parser.print_help()
         return 0
