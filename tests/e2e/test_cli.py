@@ -169,3 +169,44 @@ def test_bench_passes_its_flags_to_the_benchmark_runner(monkeypatch, tmp_path):
     assert calls[0][-3:] == ["--quick", "--threads", "2"]
     with pytest.raises(SystemExit):
         main(["demo", "--bogus"])
+
+
+@pytest.mark.parametrize("dim, suffix", [(2, ".csv"), (3, ".npy"), (5, ".safetensors")])
+def test_training_on_a_users_point_file_in_any_dimension(dim, suffix, tmp_path, capsys):
+    import numpy as np
+
+    x = np.random.default_rng(0).normal(size=(400, dim)).astype("float32")
+    path = tmp_path / f"points{suffix}"
+    if suffix == ".csv":
+        np.savetxt(path, x, delimiter=",", header=",".join(f"c{i}" for i in range(dim)))
+    elif suffix == ".npy":
+        np.save(path, x)
+    else:
+        from safetensors.numpy import save_file
+
+        save_file({"x": x}, str(path))
+    args = ["train", f"run.out_dir={tmp_path}", "run.name=r", f"data.path={path}", *FAST, "train.batch_size=64"]
+    assert main(args) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    if dim == 2:
+        assert "test NLL (grid-normalised), step 60" in out and "true density" not in out
+        assert (tmp_path / "r" / "energy.png").is_file()
+    else:
+        assert f"no exact test NLL for D={dim}" in out and "mean energy, step 60: test" in out
+    report = json.loads((tmp_path / "r" / "eval.json").read_text())
+    assert report["n_test"] == 40 and report["dim"] == dim
+    assert (tmp_path / "r" / "samples.png").is_file()
+
+
+def test_bad_point_files_are_one_line_errors(tmp_path, capsys):
+    (tmp_path / "words.csv").write_text("a,b\nx,y\n")
+    for path, message in [
+        (tmp_path / "missing.npy", "data.path: file"),
+        (tmp_path / "words.csv", "not a table of numbers"),
+        (tmp_path / "pts.json", "unknown suffix '.json'"),
+    ]:
+        if path.suffix == ".json":
+            path.write_text("[]")
+        assert main(["train", f"data.path={path}", f"run.out_dir={tmp_path}"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, err

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from ebms.cli.config import Config, ConfigError, ModelConfig, ObjectiveConfig, SamplerConfig
-from ebms.data import ToyDataset, get_toy
+from ebms.data import PointCloud, ToyDataset, get_toy, load_points
 from ebms.nets import MLPEnergy
 from ebms.objectives import (
     NCE,
@@ -30,7 +30,7 @@ from ebms.samplers import HMC, MALA, SGLD, ULA, Sampler
 from ebms.samplers.schedules import Constant, CosineAnnealing, LinearAnnealing
 from ebms.spaces import Box, Space
 
-__all__ = ["MODELS", "OBJECTIVES", "SAMPLERS", "build_data", "build_lr_schedule", "build_model", "build_objective", "build_sampler", "resolve"]
+__all__ = ["MODELS", "OBJECTIVES", "SAMPLERS", "Dataset", "build_data", "build_lr_schedule", "data_box", "data_dim", "build_model", "build_objective", "build_sampler", "resolve"]
 
 
 def resolve(table: dict[str, Any], name: str, key: str) -> Any:
@@ -56,28 +56,46 @@ SAMPLERS: dict[str, Callable[[SamplerConfig, Space | None], Sampler]] = {
 }
 
 
-def _pcd(c: ObjectiveConfig, sampler: Sampler, data: ToyDataset) -> nn.Module:
-    lo, hi = data.bounds[0]
-    init = Box(data_dim(data), low=lo, high=hi)
-    buffer = ReplayBuffer(c.buffer_size, init, reinit_prob=c.reinit_prob)
+#: what the command line trains on: a seeded toy distribution or a user's point cloud.
+Dataset = ToyDataset | PointCloud
+
+
+def data_box(data: Dataset) -> Box:
+    """A box holding the data (the widest of its per-dimension bounds), for chain starts."""
+    lows, highs = zip(*data.bounds)
+    return Box(data_dim(data), low=min(lows), high=max(highs))
+
+
+def data_dim(data: Dataset) -> int:
+    """``D`` of the data (2 for the toy sets)."""
+    return data.dim if isinstance(data, PointCloud) else 2
+
+
+def fit_points(data: Dataset) -> torch.Tensor:
+    """Points to fit auxiliary models (NCE's noise) on: the training set, or 10,000 toy draws."""
+    if isinstance(data, PointCloud):
+        return data.train
+    return data.sample(10000, generator=torch.Generator().manual_seed(12345))
+
+
+def _pcd(c: ObjectiveConfig, sampler: Sampler, data: Dataset) -> nn.Module:
+    buffer = ReplayBuffer(c.buffer_size, data_box(data), reinit_prob=c.reinit_prob)
     return PersistentContrastiveDivergence(sampler, buffer, k=c.k, regularization=c.regularization)
 
 
-def _cd(c: ObjectiveConfig, sampler: Sampler, data: ToyDataset) -> nn.Module:
+def _cd(c: ObjectiveConfig, sampler: Sampler, data: Dataset) -> nn.Module:
     return ContrastiveDivergence(sampler, k=c.k, regularization=c.regularization)
 
 
-def _dsm(c: ObjectiveConfig, sampler: Sampler, data: ToyDataset) -> nn.Module:
+def _dsm(c: ObjectiveConfig, sampler: Sampler, data: Dataset) -> nn.Module:
     return DenoisingScoreMatching(c.sigmas if c.sigmas else c.sigma)
 
 
-def _nce(c: ObjectiveConfig, sampler: Sampler, data: ToyDataset) -> nn.Module:
-    g = torch.Generator().manual_seed(12345)
-    fit_on = data.sample(10000, generator=g)
-    return NCE(GaussianNoise.fit(fit_on, scale=c.noise_scale), nu=c.nu)
+def _nce(c: ObjectiveConfig, sampler: Sampler, data: Dataset) -> nn.Module:
+    return NCE(GaussianNoise.fit(fit_points(data), scale=c.noise_scale), nu=c.nu)
 
 
-OBJECTIVES: dict[str, Callable[[ObjectiveConfig, Sampler, ToyDataset], nn.Module]] = {
+OBJECTIVES: dict[str, Callable[[ObjectiveConfig, Sampler, Dataset], nn.Module]] = {
     "pcd": _pcd,
     "cd": _cd,
     "sm": lambda c, s, d: ScoreMatching(),
@@ -106,11 +124,14 @@ def build_lr_schedule(cfg: Config) -> Callable[[int], float] | None:
         raise ConfigError(f"train: {e}") from None
 
 
-def data_dim(data: ToyDataset) -> int:
-    return 2
-
-
-def build_data(cfg: Config) -> ToyDataset:
+def build_data(cfg: Config) -> Dataset:
+    """``data.path`` (a user's points) when given, else the toy set ``data.name``."""
+    if cfg.data.path is not None:
+        try:
+            return load_points(cfg.data.path, test_fraction=cfg.data.test_fraction, seed=cfg.run.seed, key=cfg.data.key)
+        except (ValueError, TypeError, FileNotFoundError) as e:
+            msg = str(e)
+            raise ConfigError(msg if msg.startswith("data.") else f"data.path: {msg}") from None
     kw: dict[str, Any] = {}
     if cfg.data.scale is not None:
         kw["scale"] = cfg.data.scale
@@ -140,7 +161,7 @@ def build_sampler(cfg: Config, space: Space | None = None) -> Sampler:
         raise ConfigError(f"sampler: {e}") from None
 
 
-def build_objective(cfg: Config, sampler: Sampler, data: ToyDataset) -> nn.Module:
+def build_objective(cfg: Config, sampler: Sampler, data: Dataset) -> nn.Module:
     factory = resolve(OBJECTIVES, cfg.objective.kind, "objective.kind")
     try:
         return factory(cfg.objective, sampler, data)

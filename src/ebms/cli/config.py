@@ -64,6 +64,9 @@ class DataConfig:
     n_test: int = 20000
     scale: float | None = None
     noise: float | None = None
+    path: str | None = None
+    key: str | None = None
+    test_fraction: float = 0.1
 
 
 @dataclass

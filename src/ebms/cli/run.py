@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,19 @@ from typing import Any
 import torch
 from torch import nn
 
-from ebms.cli.build import build_data, build_lr_schedule, build_model, build_objective, build_sampler
+from ebms.cli.build import (
+    Dataset,
+    build_data,
+    build_lr_schedule,
+    build_model,
+    build_objective,
+    build_sampler,
+    data_box,
+    data_dim,
+)
 from ebms.cli.config import Config, ConfigError, load_config, to_toml
-from ebms.data import ToyDataset
+from ebms.data import PointCloud, ToyDataset
 from ebms.estimators.grid import grid_log_likelihood, true_log_likelihood
-from ebms.spaces import Box
 from ebms.train import CheckpointStore, Trainer
 
 __all__ = ["EvalReport", "evaluate_run", "load_run", "run_dir_of", "sample_run", "train"]
@@ -51,11 +60,14 @@ def clear_run(run_dir: Path) -> None:
         (run_dir / name).unlink(missing_ok=True)
 
 
-def build_seeded_model(cfg: Config) -> nn.Module:
-    """The configured model with initial weights drawn from ``run.seed`` (global RNG left as it was)."""
+def build_seeded_model(cfg: Config, data: Dataset) -> nn.Module:
+    """The configured model for ``data``'s dimension, initial weights drawn from ``run.seed``.
+
+    The global RNG is left as it was.
+    """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.run.seed)
-        return build_model(cfg, (2,))
+        return build_model(cfg, (data_dim(data),))
 
 
 def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -> Path:
@@ -74,19 +86,29 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
             f"--overwrite to start again, or another run.name"
         )
     data = build_data(cfg)
-    model = build_seeded_model(cfg)
+    model = build_seeded_model(cfg, data)
     sampler = build_sampler(cfg)
     objective = build_objective(cfg, sampler, data)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.toml").write_text(to_toml(cfg))
 
-    def stream(n: int, g: torch.Generator) -> torch.Tensor:
-        return data.sample(n, generator=g)
+    if isinstance(data, PointCloud):
+        if cfg.train.batch_size > data.train.shape[0]:
+            raise ConfigError(
+                f"train.batch_size: expected at most the {data.train.shape[0]} training points of "
+                f"{cfg.data.path}; got {cfg.train.batch_size}"
+            )
+        source: torch.Tensor | Callable[[int, torch.Generator], torch.Tensor] = data.train
+    else:
+        toy = data
+
+        def source(n: int, g: torch.Generator) -> torch.Tensor:
+            return toy.sample(n, generator=g)
 
     trainer = Trainer(
         objective,
         model,
-        stream,
+        source,
         optimizer=_optimizer_factory(cfg),
         steps=cfg.train.steps,
         batch_size=cfg.train.batch_size,
@@ -104,7 +126,7 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
     return run_dir
 
 
-def load_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Config, nn.Module, ToyDataset, int]:
+def load_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Config, nn.Module, Dataset, int]:
     """Config, trained model (latest checkpoint), dataset and step of a run folder."""
     run_dir = Path(run_dir)
     cfg_path = run_dir / "config.toml"
@@ -115,25 +137,40 @@ def load_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     if store.latest() is None:
         raise ConfigError(f"run folder {str(run_dir)!r}: no checkpoint yet (train first)")
     ckpt = store.load()
-    model = build_seeded_model(cfg)
+    data = build_data(cfg)
+    model = build_seeded_model(cfg, data)
     state = {k[len("model/"):]: v for k, v in ckpt.tensors.items() if k.startswith("model/")}
     model.load_state_dict(state)
     model.eval()
-    return cfg, model, build_data(cfg), ckpt.step
+    return cfg, model, data, ckpt.step
 
 
 @dataclass(frozen=True)
 class EvalReport:
-    """Grid test NLL of the model beside the true density's NLL (nats per point)."""
+    """Grid test NLL of the model beside the true density's NLL (nats per point).
+
+    In more than two dimensions no exact ``log Z`` is available here: the report
+    then holds the mean test and train energies (an overfitting check, not a
+    likelihood) and ``model_nll`` is ``None``.
+    """
 
     step: int
-    model_nll: float
-    model_nll_stderr: float
-    log_z_error: float
+    model_nll: float | None
+    model_nll_stderr: float | None
+    log_z_error: float | None
     true_nll: float | None
     n_test: int
+    dim: int = 2
+    test_energy: float | None = None
+    train_energy: float | None = None
 
     def lines(self) -> list[str]:
+        if self.model_nll is None:
+            return [
+                f"mean energy, step {self.step}: test {self.test_energy:.4f}, train {self.train_energy:.4f} "
+                f"[n_test={self.n_test}]",
+                f"no exact test NLL for D={self.dim}: the grid evaluator needs 2-D data",
+            ]
         out = [f"test NLL (grid-normalised), step {self.step}: {self.model_nll:.4f} ± {self.model_nll_stderr:.4f} nats"
                f"  [n={self.n_test}, grid log Z error {self.log_z_error:.1e}]"]
         if self.true_nll is not None:
@@ -142,12 +179,23 @@ class EvalReport:
         return out
 
 
-def evaluate_run(cfg: Config, model: nn.Module, data: ToyDataset, step: int) -> EvalReport:
-    g = torch.Generator().manual_seed(cfg.run.seed + TEST_SEED_OFFSET)
-    x = data.sample(cfg.data.n_test, generator=g)
+def test_points(cfg: Config, data: Dataset) -> torch.Tensor:
+    """The held-out points: the file's test split, or ``data.n_test`` fresh toy draws."""
+    if isinstance(data, PointCloud):
+        return data.test
+    return data.sample(cfg.data.n_test, generator=torch.Generator().manual_seed(cfg.run.seed + TEST_SEED_OFFSET))
+
+
+def evaluate_run(cfg: Config, model: nn.Module, data: Dataset, step: int) -> EvalReport:
+    x = test_points(cfg, data)
+    if data_dim(data) != 2:
+        assert isinstance(data, PointCloud)
+        with torch.no_grad():
+            e_test, e_train = float(model(x).mean()), float(model(data.train).mean())
+        return EvalReport(step, None, None, None, None, x.shape[0], data_dim(data), e_test, e_train)
     with torch.no_grad():
         ll = grid_log_likelihood(model, x, data.bounds, resolution=cfg.eval.resolution)
-        true = true_log_likelihood(data, x) if data.has_density else None
+        true = true_log_likelihood(data, x) if isinstance(data, ToyDataset) and data.has_density else None
     return EvalReport(
         step=step,
         model_nll=-ll.estimate,
@@ -158,7 +206,7 @@ def evaluate_run(cfg: Config, model: nn.Module, data: ToyDataset, step: int) -> 
     )
 
 
-def sample_run(cfg: Config, model: nn.Module, data: ToyDataset, *, n: int | None = None, steps: int | None = None,
+def sample_run(cfg: Config, model: nn.Module, data: Dataset, *, n: int | None = None, steps: int | None = None,
                seed: int | None = None) -> torch.Tensor:
     """Fresh chains from a uniform start over the data box, run with the configured sampler.
 
@@ -170,23 +218,29 @@ def sample_run(cfg: Config, model: nn.Module, data: ToyDataset, *, n: int | None
     n = cfg.eval.n_samples if n is None else n
     steps = cfg.eval.sample_steps if steps is None else steps
     g = torch.Generator().manual_seed(cfg.run.seed + 7 if seed is None else seed)
-    (lo, hi), _ = data.bounds
-    box = Box(2, lo, hi)
+    box = data_box(data)
     exact = replace(cfg, sampler=replace(cfg.sampler, noise_scale=None))
     return build_sampler(exact, box).sample(model, box.random(n, generator=g), steps, generator=g)
 
 
-def write_plots(run_dir: Path, cfg: Config, model: nn.Module, data: ToyDataset, samples: torch.Tensor) -> list[Path]:
+def write_plots(run_dir: Path, cfg: Config, model: nn.Module, data: Dataset, samples: torch.Tensor) -> list[Path]:
+    """``samples.png`` (data beside model samples; the first two coordinates when ``D > 2``)
+    and, for 2-D data, ``energy.png`` (energy and normalised density images)."""
     from ebms.viz import new_figure, plot_energy, plot_samples, save_figure
 
-    g = torch.Generator().manual_seed(cfg.run.seed + TEST_SEED_OFFSET)
-    ref = data.sample(samples.shape[0], generator=g)
+    ref = test_points(cfg, data)[: samples.shape[0]]
+    two = [slice(None), slice(0, 2)] if data_dim(data) > 2 else [slice(None)]
+    bounds = data.bounds[:2] if data_dim(data) >= 2 else None
     fig = new_figure(figsize=(9, 4.5))
     ax_d, ax_m = fig.subplots(1, 2)
-    plot_samples(ref, ax=ax_d, bounds=data.bounds, title=f"data ({data.name})")
-    plot_samples(samples, ax=ax_m, bounds=data.bounds, title="model samples (Langevin)")
-    out = [run_dir / "samples.png", run_dir / "energy.png"]
+    suffix = " (first 2 coordinates)" if data_dim(data) > 2 else ""
+    plot_samples(ref[tuple(two)], ax=ax_d, bounds=bounds, title=f"test data ({data.name}){suffix}")
+    plot_samples(samples[tuple(two)], ax=ax_m, bounds=bounds, title=f"model samples ({cfg.sampler.kind}){suffix}")
+    out = [run_dir / "samples.png"]
     save_figure(fig, out[0])
+    if data_dim(data) != 2:
+        return out
+    out.append(run_dir / "energy.png")
     fig = new_figure(figsize=(9, 4.5))
     ax_e, ax_p = fig.subplots(1, 2)
     plot_energy(model, data.bounds, ax=ax_e, kind="energy", title="energy E(x)")

@@ -11,6 +11,18 @@ Randomness comes only from the ``generator`` argument.
 """
 
 from ebms.data.paths import DATA_ENV_VAR, data_path, data_root
+from ebms.data.points import POINT_SUFFIXES, PointCloud, load_points, read_points
 from ebms.data.toy import TOY_NAMES, ToyDataset, get_toy
 
-__all__ = ["DATA_ENV_VAR", "TOY_NAMES", "ToyDataset", "data_path", "data_root", "get_toy"]
+__all__ = [
+    "DATA_ENV_VAR",
+    "POINT_SUFFIXES",
+    "TOY_NAMES",
+    "PointCloud",
+    "ToyDataset",
+    "data_path",
+    "data_root",
+    "get_toy",
+    "load_points",
+    "read_points",
+]
