@@ -248,3 +248,21 @@ def test_estimator_returns_estimate_with_uncertainty_and_settings(name):
     assert isinstance(r.estimate, float) and r.stderr >= 0.0
     assert r.settings, "an estimate records the settings it used"
     assert str(r)  # printable
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_sampler_refuses_to_start_where_the_energy_is_nan(name):
+    bad = lambda x: torch.where(x[:, 0] > 1.0, torch.nan, (x**2).sum(-1))  # noqa: E731
+    x0 = torch.zeros(B, D)
+    x0[2, 0] = 2.0
+    with pytest.raises(ValueError, match=r"energy\(x0\): expected a finite energy .* 1 chain\(s\), rows \[2\]"):
+        SAMPLERS[name]().init(bad, x0)
+
+
+def test_custom_gradient_of_wrong_shape_is_refused_not_broadcast():
+    from ebms.energy import from_fn
+
+    e = from_fn(lambda x: (x**2).sum(-1), grad_fn=lambda x: 2 * x)
+    e.energy_and_grad = lambda x: ((x**2).sum(-1), (2 * x).sum(-1))  # (B,) instead of (B, D)
+    with pytest.raises(ValueError, match=r"energy_and_grad\(x\)\[1\]: expected the gradient's shape \(16, 2\); got \(16,\)"):
+        ULA(0.1).init(e, _x0())

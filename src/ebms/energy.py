@@ -73,9 +73,14 @@ def energy_and_grad(energy: EnergyLike, x: Tensor) -> tuple[Tensor, Tensor]:
     Returns detached ``(E: (B,), grad: (B, *event))``.
     """
     fn = getattr(energy, "energy_and_grad", None)
-    if fn is not None:
-        return fn(x)
-    return autograd_energy_and_grad(energy, x)
+    if fn is None:
+        return autograd_energy_and_grad(energy, x)
+    e, g = fn(x)
+    # shape metadata only (no host sync): a custom gradient must never broadcast into the state
+    check_energy_output(e, x.shape[0], "energy_and_grad(x)[0]")
+    if g.shape != x.shape:
+        raise ValueError(f"energy_and_grad(x)[1]: expected the gradient's shape {tuple(x.shape)}; got {tuple(g.shape)}")
+    return e, g
 
 
 class Energy(nn.Module):

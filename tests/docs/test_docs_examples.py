@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import re
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -73,7 +72,6 @@ def test_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
         old = signal.signal(signal.SIGALRM, _on_alarm)
         signal.setitimer(signal.ITIMER_REAL, PAGE_LIMIT_S)
     rng_state = torch.random.get_rng_state()
-    t0 = time.perf_counter()
     rel = page.relative_to(ROOT).as_posix()
     try:
         for line, src in python_blocks(page.read_text(encoding="utf-8")):
@@ -88,8 +86,6 @@ def test_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old)
         torch.random.set_rng_state(rng_state)
-    elapsed = time.perf_counter() - t0
-    assert elapsed < PAGE_LIMIT_S, f"{rel}: the examples took {elapsed:.1f} s (limit {PAGE_LIMIT_S:.0f} s)"
 
 
 # --- the command-line page matches the code it documents ---------------------------------------

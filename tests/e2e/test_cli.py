@@ -210,3 +210,15 @@ def test_bad_point_files_are_one_line_errors(tmp_path, capsys):
         assert main(["train", f"data.path={path}", f"run.out_dir={tmp_path}"]) == 2
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1, err
+
+
+def test_resume_refuses_a_changed_configuration(demo_run, tmp_path, capsys):
+    run = tmp_path / "demo"
+    shutil.copytree(demo_run, run)
+    base = ["train", str(run / "config.toml"), f"run.out_dir={tmp_path}", "--resume", "--no-eval"]
+    assert main([*base, "train.lr=0.1", "sampler.step_size=0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "was trained with other values of sampler.step_size, train.lr" in err
+    before = (run / "config.toml").read_text()
+    assert before == (demo_run / "config.toml").read_text()  # the record of the run is untouched
+    assert main([*base, "train.steps=70"]) == 0  # growing the run is fine

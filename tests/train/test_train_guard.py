@@ -126,3 +126,15 @@ def test_without_guard_non_finite_values_are_logged_as_strings(tmp_path: Path) -
     make_trainer(FailAt(GaussianML(), {3}), tmp_path, steps=3, log_every=1, guard=None).fit()
     last = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["step"] == 3 and last["loss"] == "nan" and last["grad_norm"] == "nan"
+
+
+def test_restore_removes_the_undone_steps_from_the_log(tmp_path: Path) -> None:
+    # snapshot at step 10, line logged at 15, failure at 18: the step-15 line belongs to the
+    # undone stretch and must not stay beside the re-run step 15
+    make_trainer(FailAt(NoisyNCE(), {18}), tmp_path, steps=30, checkpoint_every=10, log_every=5).fit()
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in rows if "event" not in r]
+    assert steps == [5, 10, 15, 20, 25, 30]
+    kinds = [r.get("event", "step") for r in rows]
+    assert kinds.index("diverged") == 2  # right after the step-10 line it went back to
+    assert [r["lr"] for r in rows if r.get("step") == 15 and "event" not in r] == [0.025]

@@ -205,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra and getattr(args, "command", None) == "bench":
         args.rest = extra
+    elif extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
+        args.overrides = [*args.overrides, *extra]  # overrides written after a flag: `train x.toml --resume a=1`
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "fn", None) is None:

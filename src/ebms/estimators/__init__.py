@@ -7,8 +7,9 @@ float::
     est.estimate, est.stderr, est.ess, est.settings
     print(est)                       # "0.4981 ± 0.0042"
 
-* ``estimate`` is the point value; ``stderr`` its standard error (0 only for
-  exact computations, flagged ``exact=True``); ``lower``/``upper`` a bracket
+* ``estimate`` is the point value; ``stderr`` its standard error (0 for
+  exact computations, flagged ``exact=True``, and for an MCMC mean of draws
+  that are all equal); ``lower``/``upper`` a bracket
   when the method gives one; ``ess`` the effective sample size behind it;
   ``settings`` the parameters used.
 * Diagnostics that describe chains rather than a model (:func:`autocorrelation`,

@@ -11,6 +11,8 @@ Every objective is an ``nn.Module`` with one call::
   must be ``(B,)`` (checked by :func:`ebms.energy.evaluate`).
 * Randomness comes **only** from ``generator`` (the trainer owns one and
   passes it), so a resumed run reproduces the same losses bit for bit.
+  ``generator=None`` falls back to torch's global RNG: allowed for quick
+  experiments, never reproducible.
 * State an objective keeps — a replay buffer's chains, NCE's learned
   ``log Z`` — lives in parameters or registered buffers, so
   ``objective.state_dict()`` belongs in the checkpoint, and learned

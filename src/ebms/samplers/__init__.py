@@ -7,7 +7,9 @@ Every sampler follows one contract (see :mod:`ebms.samplers._base`)::
     x = sampler.sample(energy, x0, steps=100, generator=g)   # convenience loop
 
 ``info.accept_prob``/``info.acceptance_rate`` and ``info.energy`` are always
-present. Randomness only from ``generator``. Samplers keep no per-run state.
+present. Randomness only from ``generator``; ``generator=None`` falls back to
+torch's global RNG, which works but is not reproducible run to run, so pass one.
+Samplers keep no per-run state.
 
 Continuous kernels: :class:`ULA` and :class:`SGLD` (unadjusted, biased, one
 gradient per step), :class:`MALA` (exact, one gradient per step),

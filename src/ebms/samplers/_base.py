@@ -176,6 +176,24 @@ def mh_accept(log_ratio: Tensor, generator: torch.Generator | None) -> tuple[Ten
     return u < accept_prob, accept_prob
 
 
+def _check_start(e: Tensor, g: Tensor | None) -> None:
+    """Chains cannot start where the energy is NaN or ``-inf`` or the gradient is not finite.
+
+    ``+inf`` (zero density) is allowed: such a chain moves as soon as a proposal
+    lands on finite energy. One host sync, at the public entry point only.
+    """
+    bad = torch.isnan(e) | (e == -math.inf)
+    if g is not None:
+        bad = bad | (torch.isfinite(e) & ~torch.isfinite(g).flatten(1).all(1))
+    if bool(bad.any()):
+        rows = bad.nonzero().flatten().tolist()
+        shown = ", ".join(map(str, rows[:8])) + (", ..." if len(rows) > 8 else "")
+        raise ValueError(
+            f"energy(x0): expected a finite energy (or +inf) and a finite gradient at every start; "
+            f"got NaN/-inf values in {len(rows)} chain(s), rows [{shown}]"
+        )
+
+
 class Sampler(abc.ABC):
     """Base class for Markov kernels. Subclasses implement :meth:`step`.
 
@@ -208,6 +226,7 @@ class Sampler(abc.ABC):
         else:
             with torch.no_grad():
                 e, g = evaluate(energy, x), None
+        _check_start(e, g)
         step = torch.tensor(self.step_size, dtype=x.dtype, device=x.device)
         return ChainState(x=x, energy=e.detach(), grad=g, step_size=step, t=0)
 

@@ -48,6 +48,24 @@ class MetricsLog:
             return 0
         return self._f.tell()
 
+    def rewind(self, offset: int) -> None:
+        """Drop the step lines written after ``offset`` (steps a restore has undone).
+
+        Event lines (``{"event": ...}``, e.g. earlier restores) are kept, in order.
+        """
+        if self._f is None or self._f.tell() <= offset:
+            return
+        self._f.flush()
+        with open(self.path, "rb") as f:
+            f.seek(offset)
+            tail = f.read().decode("utf-8").splitlines(keepends=True)
+        keep = [line for line in tail if '"event"' in line and "event" in json.loads(line)]
+        self._f.truncate(offset)
+        self._f.seek(offset)
+        for line in keep:
+            self._f.write(line)
+        self._f.flush()
+
     def close(self) -> None:
         if self._f is not None:
             self._f.close()

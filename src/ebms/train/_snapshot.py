@@ -39,6 +39,7 @@ class Snapshot:
     rng: dict[str, bytes]
     data: dict[str, Any]
     callbacks: list[dict[str, Any]]
+    log_offset: int = 0  # bytes of metrics.jsonl written when the snapshot was taken
 
 
 def _tree(t: Trainer) -> dict[str, Any]:
@@ -59,7 +60,9 @@ def capture(t: Trainer) -> Snapshot:
         cbs = json.loads(json.dumps(cbs, allow_nan=False))
     except (TypeError, ValueError) as err:
         raise ValueError(f"callbacks: state_dict() must return strict JSON data; {err}") from None
-    return Snapshot(t.step, skeleton, tensors, capture_rng(t.generator), dict(t._batches.state_dict()), cbs)
+    return Snapshot(
+        t.step, skeleton, tensors, capture_rng(t.generator), dict(t._batches.state_dict()), cbs, t._log.offset()
+    )
 
 
 def load_module(module: nn.Module, state: Mapping[str, Tensor], what: str, where: str) -> None:

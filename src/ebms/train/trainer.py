@@ -422,6 +422,7 @@ class Trainer:
             raise TrainingDiverged(msg)
         self._pending = None
         _snapshot.apply(self, self._snapshot, str(self.run_dir))
+        self._log.rewind(self._snapshot.log_offset)  # the undone steps leave the log too
         factor = self.guard.lr_factor**self._retries
         for g in self.optimizer.param_groups:
             g["lr"] = g["lr"] * factor
