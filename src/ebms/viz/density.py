@@ -12,13 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from ebms.energy import EnergyLike
 from ebms.estimators.grid import as_bounds, grid_energy
-from ebms.viz.figure import axes_or_new
+from ebms.viz.figure import as_float64, axes_or_new
 
 __all__ = ["PLOT_KINDS", "plot_energy", "plot_samples"]
 
@@ -80,12 +79,7 @@ def plot_energy(
 
 
 def _as_points(x: Any, name: str) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
-        arr = x.detach().to("cpu", torch.float64).numpy()
-    elif isinstance(x, np.ndarray):
-        arr = x.astype(np.float64, copy=False)
-    else:
-        raise TypeError(f"{name}: expected a torch.Tensor or numpy array of shape (N, 2); got {type(x).__name__}")
+    arr = as_float64(x, name, "of shape (N, 2)")
     if arr.ndim != 2 or arr.shape[1] != 2 or arr.shape[0] < 1:
         raise ValueError(f"{name}: expected shape (N, 2) with N >= 1; got {tuple(arr.shape)}")
     bad = ~np.isfinite(arr).all(axis=1)

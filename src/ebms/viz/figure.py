@@ -12,6 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+import torch
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -83,3 +85,17 @@ def save_figure(fig: Figure, path: str | os.PathLike[str], *, dpi: float = 120.0
             os.unlink(tmp)
         raise
     return path
+
+
+def as_float64(x: Any, name: str, expected: str = "") -> np.ndarray:
+    """A tensor or array as a float64 numpy array (a copy-free view when possible).
+
+    Raises ``TypeError`` naming ``name`` for anything else; ``expected`` adds a
+    shape hint to that message.
+    """
+    if isinstance(x, torch.Tensor):
+        return x.detach().to("cpu", torch.float64).numpy()
+    if isinstance(x, np.ndarray):
+        return x.astype(np.float64, copy=False)
+    hint = f" {expected}" if expected else ""
+    raise TypeError(f"{name}: expected a torch.Tensor or numpy array{hint}; got {type(x).__name__}")

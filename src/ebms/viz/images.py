@@ -6,23 +6,17 @@ import math
 from typing import Any
 
 import numpy as np
-import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from ebms._checks import check_int
-from ebms.viz.figure import axes_or_new
+from ebms.viz.figure import as_float64, axes_or_new
 
 __all__ = ["image_grid", "tile_images"]
 
 
 def _as_nchw(images: Any) -> np.ndarray:
-    if isinstance(images, torch.Tensor):
-        arr = images.detach().to("cpu", torch.float64).numpy()
-    elif isinstance(images, np.ndarray):
-        arr = images.astype(np.float64, copy=False)
-    else:
-        raise TypeError(f"images: expected a torch.Tensor or numpy array; got {type(images).__name__}")
+    arr = as_float64(images, "images")
     if arr.ndim == 3:
         arr = arr[:, None]
     if arr.ndim != 4 or arr.shape[1] not in (1, 3) or min(arr.shape) < 1:

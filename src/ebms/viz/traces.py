@@ -6,12 +6,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from ebms._checks import check_int
-from ebms.viz.figure import axes_or_new, new_figure
+from ebms.viz.figure import as_float64, axes_or_new, new_figure
 
 __all__ = ["plot_traces"]
 
@@ -20,12 +19,7 @@ MAX_PANELS = 8
 
 
 def _as_scd(chains: Any) -> np.ndarray:
-    if isinstance(chains, torch.Tensor):
-        arr = chains.detach().to("cpu", torch.float64).numpy()
-    elif isinstance(chains, np.ndarray):
-        arr = chains.astype(np.float64, copy=False)
-    else:
-        raise TypeError(f"chains: expected a torch.Tensor or numpy array; got {type(chains).__name__}")
+    arr = as_float64(chains, "chains")
     if arr.ndim == 2:
         arr = arr[:, :, None]
     if arr.ndim != 3 or min(arr.shape) < 1:
