@@ -39,7 +39,6 @@ __all__ = [
     "Sampler",
     "StepInfo",
     "all_finite_on_cpu",
-    "all_true_on_cpu",
     "batch_where",
     "expand_to",
     "mh_accept",
@@ -125,27 +124,11 @@ def expand_to(v: Tensor, x: Tensor) -> Tensor:
 def batch_where(mask: Tensor, a: Tensor, b: Tensor) -> Tensor:
     """Per-chain select: rows of ``a`` where ``mask: (B,)`` is true, else rows of ``b``.
 
-    Fast path (eager mode, CPU only): when every entry of ``mask`` is true and
-    ``a``, ``b`` agree in shape, dtype and device, ``a`` itself is returned
-    instead of a copy. Reading a CPU tensor is not a device synchronisation,
-    and on the CPU a full-size ``torch.where`` costs several times an
-    elementwise product, which made it the costliest op of a Langevin step.
-    On accelerators (and under ``torch.compile``) this is always one
-    ``torch.where``, with no host sync.
+    Always one ``torch.where`` and no host sync. Kernels that can skip the select
+    altogether test that once per step (see :func:`all_finite_on_cpu`), rather than
+    once per selected tensor here.
     """
-    if a.shape == b.shape and a.dtype == b.dtype and a.device == b.device and all_true_on_cpu(mask):
-        return a
     return torch.where(expand_to(mask, a), a, b)
-
-
-def all_true_on_cpu(mask: Tensor) -> bool:
-    """``True`` iff ``mask`` lives on the CPU, we run eagerly, and every entry is true.
-
-    Lets CPU code skip a per-chain select when nothing was rejected. Always
-    ``False`` on accelerators and under ``torch.compile``, where reading the
-    mask would be a host sync (or a graph break).
-    """
-    return mask.device.type == "cpu" and not torch.compiler.is_compiling() and bool(mask.all())
 
 
 def all_finite_on_cpu(*tensors: Tensor) -> bool:

@@ -43,8 +43,6 @@ __all__ = ["SGLD", "ULA"]
 Schedule = Callable[[int], float]
 
 
-
-
 def _sqrt(v: Tensor | float) -> Tensor | float:
     return math.sqrt(v) if isinstance(v, float) else torch.sqrt(v)
 
@@ -77,7 +75,7 @@ class _Langevin(Sampler, abc.ABC):
             eps = eps * float(self.schedule(state.t))
         alpha, sigma = self._coefficients(expand_to(eps, x) if isinstance(eps, Tensor) else eps)
         noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
-        if g.dtype != x.dtype or g.shape != x.shape:  # let promotion/broadcasting decide, as written
+        if g.dtype != x.dtype:  # a gradient in another precision: let type promotion decide
             x_new = x - alpha * g + sigma * noise
         elif isinstance(alpha, float) and isinstance(sigma, float):
             # x + (-alpha) g, then + sigma xi: two kernels (a fused multiply-add
@@ -93,7 +91,7 @@ class _Langevin(Sampler, abc.ABC):
         if self.space is not None:
             x_new = self.space.project(x_new)
         e_new, g_new = energy_and_grad(energy, x_new)
-        if on_cpu and all_finite_on_cpu(e_new, g_new):
+        if all_finite_on_cpu(e_new, g_new):
             # Common case, decided by one sum per tensor: nothing to reject, so no
             # per-row mask and no selects; the info tensors are constants.
             ok = torch.ones(x.shape[0], dtype=torch.bool, device=x.device)
