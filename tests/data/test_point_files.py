@@ -57,7 +57,7 @@ def test_one_dimensional_array_is_n_points_in_one_dimension(tmp_path):
         (lambda p: np.save(p / "x.npy", np.array([[1.0, np.nan], [0.0, 1.0]])), r"expected a finite tensor; got 1 NaN"),
         (lambda p: np.save(p / "x.npy", np.zeros((2, 2, 2))), r"expected points of shape \(N, D\) with N >= 2; got shape \(2, 2, 2\)"),
         (lambda p: np.save(p / "x.npy", np.array([{"a": 1}], dtype=object)), r"not a plain numeric .npy array"),
-        (lambda p: save_file({"a": _x(), "b": _x()}, str(p / "x.safetensors")), r"holds tensors \['a', 'b'\]; name one with data.key"),
+        (lambda p: save_file({"a": _x(), "b": _x()}, str(p / "x.safetensors")), r"holds tensors \['a', 'b'\]; name one with key"),
     ],
     ids=["nan", "three-dims", "pickled-object", "two-tensors"],
 )
@@ -69,8 +69,8 @@ def test_bad_files_are_refused_with_a_reason(tmp_path, make, match):
 
 
 def test_missing_file_and_bad_fraction(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"data.path: file .* not found"):
+    with pytest.raises(FileNotFoundError, match=r"path: file .* not found"):
         read_points(tmp_path / "nope.npy")
     np.save(tmp_path / "p.npy", _x())
-    with pytest.raises(ValueError, match=r"data.test_fraction: expected a number in \(0, 1\); got 1.0"):
+    with pytest.raises(ValueError, match=r"test_fraction: expected a number in \(0, 1\); got 1.0"):
         load_points(tmp_path / "p.npy", test_fraction=1.0)

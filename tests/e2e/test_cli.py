@@ -171,13 +171,15 @@ def test_bench_passes_its_flags_to_the_benchmark_runner(monkeypatch, tmp_path):
         main(["demo", "--bogus"])
 
 
-@pytest.mark.parametrize("dim, suffix", [(2, ".csv"), (3, ".npy"), (5, ".safetensors")])
+@pytest.mark.parametrize("dim, suffix", [(1, ".txt"), (2, ".csv"), (3, ".npy"), (5, ".safetensors")])
 def test_training_on_a_users_point_file_in_any_dimension(dim, suffix, tmp_path, capsys):
     import numpy as np
 
     x = np.random.default_rng(0).normal(size=(400, dim)).astype("float32")
     path = tmp_path / f"points{suffix}"
-    if suffix == ".csv":
+    if suffix == ".txt":
+        np.savetxt(path, x)
+    elif suffix == ".csv":
         np.savetxt(path, x, delimiter=",", header=",".join(f"c{i}" for i in range(dim)))
     elif suffix == ".npy":
         np.save(path, x)
@@ -196,6 +198,10 @@ def test_training_on_a_users_point_file_in_any_dimension(dim, suffix, tmp_path, 
     report = json.loads((tmp_path / "r" / "eval.json").read_text())
     assert report["n_test"] == 40 and report["dim"] == dim
     assert (tmp_path / "r" / "samples.png").is_file()
+    assert main(["sample", "--run", str(tmp_path / "r"), "--n", "30", "--steps", "3", "--out", str(tmp_path / "s")]) == 0
+    from safetensors.torch import load_file
+
+    assert load_file(str(tmp_path / "s" / "samples.safetensors"))["samples"].shape == (30, dim)
 
 
 def test_bad_point_files_are_one_line_errors(tmp_path, capsys):
@@ -222,3 +228,10 @@ def test_resume_refuses_a_changed_configuration(demo_run, tmp_path, capsys):
     before = (run / "config.toml").read_text()
     assert before == (demo_run / "config.toml").read_text()  # the record of the run is untouched
     assert main([*base, "train.steps=70"]) == 0  # growing the run is fine
+
+
+def test_eval_with_a_model_that_does_not_fit_the_checkpoint_is_a_config_error(demo_run, capsys):
+    assert main(["eval", "--run", str(demo_run), "model.hidden=[8]"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "the checkpoint's weights do not fit the model that model.* describes" in err
+    assert len(err.splitlines()) == 1

@@ -7,6 +7,7 @@ the library looks objects up by string.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -27,10 +28,45 @@ from ebms.objectives import (
     SlicedScoreMatching,
 )
 from ebms.samplers import HMC, MALA, SGLD, ULA, Sampler
-from ebms.samplers.schedules import Constant, CosineAnnealing, LinearAnnealing
+from ebms.samplers.schedules import CosineAnnealing, LinearAnnealing
 from ebms.spaces import Box, Space
 
-__all__ = ["MODELS", "OBJECTIVES", "SAMPLERS", "Dataset", "build_data", "build_lr_schedule", "data_box", "data_dim", "build_model", "build_objective", "build_sampler", "resolve"]
+__all__ = [
+    "LR_SCHEDULES",
+    "MODELS",
+    "OBJECTIVES",
+    "SAMPLERS",
+    "Dataset",
+    "build_data",
+    "build_lr_schedule",
+    "build_model",
+    "build_objective",
+    "build_sampler",
+    "config_error",
+    "data_box",
+    "resolve",
+]
+
+
+def config_error(section: str, err: Exception, fields: object) -> ConfigError:
+    """A layer's error as a config error: ``section.field: ...`` when the layer named one of
+    the section's keys (layers name their own arguments, e.g. ``noise: ...``), else ``section: ...``."""
+    msg = str(err)
+    if msg.startswith(f"{section}."):
+        return ConfigError(msg)
+    first = msg.split(":", 1)[0].split(" ", 1)[0]
+    known = {f.name for f in dataclasses.fields(fields)}  # type: ignore[arg-type]
+    return ConfigError(f"{section}.{msg}" if first in known else f"{section}: {msg}")
+
+
+def _build(section: str, fields: object, factory: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``factory(*args, **kwargs)``, its input errors turned into one-line config errors."""
+    try:
+        return factory(*args, **kwargs)
+    except (ValueError, TypeError, FileNotFoundError) as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise config_error(section, e, fields) from None
 
 
 def resolve(table: dict[str, Any], name: str, key: str) -> Any:
@@ -63,12 +99,7 @@ Dataset = ToyDataset | PointCloud
 def data_box(data: Dataset) -> Box:
     """A box holding the data (the widest of its per-dimension bounds), for chain starts."""
     lows, highs = zip(*data.bounds)
-    return Box(data_dim(data), low=min(lows), high=max(highs))
-
-
-def data_dim(data: Dataset) -> int:
-    """``D`` of the data (2 for the toy sets)."""
-    return data.dim if isinstance(data, PointCloud) else 2
+    return Box(data.dim, low=min(lows), high=max(highs))
 
 
 def fit_points(data: Dataset) -> torch.Tensor:
@@ -105,8 +136,8 @@ OBJECTIVES: dict[str, Callable[[ObjectiveConfig, Sampler, Dataset], nn.Module]] 
 }
 
 
-LR_SCHEDULES: dict[str, Callable[[Config], Callable[[int], float]]] = {
-    "constant": lambda c: Constant(1.0),
+LR_SCHEDULES: dict[str, Callable[[Config], Callable[[int], float] | None]] = {
+    "constant": lambda c: None,  # the trainer keeps the rate as it is
     "cosine": lambda c: CosineAnnealing(c.train.steps, final=c.train.lr_final),
     "linear": lambda c: LinearAnnealing(c.train.steps, final=c.train.lr_final),
 }
@@ -114,56 +145,27 @@ LR_SCHEDULES: dict[str, Callable[[Config], Callable[[int], float]]] = {
 
 def build_lr_schedule(cfg: Config) -> Callable[[int], float] | None:
     """The learning-rate multiplier ``step -> factor`` (``None`` for a constant rate)."""
-    if cfg.train.lr_schedule == "constant":
-        return None
-    try:
-        return resolve(LR_SCHEDULES, cfg.train.lr_schedule, "train.lr_schedule")(cfg)
-    except (ValueError, TypeError) as e:
-        if isinstance(e, ConfigError):
-            raise
-        raise ConfigError(f"train: {e}") from None
+    factory = resolve(LR_SCHEDULES, cfg.train.lr_schedule, "train.lr_schedule")
+    return _build("train", cfg.train, factory, cfg)
 
 
 def build_data(cfg: Config) -> Dataset:
     """``data.path`` (a user's points) when given, else the toy set ``data.name``."""
-    if cfg.data.path is not None:
-        try:
-            return load_points(cfg.data.path, test_fraction=cfg.data.test_fraction, seed=cfg.run.seed, key=cfg.data.key)
-        except (ValueError, TypeError, FileNotFoundError) as e:
-            msg = str(e)
-            raise ConfigError(msg if msg.startswith("data.") else f"data.path: {msg}") from None
-    kw: dict[str, Any] = {}
-    if cfg.data.scale is not None:
-        kw["scale"] = cfg.data.scale
-    if cfg.data.noise is not None:
-        kw["noise"] = cfg.data.noise
-    try:
-        return get_toy(cfg.data.name, **kw)
-    except (ValueError, TypeError) as e:
-        msg = str(e)
-        # the data layer names its own argument (name, scale, noise): prefix the section once
-        raise ConfigError(f"data.{msg}" if msg.split(" ", 1)[0].rstrip(":") in ("name", "scale") or msg.startswith("noise") else f"data: {msg}") from None
+    d = cfg.data
+    if d.path is not None:
+        return _build("data", d, load_points, d.path, test_fraction=d.test_fraction, seed=cfg.run.seed, key=d.key)
+    kw = {k: v for k, v in (("scale", d.scale), ("noise", d.noise)) if v is not None}
+    return _build("data", d, get_toy, d.name, **kw)
 
 
 def build_model(cfg: Config, event_shape: tuple[int, ...]) -> nn.Module:
-    factory = resolve(MODELS, cfg.model.kind, "model.kind")
-    try:
-        return factory(cfg.model, event_shape)
-    except (ValueError, TypeError) as e:
-        raise ConfigError(f"model: {e}") from None
+    return _build("model", cfg.model, resolve(MODELS, cfg.model.kind, "model.kind"), cfg.model, event_shape)
 
 
 def build_sampler(cfg: Config, space: Space | None = None) -> Sampler:
-    factory = resolve(SAMPLERS, cfg.sampler.kind, "sampler.kind")
-    try:
-        return factory(cfg.sampler, space)
-    except (ValueError, TypeError) as e:
-        raise ConfigError(f"sampler: {e}") from None
+    return _build("sampler", cfg.sampler, resolve(SAMPLERS, cfg.sampler.kind, "sampler.kind"), cfg.sampler, space)
 
 
 def build_objective(cfg: Config, sampler: Sampler, data: Dataset) -> nn.Module:
     factory = resolve(OBJECTIVES, cfg.objective.kind, "objective.kind")
-    try:
-        return factory(cfg.objective, sampler, data)
-    except (ValueError, TypeError) as e:
-        raise ConfigError(f"objective: {e}") from None
+    return _build("objective", cfg.objective, factory, cfg.objective, sampler, data)

@@ -127,8 +127,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_sample(args: argparse.Namespace) -> int:
     from safetensors.torch import save_file
 
-    from ebms.cli.run import load_run, sample_run
-    from ebms.viz import plot_samples, save_figure
+    from ebms.cli.run import load_run, plot_points, sample_run
+    from ebms.viz import save_figure
 
     run_dir = _run_folder(args)
     cfg, model, data, step = load_run(run_dir, args.overrides)
@@ -136,7 +136,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else run_dir
     out.mkdir(parents=True, exist_ok=True)
     save_file({"samples": x.contiguous()}, str(out / "samples.safetensors"))
-    save_figure(plot_samples(x, bounds=data.bounds, title=f"{x.shape[0]} samples, step {step}"), out / "samples.png")
+    save_figure(plot_points(x, data, f"{x.shape[0]} samples, step {step}"), out / "samples.png")
     print(f"wrote {out / 'samples.safetensors'} and {out / 'samples.png'} ({x.shape[0]} samples)")
     return 0
 

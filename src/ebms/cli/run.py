@@ -27,19 +27,16 @@ from ebms.cli.build import (
     build_objective,
     build_sampler,
     data_box,
-    data_dim,
 )
 from ebms.cli.config import Config, ConfigError, config_to_dict, load_config, to_toml
 from ebms.data import PointCloud, ToyDataset
-from ebms.estimators.grid import grid_log_likelihood, true_log_likelihood
+from ebms.estimators.grid import EDGE_TOL, grid_log_likelihood, true_log_likelihood
 from ebms.train import CheckpointStore, Trainer
 
 __all__ = ["EvalReport", "evaluate_run", "load_run", "run_dir_of", "sample_run", "train"]
 
 #: seed offset for the held-out test set, so it never overlaps the training stream.
 TEST_SEED_OFFSET = 1_000_003
-#: grid edge mass above which the report says the NLL is optimistic (the grid evaluator's default).
-EDGE_TOL = 1e-6
 
 
 def run_dir_of(cfg: Config) -> Path:
@@ -88,7 +85,7 @@ def build_seeded_model(cfg: Config, data: Dataset) -> nn.Module:
     """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.run.seed)
-        return build_model(cfg, (data_dim(data),))
+        return build_model(cfg, (data.dim,))
 
 
 def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -> Path:
@@ -118,9 +115,6 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
     model = build_seeded_model(cfg, data)
     sampler = build_sampler(cfg)
     objective = build_objective(cfg, sampler, data)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.toml").write_text(to_toml(cfg))
-
     if isinstance(data, PointCloud):
         if cfg.train.batch_size > data.train.shape[0]:
             raise ConfigError(
@@ -133,6 +127,10 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
 
         def source(n: int, g: torch.Generator) -> torch.Tensor:
             return toy.sample(n, generator=g)
+
+    config_toml = to_toml(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.toml").write_text(config_toml)
 
     trainer = Trainer(
         objective,
@@ -149,7 +147,7 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
         lr_schedule=build_lr_schedule(cfg),
         progress=cfg.run.progress,
         device=cfg.run.device,
-        config={"config_toml": to_toml(cfg)},
+        config={"config_toml": config_toml},
     )
     trainer.fit(resume=resume)
     return run_dir
@@ -169,7 +167,13 @@ def load_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     data = build_data(cfg)
     model = build_seeded_model(cfg, data)
     state = {k[len("model/"):]: v for k, v in ckpt.tensors.items() if k.startswith("model/")}
-    model.load_state_dict(state)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        raise ConfigError(
+            f"{ckpt.path}: the checkpoint's weights do not fit the model that model.* describes "
+            f"({str(e).splitlines()[1].strip() if len(str(e).splitlines()) > 1 else e})"
+        ) from None
     model.eval()
     return cfg, model, data, ckpt.step
 
@@ -221,11 +225,14 @@ def test_points(cfg: Config, data: Dataset) -> torch.Tensor:
 
 def evaluate_run(cfg: Config, model: nn.Module, data: Dataset, step: int) -> EvalReport:
     x = test_points(cfg, data)
-    if data_dim(data) != 2:
+    if data.dim != 2:
         assert isinstance(data, PointCloud)
         with torch.no_grad():
             e_test, e_train = float(model(x).mean()), float(model(data.train).mean())
-        return EvalReport(step, None, None, None, None, x.shape[0], data_dim(data), e_test, e_train)
+        return EvalReport(
+            step=step, model_nll=None, model_nll_stderr=None, log_z_error=None, true_nll=None,
+            n_test=x.shape[0], dim=data.dim, test_energy=e_test, train_energy=e_train,
+        )
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the edge mass goes into the report instead
         ll = grid_log_likelihood(model, x, data.bounds, resolution=cfg.eval.resolution)
@@ -258,22 +265,34 @@ def sample_run(cfg: Config, model: nn.Module, data: Dataset, *, n: int | None = 
     return build_sampler(exact, box).sample(model, box.random(n, generator=g), steps, generator=g)
 
 
+def plot_points(x: torch.Tensor, data: Dataset, title: str, ax: Any = None) -> Any:
+    """Points of ``data``'s space: a scatter in 2-D (the first two coordinates above),
+    a histogram in 1-D. Returns the figure."""
+    from ebms.viz import plot_samples
+    from ebms.viz.figure import axes_or_new
+
+    if data.dim == 1:
+        fig, ax = axes_or_new(ax, (5.0, 4.0))
+        ax.hist(x[:, 0].detach().cpu().numpy(), bins=60, range=data.bounds[0], density=True)
+        ax.set_title(title)
+        return fig
+    suffix = " (first 2 coordinates)" if data.dim > 2 else ""
+    return plot_samples(x[:, :2], ax=ax, bounds=data.bounds[:2], title=title + suffix)
+
+
 def write_plots(run_dir: Path, cfg: Config, model: nn.Module, data: Dataset, samples: torch.Tensor) -> list[Path]:
-    """``samples.png`` (data beside model samples; the first two coordinates when ``D > 2``)
-    and, for 2-D data, ``energy.png`` (energy and normalised density images)."""
-    from ebms.viz import new_figure, plot_energy, plot_samples, save_figure
+    """``samples.png`` (test data beside model samples) and, for 2-D data, ``energy.png``
+    (energy and normalised density images)."""
+    from ebms.viz import new_figure, plot_energy, save_figure
 
     ref = test_points(cfg, data)[: samples.shape[0]]
-    two = [slice(None), slice(0, 2)] if data_dim(data) > 2 else [slice(None)]
-    bounds = data.bounds[:2] if data_dim(data) >= 2 else None
     fig = new_figure(figsize=(9, 4.5))
     ax_d, ax_m = fig.subplots(1, 2)
-    suffix = " (first 2 coordinates)" if data_dim(data) > 2 else ""
-    plot_samples(ref[tuple(two)], ax=ax_d, bounds=bounds, title=f"test data ({data.name}){suffix}")
-    plot_samples(samples[tuple(two)], ax=ax_m, bounds=bounds, title=f"model samples ({cfg.sampler.kind}){suffix}")
+    plot_points(ref, data, f"test data ({data.name})", ax=ax_d)
+    plot_points(samples, data, f"model samples ({cfg.sampler.kind})", ax=ax_m)
     out = [run_dir / "samples.png"]
     save_figure(fig, out[0])
-    if data_dim(data) != 2:
+    if data.dim != 2:
         return out
     out.append(run_dir / "energy.png")
     fig = new_figure(figsize=(9, 4.5))

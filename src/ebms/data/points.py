@@ -69,17 +69,17 @@ def _read_array(path: Path, key: str | None) -> np.ndarray | Tensor:
         try:
             return np.load(path, allow_pickle=False)
         except ValueError as e:
-            raise ValueError(f"{path}: not a plain numeric .npy array ({e})") from None
+            raise ValueError(f"path: {path}: not a plain numeric .npy array ({e})") from None
     if suffix == ".safetensors":
         from safetensors.torch import load_file
 
         tensors = load_file(str(path))
         if key is None:
             if len(tensors) != 1:
-                raise ValueError(f"{path}: holds tensors {sorted(tensors)}; name one with data.key")
+                raise ValueError(f"path: {path} holds tensors {sorted(tensors)}; name one with key")
             return next(iter(tensors.values()))
         if key not in tensors:
-            raise ValueError(f"data.key: {key!r} not in {path}; it holds {sorted(tensors)}")
+            raise ValueError(f"key: {key!r} not in {path}; it holds {sorted(tensors)}")
         return tensors[key]
     if suffix in (".csv", ".txt"):
         delimiter = "," if suffix == ".csv" else None
@@ -88,24 +88,24 @@ def _read_array(path: Path, key: str | None) -> np.ndarray | Tensor:
                 return np.loadtxt(path, delimiter=delimiter, skiprows=skip, ndmin=1, dtype=np.float64)
             except ValueError as e:
                 err = e
-        raise ValueError(f"{path}: not a table of numbers ({err})") from None
-    raise ValueError(f"{path}: unknown suffix {suffix!r}; expected one of {', '.join(POINT_SUFFIXES)}")
+        raise ValueError(f"path: {path}: not a table of numbers ({err})") from None
+    raise ValueError(f"path: {path}: unknown suffix {suffix!r}; expected one of {', '.join(POINT_SUFFIXES)}")
 
 
 def read_points(path: str | Path, *, key: str | None = None) -> Tensor:
     """The points in ``path`` as a float32 tensor ``(N, D)`` (see the module docstring)."""
     p = Path(path).expanduser()
     if not p.is_file():
-        raise FileNotFoundError(f"data.path: file {str(p)!r} not found")
+        raise FileNotFoundError(f"path: file {str(p)!r} not found")
     arr = _read_array(p, key)
     x = torch.as_tensor(np.asarray(arr) if not isinstance(arr, Tensor) else arr)
     if x.dim() == 1:
         x = x[:, None]
     if x.dim() != 2 or x.shape[0] < 2 or x.shape[1] < 1:
-        raise ValueError(f"{p}: expected points of shape (N, D) with N >= 2; got shape {tuple(x.shape)}")
+        raise ValueError(f"path: {p}: expected points of shape (N, D) with N >= 2; got shape {tuple(x.shape)}")
     if not (x.is_floating_point() or x.dtype in (torch.int32, torch.int64, torch.int16, torch.uint8)):
-        raise ValueError(f"{p}: expected numbers; got dtype {x.dtype}")
-    return check_finite(x.to(torch.float32).contiguous(), str(p))
+        raise ValueError(f"path: {p}: expected numbers; got dtype {x.dtype}")
+    return check_finite(x.to(torch.float32).contiguous(), f"path: {p}")
 
 
 def load_points(
@@ -120,7 +120,7 @@ def load_points(
         seed: seed of the split.
         key: tensor name inside a ``.safetensors`` file with several.
     """
-    frac = check_probability(test_fraction, "data.test_fraction", open_low=True, open_high=True)
+    frac = check_probability(test_fraction, "test_fraction", open_low=True, open_high=True)
     x = read_points(path, key=key)
     n = x.shape[0]
     n_test = min(max(1, round(frac * n)), n - 1)

@@ -95,6 +95,11 @@ class ToyDataset:
         return self.noise
 
     @property
+    def dim(self) -> int:
+        """``D = 2``: every toy set lives in the plane (same attribute as ``PointCloud.dim``)."""
+        return 2
+
+    @property
     def has_density(self) -> bool:
         """Whether :meth:`log_prob` is available (a closed-form density)."""
         return SHAPES[self.name].log_prob is not None

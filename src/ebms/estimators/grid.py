@@ -67,6 +67,9 @@ __all__ = [
 _ROUNDOFF_FACTOR = 8.0
 
 
+#: default share of the grid mass allowed in the outermost cells before a warning.
+EDGE_TOL = 1e-6
+
 def _fmt_bounds(b: Any) -> str:
     """``((-3.4, 3.4), (-3.4, 3.4))`` with short numbers (no float noise in messages)."""
     return "(" + ", ".join(f"({lo:.4g}, {hi:.4g})" for lo, hi in b) + ")"
@@ -78,7 +81,7 @@ def grid_log_partition(
     *,
     resolution: int = 512,
     chunk: int = 16384,
-    edge_tol: float = 1e-6,
+    edge_tol: float = EDGE_TOL,
     dtype: torch.dtype | None = None,
     device: torch.device | str | None = None,
 ) -> Estimate:
@@ -159,7 +162,7 @@ def grid_log_likelihood(
     resolution: int = 512,
     chunk: int = 16384,
     log_z: Estimate | None = None,
-    edge_tol: float = 1e-6,
+    edge_tol: float = EDGE_TOL,
 ) -> Estimate:
     r"""Mean test log-likelihood :math:`\frac1N \sum_i -E(x_i) - \log Z` with grid ``log Z``.
 
