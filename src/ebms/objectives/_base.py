@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-__all__ = ["LossOutput", "scalar_metrics"]
+from ebms._checks import check_finite, check_tensor
+
+__all__ = ["LossOutput", "check_batch", "scalar_metrics"]
 
 
 @dataclass(frozen=True)
@@ -38,3 +40,14 @@ def scalar_metrics(**values: Tensor | float) -> dict[str, float]:
         return {}
     flat = torch.stack([t.cpu() if t.device.type != "cpu" else t for t in tensors]).tolist()
     return dict(zip(names, flat))
+
+
+def check_batch(batch: Tensor, *, finite: bool = True) -> Tensor:
+    """A data batch: a non-empty floating tensor ``(B, *event)``, finite unless a space checks it.
+
+    Returns it detached (data never carries a graph into a loss).
+    """
+    check_tensor(batch, "batch", floating=True, min_dim=1)
+    if batch.shape[0] == 0:
+        raise ValueError(f"batch: expected at least one row; got shape {tuple(batch.shape)}")
+    return check_finite(batch.detach(), "batch") if finite else batch.detach()

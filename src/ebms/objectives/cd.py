@@ -30,9 +30,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ebms._checks import check_finite, check_int, check_positive, check_tensor
+from ebms._checks import check_int, check_positive
 from ebms.energy import EnergyLike, evaluate
-from ebms.objectives._base import LossOutput, scalar_metrics
+from ebms.objectives._base import LossOutput, check_batch, scalar_metrics
 from ebms.objectives.buffer import ReplayBuffer
 from ebms.samplers._base import Sampler
 from ebms.spaces import Space
@@ -41,9 +41,8 @@ __all__ = ["ContrastiveDivergence", "PersistentContrastiveDivergence"]
 
 
 def _check_batch(batch: Tensor, sampler: Sampler, event_shape: tuple[int, ...] | None) -> Tensor:
-    check_tensor(batch, "batch", floating=True, min_dim=1)
-    if batch.shape[0] == 0:
-        raise ValueError(f"batch: expected at least one row; got shape {tuple(batch.shape)}")
+    """:func:`check_batch`, plus the chains' event shape and the sampler's space (which checks finiteness)."""
+    batch = check_batch(batch, finite=sampler.space is None)
     if event_shape is not None and tuple(batch.shape[1:]) != event_shape:
         raise ValueError(
             f"batch: expected shape (B, {', '.join(map(str, event_shape))}) to match the chains' event shape; "
@@ -51,9 +50,7 @@ def _check_batch(batch: Tensor, sampler: Sampler, event_shape: tuple[int, ...] |
         )
     if sampler.space is not None:
         sampler.space.validate(batch, "batch")
-    else:
-        check_finite(batch, "batch")
-    return batch.detach()
+    return batch
 
 
 class ContrastiveDivergence(nn.Module):

@@ -40,7 +40,7 @@ from torch import Tensor, nn
 
 from ebms._checks import check_energy_output, check_finite, check_int, check_positive, check_shape, check_tensor
 from ebms.energy import EnergyLike, evaluate
-from ebms.objectives._base import LossOutput, scalar_metrics
+from ebms.objectives._base import LossOutput, check_batch, scalar_metrics
 
 __all__ = ["NCE", "GaussianNoise"]
 
@@ -211,10 +211,7 @@ class NCE(nn.Module):
         self, energy: EnergyLike, batch: Tensor, *, generator: torch.Generator | None = None
     ) -> LossOutput:
         """Loss for ``batch: (B, *event)``; draws ``round(nu * B)`` noise samples."""
-        check_tensor(batch, "batch", floating=True, min_dim=1)
-        if batch.shape[0] == 0:
-            raise ValueError(f"batch: expected at least one row; got shape {tuple(batch.shape)}")
-        x = check_finite(batch, "batch").detach()
+        x = check_batch(batch)
         B = x.shape[0]
         n = max(1, round(self.nu * B))
         with torch.no_grad():

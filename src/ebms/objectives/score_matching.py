@@ -37,18 +37,11 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from ebms._checks import check_energy_output, check_finite, check_int, check_tensor
+from ebms._checks import check_energy_output, check_int, check_tensor
 from ebms.energy import EnergyLike, evaluate
-from ebms.objectives._base import LossOutput, scalar_metrics
+from ebms.objectives._base import LossOutput, check_batch, scalar_metrics
 
 __all__ = ["DenoisingScoreMatching", "ScoreMatching", "SlicedScoreMatching"]
-
-
-def _check_batch(batch: Tensor) -> Tensor:
-    check_tensor(batch, "batch", floating=True, min_dim=1)
-    if batch.shape[0] == 0:
-        raise ValueError(f"batch: expected at least one row; got shape {tuple(batch.shape)}")
-    return check_finite(batch.detach(), "batch")  # one reduction unless something is non-finite
 
 
 def _energy_and_score_graph(energy: EnergyLike, x: Tensor, *extra: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -95,7 +88,7 @@ class ScoreMatching(nn.Module):
         self, energy: EnergyLike, batch: Tensor, *, generator: torch.Generator | None = None
     ) -> LossOutput:
         """Loss for ``batch: (B, *event)``; ``generator`` is unused (deterministic)."""
-        x = _check_batch(batch)
+        x = check_batch(batch)
         with torch.enable_grad():
             xg, e, g = _energy_and_score_graph(energy, x)
             gf = g.flatten(1)
@@ -204,7 +197,7 @@ class DenoisingScoreMatching(nn.Module):
         self, energy: EnergyLike, batch: Tensor, *, generator: torch.Generator | None = None
     ) -> LossOutput:
         """Loss for ``batch: (B, *event)``."""
-        x = _check_batch(batch)
+        x = check_batch(batch)
         x_noisy, sigma, eps = self.perturb(x, generator=generator)
         s = sigma.reshape(-1, *([1] * (x.dim() - 1)))
         extra = (sigma,) if self.noise_conditional else ()
@@ -283,7 +276,7 @@ class SlicedScoreMatching(nn.Module):
         self, energy: EnergyLike, batch: Tensor, *, generator: torch.Generator | None = None
     ) -> LossOutput:
         """Loss for ``batch: (B, *event)``."""
-        x = _check_batch(batch)
+        x = check_batch(batch)
         v = self.projections(x, generator=generator)
         with torch.enable_grad():
             xg, e, g = _energy_and_score_graph(energy, x)
