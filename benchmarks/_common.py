@@ -241,3 +241,15 @@ def sequential_copy(mlp: torch.nn.Module) -> torch.nn.Sequential:
     head = nn.Linear(mlp.head.in_features, 1)
     head.load_state_dict(mlp.head.state_dict())
     return nn.Sequential(*mods, head)
+
+
+def fastest_peers(peers: dict[str, float], libs: dict[str, float], ours: float) -> dict[str, object]:
+    """The fastest peer overall and the fastest library (median times), and ebms's speedup over each."""
+    best_any = min(peers, key=peers.__getitem__) if peers else None
+    best_lib = min(libs, key=libs.__getitem__) if libs else None
+    return {
+        "fastest_peer": best_any,
+        "speedup_vs_fastest_peer": speedup(peers[best_any], ours) if best_any else None,
+        "fastest_peer_library": best_lib,
+        "speedup_vs_fastest_peer_library": speedup(libs[best_lib], ours) if best_lib else None,
+    }

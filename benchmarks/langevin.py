@@ -198,18 +198,13 @@ def bench_dim(d: int, args: Any) -> dict[str, Any]:
             "energy_grad_evals": evals[n],
             "max_abs_diff_vs_ebms_after_check": check.get(n, 0.0),
         }
-    best_lib = min(libs, key=libs.__getitem__) if libs else None
-    best_any = min(peers, key=peers.__getitem__) if peers else None
     return {
         "dim": d,
         "matmul_gflops": gflops,
         "rows": rows,
         "skipped": skipped,
         "repeats": repeats,
-        "fastest_peer": best_any,
-        "speedup_vs_fastest_peer": C.speedup(peers[best_any], ours) if best_any else None,
-        "fastest_peer_library": best_lib,
-        "speedup_vs_fastest_peer_library": C.speedup(libs[best_lib], ours) if best_lib else None,
+        **C.fastest_peers(peers, libs, ours),
         "matmul_flops_per_eval": flops,
     }
 

@@ -303,8 +303,6 @@ def bench_case(d: int, obj: str, args: Any) -> dict[str, Any]:
             "check_max_rel_loss_diff_vs_ebms": loss_diff[n],
             "check_max_abs_param_diff_vs_ebms": param_diff[n],
         }
-    best_lib = min(libs, key=libs.__getitem__) if libs else None
-    best_any = min(peers, key=peers.__getitem__) if peers else None
     return {
         "dim": d,
         "objective": obj,
@@ -314,10 +312,7 @@ def bench_case(d: int, obj: str, args: Any) -> dict[str, Any]:
         "rows": rows,
         "skipped": skipped,
         "repeats": repeats,
-        "fastest_peer": best_any,
-        "speedup_vs_fastest_peer": C.speedup(peers[best_any], ours) if best_any else None,
-        "fastest_peer_library": best_lib,
-        "speedup_vs_fastest_peer_library": C.speedup(libs[best_lib], ours) if best_lib else None,
+        **C.fastest_peers(peers, libs, ours),
     }
 
 
