@@ -1,5 +1,9 @@
 """Sample spaces: what ``x`` is.
 
+Continuous: :class:`Reals`, :class:`Box`. Discrete (:class:`DiscreteSpace`):
+:class:`Binary` ``{0,1}``, :class:`Spins` ``{-1,+1}``, :class:`Categorical`
+(one-hot, with an index view).
+
 A space validates incoming data, draws random initial states and projects a
 proposal back into the space (``project``; e.g. clamping to a box). Samplers
 take an optional ``space`` and call ``space.project`` after each move.
@@ -11,14 +15,15 @@ Shapes: ``event_shape`` is the shape of one point; batches are
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import Tensor
 
 from ebms._checks import check_finite, check_int, check_tensor
 
-__all__ = ["Box", "Reals", "Space"]
+__all__ = ["Binary", "Box", "Categorical", "DiscreteSpace", "Reals", "Space", "Spins"]
 
 
 def _as_shape(event_shape: int | Sequence[int], name: str = "event_shape") -> tuple[int, ...]:
@@ -102,9 +107,7 @@ class Box(Space):
         super().validate(x, name)
         lo, hi = float(x.min()), float(x.max())
         if lo < self.low or hi > self.high:
-            raise ValueError(
-                f"{name}: expected values in [{self.low}, {self.high}]; got min {lo:.4g}, max {hi:.4g}"
-            )
+            raise ValueError(f"{name}: expected values in [{self.low}, {self.high}]; got min {lo:.4g}, max {hi:.4g}")
         return x
 
     def project(self, x: Tensor) -> Tensor:
@@ -117,3 +120,207 @@ class Box(Space):
 
     def __repr__(self) -> str:
         return f"Box(event_shape={self.event_shape}, low={self.low}, high={self.high})"
+
+
+# ---------------------------------------------------------------------------
+# Discrete spaces
+# ---------------------------------------------------------------------------
+
+
+class DiscreteSpace(Space):
+    r"""A finite product space: ``num_sites`` sites, each taking one of ``num_categories`` values.
+
+    Every discrete state is a *float* tensor so energies stay differentiable in
+    ``x`` (Gibbs-with-Gradients needs :math:`\nabla_x E`):
+
+    ============  ===================  ===============================
+    space         one point            site value ``k``
+    ============  ===================  ===============================
+    Binary        ``(*sites)``         ``k`` in {0, 1}
+    Spins         ``(*sites)``         ``2k - 1`` in {-1, +1}
+    Categorical   ``(*sites, K)``      one-hot row with a 1 at ``k``
+    ============  ===================  ===============================
+
+    The *index view* ``indices(x) -> LongTensor (B, num_sites)`` and its inverse
+    ``from_indices`` connect the two; samplers work on whichever is cheaper.
+    ``site_variants(x, site)`` gives, for every chain, the ``K`` states that
+    differ from ``x`` only at ``site`` — the batch a generic Gibbs update
+    evaluates in one energy call.
+
+    Attributes:
+        site_shape: shape of the site grid (e.g. ``(10, 10)`` for a lattice).
+        num_categories: values per site ``K``.
+    """
+
+    site_shape: tuple[int, ...]
+    num_categories: int
+
+    @property
+    def num_sites(self) -> int:
+        """Number of sites ``N``."""
+        return math.prod(self.site_shape)
+
+    @property
+    def num_states(self) -> int:
+        """``K ** N``, the size of the space."""
+        return self.num_categories**self.num_sites
+
+    @abc.abstractmethod
+    def indices(self, x: Tensor) -> Tensor:
+        """Category index of every site, ``LongTensor (B, N)`` (no validation)."""
+
+    @abc.abstractmethod
+    def from_indices(self, idx: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+        """The states with category indices ``idx: (B, N)`` (no validation), ``(B, *event_shape)``."""
+
+    def check_indices(self, idx: Tensor, name: str = "indices") -> Tensor:
+        """Check ``idx: (B, N)`` holds integers in ``[0, K)``."""
+        check_tensor(idx, name)
+        if idx.dtype.is_floating_point or idx.dtype == torch.bool:
+            raise TypeError(f"{name}: expected an integer tensor; got dtype {idx.dtype}")
+        if idx.dim() != 2 or idx.shape[1] != self.num_sites:
+            raise ValueError(f"{name}: expected shape (B, {self.num_sites}); got {tuple(idx.shape)}")
+        if idx.numel():
+            lo, hi = int(idx.min()), int(idx.max())
+            if lo < 0 or hi >= self.num_categories:
+                raise ValueError(
+                    f"{name}: expected category indices in [0, {self.num_categories - 1}]; got min {lo}, max {hi}"
+                )
+        return idx
+
+    def random(self, n, *, generator=None, device=None, dtype=torch.float32):
+        """``n`` uniformly random states."""
+        check_int(n, "n", minimum=1)
+        idx = torch.randint(self.num_categories, (n, self.num_sites), generator=generator, device=device)
+        return self.from_indices(idx, dtype=dtype)
+
+    def site_variants(self, x: Tensor, site: int | Tensor) -> Tensor:
+        """All ``K`` states equal to ``x`` except at ``site``, ``(B, K, *event_shape)``.
+
+        ``site`` is one flat site index (``int``) or one per chain (``LongTensor (B,)``).
+        Variant ``k`` has category ``k`` at the site.
+        """
+        B, K = x.shape[0], self.num_categories
+        idx = self.indices(x).unsqueeze(1).expand(B, K, self.num_sites).clone()
+        cats = torch.arange(K, device=x.device).expand(B, K)
+        if isinstance(site, Tensor):
+            col = site.reshape(B, 1, 1).expand(B, K, 1)
+            idx.scatter_(2, col, cats.unsqueeze(2))
+        else:
+            idx[:, :, site] = cats
+        return self.from_indices(idx.reshape(B * K, self.num_sites), dtype=x.dtype).reshape(B, K, *self.event_shape)
+
+    def enumerate(self, chunk_size: int = 1 << 16, *, device=None, dtype=torch.float32) -> Iterator[Tensor]:
+        """Every state of the space in ``chunk_size`` blocks, ``(≤chunk, *event_shape)``.
+
+        State ``s`` has site ``i`` equal to digit ``i`` of ``s`` in base ``K``
+        (site 0 most significant), so chunks come in lexicographic order.
+        """
+        check_int(chunk_size, "chunk_size", minimum=1)
+        K, N = self.num_categories, self.num_sites
+        powers = K ** torch.arange(N - 1, -1, -1, device=device, dtype=torch.int64)
+        for start in range(0, self.num_states, chunk_size):
+            s = torch.arange(start, min(start + chunk_size, self.num_states), device=device, dtype=torch.int64)
+            yield self.from_indices((s.unsqueeze(1) // powers) % K, dtype=dtype)
+
+    def state_index(self, x: Tensor) -> Tensor:
+        """Position of each state in :meth:`enumerate` order, ``LongTensor (B,)``."""
+        K, N = self.num_categories, self.num_sites
+        powers = K ** torch.arange(N - 1, -1, -1, device=x.device, dtype=torch.int64)
+        return (self.indices(x) * powers).sum(1)
+
+    def _check_float_batch(self, x: Tensor, name: str) -> None:
+        check_tensor(x, name, floating=True, min_dim=1 + len(self.event_shape))
+        if tuple(x.shape[1:]) != self.event_shape:
+            raise ValueError(
+                f"{name}: expected shape (B, {', '.join(map(str, self.event_shape))}); got {tuple(x.shape)}"
+            )
+
+
+class _TwoValued(DiscreteSpace):
+    low: float
+    high: float
+
+    def __init__(self, event_shape: int | Sequence[int]) -> None:
+        self.event_shape = self.site_shape = _as_shape(event_shape)
+        self.num_categories = 2
+
+    def validate(self, x: Tensor, name: str = "x") -> Tensor:
+        self._check_float_batch(x, name)
+        bad = (x != self.low) & (x != self.high)
+        if bool(bad.any()):
+            v = x[bad][0].item()
+            raise ValueError(
+                f"{name}: expected values in {{{self.low:g}, {self.high:g}}}; got {int(bad.sum())} other value(s), "
+                f"e.g. {v:.4g}"
+            )
+        return x
+
+    def indices(self, x):
+        return (x.reshape(x.shape[0], -1) == self.high).long()
+
+    def from_indices(self, idx, dtype=torch.float32):
+        v = idx.to(dtype) * (self.high - self.low) + self.low
+        return v.reshape(idx.shape[0], *self.event_shape)
+
+    def flip(self, x: Tensor) -> Tensor:
+        """Every site flipped (the other value)."""
+        return (self.low + self.high) - x
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(event_shape={self.event_shape})"
+
+
+class Binary(_TwoValued):
+    """Binary states ``{0, 1}^sites`` as floats (pixels of binarised images, RBM units)."""
+
+    low, high = 0.0, 1.0
+
+
+class Spins(_TwoValued):
+    """Spin states ``{-1, +1}^sites`` as floats (Ising models). Category 1 is ``+1``."""
+
+    low, high = -1.0, 1.0
+
+
+class Categorical(DiscreteSpace):
+    """``K``-valued sites stored one-hot: one point is ``(*sites, K)`` (Potts models, tokens).
+
+    Args:
+        site_shape: shape of the site grid.
+        num_categories: ``K >= 2``.
+
+    ``indices(x)`` gives the index view ``(B, N)``; ``from_indices`` the one-hot
+    view and ``one_hot`` does the same after checking the indices are in range.
+    """
+
+    def __init__(self, site_shape: int | Sequence[int], num_categories: int) -> None:
+        self.site_shape = _as_shape(site_shape, "site_shape")
+        self.num_categories = check_int(num_categories, "num_categories", minimum=2)
+        self.event_shape = (*self.site_shape, self.num_categories)
+
+    def validate(self, x: Tensor, name: str = "x") -> Tensor:
+        self._check_float_batch(x, name)
+        binary = (x == 0) | (x == 1)
+        if not bool(binary.all()) or not bool((x.sum(-1) == 1).all()):
+            raise ValueError(
+                f"{name}: expected one-hot rows over the last axis (size {self.num_categories}); "
+                f"convert category indices with {type(self).__name__}.one_hot"
+            )
+        return x
+
+    def one_hot(self, idx: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+        """Checked index → one-hot conversion; ``idx: (B, *site_shape)`` or ``(B, N)`` integers."""
+        check_tensor(idx, "indices", min_dim=1)
+        flat = idx.reshape(idx.shape[0], -1) if idx.dim() > 1 else idx.reshape(idx.shape[0], 1)
+        return self.from_indices(self.check_indices(flat), dtype=dtype)
+
+    def indices(self, x):
+        return x.reshape(x.shape[0], self.num_sites, self.num_categories).argmax(-1)
+
+    def from_indices(self, idx, dtype=torch.float32):
+        oh = torch.nn.functional.one_hot(idx, self.num_categories).to(dtype)
+        return oh.reshape(idx.shape[0], *self.event_shape)
+
+    def __repr__(self) -> str:
+        return f"Categorical(site_shape={self.site_shape}, num_categories={self.num_categories})"
