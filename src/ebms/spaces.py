@@ -194,21 +194,28 @@ class DiscreteSpace(Space):
         idx = torch.randint(self.num_categories, (n, self.num_sites), generator=generator, device=device)
         return self.from_indices(idx, dtype=dtype)
 
+    @abc.abstractmethod
+    def category_values(self, dtype: torch.dtype = torch.float32, device=None) -> Tensor:
+        """What a site holds for each category: ``(K,)`` scalars, or ``(K, K)`` one-hot rows."""
+
     def site_variants(self, x: Tensor, site: int | Tensor) -> Tensor:
         """All ``K`` states equal to ``x`` except at ``site``, ``(B, K, *event_shape)``.
 
         ``site`` is one flat site index (``int``) or one per chain (``LongTensor (B,)``).
-        Variant ``k`` has category ``k`` at the site.
+        Variant ``k`` has category ``k`` at the site. Works on the float state directly
+        (no round trip through the index view).
         """
-        B, K = x.shape[0], self.num_categories
-        idx = self.indices(x).unsqueeze(1).expand(B, K, self.num_sites).clone()
-        cats = torch.arange(K, device=x.device).expand(B, K)
+        B, K, N = x.shape[0], self.num_categories, self.num_sites
+        flat = x.reshape(B, N, -1)  # (B, N, C): C = 1 for scalar sites, K for one-hot sites
+        C = flat.shape[2]
+        values = self.category_values(x.dtype, x.device).reshape(K, C)
+        out = flat.unsqueeze(1).expand(B, K, N, C).clone()
         if isinstance(site, Tensor):
-            col = site.reshape(B, 1, 1).expand(B, K, 1)
-            idx.scatter_(2, col, cats.unsqueeze(2))
+            index = site.reshape(B, 1, 1, 1).expand(B, K, 1, C)
+            out.scatter_(2, index, values.reshape(1, K, 1, C).expand(B, K, 1, C))
         else:
-            idx[:, :, site] = cats
-        return self.from_indices(idx.reshape(B * K, self.num_sites), dtype=x.dtype).reshape(B, K, *self.event_shape)
+            out[:, :, site] = values
+        return out.reshape(B, K, *self.event_shape)
 
     def enumerate(self, chunk_size: int = 1 << 16, *, device=None, dtype=torch.float32) -> Iterator[Tensor]:
         """Every state of the space in ``chunk_size`` blocks, ``(≤chunk, *event_shape)``.
@@ -262,6 +269,9 @@ class _TwoValued(DiscreteSpace):
     def from_indices(self, idx, dtype=torch.float32):
         v = idx.to(dtype) * (self.high - self.low) + self.low
         return v.reshape(idx.shape[0], *self.event_shape)
+
+    def category_values(self, dtype=torch.float32, device=None):
+        return torch.tensor([self.low, self.high], dtype=dtype, device=device)
 
     def flip(self, x: Tensor) -> Tensor:
         """Every site flipped (the other value)."""
@@ -317,6 +327,9 @@ class Categorical(DiscreteSpace):
 
     def indices(self, x):
         return x.reshape(x.shape[0], self.num_sites, self.num_categories).argmax(-1)
+
+    def category_values(self, dtype=torch.float32, device=None):
+        return torch.eye(self.num_categories, dtype=dtype, device=device)
 
     def from_indices(self, idx, dtype=torch.float32):
         oh = torch.nn.functional.one_hot(idx, self.num_categories).to(dtype)

@@ -67,6 +67,11 @@ class DataConfig:
     path: str | None = None
     key: str | None = None
     test_fraction: float = 0.1
+    binarize: str = "stochastic"
+    binarize_seed: int = 0
+    root: str | None = None
+    download: bool = False
+    limit: int | None = None
 
 
 @dataclass
@@ -82,6 +87,10 @@ class SamplerConfig:
     step_size: float = 0.01
     noise_scale: float | None = None
     n_leapfrog: int = 5
+    sweeps: int = 1
+    scan: str = "random"
+    temperature: float = 2.0
+    n_flips: int = 1
 
 
 @dataclass
@@ -105,6 +114,8 @@ class TrainConfig:
     lr: float = 1e-3
     lr_schedule: str = "constant"
     lr_final: float = 0.0
+    optimizer: str = "adam"
+    momentum: float = 0.0
     weight_decay: float = 0.0
     grad_clip: float | None = None
     log_every: int = 50
@@ -116,6 +127,9 @@ class EvalConfig:
     resolution: int = 400
     n_samples: int = 2000
     sample_steps: int = 500
+    ais_chains: int = 100
+    ais_temperatures: int = 14500
+    reverse_ais: bool = True
 
 
 @dataclass

@@ -43,9 +43,20 @@ def run_dir_of(cfg: Config) -> Path:
     return Path(cfg.run.out_dir) / cfg.run.name
 
 
+OPTIMIZERS = ("adam", "sgd")
+
+
 def _optimizer_factory(cfg: Config):
+    t = cfg.train
+    if t.optimizer not in OPTIMIZERS:
+        from ebms.cli.build import resolve
+
+        resolve(dict.fromkeys(OPTIMIZERS), t.optimizer, "train.optimizer")
+
     def make(params):
-        return torch.optim.Adam(params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
+        if t.optimizer == "sgd":
+            return torch.optim.SGD(params, lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay)
+        return torch.optim.Adam(params, lr=t.lr, weight_decay=t.weight_decay)
 
     return make
 

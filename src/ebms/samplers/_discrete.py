@@ -99,7 +99,12 @@ def sample_categorical(logits: Tensor, generator: torch.Generator | None) -> Ten
     """One draw per row from ``softmax(logits)`` over the last axis; ``LongTensor logits.shape[:-1]``.
 
     Inverse-CDF with one uniform per row (rows whose logits are all ``-inf`` give the last category).
+    Two categories take a cheaper path: category 1 iff ``u < sigmoid(l_1 - l_0)``.
     """
+    if logits.shape[-1] == 2:
+        p1 = torch.sigmoid(logits[..., 1] - logits[..., 0])
+        u = torch.rand(p1.shape, generator=generator, device=p1.device, dtype=p1.dtype)
+        return (u < p1).long()
     p = torch.softmax(logits, -1)
     u = torch.rand(p.shape[:-1] + (1,), generator=generator, device=p.device, dtype=p.dtype)
     return (p.cumsum(-1) < u).sum(-1).clamp_(max=logits.shape[-1] - 1)
@@ -121,10 +126,14 @@ class DiscreteSampler(Sampler):
             raise TypeError(
                 f"space: expected an ebms.spaces.DiscreteSpace (Binary, Spins or Categorical); got {type(space).__name__}"
             )
-        super().__init__(step_size=1.0, space=None)
-        self.discrete_space = space
+        super().__init__(step_size=1.0, space=space)
+
+    @property
+    def discrete_space(self) -> DiscreteSpace | None:
+        """The configured space (``None``: use ``energy.space``)."""
+        return self.space  # type: ignore[return-value]
 
     def init(self, energy: EnergyLike, x0: Tensor):
-        space = resolve_space(self.discrete_space, energy)
-        space.validate(x0, "x0")
+        if self.space is None:  # the base class validates a configured space
+            resolve_space(None, energy).validate(x0, "x0")
         return super().init(energy, x0)

@@ -1,0 +1,358 @@
+"""MNIST and Fashion-MNIST from idx files, with checksum checks and an optional download.
+
+The idx format (LeCun et al., 1998) is a 4-byte magic number ``00 00 <dtype>
+<ndim>``, then ``ndim`` big-endian uint32 sizes, then the values in row-major
+order, big-endian. :func:`read_idx` reads gzip-compressed or raw files (told
+apart by the gzip magic bytes ``1f 8b``, never by the file name) and checks the
+magic, the dtype code, the header and the exact byte count.
+
+Where :func:`load_mnist` looks (the first folder holding the split's two
+files wins; ``name`` is ``mnist`` or ``fashion-mnist``):
+
+1. ``root`` when given: a user's own copy; nothing else is searched;
+2. ``data_root() / name`` (``$EBMS_DATA``, else ``../shared/data``, else
+   ``./data``; see :mod:`ebms.data.paths`);
+3. Fashion-MNIST only: the files of Debian's ``dataset-fashion-mnist`` package
+   (:data:`DEBIAN_DIRS`);
+4. with ``download=True``: the canonical mirrors (:data:`MIRRORS`), into
+   ``root`` or ``data_root() / name``; every download is checked against the
+   published SHA-256 before it is kept.
+
+Each file may be gzipped (``train-images-idx3-ubyte.gz``) or raw
+(``train-images-idx3-ubyte``). With ``verify=True`` a file passes when the
+SHA-256 of its bytes equals the published value of the canonical ``.gz``, or
+when the SHA-256 of its idx payload equals that of the canonical payload; the
+second form accepts re-compressed copies (Debian's package rewrites the gzip
+headers) and decompressed ones. Use ``verify=False`` for a modified copy.
+
+Example:
+    >>> from ebms.data.mnist import load_mnist
+    >>> ds = load_mnist("test")                      # doctest: +SKIP
+    >>> ds.images.shape, ds.images.dtype, ds.labels[:3].tolist()  # doctest: +SKIP
+    (torch.Size([10000, 28, 28]), torch.uint8, [7, 2, 1])
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import tempfile
+import urllib.request
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ebms.data.paths import data_root
+
+__all__ = [
+    "DATASETS",
+    "DEBIAN_DIRS",
+    "MIRRORS",
+    "SHA256",
+    "ChecksumError",
+    "ImageDataset",
+    "load_mnist",
+    "read_idx",
+]
+
+#: Data set names :func:`load_mnist` accepts (also the folder name under the data root).
+DATASETS = ("fashion-mnist", "mnist")
+
+_FILES = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
+
+#: Published SHA-256 per data set and file: ``(sha256 of the .gz file, sha256 of the idx payload)``.
+#: MNIST: the ``.gz`` values are the widely published ones quoted in ``shared/data/README.md``
+#: (and in torchvision's ``prototype/datasets/_builtin/mnist.py``); the payload values were
+#: computed from those verified files. Fashion-MNIST: the ``.gz`` values are those in
+#: torchvision's ``prototype/datasets/_builtin/mnist.py`` (pytorch/vision), files whose md5s
+#: equal the ones zalandoresearch/fashion-mnist's README publishes; the payload values were
+#: computed from Debian's ``dataset-fashion-mnist`` 0.0~git20200523.55506a9-1 files and agree
+#: with the payload md5s torchvision listed (``f4a8712d...`` for train images).
+SHA256: dict[str, dict[str, tuple[str, str]]] = {
+    "mnist": {
+        "train-images-idx3-ubyte": (
+            "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
+            "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
+        ),
+        "train-labels-idx1-ubyte": (
+            "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
+            "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",
+        ),
+        "t10k-images-idx3-ubyte": (
+            "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
+            "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
+        ),
+        "t10k-labels-idx1-ubyte": (
+            "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",
+            "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2",
+        ),
+    },
+    "fashion-mnist": {
+        "train-images-idx3-ubyte": (
+            "3aede38d61863908ad78613f6a32ed271626dd12800ba2636569512369268a84",
+            "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
+        ),
+        "train-labels-idx1-ubyte": (
+            "a04f17134ac03560a47e3764e11b92fc97de4d1bfaf8ba1a3aa29af54cc90845",
+            "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
+        ),
+        "t10k-images-idx3-ubyte": (
+            "346e55b948d973a97e58d2351dde16a484bd415d4595297633bb08f03db6a073",
+            "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
+        ),
+        "t10k-labels-idx1-ubyte": (
+            "67da17c76eaffca5446c3361aaab5c3cd6d1c2608764d35dfb1850b086bf8dd5",
+            "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
+        ),
+    },
+}
+
+#: Where Debian's ``dataset-fashion-mnist`` package (bookworm: 0.0~git20200523.55506a9-1, found
+#: with ``dpkg -c``) installs the four ``.gz`` files. Its gzip headers were rewritten at build
+#: time (no file name, new mtime), so only the payload checksums match; MNIST has no such package.
+DEBIAN_DIRS: dict[str, tuple[Path, ...]] = {
+    "mnist": (),
+    "fashion-mnist": (Path("/usr/share/datasets/fashion-mnist"),),
+}
+
+#: Download base URLs, tried in order (a file's URL is base + name + ``.gz``).
+MIRRORS: dict[str, tuple[str, ...]] = {
+    "mnist": (
+        "https://ossci-datasets.s3.amazonaws.com/mnist/",
+        "http://yann.lecun.com/exdb/mnist/",
+    ),
+    "fashion-mnist": (
+        "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+        "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/",
+    ),
+}
+
+# idx dtype code -> (numpy big-endian dtype, name)
+_IDX_DTYPES = {
+    0x08: ">u1",
+    0x09: ">i1",
+    0x0B: ">i2",
+    0x0C: ">i4",
+    0x0D: ">f4",
+    0x0E: ">f8",
+}
+
+
+class ChecksumError(ValueError):
+    """A file's SHA-256 is not the published one (or a download did not match it)."""
+
+
+@dataclass(frozen=True)
+class ImageDataset:
+    """One split of MNIST or Fashion-MNIST.
+
+    Attributes:
+        images: ``(n, 28, 28)`` uint8, values 0..255.
+        labels: ``(n,)`` int64, values 0..9.
+        name: ``"mnist"`` or ``"fashion-mnist"``.
+        split: ``"train"`` or ``"test"``.
+        source: the folder the files were read from.
+    """
+
+    images: Tensor
+    labels: Tensor
+    name: str
+    split: str
+    source: str
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+
+def _payload(path: Path, data: bytes) -> bytes:
+    """The idx bytes of a file's contents (gunzipped when it starts with the gzip magic)."""
+    if data[:2] != b"\x1f\x8b":
+        return data
+    try:
+        return gzip.decompress(data)
+    except EOFError:
+        raise ValueError(f"path: {path}: truncated gzip stream (the file ends early)") from None
+    except (OSError, zlib.error) as e:
+        raise ValueError(f"path: {path}: corrupt gzip data ({e})") from None
+
+
+def _parse_idx(path: Path, buf: bytes) -> Tensor:
+    if len(buf) < 4:
+        raise ValueError(f"path: {path}: truncated idx file ({len(buf)} bytes, no 4-byte magic number)")
+    zero, code, ndim = buf[:2], buf[2], buf[3]
+    if zero != b"\x00\x00":
+        raise ValueError(f"path: {path}: bad magic number 0x{buf[:4].hex()} (an idx file starts with 00 00)")
+    if code not in _IDX_DTYPES:
+        known = ", ".join(f"0x{c:02X}" for c in _IDX_DTYPES)
+        raise ValueError(f"path: {path}: unknown idx dtype code 0x{code:02X} (expected one of {known})")
+    if ndim == 0:
+        raise ValueError(f"path: {path}: idx header declares 0 dimensions")
+    header = 4 + 4 * ndim
+    if len(buf) < header:
+        raise ValueError(f"path: {path}: truncated idx header ({len(buf)} bytes, {ndim} dims need {header})")
+    dims = tuple(int(d) for d in np.frombuffer(buf, dtype=">u4", count=ndim, offset=4))
+    dtype = np.dtype(_IDX_DTYPES[code])
+    expected = header + int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    if len(buf) != expected:
+        what = "truncated" if len(buf) < expected else "trailing bytes in"
+        raise ValueError(
+            f"path: {path}: {what} idx file: header {dims} x {dtype.itemsize} byte(s) needs "
+            f"{expected} bytes; got {len(buf)}"
+        )
+    arr = np.frombuffer(buf, dtype=dtype, offset=header).reshape(dims)
+    return torch.from_numpy(arr.astype(dtype.newbyteorder("="), copy=True))
+
+
+def read_idx(path: str | os.PathLike[str]) -> Tensor:
+    """Read one idx file (gzip or raw) into a tensor of the stored dtype and shape.
+
+    Args:
+        path: the file.
+
+    Returns:
+        A tensor of shape ``dims`` from the header, e.g. ``(60000, 28, 28)``
+        uint8 for ``idx3-ubyte``; multi-byte types are converted to native order.
+
+    Raises:
+        ValueError: truncated or corrupt gzip data, bad magic number, unknown
+            dtype code, or a byte count that does not match the header (the
+            message names the path).
+    """
+    p = Path(path)
+    return _parse_idx(p, _payload(p, p.read_bytes()))
+
+
+def _choice(value: str, name: str, valid: tuple[str, ...]) -> str:
+    if value not in valid:
+        raise ValueError(f"{name}: expected one of {', '.join(map(repr, valid))}; got {value!r}")
+    return value
+
+
+def _find(folder: Path, stem: str) -> Path | None:
+    for candidate in (folder / f"{stem}.gz", folder / stem):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _read_checked(path: Path, stem: str, dataset: str, verify: bool) -> Tensor:
+    data = path.read_bytes()
+    payload = _payload(path, data)
+    if verify:
+        gz_sha, payload_sha = SHA256[dataset][stem]
+        if hashlib.sha256(data).hexdigest() != gz_sha:
+            got = hashlib.sha256(payload).hexdigest()
+            if got != payload_sha:
+                raise ChecksumError(
+                    f"path: {path}: SHA-256 of the idx payload is {got}; the published {dataset} "
+                    f"{stem} has {payload_sha} (file {gz_sha} gzipped). The file is damaged or "
+                    "modified; pass verify=False to read a modified copy on purpose"
+                )
+    return _parse_idx(path, payload)
+
+
+def _download(dataset: str, stem: str, folder: Path) -> Path:
+    """Fetch ``stem.gz`` from the mirrors into ``folder``; keep it only when its SHA-256 matches."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OSError(f"cannot create {folder} for the download ({e}); pass root= a writable folder") from None
+    target = folder / f"{stem}.gz"
+    want = SHA256[dataset][stem][0]
+    failures: list[str] = []
+    mismatch = False
+    for base in MIRRORS[dataset]:
+        url = f"{base}{stem}.gz"
+        fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=".part", dir=folder)
+        try:
+            digest = hashlib.sha256()
+            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as resp:
+                while chunk := resp.read(1 << 20):
+                    digest.update(chunk)
+                    out.write(chunk)
+            if digest.hexdigest() != want:
+                mismatch = True
+                failures.append(f"{url}: SHA-256 {digest.hexdigest()}, expected {want}")
+                continue
+            os.replace(tmp, target)
+            return target
+        except OSError as e:
+            failures.append(f"{url}: {e}")
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    err = ChecksumError if mismatch else OSError
+    raise err(f"could not download {dataset} {stem}.gz into {folder} (nothing kept): " + "; ".join(failures))
+
+
+def load_mnist(
+    split: str = "train",
+    *,
+    root: str | os.PathLike[str] | None = None,
+    dataset: str = "mnist",
+    download: bool = False,
+    verify: bool = True,
+) -> ImageDataset:
+    """Load one split of MNIST or Fashion-MNIST (see the module docstring for where it looks).
+
+    Args:
+        split: ``"train"`` (60,000 images) or ``"test"`` (10,000).
+        root: a folder holding the idx files; when given, only it is searched
+            (and downloads go there).
+        dataset: ``"mnist"`` or ``"fashion-mnist"``.
+        download: fetch missing files from :data:`MIRRORS` (SHA-256 checked).
+        verify: check each file against :data:`SHA256` (see the module docstring).
+
+    Returns:
+        An :class:`ImageDataset`: images ``(n, 28, 28)`` uint8, labels ``(n,)`` int64.
+
+    Raises:
+        FileNotFoundError: no folder holds both files and ``download`` is off
+            (the message lists the folders searched).
+        ChecksumError: a file (or a download) does not match the published SHA-256.
+        ValueError: a bad ``split``/``dataset``, or idx content that is not an MNIST split.
+    """
+    _choice(split, "split", tuple(_FILES))
+    _choice(dataset, "dataset", DATASETS)
+    stems = _FILES[split]
+    if root is not None:
+        folders = [Path(root).expanduser()]
+    else:
+        folders = [data_root() / dataset, *DEBIAN_DIRS[dataset]]
+    found: tuple[Path, list[Path]] | None = None
+    for folder in folders:
+        paths = [_find(folder, s) for s in stems]
+        if paths[0] is not None and paths[1] is not None:
+            found = (folder, [paths[0], paths[1]])
+            break
+    if found is None:
+        if not download:
+            looked = ", ".join(str(f) for f in folders)
+            raise FileNotFoundError(
+                f"{dataset} {split}: files {stems[0]}[.gz] and {stems[1]}[.gz] not found in: {looked}; "
+                f"set $EBMS_DATA, pass root=, or pass download=True"
+            )
+        found = (folders[0], [_find(folders[0], s) or _download(dataset, s, folders[0]) for s in stems])
+    folder, (img_path, lab_path) = found
+    images = _read_checked(img_path, stems[0], dataset, verify)
+    labels = _read_checked(lab_path, stems[1], dataset, verify)
+    if images.dtype != torch.uint8 or images.dim() != 3 or tuple(images.shape[1:]) != (28, 28):
+        raise ValueError(
+            f"path: {img_path}: expected uint8 images (n, 28, 28); got {images.dtype} {tuple(images.shape)}"
+        )
+    if labels.dtype != torch.uint8 or labels.dim() != 1 or labels.shape[0] != images.shape[0]:
+        raise ValueError(
+            f"path: {lab_path}: expected {images.shape[0]} uint8 labels (one per image); "
+            f"got {labels.dtype} {tuple(labels.shape)}"
+        )
+    if labels.numel() and int(labels.max()) > 9:
+        raise ValueError(f"path: {lab_path}: expected labels in 0..9; got maximum {int(labels.max())}")
+    return ImageDataset(images, labels.long(), dataset, split, str(folder))

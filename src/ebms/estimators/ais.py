@@ -1,0 +1,512 @@
+r"""Annealed importance sampling (AIS), reverse AIS, and the bracket they give on :math:`\log Z`.
+
+**Path protocol.** Any object with
+
+* ``sample_base(n, generator=) -> x``: exact draws from :math:`p_0 = f_0 / Z_0`;
+* ``base_log_partition``: :math:`\log Z_0` (a number, or a method returning one);
+* ``log_density(x, beta) -> (B,)``: unnormalised :math:`\log f_\beta(x)` with :math:`f_1 = e^{-E}`;
+* ``transition(x, beta, generator=) -> x``: a Markov step leaving :math:`f_\beta` invariant;
+* optionally ``log_weight_increment(x, beta_from, beta_to) -> (B,)`` =
+  :math:`\log f_{to}(x) - \log f_{from}(x)` (cheaper and more accurate than two ``log_density`` calls).
+
+:class:`GeometricPath` builds one for any energy, base and sampler; models may supply a faster one
+(e.g. an RBM's ``ais_path()``).
+
+**Forward AIS** (Neal, 2001) with :math:`0 = \beta_0 \le \dots \le \beta_K = 1`: draw
+:math:`x \sim p_0`; for :math:`k = 1..K`: :math:`\log w \mathrel{+}= \log f_{\beta_k}(x) - \log f_{\beta_{k-1}}(x)`,
+then (for :math:`k < K`) move :math:`x` with the transition at :math:`\beta_k`. Then
+:math:`\mathbb E[w] = Z_1 / Z_0` and
+
+.. math::  \log \hat Z = \log Z_0 + \operatorname{logsumexp}_i \log w_i - \log n ,
+
+a stochastic **lower** bound: :math:`\mathbb E[\log\hat Z] \le \log Z` and
+:math:`P(\log\hat Z > \log Z + t) \le e^{-t}`.
+
+**Reverse AIS** runs the same schedule backwards from target samples ``x`` (the bidirectional
+Monte Carlo of Grosse, Ghahramani & Adams 2015; the reverse annealing of Burda, Grosse &
+Salakhutdinov 2015): for :math:`k = K..1`: :math:`\log w \mathrel{+}= \log f_{\beta_{k-1}}(x) - \log f_{\beta_k}(x)`,
+then (for :math:`k > 1`) move with the transition at :math:`\beta_{k-1}`. If ``x`` are exact target draws,
+:math:`\mathbb E[w] = Z_0 / Z_1` and :math:`\log\hat Z_{rev} = \log Z_0 - (\operatorname{logsumexp}\log w - \log n)`
+is a stochastic **upper** bound. With approximate samples (long chains, or data for a well-fit model)
+the upper-bound guarantee holds only as far as they are exact.
+
+**Uncertainty.** ``stderr`` is the delta method on the weights (see
+:func:`ebms.estimators.importance.log_mean_weight`) and ``ess`` their Kish ESS. Both understate the
+error when the weights are heavy-tailed (low ESS). The forward/reverse gap is the honest measure:
+a wide gap means the schedule is too short or the kernel mixes too slowly.
+
+**Results.** :func:`ais` and :func:`reverse_ais` return an :class:`AISResult` holding the
+:class:`~ebms.estimators.Estimate` (``.estimate``), the float64 log weights and the final states;
+:func:`ais_bracket` returns one :class:`~ebms.estimators.Estimate` whose ``lower``/``upper`` are the
+two estimates, each widened by ``z`` standard errors.
+
+Cost: ``n`` chains times ``K`` weight increments and ``K - 1`` transitions. No host sync inside
+the temperature loop (betas are Python floats); weights are checked once at the end.
+
+References:
+    Neal (2001), "Annealed importance sampling", Statistics and Computing 11(2).
+    Salakhutdinov & Murray (2008), "On the quantitative analysis of deep belief networks", ICML.
+    Burda, Grosse & Salakhutdinov (2015), "Accurate and conservative estimates of MRF
+    log-likelihood using reverse annealing", AISTATS.
+    Grosse, Ghahramani & Adams (2015), "Sandwiching the marginal likelihood using bidirectional
+    Monte Carlo", arXiv:1511.02543.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ebms._checks import check_finite, check_int, check_positive, check_tensor
+from ebms.energy import Energy, EnergyLike, autograd_energy_and_grad, energy_and_grad, evaluate
+from ebms.estimators._base import Estimate
+from ebms.estimators.importance import log_mean_weight
+from ebms.samplers._base import ChainState, Sampler
+
+__all__ = [
+    "AISResult",
+    "GeometricPath",
+    "ais",
+    "ais_bracket",
+    "geometric_betas",
+    "linear_betas",
+    "reverse_ais",
+    "salakhutdinov_betas",
+    "sigmoid_betas",
+    "validate_betas",
+]
+
+
+# ---------------------------------------------------------------------------
+# Schedules: float64 tensors 0 = beta_0 <= ... <= beta_K = 1 (K + 1 values, K steps)
+# ---------------------------------------------------------------------------
+
+
+def validate_betas(betas: Sequence[float] | Tensor, name: str = "betas") -> tuple[float, ...]:
+    """Check a schedule (1-D, >= 2 finite values, first 0, last 1, nondecreasing); return it as floats."""
+    if isinstance(betas, Tensor):
+        if betas.dim() != 1:
+            raise ValueError(f"{name}: expected a 1-D schedule; got shape {tuple(betas.shape)}")
+        values = tuple(float(b) for b in betas.detach().cpu().double().tolist())
+    else:
+        try:
+            values = tuple(float(b) for b in betas)
+        except (TypeError, ValueError):
+            raise TypeError(f"{name}: expected a sequence of numbers or a 1-D tensor; got {betas!r}") from None
+    if len(values) < 2:
+        raise ValueError(f"{name}: expected at least 2 values (0 and 1); got {len(values)}")
+    if not all(math.isfinite(b) for b in values):
+        raise ValueError(f"{name}: expected finite values; got {sum(not math.isfinite(b) for b in values)} non-finite")
+    if values[0] != 0.0 or values[-1] != 1.0:
+        raise ValueError(f"{name}: expected to start at 0 and end at 1; got first {values[0]!r}, last {values[-1]!r}")
+    drops = [k for k in range(1, len(values)) if values[k] < values[k - 1]]
+    if drops:
+        k = drops[0]
+        raise ValueError(
+            f"{name}: expected nondecreasing values; got {len(drops)} decrease(s), first at index {k}: "
+            f"{values[k - 1]!r} -> {values[k]!r}"
+        )
+    return values
+
+
+def linear_betas(n_steps: int) -> Tensor:
+    """``n_steps + 1`` equally spaced values from 0 to 1 (float64)."""
+    check_int(n_steps, "n_steps", minimum=1)
+    return torch.linspace(0.0, 1.0, n_steps + 1, dtype=torch.float64)
+
+
+def geometric_betas(n_steps: int, *, start: float = 1e-4) -> Tensor:
+    """``0`` followed by ``n_steps`` geometrically spaced values from ``start`` to 1 (float64).
+
+    Dense near 0, where the base dominates; suits targets far from the base (Neal, 2001).
+    """
+    check_int(n_steps, "n_steps", minimum=1)
+    s = check_positive(start, "start")
+    if s >= 1:
+        raise ValueError(f"start: expected a number in (0, 1); got {start!r}")
+    if n_steps == 1:
+        return torch.tensor([0.0, 1.0], dtype=torch.float64)
+    g = torch.logspace(math.log10(s), 0.0, n_steps, dtype=torch.float64)
+    g[-1] = 1.0
+    return torch.cat([torch.zeros(1, dtype=torch.float64), g])
+
+
+def sigmoid_betas(n_steps: int, *, scale: float = 4.0) -> Tensor:
+    r"""Sigmoid schedule (Grosse, Maddison & Salakhutdinov, 2013, "Annealing between distributions by
+    averaging moments"): :math:`\beta_k \propto \sigma(\delta(2k/K - 1))`, rescaled to [0, 1], ``δ = scale``.
+
+    Dense at both ends. ``n_steps + 1`` values (float64).
+    """
+    check_int(n_steps, "n_steps", minimum=1)
+    d = check_positive(scale, "scale")
+    s = torch.sigmoid(d * (2.0 * torch.arange(n_steps + 1, dtype=torch.float64) / n_steps - 1.0))
+    b = (s - s[0]) / (s[-1] - s[0])
+    b[0], b[-1] = 0.0, 1.0
+    return b
+
+
+def salakhutdinov_betas() -> Tensor:
+    r"""The 14,500-step schedule behind the published MNIST RBM log-likelihoods (Salakhutdinov & Murray, 2008).
+
+    Uniform steps of ``1e-3`` on [0, 0.5] (500 steps), ``1e-4`` on [0.5, 0.9] (4,000 steps) and ``1e-5``
+    on [0.9, 1] (10,000 steps): 14,500 steps, i.e. 14,501 values with both endpoints and 14,499
+    intermediate distributions. The authors' MATLAB concatenates the three ranges with their shared
+    ends (0.5 and 0.9) repeated; a repeated beta adds a zero weight increment and one more transition,
+    so it is dropped here.
+    """
+    parts = [
+        torch.linspace(0.0, 0.5, 501, dtype=torch.float64),
+        torch.linspace(0.5, 0.9, 4001, dtype=torch.float64)[1:],
+        torch.linspace(0.9, 1.0, 10001, dtype=torch.float64)[1:],
+    ]
+    return torch.cat(parts)
+
+
+# ---------------------------------------------------------------------------
+# A geometric path for any energy, base distribution and kernel
+# ---------------------------------------------------------------------------
+
+
+def _base_log_prob_and_grad(base: Any, x: Tensor) -> tuple[Tensor, Tensor]:
+    fn = getattr(base, "log_prob_and_grad", None)
+    if fn is not None:
+        return fn(x)
+    neg, g = autograd_energy_and_grad(lambda z: -base.log_prob(z), x)
+    return -neg, -g
+
+
+def _mixed_site_logits(cond: Any, base_logits: Tensor, beta: float, x: Tensor, site: int | Tensor) -> Tensor:
+    e_part = cond(x, site)
+    b_part = base_logits[site].expand_as(e_part)
+    return beta * e_part + (1.0 - beta) * b_part
+
+
+def _mixed_all_logits(cond: Any, base_logits: Tensor, beta: float, x: Tensor) -> Tensor:
+    e_part = cond(x)
+    return beta * e_part + (1.0 - beta) * base_logits.expand_as(e_part)
+
+
+class _AnnealedEnergy(Energy):
+    r"""Energy of :math:`f_\beta`: :math:`\beta E(x) - (1-\beta)\log p_0(x)`, with an analytic gradient.
+
+    Carries the target's ``space`` and ``blocks`` (a factorised base adds no interaction), and mixes
+    single-site conditional logits when the target and the base both supply them.
+    """
+
+    def __init__(self, path: GeometricPath, beta: float) -> None:
+        super().__init__()
+        self.target, self.base, self.beta = path.energy, path.base, beta
+        self.space = path.space
+        blocks = getattr(path.energy, "blocks", None)
+        if blocks is not None:
+            self.blocks = blocks
+        site = path.base_site_logits
+        if site is not None:
+            cond = getattr(path.energy, "conditional_logits", None)
+            if cond is not None:
+                self.conditional_logits = lambda x, i: _mixed_site_logits(cond, site, beta, x, i)
+            allc = getattr(path.energy, "all_conditional_logits", None)
+            if allc is not None:
+                self.all_conditional_logits = lambda x: _mixed_all_logits(allc, site, beta, x)
+
+    def forward(self, x: Tensor) -> Tensor:
+        b = self.beta
+        if b == 1.0:
+            return evaluate(self.target, x)
+        base = -(1.0 - b) * self.base.log_prob(x)
+        return base if b == 0.0 else b * evaluate(self.target, x) + base
+
+    def energy_and_grad(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        b = self.beta
+        if b == 1.0:
+            return energy_and_grad(self.target, x)
+        lp, glp = _base_log_prob_and_grad(self.base, x)
+        e0, g0 = -(1.0 - b) * lp, -(1.0 - b) * glp
+        if b == 0.0:
+            return e0, g0
+        e1, g1 = energy_and_grad(self.target, x)
+        return b * e1 + e0, b * g1 + g0
+
+
+class GeometricPath:
+    r"""Geometric annealing path :math:`\log f_\beta = (1-\beta)\log p_0(x) - \beta E(x)` for any energy and kernel.
+
+    Args:
+        energy: the target energy ``E`` (``p_1 ∝ exp(-E)``).
+        base: the start ``p_0`` with ``sample(n, generator=)``, ``log_prob(x) -> (B,)`` and optionally
+            ``log_partition`` (its :math:`\log Z_0`; missing means 0, a normalised ``log_prob``),
+            ``log_prob_and_grad`` and ``site_logits() -> (N, K)`` (e.g.
+            :class:`~ebms.estimators.importance.BernoulliBase`, ``CategoricalBase``, ``GaussianBase``).
+        kernel: any :class:`~ebms.samplers.Sampler`; it is run on the intermediate energy
+            :math:`\beta E - (1-\beta)\log p_0`, an :class:`~ebms.energy.Energy` with an analytic
+            ``energy_and_grad`` (so MALA/HMC/Gibbs-with-Gradients work) that carries the target's
+            ``space`` (else the base's) and ``blocks``.
+        steps_per_temperature: kernel steps per transition (>= 1).
+
+    The first transition calls ``kernel.init`` (validating the states, with host syncs). If that
+    returns a plain :class:`~ebms.samplers.ChainState`, later transitions build the state directly
+    from the configured step size (no host sync); kernels with their own state type are initialised
+    every time. Adapted step sizes are not carried from one temperature to the next.
+
+    Cost per temperature: one target and one base evaluation for the weight, plus one (gradient
+    kernels: with gradient) to start the kernel, plus the kernel's own steps.
+
+    Example:
+        >>> import torch
+        >>> from ebms.energy import from_fn
+        >>> from ebms.estimators.ais import GeometricPath, ais, linear_betas
+        >>> from ebms.estimators.importance import GaussianBase
+        >>> from ebms.samplers import MALA
+        >>> e = from_fn(lambda x: 0.5 * ((x - 1.0) ** 2).sum(-1))
+        >>> path = GeometricPath(e, GaussianBase(torch.zeros(2), 2.0), MALA(step_size=0.5))
+        >>> res = ais(path, 64, linear_betas(20), generator=torch.Generator().manual_seed(0))
+        >>> res.estimate.settings["num_steps"]
+        20
+    """
+
+    def __init__(self, energy: EnergyLike, base: Any, kernel: Sampler, *, steps_per_temperature: int = 1) -> None:
+        if not callable(energy):
+            raise TypeError(f"energy: expected a callable x -> (B,); got {type(energy).__name__}")
+        missing = [m for m in ("sample", "log_prob") if not callable(getattr(base, m, None))]
+        if missing:
+            raise TypeError(f"base: expected sample(n, generator=) and log_prob(x); {type(base).__name__} lacks "
+                            f"{', '.join(missing)}")
+        if not isinstance(kernel, Sampler):
+            raise TypeError(f"kernel: expected an ebms.samplers.Sampler; got {type(kernel).__name__}")
+        self.energy, self.base, self.kernel = energy, base, kernel
+        self.steps_per_temperature = check_int(steps_per_temperature, "steps_per_temperature", minimum=1)
+        self.space = getattr(energy, "space", None) or getattr(base, "space", None)
+        fn = getattr(base, "site_logits", None)
+        self.base_site_logits: Tensor | None = fn() if fn is not None else None
+        self.base_log_partition = float(getattr(base, "log_partition", 0.0))
+        self._plain_state: bool | None = None
+        self._steps: dict[tuple[torch.device, torch.dtype], Tensor] = {}
+
+    def intermediate_energy(self, beta: float) -> Energy:
+        r"""The energy :math:`\beta E - (1-\beta)\log p_0` of :math:`f_\beta` as an :class:`~ebms.energy.Energy`."""
+        return _AnnealedEnergy(self, float(beta))
+
+    def sample_base(self, n: int, generator: torch.Generator | None = None) -> Tensor:
+        """``n`` exact draws from the base."""
+        return self.base.sample(n, generator=generator)
+
+    def log_density(self, x: Tensor, beta: float) -> Tensor:
+        r"""Unnormalised :math:`\log f_\beta(x)`, ``(B,)``."""
+        return -self.intermediate_energy(beta)(x)
+
+    def log_weight_increment(self, x: Tensor, beta_from: float, beta_to: float) -> Tensor:
+        r""":math:`\log f_{to}(x) - \log f_{from}(x) = (\beta_{to} - \beta_{from})(-E(x) - \log p_0(x))`, float64 ``(B,)``."""
+        e = evaluate(self.energy, x).double()
+        lp = self.base.log_prob(x).double()
+        return (beta_to - beta_from) * (-e - lp)
+
+    def transition(self, x: Tensor, beta: float, generator: torch.Generator | None = None) -> Tensor:
+        """``steps_per_temperature`` kernel steps on :math:`f_\\beta` from ``x``; returns the new states."""
+        target = self.intermediate_energy(beta)
+        k = self.kernel
+        if self._plain_state:
+            key = (x.device, x.dtype)
+            if key not in self._steps:
+                self._steps[key] = torch.tensor(k.step_size, dtype=x.dtype, device=x.device)
+            if k.uses_grad:
+                e, g = target.energy_and_grad(x)
+            else:
+                with torch.no_grad():
+                    e, g = evaluate(target, x), None
+            state = ChainState(x=x, energy=e, grad=g, step_size=self._steps[key], t=0)
+        else:
+            state = k.init(target, x)
+            if self._plain_state is None:
+                self._plain_state = type(state) is ChainState
+        for _ in range(self.steps_per_temperature):
+            state, _ = k.step(target, state, generator=generator)
+        return state.x
+
+
+# ---------------------------------------------------------------------------
+# AIS, reverse AIS, bracket
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AISResult:
+    """Output of :func:`ais` / :func:`reverse_ais`.
+
+    Attributes:
+        estimate: the :math:`\\log Z` :class:`~ebms.estimators.Estimate` (``stderr`` by the delta
+            method, ``ess`` of the weights, ``settings`` with ``method``, ``n_chains``, ``num_steps``
+            (= number of temperatures after the base), ``base_log_partition``, ``path``).
+        log_weights: per-chain log weights, float64 ``(n,)`` (forward: of :math:`Z_1/Z_0`; reverse: of
+            :math:`Z_0/Z_1`).
+        samples: final states ``(n, *event)`` (forward: importance-weighted draws of the target,
+            weights ``exp(log_weights)``; reverse: the states after annealing down to the base).
+        direction: ``"forward"`` or ``"reverse"``.
+    """
+
+    estimate: Estimate
+    log_weights: Tensor
+    samples: Tensor
+    direction: str
+
+    def __str__(self) -> str:
+        return f"{self.direction} AIS log Z = {self.estimate} (ESS {self.estimate.ess:.1f} of {len(self.log_weights)})"
+
+
+def _check_path(path: Any) -> float:
+    missing = [m for m in ("sample_base", "log_density", "transition") if not callable(getattr(path, m, None))]
+    if not hasattr(path, "base_log_partition"):
+        missing.append("base_log_partition")
+    if missing:
+        raise TypeError(
+            f"path: expected the annealing-path protocol (sample_base, base_log_partition, log_density, transition); "
+            f"{type(path).__name__} lacks {', '.join(missing)}"
+        )
+    v = path.base_log_partition
+    v = float(v() if callable(v) else v)
+    if not math.isfinite(v):
+        raise ValueError(f"path.base_log_partition: expected a finite number; got {v!r}")
+    return v
+
+
+def _increment(path: Any, x: Tensor, beta_from: float, beta_to: float) -> Tensor:
+    fn = getattr(path, "log_weight_increment", None)
+    if fn is not None:
+        d = fn(x, beta_from, beta_to)
+        name = "path.log_weight_increment(x, beta_from, beta_to)"
+    else:
+        d = path.log_density(x, beta_to).double() - path.log_density(x, beta_from).double()
+        name = "path.log_density(x, beta)"
+    if tuple(d.shape) != (x.shape[0],):
+        raise ValueError(f"{name}: expected shape ({x.shape[0]},); got {tuple(d.shape)}")
+    return d.double()
+
+
+def _loop(indices: range, progress: bool, desc: str):
+    if not progress:
+        return indices
+    from tqdm.auto import tqdm
+
+    return tqdm(indices, desc=desc, leave=False)
+
+
+def _result(path: Any, log_z0: float, log_w: Tensor, x: Tensor, betas: tuple[float, ...], direction: str) -> AISResult:
+    log_mean, stderr, ess = log_mean_weight(log_w, f"{direction} AIS log weights")
+    value = log_z0 + log_mean if direction == "forward" else log_z0 - log_mean
+    settings = {"method": f"{direction} ais", "n_chains": int(log_w.shape[0]), "num_steps": len(betas) - 1,
+                "base_log_partition": log_z0, "path": type(path).__name__}
+    est = Estimate(estimate=value, stderr=stderr, ess=ess, settings=settings)
+    return AISResult(estimate=est, log_weights=log_w, samples=x, direction=direction)
+
+
+def ais(
+    path: Any,
+    n_chains: int,
+    betas: Sequence[float] | Tensor,
+    *,
+    generator: torch.Generator | None = None,
+    progress: bool = False,
+) -> AISResult:
+    r"""Forward AIS estimate of :math:`\log Z` (a stochastic lower bound; module docstring).
+
+    Args:
+        path: an annealing path (module docstring), e.g. :class:`GeometricPath` or an RBM's ``ais_path()``.
+        n_chains: independent AIS runs ``n >= 2``.
+        betas: the schedule, e.g. :func:`linear_betas`, :func:`salakhutdinov_betas`; with ``[0, 1]`` (one step)
+            this is plain importance sampling with the base as proposal.
+        generator: random source for the base draws and the transitions.
+        progress: tqdm bar over temperatures.
+    """
+    bs = validate_betas(betas)
+    check_int(n_chains, "n_chains", minimum=2)
+    log_z0 = _check_path(path)
+    x = path.sample_base(n_chains, generator=generator)
+    check_tensor(x, "path.sample_base(n)", min_dim=1)
+    if x.shape[0] != n_chains:
+        raise ValueError(f"path.sample_base({n_chains}): expected {n_chains} rows; got shape {tuple(x.shape)}")
+    log_w = torch.zeros(n_chains, dtype=torch.float64, device=x.device)
+    K = len(bs) - 1
+    with torch.no_grad():
+        for k in _loop(range(1, K + 1), progress, "AIS"):
+            if bs[k] != bs[k - 1]:
+                log_w += _increment(path, x, bs[k - 1], bs[k])
+            if k < K:
+                x = path.transition(x, bs[k], generator=generator)
+    return _result(path, log_z0, log_w, x, bs, "forward")
+
+
+def reverse_ais(
+    path: Any,
+    x: Tensor,
+    betas: Sequence[float] | Tensor,
+    *,
+    generator: torch.Generator | None = None,
+    progress: bool = False,
+) -> AISResult:
+    r"""Reverse AIS estimate of :math:`\log Z` from target samples (a stochastic upper bound when they are exact).
+
+    Args:
+        path: an annealing path (module docstring).
+        x: target samples ``(n, *event)``, ``n >= 2`` (exact draws, long-run chains, or data).
+        betas: the schedule, run backwards from 1 to 0.
+        generator: random source for the transitions.
+        progress: tqdm bar over temperatures.
+    """
+    bs = validate_betas(betas)
+    log_z0 = _check_path(path)
+    check_tensor(x, "x", floating=True, min_dim=1)
+    if x.shape[0] < 2:
+        raise ValueError(f"x: expected at least 2 target samples; got shape {tuple(x.shape)}")
+    check_finite(x, "x")
+    log_w = torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)
+    K = len(bs) - 1
+    with torch.no_grad():
+        x = x.detach()
+        for k in _loop(range(K, 0, -1), progress, "reverse AIS"):
+            if bs[k] != bs[k - 1]:
+                log_w += _increment(path, x, bs[k], bs[k - 1])
+            if k > 1:
+                x = path.transition(x, bs[k - 1], generator=generator)
+    return _result(path, log_z0, log_w, x, bs, "reverse")
+
+
+def ais_bracket(
+    path: Any,
+    n_chains: int,
+    betas: Sequence[float] | Tensor,
+    x_target: Tensor,
+    *,
+    z: float = 2.0,
+    generator: torch.Generator | None = None,
+    progress: bool = False,
+) -> Estimate:
+    r"""Forward and reverse AIS together: :math:`\log Z` with a bracket.
+
+    Forward AIS is a stochastic lower bound and reverse AIS (from exact ``x_target``) a stochastic
+    upper bound, but each is also noisy: with a good schedule both sit within their stderr of
+    :math:`\log Z` and may cross. The bracket therefore widens the two by ``z`` standard errors:
+    ``lower = min(fwd, rev) - z * its stderr``, ``upper = max(fwd, rev) + z * its stderr``
+    (``z = 0`` gives the raw pair).
+
+    Returns:
+        :class:`~ebms.estimators.Estimate` with ``estimate``/``stderr``/``ess`` of forward AIS, the
+        bracket in ``lower``/``upper``, and in ``settings`` both raw estimates with their stderr and
+        ESS, ``gap = reverse - forward``, ``crossed = gap < 0`` and ``z``. A wide gap means the
+        schedule is too short or the kernel mixes too slowly; a crossed one, that the two agree to
+        within their noise.
+    """
+    zz = check_positive(z, "z", allow_zero=True)
+    fwd = ais(path, n_chains, betas, generator=generator, progress=progress).estimate
+    rev = reverse_ais(path, x_target, betas, generator=generator, progress=progress).estimate
+    gap = rev.estimate - fwd.estimate
+    lo, hi = (fwd, rev) if gap >= 0 else (rev, fwd)
+    settings = {**fwd.settings, "method": "ais bracket", "n_reverse": rev.settings["n_chains"],
+                "forward": fwd.estimate, "forward_stderr": fwd.stderr, "forward_ess": fwd.ess,
+                "reverse": rev.estimate, "reverse_stderr": rev.stderr, "reverse_ess": rev.ess,
+                "gap": gap, "crossed": gap < 0, "z": zz}
+    return Estimate(estimate=fwd.estimate, stderr=fwd.stderr, lower=lo.estimate - zz * lo.stderr,
+                    upper=hi.estimate + zz * hi.stderr, ess=fwd.ess, settings=settings)

@@ -1,0 +1,181 @@
+r"""Single-site Gibbs sampling for any discrete energy (systematic or random scan).
+
+Algorithm 2 of the monograph (Gibbs sampler, systematic scan): starting from :math:`x^{(0)}`,
+for :math:`t = 1, \dots, T` and for :math:`i = 1, \dots, n`, draw
+
+.. math::  x^{(t)}_i \sim p\big(x_i \mid x^{(t)}_1, \dots, x^{(t)}_{i-1},\, x^{(t-1)}_{i+1}, \dots, x^{(t-1)}_n\big),
+
+using each new value at once. One pass over the sites is a *sweep*. For a discrete site with
+``K`` values the full conditional is a softmax over the ``K`` variants of the current state,
+
+.. math::  p(x_i = k \mid x_{\setminus i}) = \frac{\exp(-E(x^{(i \to k)}))}{\sum_{k'} \exp(-E(x^{(i \to k')}))},
+
+so a generic energy needs one batched call of ``B*K`` rows per site update, and an energy that
+defines ``conditional_logits(x, site)`` (Ising local fields, Potts, RBMs) none (see
+:func:`ebms.samplers._discrete.site_logits`). Each site update :math:`B_i` is a Metropolis–Hastings
+move with acceptance 1 and leaves :math:`p` invariant; so does any product or random choice of them
+(the composition principle, monograph §2.2). A *random scan* picks each update's site uniformly
+at random, independently for every chain.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from ebms._checks import check_int
+from ebms.energy import EnergyLike, evaluate
+from ebms.samplers._base import ChainState, StepInfo
+from ebms.samplers._discrete import DiscreteSampler, resolve_space, sample_categorical, site_logits
+from ebms.spaces import DiscreteSpace
+
+__all__ = ["Gibbs"]
+
+_SCANS = ("systematic", "random")
+
+
+def site_values(space: DiscreteSpace, like: Tensor) -> Tensor:
+    """What variant ``k`` holds at the updated site: ``(K,)`` values (Binary/Spins) or the ``(K, K)`` one-hot rows."""
+    return space.category_values(like.dtype, like.device)
+
+
+def fill_variants(out: Tensor, flat: Tensor, site: int | Tensor, values: Tensor) -> Tensor:
+    """Write the ``K`` single-site variants of every chain into ``out: (B, K, N[, K])`` and return it.
+
+    ``flat`` is the state as ``(B, N)`` (Binary/Spins) or ``(B, N, K)`` (Categorical); variant
+    ``k`` equals ``flat`` except that ``site`` (int, or ``LongTensor (B,)`` per chain) holds
+    ``values[k]``. Works on the float state in a reused buffer: same result as
+    :meth:`DiscreteSpace.site_variants` without the round trip through the index view
+    (measured 12x faster for 25x25 spins and 28x for 10x10 sites with K=4, B=100).
+    """
+    out.copy_(flat.unsqueeze(1).expand_as(out))
+    if isinstance(site, Tensor):
+        B, K = out.shape[:2]
+        tail = values.shape[1:]  # () or (K,)
+        index = site.reshape(B, 1, 1, *([1] * len(tail))).expand(B, K, 1, *tail)
+        out.scatter_(2, index, values.reshape(1, K, 1, *tail).expand(B, K, 1, *tail))
+    else:
+        out[:, :, site] = values
+    return out
+
+
+def set_sites(flat: Tensor, site: int | Tensor, k: Tensor, values: Tensor) -> None:
+    """Set ``site`` (int, or ``LongTensor (B,)`` per chain) of every chain to ``values[k]``, in place."""
+    new = values[k]  # (B,) or (B, K)
+    if isinstance(site, Tensor):
+        index = site.reshape(-1, 1, *([1] * (new.dim() - 1))).expand(-1, 1, *new.shape[1:])
+        flat.scatter_(1, index, new.unsqueeze(1))
+    else:
+        flat[:, site] = new
+
+
+class Gibbs(DiscreteSampler):
+    r"""Single-site Gibbs sampler (monograph Algorithm 2) with systematic or random scan.
+
+    * ``scan="systematic"``: one sweep updates sites ``0, 1, ..., N-1`` in order (flat site
+      order of ``space.site_shape``).
+    * ``scan="random"``: one sweep is ``N`` updates, each at a site drawn uniformly at random,
+      independently per chain (so a sweep visits each site once *on average*).
+
+    One :meth:`step` is ``sweeps`` sweeps; ``info.accept_prob`` is 1 (every draw is exact).
+
+    * **Cost per sweep:** ``N`` conditional evaluations: ``N`` calls of
+      ``energy.conditional_logits`` when the energy defines it, otherwise ``N`` energy calls of
+      ``B*K`` rows (the ``K`` variants of every chain). The energy of the new state is evaluated
+      once per step, not per sweep. No host syncs inside :meth:`step`.
+    * **State:** chains are updated on a copy of the float state (the value written in place
+      for Binary/Spins, the one-hot row set for Categorical); ``state.x`` is never mutated. The
+      generic path evaluates the variants from one buffer reused across site updates, so the
+      energy must not keep a reference to its input.
+    * **Randomness:** per update, the random-scan sites (one ``randint`` per sweep) and one
+      uniform per chain, all from ``generator``.
+    * **Mixing:** single-site moves mix slowly near phase transitions and for strongly coupled
+      sites; :class:`~ebms.samplers.block_gibbs.BlockGibbs` updates whole colour classes at once.
+
+    References:
+        Geman & Geman (1984), "Stochastic relaxation, Gibbs distributions, and the Bayesian
+        restoration of images", IEEE TPAMI 6(6).
+        Ou (2024), "Energy-Based Models with Applications to Speech and Language Processing",
+        §2.2 (Algorithm 2; Gibbs as Metropolis–Hastings with acceptance 1).
+
+    Args:
+        scan: ``"systematic"`` or ``"random"``.
+        sweeps: sweeps per step (>= 1).
+        space: the discrete space; ``None`` means ``energy.space``.
+
+    Example:
+        >>> import torch
+        >>> from ebms.energy import from_fn
+        >>> from ebms.spaces import Spins
+        >>> from ebms.samplers.gibbs import Gibbs
+        >>> space = Spins(8)
+        >>> ring = from_fn(lambda s: -(s * s.roll(1, -1)).sum(-1))   # 1-D Ising ring, J = 1
+        >>> g = torch.Generator().manual_seed(0)
+        >>> x = Gibbs(space=space).sample(ring, space.random(100, generator=g), steps=20, generator=g)
+        >>> x.shape
+        torch.Size([100, 8])
+    """
+
+    def __init__(
+        self,
+        scan: Literal["systematic", "random"] = "systematic",
+        *,
+        sweeps: int = 1,
+        space: DiscreteSpace | None = None,
+    ) -> None:
+        super().__init__(space=space)
+        if scan not in _SCANS:
+            raise ValueError(f"scan: expected one of {_SCANS}; got {scan!r}")
+        self.scan = scan
+        self.sweeps = check_int(sweeps, "sweeps", minimum=1)
+
+    def sweep(
+        self,
+        energy: EnergyLike,
+        x: Tensor,
+        *,
+        generator: torch.Generator | None = None,
+        space: DiscreteSpace | None = None,
+    ) -> Tensor:
+        """One sweep from ``x: (B, *event)``; returns new states (``x`` itself is not modified)."""
+        space = resolve_space(self.discrete_space if space is None else space, energy)
+        B, N, K = x.shape[0], space.num_sites, space.num_categories
+        values = site_values(space, x)
+        flat = x.detach().reshape(B, N, *values.shape[1:]).clone()  # contiguous copy
+        cur = flat.view(x.shape)  # the chains' state, updated in place through `flat`
+        fast = hasattr(energy, "conditional_logits")
+        buf = flat.new_empty((0,) if fast else (B, K, *flat.shape[1:]))  # the variants, reused per site
+        if self.scan == "systematic":
+            sites: list[int] | list[Tensor] = list(range(N))
+        else:
+            sites = list(torch.randint(N, (N, B), generator=generator, device=x.device).unbind(0))
+        with torch.no_grad():
+            for s in sites:
+                if fast:
+                    logits = site_logits(energy, space, cur, s)
+                else:
+                    v = fill_variants(buf, flat, s, values).view(B * K, *space.event_shape)
+                    logits = -evaluate(energy, v).reshape(B, K)
+                set_sites(flat, s, sample_categorical(logits, generator), values)
+        return cur
+
+    def step(
+        self, energy: EnergyLike, state: ChainState, *, generator: torch.Generator | None = None
+    ) -> tuple[ChainState, StepInfo]:
+        """``sweeps`` sweeps of every chain; returns ``(state, info)`` with ``accept_prob == 1``."""
+        space = resolve_space(self.discrete_space, energy)
+        x = state.x
+        for _ in range(self.sweeps):
+            x = self.sweep(energy, x, generator=generator, space=space)
+        with torch.no_grad():
+            e = evaluate(energy, x).detach()
+        ones = torch.ones_like(e)
+        info = StepInfo(
+            accept_prob=ones, accepted=ones.bool(), energy=e, nonfinite=torch.zeros_like(e, dtype=torch.bool)
+        )
+        return state.replace(x=x, energy=e, t=state.t + 1), info
+
+    def __repr__(self) -> str:
+        return f"Gibbs(scan={self.scan!r}, sweeps={self.sweeps}, space={self.discrete_space!r})"

@@ -1,0 +1,249 @@
+"""CD/PCD training and the scikit-learn-style RBM estimator, checked against exact log-likelihoods."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from ebms.models.rbm import BernoulliRBM, GaussianBernoulliRBM
+from ebms.models.rbm_estimator import CDState, RBMEstimator, cd_update
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _data(n: int = 400, seed: int = 0) -> torch.Tensor:
+    """Two binary prototypes of 8 pixels with 10% flip noise: structure an RBM can learn."""
+    g = _gen(seed)
+    protos = torch.tensor([[1, 1, 1, 1, 0, 0, 0, 0], [0, 0, 1, 1, 1, 1, 0, 1]], dtype=torch.float32)
+    x = protos[torch.randint(2, (n,), generator=g)]
+    flip = torch.rand(x.shape, generator=g) < 0.1
+    return torch.where(flip, 1 - x, x)
+
+
+def _exact_mean_loglik(model, x) -> float:
+    with torch.no_grad():
+        return float(model.log_prob(x).mean())
+
+
+# -- cd_update -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["cd1", "pcd1"])
+def test_cd_training_increases_the_exact_log_likelihood(persistent):
+    x = _data()
+    model = BernoulliRBM(8, 4, generator=_gen(1))
+    before = _exact_mean_loglik(model, x)
+    g, state = _gen(2), CDState()
+    for _ in range(30):
+        for batch in x.split(20):
+            state = cd_update(model, batch, learning_rate=0.1, persistent=persistent, state=state, generator=g)
+    after = _exact_mean_loglik(model, x)
+    # the data entropy bound is about -4.4 nats (two prototypes, 8 flips at 10%); start is -5.5
+    assert after > before + 0.5, (before, after)
+
+
+def test_cd_update_is_the_batch_mean_statistics_difference():
+    x = _data(20)
+    model = BernoulliRBM(8, 3, generator=_gen(1))
+    w0 = model.weight.detach().clone()
+    cd_update(model, x, learning_rate=0.5, generator=_gen(5))
+    # replay the same draws: h ~ p(h|x) with the same generator, then mean-field reconstruction
+    ref = BernoulliRBM(8, 3, generator=_gen(1))
+    with torch.no_grad():
+        ph = ref.hidden_probs(x)
+        h = (torch.rand(ph.shape, generator=_gen(5)) < ph).float()
+        vn = ref.visible_mean(h)
+        phn = ref.hidden_probs(vn)
+    expected = w0 + 0.5 * (x.T @ ph - vn.T @ phn) / 20
+    torch.testing.assert_close(model.weight.detach(), expected)
+
+
+def test_momentum_first_step_and_weight_decay_follow_the_update_rule():
+    x = _data(20)
+    runs = {}
+    for name, kw in {"plain": {}, "momentum": {"momentum": 0.9}, "decay": {"weight_decay": 0.1}}.items():
+        model = BernoulliRBM(8, 3, generator=_gen(1))
+        state = cd_update(model, x, learning_rate=0.5, generator=_gen(5), **kw)
+        runs[name] = (model.weight.detach().clone(), state)
+    w0 = BernoulliRBM(8, 3, generator=_gen(1)).weight.detach()
+    torch.testing.assert_close(runs["momentum"][0], runs["plain"][0])  # u_1 = lr * g
+    torch.testing.assert_close(runs["momentum"][1].velocity[0], runs["plain"][0] - w0)
+    torch.testing.assert_close(runs["decay"][0], runs["plain"][0] - 0.5 * 0.1 * w0)
+
+
+def test_pcd_keeps_one_binary_chain_per_first_batch_row():
+    model = BernoulliRBM(8, 3, generator=_gen(1))
+    state = cd_update(model, _data(12), learning_rate=0.1, persistent=True, generator=_gen(2), k=3)
+    assert state.chain.shape == (12, 3) and set(state.chain.unique().tolist()) <= {0.0, 1.0}
+    state = cd_update(model, _data(5), learning_rate=0.1, persistent=True, state=state, generator=_gen(3))
+    assert state.chain.shape == (12, 3)
+
+
+def test_mean_field_with_persistent_chains_is_an_error():
+    with pytest.raises(ValueError, match="mean_field: expected False"):
+        cd_update(BernoulliRBM(8, 3), _data(4), learning_rate=0.1, persistent=True, mean_field=True)
+    with pytest.raises(ValueError, match="mean_field: expected False"):
+        RBMEstimator(persistent=True, mean_field=True)
+
+
+def test_cd_update_rejects_a_batch_of_the_wrong_width():
+    with pytest.raises(ValueError, match=r"v: expected shape"):
+        cd_update(BernoulliRBM(8, 3), torch.zeros(4, 7), learning_rate=0.1)
+
+
+def test_gaussian_rbm_cd_training_increases_the_exact_log_likelihood():
+    g = _gen(0)
+    x = torch.randn(400, 3, generator=g) @ torch.tensor([[1.0, 0.8, 0.0], [0.0, 0.6, 0.0], [0.0, 0.0, 1.0]])
+    x = (x - x.mean(0)) / x.std(0)
+    model = GaussianBernoulliRBM(3, 4, generator=_gen(1), learn_sigma=True)
+    before = _exact_mean_loglik(model, x)
+    state = CDState()
+    for _ in range(20):
+        for batch in x.split(20):
+            state = cd_update(model, batch, learning_rate=0.05, state=state, momentum=0.5, generator=g)
+    assert _exact_mean_loglik(model, x) > before + 0.05
+
+
+# -- estimator -------------------------------------------------------------------------------------
+
+
+def test_fit_transform_shapes_and_array_types():
+    x = _data(100)
+    est = RBMEstimator(5, batch_size=10, n_iter=2, random_state=0).fit(x.numpy())
+    h = est.transform(x.numpy())
+    assert isinstance(h, np.ndarray) and h.shape == (100, 5) and ((h > 0) & (h < 1)).all()
+    assert isinstance(est.transform(x), torch.Tensor)
+    assert est.components_.shape == (5, 8) and est.intercept_hidden_.shape == (5,)
+    assert est.intercept_visible_.shape == (8,) and est.n_features_in_ == 8
+    v = est.gibbs(x[:7])
+    assert v.shape == (7, 8) and set(v.unique().tolist()) <= {0.0, 1.0}
+
+
+def test_fit_is_reproducible_from_random_state():
+    x = _data(100).numpy()
+    a = RBMEstimator(4, batch_size=10, n_iter=2, random_state=3).fit(x).components_
+    b = RBMEstimator(4, batch_size=10, n_iter=2, random_state=3).fit(x).components_
+    np.testing.assert_array_equal(a, b)
+
+
+def test_score_samples_equals_the_exact_log_probability():
+    x = _data(200)
+    est = RBMEstimator(4, batch_size=20, n_iter=5, learning_rate=0.1, random_state=0).fit(x)
+    scores = est.score_samples(x)
+    with torch.no_grad():
+        expected = copy.deepcopy(est.model_).double().log_prob(x.double()).float()
+    torch.testing.assert_close(scores, expected, atol=1e-4, rtol=0)
+    assert est.log_partition_estimate_.exact
+    assert est.score(x) == pytest.approx(float(scores.mean()))
+    torch.testing.assert_close(est.score_samples(x, log_z=1.5), -est.model_(x).detach() - 1.5)
+
+
+def test_training_beats_the_independent_bernoulli_baseline():
+    x = _data(400)
+    est = RBMEstimator(4, batch_size=20, n_iter=30, learning_rate=0.1, random_state=0).fit(x)
+    p = (x.mean(0) * 400 + 1) / 402
+    baseline = float((x * p.log() + (1 - x) * (1 - p).log()).sum(1).mean())
+    assert est.score(x) > baseline + 0.5
+
+
+def test_score_samples_with_ais_is_close_to_exact():
+    x = _data(200)
+    est = RBMEstimator(
+        6,
+        batch_size=20,
+        n_iter=10,
+        random_state=0,
+        ais_chains=64,
+        ais_betas=torch.linspace(0, 1, 301, dtype=torch.float64),
+    ).fit(x)
+    exact = est.model_.log_partition()
+    est.score_samples(x, log_z="ais")
+    e = est.log_partition_estimate_
+    assert not e.exact and e.stderr > 0
+    # AIS is a stochastic lower bound: P(estimate > log Z + t) <= exp(-t); below by at most 4 stderr + bias
+    assert exact - 4 * e.stderr - 0.05 < e.estimate < exact + 0.5
+
+
+def test_pseudo_likelihood_is_the_models_exact_sum_over_sites():
+    x = _data(50)
+    est = RBMEstimator(4, batch_size=10, n_iter=2, random_state=0).fit(x)
+    torch.testing.assert_close(est.pseudo_likelihood(x), est.model_.pseudo_log_likelihood(x))
+
+
+def test_partial_fit_initialises_then_updates():
+    x = _data(40)
+    est = RBMEstimator(4, random_state=0).partial_fit(x[:20])
+    w = est.components_
+    est.partial_fit(x[20:])
+    assert not np.allclose(w, est.components_)
+
+
+def test_gaussian_visible_estimator_scores_with_the_exact_log_z():
+    x = torch.randn(100, 3, generator=_gen(0))
+    est = RBMEstimator(3, visible="gaussian", batch_size=10, n_iter=2, learning_rate=0.01, random_state=0).fit(x)
+    with torch.no_grad():
+        expected = est.model_.log_prob(x)
+    torch.testing.assert_close(est.score_samples(x), expected)
+    with pytest.raises(ValueError, match="pseudo_likelihood: defined for visible='bernoulli'"):
+        est.pseudo_likelihood(x)
+    with pytest.raises(ValueError, match="'ais' is implemented for visible='bernoulli'"):
+        est.score_samples(x, log_z="ais")
+
+
+def test_verbose_fit_shows_a_progress_bar(capsys):
+    RBMEstimator(3, batch_size=10, n_iter=2, random_state=0, verbose=True).fit(_data(40))
+    assert "recon_error" in capsys.readouterr().err
+
+
+def test_get_and_set_params_round_trip():
+    est = RBMEstimator(7, learning_rate=0.05)
+    assert est.get_params()["n_components"] == 7 and est.get_params()["learning_rate"] == 0.05
+    assert est.set_params(n_iter=3).n_iter == 3
+    with pytest.raises(ValueError, match=r"set_params: unknown parameter\(s\) \['n_hidden'\]"):
+        est.set_params(n_hidden=3)
+
+
+# -- validation ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["fit", "partial_fit"])
+def test_non_binary_training_data_is_an_error_naming_x(method):
+    x = _data(10).numpy()
+    x[3, 2] = 0.5
+    with pytest.raises(ValueError, match=r"X: expected values in \{0, 1\}.*0\.5.*binarise"):
+        getattr(RBMEstimator(3), method)(x)
+
+
+@pytest.mark.parametrize("method", ["transform", "score_samples", "pseudo_likelihood"])
+def test_non_binary_inputs_after_fit_are_errors_naming_x(method):
+    est = RBMEstimator(3, n_iter=1, random_state=0).fit(_data(20))
+    with pytest.raises(ValueError, match=r"X: expected values in \{0, 1\}"):
+        getattr(est, method)(np.full((2, 8), 0.3))
+
+
+@pytest.mark.parametrize("method", ["transform", "score_samples", "gibbs"])
+def test_wrong_number_of_features_is_an_error(method):
+    est = RBMEstimator(3, n_iter=1, random_state=0).fit(_data(20))
+    with pytest.raises(ValueError, match=r"expected n_features=8 \(as in fit\); got 5"):
+        getattr(est, method)(np.zeros((2, 5)))
+
+
+def test_unfitted_estimator_and_bad_arguments_are_errors():
+    with pytest.raises(ValueError, match="not fitted yet"):
+        RBMEstimator(3).transform(np.zeros((1, 8)))
+    with pytest.raises(ValueError, match=r"visible: expected one of \('bernoulli', 'gaussian'\); got 'binary'"):
+        RBMEstimator(visible="binary")
+    with pytest.raises(ValueError, match="n_components: expected an int >= 1; got 0"):
+        RBMEstimator(0)
+    with pytest.raises(ValueError, match="X: expected a 2-D array"):
+        RBMEstimator(3).fit(np.zeros(8))
+    est = RBMEstimator(3, n_iter=1, random_state=0).fit(_data(20))
+    with pytest.raises(ValueError, match="log_z: expected None, 'exact', 'ais' or a number; got 'approx'"):
+        est.score_samples(_data(2), log_z="approx")
+    with pytest.raises(ValueError, match="log_z: expected a finite number"):
+        est.score_samples(_data(2), log_z=float("inf"))
