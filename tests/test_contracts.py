@@ -30,11 +30,41 @@ from ebms.objectives import (
     ScoreMatching,
     SlicedScoreMatching,
 )
-from ebms.samplers import HMC, MALA, SGLD, ULA, ChainState, Sampler, StepInfo, StepSizeAdaptation
-from ebms.spaces import Reals
+from ebms.estimators import (
+    BernoulliBase,
+    GeometricPath,
+    ais,
+    ais_bracket,
+    exact_log_partition,
+    importance_log_partition,
+    linear_betas,
+    log_likelihood_report,
+)
+from ebms.models import BernoulliRBM, IsingModel
+from ebms.samplers import (
+    HMC,
+    MALA,
+    SGLD,
+    ULA,
+    BlockGibbs,
+    ChainState,
+    Gibbs,
+    GibbsWithGradients,
+    IndependentCategorical,
+    MetropolisHastings,
+    MetropolisIndependence,
+    ParallelTempering,
+    Sampler,
+    StepInfo,
+    StepSizeAdaptation,
+)
+from ebms.spaces import Binary, Reals, Spins
 
 D = 2
 B = 16
+#: discrete samplers run on a learnable 6-spin Ising model
+N_SPINS = 6
+SPINS = Spins(N_SPINS)
 
 SAMPLERS: dict[str, Callable[[], Sampler]] = {
     "ULA": lambda: ULA(0.05),
@@ -42,7 +72,16 @@ SAMPLERS: dict[str, Callable[[], Sampler]] = {
     "MALA": lambda: MALA(0.2),
     "HMC": lambda: HMC(0.2, 3),
     "StepSizeAdaptation": lambda: StepSizeAdaptation(MALA(0.2)),
+    "ParallelTempering": lambda: ParallelTempering(MALA(0.2), betas=[1.0, 0.5]),
+    "Gibbs": lambda: Gibbs("random", space=SPINS),
+    "BlockGibbs": lambda: BlockGibbs([[0, 2, 4], [1, 3, 5]], space=SPINS),
+    "MetropolisHastings": lambda: MetropolisHastings(2, space=SPINS),
+    "MetropolisIndependence": lambda: MetropolisIndependence(IndependentCategorical(SPINS), space=SPINS),
+    "GibbsWithGradients": lambda: GibbsWithGradients(space=SPINS),
 }
+DISCRETE = {"Gibbs", "BlockGibbs", "MetropolisHastings", "MetropolisIndependence", "GibbsWithGradients"}
+#: wrappers whose state stacks R replicas per chain (R*B rows) and caches tempered energies beta_r * E
+REPLICATED = {"ParallelTempering": 2}
 
 OBJECTIVES: dict[str, Callable[[], nn.Module]] = {
     "ContrastiveDivergence": lambda: ContrastiveDivergence(ULA(0.05), k=2),
@@ -58,21 +97,56 @@ CONTRASTIVE = {"ContrastiveDivergence", "PersistentContrastiveDivergence", "NCE"
 #: losses of the score only: an additive constant in E (the head's bias) cannot reach them.
 SCORE_BASED = {"ScoreMatching", "DenoisingScoreMatching", "SlicedScoreMatching"}
 
+def _tiny_rbm() -> BernoulliRBM:
+    return BernoulliRBM(6, 3, generator=torch.Generator().manual_seed(0))
+
+
+def _rbm_path():
+    return _tiny_rbm().ais_path(torch.zeros(6))
+
+
 ESTIMATORS: dict[str, Callable[[], Estimate]] = {
     "grid_log_partition": lambda: grid_log_partition(
         GaussianEnergy(D, learnable=False), ((-8.0, 8.0), (-8.0, 8.0)), resolution=64
     ),
     "mcmc_mean": lambda: mcmc_mean(torch.randn(200, 4, generator=torch.Generator().manual_seed(0))),
+    "exact_log_partition": lambda: exact_log_partition(_tiny_rbm(), Binary(6)),
+    "importance_log_partition": lambda: importance_log_partition(
+        _tiny_rbm(), BernoulliBase(torch.zeros(6)), 256, generator=torch.Generator().manual_seed(0)
+    ),
+    "ais": lambda: ais(_rbm_path(), 32, linear_betas(20), generator=torch.Generator().manual_seed(0)).estimate,
+    "ais_bracket": lambda: ais_bracket(
+        _rbm_path(), 32, linear_betas(20), Binary(6).random(32, generator=torch.Generator().manual_seed(1)),
+        generator=torch.Generator().manual_seed(0),
+    ),
+    "ais_geometric_path": lambda: ais(
+        GeometricPath(_tiny_rbm(), BernoulliBase(torch.zeros(6)), GibbsWithGradients(space=Binary(6))),
+        32, linear_betas(20), generator=torch.Generator().manual_seed(0),
+    ).estimate,
+    "log_likelihood_report": lambda: log_likelihood_report(
+        _tiny_rbm(), Binary(6).random(10, generator=torch.Generator().manual_seed(2)), 3.0
+    ),
 }
 
 
-def _energy() -> nn.Module:
+def _energy(name: str = "") -> nn.Module:
     torch.manual_seed(0)
+    if name in DISCRETE:
+        J = 0.3 * torch.randn(N_SPINS, N_SPINS)
+        J = torch.triu(J, 1) + torch.triu(J, 1).T
+        return IsingModel(J, field=0.1 * torch.randn(N_SPINS), learn_couplings=True, learn_field=True)
     return MLPEnergy(D, (16,))
 
 
-def _x0(seed: int = 0) -> torch.Tensor:
-    return torch.randn(B, D, generator=torch.Generator().manual_seed(seed))
+def _x0(seed: int = 0, name: str = "") -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    if name in DISCRETE:
+        return SPINS.random(B, generator=g)
+    return torch.randn(B, D, generator=g)
+
+
+def _rows(name: str) -> int:
+    return B * REPLICATED.get(name, 1)
 
 
 # ---------------------------------------------------------------- completeness
@@ -118,34 +192,39 @@ def test_sampler_signatures_match_the_contract(name):
 
 @pytest.mark.parametrize("name", sorted(SAMPLERS))
 def test_sampler_step_returns_state_and_info_with_batch_shapes(name):
-    s, e = SAMPLERS[name](), _energy()
-    state = s.init(e, _x0())
+    s, e, x0 = SAMPLERS[name](), _energy(name), _x0(name=name)
+    state = s.init(e, x0)
     assert isinstance(state, ChainState)
     state, info = s.step(e, state, generator=torch.Generator().manual_seed(1))
     assert isinstance(state, ChainState) and isinstance(info, StepInfo)
-    assert state.x.shape == (B, D) and state.energy.shape == (B,) and state.t == 1
+    rows = _rows(name)
+    assert state.x.shape == (rows, *x0.shape[1:]) and state.energy.shape == (rows,) and state.t == 1
     for field in ("accept_prob", "energy", "accepted", "nonfinite"):
-        assert getattr(info, field).shape == (B,), field
+        assert getattr(info, field).shape == (rows,), field
     assert info.acceptance_rate.dim() == 0 and info.mean_energy.dim() == 0
     assert 0.0 <= float(info.acceptance_rate) <= 1.0
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLERS))
 def test_sampler_cached_energy_equals_fresh_evaluation(name):
-    s, e = SAMPLERS[name](), _energy()
-    state = s.init(e, _x0())
+    s, e = SAMPLERS[name](), _energy(name)
+    state = s.init(e, _x0(name=name))
     g = torch.Generator().manual_seed(2)
     for _ in range(3):
         state, _ = s.step(e, state, generator=g)
+    beta = torch.ones(state.x.shape[0])
+    if isinstance(s, ParallelTempering):  # cached energies are tempered: beta_r * E for replica r
+        beta = torch.tensor(s.betas).repeat_interleave(B)
     with torch.no_grad():
-        torch.testing.assert_close(state.energy, e(state.x))
+        torch.testing.assert_close(state.energy, beta * e(state.x))
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLERS))
 def test_sampler_same_generator_seed_gives_same_chain(name):
-    e = _energy()
+    e = _energy(name)
     runs = [
-        SAMPLERS[name]().sample(e, _x0(), 4, generator=torch.Generator().manual_seed(seed)) for seed in (3, 3, 4)
+        SAMPLERS[name]().sample(e, _x0(name=name), 4, generator=torch.Generator().manual_seed(seed))
+        for seed in (3, 3, 4)
     ]
     assert torch.equal(runs[0], runs[1])
     assert not torch.equal(runs[0], runs[2])
@@ -153,10 +232,11 @@ def test_sampler_same_generator_seed_gives_same_chain(name):
 
 @pytest.mark.parametrize("name", sorted(SAMPLERS))
 def test_sampler_leaves_parameters_untouched(name):
-    e = _energy()
+    e = _energy(name)
     before = {n: p.detach().clone() for n, p in e.named_parameters()}
     flags = {n: p.requires_grad for n, p in e.named_parameters()}
-    SAMPLERS[name]().sample(e, _x0(), 3, generator=torch.Generator().manual_seed(5))
+    assert before, "the contract energy must have parameters for this test to mean anything"
+    SAMPLERS[name]().sample(e, _x0(name=name), 3, generator=torch.Generator().manual_seed(5))
     for n, p in e.named_parameters():
         assert p.grad is None, n
         assert p.requires_grad == flags[n], n
@@ -165,17 +245,18 @@ def test_sampler_leaves_parameters_untouched(name):
 
 @pytest.mark.parametrize("name", sorted(SAMPLERS))
 def test_sampler_rejects_nan_start_with_named_argument(name):
-    x0 = _x0()
+    x0 = _x0(name=name)
     x0[3, 1] = float("nan")
-    with pytest.raises(ValueError, match=r"x0: expected a finite tensor; got 1 NaN"):
-        SAMPLERS[name]().init(_energy(), x0)
+    msg = r"x0: expected values in \{-1, 1\}; got 1 other value" if name in DISCRETE else r"x0: expected a finite tensor; got 1 NaN"
+    with pytest.raises(ValueError, match=msg):
+        SAMPLERS[name]().init(_energy(name), x0)
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLERS))
 def test_sampler_rejects_energy_of_wrong_shape(name):
     bad = lambda x: (x**2).sum(-1, keepdim=True)  # (B, 1) instead of (B,)  # noqa: E731
     with pytest.raises(ValueError, match=r"energy\(x\): expected shape \(16,\); got \(16, 1\)"):
-        SAMPLERS[name]().init(bad, _x0())
+        SAMPLERS[name]().init(bad, _x0(name=name))
 
 
 # ---------------------------------------------------------------- objectives
@@ -252,9 +333,14 @@ def test_estimator_returns_estimate_with_uncertainty_and_settings(name):
 
 @pytest.mark.parametrize("name", sorted(SAMPLERS))
 def test_sampler_refuses_to_start_where_the_energy_is_nan(name):
-    bad = lambda x: torch.where(x[:, 0] > 1.0, torch.nan, (x**2).sum(-1))  # noqa: E731
-    x0 = torch.zeros(B, D)
-    x0[2, 0] = 2.0
+    if name in DISCRETE:
+        bad = lambda x: torch.where(x[:, 0] > 0.0, torch.nan, (x**2).sum(-1))  # noqa: E731
+        x0 = -torch.ones(B, N_SPINS)
+        x0[2, 0] = 1.0
+    else:
+        bad = lambda x: torch.where(x[:, 0] > 1.0, torch.nan, (x**2).sum(-1))  # noqa: E731
+        x0 = torch.zeros(B, D)
+        x0[2, 0] = 2.0
     with pytest.raises(ValueError, match=r"energy\(x0\): expected a finite energy .* 1 chain\(s\), rows \[2\]"):
         SAMPLERS[name]().init(bad, x0)
 

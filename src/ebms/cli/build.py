@@ -15,7 +15,9 @@ import torch
 from torch import nn
 
 from ebms.cli.config import Config, ConfigError, ModelConfig, ObjectiveConfig, SamplerConfig
+from ebms.cli.discrete_data import IMAGE_SETS, BinaryImages, load_binary_images
 from ebms.data import PointCloud, ToyDataset, get_toy, load_points
+from ebms.models import BernoulliRBM
 from ebms.nets import MLPEnergy
 from ebms.objectives import (
     NCE,
@@ -28,10 +30,15 @@ from ebms.objectives import (
     SlicedScoreMatching,
 )
 from ebms.samplers import HMC, MALA, SGLD, ULA, Sampler
+from ebms.samplers.block_gibbs import BlockGibbs
+from ebms.samplers.gibbs import Gibbs
+from ebms.samplers.gwg import GibbsWithGradients
+from ebms.samplers.metropolis import MetropolisHastings
 from ebms.samplers.schedules import CosineAnnealing, LinearAnnealing
-from ebms.spaces import Box, Space
+from ebms.spaces import Box, DiscreteSpace, Space
 
 __all__ = [
+    "DISCRETE_SAMPLERS",
     "LR_SCHEDULES",
     "MODELS",
     "OBJECTIVES",
@@ -42,6 +49,7 @@ __all__ = [
     "build_model",
     "build_objective",
     "build_sampler",
+    "chain_space",
     "config_error",
     "data_box",
     "resolve",
@@ -80,8 +88,15 @@ def resolve(table: dict[str, Any], name: str, key: str) -> Any:
     return table[name]
 
 
+def _rbm(c: ModelConfig, shape: tuple[int, ...]) -> nn.Module:
+    if len(c.hidden) != 1:
+        raise ValueError(f"hidden: an RBM has one hidden layer; expected [n_hidden]; got {c.hidden}")
+    return BernoulliRBM(shape[0], c.hidden[0])
+
+
 MODELS: dict[str, Callable[[ModelConfig, tuple[int, ...]], nn.Module]] = {
     "mlp": lambda c, shape: MLPEnergy(shape, tuple(c.hidden), activation=c.activation),
+    "rbm": _rbm,
 }
 
 SAMPLERS: dict[str, Callable[[SamplerConfig, Space | None], Sampler]] = {
@@ -91,9 +106,23 @@ SAMPLERS: dict[str, Callable[[SamplerConfig, Space | None], Sampler]] = {
     "hmc": lambda c, s: HMC(c.step_size, c.n_leapfrog, space=s),
 }
 
+#: kernels for binary data (the others move continuously).
+DISCRETE_SAMPLERS: dict[str, Callable[[SamplerConfig, Space | None], Sampler]] = {
+    "block_gibbs": lambda c, s: BlockGibbs(sweeps=c.sweeps, space=s),  # type: ignore[arg-type]
+    "gibbs": lambda c, s: Gibbs(c.scan, sweeps=c.sweeps, space=s),  # type: ignore[arg-type]
+    "gwg": lambda c, s: GibbsWithGradients(space=s, temperature=c.temperature),  # type: ignore[arg-type]
+    "mh": lambda c, s: MetropolisHastings(c.n_flips, space=s),  # type: ignore[arg-type]
+}
+SAMPLERS.update(DISCRETE_SAMPLERS)
 
-#: what the command line trains on: a seeded toy distribution or a user's point cloud.
-Dataset = ToyDataset | PointCloud
+
+#: what the command line trains on: a seeded toy distribution, a user's point cloud or binary images.
+Dataset = ToyDataset | PointCloud | BinaryImages
+
+
+def chain_space(data: Dataset) -> Space:
+    """Where chains start and live: the binary space of image data, else a box holding the data."""
+    return data.space if isinstance(data, BinaryImages) else data_box(data)
 
 
 def data_box(data: Dataset) -> Box:
@@ -104,13 +133,13 @@ def data_box(data: Dataset) -> Box:
 
 def fit_points(data: Dataset) -> torch.Tensor:
     """Points to fit auxiliary models (NCE's noise) on: the training set, or 10,000 toy draws."""
-    if isinstance(data, PointCloud):
+    if isinstance(data, (PointCloud, BinaryImages)):
         return data.train
     return data.sample(10000, generator=torch.Generator().manual_seed(12345))
 
 
 def _pcd(c: ObjectiveConfig, sampler: Sampler, data: Dataset) -> nn.Module:
-    buffer = ReplayBuffer(c.buffer_size, data_box(data), reinit_prob=c.reinit_prob)
+    buffer = ReplayBuffer(c.buffer_size, chain_space(data), reinit_prob=c.reinit_prob)
     return PersistentContrastiveDivergence(sampler, buffer, k=c.k, regularization=c.regularization)
 
 
@@ -152,6 +181,8 @@ def build_lr_schedule(cfg: Config) -> Callable[[int], float] | None:
 def build_data(cfg: Config) -> Dataset:
     """``data.path`` (a user's points) when given, else the toy set ``data.name``."""
     d = cfg.data
+    if d.name in IMAGE_SETS and d.path is None:
+        return _build("data", d, load_binary_images, d, cfg.run.seed)
     if d.path is not None:
         return _build("data", d, load_points, d.path, test_fraction=d.test_fraction, seed=cfg.run.seed, key=d.key)
     kw = {k: v for k, v in (("scale", d.scale), ("noise", d.noise)) if v is not None}
@@ -163,7 +194,18 @@ def build_model(cfg: Config, event_shape: tuple[int, ...]) -> nn.Module:
 
 
 def build_sampler(cfg: Config, space: Space | None = None) -> Sampler:
-    return _build("sampler", cfg.sampler, resolve(SAMPLERS, cfg.sampler.kind, "sampler.kind"), cfg.sampler, space)
+    """The configured kernel; a discrete ``space`` needs a discrete kernel and a continuous one the others."""
+    kind = cfg.sampler.kind
+    factory = resolve(SAMPLERS, kind, "sampler.kind")
+    discrete_data, discrete_kernel = isinstance(space, DiscreteSpace), kind in DISCRETE_SAMPLERS
+    if discrete_kernel and space is None:
+        raise ConfigError(f"sampler.kind: {kind!r} moves on binary data (data.name = one of {', '.join(IMAGE_SETS)}); "
+                          f"this run's data is continuous")
+    if space is not None and discrete_data != discrete_kernel:
+        valid = sorted(DISCRETE_SAMPLERS) if discrete_data else sorted(set(SAMPLERS) - set(DISCRETE_SAMPLERS))
+        what = "binary data" if discrete_data else "continuous data"
+        raise ConfigError(f"sampler.kind: {kind!r} does not move on {what}; expected one of {', '.join(valid)}")
+    return _build("sampler", cfg.sampler, factory, cfg.sampler, space)
 
 
 def build_objective(cfg: Config, sampler: Sampler, data: Dataset) -> nn.Module:

@@ -29,6 +29,7 @@ from ebms.cli.build import (
     data_box,
 )
 from ebms.cli.config import Config, ConfigError, config_to_dict, load_config, to_toml
+from ebms.cli.discrete_data import BinaryImages
 from ebms.data import PointCloud, ToyDataset
 from ebms.estimators.grid import EDGE_TOL, grid_log_likelihood, true_log_likelihood
 from ebms.train import CheckpointStore, Trainer
@@ -96,7 +97,11 @@ def build_seeded_model(cfg: Config, data: Dataset) -> nn.Module:
     """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.run.seed)
-        return build_model(cfg, (data.dim,))
+        model = build_model(cfg, (data.dim,))
+    init_bias = getattr(model, "init_visible_bias_from_data", None)
+    if isinstance(data, BinaryImages) and init_bias is not None:
+        init_bias(data.train)  # log-odds of the pixel marginals (Hinton's practical guide)
+    return model
 
 
 def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -> Path:
@@ -124,13 +129,13 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
             )
     data = build_data(cfg)
     model = build_seeded_model(cfg, data)
-    sampler = build_sampler(cfg)
+    sampler = build_sampler(cfg, data.space if isinstance(data, BinaryImages) else None)
     objective = build_objective(cfg, sampler, data)
-    if isinstance(data, PointCloud):
+    if isinstance(data, (PointCloud, BinaryImages)):
         if cfg.train.batch_size > data.train.shape[0]:
             raise ConfigError(
                 f"train.batch_size: expected at most the {data.train.shape[0]} training points of "
-                f"{cfg.data.path}; got {cfg.train.batch_size}"
+                f"{cfg.data.path or cfg.data.name}; got {cfg.train.batch_size}"
             )
         source: torch.Tensor | Callable[[int, torch.Generator], torch.Tensor] = data.train
     else:
@@ -229,12 +234,18 @@ class EvalReport:
 
 def test_points(cfg: Config, data: Dataset) -> torch.Tensor:
     """The held-out points: the file's test split, or ``data.n_test`` fresh toy draws."""
-    if isinstance(data, PointCloud):
+    if isinstance(data, (PointCloud, BinaryImages)):
         return data.test
     return data.sample(cfg.data.n_test, generator=torch.Generator().manual_seed(cfg.run.seed + TEST_SEED_OFFSET))
 
 
-def evaluate_run(cfg: Config, model: nn.Module, data: Dataset, step: int) -> EvalReport:
+def evaluate_run(cfg: Config, model: nn.Module, data: Dataset, step: int, *, use_ais: bool = False) -> Any:
+    """:class:`EvalReport` for continuous data; for binary images a
+    :class:`~ebms.cli.discrete_eval.DiscreteEvalReport` (exact log Z, or AIS with ``use_ais``)."""
+    if isinstance(data, BinaryImages):
+        from ebms.cli.discrete_eval import evaluate_discrete
+
+        return evaluate_discrete(cfg, model, data, step, use_ais=use_ais)
     x = test_points(cfg, data)
     if data.dim != 2:
         assert isinstance(data, PointCloud)
@@ -268,6 +279,10 @@ def sample_run(cfg: Config, model: nn.Module, data: Dataset, *, n: int | None = 
     negatives. Objectives that need no sampler (score matching, NCE) use the
     configured ``[sampler]`` table, ULA by default.
     """
+    if isinstance(data, BinaryImages):
+        from ebms.cli.discrete_eval import sample_discrete
+
+        return sample_discrete(cfg, model, data, n=n, steps=steps, seed=seed)
     n = cfg.eval.n_samples if n is None else n
     steps = cfg.eval.sample_steps if steps is None else steps
     g = torch.Generator().manual_seed(cfg.run.seed + 7 if seed is None else seed)
@@ -282,6 +297,12 @@ def plot_points(x: torch.Tensor, data: Dataset, title: str, ax: Any = None) -> A
     from ebms.viz import plot_samples
     from ebms.viz.figure import axes_or_new
 
+    if isinstance(data, BinaryImages):
+        from ebms.viz import image_grid
+
+        k = min(x.shape[0], 100)
+        imgs = x[:k].reshape(k, 1, *data.image_shape)
+        return image_grid(imgs, ax=ax, title=title, nrow=10)
     if data.dim == 1:
         fig, ax = axes_or_new(ax, (5.0, 4.0))
         ax.hist(x[:, 0].detach().cpu().numpy(), bins=60, range=data.bounds[0], density=True)
@@ -303,7 +324,7 @@ def write_plots(run_dir: Path, cfg: Config, model: nn.Module, data: Dataset, sam
     plot_points(samples, data, f"model samples ({cfg.sampler.kind})", ax=ax_m)
     out = [run_dir / "samples.png"]
     save_figure(fig, out[0])
-    if data.dim != 2:
+    if data.dim != 2 or isinstance(data, BinaryImages):
         return out
     out.append(run_dir / "energy.png")
     fig = new_figure(figsize=(9, 4.5))
@@ -314,7 +335,7 @@ def write_plots(run_dir: Path, cfg: Config, model: nn.Module, data: Dataset, sam
     return out
 
 
-def write_eval(run_dir: Path, report: EvalReport, extra: dict[str, Any] | None = None) -> Path:
+def write_eval(run_dir: Path, report: Any, extra: dict[str, Any] | None = None) -> Path:
     path = run_dir / "eval.json"
     payload = {**report.__dict__, **(extra or {}), "time": time.time()}
     tmp = path.with_suffix(".json.tmp")

@@ -7,15 +7,33 @@
 * :func:`data_root` / :func:`data_path` — where vendored data sets live
   (``$EBMS_DATA``, else ``../shared/data`` beside the checkout, else ``./data``).
 
+* :func:`load_mnist` / :func:`binarized_mnist` — MNIST and Fashion-MNIST from ``$EBMS_DATA``, a
+  user's folder, Debian's ``dataset-fashion-mnist`` or a checked download; fixed-seed binarisation.
+* :func:`binarized_digits` — scikit-learn's 8x8 digits, binarised.
+* :func:`model_samples` — data drawn from a known discrete model by long-run block Gibbs.
+
 Randomness comes only from the ``generator`` argument.
 """
 
+from ebms.data.binarize import binarize, binarized_mnist
+from ebms.data.digits import binarized_digits
+from ebms.data.ising import ModelSamples, model_samples
+from ebms.data.mnist import ChecksumError, ImageDataset, load_mnist, read_idx
 from ebms.data.paths import DATA_ENV_VAR, data_path, data_root
 from ebms.data.points import POINT_SUFFIXES, PointCloud, load_points, read_points
 from ebms.data.toy import TOY_NAMES, ToyDataset, get_toy
 
 __all__ = [
+    "ChecksumError",
     "DATA_ENV_VAR",
+    "ImageDataset",
+    "ModelSamples",
+    "binarize",
+    "binarized_digits",
+    "binarized_mnist",
+    "load_mnist",
+    "model_samples",
+    "read_idx",
     "POINT_SUFFIXES",
     "TOY_NAMES",
     "PointCloud",

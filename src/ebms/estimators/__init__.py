@@ -1,5 +1,11 @@
 """Estimators: numbers about a fixed model, each with its uncertainty.
 
+log Z: :func:`exact_log_partition` (enumeration, up to ~2^25 states), :func:`importance_log_partition`
+(IS with a proposal), :func:`ais` / :func:`reverse_ais` / :func:`ais_bracket` (annealed importance
+sampling over any path — :class:`GeometricPath` for any energy and kernel, or a model's own path such
+as :meth:`ebms.models.BernoulliRBM.ais_path`), :func:`log_likelihood_report` (test log-likelihood
+with standard error); on 2-D data, :func:`grid_log_partition`.
+
 Every stochastic estimate is returned as an :class:`Estimate`, never a bare
 float::
 
@@ -19,11 +25,49 @@ float::
 """
 
 from ebms.estimators._base import Estimate
+from ebms.estimators.ais import (
+    AISResult,
+    GeometricPath,
+    ais,
+    ais_bracket,
+    geometric_betas,
+    linear_betas,
+    reverse_ais,
+    salakhutdinov_betas,
+    sigmoid_betas,
+)
 from ebms.estimators.diagnostics import autocorrelation, effective_sample_size, mcmc_mean, split_rhat
+from ebms.estimators.exact import exact_log_partition, exact_log_prob
 from ebms.estimators.grid import grid_log_likelihood, grid_log_partition, true_log_likelihood
+from ebms.estimators.importance import (
+    BernoulliBase,
+    CategoricalBase,
+    GaussianBase,
+    importance_ess,
+    importance_log_partition,
+)
+from ebms.estimators.likelihood import LogLikelihoodReport, log_likelihood_report
 
 __all__ = [
+    "AISResult",
+    "BernoulliBase",
+    "CategoricalBase",
     "Estimate",
+    "GaussianBase",
+    "GeometricPath",
+    "LogLikelihoodReport",
+    "ais",
+    "ais_bracket",
+    "exact_log_partition",
+    "exact_log_prob",
+    "geometric_betas",
+    "importance_ess",
+    "importance_log_partition",
+    "linear_betas",
+    "log_likelihood_report",
+    "reverse_ais",
+    "salakhutdinov_betas",
+    "sigmoid_betas",
     "autocorrelation",
     "effective_sample_size",
     "grid_log_likelihood",

@@ -16,25 +16,47 @@ gradient per step), :class:`MALA` (exact, one gradient per step),
 :class:`HMC` (exact, ``n_leapfrog`` gradients per step). Step sizes are tuned
 by wrapping a kernel in :class:`StepSizeAdaptation` or calling :func:`warmup`;
 ULA/SGLD step-size schedules live in :mod:`ebms.samplers.schedules`.
+
+Discrete kernels (spaces :class:`~ebms.spaces.Binary`, :class:`~ebms.spaces.Spins`,
+:class:`~ebms.spaces.Categorical`; the space comes from ``space=`` or ``energy.space``):
+:class:`Gibbs` (systematic or random scan, one batched energy call per site or the model's
+closed-form conditionals), :class:`BlockGibbs` (RBM layers, or colour classes of a lattice),
+:class:`MetropolisHastings` (random flips / category changes), :class:`MetropolisIndependence`
+(a proposal model such as :class:`IndependentCategorical`), :class:`GibbsWithGradients`
+(gradient-informed flips). :class:`ParallelTempering` wraps any kernel, discrete or continuous.
 """
 
 from ebms.samplers._base import ChainResult, ChainState, Sampler, StepInfo, mh_accept
 from ebms.samplers.adaptation import StepSizeAdaptation, StepSizeAdaptationState, warmup
+from ebms.samplers.block_gibbs import BlockGibbs
+from ebms.samplers.gibbs import Gibbs
+from ebms.samplers.gwg import GibbsWithGradients
 from ebms.samplers.hmc import HMC, HMCInfo, Trajectory, leapfrog
 from ebms.samplers.langevin import SGLD, ULA
 from ebms.samplers.mala import MALA
+from ebms.samplers.metropolis import MetropolisHastings, MetropolisIndependence
+from ebms.samplers.proposals import IndependentCategorical
+from ebms.samplers.tempering import ParallelTempering, TemperingInfo
 
 __all__ = [
+    "BlockGibbs",
     "ChainResult",
     "ChainState",
+    "Gibbs",
+    "GibbsWithGradients",
     "HMC",
     "HMCInfo",
+    "IndependentCategorical",
     "MALA",
+    "MetropolisHastings",
+    "MetropolisIndependence",
+    "ParallelTempering",
     "SGLD",
     "Sampler",
     "StepInfo",
     "StepSizeAdaptation",
     "StepSizeAdaptationState",
+    "TemperingInfo",
     "Trajectory",
     "ULA",
     "leapfrog",

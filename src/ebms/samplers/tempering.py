@@ -46,9 +46,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ebms._checks import check_int, check_positive, check_tensor
+from ebms._checks import check_finite, check_int, check_positive, check_tensor
 from ebms.energy import EnergyLike, energy_and_grad, evaluate
-from ebms.samplers._base import ChainResult, ChainState, Sampler, StepInfo, expand_to, mh_accept
+from ebms.samplers._base import ChainResult, ChainState, Sampler, StepInfo, _check_start, expand_to, mh_accept
 from ebms.samplers._discrete import all_site_logits, site_logits
 from ebms.samplers.block_gibbs import BlockGibbs
 from ebms.spaces import DiscreteSpace, Space
@@ -238,6 +238,15 @@ class ParallelTempering(Sampler):
         check_tensor(x0, "x0", floating=True, min_dim=1)
         if self.space is not None:
             self.space.validate(x0, "x0")
+        else:
+            check_finite(x0, "x0")
+        # errors name the caller's chains (rows of x0), not the stacked replica rows
+        if self.kernel.uses_grad:
+            e0, g0 = energy_and_grad(energy, x0.detach())
+        else:
+            with torch.no_grad():
+                e0, g0 = evaluate(energy, x0.detach()), None
+        _check_start(e0, g0)
         B = x0.shape[0]
         x = x0.detach().repeat(self.n_replicas, *([1] * (x0.dim() - 1)))
         state = self.kernel.init(self._tempered(energy, B, x), x)
