@@ -114,10 +114,11 @@ def test_cli_page_lists_exactly_the_config_keys() -> None:
 
 def test_cli_page_lists_exactly_the_valid_names() -> None:
     from ebms.cli.build import LR_SCHEDULES, MODELS, OBJECTIVES, SAMPLERS
+    from ebms.cli.discrete_data import IMAGE_SETS
     from ebms.data import TOY_NAMES
 
     tables = {"model.kind": MODELS, "sampler.kind": SAMPLERS, "objective.kind": OBJECTIVES,
-              "train.lr_schedule": LR_SCHEDULES, "data.name": TOY_NAMES}
+              "train.lr_schedule": LR_SCHEDULES, "data.name": (*TOY_NAMES, *IMAGE_SETS)}
     for key, names in tables.items():
         rows = _rows_for(key)  # the key's row in its section table, then its row under "Valid names"
         assert len(rows) == 2, f"docs/cli.md: expected a key row and a valid-names row for {key}; found {len(rows)}"

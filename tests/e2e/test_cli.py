@@ -74,7 +74,7 @@ def test_train_resume_continues_from_the_latest_checkpoint(demo_run, tmp_path):
     [
         (["demo", "objective.buffer_sz=3"], "objective.buffer_sz: unknown key; did you mean 'objective.buffer_size'?"),
         (["demo", "train.steps=many"], "train.steps: expected an integer; got 'many' (str)"),
-        (["demo", "sampler.kind=langevin"], "sampler.kind: unknown value 'langevin'; expected one of hmc, mala, sgld, ula"),
+        (["demo", "sampler.kind=langevin"], "sampler.kind: unknown value 'langevin'; expected one of block_gibbs, gibbs, gwg, hmc, mala, mh, sgld, ula"),
         (["demo", "data.name=moons"], "data.name"),
         (["train", "nope.toml"], "config file 'nope.toml' not found"),
         (["eval", "--run", "no/such/run"], "--run: folder 'no/such/run' not found"),

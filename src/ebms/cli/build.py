@@ -16,7 +16,7 @@ from torch import nn
 
 from ebms.cli.config import Config, ConfigError, ModelConfig, ObjectiveConfig, SamplerConfig
 from ebms.cli.discrete_data import IMAGE_SETS, BinaryImages, load_binary_images
-from ebms.data import PointCloud, ToyDataset, get_toy, load_points
+from ebms.data import TOY_NAMES, PointCloud, ToyDataset, get_toy, load_points
 from ebms.models import BernoulliRBM
 from ebms.nets import MLPEnergy
 from ebms.objectives import (
@@ -181,6 +181,8 @@ def build_lr_schedule(cfg: Config) -> Callable[[int], float] | None:
 def build_data(cfg: Config) -> Dataset:
     """``data.path`` (a user's points) when given, else the toy set ``data.name``."""
     d = cfg.data
+    if d.path is None:
+        resolve(dict.fromkeys((*TOY_NAMES, *IMAGE_SETS)), d.name, "data.name")
     if d.name in IMAGE_SETS and d.path is None:
         return _build("data", d, load_binary_images, d, cfg.run.seed)
     if d.path is not None:

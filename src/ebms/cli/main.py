@@ -4,7 +4,7 @@
 
     ebms demo [key=value ...]                      train the default job and report
     ebms train [FILE.toml | --config FILE.toml] [--resume | --overwrite] [key=value ...]
-    ebms eval  (--run DIR | FILE.toml) [key=value ...]        grid test NLL beside the true density's
+    ebms eval  (--run DIR | FILE.toml) [--ais] [key=value ...] test NLL: grid in 2-D, exact/AIS log Z on binary data
     ebms sample (--run DIR | FILE.toml) [--n N] [--steps S]   samples.png / samples.safetensors
     ebms recipes                                   list the packaged recipes
     ebms bench [--quick]                           run benchmarks/ (from a source checkout)
@@ -54,12 +54,12 @@ def _config_arg(args: argparse.Namespace) -> str | None:
     return cfg
 
 
-def _report_and_plots(run_dir: Path, overrides: list[str]) -> None:
+def _report_and_plots(run_dir: Path, overrides: list[str], use_ais: bool = False) -> None:
     from ebms.cli.run import evaluate_run, load_run, sample_run, write_eval, write_plots
 
     cfg, model, data, step = load_run(run_dir, overrides)
     t0 = time.perf_counter()
-    report = evaluate_run(cfg, model, data, step)
+    report = evaluate_run(cfg, model, data, step, use_ais=use_ais)
     samples = sample_run(cfg, model, data)
     plots = write_plots(run_dir, cfg, model, data, samples)
     write_eval(run_dir, report)
@@ -117,7 +117,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     run_dir = _run_folder(args)
     cfg, model, data, step = load_run(run_dir, args.overrides)
-    report = evaluate_run(cfg, model, data, step)
+    report = evaluate_run(cfg, model, data, step, use_ais=args.ais)
     write_eval(run_dir, report)
     for line in report.lines():
         print(line)
@@ -176,8 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("overrides", nargs="*", help="[FILE.toml] section.key=value ...")
     s.set_defaults(fn=cmd_train)
 
-    s = sub.add_parser("eval", help="grid-normalised test NLL of a trained 2-D run")
+    s = sub.add_parser("eval", help="test NLL of a trained run (grid-normalised in 2-D; exact or AIS log Z on binary data)")
     s.add_argument("--run", help="run folder (runs/<name>)")
+    s.add_argument("--ais", action="store_true",
+                   help="binary data: estimate log Z by AIS (eval.ais_chains, eval.ais_temperatures) and, with "
+                        "eval.reverse_ais, a reverse-AIS bracket; printed beside the exact value when that exists")
     s.add_argument("--config", "-c", help="or: the TOML config the run was trained with")
     s.add_argument("overrides", nargs="*", help="[FILE.toml] section.key=value (e.g. eval.resolution=600)")
     s.set_defaults(fn=cmd_eval)
