@@ -124,6 +124,7 @@ def save_model(model: BernoulliRBM, record: dict[str, Any], path: Path) -> None:
     tmp = path.with_suffix(".tmp")
     tensors = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     save_file(tensors, str(tmp), metadata={"train_record": json.dumps(record)})
+    os.chmod(tmp, 0o644)
     os.replace(tmp, path)
 
 
