@@ -264,7 +264,7 @@ def plot_loglik(small: dict[str, Any], big: dict[str, Any], path: Path) -> None:
     k = big["train"]["config"]["k_final"]
     ax.set_title(f"784-{big['n_hidden']} RBM, CD-k (k 1->{k}): test LL (nats)\n(test-set se ±{ai['stderr']:.2f})",
                  fontsize=9)
-    ax.legend(fontsize=7, loc="lower left")
+    ax.legend(fontsize=7, loc="center left")
     save_figure(fig, path)
 
 
