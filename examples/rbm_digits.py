@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ebms.data.digits import binarized_digits
-from ebms.estimators import ais, ais_bracket, log_likelihood_report, salakhutdinov_betas, sigmoid_betas
+from ebms.estimators import ais_bracket, log_likelihood_report, salakhutdinov_betas, sigmoid_betas
 from ebms.models import BernoulliRBM, RBMEstimator
 from ebms.models.rbm import marginal_logits
 from ebms.samplers import BlockGibbs
@@ -84,22 +84,22 @@ def main(argv: list[str] | None = None) -> None:
     print(f"exact log Z = {est.log_partition_:.4f}; test log-likelihood {exact_report} "
           f"(score_samples mean {exact_ll.mean():.2f})")
 
-    # 2) forward AIS, base = independent pixels with the training data's marginals
+    # 2) forward AIS from independent pixels with the training data's marginals, and 3) reverse AIS
+    #    from model samples (long block-Gibbs chains started at test images): ais_bracket runs both
     betas = salakhutdinov_betas() if args.temperatures == 14500 else sigmoid_betas(args.temperatures)
     path = rbm.ais_path(marginal_logits(x_train))
     g = torch.Generator().manual_seed(args.seed + 1)
     t0 = time.perf_counter()
-    fwd = ais(path, args.chains, betas, generator=g)
-    print(f"{fwd}; error {fwd.estimate.estimate - est.log_partition_:+.4f} ({time.perf_counter() - t0:.1f} s, "
-          f"{len(betas) - 1} temperatures)")
-    print(f"test log-likelihood with AIS log Z: {log_likelihood_report(rbm, x_test, fwd.estimate)}")
-
-    # 3) AIS / reverse-AIS bracket; reverse AIS needs model samples: long block-Gibbs chains
     chains = BlockGibbs().sample(rbm, x_test[: args.chains], 1000, generator=g)
     bracket = ais_bracket(path, args.chains, betas, chains, generator=g)
+    s = bracket.settings
+    print(f"forward AIS log Z = {s['forward']:.4f} ± {s['forward_stderr']:.4f} (ESS {s['forward_ess']:.1f} of "
+          f"{args.chains}), error {s['forward'] - est.log_partition_:+.4f}; reverse AIS {s['reverse']:.4f} ± "
+          f"{s['reverse_stderr']:.4f}, error {s['reverse'] - est.log_partition_:+.4f} "
+          f"({len(betas) - 1} temperatures, {time.perf_counter() - t0:.1f} s for both)")
     inside = bracket.lower <= est.log_partition_ <= bracket.upper
-    print(f"AIS/reverse-AIS bracket (widened by z={bracket.settings['z']:g} standard errors): "
-          f"[{bracket.lower:.4f}, {bracket.upper:.4f}], contains the exact log Z: {inside}")
+    print(f"AIS/reverse-AIS bracket, widened by z={s['z']:g} standard errors: [{bracket.lower:.4f}, "
+          f"{bracket.upper:.4f}]; contains the exact log Z: {inside}")
     print(f"test log-likelihood with the bracket: {log_likelihood_report(rbm, x_test, bracket)}")
 
     if not args.no_sklearn:

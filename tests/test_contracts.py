@@ -17,7 +17,20 @@ from torch import nn
 
 import ebms.objectives as objectives_pkg
 import ebms.samplers as samplers_pkg
-from ebms.estimators import Estimate, grid_log_partition, mcmc_mean
+from ebms.estimators import (
+    BernoulliBase,
+    Estimate,
+    GeometricPath,
+    ais,
+    ais_bracket,
+    exact_log_partition,
+    grid_log_partition,
+    importance_log_partition,
+    linear_betas,
+    log_likelihood_report,
+    mcmc_mean,
+)
+from ebms.models import BernoulliRBM, IsingModel
 from ebms.nets import GaussianEnergy, MLPEnergy
 from ebms.objectives import (
     NCE,
@@ -30,17 +43,6 @@ from ebms.objectives import (
     ScoreMatching,
     SlicedScoreMatching,
 )
-from ebms.estimators import (
-    BernoulliBase,
-    GeometricPath,
-    ais,
-    ais_bracket,
-    exact_log_partition,
-    importance_log_partition,
-    linear_betas,
-    log_likelihood_report,
-)
-from ebms.models import BernoulliRBM, IsingModel
 from ebms.samplers import (
     HMC,
     MALA,

@@ -127,6 +127,8 @@ def chain_space(data: Dataset) -> Space:
 
 def data_box(data: Dataset) -> Box:
     """A box holding the data (the widest of its per-dimension bounds), for chain starts."""
+    if isinstance(data, BinaryImages):
+        raise TypeError("data: binary images live in a binary space, not a box; use chain_space(data)")
     lows, highs = zip(*data.bounds)
     return Box(data.dim, low=min(lows), high=max(highs))
 

@@ -57,9 +57,12 @@ def load_binary_images(d: DataConfig, seed: int) -> BinaryImages:
     else:
         from ebms.data.binarize import binarized_mnist
 
-        kw = dict(seed=d.binarize_seed, method=d.binarize, root=d.root, dataset=d.name, download=d.download)
-        train, _, settings = binarized_mnist("train", **kw)
-        test, _, _ = binarized_mnist("test", **kw)
+        def load(split: str) -> tuple[Tensor, Any, dict[str, Any]]:
+            return binarized_mnist(split, seed=d.binarize_seed, method=d.binarize, root=d.root, dataset=d.name,
+                                   download=d.download)
+
+        train, _, settings = load("train")
+        test, _, _ = load("test")
         settings.pop("split", None)
         shape = (28, 28)
     if d.limit is not None:

@@ -94,10 +94,11 @@ def _betas(n: int) -> torch.Tensor:
 
 
 def _ais_path(model: nn.Module, data: BinaryImages, cfg: Config) -> Any:
-    if hasattr(model, "ais_path"):
+    path_fn = getattr(model, "ais_path", None)
+    if path_fn is not None:
         from ebms.models.rbm import marginal_logits
 
-        return model.ais_path(marginal_logits(data.train))
+        return path_fn(marginal_logits(data.train))
     from ebms.cli.build import build_sampler
 
     kernel = build_sampler(cfg, data.space)
