@@ -240,6 +240,15 @@ class Sampler(abc.ABC):
             state, info = self.step(energy, state, generator=generator)
             yield state, info
 
+    def target_rows(self, state: ChainState) -> slice:
+        """Rows of ``state`` that are the caller's chains: all of them, except for wrappers that
+        stack extra chains into the state (parallel tempering's hotter replicas)."""
+        return slice(None)
+
+    def target(self, state: ChainState) -> Tensor:
+        """The caller's chains in ``state``, ``(B, *event)``."""
+        return state.x[self.target_rows(state)]
+
     def sample(
         self,
         energy: EnergyLike,
@@ -253,7 +262,7 @@ class Sampler(abc.ABC):
         state = self.init(energy, x0)
         for state, _ in self.iterate(energy, state, steps, generator=generator, progress=progress):  # noqa: B007, B020
             pass
-        return state.x
+        return self.target(state)
 
     def run(
         self,
@@ -266,18 +275,22 @@ class Sampler(abc.ABC):
         thin: int = 1,
         progress: bool = False,
     ) -> ChainResult:
-        """Run chains and keep the trace: every ``thin``-th state after ``burn_in`` steps."""
+        """Run chains and keep the trace: every ``thin``-th state after ``burn_in`` steps.
+
+        Only the caller's chains (:meth:`target_rows`) are traced; ``state`` is the full final state.
+        """
         check_int(burn_in, "burn_in", minimum=0)
         check_int(thin, "thin", minimum=1)
         state = x0 if isinstance(x0, ChainState) else self.init(energy, x0)
+        rows = self.target_rows(state)
         xs, es, acc = [], [], []
         for i, (state, info) in enumerate(  # noqa: B020 (the loop advances the chain)
             self.iterate(energy, state, steps, generator=generator, progress=progress)
         ):
-            acc.append(info.acceptance_rate)
+            acc.append(info.accept_prob[rows].float().mean())
             if i >= burn_in and (i - burn_in) % thin == 0:
-                xs.append(state.x)
-                es.append(state.energy)
+                xs.append(state.x[rows])
+                es.append(state.energy[rows])
         if not xs:
             raise ValueError(f"steps: expected more than burn_in={burn_in} steps; got steps={steps}")
         return ChainResult(

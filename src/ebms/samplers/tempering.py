@@ -48,7 +48,7 @@ from torch import Tensor
 
 from ebms._checks import check_finite, check_int, check_positive, check_tensor
 from ebms.energy import EnergyLike, energy_and_grad, evaluate
-from ebms.samplers._base import ChainResult, ChainState, Sampler, StepInfo, _check_start, expand_to, mh_accept
+from ebms.samplers._base import ChainState, Sampler, StepInfo, _check_start, expand_to, mh_accept
 from ebms.samplers._discrete import all_site_logits, site_logits
 from ebms.samplers.block_gibbs import BlockGibbs
 from ebms.spaces import DiscreteSpace, Space
@@ -210,9 +210,9 @@ class ParallelTempering(Sampler):
             raise ValueError(f"state.x: expected R*B rows with R = {R} replicas; got {n} rows")
         return n // R
 
-    def target(self, state: ChainState) -> Tensor:
-        """The ``β = 1`` replica of every chain, ``(B, *event)``."""
-        return state.x[: self._batch(state)]
+    def target_rows(self, state: ChainState) -> slice:
+        """The ``β = 1`` replica's rows (the first ``B``): what ``target``, ``sample`` and ``run`` return."""
+        return slice(0, self._batch(state))
 
     def replicas(self, state: ChainState) -> Tensor:
         """All replicas, ``(R, B, *event)`` (index 0 is the target)."""
@@ -293,51 +293,6 @@ class ParallelTempering(Sampler):
             kernel_info=kinfo,
         )
         return moved.replace(x=x, energy=e, grad=g), info
-
-    # -- conveniences (target replica only) -----------------------------------------
-    def sample(
-        self,
-        energy: EnergyLike,
-        x0: Tensor,
-        steps: int,
-        *,
-        generator: torch.Generator | None = None,
-        progress: bool = False,
-    ) -> Tensor:
-        """Run ``steps`` steps from ``x0: (B, *event)``; returns the target replica ``(B, *event)``."""
-        state = self.init(energy, x0)
-        for state, _ in self.iterate(energy, state, steps, generator=generator, progress=progress):  # noqa: B007, B020
-            pass
-        return self.target(state)
-
-    def run(
-        self,
-        energy: EnergyLike,
-        x0: Tensor | ChainState,
-        steps: int,
-        *,
-        generator: torch.Generator | None = None,
-        burn_in: int = 0,
-        thin: int = 1,
-        progress: bool = False,
-    ) -> ChainResult:
-        """Trace of the target replica: ``samples (S, B, *event)``, ``energies (S, B)``, the target rows'
-        mean kernel acceptance per step, and the full final state (all replicas, to continue)."""
-        check_int(burn_in, "burn_in", minimum=0)
-        check_int(thin, "thin", minimum=1)
-        state = x0 if isinstance(x0, ChainState) else self.init(energy, x0)
-        B = self._batch(state)
-        xs, es, acc = [], [], []
-        for i, (state, info) in enumerate(  # noqa: B020 (the loop advances the chain)
-            self.iterate(energy, state, steps, generator=generator, progress=progress)
-        ):
-            acc.append(info.accept_prob[:B].float().mean())
-            if i >= burn_in and (i - burn_in) % thin == 0:
-                xs.append(state.x[:B])
-                es.append(state.energy[:B])
-        if not xs:
-            raise ValueError(f"steps: expected more than burn_in={burn_in} steps; got steps={steps}")
-        return ChainResult(samples=torch.stack(xs), energies=torch.stack(es), acceptance=torch.stack(acc), state=state)
 
     def __repr__(self) -> str:
         return f"ParallelTempering({self.kernel!r}, betas={list(self.betas)}, swap={self.swap!r})"
