@@ -1,7 +1,7 @@
 """A bimodal ferromagnet: single-site Gibbs gets stuck in one mode, parallel tempering does not.
 
 Run:  python examples/discrete_ising_tempering.py [--out OUT] [--sweeps 400] [--seed 0]
-      (about ten seconds on one CPU core; writes OUT/ising_tempering.png, default ./out)
+      (about ten seconds on one CPU core; writes OUT/discrete_ising_tempering.png, default ./out)
 
 The target is a 4x4 periodic Ising model, J = 1, well below the critical temperature (beta = 0.8;
 the critical point is about 0.44): almost all of its mass sits near magnetisation m = +1 or m = -1,
@@ -63,14 +63,16 @@ def summarise(name: str, m: torch.Tensor, exact: torch.Tensor, n: int) -> tuple[
     sign = torch.sign(m)
     switches = float(((sign[1:] * sign[:-1]) < 0).double().sum(0).mean())
     rhat = float(split_rhat(m.double()))
-    line = (f"{name:40s} TV to exact {tv:.3f}   P(m<0) {neg:.3f} (exact 0.500)   "
-            f"mode switches/chain {switches:6.1f}   split R-hat {rhat:.3f}")
+    line = (
+        f"{name:40s} TV to exact {tv:.3f}   P(m<0) {neg:.3f} (exact 0.500)   "
+        f"mode switches/chain {switches:6.1f}   split R-hat {rhat:.3f}"
+    )
     return line, h
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="out", help="folder for ising_tempering.png (default ./out)")
+    parser.add_argument("--out", default="out", help="folder for discrete_ising_tempering.png (default ./out)")
     parser.add_argument("--sweeps", type=int, default=400, help="tempering steps per chain (Gibbs gets R times more)")
     parser.add_argument("--chains", type=int, default=16, help="independent chains")
     parser.add_argument("--seed", type=int, default=0)
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     axes[2].set_ylabel("m")
     axes[2].set_title("traces", fontsize="medium")
     axes[2].legend(fontsize="small", loc="lower left")
-    out = save_figure(fig, Path(args.out) / "ising_tempering.png", dpi=100)
+    out = save_figure(fig, Path(args.out) / "discrete_ising_tempering.png", dpi=100)
     print(f"wrote {out}")
 
 

@@ -48,8 +48,10 @@ def sklearn_rbm_loglik(x_train: torch.Tensor, x_test: torch.Tensor, hidden: int,
         rbm.hidden_bias.copy_(torch.from_numpy(sk.intercept_hidden_))
     exact = log_likelihood_report(rbm, x_test, float(rbm.log_partition()))
     pseudo = float(np.mean(sk.score_samples(x_test.numpy())))
-    print(f"scikit-learn BernoulliRBM (PCD-1, {seconds:.1f} s): score_samples mean {pseudo:.2f} "
-          f"(one-site pseudo-likelihood); real test log-likelihood {exact}")
+    print(
+        f"scikit-learn BernoulliRBM (PCD-1, {seconds:.1f} s): score_samples mean {pseudo:.2f} "
+        f"(one-site pseudo-likelihood); real test log-likelihood {exact}"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -57,8 +59,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="out", help="folder for the two images (default ./out)")
     parser.add_argument("--hidden", type=int, default=16, help="hidden units (exact log Z needs <= 25)")
     parser.add_argument("--epochs", type=int, default=30)
-    parser.add_argument("--temperatures", type=int, default=14500,
-                        help="AIS steps: 14500 is the published MNIST schedule; other counts use a sigmoid schedule")
+    parser.add_argument(
+        "--temperatures",
+        type=int,
+        default=14500,
+        help="AIS steps: 14500 is the published MNIST schedule; other counts use a sigmoid schedule",
+    )
     parser.add_argument("--chains", type=int, default=100, help="AIS chains (and reverse-AIS chains)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-sklearn", action="store_true", help="skip the scikit-learn comparison")
@@ -74,15 +80,19 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     est = RBMEstimator(args.hidden, learning_rate=0.05, batch_size=20, n_iter=args.epochs, random_state=args.seed)
     est.fit(x_train)
-    print(f"RBMEstimator CD-1, {args.hidden} hidden, {args.epochs} epochs: {time.perf_counter() - t0:.1f} s; "
-          f"reconstruction error {est.reconstruction_error(x_test):.4f}")
+    print(
+        f"RBMEstimator CD-1, {args.hidden} hidden, {args.epochs} epochs: {time.perf_counter() - t0:.1f} s; "
+        f"reconstruction error {est.reconstruction_error(x_test):.4f}"
+    )
     rbm = est.model_
 
     # 1) exact log Z: a sum over the 2^H hidden configurations
     exact_ll = est.score_samples(x_test, log_z="exact")  # real per-image log-likelihoods (n_test,)
     exact_report = log_likelihood_report(rbm, x_test, est.log_partition_estimate_)
-    print(f"exact log Z = {est.log_partition_:.4f}; test log-likelihood {exact_report} "
-          f"(score_samples mean {exact_ll.mean():.2f})")
+    print(
+        f"exact log Z = {est.log_partition_:.4f}; test log-likelihood {exact_report} "
+        f"(score_samples mean {exact_ll.mean():.2f})"
+    )
 
     # 2) forward AIS from independent pixels with the training data's marginals, and 3) reverse AIS
     #    from model samples (long block-Gibbs chains started at test images): ais_bracket runs both
@@ -93,13 +103,17 @@ def main(argv: list[str] | None = None) -> None:
     chains = BlockGibbs().sample(rbm, x_test[: args.chains], 1000, generator=g)
     bracket = ais_bracket(path, args.chains, betas, chains, generator=g)
     s = bracket.settings
-    print(f"forward AIS log Z = {s['forward']:.4f} ± {s['forward_stderr']:.4f} (ESS {s['forward_ess']:.1f} of "
-          f"{args.chains}), error {s['forward'] - est.log_partition_:+.4f}; reverse AIS {s['reverse']:.4f} ± "
-          f"{s['reverse_stderr']:.4f}, error {s['reverse'] - est.log_partition_:+.4f} "
-          f"({len(betas) - 1} temperatures, {time.perf_counter() - t0:.1f} s for both)")
+    print(
+        f"forward AIS log Z = {s['forward']:.4f} ± {s['forward_stderr']:.4f} (ESS {s['forward_ess']:.1f} of "
+        f"{args.chains}), error {s['forward'] - est.log_partition_:+.4f}; reverse AIS {s['reverse']:.4f} ± "
+        f"{s['reverse_stderr']:.4f}, error {s['reverse'] - est.log_partition_:+.4f} "
+        f"({len(betas) - 1} temperatures, {time.perf_counter() - t0:.1f} s for both)"
+    )
     inside = bracket.lower <= est.log_partition_ <= bracket.upper
-    print(f"AIS/reverse-AIS bracket, widened by z={s['z']:g} standard errors: [{bracket.lower:.4f}, "
-          f"{bracket.upper:.4f}]; contains the exact log Z: {inside}")
+    print(
+        f"AIS/reverse-AIS bracket, widened by z={s['z']:g} standard errors: [{bracket.lower:.4f}, "
+        f"{bracket.upper:.4f}]; contains the exact log Z: {inside}"
+    )
     print(f"test log-likelihood with the bracket: {log_likelihood_report(rbm, x_test, bracket)}")
 
     if not args.no_sklearn:
@@ -107,11 +121,17 @@ def main(argv: list[str] | None = None) -> None:
 
     out = Path(args.out)
     filters = torch.from_numpy(est.components_).reshape(-1, 8, 8)
-    save_figure(image_grid(filters, nrow=8, title=f"{args.hidden} RBM filters (weights per hidden unit)"),
-                out / "rbm_digits_filters.png", dpi=100)
+    save_figure(
+        image_grid(filters, nrow=8, title=f"{args.hidden} RBM filters (weights per hidden unit)"),
+        out / "rbm_digits_filters.png",
+        dpi=100,
+    )
     samples = BlockGibbs().sample(rbm, rbm.space.random(64, generator=g), 1000, generator=g)
-    save_figure(image_grid(samples.reshape(-1, 8, 8), nrow=16, title="64 samples: 1000 block-Gibbs sweeps from noise"),
-                out / "rbm_digits_samples.png", dpi=100)
+    save_figure(
+        image_grid(samples.reshape(-1, 8, 8), nrow=16, title="64 samples: 1000 block-Gibbs sweeps from noise"),
+        out / "rbm_digits_samples.png",
+        dpi=100,
+    )
     print(f"wrote {out / 'rbm_digits_filters.png'} and {out / 'rbm_digits_samples.png'}")
 
 

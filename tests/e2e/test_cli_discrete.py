@@ -55,3 +55,12 @@ def test_continuous_kernels_on_binary_images_are_refused(tmp_path, capsys):
     assert "sampler.kind: 'mala' does not move on binary data; expected one of block_gibbs, gibbs, gwg, mh" in (
         capsys.readouterr().err
     )
+
+
+def test_overwrite_with_a_bad_configuration_leaves_the_old_run_intact(rbm_run, capsys):
+    out_dir = rbm_run.parent
+    before = sorted(p.name for p in (rbm_run / "checkpoints").iterdir())
+    for bad in ("model.hidden=[3, 4]", "train.optimizer=adamw", "sampler.kind=ula"):
+        assert main(["train", "rbm-digits", f"run.out_dir={out_dir}", "--overwrite", bad]) == 2
+        assert sorted(p.name for p in (rbm_run / "checkpoints").iterdir()) == before, bad
+    assert "train.optimizer: unknown value 'adamw'" in capsys.readouterr().err

@@ -51,7 +51,7 @@ def potts_energy(seed: int = 2):
 
 def run_final(energy, space, chains: int, steps: int, seed: int, **kwargs):
     g = torch.Generator().manual_seed(seed)
-    return GibbsWithGradients(space, **kwargs).sample(energy, space.random(chains, generator=g), steps, generator=g)
+    return GibbsWithGradients(space=space, **kwargs).sample(energy, space.random(chains, generator=g), steps, generator=g)
 
 
 # -- invariance -----------------------------------------------------------------
@@ -120,7 +120,7 @@ def test_gwg_acceptance_on_linear_energy_is_ratio_of_proposal_normalisers(space)
     g = torch.Generator().manual_seed(4)
     c = torch.randn(space.event_shape, generator=g)
     energy = Recorder(c)
-    sampler = GibbsWithGradients(space)
+    sampler = GibbsWithGradients(space=space)
     x = space.random(500, generator=g)
     state = sampler.init(energy, x)
     new, info = sampler.step(energy, state, generator=g)
@@ -134,7 +134,7 @@ def test_gwg_acceptance_on_linear_energy_is_ratio_of_proposal_normalisers(space)
 def test_gwg_cached_energy_and_grad_match_fresh_evaluation():
     energy, space = potts_energy(), Categorical(9, 3)
     g = torch.Generator().manual_seed(5)
-    sampler = GibbsWithGradients(space)
+    sampler = GibbsWithGradients(space=space)
     state = sampler.init(energy, space.random(64, generator=g))
     for state, _ in sampler.iterate(energy, state, 20, generator=g):  # noqa: B007, B020
         pass
@@ -165,7 +165,7 @@ def test_gwg_rejects_and_flags_nonfinite_proposals():
     g = torch.Generator().manual_seed(9)
     x0 = space.random(200, generator=g)
     x0[:, 0] = -1.0
-    sampler = GibbsWithGradients(space)
+    sampler = GibbsWithGradients(space=space)
     state = sampler.init(energy, x0)
     flagged = torch.zeros(200, dtype=torch.bool)
     for state, info in sampler.iterate(energy, state, 50, generator=g):  # noqa: B007, B020
@@ -196,4 +196,4 @@ def test_gwg_without_any_space_or_with_off_space_start_is_a_clear_error():
     with pytest.raises(TypeError, match="space: expected an ebms.spaces.DiscreteSpace"):
         GibbsWithGradients().init(energy, Spins(10).random(3))
     with pytest.raises(ValueError, match=r"x0: expected values in \{-1, 1\}"):
-        GibbsWithGradients(Spins(10)).init(energy, Binary(10).random(3, generator=torch.Generator().manual_seed(0)))
+        GibbsWithGradients(space=Spins(10)).init(energy, Binary(10).random(3, generator=torch.Generator().manual_seed(0)))

@@ -30,12 +30,12 @@ def test_pt_target_replica_matches_bimodal_ferromagnet_where_plain_gwg_stays_stu
     x0 = -torch.ones(4000, 10)  # every chain starts in the lighter mode
     g = torch.Generator().manual_seed(0)
     steps = 300
-    pt = ParallelTempering(GibbsWithGradients(space), LADDER)
+    pt = ParallelTempering(GibbsWithGradients(space=space), LADDER)
     x = pt.sample(energy, x0, steps, generator=g)
     assert x.shape == x0.shape
     tv_pt, thr = assert_matches_exact(x, energy, space)
     # the same kernel alone, with the same number of steps, never crosses the barrier
-    plain = GibbsWithGradients(space).sample(energy, x0, steps, generator=g)
+    plain = GibbsWithGradients(space=space).sample(energy, x0, steps, generator=g)
     p = exact_probs(energy, space)
     tv_plain = tv_distance(empirical_probs(plain, space), p)
     assert tv_plain > thr > tv_pt

@@ -68,7 +68,12 @@ class DiscreteEvalReport:
             if self.ais_test_ll is not None and self.exact_log_z is not None:
                 out.append(f"test log-likelihood with AIS log Z: {self.ais_test_ll:.2f} ± {self.ais_test_ll_stderr:.2f} nats")
         if self.ais_lower is not None and self.ais_upper is not None:
-            out.append(f"AIS/reverse-AIS log Z bracket: [{self.ais_lower:.4f}, {self.ais_upper:.4f}]"
+            a = self.settings.get("ais_settings", {})
+            if "reverse" in a:
+                out.append(f"reverse AIS log Z: {a['reverse']:.4f} ± {a['reverse_stderr']:.4f}"
+                           f" (reverse - forward = {a['gap']:+.4f}{', crossed: within noise' if a['crossed'] else ''})")
+            out.append(f"AIS/reverse-AIS log Z bracket (each end widened by {a.get('z', 2.0):g} stderr): "
+                       f"[{self.ais_lower:.4f}, {self.ais_upper:.4f}]"
                        f" -> test log-likelihood in [{self.ll_lower:.2f}, {self.ll_upper:.2f}]")
         return out
 

@@ -112,14 +112,12 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
     """
     run_dir = run_dir_of(cfg)
     has_checkpoints = CheckpointStore(run_dir / "checkpoints").latest() is not None
-    if has_checkpoints and overwrite:
-        clear_run(run_dir)
-    elif has_checkpoints and resume is False:
+    if has_checkpoints and resume is False and not overwrite:
         raise ConfigError(
             f"run folder {str(run_dir)!r} already has checkpoints; use --resume to continue it, "
             f"--overwrite to start again, or another run.name"
         )
-    elif has_checkpoints and (run_dir / "config.toml").is_file():
+    elif has_checkpoints and not overwrite and (run_dir / "config.toml").is_file():
         changed = _changed_keys(load_config(run_dir / "config.toml"), cfg)
         if changed:
             raise ConfigError(
@@ -144,6 +142,9 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
         def source(n: int, g: torch.Generator) -> torch.Tensor:
             return toy.sample(n, generator=g)
 
+    make_optimizer, lr_schedule = _optimizer_factory(cfg), build_lr_schedule(cfg)
+    if has_checkpoints and overwrite:  # only once the whole configuration has been built without error
+        clear_run(run_dir)
     config_toml = to_toml(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.toml").write_text(config_toml)
@@ -152,7 +153,7 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
         objective,
         model,
         source,
-        optimizer=_optimizer_factory(cfg),
+        optimizer=make_optimizer,
         steps=cfg.train.steps,
         batch_size=cfg.train.batch_size,
         run_dir=run_dir,
@@ -160,7 +161,7 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
         log_every=cfg.train.log_every,
         checkpoint_every=cfg.train.checkpoint_every,
         grad_clip=cfg.train.grad_clip,
-        lr_schedule=build_lr_schedule(cfg),
+        lr_schedule=lr_schedule,
         progress=cfg.run.progress,
         device=cfg.run.device,
         config={"config_toml": config_toml},

@@ -90,7 +90,7 @@ class GibbsWithGradients(DiscreteSampler):
         >>> from ebms.samplers.gwg import GibbsWithGradients
         >>> J = 0.2 * torch.ones(6, 6)
         >>> e = from_fn(lambda x: -0.5 * ((x @ J) * x).sum(-1))
-        >>> sampler = GibbsWithGradients(Spins(6))
+        >>> sampler = GibbsWithGradients(space=Spins(6))
         >>> g = torch.Generator().manual_seed(0)
         >>> sampler.sample(e, Spins(6).random(4, generator=g), steps=20, generator=g).shape
         torch.Size([4, 6])
@@ -98,7 +98,7 @@ class GibbsWithGradients(DiscreteSampler):
 
     uses_grad = True
 
-    def __init__(self, space: DiscreteSpace | None = None, temperature: float = 2.0) -> None:
+    def __init__(self, *, temperature: float = 2.0, space: DiscreteSpace | None = None) -> None:
         super().__init__(space=space)
         self.temperature = check_positive(temperature, "temperature")
 

@@ -166,7 +166,7 @@ class ParallelTempering(Sampler):
         >>> from ebms.samplers.gwg import GibbsWithGradients
         >>> from ebms.samplers.tempering import ParallelTempering
         >>> e = from_fn(lambda x: -0.3 * x.sum(-1) ** 2)
-        >>> pt = ParallelTempering(GibbsWithGradients(Spins(8)), betas=[1.0, 0.6, 0.3])
+        >>> pt = ParallelTempering(GibbsWithGradients(space=Spins(8)), betas=[1.0, 0.6, 0.3])
         >>> g = torch.Generator().manual_seed(0)
         >>> pt.sample(e, Spins(8).random(5, generator=g), steps=10, generator=g).shape
         torch.Size([5, 8])
