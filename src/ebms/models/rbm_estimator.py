@@ -163,20 +163,22 @@ class _OneDNNProducts:
     """
 
     def __init__(self, model: BernoulliRBM) -> None:
+        assert _ONEDNN is not None  # _fast_products builds this class only when oneDNN is present
+        self.linear = _ONEDNN
         self.w, self.b, self.a = model.weight.detach(), model.visible_bias.detach(), model.hidden_bias.detach()
 
     def hidden_probs(self, v: Tensor) -> Tensor:
-        return _ONEDNN(v, self.w.T, self.a, "none", [], "").sigmoid_()
+        return self.linear(v, self.w.T, self.a, "none", [], "").sigmoid_()
 
     def visible_mean(self, h: Tensor) -> Tensor:
-        return _ONEDNN(h, self.w, self.b, "none", [], "").sigmoid_()
+        return self.linear(h, self.w, self.b, "none", [], "").sigmoid_()
 
     def add_grad_(self, out: list[Tensor], v: Tensor, ph: Tensor, vn: Tensor, phn: Tensor,
                   alpha_pos: float, alpha_neg: float) -> None:
         """``out += alpha_pos * stats(v, ph) + alpha_neg * stats(vn, phn)`` for (W, b, a)."""
         x_t = torch.cat([v, vn]).T.contiguous()  # (D, 2B): oneDNN runs faster on a row-major input
         y = torch.cat([ph * alpha_pos, phn * alpha_neg])  # (2B, H)
-        out[0].add_(_ONEDNN(x_t, y.T, None, "none", [], ""))
+        out[0].add_(self.linear(x_t, y.T, None, "none", [], ""))
         out[1].add_(v.sum(0), alpha=alpha_pos).add_(vn.sum(0), alpha=alpha_neg)
         out[2].add_(y.sum(0))
 
@@ -333,6 +335,8 @@ class RBMEstimator:
             with torch.no_grad():  # x was validated by the caller
                 model.visible_bias.copy_(_log_odds(x, 1.0) if self.visible == "bernoulli" else x.mean(0))
         self.model_, self.n_features_in_, self.cd_state_ = model, x.shape[1], CDState()
+        # AIS base-rate model: the training data's pixel marginals (Salakhutdinov & Murray, 2008)
+        self.base_logits_ = _log_odds(x, 1.0) if self.visible == "bernoulli" else None
         self._forget_log_z()
 
     def _forget_log_z(self) -> None:
@@ -469,7 +473,7 @@ class RBMEstimator:
         from ebms.estimators.ais import ais, salakhutdinov_betas
 
         betas = salakhutdinov_betas() if self.ais_betas is None else self.ais_betas
-        res = ais(model.ais_path(), n_chains=self.ais_chains, betas=betas, generator=self.generator_)
+        res = ais(model.ais_path(self.base_logits_), n_chains=self.ais_chains, betas=betas, generator=self.generator_)
         return res if isinstance(res, Estimate) else res.estimate
 
     # -- fitted attributes -------------------------------------------------------------------------
