@@ -26,11 +26,13 @@ loss (:class:`~ebms.objectives.PersistentContrastiveDivergence`), Adam and its l
 data batches and the seeds.
 
 Outputs: a table on stdout, ``benchmarks/results/repro_ising_couplings.json`` (every curve), the plot
-``docs/img/ising-couplings-logrmse.png`` and one final JSON line. ``--quick`` (under a minute) keeps
-the same comparison with fewer iterations and a 10x10 / 25x25 pair of small runs, and writes under
-``benchmarks/results/quick/`` instead.
+``docs/img/ising-couplings-logrmse.png`` and one final JSON line. Default: both sizes, ``K = 10`` and
+``50`` steps per iteration, 800 iterations, 2 training seeds, 2,000 data points (about 7 minutes on
+two busy cores). ``--quick`` (about 10 s) keeps the same comparison on both sizes with ``K = 10``,
+60 iterations, one seed, 500 data points and a batch of 128, and writes under
+``benchmarks/results/quick/`` instead (too short for the couplings to get near the truth).
 
-Run: ``python benchmarks/repro_ising_couplings.py [--quick] [--iters N] [--steps 25,100] [--seeds 2]``.
+Run: ``python benchmarks/repro_ising_couplings.py [--quick] [--iters N] [--steps 10,50] [--seeds 2]``.
 """
 
 from __future__ import annotations
@@ -85,7 +87,9 @@ class PartialRandomScanGibbs(DiscreteSampler):
                 set_sites(flat, s, sample_categorical(site_logits(energy, space, cur, s), generator), values)
             e = evaluate(energy, cur).detach()
         ones = torch.ones_like(e)
-        info = StepInfo(accept_prob=ones, accepted=ones.bool(), energy=e, nonfinite=torch.zeros_like(e, dtype=torch.bool))
+        info = StepInfo(
+            accept_prob=ones, accepted=ones.bool(), energy=e, nonfinite=torch.zeros_like(e, dtype=torch.bool)
+        )
         return state.replace(x=cur, energy=e, t=state.t + 1), info
 
 
@@ -112,8 +116,16 @@ def make_data(L: int, coupling: float, n: int, sweeps: int, extra: int, seed: in
     later = BlockGibbs().sample(true, data.x, extra, generator=torch.Generator().manual_seed(seed + 1))
     c0, m0 = edge_stats(data.x)
     c1, m1 = edge_stats(later)
-    info = dict(data.settings, coupling=coupling, wall_s=wall, edge_corr=c0, abs_mag=m0,
-                check_extra_sweeps=extra, edge_corr_after_extra=c1, abs_mag_after_extra=m1)
+    info = dict(
+        data.settings,
+        coupling=coupling,
+        wall_s=wall,
+        edge_corr=c0,
+        abs_mag=m0,
+        check_extra_sweeps=extra,
+        edge_corr_after_extra=c1,
+        abs_mag_after_extra=m1,
+    )
     return data.x, info
 
 
@@ -124,17 +136,27 @@ def log_rmse(model: IsingModel, coupling: float) -> float:
 
 
 def train(
-    L: int, data: Tensor, coupling: float, sampler_name: str, k: int, seed: int, *,
-    iters: int, batch: int, lr: float, init_std: float, eval_every: int,
+    L: int,
+    data: Tensor,
+    coupling: float,
+    sampler_name: str,
+    k: int,
+    seed: int,
+    *,
+    iters: int,
+    batch: int,
+    lr: float,
+    init_std: float,
+    eval_every: int,
 ) -> dict[str, Any]:
     """PCD training of per-edge couplings; returns the log-RMSE curve (iterations and training wall time)."""
     g = torch.Generator().manual_seed(seed)
     right, down = (init_std * torch.randn(L, L, generator=g) for _ in range(2))
     model = IsingModel.lattice(L, L, coupling=(right, down), boundary="periodic", learn_couplings=True)
     if sampler_name == "gwg":
-        sampler, steps = GibbsWithGradients(temperature=2.0), k   # k GwG transitions
+        sampler, steps = GibbsWithGradients(temperature=2.0), k  # k GwG transitions
     else:
-        sampler, steps = PartialRandomScanGibbs(k), 1              # one step of k single-site updates
+        sampler, steps = PartialRandomScanGibbs(k), 1  # one step of k single-site updates
     pcd = PersistentContrastiveDivergence(sampler, ReplayBuffer(batch, model.space, reinit_prob=0.0), k=steps)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     n = data.shape[0]
@@ -144,7 +166,7 @@ def train(
     for it in range(1, iters + 1):
         if pos + batch > n:  # shuffled epochs, last partial batch dropped
             perm, pos = torch.randperm(n, generator=g), 0
-        x = data[perm[pos:pos + batch]]
+        x = data[perm[pos : pos + batch]]
         pos += batch
         t0 = time.perf_counter()
         out = pcd(model, x, generator=g)
@@ -160,12 +182,19 @@ def train(
     r, d = model.edge_couplings()
     learned = torch.cat([r.reshape(-1), d.reshape(-1)]).detach()
     return {
-        "size": L, "sampler": sampler_name, "steps_per_iter": k, "seed": seed,
-        "iters": curve_it, "log_rmse": curve_lr, "wall_s": curve_wall,
-        "final_log_rmse": curve_lr[-1], "train_wall_s": wall,
-        "tail_log_rmse": sum(curve_lr[-(len(curve_lr) // 4):]) / (len(curve_lr) // 4),
+        "size": L,
+        "sampler": sampler_name,
+        "steps_per_iter": k,
+        "seed": seed,
+        "iters": curve_it,
+        "log_rmse": curve_lr,
+        "wall_s": curve_wall,
+        "final_log_rmse": curve_lr[-1],
+        "train_wall_s": wall,
+        "tail_log_rmse": sum(curve_lr[-(len(curve_lr) // 4) :]) / (len(curve_lr) // 4),
         "mean_accept": sum(accepts) / len(accepts),
-        "learned_mean": float(learned.mean()), "learned_std": float(learned.std()),
+        "learned_mean": float(learned.mean()),
+        "learned_std": float(learned.std()),
     }
 
 
@@ -214,17 +243,33 @@ def main() -> None:
     seeds = args.seeds or (1 if q else 2)
     n_data, batch = (500, 128) if q else (2000, 256)
     sweeps, extra = (50, 10) if q else (400, 100)
-    cfg = {"sizes": sizes, "steps_per_iter": ks, "iters": iters, "seeds": list(range(seeds)), "coupling": args.coupling,
-           "boundary": "periodic", "n_data": n_data, "batch": batch, "buffer": batch, "reinit_prob": 0.0,
-           "optimizer": "Adam", "lr": args.lr, "init_std": 0.01, "gwg_temperature": 2.0,
-           "eval_every": max(1, iters // 40), "data_sweeps": sweeps, "data_seed": 0}
+    cfg = {
+        "sizes": sizes,
+        "steps_per_iter": ks,
+        "iters": iters,
+        "seeds": list(range(seeds)),
+        "coupling": args.coupling,
+        "boundary": "periodic",
+        "n_data": n_data,
+        "batch": batch,
+        "buffer": batch,
+        "reinit_prob": 0.0,
+        "optimizer": "Adam",
+        "lr": args.lr,
+        "init_std": 0.01,
+        "gwg_temperature": 2.0,
+        "eval_every": max(1, iters // 40),
+        "data_sweeps": sweeps,
+        "data_seed": 0,
+    }
     out_dir = C.RESULTS_DIR / "quick" if q else C.RESULTS_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
     img = (out_dir if q else DOCS_IMG) / "ising-couplings-logrmse.png"
     t_start = time.perf_counter()
     record: dict[str, Any] = {"bench": BENCH, "quick": q, "config": cfg, "machine": C.machine_info()}
     record["partial_gibbs_equals_library_sweep"] = {
-        str(L): check_partial_equals_sweep(IsingModel.lattice(L, L, coupling=args.coupling)) for L in sizes}
+        str(L): check_partial_equals_sweep(IsingModel.lattice(L, L, coupling=args.coupling)) for L in sizes
+    }
     C.note(f"partial random-scan Gibbs == library sweep: {record['partial_gibbs_equals_library_sweep']}")
 
     runs: list[dict[str, Any]] = []
@@ -232,16 +277,31 @@ def main() -> None:
     for L in sizes:
         data, info = make_data(L, args.coupling, n_data, sweeps, extra, seed=0)
         record["data"][str(L)] = info
-        C.note(f"{L}x{L} data: {info['wall_s']:.1f}s, <x_i x_j> {info['edge_corr']:.4f} "
-               f"(after {extra} more sweeps {info['edge_corr_after_extra']:.4f})")
+        C.note(
+            f"{L}x{L} data: {info['wall_s']:.1f}s, <x_i x_j> {info['edge_corr']:.4f} "
+            f"(after {extra} more sweeps {info['edge_corr_after_extra']:.4f})"
+        )
         for k in ks:
             for seed in range(seeds):
                 for s in ("gwg", "gibbs"):  # alternate, so load drift hits both
-                    r = train(L, data, args.coupling, s, k, seed, iters=iters, batch=batch, lr=args.lr,
-                              init_std=cfg["init_std"], eval_every=cfg["eval_every"])
+                    r = train(
+                        L,
+                        data,
+                        args.coupling,
+                        s,
+                        k,
+                        seed,
+                        iters=iters,
+                        batch=batch,
+                        lr=args.lr,
+                        init_std=cfg["init_std"],
+                        eval_every=cfg["eval_every"],
+                    )
                     runs.append(r)
-                    C.note(f"  {L}x{L} {s:5s} K={k:<4d} seed {seed}: log-RMSE {r['final_log_rmse']:.3f}, "
-                           f"{r['train_wall_s']:.1f}s, accept {r['mean_accept']:.3f}")
+                    C.note(
+                        f"  {L}x{L} {s:5s} K={k:<4d} seed {seed}: log-RMSE {r['final_log_rmse']:.3f}, "
+                        f"{r['train_wall_s']:.1f}s, accept {r['mean_accept']:.3f}"
+                    )
     record["runs"] = runs
 
     rows, summary_final, summary_tail, summary_wall = [], {}, {}, {}
@@ -258,23 +318,46 @@ def main() -> None:
                 summary_final[key] = round(mean_f, 4)
                 summary_tail[key] = round(sum(tail) / len(tail), 4)
                 summary_wall[key] = round(mean_w, 2)
-                rows.append([f"{L}x{L}", k, s, mean_f, min(fin), max(fin), sum(tail) / len(tail), mean_w,
-                             sum(acc) / len(acc)])
-    print(C.format_table(["lattice", "K", "sampler", "final log-RMSE (mean)", "min", "max", "last-quarter mean",
-                          "train s", "accept"], rows))
+                rows.append(
+                    [f"{L}x{L}", k, s, mean_f, min(fin), max(fin), sum(tail) / len(tail), mean_w, sum(acc) / len(acc)]
+                )
+    print(
+        C.format_table(
+            [
+                "lattice",
+                "K",
+                "sampler",
+                "final log-RMSE (mean)",
+                "min",
+                "max",
+                "last-quarter mean",
+                "train s",
+                "accept",
+            ],
+            rows,
+        )
+    )
     plot(runs, sizes, ks, img, args.coupling)
     total = time.perf_counter() - t_start
     record["total_wall_s"] = total
     record["plot"] = str(img)
     path = C.save_results(("quick/" if q else "") + BENCH, record, enabled=not args.no_save)
     C.note(f"wrote {path} and {img}")
-    C.emit_final_line({
-        "bench": BENCH, "quick": q, "iterations": iters, "steps_per_iteration": ks, "seeds": seeds,
-        "coupling": args.coupling, "final_log_rmse": summary_final,
-        "last_quarter_log_rmse": summary_tail, "train_wall_s": summary_wall,
-        "partial_gibbs_equals_library_sweep": all(record["partial_gibbs_equals_library_sweep"].values()),
-        "total_wall_s": round(total, 1),
-    })
+    C.emit_final_line(
+        {
+            "bench": BENCH,
+            "quick": q,
+            "iterations": iters,
+            "steps_per_iteration": ks,
+            "seeds": seeds,
+            "coupling": args.coupling,
+            "final_log_rmse": summary_final,
+            "last_quarter_log_rmse": summary_tail,
+            "train_wall_s": summary_wall,
+            "partial_gibbs_equals_library_sweep": all(record["partial_gibbs_equals_library_sweep"].values()),
+            "total_wall_s": round(total, 1),
+        }
+    )
 
 
 if __name__ == "__main__":
