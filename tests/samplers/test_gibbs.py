@@ -229,3 +229,26 @@ def test_gibbs_works_on_a_user_defined_discrete_space(scan):
     g = torch.Generator().manual_seed(0)
     x = Gibbs(scan, space=space).sample(energy, space.random(20000, generator=g), 15, generator=g)
     assert_matches_exact(x, energy, space)
+
+
+def test_random_scan_with_n_updates_equals_one_ordinary_sweep():
+    space = Spins(7)
+    energy = from_fn(lambda x: -(x * x.roll(1, -1)).sum(-1) - 0.3 * x[:, 0])
+    x0 = space.random(50, generator=torch.Generator().manual_seed(0))
+    a = Gibbs("random", space=space).sample(energy, x0, 2, generator=torch.Generator().manual_seed(1))
+    b = Gibbs("random", updates=7, space=space).sample(energy, x0, 2, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("updates", [1, 3])
+def test_random_scan_with_few_updates_still_leaves_the_target_invariant(updates):
+    space = Spins(6)
+    energy = from_fn(lambda x: -0.6 * (x * x.roll(1, -1)).sum(-1) - 0.3 * x[:, 0])
+    g = torch.Generator().manual_seed(updates)
+    x = Gibbs("random", updates=updates, space=space).sample(energy, space.random(20000, generator=g), 60, generator=g)
+    assert_matches_exact(x, energy, space)
+
+
+def test_updates_needs_a_random_scan():
+    with pytest.raises(ValueError, match="updates: only a random scan can stop part-way through the sites; got scan='systematic'"):
+        Gibbs("systematic", updates=3)

@@ -103,6 +103,8 @@ class Gibbs(DiscreteSampler):
     Args:
         scan: ``"systematic"`` or ``"random"``.
         sweeps: sweeps per step (>= 1).
+        updates: random scan only: single-site updates per sweep (default ``N``); e.g. to compare
+            with one-proposal-per-step kernels at equal numbers of site updates.
         space: the discrete space; ``None`` means ``energy.space``.
 
     Example:
@@ -123,6 +125,7 @@ class Gibbs(DiscreteSampler):
         scan: Literal["systematic", "random"] = "systematic",
         *,
         sweeps: int = 1,
+        updates: int | None = None,
         space: DiscreteSpace | None = None,
     ) -> None:
         super().__init__(space=space)
@@ -130,6 +133,11 @@ class Gibbs(DiscreteSampler):
             raise ValueError(f"scan: expected one of {_SCANS}; got {scan!r}")
         self.scan = scan
         self.sweeps = check_int(sweeps, "sweeps", minimum=1)
+        if updates is not None:
+            check_int(updates, "updates", minimum=1)
+            if scan != "random":
+                raise ValueError(f"updates: only a random scan can stop part-way through the sites; got scan={scan!r}")
+        self.updates = updates
 
     def sweep(
         self,
@@ -150,7 +158,8 @@ class Gibbs(DiscreteSampler):
         if self.scan == "systematic":
             sites: list[int] | list[Tensor] = list(range(N))
         else:
-            sites = list(torch.randint(N, (N, B), generator=generator, device=x.device).unbind(0))
+            n = N if self.updates is None else self.updates
+            sites = list(torch.randint(N, (n, B), generator=generator, device=x.device).unbind(0))
         with torch.no_grad():
             for s in sites:
                 if fast:
