@@ -95,9 +95,12 @@ def test_bad_toml_file_names_the_file(tmp_path, capsys):
     assert f"{bad}: not valid TOML" in capsys.readouterr().err
 
 
-def test_recipes_lists_the_demo(capsys):
+def test_recipes_lists_every_packaged_recipe_with_its_description(capsys):
     assert main(["recipes"]) == 0
-    assert capsys.readouterr().out.startswith("demo")
+    lines = capsys.readouterr().out.splitlines()
+    names = [line.split()[0] for line in lines]
+    assert names == sorted(names) and {"demo", "rbm-digits", "rbm-mnist", "binary-ebm-digits"} <= set(names)
+    assert all(len(line.split(None, 1)) == 2 for line in lines), "every recipe has a description line"
 
 
 def test_console_script_is_installed():
