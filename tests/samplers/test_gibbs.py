@@ -13,25 +13,11 @@ from __future__ import annotations
 import pytest
 import torch
 from _discrete_checks import assert_matches_exact
+from _discrete_targets import ising_parts, potts_energy, rbm_free_energy
 
 from ebms.energy import Energy, from_fn
 from ebms.samplers.gibbs import Gibbs, fill_variants, site_values
 from ebms.spaces import Binary, Box, Categorical, DiscreteSpace, Spins
-
-
-def _symmetric(n: int, scale: float, g: torch.Generator, block: int = 1) -> torch.Tensor:
-    """Random symmetric coupling matrix with zero ``block x block`` diagonal blocks."""
-    a = torch.randn(n, n, generator=g) * scale
-    j = (a + a.T) / 2**0.5
-    same = torch.arange(n) // block
-    return j * (same[:, None] != same[None, :])
-
-
-def ising_energy(scale: float = 1.0):
-    """10 spins, E(s) = -s^T J s / 2 - h.s with random symmetric J (zero diagonal) and field h."""
-    g = torch.Generator().manual_seed(0)
-    J, h = _symmetric(10, 0.3 * scale, g), torch.randn(10, generator=g) * 0.2 * scale
-    return from_fn(lambda s: -0.5 * ((s @ J) * s).sum(-1) - s @ h), J, h
 
 
 class IsingWithConditionals(Energy):
@@ -56,29 +42,6 @@ class IsingWithConditionals(Energy):
         return torch.stack([-field, field], -1)
 
 
-def potts_energy():
-    """3x3 sites with 3 states (one-hot x: (B, 3, 3, 3)), E = -x^T W x / 2 - b.x, W symmetric, no self-coupling."""
-    g = torch.Generator().manual_seed(1)
-    W, b = _symmetric(27, 0.5, g, block=3), torch.randn(27, generator=g) * 0.3
-
-    def energy(x):
-        f = x.reshape(x.shape[0], 27)
-        return -0.5 * ((f @ W) * f).sum(-1) - f @ b
-
-    return from_fn(energy)
-
-
-def rbm_free_energy():
-    """Binary RBM free energy, 10 visible and 4 hidden units: F(v) = -b.v - sum_j softplus(a_j + (vW)_j)."""
-    g = torch.Generator().manual_seed(2)
-    W, a, b = (
-        torch.randn(10, 4, generator=g) * 0.8,
-        torch.randn(4, generator=g) * 0.5,
-        torch.randn(10, generator=g) * 0.5,
-    )
-    return from_fn(lambda v: -v @ b - torch.nn.functional.softplus(a + v @ W).sum(-1))
-
-
 SWEEPS = {"systematic": 15, "random": 35}
 
 
@@ -89,7 +52,7 @@ def run_chains(sampler, energy, space, chains: int, steps: int, seed: int = 0, d
 
 @pytest.mark.parametrize("scan", ["systematic", "random"])
 def test_gibbs_leaves_ising_invariant(scan):
-    energy, _, _ = ising_energy()
+    energy, _, _ = ising_parts()
     space = Spins(10)
     x = run_chains(Gibbs(scan, space=space), energy, space, chains=20000, steps=SWEEPS[scan])
     assert_matches_exact(x, energy, space)
@@ -97,7 +60,7 @@ def test_gibbs_leaves_ising_invariant(scan):
 
 @pytest.mark.parametrize("scan", ["systematic", "random"])
 def test_gibbs_fast_path_leaves_ising_invariant(scan):
-    _, J, h = ising_energy()
+    _, J, h = ising_parts()
     model = IsingWithConditionals(J, h)
     x = run_chains(Gibbs(scan), model, model.space, chains=20000, steps=SWEEPS[scan])  # space from energy.space
     assert model.calls == SWEEPS[scan] * 10  # N conditional calls per sweep, no generic evaluation
@@ -106,7 +69,7 @@ def test_gibbs_fast_path_leaves_ising_invariant(scan):
 
 def test_gibbs_invariance_check_rejects_wrong_target():
     """Chains targeting 1.3 E fail the check against E (exact TV between the two is 0.18 > bound 0.076)."""
-    energy, _, _ = ising_energy()
+    energy, _, _ = ising_parts()
     space = Spins(10)
     x = run_chains(Gibbs(space=space), from_fn(lambda s: 1.3 * energy(s)), space, chains=20000, steps=20)
     with pytest.raises(AssertionError, match="exceeds the sample-size bound"):
@@ -130,7 +93,7 @@ def test_gibbs_leaves_rbm_free_energy_invariant():
 
 def test_gibbs_fast_path_draws_the_same_chain_as_energy_differences():
     """Same generator, float64: conditional_logits and -E of the variants give identical draws."""
-    energy, J, h = ising_energy()
+    energy, J, h = ising_parts()
     model = IsingWithConditionals(J.double(), h.double())
     generic = from_fn(lambda s: -0.5 * ((s @ J.double()) * s).sum(-1) - s @ h.double())
     for scan in ("systematic", "random"):
@@ -161,7 +124,7 @@ def test_gibbs_sweeps_per_step_equal_repeated_steps():
 
 def test_gibbs_step_caches_new_energy_and_reports_acceptance_one():
     space = Spins(10)
-    energy, _, _ = ising_energy()
+    energy, _, _ = ising_parts()
     g = torch.Generator().manual_seed(6)
     sampler = Gibbs("random", space=space)
     state = sampler.init(energy, space.random(64, generator=g))
@@ -186,7 +149,7 @@ def test_gibbs_is_reproducible_with_a_seeded_generator():
 
 
 def test_gibbs_validates_its_arguments():
-    energy, _, _ = ising_energy()
+    energy, _, _ = ising_parts()
     with pytest.raises(ValueError, match=r"scan: expected one of \('systematic', 'random'\); got 'sequential'"):
         Gibbs("sequential")
     with pytest.raises(ValueError, match="sweeps"):

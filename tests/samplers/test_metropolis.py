@@ -16,49 +16,12 @@ import math
 import pytest
 import torch
 from _discrete_checks import assert_matches_exact, exact_probs
+from _discrete_targets import ising_energy, potts_energy, rbm_free_energy
 
 from ebms.energy import from_fn
 from ebms.samplers.metropolis import MetropolisHastings, MetropolisIndependence
 from ebms.samplers.proposals import IndependentCategorical
 from ebms.spaces import Binary, Box, Categorical, DiscreteSpace, Spins
-
-
-def _symmetric(n: int, scale: float, g: torch.Generator, block: int = 1) -> torch.Tensor:
-    a = torch.randn(n, n, generator=g) * scale
-    j = (a + a.T) / 2**0.5
-    same = torch.arange(n) // block
-    return j * (same[:, None] != same[None, :])
-
-
-def ising_energy():
-    """10 spins, E(s) = -s^T J s / 2 - h.s with random symmetric J (zero diagonal) and field h."""
-    g = torch.Generator().manual_seed(0)
-    J, h = _symmetric(10, 0.3, g), torch.randn(10, generator=g) * 0.2
-    return from_fn(lambda s: -0.5 * ((s @ J) * s).sum(-1) - s @ h)
-
-
-def potts_energy():
-    """3x3 sites with 3 states (one-hot x: (B, 3, 3, 3)), E = -x^T W x / 2 - b.x, W symmetric, no self-coupling."""
-    g = torch.Generator().manual_seed(1)
-    W, b = _symmetric(27, 0.5, g, block=3), torch.randn(27, generator=g) * 0.3
-
-    def energy(x):
-        f = x.reshape(x.shape[0], 27)
-        return -0.5 * ((f @ W) * f).sum(-1) - f @ b
-
-    return from_fn(energy)
-
-
-def rbm_free_energy():
-    """Binary RBM free energy, 10 visible and 4 hidden units: F(v) = -b.v - sum_j softplus(a_j + (vW)_j)."""
-    g = torch.Generator().manual_seed(2)
-    W, a, b = (
-        torch.randn(10, 4, generator=g) * 0.8,
-        torch.randn(4, generator=g) * 0.5,
-        torch.randn(10, generator=g) * 0.5,
-    )
-    return from_fn(lambda v: -v @ b - torch.nn.functional.softplus(a + v @ W).sum(-1))
-
 
 TARGETS = {
     "ising": (ising_energy, Spins(10), 20000),
