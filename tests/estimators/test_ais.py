@@ -294,3 +294,19 @@ def test_wrong_shaped_log_density_is_reported():
 
     with pytest.raises(ValueError, match=r"path.log_density\(x, beta\): expected shape \(5,\); got \(5, 1\)"):
         ais(BadPath(torch.ones(3)), 5, linear_betas(2))
+
+
+def test_ais_bracket_reuses_a_given_forward_run():
+    from ebms.estimators.ais import ais, ais_bracket, linear_betas, reverse_ais
+    from ebms.models import BernoulliRBM
+
+    path = BernoulliRBM(6, 3, generator=torch.Generator().manual_seed(0)).ais_path(torch.zeros(6))
+    betas = linear_betas(50)
+    fwd = ais(path, 64, betas, generator=torch.Generator().manual_seed(1))
+    x = path.sample_base(64, generator=torch.Generator().manual_seed(2))
+    b = ais_bracket(path, 64, betas, x, forward=fwd, generator=torch.Generator().manual_seed(3))
+    assert b.estimate == fwd.estimate.estimate and b.stderr == fwd.estimate.stderr
+    rev = reverse_ais(path, x, betas, generator=torch.Generator().manual_seed(3))
+    assert b.settings["reverse"] == rev.estimate.estimate  # the same generator stream, reverse only
+    with pytest.raises(ValueError, match="forward: expected a forward AIS result; got direction 'reverse'"):
+        ais_bracket(path, 64, betas, x, forward=rev)

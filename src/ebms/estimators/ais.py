@@ -316,8 +316,12 @@ def ais_bracket(
     z: float = 2.0,
     generator: torch.Generator | None = None,
     progress: bool = False,
+    forward: AISResult | None = None,
 ) -> Estimate:
     r"""Forward and reverse AIS together: :math:`\log Z` with a bracket.
+
+    ``forward``: a forward :func:`ais` result already computed on the same path and schedule, to
+    reuse instead of running forward AIS again.
 
     Forward AIS is a stochastic lower bound and reverse AIS (from exact ``x_target``) a stochastic
     upper bound, but each is also noisy: with a good schedule both sit within their stderr of
@@ -333,7 +337,9 @@ def ais_bracket(
         within their noise.
     """
     zz = check_positive(z, "z", allow_zero=True)
-    fwd = ais(path, n_chains, betas, generator=generator, progress=progress).estimate
+    if forward is not None and forward.direction != "forward":
+        raise ValueError(f"forward: expected a forward AIS result; got direction {forward.direction!r}")
+    fwd = (forward if forward is not None else ais(path, n_chains, betas, generator=generator, progress=progress)).estimate
     rev = reverse_ais(path, x_target, betas, generator=generator, progress=progress).estimate
     gap = rev.estimate - fwd.estimate
     lo, hi = (fwd, rev) if gap >= 0 else (rev, fwd)
