@@ -194,6 +194,18 @@ class DiscreteSpace(Space):
         idx = torch.randint(self.num_categories, (n, self.num_sites), generator=generator, device=device)
         return self.from_indices(idx, dtype=dtype)
 
+    def check_site(self, site: int | Tensor, batch: int, name: str = "site") -> int | Tensor:
+        """Check ``site`` is a flat site index (``int`` in ``[0, N)``) or one per chain (``LongTensor (batch,)``)."""
+        N = self.num_sites
+        if isinstance(site, Tensor):
+            if site.dtype != torch.long or tuple(site.shape) != (batch,):
+                raise ValueError(
+                    f"{name}: expected an int or a LongTensor ({batch},); got {site.dtype} {tuple(site.shape)}"
+                )
+        elif isinstance(site, bool) or not isinstance(site, int) or not 0 <= site < N:
+            raise ValueError(f"{name}: expected an int in [0, {N - 1}] or a LongTensor (B,); got {site!r}")
+        return site
+
     @abc.abstractmethod
     def category_values(self, dtype: torch.dtype = torch.float32, device=None) -> Tensor:
         """What a site holds for each category: ``(K,)`` scalars, or ``(K, K)`` one-hot rows."""
@@ -224,14 +236,23 @@ class DiscreteSpace(Space):
         (site 0 most significant), so chunks come in lexicographic order.
         """
         check_int(chunk_size, "chunk_size", minimum=1)
+        self._check_indexable()
         K, N = self.num_categories, self.num_sites
         powers = K ** torch.arange(N - 1, -1, -1, device=device, dtype=torch.int64)
         for start in range(0, self.num_states, chunk_size):
             s = torch.arange(start, min(start + chunk_size, self.num_states), device=device, dtype=torch.int64)
             yield self.from_indices((s.unsqueeze(1) // powers) % K, dtype=dtype)
 
+    def _check_indexable(self) -> None:
+        if self.num_states > (1 << 63) - 1:
+            raise ValueError(
+                f"space: {self.num_categories}^{self.num_sites} states do not fit a 64-bit state index; "
+                "enumeration and state_index need at most 2^63 - 1 states"
+            )
+
     def state_index(self, x: Tensor) -> Tensor:
         """Position of each state in :meth:`enumerate` order, ``LongTensor (B,)``."""
+        self._check_indexable()
         K, N = self.num_categories, self.num_sites
         powers = K ** torch.arange(N - 1, -1, -1, device=x.device, dtype=torch.int64)
         return (self.indices(x) * powers).sum(1)

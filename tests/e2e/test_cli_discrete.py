@@ -64,3 +64,27 @@ def test_overwrite_with_a_bad_configuration_leaves_the_old_run_intact(rbm_run, c
         assert main(["train", "rbm-digits", f"run.out_dir={out_dir}", "--overwrite", bad]) == 2
         assert sorted(p.name for p in (rbm_run / "checkpoints").iterdir()) == before, bad
     assert "train.optimizer: unknown value 'adamw'" in capsys.readouterr().err
+
+
+def test_block_gibbs_on_a_model_without_layers_or_colouring_is_a_config_error(tmp_path, capsys):
+    args = ["train", "binary-ebm-digits", f"run.out_dir={tmp_path}", "sampler.kind=block_gibbs", *QUICK]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "sampler.kind: 'block_gibbs' needs a model with layer conditionals" in err
+    assert not (tmp_path / "binary-ebm-digits" / "checkpoints").exists()
+
+
+def test_eval_report_separates_noise_from_a_reverse_run_that_is_clearly_too_low():
+    from ebms.cli.discrete_eval import DiscreteEvalReport
+
+    def lines(gap):
+        a = {"forward": 10.0, "forward_stderr": 0.3, "reverse": 10.0 + gap, "reverse_stderr": 0.4,
+             "gap": gap, "crossed": gap < 0, "z": 2.0}
+        r = DiscreteEvalReport(step=1, n_test=2, dim=4, test_ll=-1.0, test_ll_stderr=0.1, log_z=10.0,
+                               log_z_method="AIS", ais_log_z=10.0, ais_log_z_stderr=0.3, ais_lower=9.0,
+                               ais_upper=11.0, ll_lower=-2.0, ll_upper=0.0, settings={"ais_settings": a})
+        return "\n".join(r.lines())
+
+    assert "crossed within noise" in lines(-0.5)  # 0.5 < 2 * sqrt(0.3^2 + 0.4^2) = 1.0
+    assert "not model samples yet" in lines(-3.0)
+    assert "crossed" not in lines(+0.4) and "not model samples" not in lines(+0.4)

@@ -50,6 +50,7 @@ __all__ = [
     "build_objective",
     "build_sampler",
     "chain_space",
+    "check_sampler_fits_model",
     "config_error",
     "data_box",
     "resolve",
@@ -210,6 +211,16 @@ def build_sampler(cfg: Config, space: Space | None = None) -> Sampler:
         what = "binary data" if discrete_data else "continuous data"
         raise ConfigError(f"sampler.kind: {kind!r} does not move on {what}; expected one of {', '.join(valid)}")
     return _build("sampler", cfg.sampler, factory, cfg.sampler, space)
+
+
+def check_sampler_fits_model(cfg: Config, model: nn.Module) -> None:
+    """Block Gibbs needs layer conditionals (an RBM) or a colouring (``blocks()``); refuse it early otherwise."""
+    if cfg.sampler.kind == "block_gibbs" and not (BlockGibbs.is_bipartite(model) or hasattr(model, "blocks")):
+        valid = ", ".join(k for k in sorted(DISCRETE_SAMPLERS) if k != "block_gibbs")
+        raise ConfigError(
+            f"sampler.kind: 'block_gibbs' needs a model with layer conditionals (model.kind = 'rbm') or a "
+            f"colouring; model.kind = {cfg.model.kind!r} has neither; expected one of {valid}"
+        )
 
 
 def build_objective(cfg: Config, sampler: Sampler, data: Dataset) -> nn.Module:

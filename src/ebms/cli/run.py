@@ -26,6 +26,7 @@ from ebms.cli.build import (
     build_model,
     build_objective,
     build_sampler,
+    check_sampler_fits_model,
     data_box,
 )
 from ebms.cli.config import Config, ConfigError, config_to_dict, load_config, to_toml
@@ -128,6 +129,7 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
     data = build_data(cfg)
     model = build_seeded_model(cfg, data)
     sampler = build_sampler(cfg, data.space if isinstance(data, BinaryImages) else None)
+    check_sampler_fits_model(cfg, model)
     objective = build_objective(cfg, sampler, data)
     if isinstance(data, (PointCloud, BinaryImages)):
         if cfg.train.batch_size > data.train.shape[0]:
@@ -183,6 +185,7 @@ def load_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     ckpt = store.load()
     data = build_data(cfg)
     model = build_seeded_model(cfg, data)
+    check_sampler_fits_model(cfg, model)
     state = {k[len("model/"):]: v for k, v in ckpt.tensors.items() if k.startswith("model/")}
     try:
         model.load_state_dict(state)

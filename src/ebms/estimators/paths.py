@@ -175,13 +175,10 @@ class GeometricPath:
             state = ChainState(x=x, energy=e, grad=g, step_size=self._steps[key], t=0)
         else:
             state = k.init(target, x)
-            if self._plain_state is None:
-                self._plain_state = type(state) is ChainState
+            if self._plain_state is None:  # a state the path may rebuild itself: one row per chain, no extras
+                self._plain_state = type(state) is ChainState and state.x.shape[0] == x.shape[0]
         for _ in range(self.steps_per_temperature):
             state, _ = k.step(target, state, generator=generator)
-        return state.x
+        return k.target(state)  # the caller's chains (a tempering kernel also holds hotter replicas)
 
 
-# ---------------------------------------------------------------------------
-# AIS, reverse AIS, bracket
-# ---------------------------------------------------------------------------

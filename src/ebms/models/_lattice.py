@@ -339,14 +339,7 @@ class PairwiseEnergy(Energy):
 
     def _site_fields(self, x: Tensor, site: int | Tensor) -> Tensor:
         x3 = self._flat(x)
-        N = self.num_sites
-        if isinstance(site, Tensor):
-            if site.dtype != torch.long or tuple(site.shape) != (x.shape[0],):
-                raise ValueError(
-                    f"site: expected an int or a LongTensor ({x.shape[0]},); got {site.dtype} {tuple(site.shape)}"
-                )
-        elif isinstance(site, bool) or not isinstance(site, int) or not 0 <= site < N:
-            raise ValueError(f"site: expected an int in [0, {N - 1}] or a LongTensor (B,); got {site!r}")
+        self.space.check_site(site, x.shape[0])
         return self.couplings.site_field(x3, site) + self.field.to(x3.dtype)[site]
 
     def energy_and_grad(self, x: Tensor) -> tuple[Tensor, Tensor]:

@@ -175,9 +175,9 @@ class RBMBase(Energy, metaclass=abc.ABCMeta):
         chunk = max(1, max_elements // width)
         with torch.no_grad():
             if self.num_visible_states <= 2.0**self.n_hidden:
-                states = model.space.enumerate(chunk, dtype=dtype)  # type: ignore[attr-defined]
+                states = model.space.enumerate(chunk, dtype=dtype, device=self.weight.device)  # type: ignore[attr-defined]
                 return _logsumexp_stream(-model(s) for s in states)
-            hs = Binary(self.n_hidden).enumerate(chunk, dtype=dtype)
+            hs = Binary(self.n_hidden).enumerate(chunk, dtype=dtype, device=self.weight.device)
             return _logsumexp_stream(model.hidden_log_marginal(h) for h in hs)
 
     def _visible_states_text(self) -> str:

@@ -97,7 +97,7 @@ class BernoulliRBM(RBMBase):
 
     def __init__(self, n_visible: int, n_hidden: int, *, generator: torch.Generator | None = None) -> None:
         super().__init__(n_visible, n_hidden)
-        self.space = Binary(n_visible)
+        self.space: Binary = Binary(n_visible)
         self.num_visible_states = 2.0**n_visible
         self.weight = nn.Parameter(torch.empty(n_visible, n_hidden))
         self.visible_bias = nn.Parameter(torch.zeros(n_visible))
@@ -165,6 +165,7 @@ class BernoulliRBM(RBMBase):
 
     def conditional_logits(self, x: Tensor, site: int | Tensor) -> Tensor:
         """Conditional logits of one site per chain (``int`` or ``LongTensor (B,)``), ``(B, 2)``."""
+        self.space.check_site(site, x.shape[0])
         pre = self.hidden_input(x)
         if isinstance(site, Tensor):
             w, vi, b = self.weight[site], x.gather(1, site.view(-1, 1)), self.visible_bias[site]
@@ -265,6 +266,8 @@ class BernoulliRBMAISPath:
         return bernoulli(torch.sigmoid(self.base_logits).expand(n, -1), generator)
 
     def _pre(self, x: Tensor) -> Tensor:
+        if x.is_inference():  # inference tensors have no version counter: no cache
+            return torch.addmm(self.hidden_bias, x, self.weight)
         c = self._cache
         if c is not None and c[0] is x and c[1] == x._version:
             return c[2]

@@ -327,7 +327,7 @@ class RBMEstimator:
         return GaussianBernoulliRBM(n_features, self.n_components)
 
     def _start(self, x: Tensor) -> None:
-        seed = self.random_state if self.random_state is not None else int(torch.seed() % (1 << 63))
+        seed = self.random_state if self.random_state is not None else torch.Generator().seed() % (1 << 63)
         self.generator_ = torch.Generator().manual_seed(seed)
         model = self._new_model(x.shape[1])
         model.reset_parameters(self.generator_)

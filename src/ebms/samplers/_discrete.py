@@ -26,6 +26,7 @@ __all__ = [
     "DiscreteSampler",
     "all_site_logits",
     "resolve_space",
+    "nonfinite_rows",
     "sample_categorical",
     "site_logits",
 ]
@@ -95,10 +96,19 @@ def all_site_logits(
     return torch.cat(out, 1)
 
 
+def nonfinite_rows(logits: Tensor) -> Tensor:
+    """Rows (first axis) whose conditional logits cannot be sampled: a NaN or ``+inf`` anywhere
+    (a NaN or ``-inf`` energy), or every category at ``-inf``. ``(B,)`` bool, no host sync."""
+    flat = logits.reshape(logits.shape[0], -1, logits.shape[-1])
+    bad = torch.isnan(flat) | torch.isposinf(flat)
+    return bad.flatten(1).any(1) | torch.isneginf(flat).all(-1).any(1)
+
+
 def sample_categorical(logits: Tensor, generator: torch.Generator | None) -> Tensor:
     """One draw per row from ``softmax(logits)`` over the last axis; ``LongTensor logits.shape[:-1]``.
 
-    Inverse-CDF with one uniform per row (rows whose logits are all ``-inf`` give the last category).
+    Inverse-CDF with one uniform per row. Rows with NaN or all-``-inf`` logits give an arbitrary
+    category; kernels detect them with :func:`nonfinite_rows` and keep those chains where they were.
     Two categories take a cheaper path: category 1 iff ``u < sigmoid(l_1 - l_0)``.
     """
     if logits.shape[-1] == 2:

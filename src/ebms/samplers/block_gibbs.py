@@ -30,8 +30,8 @@ from torch import Tensor
 
 from ebms._checks import check_int
 from ebms.energy import EnergyLike, evaluate
-from ebms.samplers._base import ChainState, StepInfo
-from ebms.samplers._discrete import DiscreteSampler, all_site_logits, resolve_space, sample_categorical
+from ebms.samplers._base import ChainState, StepInfo, batch_where
+from ebms.samplers._discrete import DiscreteSampler, all_site_logits, nonfinite_rows, resolve_space, sample_categorical
 from ebms.spaces import DiscreteSpace
 
 __all__ = ["BlockGibbs"]
@@ -85,8 +85,19 @@ class BlockGibbs(DiscreteSampler):
             )
         return blocks
 
-    def sweep(self, energy: EnergyLike, x: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        """One sweep from ``x: (B, *event)``; returns the new states (no energy evaluation)."""
+    def sweep(
+        self,
+        energy: EnergyLike,
+        x: Tensor,
+        generator: torch.Generator | None = None,
+        *,
+        nonfinite: Tensor | None = None,
+    ) -> Tensor:
+        """One sweep from ``x: (B, *event)``; returns the new states (no energy evaluation).
+
+        ``nonfinite``: optional bool ``(B,)`` accumulator, or-ed in place with the chains whose block
+        conditionals were not finite (colouring mode; bipartite models draw from closed-form layers).
+        """
         if self.is_bipartite(energy):
             h = energy.sample_hidden(x, generator)  # type: ignore[attr-defined]
             return energy.sample_visible(h, generator)  # type: ignore[attr-defined]
@@ -95,20 +106,24 @@ class BlockGibbs(DiscreteSampler):
         for b in self._blocks(energy, space):
             b = b.to(x.device)
             logits = all_site_logits(energy, space, x, sites=b)  # (B, |b|, K)
+            if nonfinite is not None:
+                nonfinite |= nonfinite_rows(logits)
             idx[:, b] = sample_categorical(logits, generator)
             x = space.from_indices(idx, dtype=x.dtype)
         return x
 
     def step(self, energy, state: ChainState, *, generator=None):
         x = state.x
+        bad = torch.zeros(x.shape[0], dtype=torch.bool, device=x.device)
         with torch.no_grad():
             for _ in range(self.sweeps):
-                x = self.sweep(energy, x, generator)
+                x = self.sweep(energy, x, generator, nonfinite=bad)
             e = evaluate(energy, x)
-        ones = torch.ones_like(e)
-        info = StepInfo(
-            accept_prob=ones, accepted=ones.bool(), energy=e, nonfinite=torch.zeros_like(ones, dtype=torch.bool)
-        )
+        # a chain that met a NaN / -inf energy (or lands on one) stays where it was
+        bad = bad | torch.isnan(e) | torch.isneginf(e)
+        x, e = batch_where(bad, state.x, x), torch.where(bad, state.energy, e)
+        ok = ~bad
+        info = StepInfo(accept_prob=ok.to(e.dtype), accepted=ok, energy=e, nonfinite=bad)
         return state.replace(x=x, energy=e, t=state.t + 1), info
 
     def __repr__(self) -> str:

@@ -27,8 +27,8 @@ from torch import Tensor
 
 from ebms._checks import check_int
 from ebms.energy import EnergyLike, evaluate
-from ebms.samplers._base import ChainState, StepInfo
-from ebms.samplers._discrete import DiscreteSampler, resolve_space, sample_categorical, site_logits
+from ebms.samplers._base import ChainState, StepInfo, batch_where
+from ebms.samplers._discrete import DiscreteSampler, nonfinite_rows, resolve_space, sample_categorical, site_logits
 from ebms.spaces import DiscreteSpace
 
 __all__ = ["Gibbs"]
@@ -146,8 +146,13 @@ class Gibbs(DiscreteSampler):
         *,
         generator: torch.Generator | None = None,
         space: DiscreteSpace | None = None,
+        nonfinite: Tensor | None = None,
     ) -> Tensor:
-        """One sweep from ``x: (B, *event)``; returns new states (``x`` itself is not modified)."""
+        """One sweep from ``x: (B, *event)``; returns new states (``x`` itself is not modified).
+
+        ``nonfinite``: optional bool ``(B,)`` accumulator, or-ed in place with the chains whose
+        conditionals were not finite at some update (see :func:`~ebms.samplers._discrete.nonfinite_rows`).
+        """
         space = resolve_space(self.discrete_space if space is None else space, energy)
         B, N, K = x.shape[0], space.num_sites, space.num_categories
         values = site_values(space, x)
@@ -167,6 +172,8 @@ class Gibbs(DiscreteSampler):
                 else:
                     v = fill_variants(buf, flat, s, values).view(B * K, *space.event_shape)
                     logits = -evaluate(energy, v).reshape(B, K)
+                if nonfinite is not None:
+                    nonfinite |= nonfinite_rows(logits)
                 set_sites(flat, s, sample_categorical(logits, generator), values)
         return cur
 
@@ -176,14 +183,15 @@ class Gibbs(DiscreteSampler):
         """``sweeps`` sweeps of every chain; returns ``(state, info)`` with ``accept_prob == 1``."""
         space = resolve_space(self.discrete_space, energy)
         x = state.x
+        bad = torch.zeros(x.shape[0], dtype=torch.bool, device=x.device)
         for _ in range(self.sweeps):
-            x = self.sweep(energy, x, generator=generator, space=space)
+            x = self.sweep(energy, x, generator=generator, space=space, nonfinite=bad)
         with torch.no_grad():
             e = evaluate(energy, x).detach()
-        ones = torch.ones_like(e)
-        info = StepInfo(
-            accept_prob=ones, accepted=ones.bool(), energy=e, nonfinite=torch.zeros_like(e, dtype=torch.bool)
-        )
+        # a chain that met a NaN / -inf energy stays where it was (like a rejected MH proposal)
+        x, e = batch_where(bad, state.x, x), torch.where(bad, state.energy, e)
+        ok = ~bad
+        info = StepInfo(accept_prob=ok.to(e.dtype), accepted=ok, energy=e, nonfinite=bad)
         return state.replace(x=x, energy=e, t=state.t + 1), info
 
     def __repr__(self) -> str:
