@@ -10,12 +10,16 @@
 * :func:`load_mnist` / :func:`binarized_mnist` — MNIST and Fashion-MNIST from ``$EBMS_DATA``, a
   user's folder, Debian's ``dataset-fashion-mnist`` or a checked download; fixed-seed binarisation.
 * :func:`binarized_digits` — scikit-learn's 8x8 digits, binarised.
+* :func:`read_conll` / :func:`load_conll2000` / :func:`load_conll2002` — CoNLL column files
+  (chunking, NER), read from the NLTK zips with an md5 check; tag-scheme helpers in
+  :mod:`ebms.data.conll`.
 * :func:`model_samples` — data drawn from a known discrete model by long-run block Gibbs.
 
 Randomness comes only from the ``generator`` argument.
 """
 
 from ebms.data.binarize import binarize, binarized_mnist
+from ebms.data.conll import Sentence, load_conll2000, load_conll2002, read_conll
 from ebms.data.digits import binarized_digits
 from ebms.data.ising import ModelSamples, model_samples
 from ebms.data.mnist import ChecksumError, ImageDataset, load_mnist, read_idx
@@ -28,11 +32,15 @@ __all__ = [
     "DATA_ENV_VAR",
     "ImageDataset",
     "ModelSamples",
+    "Sentence",
     "binarize",
     "binarized_digits",
     "binarized_mnist",
+    "load_conll2000",
+    "load_conll2002",
     "load_mnist",
     "model_samples",
+    "read_conll",
     "read_idx",
     "POINT_SUFFIXES",
     "TOY_NAMES",

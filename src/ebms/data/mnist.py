@@ -147,7 +147,7 @@ _IDX_DTYPES = {
 
 
 class ChecksumError(ValueError):
-    """A file's SHA-256 is not the published one (or a download did not match it)."""
+    """A file's checksum (SHA-256, or md5 for the NLTK CoNLL zips) is not the published one."""
 
 
 @dataclass(frozen=True)
