@@ -1,14 +1,37 @@
-"""Structured conditional models: semiring dynamic programs and linear-chain CRFs."""
+"""Structured conditional models: one dynamic program per structure, written over a semiring.
 
+* Semirings (:class:`LogSemiring`, :class:`MaxSemiring`, :class:`KMaxSemiring`) supply ``plus`` /
+  ``times``; the same recursion gives log partitions, Viterbi scores and k-best scores.
+* :class:`LinearChainCRF`: a distribution over tag sequences with ``log_partition``, ``log_prob``,
+  node and pair ``marginals`` (autograd of log Z), ``argmax``, ``kbest``, ``sample``, ``entropy``,
+  ragged ``lengths`` and allowed-transition masks (:func:`bio_allowed_transitions`).
+* CTC (:func:`ctc_loss`, :func:`ctc_log_likelihood`) on the same machinery, with
+  :func:`best_alignment`, :func:`greedy_decode` and :func:`prefix_beam_search`.
+"""
+
+from ebms.structured.ctc import (
+    CTCDecoding,
+    best_alignment,
+    ctc_log_likelihood,
+    ctc_loss,
+    greedy_decode,
+    prefix_beam_search,
+)
 from ebms.structured.linear_chain import LinearChainCRF, bio_allowed_transitions, linear_chain_forward
 from ebms.structured.semiring import KMaxSemiring, LogSemiring, MaxSemiring, Semiring
 
 __all__ = [
+    "CTCDecoding",
     "KMaxSemiring",
     "LinearChainCRF",
     "LogSemiring",
     "MaxSemiring",
     "Semiring",
+    "best_alignment",
     "bio_allowed_transitions",
+    "ctc_log_likelihood",
+    "ctc_loss",
+    "greedy_decode",
     "linear_chain_forward",
+    "prefix_beam_search",
 ]
