@@ -285,3 +285,43 @@ def test_invalid_call_arguments_raise_errors_naming_them() -> None:
         _ = none_allowed.log_partition
     with pytest.raises(ValueError, match=r"lengths: expected values in \[1, 3\]"):
         linear_chain_forward(torch.zeros(2, 3, 4), torch.zeros(4, 4), torch.tensor([4, 1]), LogSemiring())
+
+
+def _log_space_log_z(em, tr, ln, st, en):
+    return linear_chain_forward(em, tr, ln, LogSemiring(), start=st, end=en)[0]
+
+
+@pytest.mark.parametrize("scale", [1.0, 100.0])  # 100: spread too large, log-space fallback
+def test_log_partition_and_its_gradient_equal_the_log_space_recursion(scale) -> None:
+    g = torch.Generator().manual_seed(3)
+    em = (scale * torch.randn(4, 7, 5, generator=g)).requires_grad_()
+    tr = torch.randn(5, 5, generator=g).requires_grad_()
+    st, en = torch.randn(5, generator=g), torch.randn(5, generator=g).requires_grad_()
+    ln = torch.tensor([7, 3, 1, 5])
+    z = LinearChainCRF(em, tr, ln, start=st, end=en).log_partition
+    ref = _log_space_log_z(em, tr, ln, st, en)
+    torch.testing.assert_close(z, ref, rtol=1e-5, atol=1e-4)
+    w = torch.randn(4, generator=g)
+    got = torch.autograd.grad((z * w).sum(), (em, tr, en))
+    want = torch.autograd.grad((ref * w).sum(), (em, tr, en))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_log_partition_second_derivative_equals_the_log_space_recursion() -> None:
+    g = torch.Generator().manual_seed(4)
+    em = torch.randn(2, 4, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    tr = torch.randn(3, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    ln = torch.tensor([4, 2])
+    assert torch.autograd.gradgradcheck(lambda e, t: LinearChainCRF(e, t, ln).log_partition, (em, tr))
+
+
+def test_max_score_gradient_is_the_indicator_of_the_viterbi_path() -> None:
+    g = torch.Generator().manual_seed(5)
+    em = torch.randn(2, 5, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    tr = torch.randn(4, 4, generator=g, dtype=torch.float64)
+    crf = LinearChainCRF(em, tr, torch.tensor([5, 3]))
+    (grad,) = torch.autograd.grad(crf.max_score.sum(), em)
+    tags = crf.argmax
+    want = torch.nn.functional.one_hot(tags.clamp(min=0), 4).double() * (tags >= 0)[..., None]
+    torch.testing.assert_close(grad, want)

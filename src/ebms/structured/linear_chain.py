@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_finite, check_int, check_shape, check_tensor
-from ebms.structured.semiring import KMaxSemiring, LogSemiring, MaxSemiring, Semiring
+from ebms.structured.semiring import KMaxSemiring, LogSemiring, Semiring
 
 __all__ = ["LinearChainCRF", "bio_allowed_transitions", "linear_chain_forward"]
 
@@ -53,6 +53,146 @@ def _chain(init: Tensor, edges: Tensor, end: Tensor | None, lengths: Tensor, sem
     if end is not None:
         alpha = semiring.times(alpha, end)
     return semiring.sum(alpha, dim=-1), kept
+
+
+# Scaled exp-space recursion (Rabiner, 1989, "A tutorial on hidden Markov models", section V.A):
+# one (B, C) x (C, C) product per step instead of a (B, C, C) log-sum-exp. It is exact up to
+# rounding when no product can underflow, i.e. all potentials are finite and their spread (range of
+# the transitions + largest per-step range of the node potentials + range of ``end``) is at most
+# ``_SPREAD[dtype]`` nats: then every term is >= exp(-2 spread) / C^2, far above the smallest
+# normal number. Otherwise the log-space recursion ``_chain`` is used.
+_SPREAD = {torch.float32: 30.0, torch.float64: 300.0}
+
+
+def _spread(x: Tensor) -> Tensor:
+    return (x.amax(-1) - x.amin(-1)).max()
+
+
+def _scaled_ok(init: Tensor, em: Tensor, tr: Tensor, end: Tensor) -> bool:
+    limit = _SPREAD.get(init.dtype)
+    if limit is None or init.shape[-1] > 4096:
+        return False
+    with torch.no_grad():
+        r = _spread(tr) + _spread(init) + _spread(end)
+        if em.shape[1]:
+            r = r + _spread(em)
+        return bool(r <= limit)  # False for nan/inf (masked potentials)
+
+
+class _ScaledLogZ(torch.autograd.Function):
+    """``log Z`` by the scaled forward recursion; gradient by the scaled backward recursion."""
+
+    @staticmethod
+    def forward(ctx, init: Tensor, em: Tensor, tr: Tensor, end: Tensor,  # type: ignore[override]
+                lengths: Tensor) -> Tensor:
+        b, c = init.shape
+        x = torch.cat([init.unsqueeze(1), em], dim=1)  # (B, T, C)
+        t = x.shape[1]
+        m = x.amax(-1, keepdim=True)
+        e = (x - m).exp_()
+        s = tr.max()
+        mat = (tr - s).exp_()
+        e_max = end.max()
+        e_end = (end - e_max).exp_()
+        a = torch.empty_like(x)
+        n = x.new_empty(b, t)
+        cur = e[:, 0]
+        for i in range(t):
+            if i:
+                cur = torch.mm(cur, mat).mul_(e[:, i])
+            ni = cur.sum(-1, keepdim=True)
+            n[:, i : i + 1] = ni
+            cur = a[:, i].copy_(cur).div_(ni)
+        last = lengths - 1
+        a_last = a[torch.arange(b, device=a.device), last]
+        f = a_last @ e_end
+        logc = (n.log() + m.squeeze(-1)).cumsum(1).gather(1, last[:, None]).squeeze(1)
+        log_z = f.log() + e_max + logc + last.to(x.dtype) * s
+        ctx.save_for_backward(init, em, tr, end, lengths, a, n, e, mat, e_end, f, a_last)
+        return log_z
+
+    @staticmethod
+    def backward(ctx, g: Tensor):  # type: ignore[override]
+        init, em, tr, end, lengths, a, n, e, mat, e_end, f, a_last = ctx.saved_tensors
+        if torch.is_grad_enabled():  # double backward: differentiate the log-space recursion
+            ins = [x for x in (init, em, tr, end) if x.requires_grad]
+            edges = tr + em.unsqueeze(-2)
+            z = _chain(init, edges, end, lengths, LogSemiring())[0][0]
+            gs = iter(torch.autograd.grad(z, ins, g, create_graph=True, allow_unused=True))
+            out = [next(gs) if x.requires_grad else None for x in (init, em, tr, end)]
+            return (*[o if o is not None or not x.requires_grad else torch.zeros_like(x)
+                      for o, x in zip(out, (init, em, tr, end))], None)
+        b, t, c = a.shape
+        last = lengths - 1
+        start_beta = e_end / f[:, None]  # (B, C): scaled beta at each sequence's last step
+        at_last = last[:, None] == torch.arange(t, device=a.device)  # (B, T)
+        w = e[:, 1:] / n[:, 1:, None]  # (B, T-1, C)
+        beta = a.new_zeros(b, c)
+        betas = torch.empty_like(a)
+        mat_t = mat.t()
+        for i in range(t - 1, -1, -1):
+            beta = torch.where(at_last[:, i : i + 1], start_beta, beta)
+            betas[:, i] = beta
+            if i:
+                beta = torch.mm(beta * w[:, i - 1], mat_t)
+        g3 = g[:, None, None]
+        node = a * betas  # node marginals, zero beyond each length
+        g_init = g_em = g_tr = g_end = None
+        if ctx.needs_input_grad[0]:
+            g_init = node[:, 0] * g[:, None]
+        if ctx.needs_input_grad[1]:
+            g_em = node[:, 1:] * g3
+        if ctx.needs_input_grad[2] and t > 1:
+            lhs = (a[:, :-1] * g3).reshape(-1, c)
+            g_tr = torch.mm(lhs.t(), (betas[:, 1:] * w).reshape(-1, c)).mul_(mat)
+        elif ctx.needs_input_grad[2]:
+            g_tr = torch.zeros_like(tr)
+        if ctx.needs_input_grad[3]:
+            g_end = a_last * start_beta * g[:, None]
+        return g_init, g_em, g_tr, g_end, None
+
+
+def _log_z(init: Tensor, em: Tensor, tr: Tensor, end: Tensor | None, lengths: Tensor) -> Tensor:
+    """``log Z (B,)`` from ``init (B, C)``, ``em (B, T-1, C)``, ``tr (C, C)``, ``end (C,)``."""
+    end_ = init.new_zeros(init.shape[-1]) if end is None else end
+    if _scaled_ok(init, em, tr, end_):
+        return _ScaledLogZ.apply(init, em, tr, end_, lengths)
+    return _chain(init, tr + em.unsqueeze(-2), end, lengths, LogSemiring())[0][0]
+
+
+def _viterbi(init: Tensor, em: Tensor, tr: Tensor, end: Tensor | None,
+             lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """Back-pointer Viterbi: tags ``(B, T)`` (``-1`` beyond each length) and best scores ``(B,)``.
+
+    The max-sum recursion keeps ``argmax_j`` at each step (``(B, C)`` back-pointers), the path
+    is read backwards from each sequence's last position. Differentiable in the scores.
+    """
+    b, c = init.shape
+    t = em.shape[1] + 1
+    tr_t = tr.t().contiguous()  # (C_next, C_prev): reduce over the contiguous axis
+    v = init
+    vs = [v]
+    ptr = torch.empty(b, t, c, dtype=torch.long, device=init.device)
+    for i in range(1, t):
+        best, idx = (v.unsqueeze(1) + tr_t).max(-1)
+        ptr[:, i] = idx
+        v = best + em[:, i - 1]
+        vs.append(v)
+    last = lengths - 1
+    v_last = torch.stack(vs, 1)[torch.arange(b, device=init.device), last]
+    if end is not None:
+        v_last = v_last + end
+    score, tag = v_last.max(-1)
+    tags = torch.empty(b, t, dtype=torch.long, device=init.device)
+    cur = tag
+    at_last = last[:, None] == torch.arange(t, device=init.device)
+    for i in range(t - 1, -1, -1):
+        cur = torch.where(at_last[:, i], tag, cur)
+        tags[:, i] = cur
+        if i:
+            cur = ptr[:, i].gather(1, cur[:, None]).squeeze(1)
+    pos = torch.arange(t, device=init.device)
+    return tags.masked_fill(pos >= lengths[:, None], -1), score
 
 
 def _check_lengths(lengths: Tensor | None, batch: int, steps: int, device: torch.device) -> Tensor:
@@ -222,8 +362,8 @@ class LinearChainCRF:
     @cached_property
     def log_partition(self) -> Tensor:
         """``log Z`` per sequence, ``(B,)``. Raises if a sequence has no allowed tagging."""
-        init, edges = self._potentials()
-        log_z = _chain(init, edges, self.end, self.lengths, LogSemiring())[0][0]
+        init = self.emissions[:, 0] if self.start is None else self.emissions[:, 0] + self.start
+        log_z = _log_z(init, self.emissions[:, 1:], self.transitions, self.end, self.lengths)
         bad = torch.isneginf(log_z)
         if bool(bad.any()):
             raise ValueError(f"allowed: no tag sequence is allowed for batch elements "
@@ -294,12 +434,11 @@ class LinearChainCRF:
     # -- decoding and sampling --------------------------------------------------------------
     @cached_property
     def _viterbi(self) -> tuple[Tensor, Tensor]:
-        init, edges, graph = self._leaf_potentials()
-        with torch.enable_grad():
-            best = _chain(init, edges, self.end, self.lengths, MaxSemiring())[0][0]
-            tags = self._paths(init, edges, best.sum())
-        self.log_partition  # noqa: B018  (raises if nothing is allowed)
-        return tags, best if graph else best.detach()
+        init = self.emissions[:, 0] if self.start is None else self.emissions[:, 0] + self.start
+        tags, best = _viterbi(init, self.emissions[:, 1:], self.transitions, self.end, self.lengths)
+        if bool(torch.isneginf(best).any()):
+            self.log_partition  # noqa: B018  (raises: nothing is allowed)
+        return tags, best
 
     @property
     def argmax(self) -> Tensor:
