@@ -69,3 +69,10 @@ def test_geometric_path_accepts_a_tempering_kernel():
                          ParallelTempering(Gibbs(), betas=[1.0, 0.5]))
     r = ais(path, 8, linear_betas(10), generator=torch.Generator().manual_seed(0))
     assert r.samples.shape == (8, 2, 3)
+
+
+@pytest.mark.parametrize("blocks", [[[0, 1], [1, 2, 3]], [[0, 1], [2]]], ids=["overlap", "missing"])
+def test_block_gibbs_refuses_blocks_that_do_not_partition_the_sites_at_init(blocks):
+    energy = from_fn(lambda x: -(x[:, :-1] * x[:, 1:]).sum(-1))
+    with pytest.raises(ValueError, match="blocks: expected a partition of the 4 sites"):
+        BlockGibbs(blocks, space=Spins(4)).init(energy, -torch.ones(3, 4))

@@ -65,7 +65,9 @@ class BlockGibbs(DiscreteSampler):
     def is_bipartite(energy: EnergyLike) -> bool:
         return hasattr(energy, "sample_hidden") and hasattr(energy, "sample_visible")
 
-    def _blocks(self, energy: EnergyLike, space: DiscreteSpace) -> list[Tensor]:
+    def _blocks(self, energy: EnergyLike, space: DiscreteSpace, *, check: bool = False) -> list[Tensor]:
+        """The blocks (configured, else ``energy.blocks()``); ``check`` tests they partition the sites
+        (done once, in :meth:`init`, not in every sweep)."""
         blocks = self.blocks
         if blocks is None:
             fn = getattr(energy, "blocks", None)
@@ -75,6 +77,8 @@ class BlockGibbs(DiscreteSampler):
                     "pass blocks=[site indices, ...] (sets of non-interacting sites)"
                 )
             blocks = [torch.as_tensor(b, dtype=torch.long).flatten() for b in fn()]
+        if not check:
+            return blocks
         covered = torch.cat(blocks)
         if covered.numel() != space.num_sites or not torch.equal(
             covered.sort().values.cpu(), torch.arange(space.num_sites)
@@ -84,6 +88,12 @@ class BlockGibbs(DiscreteSampler):
                 f"got {covered.numel()} indices"
             )
         return blocks
+
+    def init(self, energy: EnergyLike, x0: Tensor) -> ChainState:
+        """As :meth:`Sampler.init`, and checks the blocks partition the sites (colouring mode)."""
+        if not self.is_bipartite(energy):
+            self._blocks(energy, resolve_space(self.discrete_space, energy), check=True)
+        return super().init(energy, x0)
 
     def sweep(
         self,

@@ -28,7 +28,7 @@ from torch import Tensor
 from ebms._checks import check_int
 from ebms.energy import EnergyLike, evaluate
 from ebms.samplers._base import ChainState, StepInfo, batch_where
-from ebms.samplers._discrete import DiscreteSampler, nonfinite_rows, resolve_space, sample_categorical, site_logits
+from ebms.samplers._discrete import DiscreteSampler, resolve_space, sample_categorical, site_logits
 from ebms.spaces import DiscreteSpace
 
 __all__ = ["Gibbs"]
@@ -151,7 +151,7 @@ class Gibbs(DiscreteSampler):
         """One sweep from ``x: (B, *event)``; returns new states (``x`` itself is not modified).
 
         ``nonfinite``: optional bool ``(B,)`` accumulator, or-ed in place with the chains whose
-        conditionals were not finite at some update (see :func:`~ebms.samplers._discrete.nonfinite_rows`).
+        conditionals were not finite at some update (the rule of :func:`~ebms.samplers._discrete.nonfinite_rows`).
         """
         space = resolve_space(self.discrete_space if space is None else space, energy)
         B, N, K = x.shape[0], space.num_sites, space.num_categories
@@ -165,6 +165,7 @@ class Gibbs(DiscreteSampler):
         else:
             n = N if self.updates is None else self.updates
             sites = list(torch.randint(N, (n, B), generator=generator, device=x.device).unbind(0))
+        top = None if nonfinite is None else torch.zeros(B, dtype=x.dtype, device=x.device)
         with torch.no_grad():
             for s in sites:
                 if fast:
@@ -172,9 +173,11 @@ class Gibbs(DiscreteSampler):
                 else:
                     v = fill_variants(buf, flat, s, values).view(B * K, *space.event_shape)
                     logits = -evaluate(energy, v).reshape(B, K)
-                if nonfinite is not None:
-                    nonfinite |= nonfinite_rows(logits)
+                if top is not None:
+                    top += logits.amax(-1)  # stays finite unless some update was not (see nonfinite_rows)
                 set_sites(flat, s, sample_categorical(logits, generator), values)
+        if nonfinite is not None and top is not None:
+            nonfinite |= ~torch.isfinite(top)
         return cur
 
     def step(
