@@ -210,18 +210,23 @@ class DiscreteSpace(Space):
     def category_values(self, dtype: torch.dtype = torch.float32, device=None) -> Tensor:
         """What a site holds for each category: ``(K,)`` scalars, or ``(K, K)`` one-hot rows."""
 
-    def site_variants(self, x: Tensor, site: int | Tensor) -> Tensor:
+    def site_variants(self, x: Tensor, site: int | Tensor, *, out: Tensor | None = None) -> Tensor:
         """All ``K`` states equal to ``x`` except at ``site``, ``(B, K, *event_shape)``.
 
         ``site`` is one flat site index (``int``) or one per chain (``LongTensor (B,)``).
         Variant ``k`` has category ``k`` at the site. Works on the float state directly
-        (no round trip through the index view).
+        (no round trip through the index view). ``out``: a contiguous ``(B, K, *event_shape)``
+        buffer to write into (a site-by-site sampler reuses one for every site).
         """
         B, K, N = x.shape[0], self.num_categories, self.num_sites
         flat = x.reshape(B, N, -1)  # (B, N, C): C = 1 for scalar sites, K for one-hot sites
         C = flat.shape[2]
         values = self.category_values(x.dtype, x.device).reshape(K, C)
-        out = flat.unsqueeze(1).expand(B, K, N, C).clone()
+        if out is None:
+            out = flat.unsqueeze(1).expand(B, K, N, C).clone()
+        else:
+            out = out.view(B, K, N, C)
+            out.copy_(flat.unsqueeze(1).expand(B, K, N, C))
         if isinstance(site, Tensor):
             index = site.reshape(B, 1, 1, 1).expand(B, K, 1, C)
             out.scatter_(2, index, values.reshape(1, K, 1, C).expand(B, K, 1, C))

@@ -36,31 +36,6 @@ __all__ = ["Gibbs"]
 _SCANS = ("systematic", "random")
 
 
-def site_values(space: DiscreteSpace, like: Tensor) -> Tensor:
-    """What variant ``k`` holds at the updated site: ``(K,)`` values (Binary/Spins) or the ``(K, K)`` one-hot rows."""
-    return space.category_values(like.dtype, like.device)
-
-
-def fill_variants(out: Tensor, flat: Tensor, site: int | Tensor, values: Tensor) -> Tensor:
-    """Write the ``K`` single-site variants of every chain into ``out: (B, K, N[, K])`` and return it.
-
-    ``flat`` is the state as ``(B, N)`` (Binary/Spins) or ``(B, N, K)`` (Categorical); variant
-    ``k`` equals ``flat`` except that ``site`` (int, or ``LongTensor (B,)`` per chain) holds
-    ``values[k]``. Works on the float state in a reused buffer: same result as
-    :meth:`DiscreteSpace.site_variants` without the round trip through the index view
-    (measured 12x faster for 25x25 spins and 28x for 10x10 sites with K=4, B=100).
-    """
-    out.copy_(flat.unsqueeze(1).expand_as(out))
-    if isinstance(site, Tensor):
-        B, K = out.shape[:2]
-        tail = values.shape[1:]  # () or (K,)
-        index = site.reshape(B, 1, 1, *([1] * len(tail))).expand(B, K, 1, *tail)
-        out.scatter_(2, index, values.reshape(1, K, 1, *tail).expand(B, K, 1, *tail))
-    else:
-        out[:, :, site] = values
-    return out
-
-
 def set_sites(flat: Tensor, site: int | Tensor, k: Tensor, values: Tensor) -> None:
     """Set ``site`` (int, or ``LongTensor (B,)`` per chain) of every chain to ``values[k]``, in place."""
     new = values[k]  # (B,) or (B, K)
@@ -155,7 +130,7 @@ class Gibbs(DiscreteSampler):
         """
         space = resolve_space(self.discrete_space if space is None else space, energy)
         B, N, K = x.shape[0], space.num_sites, space.num_categories
-        values = site_values(space, x)
+        values = space.category_values(x.dtype, x.device)  # what a site holds for each category
         flat = x.detach().reshape(B, N, *values.shape[1:]).clone()  # contiguous copy
         cur = flat.view(x.shape)  # the chains' state, updated in place through `flat`
         fast = hasattr(energy, "conditional_logits")
@@ -171,7 +146,7 @@ class Gibbs(DiscreteSampler):
                 if fast:
                     logits = site_logits(energy, space, cur, s)
                 else:
-                    v = fill_variants(buf, flat, s, values).view(B * K, *space.event_shape)
+                    v = space.site_variants(cur, s, out=buf).view(B * K, *space.event_shape)
                     logits = -evaluate(energy, v).reshape(B, K)
                 if top is not None:
                     top += logits.amax(-1)  # stays finite unless some update was not (see nonfinite_rows)
