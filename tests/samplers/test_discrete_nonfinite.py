@@ -76,3 +76,16 @@ def test_block_gibbs_refuses_blocks_that_do_not_partition_the_sites_at_init(bloc
     energy = from_fn(lambda x: -(x[:, :-1] * x[:, 1:]).sum(-1))
     with pytest.raises(ValueError, match="blocks: expected a partition of the 4 sites"):
         BlockGibbs(blocks, space=Spins(4)).init(energy, -torch.ones(3, 4))
+
+
+@pytest.mark.parametrize("K", [2, 4])
+def test_sample_categorical_matches_softmax_and_never_draws_a_zero_probability_category(K):
+    from ebms.samplers._discrete import sample_categorical
+
+    p = torch.tensor([0.2, 0.8]) if K == 2 else torch.tensor([0.2, 0.0, 0.3, 0.5])
+    n = 200_000
+    draws = sample_categorical(p.log().expand(n, K), torch.Generator().manual_seed(0))
+    freq = torch.bincount(draws, minlength=K).double() / n
+    se = (p.double() * (1 - p.double()) / n).sqrt()
+    assert ((freq - p.double()).abs() <= 5 * se + 1e-12).all(), freq  # z = 5 per category
+    assert freq[p == 0].sum() == 0

@@ -111,17 +111,19 @@ def nonfinite_rows(logits: Tensor) -> Tensor:
 def sample_categorical(logits: Tensor, generator: torch.Generator | None) -> Tensor:
     """One draw per row from ``softmax(logits)`` over the last axis; ``LongTensor logits.shape[:-1]``.
 
-    Inverse-CDF with one uniform per row. Rows with NaN or all-``-inf`` logits give an arbitrary
-    category; kernels detect them with :func:`nonfinite_rows` and keep those chains where they were.
-    Two categories take a cheaper path: category 1 iff ``u < sigmoid(l_1 - l_0)``.
+    Inverse CDF with one uniform per row, scaled to the CDF's last value so float rounding can
+    never land on a zero-probability category (its CDF step is flat). Rows with NaN or all-``-inf``
+    logits give an arbitrary category; kernels detect them with :func:`nonfinite_rows` and keep
+    those chains where they were. Two categories take a cheaper path: category 1 iff
+    ``u < sigmoid(l_1 - l_0)``.
     """
     if logits.shape[-1] == 2:
         p1 = torch.sigmoid(logits[..., 1] - logits[..., 0])
         u = torch.rand(p1.shape, generator=generator, device=p1.device, dtype=p1.dtype)
         return (u < p1).long()
-    p = torch.softmax(logits, -1)
-    u = torch.rand(p.shape[:-1] + (1,), generator=generator, device=p.device, dtype=p.dtype)
-    return (p.cumsum(-1) < u).sum(-1).clamp_(max=logits.shape[-1] - 1)
+    cdf = torch.softmax(logits, -1).cumsum(-1)
+    u = torch.rand(cdf.shape[:-1] + (1,), generator=generator, device=cdf.device, dtype=cdf.dtype)
+    return torch.searchsorted(cdf, u * cdf[..., -1:], right=True).squeeze(-1).clamp_(max=logits.shape[-1] - 1)
 
 
 class DiscreteSampler(Sampler):

@@ -39,23 +39,11 @@ from torch import Tensor
 from ebms._checks import check_positive
 from ebms.energy import EnergyLike, energy_and_grad
 from ebms.samplers._base import ChainState, StepInfo, batch_where, mh_accept
-from ebms.samplers._discrete import DiscreteSampler, resolve_space
+from ebms.samplers._discrete import DiscreteSampler, resolve_space, sample_categorical
 from ebms.samplers._util import check_grad_state, finite_rows
 from ebms.spaces import Categorical, DiscreteSpace
 
 __all__ = ["GibbsWithGradients"]
-
-
-def _draw(logp: Tensor, generator: torch.Generator | None) -> Tensor:
-    """One draw per row from the normalised log-probabilities ``logp: (B, M)``, ``LongTensor (B,)``.
-
-    Inverse CDF by binary search (one uniform per row). A zero-probability move is never drawn: its
-    CDF step is flat, so no ``u`` lands on it (if rounding pushes ``u`` to the total, the last move is
-    taken, and a zero-probability move is then rejected by the MH ratio, which is NaN).
-    """
-    cdf = logp.exp().cumsum(-1)
-    u = torch.rand((logp.shape[0], 1), generator=generator, device=logp.device, dtype=logp.dtype) * cdf[:, -1:]
-    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=logp.shape[1] - 1)
 
 
 class GibbsWithGradients(DiscreteSampler):
@@ -134,7 +122,7 @@ class GibbsWithGradients(DiscreteSampler):
             N, K = space.num_sites, space.num_categories
             x3, g3 = x.reshape(B, N, K), g.reshape(B, N, K)
             logp = torch.log_softmax(self._category_logits(x3, g3), -1)  # (B, N*K)
-            j = _draw(logp, generator)
+            j = sample_categorical(logp, generator)
             site, cat = j // K, j % K
             back = x3[rows, site].argmax(-1)  # current category of the chosen site
             y3 = x3.clone()
@@ -145,7 +133,7 @@ class GibbsWithGradients(DiscreteSampler):
             j_back = site * K + back
         else:
             logp = torch.log_softmax(self._flip_logits(space, x, g), -1)  # (B, N)
-            j = _draw(logp, generator)
+            j = sample_categorical(logp, generator)
             xf = x.reshape(B, -1)
             cur = xf.gather(1, j[:, None])
             flipped = (space.low + space.high) - cur  # type: ignore[attr-defined]
