@@ -98,11 +98,7 @@ def build_seeded_model(cfg: Config, data: Dataset) -> nn.Module:
     """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.run.seed)
-        model = build_model(cfg, (data.dim,))
-    init_bias = getattr(model, "init_visible_bias_from_data", None)
-    if isinstance(data, BinaryImages) and init_bias is not None:
-        init_bias(data.train)  # log-odds of the pixel marginals (Hinton's practical guide)
-    return model
+        return build_model(cfg, (data.dim,))
 
 
 def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -> Path:
@@ -128,6 +124,9 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
             )
     data = build_data(cfg)
     model = build_seeded_model(cfg, data)
+    init_bias = getattr(model, "init_visible_bias_from_data", None)
+    if isinstance(data, BinaryImages) and init_bias is not None:  # a fresh run's start; a resume loads weights
+        init_bias(data.train)  # log-odds of the pixel marginals (Hinton's practical guide)
     sampler = build_sampler(cfg, data.space if isinstance(data, BinaryImages) else None)
     check_sampler_fits_model(cfg, model)
     objective = build_objective(cfg, sampler, data)
