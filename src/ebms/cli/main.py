@@ -57,15 +57,16 @@ def _config_arg(args: argparse.Namespace) -> str | None:
 def _report_and_plots(run_dir: Path, overrides: list[str], use_ais: bool = False) -> None:
     from ebms.cli.run import evaluate_run, load_run, sample_run, write_eval, write_plots
 
+    from ebms.cli.tasks import TaskData
+
     cfg, model, data, step = load_run(run_dir, overrides)
     t0 = time.perf_counter()
     report = evaluate_run(cfg, model, data, step, use_ais=use_ais)
-    samples = sample_run(cfg, model, data)
-    plots = write_plots(run_dir, cfg, model, data, samples)
+    plots = [] if isinstance(data, TaskData) else write_plots(run_dir, cfg, model, data, sample_run(cfg, model, data))
     write_eval(run_dir, report)
     for line in report.lines():
         print(line)
-    print(f"wrote {', '.join(str(p) for p in plots)}, {run_dir / 'eval.json'} ({time.perf_counter() - t0:.1f} s)")
+    print(f"wrote {', '.join(str(p) for p in [*plots, run_dir / 'eval.json'])} ({time.perf_counter() - t0:.1f} s)")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

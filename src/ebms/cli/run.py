@@ -31,6 +31,7 @@ from ebms.cli.build import (
 )
 from ebms.cli.config import Config, ConfigError, config_to_dict, load_config, to_toml
 from ebms.cli.discrete_data import BinaryImages
+from ebms.cli.tasks import StructuredTask, TaskData, TaskReport, check_batch_size, task_for
 from ebms.data import PointCloud, ToyDataset
 from ebms.estimators.grid import EDGE_TOL, grid_log_likelihood, true_log_likelihood
 from ebms.train import CheckpointStore, Trainer
@@ -45,10 +46,12 @@ def run_dir_of(cfg: Config) -> Path:
     return Path(cfg.run.out_dir) / cfg.run.name
 
 
-OPTIMIZERS = ("adam", "sgd")
+OPTIMIZERS = ("adam", "sgd", "lbfgs")
 
 
 def _optimizer_factory(cfg: Config):
+    """``train.optimizer``: Adam, SGD, or L-BFGS (:class:`~ebms.train.owlqn.OWLQN` without an L1
+    term: one trainer step is one quasi-Newton iteration with its line search, on the batch)."""
     t = cfg.train
     if t.optimizer not in OPTIMIZERS:
         from ebms.cli.build import resolve
@@ -58,6 +61,10 @@ def _optimizer_factory(cfg: Config):
     def make(params):
         if t.optimizer == "sgd":
             return torch.optim.SGD(params, lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay)
+        if t.optimizer == "lbfgs":
+            from ebms.train.owlqn import OWLQN
+
+            return OWLQN(params)
         return torch.optim.Adam(params, lr=t.lr, weight_decay=t.weight_decay)
 
     return make
@@ -122,6 +129,9 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
                 f"only {', '.join(k.rstrip('.') + ('*' if k.endswith('.') else '') for k in RESUMABLE_CHANGES)} "
                 f"may change on resume (start a new run.name to change the rest)"
             )
+    task = task_for(cfg)
+    if task is not None:
+        return _train_task(cfg, task, run_dir, clear=has_checkpoints and overwrite, resume=resume)
     data = build_data(cfg)
     model = build_seeded_model(cfg, data)
     init_bias = getattr(model, "init_visible_bias_from_data", None)
@@ -171,6 +181,46 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
     return run_dir
 
 
+def _seeded_task_model(cfg: Config, task: StructuredTask, data: TaskData) -> nn.Module:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.run.seed)
+        return task.build_model(cfg, data)
+
+
+def _train_task(cfg: Config, task: StructuredTask, run_dir: Path, *, clear: bool, resume: bool | str) -> Path:
+    """:func:`train` for a structured task: the task's data, model and objective, the shared trainer."""
+    data = task.load(cfg)
+    check_batch_size(cfg, data)
+    model = _seeded_task_model(cfg, task, data)
+    objective = task.build_objective(cfg, data)
+    make_optimizer = task.build_optimizer(cfg, data) or _optimizer_factory(cfg)
+    lr_schedule = build_lr_schedule(cfg)
+    if clear:
+        clear_run(run_dir)
+    config_toml = to_toml(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.toml").write_text(config_toml)
+    trainer = Trainer(
+        objective,
+        model,
+        data.train,
+        optimizer=make_optimizer,
+        steps=cfg.train.steps,
+        batch_size=cfg.train.batch_size,
+        run_dir=run_dir,
+        seed=cfg.run.seed,
+        log_every=cfg.train.log_every,
+        checkpoint_every=cfg.train.checkpoint_every,
+        grad_clip=cfg.train.grad_clip,
+        lr_schedule=lr_schedule,
+        progress=cfg.run.progress,
+        device=cfg.run.device,
+        config={"config_toml": config_toml},
+    )
+    trainer.fit(resume=resume)
+    return run_dir
+
+
 def load_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Config, nn.Module, Dataset, int]:
     """Config, trained model (latest checkpoint), dataset and step of a run folder."""
     run_dir = Path(run_dir)
@@ -182,9 +232,14 @@ def load_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     if store.latest() is None:
         raise ConfigError(f"run folder {str(run_dir)!r}: no checkpoint yet (train first)")
     ckpt = store.load()
-    data = build_data(cfg)
-    model = build_seeded_model(cfg, data)
-    check_sampler_fits_model(cfg, model)
+    task = task_for(cfg)
+    if task is not None:
+        data: Any = task.load(cfg)
+        model = _seeded_task_model(cfg, task, data)
+    else:
+        data = build_data(cfg)
+        model = build_seeded_model(cfg, data)
+        check_sampler_fits_model(cfg, model)
     state = {k[len("model/"):]: v for k, v in ckpt.tensors.items() if k.startswith("model/")}
     try:
         model.load_state_dict(state)
@@ -245,6 +300,11 @@ def test_points(cfg: Config, data: Dataset) -> torch.Tensor:
 def evaluate_run(cfg: Config, model: nn.Module, data: Dataset, step: int, *, use_ais: bool = False) -> Any:
     """:class:`EvalReport` for continuous data; for binary images a
     :class:`~ebms.cli.discrete_eval.DiscreteEvalReport` (exact log Z, or AIS with ``use_ais``)."""
+    if isinstance(data, TaskData):
+        task = task_for(cfg)
+        assert task is not None
+        with torch.no_grad():
+            return TaskReport(step=step, task=cfg.data.name, figures=task.evaluate(cfg, model, data))
     if isinstance(data, BinaryImages):
         from ebms.cli.discrete_eval import evaluate_discrete
 
@@ -282,6 +342,9 @@ def sample_run(cfg: Config, model: nn.Module, data: Dataset, *, n: int | None = 
     negatives. Objectives that need no sampler (score matching, NCE) use the
     configured ``[sampler]`` table, ULA by default.
     """
+    if isinstance(data, TaskData):
+        raise ConfigError(f"sample: data.name={cfg.data.name!r} is a conditional task (p(y|x)); "
+                          f"it has no unconditional samples: use `ebms eval` for its test figures")
     if isinstance(data, BinaryImages):
         from ebms.cli.discrete_eval import sample_discrete
 

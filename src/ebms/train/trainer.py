@@ -24,12 +24,20 @@ from ebms.train.checkpoint import CheckpointStore
 from ebms.train.distributed import DistributedContext
 from ebms.train.guard import DivergenceGuard, TrainingDiverged
 
-__all__ = ["TrainResult", "Trainer"]
+__all__ = ["TrainResult", "Trainer", "needs_closure"]
 
 logger = logging.getLogger("ebms.train")
 
 OptimizerSpec = torch.optim.Optimizer | Callable[[list[dict[str, Any]]], torch.optim.Optimizer] | None
 HEALTH = ("loss", "e_pos", "e_neg", "gap", "grad_norm")
+
+
+def needs_closure(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer.step`` must be given a closure: L-BFGS-type optimizers, which
+    re-evaluate the loss during their line search (``torch.optim.LBFGS``, or any optimizer
+    whose class sets ``needs_closure = True``). The trainer then skips ``grad_clip`` (a
+    line search needs the true gradient) and passes a closure over the current batch."""
+    return isinstance(optimizer, torch.optim.LBFGS) or bool(getattr(optimizer, "needs_closure", False))
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,10 @@ class Trainer:
     {"params": objective params}]`` (the second only when the objective has
     trainable parameters, e.g. a learned log Z), e.g.
     ``lambda groups: torch.optim.Adam(groups, lr=1e-3)`` — the default.
+    Quasi-Newton optimizers (:func:`needs_closure`: ``torch.optim.LBFGS``,
+    :class:`ebms.train.owlqn.OWLQN`) get a closure over the step's batch, so
+    one trainer step is one L-BFGS iteration with its line search; give them
+    the whole training set as the batch for full-batch training.
 
     **Data.** A tensor ``(N, *event)`` or tuple of tensors sharing ``N``
     (shuffled each epoch from ``seed``; last partial batch dropped), or a
@@ -339,7 +351,8 @@ class Trainer:
             return False
         if self._pending is not None:
             self._snapshot, self._pending, self._retries = self._pending, None, 0
-        if self.grad_clip is not None and grads:
+        quasi_newton = needs_closure(self.optimizer)
+        if self.grad_clip is not None and grads and not quasi_newton:
             coef = (self.grad_clip / (norm + 1e-6)).clamp(max=1.0)
             for g in grads:
                 g.mul_(coef.to(g.dtype))
@@ -347,7 +360,10 @@ class Trainer:
             scale = float(self.lr_schedule(self.step))
             for g in self.optimizer.param_groups:
                 g["lr"] = g["initial_lr"] * scale
-        self.optimizer.step()
+        if quasi_newton:
+            self.optimizer.step(self._closure(batch, loss.detach()))
+        else:
+            self.optimizer.step()
         self.step += 1
         lr = float(self.optimizer.param_groups[0]["lr"])
         self._record = {"step": self.step, "loss": loss_f, "grad_norm": gnorm, "lr": lr, "metrics": metrics}
@@ -355,6 +371,29 @@ class Trainer:
             self._record["lr_groups"] = [float(g["lr"]) for g in self.optimizer.param_groups]
         self.metrics = {**metrics, "loss": loss_f, "grad_norm": gnorm, "lr": lr}
         return True
+
+    def _closure(self, batch: Batch, first_loss: Tensor) -> Callable[[], Tensor]:
+        """The loss-and-gradient closure of a quasi-Newton step on one batch.
+
+        Its first call returns the loss whose gradients the step has already computed (and
+        checked); later calls (line-search trials) evaluate the objective again at the
+        optimizer's current parameters and leave fresh, rank-averaged gradients.
+        """
+        calls = 0
+
+        def closure() -> Tensor:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                return first_loss
+            self.optimizer.zero_grad(set_to_none=True)
+            with torch.enable_grad():
+                loss, _ = self._check_output(self.objective(self.model, batch, generator=self.generator))
+                loss.backward()
+            self.dist.average_gradients(self._params)
+            return loss.detach()
+
+        return closure
 
     def _after_step(self, bar: Any) -> None:
         if self.step % self.log_every == 0:
