@@ -7,6 +7,9 @@
   ragged ``lengths`` and allowed-transition masks (:func:`bio_allowed_transitions`).
 * CTC (:func:`ctc_loss`, :func:`ctc_log_likelihood`) on the same machinery, with
   :func:`best_alignment`, :func:`greedy_decode` and :func:`prefix_beam_search`.
+* CTC-CRF (:func:`ctc_crf_loss`, :func:`ctc_crf_log_likelihood`, :func:`ctc_crf_decode`): a label
+  n-gram (:class:`LabelNGram`) composed with the CTC topology into a :class:`DenominatorGraph`,
+  whose log partition :func:`den_log_partition` is a vectorised forward-backward.
 """
 
 from ebms.structured.ctc import (
@@ -17,20 +20,29 @@ from ebms.structured.ctc import (
     greedy_decode,
     prefix_beam_search,
 )
+from ebms.structured.ctc_crf import ctc_crf_decode, ctc_crf_log_likelihood, ctc_crf_loss, den_log_partition
+from ebms.structured.den_graph import DenominatorGraph
 from ebms.structured.linear_chain import LinearChainCRF, bio_allowed_transitions, linear_chain_forward
+from ebms.structured.ngram import LabelNGram
 from ebms.structured.semiring import KMaxSemiring, LogSemiring, MaxSemiring, Semiring
 
 __all__ = [
     "CTCDecoding",
+    "DenominatorGraph",
     "KMaxSemiring",
+    "LabelNGram",
     "LinearChainCRF",
     "LogSemiring",
     "MaxSemiring",
     "Semiring",
     "best_alignment",
     "bio_allowed_transitions",
+    "ctc_crf_decode",
+    "ctc_crf_log_likelihood",
+    "ctc_crf_loss",
     "ctc_log_likelihood",
     "ctc_loss",
+    "den_log_partition",
     "greedy_decode",
     "linear_chain_forward",
     "prefix_beam_search",
