@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from torch import Tensor, nn
 
 from ebms.objectives._base import LossOutput
-from ebms.train import Trainer
+from ebms.train import Callback, Trainer
 from ebms.train.trainer import needs_closure
 
 
@@ -42,11 +43,11 @@ def test_lbfgs_steps_reach_the_least_squares_solution(tmp_path: Path) -> None:
     torch.testing.assert_close(model.weight.detach().squeeze(0), exact, atol=1e-8, rtol=0)
 
 
-def test_closure_first_call_reuses_the_steps_evaluation(tmp_path: Path) -> None:
+def test_quasi_newton_step_evaluates_the_objective_only_through_the_closure(tmp_path: Path) -> None:
     x, y, _ = _least_squares()
     model = nn.Linear(3, 1, bias=False).double()
     objective = Counting()
-    # max_iter=1 and no line search: LBFGS evaluates the closure once per step, which must be the step's own.
+    # max_iter=1 and no line search: LBFGS calls the closure once per step, and the trainer adds nothing.
     trainer = Trainer(objective, model, (x, y), steps=3, batch_size=x.shape[0], run_dir=tmp_path, progress=False,
                       optimizer=lambda g: torch.optim.LBFGS(g, lr=0.1, max_iter=1))
     trainer.fit()
@@ -62,3 +63,30 @@ def test_needs_closure_recognises_lbfgs_and_flagged_optimizers() -> None:
     assert needs_closure(torch.optim.LBFGS(p))
     assert needs_closure(Flagged(p, lr=0.1))
     assert not needs_closure(torch.optim.Adam(p))
+
+
+def test_owlqn_in_the_trainer_costs_only_its_own_evaluations(tmp_path: Path) -> None:
+    from ebms.train.owlqn import OWLQN
+
+    x, y, _ = _least_squares()
+    model = nn.Linear(3, 1, bias=False).double()
+    objective = Counting()
+    opts: list[OWLQN] = []
+
+    def make(groups):
+        opts.append(OWLQN(groups))
+        return opts[-1]
+
+    evaluations: list[int] = []
+
+    class Count(Callback):
+        def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, float]) -> None:
+            evaluations.append(opts[0].info["evaluations"])
+
+    trainer = Trainer(objective, model, (x, y), steps=6, batch_size=x.shape[0], run_dir=tmp_path, progress=False,
+                      optimizer=make, log_every=1, callbacks=[Count()])
+    result = trainer.fit()
+    assert objective.calls == sum(evaluations)
+    exact = torch.linalg.lstsq(x, y[:, None]).solution.squeeze(-1)
+    torch.testing.assert_close(model.weight.detach().squeeze(0), exact, atol=1e-6, rtol=0)
+    assert result.metrics["loss"] == pytest.approx(float(((x @ exact - y) ** 2).mean()), rel=1e-6)

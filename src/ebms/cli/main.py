@@ -56,7 +56,6 @@ def _config_arg(args: argparse.Namespace) -> str | None:
 
 def _report_and_plots(run_dir: Path, overrides: list[str], use_ais: bool = False) -> None:
     from ebms.cli.run import evaluate_run, load_run, sample_run, write_eval, write_plots
-
     from ebms.cli.tasks import TaskData
 
     cfg, model, data, step = load_run(run_dir, overrides)

@@ -2,8 +2,11 @@
 
 * :func:`conlleval` / :class:`ChunkScores` — chunk-level precision, recall and F1 (percent) with
   the definition of the CoNLL ``conlleval`` script, per type and overall, plus token accuracy.
+* :func:`token_f1`, :func:`token_accuracy` — token-level scores over flattened tag sequences
+  (scikit-learn's ``f1_score`` definitions; the sklearn-crfsuite tutorial's figure).
 """
 
 from ebms.metrics.chunking import ChunkScores, TypeScores, conlleval
+from ebms.metrics.tagging import token_accuracy, token_f1
 
-__all__ = ["ChunkScores", "TypeScores", "conlleval"]
+__all__ = ["ChunkScores", "TypeScores", "conlleval", "token_accuracy", "token_f1"]

@@ -10,6 +10,8 @@
 * CTC-CRF (:func:`ctc_crf_loss`, :func:`ctc_crf_log_likelihood`, :func:`ctc_crf_decode`): a label
   n-gram (:class:`LabelNGram`) composed with the CTC topology into a :class:`DenominatorGraph`,
   whose log partition :func:`den_log_partition` is a vectorised forward-backward.
+* Feature templates for CRF taggers (:func:`chunking_features`, :func:`ner_features`) and the
+  :class:`AttributeVocabulary` that turns them into padded attribute ids and values.
 """
 
 from ebms.structured.ctc import (
@@ -22,11 +24,22 @@ from ebms.structured.ctc import (
 )
 from ebms.structured.ctc_crf import ctc_crf_decode, ctc_crf_log_likelihood, ctc_crf_loss, den_log_partition
 from ebms.structured.den_graph import DenominatorGraph
+from ebms.structured.features import (
+    FEATURE_SETS,
+    AttributeVocabulary,
+    chunking_features,
+    ner_features,
+    observed_pairs,
+    observed_transitions,
+    to_attributes,
+)
 from ebms.structured.linear_chain import LinearChainCRF, bio_allowed_transitions, linear_chain_forward
 from ebms.structured.ngram import LabelNGram
 from ebms.structured.semiring import KMaxSemiring, LogSemiring, MaxSemiring, Semiring
 
 __all__ = [
+    "FEATURE_SETS",
+    "AttributeVocabulary",
     "CTCDecoding",
     "DenominatorGraph",
     "KMaxSemiring",
@@ -37,6 +50,7 @@ __all__ = [
     "Semiring",
     "best_alignment",
     "bio_allowed_transitions",
+    "chunking_features",
     "ctc_crf_decode",
     "ctc_crf_log_likelihood",
     "ctc_crf_loss",
@@ -45,5 +59,9 @@ __all__ = [
     "den_log_partition",
     "greedy_decode",
     "linear_chain_forward",
+    "ner_features",
+    "observed_pairs",
+    "observed_transitions",
     "prefix_beam_search",
+    "to_attributes",
 ]

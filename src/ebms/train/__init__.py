@@ -23,14 +23,16 @@ safetensors + JSON checkpoints (:class:`CheckpointStore`), restores the last
 good state and lowers the learning rate when training diverges
 (:class:`DivergenceGuard`), and runs unchanged under ``torchrun``
 (:class:`DistributedContext`). Callbacks add evaluation, sample pictures and
-early stopping.
+early stopping. Quasi-Newton optimizers (:class:`OWLQN`, ``torch.optim.LBFGS``)
+take one iteration per step through a closure over the batch.
 """
 
 from ebms.train.callbacks import Callback, EarlyStopping, PeriodicEval, SampleSnapshot
 from ebms.train.checkpoint import Checkpoint, CheckpointStore
 from ebms.train.distributed import DistributedContext
 from ebms.train.guard import DivergenceGuard, TrainingDiverged
-from ebms.train.trainer import Trainer, TrainResult
+from ebms.train.owlqn import OWLQN
+from ebms.train.trainer import Trainer, TrainResult, needs_closure
 
 __all__ = [
     "Callback",
@@ -39,9 +41,11 @@ __all__ = [
     "DistributedContext",
     "DivergenceGuard",
     "EarlyStopping",
+    "OWLQN",
     "PeriodicEval",
     "SampleSnapshot",
     "TrainResult",
     "Trainer",
     "TrainingDiverged",
+    "needs_closure",
 ]

@@ -35,8 +35,9 @@ HEALTH = ("loss", "e_pos", "e_neg", "gap", "grad_norm")
 def needs_closure(optimizer: torch.optim.Optimizer) -> bool:
     """Whether ``optimizer.step`` must be given a closure: L-BFGS-type optimizers, which
     re-evaluate the loss during their line search (``torch.optim.LBFGS``, or any optimizer
-    whose class sets ``needs_closure = True``). The trainer then skips ``grad_clip`` (a
-    line search needs the true gradient) and passes a closure over the current batch."""
+    whose class sets ``needs_closure = True``). The trainer then evaluates the objective only
+    through a closure over the current batch and skips ``grad_clip`` (a line search needs the
+    true gradient)."""
     return isinstance(optimizer, torch.optim.LBFGS) or bool(getattr(optimizer, "needs_closure", False))
 
 
@@ -329,11 +330,37 @@ class Trainer:
         if self._snapshot_due():
             self._pending = _snapshot.capture(self)
         batch = to_device(self._batches.next(), self.device)
+        if needs_closure(self.optimizer):
+            return self._quasi_newton_step(batch)
+        loss, metrics = self._evaluate(batch)
+        loss_f, gnorm, norm, grads, metrics = self._health(loss, metrics)
+        reason = self.guard.check(loss_f, metrics, gnorm) if self.guard is not None else None
+        if reason is not None:
+            self._recover(reason)
+            return False
+        if self._pending is not None:
+            self._snapshot, self._pending, self._retries = self._pending, None, 0
+        if self.grad_clip is not None and grads:
+            coef = (self.grad_clip / (norm + 1e-6)).clamp(max=1.0)
+            for g in grads:
+                g.mul_(coef.to(g.dtype))
+        self._apply_lr_schedule()
+        self.optimizer.step()
+        self._finish_step(loss_f, gnorm, metrics)
+        return True
+
+    def _evaluate(self, batch: Batch) -> tuple[Tensor, dict[str, float]]:
+        """Objective, backward and rank-averaged gradients on ``batch``."""
         out = self.objective(self.model, batch, generator=self.generator)
         loss, metrics = self._check_output(out)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.dist.average_gradients(self._params)
+        return loss, metrics
+
+    def _health(self, loss: Tensor, metrics: dict[str, float]
+                ) -> tuple[float, float, Tensor, list[Tensor], dict[str, float]]:
+        """Loss, gradient norm and metrics as host numbers (averaged over ranks), for the guard and the log."""
         grads = [p.grad for p in self._params if p.grad is not None]
         norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.detach().float()) for g in grads])) if grads else torch.zeros((), device=self.device)
         if self.dist.enabled:
@@ -345,55 +372,51 @@ class Trainer:
             gnorm = float(norm)
         else:
             loss_f, gnorm = torch.stack([loss.detach().double(), norm.double()]).tolist()
-        reason = self.guard.check(loss_f, metrics, gnorm) if self.guard is not None else None
-        if reason is not None:
-            self._recover(reason)
-            return False
-        if self._pending is not None:
-            self._snapshot, self._pending, self._retries = self._pending, None, 0
-        quasi_newton = needs_closure(self.optimizer)
-        if self.grad_clip is not None and grads and not quasi_newton:
-            coef = (self.grad_clip / (norm + 1e-6)).clamp(max=1.0)
-            for g in grads:
-                g.mul_(coef.to(g.dtype))
+        return loss_f, gnorm, norm, grads, metrics
+
+    def _apply_lr_schedule(self) -> None:
         if self.lr_schedule is not None:
             scale = float(self.lr_schedule(self.step))
             for g in self.optimizer.param_groups:
                 g["lr"] = g["initial_lr"] * scale
-        if quasi_newton:
-            self.optimizer.step(self._closure(batch, loss.detach()))
-        else:
-            self.optimizer.step()
+
+    def _finish_step(self, loss_f: float, gnorm: float, metrics: dict[str, float]) -> None:
         self.step += 1
         lr = float(self.optimizer.param_groups[0]["lr"])
         self._record = {"step": self.step, "loss": loss_f, "grad_norm": gnorm, "lr": lr, "metrics": metrics}
         if len(self.optimizer.param_groups) > 1:
             self._record["lr_groups"] = [float(g["lr"]) for g in self.optimizer.param_groups]
         self.metrics = {**metrics, "loss": loss_f, "grad_norm": gnorm, "lr": lr}
-        return True
 
-    def _closure(self, batch: Batch, first_loss: Tensor) -> Callable[[], Tensor]:
-        """The loss-and-gradient closure of a quasi-Newton step on one batch.
+    def _quasi_newton_step(self, batch: Batch) -> bool:
+        """One L-BFGS-type iteration on ``batch``.
 
-        Its first call returns the loss whose gradients the step has already computed (and
-        checked); later calls (line-search trials) evaluate the objective again at the
-        optimizer's current parameters and leave fresh, rank-averaged gradients.
+        The objective is evaluated only through the optimizer's closure (start point and
+        line-search trials); the guard and the log see the last evaluation (for
+        :class:`~ebms.train.owlqn.OWLQN`, the accepted point). No ``grad_clip``: a line search
+        needs the true gradient.
         """
-        calls = 0
+        last: dict[str, Any] = {}
 
         def closure() -> Tensor:
-            nonlocal calls
-            calls += 1
-            if calls == 1:
-                return first_loss
-            self.optimizer.zero_grad(set_to_none=True)
             with torch.enable_grad():
-                loss, _ = self._check_output(self.objective(self.model, batch, generator=self.generator))
-                loss.backward()
-            self.dist.average_gradients(self._params)
+                loss, metrics = self._evaluate(batch)
+            last.update(loss=loss.detach(), metrics=metrics)
             return loss.detach()
 
-        return closure
+        self._apply_lr_schedule()
+        self.optimizer.step(closure)
+        if not last:  # the optimizer reused its cached point and found it stationary
+            closure()
+        loss_f, gnorm, _, _, metrics = self._health(last["loss"], last["metrics"])
+        reason = self.guard.check(loss_f, metrics, gnorm) if self.guard is not None else None
+        if reason is not None:
+            self._recover(reason)
+            return False
+        if self._pending is not None:
+            self._snapshot, self._pending, self._retries = self._pending, None, 0
+        self._finish_step(loss_f, gnorm, metrics)
+        return True
 
     def _after_step(self, bar: Any) -> None:
         if self.step % self.log_every == 0:
