@@ -405,7 +405,7 @@ class Trainer:
             return loss.detach()
 
         self._apply_lr_schedule()
-        self.optimizer.step(closure)
+        self.optimizer.step(closure)  # type: ignore[arg-type]
         if not last:  # the optimizer reused its cached point and found it stationary
             closure()
         loss_f, gnorm, _, _, metrics = self._health(last["loss"], last["metrics"])
