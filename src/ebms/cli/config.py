@@ -72,6 +72,10 @@ class DataConfig:
     root: str | None = None
     download: bool = False
     limit: int | None = None
+    features: str = ""
+    n_train: int | None = None
+    max_digits: int = 7
+    test_speakers: list[str] = field(default_factory=lambda: ["theo"])
 
 
 @dataclass
@@ -79,6 +83,10 @@ class ModelConfig:
     kind: str = "mlp"
     hidden: list[int] = field(default_factory=lambda: [128, 128])
     activation: str = "silu"
+    embedding_dim: int = 100
+    char_dim: int = 0
+    layers: int = 1
+    dropout: float = 0.0
 
 
 @dataclass
@@ -105,6 +113,10 @@ class ObjectiveConfig:
     n_projections: int = 1
     nu: float = 1.0
     noise_scale: float = 1.5
+    c1: float = 0.0
+    c2: float = 0.0
+    ctc_weight: float = 0.0
+    lm_order: int = 2
 
 
 @dataclass

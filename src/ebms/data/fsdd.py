@@ -1,0 +1,231 @@
+"""Free Spoken Digit Dataset (FSDD) and a connected-digit recognition task built from it.
+
+FSDD (Jackson et al., "Free Spoken Digit Dataset", GitHub Jakobovski/free-spoken-digit-dataset,
+CC BY-SA 4.0): 3,000 wav files ``recordings/{digit}_{speaker}_{index}.wav``, 8 kHz mono 16-bit,
+6 speakers x 10 digits x 50 takes; the source's split is index 0-4 test, 5-49 train. The files
+live in ``$EBMS_DATA/fsdd`` (see :mod:`ebms.data.paths`).
+
+Connected digits (:func:`connected_digits`): each utterance is a string of ``L ~ U{1..max_digits}``
+uniform random digits spoken by ONE speaker, made by concatenating one random take per digit
+(each take scaled to RMS 0.1) with gaps of ``U[gap_ms]`` milliseconds of low Gaussian noise
+(std 0.002) before, between and after the digits. Training utterances use the training speakers'
+takes 5-49 only; test utterances use only the held-out ``test_speakers`` (default ``("theo",)``,
+all 50 takes), so the test set is speaker-disjoint. Everything is drawn from one
+``numpy.random.Generator(seed)``, so the task is a pure function of its arguments.
+
+Features: 40 log-mel filterbanks (25 ms Hann window, 10 ms hop, :func:`ebms.data.audio.log_mel`),
+then global CMVN with statistics of the training utterances applied to both sets. Labels are
+``digit + 1`` (1..10) so that 0 is the CTC blank. Results are cached in memory per argument set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ebms._checks import check_int
+from ebms.data.audio import CMVNStats, cmvn, log_mel, read_wav
+from ebms.data.paths import DATA_ENV_VAR, data_root
+
+__all__ = ["SPEAKERS", "ConnectedDigits", "DigitUtterances", "Recording", "connected_digits", "load_fsdd"]
+
+#: The six FSDD speakers.
+SPEAKERS = ("george", "jackson", "lucas", "nicolas", "theo", "yweweler")
+SAMPLE_RATE = 8000
+_NAME = re.compile(r"^(\d)_([a-z]+)_(\d+)\.wav$")
+_RECORDINGS: dict[str, list[Recording]] = {}
+_TASKS: dict[tuple, ConnectedDigits] = {}
+
+
+@dataclass(frozen=True)
+class Recording:
+    """One FSDD take: ``waveform (N,)`` float32 in ``[-1, 1]`` at 8 kHz."""
+
+    digit: int
+    speaker: str
+    index: int
+    waveform: Tensor
+
+
+@dataclass
+class DigitUtterances:
+    """Padded connected-digit utterances.
+
+    Attributes:
+        features: ``(N, T, F)`` float32, CMVN-normalised, zero past ``lengths``.
+        lengths: ``(N,)`` long frame counts.
+        targets: ``(N, S)`` long labels ``digit + 1`` (1..10), padded with 0 (the blank).
+        target_lengths: ``(N,)`` long label counts.
+        speakers: the speaker of each utterance.
+    """
+
+    features: Tensor
+    lengths: Tensor
+    targets: Tensor
+    target_lengths: Tensor
+    speakers: list[str]
+
+    def __len__(self) -> int:
+        return int(self.features.shape[0])
+
+    def transcripts(self) -> list[list[int]]:
+        """Label sequences (1..10) as Python lists."""
+        return [row[:n].tolist() for row, n in zip(self.targets, self.target_lengths.tolist())]
+
+
+@dataclass
+class ConnectedDigits:
+    """What :func:`connected_digits` returns: the two sets, the training CMVN statistics, the
+    held-out speakers, and ``n_classes = 11`` (blank + 10 digits)."""
+
+    train: DigitUtterances
+    test: DigitUtterances
+    stats: CMVNStats
+    test_speakers: tuple[str, ...]
+    n_classes: int = 11
+
+
+def _fsdd_dir(root: str | Path | None) -> Path:
+    base = Path(root).expanduser() if root is not None else data_root()
+    folder = base / "fsdd" if (base / "fsdd" / "recordings").is_dir() else base
+    if not (folder / "recordings").is_dir():
+        raise FileNotFoundError(
+            f"root: no FSDD recordings under {str(base)!r} (looked for fsdd/recordings/ and recordings/); "
+            f"set {DATA_ENV_VAR} or data.root to the folder holding fsdd/"
+        )
+    return folder
+
+
+def load_fsdd(root: str | Path | None = None, *, verify: bool = False) -> list[Recording]:
+    """All FSDD takes, sorted by (speaker, digit, index); cached per folder (``verify`` checks every call).
+
+    Args:
+        root: the data folder holding ``fsdd/`` (or the ``fsdd`` folder itself); default
+            :func:`ebms.data.paths.data_root`.
+        verify: check every file's md5 against ``fsdd/recordings.tsv``.
+
+    Raises:
+        FileNotFoundError: the folder is missing (the message names ``$EBMS_DATA``).
+        ValueError: a checksum mismatch or a file listed in ``recordings.tsv`` that is missing.
+    """
+    folder = _fsdd_dir(root)
+    key = str(folder.resolve())
+    if verify:
+        table = folder / "recordings.tsv"
+        if not table.is_file():
+            raise FileNotFoundError(f"verify: no {str(table)!r} to check the md5 sums against")
+        for line in table.read_text().splitlines()[1:]:
+            rel, _, md5 = line.split("\t")
+            path = folder / Path(rel).relative_to("fsdd") if rel.startswith("fsdd/") else folder / rel
+            if not path.is_file():
+                raise ValueError(f"verify: {str(path)!r} is listed in recordings.tsv but missing")
+            got = hashlib.md5(path.read_bytes()).hexdigest()
+            if got != md5:
+                raise ValueError(f"verify: md5 of {str(path)!r} is {got}; recordings.tsv says {md5}")
+    if key in _RECORDINGS:
+        return _RECORDINGS[key]
+    out = []
+    for path in sorted((folder / "recordings").glob("*.wav")):
+        m = _NAME.match(path.name)
+        if m is None:
+            continue
+        wav, rate = read_wav(path)
+        if rate != SAMPLE_RATE:
+            raise ValueError(f"root: {str(path)!r} is sampled at {rate} Hz; FSDD is {SAMPLE_RATE} Hz")
+        out.append(Recording(int(m.group(1)), m.group(2), int(m.group(3)), wav))
+    if not out:
+        raise FileNotFoundError(f"root: no FSDD wav files in {str(folder / 'recordings')!r}")
+    out.sort(key=lambda r: (r.speaker, r.digit, r.index))
+    _RECORDINGS[key] = out
+    return out
+
+
+def _utterances(pool: dict[tuple[str, int], list[Recording]], speakers: Sequence[str], n: int, max_digits: int,
+                gap_ms: tuple[float, float], rng: np.random.Generator, n_mels: int) -> tuple[list[Tensor], list[list[int]], list[str]]:
+    feats, labels, who = [], [], []
+    for _ in range(n):
+        spk = speakers[int(rng.integers(len(speakers)))]
+        digits = rng.integers(0, 10, size=int(rng.integers(1, max_digits + 1))).tolist()
+        pieces = []
+        for d in [*digits, None]:
+            gap = int(rng.uniform(*gap_ms) * SAMPLE_RATE / 1000)
+            pieces.append(torch.from_numpy(rng.normal(0.0, 0.002, size=gap).astype(np.float32)))
+            if d is not None:
+                takes = pool[(spk, d)]
+                w = takes[int(rng.integers(len(takes)))].waveform
+                pieces.append(w * (0.1 / w.pow(2).mean().sqrt().clamp_min(1e-6)))
+        feats.append(log_mel(torch.cat(pieces), SAMPLE_RATE, n_mels=n_mels))
+        labels.append([d + 1 for d in digits])
+        who.append(spk)
+    return feats, labels, who
+
+
+def _pad(feats: list[Tensor], labels: list[list[int]], who: list[str], stats: CMVNStats) -> DigitUtterances:
+    lengths = torch.tensor([f.shape[0] for f in feats], dtype=torch.long)
+    x = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)
+    tl = torch.tensor([len(y) for y in labels], dtype=torch.long)
+    y = torch.zeros(len(labels), int(tl.max()), dtype=torch.long)
+    for i, seq in enumerate(labels):
+        y[i, :len(seq)] = torch.tensor(seq)
+    return DigitUtterances(cmvn(x, lengths, stats=stats), lengths, y, tl, who)
+
+
+def connected_digits(recordings: Sequence[Recording] | None = None, *, n_train: int = 1000, n_test: int = 300,
+                     max_digits: int = 7, seed: int = 0, test_speakers: Sequence[str] = ("theo",),
+                     train_indices: tuple[int, int] = (5, 49), gap_ms: tuple[float, float] = (50.0, 250.0),
+                     n_mels: int = 40, root: str | Path | None = None) -> ConnectedDigits:
+    """The connected-digit task (module docstring); cached in memory per argument set.
+
+    Args:
+        recordings: FSDD takes (default :func:`load_fsdd` ``(root)``).
+        n_train, n_test: utterance counts (``>= 1``).
+        max_digits: longest digit string (lengths uniform on ``1..max_digits``).
+        seed: the one seed of every random draw.
+        test_speakers: held-out speakers (non-empty, not all of the speakers present).
+        train_indices: inclusive range of take indices used for training utterances.
+        gap_ms: silence range (ms) before, between and after digits.
+        n_mels: filterbank channels.
+    """
+    check_int(n_train, "n_train", minimum=1)
+    check_int(n_test, "n_test", minimum=1)
+    check_int(max_digits, "max_digits", minimum=1)
+    check_int(seed, "seed", minimum=0)
+    check_int(n_mels, "n_mels", minimum=1)
+    if not 0 <= gap_ms[0] <= gap_ms[1]:
+        raise ValueError(f"gap_ms: expected 0 <= low <= high; got {tuple(gap_ms)}")
+    held = tuple(sorted(set(test_speakers)))
+    key = (None if recordings is not None else str(_fsdd_dir(root).resolve()), n_train, n_test, max_digits, seed, held,
+           tuple(train_indices), tuple(gap_ms), n_mels)
+    if recordings is None and key in _TASKS:
+        return _TASKS[key]
+    recs = list(load_fsdd(root) if recordings is None else recordings)
+    present = sorted({r.speaker for r in recs})
+    unknown = [s for s in held if s not in present]
+    if not held or unknown or len(held) == len(present):
+        raise ValueError(f"test_speakers: expected a non-empty proper subset of {present}; got {list(test_speakers)}")
+    lo, hi = train_indices
+    pool: dict[tuple[str, int], list[Recording]] = {}
+    for r in recs:
+        if r.speaker in held or lo <= r.index <= hi:
+            pool.setdefault((r.speaker, r.digit), []).append(r)
+    train_spk = [s for s in present if s not in held]
+    for spk in [*train_spk, *held]:
+        missing = [d for d in range(10) if (spk, d) not in pool]
+        if missing:
+            raise ValueError(f"recordings: speaker {spk!r} has no usable take of digit(s) {missing}")
+    rng = np.random.default_rng(seed)
+    tr = _utterances(pool, train_spk, n_train, max_digits, gap_ms, rng, n_mels)
+    te = _utterances(pool, list(held), n_test, max_digits, gap_ms, rng, n_mels)
+    lengths = torch.tensor([f.shape[0] for f in tr[0]], dtype=torch.long)
+    stats = CMVNStats.fit(torch.nn.utils.rnn.pad_sequence(tr[0], batch_first=True), lengths)
+    task = ConnectedDigits(_pad(*tr, stats), _pad(*te, stats), stats, held)
+    if recordings is None:
+        _TASKS[key] = task
+    return task
