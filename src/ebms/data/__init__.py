@@ -14,21 +14,39 @@
   (chunking, NER), read from the NLTK zips with an md5 check; tag-scheme helpers in
   :mod:`ebms.data.conll`.
 * :func:`model_samples` — data drawn from a known discrete model by long-run block Gibbs.
+* :func:`read_wav` / :func:`log_mel` / :func:`cmvn` — the speech front end (PCM wav, log-mel
+  filterbanks with ``torch.stft``, mean and variance normalisation).
+* :func:`load_fsdd` / :func:`connected_digits` — the Free Spoken Digit recordings and the
+  connected-digit task built from them (fixed seed, speaker-disjoint test set).
+* :func:`lag_copy_tagging` — a synthetic tagging task with long-range label dependencies.
 
 Randomness comes only from the ``generator`` argument.
 """
 
+from ebms.data.audio import CMVNStats, cmvn, log_mel, mel_filterbank, read_wav
 from ebms.data.binarize import binarize, binarized_mnist
 from ebms.data.conll import Sentence, load_conll2000, load_conll2002, read_conll
 from ebms.data.digits import binarized_digits
+from ebms.data.fsdd import ConnectedDigits, connected_digits, load_fsdd
 from ebms.data.ising import ModelSamples, model_samples
 from ebms.data.mnist import ChecksumError, ImageDataset, load_mnist, read_idx
 from ebms.data.paths import DATA_ENV_VAR, data_path, data_root
 from ebms.data.points import POINT_SUFFIXES, PointCloud, load_points, read_points
+from ebms.data.synthetic_tagging import SyntheticTagging, lag_copy_tagging
 from ebms.data.toy import TOY_NAMES, ToyDataset, get_toy
 
 __all__ = [
+    "CMVNStats",
     "ChecksumError",
+    "ConnectedDigits",
+    "SyntheticTagging",
+    "cmvn",
+    "connected_digits",
+    "lag_copy_tagging",
+    "load_fsdd",
+    "log_mel",
+    "mel_filterbank",
+    "read_wav",
     "DATA_ENV_VAR",
     "ImageDataset",
     "ModelSamples",

@@ -8,21 +8,36 @@
   Gibbs), exact log Z over the smaller layer and the Salakhutdinov–Murray AIS path.
 * :class:`RBMEstimator` — a scikit-learn-style RBM (``fit``/``transform``/``score_samples`` with
   real log-likelihoods), trained by fast analytic CD-k / PCD (:func:`cd_update`).
+* :class:`FeatureCRF` / :func:`fit_feature_crf` — the CRFsuite-style feature CRF tagger, trained by
+  L-BFGS / OWL-QN (L1 + L2) or SGD/Adam.
+* :class:`NeuralCRFTagger` — a BiLSTM/CNN encoder with a CRF output layer (BIO-constrained decoding).
+* :class:`CRFTransducer` and its locally normalised baseline :class:`AlignedRNNT` — tagging with
+  the whole label history (beam search; beam search with early update).
 """
 
+from ebms.models.crf_tagger import NeuralCRFTagger
+from ebms.models.crf_transducer import CRFTransducer
+from ebms.models.feature_crf import FeatureCRF, FitResult, fit_feature_crf
 from ebms.models.ising import IsingModel
 from ebms.models.potts import PottsModel
 from ebms.models.rbm import BernoulliRBM, CategoricalRBM, GaussianBernoulliRBM, RBMBase
 from ebms.models.rbm_estimator import CDState, RBMEstimator, cd_update
+from ebms.models.rnnt_aligned import AlignedRNNT
 
 __all__ = [
+    "AlignedRNNT",
     "BernoulliRBM",
     "CDState",
+    "CRFTransducer",
     "CategoricalRBM",
+    "FeatureCRF",
+    "FitResult",
     "GaussianBernoulliRBM",
     "IsingModel",
+    "NeuralCRFTagger",
     "PottsModel",
     "RBMBase",
     "RBMEstimator",
     "cd_update",
+    "fit_feature_crf",
 ]

@@ -88,10 +88,10 @@ class FeatureCRF(nn.Module):
         """``(W (A, C), transitions (C, C))`` with non-observed entries exactly 0."""
         w: Tensor = self.state_weights
         a: Tensor = self.transitions
-        if self.state_mask is not None:
-            w = w * self.state_mask
+        if self.state_mask is not None:  # a select, not a product: no bool -> float copy of (A, C)
+            w = torch.where(self.state_mask, w, 0.0)
         if self.transition_mask is not None:
-            a = a * self.transition_mask
+            a = torch.where(self.transition_mask, a, 0.0)
         return w, a
 
     def _check_inputs(self, ids: Tensor, weights: Tensor, lengths: Tensor) -> None:

@@ -7,21 +7,43 @@
 * :class:`GaussianEnergy`, :class:`GaussianMixtureEnergy` — closed-form
   references with known normalisers.
 
+* :class:`SequenceEncoder` — word (+ character CNN) embeddings and a BiLSTM or CNN over tokens.
+* :class:`ConvBiLSTM` — a subsampling conv + BiLSTM acoustic model returning CTC log-probabilities.
+* :class:`TranscriptionNet`, :class:`PredictionNet`, :class:`AlignedTransducer` and
+  :func:`transducer_beam_search` — the networks and the beam search of aligned transducers
+  (RNN-T, CRF transducer).
+
 Activations are :class:`Activation` objects; names (``"silu"``, ``"tanh"``,
 ...) are resolved once by :func:`resolve_activation`.
 """
 
 from ebms.nets._activations import ACTIVATIONS, Activation, resolve_activation
+from ebms.nets.acoustic import ConvBiLSTM
 from ebms.nets.conv import ConvEnergy
 from ebms.nets.gaussian import GaussianEnergy, GaussianMixtureEnergy
 from ebms.nets.mlp import MLPEnergy
+from ebms.nets.sequence import SequenceEncoder
+from ebms.nets.transducer import (
+    AlignedTransducer,
+    BeamSearchResult,
+    PredictionNet,
+    TranscriptionNet,
+    transducer_beam_search,
+)
 
 __all__ = [
     "ACTIVATIONS",
     "Activation",
+    "AlignedTransducer",
+    "BeamSearchResult",
+    "ConvBiLSTM",
     "ConvEnergy",
     "GaussianEnergy",
     "GaussianMixtureEnergy",
     "MLPEnergy",
+    "PredictionNet",
+    "SequenceEncoder",
+    "TranscriptionNet",
     "resolve_activation",
+    "transducer_beam_search",
 ]

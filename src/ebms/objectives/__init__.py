@@ -38,15 +38,26 @@ Which one:
   several noise levels (NCSN), no second derivatives of the data term.
 * :class:`NCE` — classify data against a known noise model; also learns
   ``log Z`` (see :class:`GaussianNoise`).
+
+Conditional models ``p(y | x)`` (CRF taggers) are trained by
+:class:`ConditionalML` (exact conditional maximum likelihood through the
+chain's log partition) or :class:`ConditionalNCE` (Ma & Collins' conditional
+NCE against a tag-sequence noise law such as :class:`TagBigramNoise`). They
+take ``objective(model, batch, generator=g)`` with ``batch = (*inputs, tags,
+lengths)`` and ``model(*inputs, lengths)`` returning a
+:class:`~ebms.structured.LinearChainCRF`.
 """
 
 from ebms.objectives._base import LossOutput, scalar_metrics
 from ebms.objectives.buffer import ReplayBuffer
 from ebms.objectives.cd import ContrastiveDivergence, PersistentContrastiveDivergence
+from ebms.objectives.conditional import ConditionalML, ConditionalNCE, TagBigramNoise
 from ebms.objectives.nce import NCE, GaussianNoise
 from ebms.objectives.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
 
 __all__ = [
+    "ConditionalML",
+    "ConditionalNCE",
     "ContrastiveDivergence",
     "DenoisingScoreMatching",
     "GaussianNoise",
@@ -56,5 +67,6 @@ __all__ = [
     "ReplayBuffer",
     "ScoreMatching",
     "SlicedScoreMatching",
+    "TagBigramNoise",
     "scalar_metrics",
 ]

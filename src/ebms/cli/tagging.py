@@ -1,0 +1,286 @@
+"""``ebms train`` for sequence tagging: CoNLL-2000 chunking and CoNLL-2002 NER with CRF taggers.
+
+``data.name``: ``conll2000`` (train on ``train.txt``, test on ``test.txt``), ``conll2002-esp`` and
+``conll2002-ned`` (train on ``*.train``, test on ``*.testb``; ``*.testa`` is reported too, as
+``testa_*``). ``data.root`` is passed to the loaders; ``data.limit`` keeps the first ``limit``
+sentences of every split (for quick runs).
+
+``model.kind``:
+
+* ``bilstm-crf`` / ``cnn-crf``: :class:`ebms.models.crf_tagger.NeuralCRFTagger` with
+  ``model.embedding_dim``, ``model.hidden = [H]`` (per LSTM direction / CNN channels),
+  ``model.layers``, ``model.dropout`` and a character CNN when ``model.char_dim > 0``. Word ids:
+  the training words with digits mapped to ``0`` (case kept), those seen at least
+  :data:`MIN_WORD_COUNT` times; every other word is ``<unk>`` (id 1; 0 is padding). Decoding is
+  Viterbi under the BIO constraints (``I-X`` only after ``B-X``/``I-X``).
+* ``feature-crf``: :class:`ebms.models.feature_crf.FeatureCRF` on the attributes of
+  ``data.features`` (``crfsuite-chunking`` for CoNLL-2000, ``crfsuite-ner`` for CoNLL-2002 when
+  empty), state weights only for observed attribute-tag pairs; transitions for the observed tag
+  bigrams on CoNLL-2000 (CRFsuite's default) and for every tag pair on CoNLL-2002 (the
+  sklearn-crfsuite tutorial's ``all_possible_transitions=True``).
+
+``objective.kind``: ``crf`` (conditional ML, :class:`~ebms.objectives.conditional.ConditionalML`)
+or ``crf-nce`` (:class:`~ebms.objectives.conditional.ConditionalNCE` with ``objective.nu`` noise
+sequences from the tag-bigram chain of the training tags). Regularisation follows CRFsuite's
+corpus objective ``sum_i -log p(y_i|x_i) + c1 ||w||_1 + c2 ||w||^2`` divided by the ``N`` training
+sentences: the loss carries ``(c2 / N) ||w||^2``; ``c1 > 0`` needs ``train.optimizer = "lbfgs"``,
+which then runs OWL-QN with ``l1 = c1 / N`` (one trainer step = one quasi-Newton iteration; use
+``train.batch_size`` = all sentences for CRFsuite's full-batch training).
+
+Test figures (``eval.json``): chunk ``precision``, ``recall``, ``f1`` (conlleval, percent) and
+token ``accuracy`` (percent); for NER also ``token_f1``: the support-weighted token F1 over the
+training tags but ``O`` (:func:`ebms.metrics.tagging.token_f1`), in percent, i.e. 100 x the
+sklearn-crfsuite tutorial's figure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ebms.cli.build import resolve
+from ebms.cli.config import Config, ConfigError
+from ebms.cli.tasks import StructuredTask, TaskData, register
+from ebms.data.conll import Sentence, bio_to_spans, load_conll2000, load_conll2002, spans_to_tags
+from ebms.metrics.chunking import conlleval
+from ebms.models.crf_tagger import NeuralCRFTagger
+from ebms.objectives.conditional import ConditionalML, ConditionalNCE, TagBigramNoise
+from ebms.structured.linear_chain import bio_allowed_transitions
+
+__all__ = ["MIN_WORD_COUNT", "TaggingTask", "WordVocabulary"]
+
+DATA_NAMES = ("conll2000", "conll2002-esp", "conll2002-ned")
+MODEL_KINDS = ("bilstm-crf", "cnn-crf", "feature-crf")
+OBJECTIVE_KINDS = ("crf", "crf-nce")
+DEFAULT_FEATURES = {"conll2000": "crfsuite-chunking", "conll2002-esp": "crfsuite-ner", "conll2002-ned": "crfsuite-ner"}
+#: a training word needs this many occurrences to get its own id (rarer ones train ``<unk>``).
+MIN_WORD_COUNT = 2
+#: characters kept per word for the character CNN.
+MAX_WORD_CHARS = 20
+#: sentences per length-sorted chunk in a full-batch (L-BFGS) pass: fewer, larger chunks pay the
+#: per-call cost of the model (e.g. FeatureCRF's masked weights) less often; 2048 halved the time
+#: of a CoNLL-2000 pass against 512.
+FULL_BATCH_CHUNK = 2048
+#: sentences per length-sorted chunk when decoding.
+DECODE_CHUNK = 512
+_DIGIT = re.compile(r"\d")
+
+
+class WordVocabulary:
+    """Word and character ids: ``0`` padding, ``1`` unknown, then by decreasing training count.
+
+    Words are normalised by mapping every digit to ``0``; case is kept.
+    """
+
+    PAD, UNK = 0, 1
+
+    def __init__(self, sentences: Sequence[Sentence], *, min_count: int = MIN_WORD_COUNT) -> None:
+        words = Counter(self.normalise(w) for s in sentences for w in s.words)
+        chars = Counter(c for s in sentences for w in s.words for c in w)
+        kept = sorted((w for w, n in words.items() if n >= min_count), key=lambda w: (-words[w], w))
+        self.words = ["<pad>", "<unk>", *kept]
+        self.chars = ["<pad>", "<unk>", *sorted(chars, key=lambda c: (-chars[c], c))]
+        self.word_index = {w: i for i, w in enumerate(self.words)}
+        self.char_index = {c: i for i, c in enumerate(self.chars)}
+
+    @staticmethod
+    def normalise(word: str) -> str:
+        return _DIGIT.sub("0", word)
+
+    def encode(self, sentences: Sequence[Sentence], *, chars: bool) -> tuple[Tensor, ...]:
+        """``words (N, T)`` and, with ``chars``, ``chars (N, T, L)``; padded with 0."""
+        t = max(len(s) for s in sentences)
+        w = torch.zeros(len(sentences), t, dtype=torch.long)
+        for i, s in enumerate(sentences):
+            w[i, : len(s)] = torch.tensor([self.word_index.get(self.normalise(x), self.UNK) for x in s.words])
+        if not chars:
+            return (w,)
+        length = min(MAX_WORD_CHARS, max(len(x) for s in sentences for x in s.words))
+        c = torch.zeros(len(sentences), t, length, dtype=torch.long)
+        for i, s in enumerate(sentences):
+            for j, x in enumerate(s.words):
+                c[i, j, : min(len(x), length)] = torch.tensor([self.char_index.get(ch, self.UNK) for ch in x[:length]])
+        return w, c
+
+
+@dataclass
+class _Split:
+    inputs: tuple[Tensor, ...]
+    lengths: Tensor
+    gold: list[list[str]]
+
+
+def _iob2(tags: list[str]) -> list[str]:
+    """Tags rewritten as strict IOB2 with the chunks conlleval reads from them."""
+    return spans_to_tags(bio_to_spans(tags), len(tags), scheme="iob")
+
+
+def _load_split(cfg: Config, split: str) -> list[Sentence]:
+    name, root = cfg.data.name, cfg.data.root
+    try:
+        if name == "conll2000":
+            sents = load_conll2000(split, root)
+        else:
+            sents = load_conll2002(name.split("-")[1], split, root)
+    except FileNotFoundError as e:
+        raise ConfigError(f"data.name={name!r}: {e}") from None
+    return sents if cfg.data.limit is None else sents[: cfg.data.limit]
+
+
+def _tag_tensor(tag_lists: list[list[str]], index: dict[str, int], t: int) -> Tensor:
+    out = torch.zeros(len(tag_lists), t, dtype=torch.long)
+    for i, tags in enumerate(tag_lists):
+        out[i, : len(tags)] = torch.tensor([index[x] for x in tags])
+    return out
+
+
+class TaggingTask(StructuredTask):
+    """CRF taggers on CoNLL-2000 / CoNLL-2002 (see the module docstring)."""
+
+    data_names = DATA_NAMES
+
+    # -- configuration ------------------------------------------------------------------------
+    def _check(self, cfg: Config) -> None:
+        resolve(dict.fromkeys(MODEL_KINDS), cfg.model.kind, "model.kind")
+        resolve(dict.fromkeys(OBJECTIVE_KINDS), cfg.objective.kind, "objective.kind")
+        if cfg.model.kind != "feature-crf" and len(cfg.model.hidden) != 1:
+            raise ConfigError(f"model.hidden: expected one width [H] for {cfg.model.kind}; got {cfg.model.hidden}")
+        if cfg.objective.kind == "crf-nce" and not (cfg.objective.nu >= 1 and float(cfg.objective.nu).is_integer()):
+            raise ConfigError(f"objective.nu: expected a whole number >= 1 of noise sequences per sentence; "
+                              f"got {cfg.objective.nu}")
+        for key in ("c1", "c2"):
+            if getattr(cfg.objective, key) < 0:
+                raise ConfigError(f"objective.{key}: expected a number >= 0; got {getattr(cfg.objective, key)}")
+        if cfg.objective.c1 > 0 and cfg.train.optimizer != "lbfgs":
+            raise ConfigError(f"objective.c1: an L1 term needs train.optimizer='lbfgs' (OWL-QN); "
+                              f"got train.optimizer={cfg.train.optimizer!r}")
+        if cfg.model.kind == "feature-crf" and cfg.data.features:
+            from ebms.structured.features import FEATURE_SETS
+
+            resolve(FEATURE_SETS, cfg.data.features, "data.features")
+
+    # -- StructuredTask -----------------------------------------------------------------------
+    def load(self, cfg: Config) -> TaskData:
+        self._check(cfg)
+        train = _load_split(cfg, "train")
+        if not train:
+            raise ConfigError(f"data.limit: expected at least 1 training sentence; got {cfg.data.limit}")
+        splits = {"test": _load_split(cfg, "test" if cfg.data.name == "conll2000" else "testb")}
+        if cfg.data.name != "conll2000":
+            splits["testa"] = _load_split(cfg, "testa")
+        gold_train = [_iob2(s.tags) for s in train]
+        tags = sorted({t for g in gold_train for t in g}, key=lambda t: (t != "O", t))
+        index = {t: i for i, t in enumerate(tags)}
+        lengths = torch.tensor([len(s) for s in train], dtype=torch.long)
+        y = _tag_tensor(gold_train, index, int(lengths.max()))
+        info: dict[str, Any] = {"tags": tags, "n_train": len(train)}
+        if cfg.model.kind == "feature-crf":
+            from ebms.structured.features import FEATURE_SETS, AttributeVocabulary, observed_pairs, observed_transitions
+
+            extract: Callable[[Sentence], list[dict[str, float]]] = FEATURE_SETS[
+                cfg.data.features or DEFAULT_FEATURES[cfg.data.name]]
+            feats = [extract(s) for s in train]
+            vocab = AttributeVocabulary.fit(feats)
+            ids, weights, _ = vocab.encode(feats)
+            info.update(n_attributes=len(vocab), observed=observed_pairs(ids, y, lengths, len(vocab), len(tags)),
+                        observed_transitions=(observed_transitions(y, lengths, len(tags))
+                                              if cfg.data.name == "conll2000" else None))
+            x: tuple[Tensor, ...] = (ids, weights)
+
+            def encode(sents: list[Sentence]) -> tuple[Tensor, ...]:
+                return vocab.encode([extract(s) for s in sents])[:2]
+        else:
+            words = WordVocabulary(train)
+            use_chars = cfg.model.char_dim > 0
+            info.update(vocab_size=len(words.words), char_vocab_size=len(words.chars) if use_chars else None)
+            x = words.encode(train, chars=use_chars)
+
+            def encode(sents: list[Sentence]) -> tuple[Tensor, ...]:
+                return words.encode(sents, chars=use_chars)
+
+        test = {k: _Split(encode(v), torch.tensor([len(s) for s in v], dtype=torch.long), [s.tags for s in v])
+                for k, v in splits.items() if v}
+        return TaskData(train=(*x, y, lengths), test=test, info=info, name=cfg.data.name)
+
+    def build_model(self, cfg: Config, data: TaskData) -> nn.Module:
+        m, info = cfg.model, data.info
+        if m.kind == "feature-crf":
+            from ebms.models.feature_crf import FeatureCRF
+
+            return FeatureCRF(info["n_attributes"], len(info["tags"]), observed=info["observed"],
+                              observed_transitions=info["observed_transitions"])
+        allowed, allowed_start = bio_allowed_transitions(info["tags"])
+        return NeuralCRFTagger(info["vocab_size"], len(info["tags"]), embedding_dim=m.embedding_dim, hidden=m.hidden[0],
+                               encoder=m.kind.split("-")[0], layers=m.layers, dropout=m.dropout,
+                               char_vocab_size=info["char_vocab_size"], char_dim=max(m.char_dim, 1),
+                               allowed=allowed, allowed_start=allowed_start)
+
+    def build_objective(self, cfg: Config, data: TaskData) -> Callable[..., Any]:
+        chunk = FULL_BATCH_CHUNK if cfg.train.optimizer == "lbfgs" else None
+        if cfg.objective.kind == "crf-nce":
+            *_, y, lengths = data.train
+            noise = TagBigramNoise.fit(y, lengths, len(data.info["tags"]))
+            return ConditionalNCE(noise, nu=int(cfg.objective.nu), chunk_size=chunk)
+        return ConditionalML(l2=cfg.objective.c2 / data.size, chunk_size=chunk)
+
+    def build_optimizer(self, cfg: Config,
+                        data: TaskData) -> Callable[[list[dict[str, Any]]], torch.optim.Optimizer] | None:
+        if cfg.train.optimizer != "lbfgs":
+            return None
+        l1 = cfg.objective.c1 / data.size
+
+        def make(params: Any) -> torch.optim.Optimizer:
+            from ebms.train.owlqn import OWLQN
+
+            return OWLQN(params, l1=l1)
+
+        return make
+
+    def evaluate(self, cfg: Config, model: nn.Module, data: TaskData) -> dict[str, float]:
+        tags = data.info["tags"]
+        out: dict[str, float] = {}
+        for name, split in data.test.items():
+            pred = _decode(model, split, tags)
+            scores = conlleval(split.gold, pred)
+            prefix = "" if name == "test" else f"{name}_"
+            out.update({f"{prefix}precision": scores.precision, f"{prefix}recall": scores.recall,
+                        f"{prefix}f1": scores.f1, f"{prefix}accuracy": scores.accuracy})
+            if cfg.data.name != "conll2000":
+                token_f1 = _token_f1(split.gold, pred, [t for t in tags if t != "O"])
+                if token_f1 is not None:
+                    out[f"{prefix}token_f1"] = token_f1
+        return out
+
+
+def _decode(model: nn.Module, split: _Split, tags: list[str]) -> list[list[str]]:
+    """Viterbi tag names of a split, in length-sorted chunks (BIO-constrained for neural taggers)."""
+    lengths = split.lengths
+    pred: list[list[str]] = [[] for _ in range(lengths.shape[0])]
+    with torch.no_grad():
+        for idx in torch.argsort(lengths, stable=True).split(DECODE_CHUNK):
+            ln = lengths[idx]
+            t = int(ln.max())
+            inputs = [x[idx, :t] for x in split.inputs]
+            kw = {"constrained": True} if isinstance(model, NeuralCRFTagger) else {}
+            best = model(*inputs, ln, **kw).argmax
+            for row, i, n in zip(best.tolist(), idx.tolist(), ln.tolist()):
+                pred[i] = [tags[k] for k in row[:n]]
+    return pred
+
+
+def _token_f1(gold: list[list[str]], pred: list[list[str]], labels: list[str]) -> float | None:
+    """Support-weighted token F1 over ``labels`` in percent (the sklearn-crfsuite tutorial's score x 100)."""
+    try:
+        from ebms.metrics.tagging import token_f1
+    except ImportError:
+        return None
+    return 100.0 * float(token_f1(gold, pred, labels=labels, average="weighted"))
+
+
+register(TaggingTask())

@@ -1,0 +1,153 @@
+"""End-to-end: ``ebms train`` on the CoNLL tagging tasks (ebms.cli.tagging) and its config errors."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import pytest
+import torch
+
+from ebms.cli.config import load_config
+from ebms.cli.main import main
+from ebms.cli.tagging import TaggingTask, WordVocabulary
+from ebms.data.conll import Sentence
+from ebms.data.paths import DATA_ENV_VAR, data_root
+
+RECIPES = ["bilstm-crf-conll2000", "bilstm-crf-conll2002", "feature-crf-conll2000", "feature-crf-conll2002"]
+QUICK = ["run.progress=false", "train.log_every=5", "train.checkpoint_every=5", "data.limit=120"]
+SMALL_NET = ["model.embedding_dim=16", "model.hidden=[16]", "train.batch_size=20", "train.lr=0.01"]
+
+
+def _need(name: str) -> None:
+    path = data_root() / name / f"{name}.zip"
+    if not path.is_file():
+        pytest.skip(f"{path} absent: set {DATA_ENV_VAR} to the folder holding {name}/{name}.zip")
+
+
+def _eval(run: Path) -> dict:
+    return json.loads((run / "eval.json").read_text())
+
+
+def test_bilstm_crf_trains_writes_f1_and_resumes(tmp_path, capsys):
+    _need("conll2000")
+    args = ["train", "data.name=conll2000", "model.kind=bilstm-crf", "objective.kind=crf", f"run.out_dir={tmp_path}",
+            "run.name=chunk", *QUICK, *SMALL_NET]
+    assert main([*args, "train.steps=10"]) == 0, capsys.readouterr().err
+    report = _eval(tmp_path / "chunk")
+    assert report["step"] == 10 and report["task"] == "conll2000"
+    assert {"precision", "recall", "f1", "accuracy"} <= set(report["figures"])
+    assert 0.0 <= report["figures"]["f1"] <= 100.0
+    assert main([*args, "train.steps=15", "--resume"]) == 0, capsys.readouterr().err
+    assert _eval(tmp_path / "chunk")["step"] == 15
+    assert main(["eval", "--run", str(tmp_path / "chunk")]) == 0
+    assert "conll2000 test, step 15: precision" in capsys.readouterr().out
+
+
+def test_cnn_crf_with_characters_and_nce_on_spanish_ner_reports_testa(tmp_path, capsys):
+    _need("conll2002")
+    args = ["train", "data.name=conll2002-esp", "model.kind=cnn-crf", "model.char_dim=8", "objective.kind=crf-nce",
+            "objective.nu=2", f"run.out_dir={tmp_path}", "run.name=ner", "train.steps=5", *QUICK, *SMALL_NET]
+    assert main(args) == 0, capsys.readouterr().err
+    figures = _eval(tmp_path / "ner")["figures"]
+    assert {"f1", "testa_f1", "accuracy", "testa_accuracy", "token_f1", "testa_token_f1"} <= set(figures)
+
+
+def test_feature_crf_with_owlqn_matches_the_corpus_objective(tmp_path, capsys):
+    _need("conll2000")
+    pytest.importorskip("ebms.models.feature_crf")
+    args = ["train", "data.name=conll2000", "model.kind=feature-crf", "objective.kind=crf", "objective.c1=0.5",
+            "objective.c2=1.0", "train.optimizer=lbfgs", "train.batch_size=120", f"run.out_dir={tmp_path}",
+            "run.name=feat", "train.steps=4", *QUICK, "train.log_every=1"]
+    assert main(args) == 0, capsys.readouterr().err
+    figures = _eval(tmp_path / "feat")["figures"]
+    assert figures["f1"] > 10.0  # four OWL-QN iterations already find many chunks
+    lines = [json.loads(x) for x in (tmp_path / "feat" / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in lines if "loss" in r]
+    assert losses and all(a >= b for a, b in zip(losses, losses[1:]))
+
+
+def test_feature_crf_loss_is_crfsuite_objective_over_n(tmp_path):
+    _need("conll2000")
+    pytest.importorskip("ebms.models.feature_crf")
+    cfg = load_config(None, ["data.name=conll2000", "model.kind=feature-crf", "objective.kind=crf", "data.limit=30",
+                             "objective.c2=2.0",
+                             "train.optimizer=lbfgs", "train.batch_size=30"])
+    task = TaggingTask()
+    data = task.load(cfg)
+    model = task.build_model(cfg, data)
+    with torch.no_grad():
+        model.state_weights.normal_(0, 0.1)
+        model.transitions.normal_(0, 0.1)
+    loss = task.build_objective(cfg, data)(model, data.train).loss.detach()
+    ids, weights, tags, lengths = data.train
+    with torch.no_grad():
+        w, a = model.effective_weights()
+        nll = sum(-float(model(ids[i : i + 1, : lengths[i]], weights[i : i + 1, : lengths[i]], lengths[i : i + 1])
+                         .log_prob(tags[i : i + 1, : lengths[i]])) for i in range(30))
+        l2 = float((model.state_weights ** 2).sum() + (model.transitions ** 2).sum())
+    assert float(loss) == pytest.approx((nll + 2.0 * l2) / 30, rel=1e-9)
+    assert bool((w[~model.state_mask] == 0).all()) and a.shape == (len(data.info["tags"]),) * 2
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.kind=bilstm-crff", "model.kind: unknown value 'bilstm-crff'; expected one of bilstm-crf, cnn-crf, "
+                                   "feature-crf; did you mean 'bilstm-crf'?"),
+        ("objective.kind=crf-nse", "objective.kind: unknown value 'crf-nse'; expected one of crf, crf-nce; "
+                                   "did you mean 'crf-nce'?"),
+        ("model.hidden=[16,16]", "model.hidden: expected one width [H] for bilstm-crf; got [16, 16]"),
+        ("objective.c1=0.1", "objective.c1: an L1 term needs train.optimizer='lbfgs' (OWL-QN)"),
+    ],
+)
+def test_bad_tagging_configuration_is_a_one_line_error(override, message, tmp_path, capsys):
+    args = ["train", "data.name=conll2000", "model.kind=bilstm-crf", "model.hidden=[16]", "objective.kind=crf",
+            f"run.out_dir={tmp_path}"]
+    assert main([*args, override]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_nce_needs_a_whole_number_of_noise_sequences(tmp_path, capsys):
+    args = ["train", "data.name=conll2000", "model.kind=bilstm-crf", "model.hidden=[16]", "objective.kind=crf-nce",
+            "objective.nu=0.5",
+            f"run.out_dir={tmp_path}"]
+    assert main(args) == 2
+    assert "objective.nu: expected a whole number >= 1" in capsys.readouterr().err
+
+
+def test_unknown_feature_set_is_named(tmp_path, capsys):
+    pytest.importorskip("ebms.structured.features")
+    args = ["train", "data.name=conll2000", "model.kind=feature-crf", "objective.kind=crf",
+            "data.features=crfsuite-chunkin",
+            "train.optimizer=lbfgs", f"run.out_dir={tmp_path}"]
+    assert main(args) == 2
+    assert "data.features: unknown value 'crfsuite-chunkin'" in capsys.readouterr().err
+
+
+def test_word_vocabulary_maps_digits_and_rare_words():
+    sents = [Sentence(((w, "X", "O"),) * 1) for w in ["the", "the", "1999", "2001", "rare"]]
+    vocab = WordVocabulary(sents, min_count=2)
+    assert vocab.words[:2] == ["<pad>", "<unk>"] and set(vocab.words[2:]) == {"the", "0000"}
+    (words, chars) = vocab.encode([Sentence((("1984", "X", "O"), ("rare", "X", "O")))], chars=True)
+    assert words.tolist() == [[vocab.word_index["0000"], WordVocabulary.UNK]]
+    assert chars.shape == (1, 2, 4) and int(chars[0, 1, 0]) == vocab.char_index["r"]
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_tagging_recipes_load_and_say_what_they_are(name):
+    path = Path(str(resources.files("ebms.recipes").joinpath(f"{name}.toml")))
+    assert path.read_text().startswith("# ")
+    cfg = load_config(path)
+    assert cfg.data.name in TaggingTask.data_names and cfg.run.name == name
+
+
+def test_missing_data_is_a_config_error_naming_the_data_set(tmp_path, capsys):
+    args = ["train", "data.name=conll2000", f"data.root={tmp_path}", "model.kind=bilstm-crf", "model.hidden=[16]",
+            "objective.kind=crf", f"run.out_dir={tmp_path}"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ebms train: error: data.name='conll2000': conll2000/train.txt: not found")
+    assert len(err.splitlines()) == 1
