@@ -142,10 +142,12 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 
 def cmd_recipes(args: argparse.Namespace) -> int:
-    for name in list_recipes():
+    names = list_recipes()
+    width = max(map(len, names), default=0)
+    for name in names:
         text = recipe_path(name).read_text().splitlines()
         desc = text[0].lstrip("# ").strip() if text and text[0].startswith("#") else ""
-        print(f"{name:20s} {desc}")
+        print(f"{name:{width}s}  {desc}")
     return 0
 
 

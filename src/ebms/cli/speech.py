@@ -99,6 +99,8 @@ class SpeechTask(StructuredTask):
     """Connected-digit recognition trained with CTC or CTC-CRF (module docstring)."""
 
     data_names = ("fsdd-digits",)
+    model_kinds = MODEL_KINDS
+    objective_kinds = OBJECTIVE_KINDS
 
     def load(self, cfg: Config) -> TaskData:
         _check_config(cfg)

@@ -144,6 +144,8 @@ class TaggingTask(StructuredTask):
     """CRF taggers on CoNLL-2000 / CoNLL-2002 (see the module docstring)."""
 
     data_names = DATA_NAMES
+    model_kinds = MODEL_KINDS
+    objective_kinds = OBJECTIVE_KINDS
 
     # -- configuration ------------------------------------------------------------------------
     def _check(self, cfg: Config) -> None:

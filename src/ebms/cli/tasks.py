@@ -28,6 +28,7 @@ __all__ = [
     "TaskReport",
     "register",
     "task_for",
+    "task_kinds",
     "task_names",
 ]
 
@@ -79,6 +80,9 @@ class StructuredTask(abc.ABC):
 
     #: ``data.name`` values this task serves.
     data_names: tuple[str, ...] = ()
+    #: ``model.kind`` and ``objective.kind`` values it accepts (listed in docs/cli.md).
+    model_kinds: tuple[str, ...] = ()
+    objective_kinds: tuple[str, ...] = ()
 
     @abc.abstractmethod
     def load(self, cfg: Config) -> TaskData:
@@ -124,11 +128,7 @@ def _load_builtin() -> None:
     global _loaded
     if not _loaded:
         for module in BUILTIN_TASK_MODULES:
-            try:
-                importlib.import_module(module)
-            except ModuleNotFoundError as e:  # only a task module that is not there yet
-                if e.name != module:
-                    raise
+            importlib.import_module(module)
         _loaded = True
 
 
@@ -136,6 +136,13 @@ def task_names() -> list[str]:
     """Every ``data.name`` a structured task serves."""
     _load_builtin()
     return sorted(TASKS)
+
+
+def task_kinds() -> tuple[list[str], list[str]]:
+    """Every ``model.kind`` and every ``objective.kind`` some structured task accepts."""
+    _load_builtin()
+    tasks = list(TASKS.values())
+    return (sorted({k for t in tasks for k in t.model_kinds}), sorted({k for t in tasks for k in t.objective_kinds}))
 
 
 def task_for(cfg: Config) -> StructuredTask | None:
