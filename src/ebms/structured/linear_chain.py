@@ -80,14 +80,19 @@ def _scaled_ok(init: Tensor, em: Tensor, tr: Tensor, end: Tensor) -> bool:
 
 
 class _ScaledLogZ(torch.autograd.Function):
-    """``log Z`` by the scaled forward recursion; gradient by the scaled backward recursion."""
+    """``log Z`` by the scaled forward recursion; gradient by the scaled backward recursion.
+
+    Buffers are time-major ``(T, B, C)`` so that each step reads and writes one contiguous
+    block, and each step is four kernels (``mm``, ``mul_``, ``sum``, ``div`` into the buffer):
+    at 10 tags the loop's per-kernel overhead, not arithmetic, is the cost.
+    """
 
     @staticmethod
     def forward(ctx, init: Tensor, em: Tensor, tr: Tensor, end: Tensor,  # type: ignore[override]
                 lengths: Tensor) -> Tensor:
         b, c = init.shape
-        x = torch.cat([init.unsqueeze(1), em], dim=1)  # (B, T, C)
-        t = x.shape[1]
+        x = torch.cat([init.unsqueeze(0), em.transpose(0, 1)], dim=0)  # (T, B, C)
+        t = x.shape[0]
         m = x.amax(-1, keepdim=True)
         e = (x - m).exp_()
         s = tr.max()
@@ -95,18 +100,19 @@ class _ScaledLogZ(torch.autograd.Function):
         e_max = end.max()
         e_end = (end - e_max).exp_()
         a = torch.empty_like(x)
-        n = x.new_empty(b, t)
-        cur = e[:, 0]
+        norms = []
+        cur = e[0]
         for i in range(t):
             if i:
-                cur = torch.mm(cur, mat).mul_(e[:, i])
+                cur = torch.mm(a[i - 1], mat).mul_(e[i])
             ni = cur.sum(-1, keepdim=True)
-            n[:, i : i + 1] = ni
-            cur = a[:, i].copy_(cur).div_(ni)
+            norms.append(ni)
+            torch.div(cur, ni, out=a[i])
+        n = torch.cat(norms, 1)  # (B, T)
         last = lengths - 1
-        a_last = a[torch.arange(b, device=a.device), last]
+        a_last = a[last, torch.arange(b, device=a.device)]
         f = a_last @ e_end
-        logc = (n.log() + m.squeeze(-1)).cumsum(1).gather(1, last[:, None]).squeeze(1)
+        logc = (n.log() + m.squeeze(-1).t()).cumsum(1).gather(1, last[:, None]).squeeze(1)
         log_z = f.log() + e_max + logc + last.to(x.dtype) * s
         ctx.save_for_backward(init, em, tr, end, lengths, a, n, e, mat, e_end, f, a_last)
         return log_z
@@ -122,29 +128,28 @@ class _ScaledLogZ(torch.autograd.Function):
             out = [next(gs) if x.requires_grad else None for x in (init, em, tr, end)]
             return (*[o if o is not None or not x.requires_grad else torch.zeros_like(x)
                       for o, x in zip(out, (init, em, tr, end))], None)
-        b, t, c = a.shape
+        t, b, c = a.shape
         last = lengths - 1
         start_beta = e_end / f[:, None]  # (B, C): scaled beta at each sequence's last step
-        at_last = last[:, None] == torch.arange(t, device=a.device)  # (B, T)
-        w = e[:, 1:] / n[:, 1:, None]  # (B, T-1, C)
+        at_last = (last[None, :] == torch.arange(t, device=a.device)[:, None]).unsqueeze(-1)  # (T, B, 1)
+        w = e[1:] / n.t()[1:, :, None]  # (T-1, B, C)
         beta = a.new_zeros(b, c)
         betas = torch.empty_like(a)
         mat_t = mat.t()
         for i in range(t - 1, -1, -1):
-            beta = torch.where(at_last[:, i : i + 1], start_beta, beta)
-            betas[:, i] = beta
+            torch.where(at_last[i], start_beta, beta, out=betas[i])
             if i:
-                beta = torch.mm(beta * w[:, i - 1], mat_t)
-        g3 = g[:, None, None]
+                beta = torch.mm(betas[i] * w[i - 1], mat_t)
+        gg = g[None, :, None]
         node = a * betas  # node marginals, zero beyond each length
         g_init = g_em = g_tr = g_end = None
         if ctx.needs_input_grad[0]:
-            g_init = node[:, 0] * g[:, None]
+            g_init = node[0] * g[:, None]
         if ctx.needs_input_grad[1]:
-            g_em = node[:, 1:] * g3
+            g_em = (node[1:] * gg).transpose(0, 1)
         if ctx.needs_input_grad[2] and t > 1:
-            lhs = (a[:, :-1] * g3).reshape(-1, c)
-            g_tr = torch.mm(lhs.t(), (betas[:, 1:] * w).reshape(-1, c)).mul_(mat)
+            lhs = (a[:-1] * gg).reshape(-1, c)
+            g_tr = torch.mm(lhs.t(), (betas[1:] * w).reshape(-1, c)).mul_(mat)
         elif ctx.needs_input_grad[2]:
             g_tr = torch.zeros_like(tr)
         if ctx.needs_input_grad[3]:
