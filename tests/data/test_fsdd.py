@@ -91,6 +91,15 @@ def test_connected_digits_is_speaker_disjoint_deterministic_and_consistent(tmp_p
     assert not torch.equal(other.train.targets, task.train.targets)
 
 
+def test_connected_digits_test_set_does_not_depend_on_the_training_size(tmp_path):
+    recs = load_fsdd(_fake_fsdd(tmp_path))
+    kw = dict(n_test=5, max_digits=4, seed=3, test_speakers=("cy",), train_indices=(1, 2))
+    small, large = connected_digits(recs, n_train=12, **kw), connected_digits(recs, n_train=13, **kw)
+    assert torch.equal(small.test.targets, large.test.targets)
+    assert torch.equal(small.test.lengths, large.test.lengths)
+    assert torch.equal(small.train.targets, large.train.targets[:12])  # the first 12 are the same utterances
+
+
 def test_connected_digits_bad_arguments_name_the_argument(tmp_path):
     recs = load_fsdd(_fake_fsdd(tmp_path))
     with pytest.raises(ValueError, match="test_speakers: expected a non-empty proper subset"):

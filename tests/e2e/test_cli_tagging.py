@@ -100,12 +100,15 @@ def test_feature_crf_loss_is_crfsuite_objective_over_n(tmp_path):
                                    "did you mean 'crf-nce'?"),
         ("model.hidden=[16,16]", "model.hidden: expected one width [H] for bilstm-crf; got [16, 16]"),
         ("objective.c1=0.1", "objective.c1: an L1 term needs train.optimizer='lbfgs' (OWL-QN)"),
+        ("objective.kind=crf-nce train.optimizer=lbfgs",
+         "train.optimizer: crf-nce draws fresh noise sequences at every evaluation"),
+        ("objective.kind=crf-nce objective.c2=1.0", "objective.c1/c2: the L1/L2 terms belong to the crf objective"),
     ],
 )
 def test_bad_tagging_configuration_is_a_one_line_error(override, message, tmp_path, capsys):
     args = ["train", "data.name=conll2000", "model.kind=bilstm-crf", "model.hidden=[16]", "objective.kind=crf",
             f"run.out_dir={tmp_path}"]
-    assert main([*args, override]) == 2
+    assert main([*args, *override.split()]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
 

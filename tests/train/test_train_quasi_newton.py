@@ -90,3 +90,53 @@ def test_owlqn_in_the_trainer_costs_only_its_own_evaluations(tmp_path: Path) -> 
     exact = torch.linalg.lstsq(x, y[:, None]).solution.squeeze(-1)
     torch.testing.assert_close(model.weight.detach().squeeze(0), exact, atol=1e-6, rtol=0)
     assert result.metrics["loss"] == pytest.approx(float(((x @ exact - y) ** 2).mean()), rel=1e-6)
+
+
+def test_quasi_newton_optimizer_refuses_minibatches(tmp_path: Path) -> None:
+    from ebms.train.owlqn import OWLQN
+
+    x, y, _ = _least_squares()
+    model = nn.Linear(3, 1, bias=False).double()
+    with pytest.raises(ValueError, match=r"batch_size: a quasi-Newton optimizer \(OWLQN\) steps on the whole "
+                                         r"training set.*expected batch_size = 64 with tensor data; got 16"):
+        Trainer(Counting(), model, (x, y), steps=2, batch_size=16, run_dir=tmp_path, optimizer=lambda g: OWLQN(g))
+    with pytest.raises(ValueError, match=r"batch_size: .*got 16 and a data stream"):
+        Trainer(Counting(), model, lambda n, g: (x[:n], y[:n]), steps=2, batch_size=16, run_dir=tmp_path,
+                optimizer=lambda g: OWLQN(g))
+
+
+def test_failed_line_search_logs_the_kept_point_and_stops(tmp_path: Path) -> None:
+    from ebms.train.owlqn import OWLQN
+
+    x = torch.ones(4, 1, dtype=torch.float64)
+    model = nn.Linear(1, 1, bias=False).double()
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+
+    def objective(m: nn.Module, batch: tuple[Tensor], *, generator: torch.Generator) -> LossOutput:
+        return LossOutput((m(batch[0]) ** 2).mean(), {})  # f(w) = w^2
+
+    # lr=10 with a single trial: the step to w = -9 (f = 81) is rejected, w stays at 1 (f = 1)
+    trainer = Trainer(objective, model, (x,), steps=5, batch_size=4, run_dir=tmp_path, progress=False, log_every=1,
+                      optimizer=lambda g: OWLQN(g, lr=10.0, max_linesearch=1))
+    result = trainer.fit()
+    assert float(model.weight.detach()) == 1.0
+    assert result.step == 1 and result.metrics["loss"] == pytest.approx(1.0)
+    assert result.stop_reason is not None and "line search found no decrease at step 1" in result.stop_reason
+
+
+def test_owlqn_backs_off_from_a_non_finite_trial() -> None:
+    from ebms.train.owlqn import OWLQN
+
+    w = nn.Parameter(torch.tensor([0.5], dtype=torch.float64))
+    opt = OWLQN([w], lr=4.0)
+
+    def closure() -> Tensor:  # -log(1 - w^2): infinite outside (-1, 1), minimum at 0
+        opt.zero_grad()
+        loss = -torch.log1p(-(w**2)).sum() if float(w.detach().abs()) < 1 else (w * float("inf")).sum()
+        loss.backward()
+        return loss.detach()
+
+    for _ in range(20):
+        opt.step(closure)
+    assert abs(float(w.detach())) < 1e-6 and not opt.info["linesearch_failed"]

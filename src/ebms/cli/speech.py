@@ -118,7 +118,10 @@ class SpeechTask(StructuredTask):
         tr = task.train
         graph = None
         if cfg.objective.kind == "ctc-crf":
-            graph = _den_graph(tr.transcripts(), task.n_classes, cfg.objective.lm_order)
+            try:
+                graph = _den_graph(tr.transcripts(), task.n_classes, cfg.objective.lm_order)
+            except ValueError as e:
+                raise ConfigError(f"objective.lm_order: {e}") from None
         info = {"n_features": int(tr.features.shape[2]), "n_classes": task.n_classes, "den_graph": graph,
                 "test_speakers": list(task.test_speakers)}
         return TaskData((tr.features, tr.lengths, tr.targets, tr.target_lengths), task.test, info, name="fsdd-digits")

@@ -159,6 +159,13 @@ class TaggingTask(StructuredTask):
         for key in ("c1", "c2"):
             if getattr(cfg.objective, key) < 0:
                 raise ConfigError(f"objective.{key}: expected a number >= 0; got {getattr(cfg.objective, key)}")
+        if cfg.objective.kind == "crf-nce" and cfg.train.optimizer == "lbfgs":
+            raise ConfigError("train.optimizer: crf-nce draws fresh noise sequences at every evaluation, so a "
+                              "line search would compare different objectives; expected 'adam' or 'sgd'; "
+                              "got 'lbfgs'")
+        if cfg.objective.kind == "crf-nce" and (cfg.objective.c1 > 0 or cfg.objective.c2 > 0):
+            raise ConfigError(f"objective.c1/c2: the L1/L2 terms belong to the crf objective; crf-nce takes "
+                              f"none (use train.weight_decay); got c1={cfg.objective.c1}, c2={cfg.objective.c2}")
         if cfg.objective.c1 > 0 and cfg.train.optimizer != "lbfgs":
             raise ConfigError(f"objective.c1: an L1 term needs train.optimizer='lbfgs' (OWL-QN); "
                               f"got train.optimizer={cfg.train.optimizer!r}")
@@ -247,8 +254,14 @@ class TaggingTask(StructuredTask):
     def evaluate(self, cfg: Config, model: nn.Module, data: TaskData) -> dict[str, float]:
         tags = data.info["tags"]
         out: dict[str, float] = {}
+        was_training = model.training
+        model.eval()  # no dropout while decoding
+        try:
+            preds = {name: _decode(model, split, tags) for name, split in data.test.items()}
+        finally:
+            model.train(was_training)
         for name, split in data.test.items():
-            pred = _decode(model, split, tags)
+            pred = preds[name]
             scores = conlleval(split.gold, pred)
             prefix = "" if name == "test" else f"{name}_"
             out.update({f"{prefix}precision": scores.precision, f"{prefix}recall": scores.recall,

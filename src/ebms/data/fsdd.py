@@ -220,9 +220,10 @@ def connected_digits(recordings: Sequence[Recording] | None = None, *, n_train: 
         missing = [d for d in range(10) if (spk, d) not in pool]
         if missing:
             raise ValueError(f"recordings: speaker {spk!r} has no usable take of digit(s) {missing}")
-    rng = np.random.default_rng(seed)
-    tr = _utterances(pool, train_spk, n_train, max_digits, gap_ms, rng, n_mels)
-    te = _utterances(pool, list(held), n_test, max_digits, gap_ms, rng, n_mels)
+    # one stream per split: the test utterances do not depend on n_train (and vice versa)
+    train_seed, test_seed = np.random.SeedSequence(seed).spawn(2)
+    tr = _utterances(pool, train_spk, n_train, max_digits, gap_ms, np.random.default_rng(train_seed), n_mels)
+    te = _utterances(pool, list(held), n_test, max_digits, gap_ms, np.random.default_rng(test_seed), n_mels)
     lengths = torch.tensor([f.shape[0] for f in tr[0]], dtype=torch.long)
     stats = CMVNStats.fit(torch.nn.utils.rnn.pad_sequence(tr[0], batch_first=True), lengths)
     task = ConnectedDigits(_pad(*tr, stats), _pad(*te, stats), stats, held)

@@ -35,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -102,14 +103,18 @@ class OWLQN(torch.optim.Optimizer):
                 p.copy_(x[i : i + n].view_as(p))
                 i += n
 
-    def _evaluate(self, closure: Callable[[], Tensor]) -> tuple[float, Tensor]:
+    def _evaluate(self, closure: Callable[[], Tensor], *, trial: bool = False) -> tuple[float, Tensor]:
+        """Loss and flat gradient. A non-finite value at the start point is an error; at a
+        line-search trial (``trial=True``) it is returned as ``inf`` so that the step is shortened."""
         with torch.enable_grad():
             loss = closure()
         if not isinstance(loss, Tensor) or loss.numel() != 1:
             raise ValueError(f"closure: expected a scalar loss tensor; got {loss!r}")
         f = float(loss)
         g = self._flat_grad()
-        if not (torch.isfinite(torch.tensor(f)) and bool(torch.isfinite(g.sum()))):
+        if not (math.isfinite(f) and bool(torch.isfinite(g.sum()))):
+            if trial:
+                return math.inf, g
             raise ValueError(f"closure: expected a finite loss and gradient; got loss {f}")
         return f, g
 
@@ -180,7 +185,7 @@ class OWLQN(torch.optim.Optimizer):
             if l1:
                 xn = torch.where(xn * orthant <= 0, torch.zeros_like(xn), xn)
             self._set_params(xn)
-            fn, gn = self._evaluate(closure)
+            fn, gn = self._evaluate(closure, trial=True)
             evals += 1
             big_fn = fn + l1 * float(xn.abs().sum())
             if big_fn <= big_f + group["ftol"] * float(v @ (xn - x)):

@@ -192,6 +192,17 @@ class Trainer:
         else:
             raise TypeError(f"data: expected a Tensor, a tuple of Tensors or a callable (batch_size, generator); got {type(data).__name__}")
         self.optimizer = self._build_optimizer(optimizer)
+        if needs_closure(self.optimizer):
+            n = self._batches.n if isinstance(self._batches, TensorBatches) else None
+            if n is None or self.batch_size * self.dist.world_size != n:
+                raise ValueError(
+                    f"batch_size: a quasi-Newton optimizer ({type(self.optimizer).__name__}) steps on the whole "
+                    f"training set (its line search compares losses of one fixed objective, and OWL-QN carries "
+                    f"the last gradient over to the next step); expected batch_size = "
+                    f"{'the number of rows of data' if n is None else n // max(self.dist.world_size, 1)} "
+                    f"with tensor data; got {self.batch_size}"
+                    + (" and a data stream" if n is None else "")
+                )
         for group in self.optimizer.param_groups:  # the schedule scales this; saved with the optimizer state
             group.setdefault("initial_lr", group["lr"])
         self._params = [p for g in self.optimizer.param_groups for p in g["params"]]
@@ -409,6 +420,14 @@ class Trainer:
         if not last:  # the optimizer reused its cached point and found it stationary
             closure()
         loss_f, gnorm, _, _, metrics = self._health(last["loss"], last["metrics"])
+        info = getattr(self.optimizer, "info", None)
+        if isinstance(info, Mapping) and "loss" in info:
+            # the optimizer's own account of the point it kept: its full objective (OWL-QN: with
+            # the L1 term) there, not the last line-search trial, which may have been rejected
+            metrics = {**metrics, "smooth_loss": loss_f}
+            loss_f = float(info["loss"])
+            gnorm = float(info.get("grad_norm", gnorm))
+        failed = isinstance(info, Mapping) and bool(info.get("linesearch_failed", False))
         reason = self.guard.check(loss_f, metrics, gnorm) if self.guard is not None else None
         if reason is not None:
             self._recover(reason)
@@ -416,6 +435,10 @@ class Trainer:
         if self._pending is not None:
             self._snapshot, self._pending, self._retries = self._pending, None, 0
         self._finish_step(loss_f, gnorm, metrics)
+        if failed:  # no trial step decreased the objective: converged to rounding, or a bad direction
+            self.log_event("linesearch_failed", loss=loss_f)
+            self.request_stop(f"line search found no decrease at step {self.step} (loss {loss_f:.6g}): "
+                              f"converged to numerical precision, or the objective is not smooth")
         return True
 
     def _after_step(self, bar: Any) -> None:
