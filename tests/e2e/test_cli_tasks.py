@@ -84,3 +84,11 @@ def test_register_refuses_a_name_served_by_another_task() -> None:
     with pytest.raises(ValueError, match="data.name 'toy-regression' is already served by ToyRegression"):
         tasks.register(Other())
     assert tasks.task_for(load_config(None, ["data.name=toy-regression"])) is tasks.TASKS["toy-regression"]
+
+
+def test_lbfgs_on_minibatches_is_a_config_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*_args(tmp_path, "train.optimizer=lbfgs", "train.steps=2"), "train.batch_size=16"]) == 2
+    err = capsys.readouterr().err
+    assert "train.batch_size: a quasi-Newton optimizer (OWLQN) steps on the whole training set" in err
+    assert "expected batch_size = 32 with tensor data; got 16" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "toy" / "config.toml").exists()  # nothing written before the configuration built

@@ -153,32 +153,43 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
         def source(n: int, g: torch.Generator) -> torch.Tensor:
             return toy.sample(n, generator=g)
 
-    make_optimizer, lr_schedule = _optimizer_factory(cfg), build_lr_schedule(cfg)
-    if has_checkpoints and overwrite:  # only once the whole configuration has been built without error
-        clear_run(run_dir)
+    _fit(cfg, run_dir, objective, model, source, _optimizer_factory(cfg),
+         clear=has_checkpoints and overwrite, resume=resume)
+    return run_dir
+
+
+def _fit(cfg: Config, run_dir: Path, objective: Any, model: nn.Module, source: Any, make_optimizer: Any, *,
+         clear: bool, resume: bool | str) -> None:
+    """Build the trainer (a batch size the optimizer cannot use is a config error), then, only once
+    everything has been built without error, clear an overwritten run, write ``config.toml`` and train."""
     config_toml = to_toml(cfg)
+    try:
+        trainer = Trainer(
+            objective,
+            model,
+            source,
+            optimizer=make_optimizer,
+            steps=cfg.train.steps,
+            batch_size=cfg.train.batch_size,
+            run_dir=run_dir,
+            seed=cfg.run.seed,
+            log_every=cfg.train.log_every,
+            checkpoint_every=cfg.train.checkpoint_every,
+            grad_clip=cfg.train.grad_clip,
+            lr_schedule=build_lr_schedule(cfg),
+            progress=cfg.run.progress,
+            device=cfg.run.device,
+            config={"config_toml": config_toml},
+        )
+    except ValueError as e:
+        if str(e).startswith("batch_size:"):
+            raise ConfigError(f"train.{e}") from None
+        raise
+    if clear:
+        clear_run(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.toml").write_text(config_toml)
-
-    trainer = Trainer(
-        objective,
-        model,
-        source,
-        optimizer=make_optimizer,
-        steps=cfg.train.steps,
-        batch_size=cfg.train.batch_size,
-        run_dir=run_dir,
-        seed=cfg.run.seed,
-        log_every=cfg.train.log_every,
-        checkpoint_every=cfg.train.checkpoint_every,
-        grad_clip=cfg.train.grad_clip,
-        lr_schedule=lr_schedule,
-        progress=cfg.run.progress,
-        device=cfg.run.device,
-        config={"config_toml": config_toml},
-    )
     trainer.fit(resume=resume)
-    return run_dir
 
 
 def _seeded_task_model(cfg: Config, task: StructuredTask, data: TaskData) -> nn.Module:
@@ -194,30 +205,7 @@ def _train_task(cfg: Config, task: StructuredTask, run_dir: Path, *, clear: bool
     model = _seeded_task_model(cfg, task, data)
     objective = task.build_objective(cfg, data)
     make_optimizer = task.build_optimizer(cfg, data) or _optimizer_factory(cfg)
-    lr_schedule = build_lr_schedule(cfg)
-    if clear:
-        clear_run(run_dir)
-    config_toml = to_toml(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.toml").write_text(config_toml)
-    trainer = Trainer(
-        objective,
-        model,
-        data.train,
-        optimizer=make_optimizer,
-        steps=cfg.train.steps,
-        batch_size=cfg.train.batch_size,
-        run_dir=run_dir,
-        seed=cfg.run.seed,
-        log_every=cfg.train.log_every,
-        checkpoint_every=cfg.train.checkpoint_every,
-        grad_clip=cfg.train.grad_clip,
-        lr_schedule=lr_schedule,
-        progress=cfg.run.progress,
-        device=cfg.run.device,
-        config={"config_toml": config_toml},
-    )
-    trainer.fit(resume=resume)
+    _fit(cfg, run_dir, objective, model, data.train, make_optimizer, clear=clear, resume=resume)
     return run_dir
 
 

@@ -345,12 +345,8 @@ class Trainer:
             return self._quasi_newton_step(batch)
         loss, metrics = self._evaluate(batch)
         loss_f, gnorm, norm, grads, metrics = self._health(loss, metrics)
-        reason = self.guard.check(loss_f, metrics, gnorm) if self.guard is not None else None
-        if reason is not None:
-            self._recover(reason)
+        if not self._healthy(loss_f, metrics, gnorm):
             return False
-        if self._pending is not None:
-            self._snapshot, self._pending, self._retries = self._pending, None, 0
         if self.grad_clip is not None and grads:
             coef = (self.grad_clip / (norm + 1e-6)).clamp(max=1.0)
             for g in grads:
@@ -384,6 +380,17 @@ class Trainer:
         else:
             loss_f, gnorm = torch.stack([loss.detach().double(), norm.double()]).tolist()
         return loss_f, gnorm, norm, grads, metrics
+
+    def _healthy(self, loss_f: float, metrics: dict[str, float], gnorm: float) -> bool:
+        """The divergence guard's verdict; on failure the last good state is restored (``False``),
+        otherwise the snapshot taken before this step becomes the last good one."""
+        reason = self.guard.check(loss_f, metrics, gnorm) if self.guard is not None else None
+        if reason is not None:
+            self._recover(reason)
+            return False
+        if self._pending is not None:
+            self._snapshot, self._pending, self._retries = self._pending, None, 0
+        return True
 
     def _apply_lr_schedule(self) -> None:
         if self.lr_schedule is not None:
@@ -428,12 +435,8 @@ class Trainer:
             loss_f = float(info["loss"])
             gnorm = float(info.get("grad_norm", gnorm))
         failed = isinstance(info, Mapping) and bool(info.get("linesearch_failed", False))
-        reason = self.guard.check(loss_f, metrics, gnorm) if self.guard is not None else None
-        if reason is not None:
-            self._recover(reason)
+        if not self._healthy(loss_f, metrics, gnorm):
             return False
-        if self._pending is not None:
-            self._snapshot, self._pending, self._retries = self._pending, None, 0
         self._finish_step(loss_f, gnorm, metrics)
         if failed:  # no trial step decreased the objective: converged to rounding, or a bad direction
             self.log_event("linesearch_failed", loss=loss_f)
