@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_int, check_shape, check_tensor
+from ebms.structured._ctc_scaled import scaled_log_likelihood, scaled_ok
 from ebms.structured.semiring import LogSemiring, MaxSemiring, Semiring
 
 __all__ = ["CTCDecoding", "best_alignment", "ctc_log_likelihood", "ctc_loss", "greedy_decode",
@@ -150,13 +151,32 @@ def ctc_log_likelihood(log_probs: Tensor, targets: Tensor, input_lengths: Tensor
     ext[:, 1::2] = labels
     skip = torch.zeros(b, n, dtype=torch.bool, device=dev)
     skip[:, 2:] = (ext[:, 2:] != blank) & (ext[:, 2:] != ext[:, :-2])
-    no_skip = (~skip).unsqueeze(0)
 
-    init = log_probs.new_full((b, n), NEG_INF)
+    emissions = log_probs.gather(2, ext.unsqueeze(0).expand(t, b, n))  # (T, B, N)
+    if type(semiring) is LogSemiring and scaled_ok(emissions[: int(input_lengths.max()) if b else 0]):
+        return scaled_log_likelihood(
+            log_probs, ext, skip, input_lengths, lengths,
+            lambda x: ctc_log_likelihood(x, targets, input_lengths, lengths, blank=blank, semiring=_LOG_SPACE),
+        )
+    return _log_space_total(emissions, skip, input_lengths, lengths, semiring)
+
+
+class _LogSpace(LogSemiring):
+    """The log semiring, forcing the log-space recursion (second derivatives of the scaled path)."""
+
+
+_LOG_SPACE = _LogSpace()
+
+
+def _log_space_total(emissions: Tensor, skip: Tensor, input_lengths: Tensor, lengths: Tensor,
+                     semiring: Semiring) -> Tensor:
+    """The semiring recursion of the module docstring on ``emissions (T, B, N)``, with autograd."""
+    b, n = skip.shape
+    no_skip = (~skip).unsqueeze(0)
+    init = emissions.new_full((b, n), NEG_INF)
     init[:, 0] = 0.0
     alpha = semiring.lift(init)  # (size, B, N)
     pad = alpha.new_full((*alpha.shape[:2], 2), NEG_INF)
-    emissions = log_probs.gather(2, ext.unsqueeze(0).expand(t, b, n))  # (T, B, N)
     for step in range(int(input_lengths.max())):
         shifted = torch.cat([pad, alpha], dim=-1)
         prev2 = shifted[..., :-2].masked_fill(no_skip, NEG_INF)
