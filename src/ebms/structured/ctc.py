@@ -208,6 +208,12 @@ def ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths: Tensor | None,
     loss = -ctc_log_likelihood(log_probs, targets, input_lengths, target_lengths, blank=blank)
     if zero_infinity:
         loss = torch.where(torch.isinf(loss), 0.0, loss)
+    return reduce_sequence_loss(loss, reduction, targets, target_lengths)
+
+
+def reduce_sequence_loss(loss: Tensor, reduction: str, targets: Tensor, target_lengths: Tensor | None) -> Tensor:
+    """``torch.nn.functional.ctc_loss``'s reductions of per-sequence losses ``(B,)``: ``"none"``,
+    ``"sum"``, or ``"mean"`` (each divided by its target length, at least 1, then averaged)."""
     if reduction == "none":
         return loss
     if reduction == "sum":

@@ -36,6 +36,7 @@ from ebms.structured.ctc import (
     _check_targets,
     _pack,
     ctc_log_likelihood,
+    reduce_sequence_loss,
 )
 from ebms.structured.den_graph import DenominatorGraph
 
@@ -232,13 +233,7 @@ def ctc_crf_loss(log_probs: Tensor, targets: Tensor, input_lengths: Tensor | Non
     else:
         ctc = ctc_log_likelihood(log_probs, targets, input_lengths, target_lengths, blank=blank)
     loss = den_log_partition(log_probs, input_lengths, graph) - (1.0 + lam) * ctc
-    if reduction == "none":
-        return loss
-    if reduction == "sum":
-        return loss.sum()
-    tl = targets.shape[1] if target_lengths is None else target_lengths
-    denom = torch.as_tensor(tl, device=loss.device).clamp_min(1).to(loss.dtype)
-    return (loss / denom).mean()
+    return reduce_sequence_loss(loss, reduction, targets, target_lengths)
 
 
 def _viterbi(log_probs: Tensor, lengths: Tensor, graph: DenominatorGraph) -> CTCDecoding:
