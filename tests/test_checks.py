@@ -64,3 +64,17 @@ def test_tensor_and_energy_output_checks():
         check_tensor(torch.zeros(3), "x", min_dim=2)
     with pytest.raises(ValueError, match=r"energy\(x\): expected shape \(4,\); got \(2, 2\)"):
         check_energy_output(torch.zeros(2, 2), 4)
+
+
+def test_check_bool_mask_names_the_argument_and_passes_none():
+    from ebms._checks import check_bool_mask
+
+    assert check_bool_mask(None, (2, 2), "allowed") is None
+    m = torch.ones(2, 2, dtype=torch.bool)
+    assert check_bool_mask(m, (2, 2), "allowed") is m
+    with pytest.raises(TypeError, match=r"allowed: expected a bool tensor of shape \(2, 2\); got dtype torch.float32"):
+        check_bool_mask(torch.ones(2, 2), (2, 2), "allowed")
+    with pytest.raises(ValueError, match=r"allowed: expected a bool tensor of shape \(2, 2\); got shape \(2,\)"):
+        check_bool_mask(torch.ones(2, dtype=torch.bool), (2, 2), "allowed")
+    with pytest.raises(TypeError, match="allowed: expected a torch.Tensor"):
+        check_bool_mask([[True]], (1, 1), "allowed")

@@ -60,6 +60,20 @@ def check_shape(x: Tensor, expected: Sequence[int | None], name: str) -> Tensor:
     return x
 
 
+def check_bool_mask(mask: Any, shape: Sequence[int], name: str) -> Tensor | None:
+    """An optional bool mask of exactly ``shape`` (``None`` passes through): a TypeError for
+    another dtype, a ValueError for another shape, both naming ``name``."""
+    if mask is None:
+        return None
+    check_tensor(mask, name)
+    want = tuple(shape)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{name}: expected a bool tensor of shape {want}; got dtype {mask.dtype}")
+    if tuple(mask.shape) != want:
+        raise ValueError(f"{name}: expected a bool tensor of shape {want}; got shape {tuple(mask.shape)}")
+    return mask
+
+
 def check_finite(x: Tensor, name: str) -> Tensor:
     """No NaN or Inf entries (one host sync).
 

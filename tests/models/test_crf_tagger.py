@@ -94,7 +94,7 @@ def test_bad_arguments_are_rejected_by_name():
         NeuralCRFTagger(10, 3, encoder="lstm")
     with pytest.raises(ValueError, match=r"allowed: expected a bool tensor of shape \(3, 3\)"):
         NeuralCRFTagger(10, 3, allowed=torch.ones(2, 2, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"allowed_start: expected a bool tensor of shape \(3,\)"):
+    with pytest.raises(TypeError, match=r"allowed_start: expected a bool tensor of shape \(3,\); got dtype"):
         NeuralCRFTagger(10, 3, allowed_start=torch.ones(3))
     with pytest.raises(ValueError, match="n_tags"):
         NeuralCRFTagger(10, 0)

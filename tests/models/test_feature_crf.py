@@ -176,7 +176,7 @@ def test_bad_inputs_name_the_argument():
         m(ids, w, lengths + 5)
     with pytest.raises(TypeError, match="observed: expected a bool tensor"):
         FeatureCRF(A, C, observed=torch.zeros(A, C))
-    with pytest.raises(ValueError, match="observed_transitions: expected shape"):
+    with pytest.raises(ValueError, match=r"observed_transitions: expected a bool tensor of shape \(3, 3\); got shape \(3, 4\)"):
         FeatureCRF(A, C, observed_transitions=torch.zeros(C, C + 1, dtype=torch.bool))
     with pytest.raises(ValueError, match="n_tags: expected an int >= 1"):
         FeatureCRF(A, 0)

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from _ctc_paths import collapse
 
 from ebms.structured.ctc import (
     best_alignment,
@@ -17,15 +18,6 @@ from ebms.structured.ctc import (
     prefix_beam_search,
 )
 from ebms.structured.semiring import KMaxSemiring, MaxSemiring
-
-
-def _collapse(path, blank=0):
-    out, prev = [], None
-    for p in path:
-        if p != prev and p != blank:
-            out.append(p)
-        prev = p
-    return tuple(out)
 
 
 def _random_case(seed, dtype, blank=0, t=12, b=6, v=5, s=5):
@@ -48,7 +40,7 @@ def _enumerate(lp, blank=0):
     t, v = lp.shape
     total, best = {}, {}
     for path in itertools.product(range(v), repeat=t):
-        y = _collapse(path, blank)
+        y = collapse(path, blank)
         score = float(sum(lp[i, p] for i, p in enumerate(path)))
         total[y] = total.get(y, 0.0) + math.exp(score)
         if score > best.get(y, (-math.inf,))[0]:
@@ -124,7 +116,7 @@ def test_log_likelihood_equals_sum_over_enumerated_alignments():
         assert abs(mx.item() - best[y][0]) < 1e-12
         scores = sorted((float(sum(lp[i, 0, p] for i, p in enumerate(path)))
                          for path in itertools.product(range(v), repeat=t)
-                         if _collapse(path) == y), reverse=True)
+                         if collapse(path) == y), reverse=True)
         torch.testing.assert_close(k2[:, 0], torch.tensor((scores + [-math.inf])[:2],
                                                           dtype=torch.float64))
         align, score = best_alignment(lp, targets, il, tl)
@@ -145,7 +137,7 @@ def test_best_alignment_pads_past_input_length_and_collapses_to_target():
     for b in range(targets.shape[0]):
         n = int(il[b])
         assert (align[b, n:] == -1).all()
-        assert _collapse(align[b, :n].tolist()) == tuple(targets[b, : int(tl[b])].tolist())
+        assert collapse(align[b, :n].tolist()) == tuple(targets[b, : int(tl[b])].tolist())
         lp = logits.log_softmax(-1)[:, b]
         assert abs(float(sum(lp[i, p] for i, p in enumerate(align[b, :n].tolist())))
                    - score[b].item()) < 1e-10

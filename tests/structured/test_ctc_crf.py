@@ -7,6 +7,7 @@ import itertools
 import pytest
 import torch
 import torch.nn.functional as F
+from _ctc_paths import collapse
 
 import ebms.structured.den_graph as dg
 from ebms.structured.ctc import ctc_log_likelihood, ctc_loss
@@ -20,15 +21,6 @@ from ebms.structured.den_graph import DenominatorGraph
 from ebms.structured.ngram import LabelNGram
 
 METHODS = ["scaled", "arcs"]
-
-
-def _collapse(path):
-    out, prev = [], None
-    for p in path:
-        if p != prev and p != 0:
-            out.append(p)
-        prev = p
-    return tuple(out)
 
 
 def _graph(v, order, seed=0):
@@ -58,7 +50,7 @@ def _enumerate(log_probs, length, lm):
     v = log_probs.shape[-1]
     out: dict[tuple[int, ...], list[torch.Tensor]] = {}
     for path in itertools.product(range(v), repeat=length):
-        y = _collapse(path)
+        y = collapse(path)
         phi = _lm_score(lm, y) + sum(log_probs[t, path[t]] for t in range(length))
         out.setdefault(y, []).append(torch.as_tensor(phi, dtype=torch.float64))
     return out
@@ -189,10 +181,10 @@ def test_logit_gradient_is_numerator_minus_denominator_occupancy(order):
     lp = logits.log_softmax(-1)[:, 0]
     phis, hits = [], []
     for path in itertools.product(range(v), repeat=t):
-        phis.append(_lm_score(graph.lm, _collapse(path)) + sum(lp[i, path[i]] for i in range(t)))
+        phis.append(_lm_score(graph.lm, collapse(path)) + sum(lp[i, path[i]] for i in range(t)))
         hits.append(F.one_hot(torch.tensor(path), v).double())
     phi, hit = torch.stack(phis), torch.stack(hits)  # (P,), (P, T, V)
-    on = torch.tensor([_collapse(p) == (1, 2) for p in itertools.product(range(v), repeat=t)])
+    on = torch.tensor([collapse(p) == (1, 2) for p in itertools.product(range(v), repeat=t)])
     den = (phi.softmax(0)[:, None, None] * hit).sum(0)
     num_w = torch.where(on, phi, float("-inf")).softmax(0)
     num = (num_w[:, None, None] * hit).sum(0)

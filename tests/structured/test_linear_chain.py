@@ -256,9 +256,11 @@ def _crf(**kw):
     (dict(lengths=torch.tensor([0, 2])), ValueError, r"lengths: expected values in \[1, 3\].*min 0"),
     (dict(lengths=torch.tensor([3.0, 2.0])), TypeError, r"lengths: expected an integer tensor"),
     (dict(lengths=torch.tensor([3])), ValueError, r"lengths: expected shape \(2,\); got \(1,\)"),
-    (dict(allowed=torch.ones(4, 4)), TypeError, r"allowed: expected a bool tensor; got dtype"),
-    (dict(allowed=torch.ones(4, 3, dtype=torch.bool)), ValueError, r"allowed: expected shape \(4, 4\)"),
-    (dict(allowed_start=torch.ones(3, dtype=torch.bool)), ValueError, r"allowed_start: expected shape"),
+    (dict(allowed=torch.ones(4, 4)), TypeError, r"allowed: expected a bool tensor of shape \(4, 4\); got dtype"),
+    (dict(allowed=torch.ones(4, 3, dtype=torch.bool)), ValueError,
+     r"allowed: expected a bool tensor of shape \(4, 4\); got shape \(4, 3\)"),
+    (dict(allowed_start=torch.ones(3, dtype=torch.bool)), ValueError,
+     r"allowed_start: expected a bool tensor of shape \(4,\); got shape \(3,\)"),
 ])
 def test_invalid_arguments_raise_errors_naming_them(kw, exc, msg) -> None:
     with pytest.raises(exc, match=msg):

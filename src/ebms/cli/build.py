@@ -78,14 +78,16 @@ def _build(section: str, fields: object, factory: Callable[..., Any], *args: Any
         raise config_error(section, e, fields) from None
 
 
-def resolve(table: dict[str, Any], name: str, key: str) -> Any:
-    """``table[name]`` or a one-line error listing the valid names."""
+def resolve(table: dict[str, Any], name: str, key: str, *, context: str = "") -> Any:
+    """``table[name]`` or a one-line error listing the valid names (``context``, e.g.
+    ``"for data.name='fsdd-digits'"``, says where the list applies)."""
     if name not in table:
         import difflib
 
         close = difflib.get_close_matches(name, list(table), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"{key}: unknown value {name!r}; expected one of {', '.join(sorted(table))}{hint}")
+        where = f" {context}" if context else ""
+        raise ConfigError(f"{key}: unknown value {name!r}{where}; expected one of {', '.join(sorted(table))}{hint}")
     return table[name]
 
 

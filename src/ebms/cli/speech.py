@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ebms.cli.build import resolve
 from ebms.cli.config import Config, ConfigError
 from ebms.cli.tasks import StructuredTask, TaskData, register
 from ebms.objectives._base import LossOutput, scalar_metrics
@@ -38,20 +39,10 @@ DATA_SEED = 0
 EVAL_BATCH = 64
 
 
-def _choice(value: str, options: tuple[str, ...], key: str) -> str:
-    if value not in options:
-        import difflib
-
-        close = difflib.get_close_matches(value, list(options), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"{key}: unknown value {value!r} for data.name='fsdd-digits'; expected one of "
-                          f"{', '.join(options)}{hint}")
-    return value
-
-
 def _check_config(cfg: Config) -> None:
-    _choice(cfg.objective.kind, OBJECTIVE_KINDS, "objective.kind")
-    _choice(cfg.model.kind, MODEL_KINDS, "model.kind")
+    where = "for data.name='fsdd-digits'"
+    resolve(dict.fromkeys(OBJECTIVE_KINDS), cfg.objective.kind, "objective.kind", context=where)
+    resolve(dict.fromkeys(MODEL_KINDS), cfg.model.kind, "model.kind", context=where)
     if len(cfg.model.hidden) not in (1, 2) or min(cfg.model.hidden) < 1:
         raise ConfigError(f"model.hidden: expected [H] or [channels, H] with positive sizes; got {cfg.model.hidden}")
     if cfg.objective.ctc_weight < 0:

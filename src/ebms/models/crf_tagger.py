@@ -34,20 +34,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ebms._checks import check_int
+from ebms._checks import check_bool_mask, check_int
 from ebms.nets.sequence import ENCODERS, SequenceEncoder
 from ebms.structured.linear_chain import LinearChainCRF
 
 __all__ = ["NeuralCRFTagger"]
 
 
-def _mask_buffer(mask: Tensor | None, shape: tuple[int, ...], name: str) -> Tensor | None:
-    if mask is None:
-        return None
-    if not isinstance(mask, Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != shape:
-        got = f"{tuple(mask.shape)} {mask.dtype}" if isinstance(mask, Tensor) else type(mask).__name__
-        raise ValueError(f"{name}: expected a bool tensor of shape {shape}; got {got}")
-    return mask.clone()
+def _cloned(mask: Tensor | None) -> Tensor | None:
+    return None if mask is None else mask.clone()
 
 
 class NeuralCRFTagger(nn.Module):
@@ -87,8 +82,8 @@ class NeuralCRFTagger(nn.Module):
         self.transitions = nn.Parameter(torch.zeros(n_tags, n_tags))
         self.start = nn.Parameter(torch.zeros(n_tags))
         self.end = nn.Parameter(torch.zeros(n_tags))
-        self.register_buffer("allowed", _mask_buffer(allowed, (n_tags, n_tags), "allowed"))
-        self.register_buffer("allowed_start", _mask_buffer(allowed_start, (n_tags,), "allowed_start"))
+        self.register_buffer("allowed", _cloned(check_bool_mask(allowed, (n_tags, n_tags), "allowed")))
+        self.register_buffer("allowed_start", _cloned(check_bool_mask(allowed_start, (n_tags,), "allowed_start")))
 
     def emissions(self, words: Tensor, lengths: Tensor, chars: Tensor | None = None) -> Tensor:
         """Node potentials ``phi (B, T, C)`` (rows beyond each length are the bias ``b``)."""

@@ -39,20 +39,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ebms._checks import check_int, check_positive, check_shape, check_tensor
+from ebms._checks import check_bool_mask, check_int, check_positive, check_shape, check_tensor
 from ebms.structured.linear_chain import LinearChainCRF
 from ebms.train.owlqn import OWLQN
 
 __all__ = ["FeatureCRF", "FitResult", "fit_feature_crf"]
-
-
-def _check_mask(mask: Tensor | None, shape: tuple[int, int], name: str) -> Tensor | None:
-    if mask is None:
-        return None
-    check_tensor(mask, name)
-    if mask.dtype != torch.bool:
-        raise TypeError(f"{name}: expected a bool tensor; got dtype {mask.dtype}")
-    return check_shape(mask, shape, name)
 
 
 class FeatureCRF(nn.Module):
@@ -77,8 +68,8 @@ class FeatureCRF(nn.Module):
         self.n_attributes, self.n_tags = n_attributes, n_tags
         self.state_weights = nn.Parameter(torch.zeros(n_attributes, n_tags, dtype=dtype))
         self.transitions = nn.Parameter(torch.zeros(n_tags, n_tags, dtype=dtype))
-        obs = _check_mask(observed, (n_attributes, n_tags), "observed")
-        obs_t = _check_mask(observed_transitions, (n_tags, n_tags), "observed_transitions")
+        obs = check_bool_mask(observed, (n_attributes, n_tags), "observed")
+        obs_t = check_bool_mask(observed_transitions, (n_tags, n_tags), "observed_transitions")
         self.state_mask: Tensor | None
         self.transition_mask: Tensor | None
         self.register_buffer("state_mask", None if obs is None else obs.clone())

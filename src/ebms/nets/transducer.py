@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from ebms._checks import check_int, check_probability
+from ebms._checks import check_bool_mask, check_int, check_probability
 from ebms.nets.sequence import SequenceEncoder
 
 __all__ = [
@@ -205,15 +205,6 @@ def transducer_beam_search(f: Tensor, lengths: Tensor, prediction: PredictionNet
     return BeamSearchResult(beam_tags[:, 0], beam_scores[:, 0], beam_tags, beam_scores, step_scores, in_beam)
 
 
-def _check_mask(mask: Tensor | None, shape: tuple[int, ...], name: str) -> Tensor | None:
-    if mask is None:
-        return None
-    if not isinstance(mask, Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != shape:
-        got = f"{tuple(mask.shape)} {mask.dtype}" if isinstance(mask, Tensor) else type(mask).__name__
-        raise ValueError(f"{name}: expected a {shape} bool tensor; got {got}")
-    return mask
-
-
 def check_tagging_batch(words: Tensor, lengths: Tensor, tags: Tensor | None, n_tags: int) -> Tensor | None:
     """Validate a padded tagging batch; returns ``tags`` (long) with padding replaced by ``0``.
 
@@ -279,8 +270,8 @@ class AlignedTransducer(nn.Module, abc.ABC):
                                               char_vocab_size=char_vocab_size)
         self.prediction = PredictionNet(n_tags, embedding_dim=label_dim, hidden=label_hidden, layers=label_layers)
         bias = torch.zeros(n_tags + 1, n_tags)
-        a = _check_mask(allowed, (n_tags, n_tags), "allowed")
-        s = _check_mask(allowed_start, (n_tags,), "allowed_start")
+        a = check_bool_mask(allowed, (n_tags, n_tags), "allowed")
+        s = check_bool_mask(allowed_start, (n_tags,), "allowed_start")
         if a is not None:
             bias[:n_tags].masked_fill_(~a.cpu(), NEG_INF)
         if s is not None:

@@ -250,7 +250,7 @@ class ConditionalNCE:
         noise_tags = self.noise.sample(lengths, nu, generator=generator)  # (nu, B, T)
         log_nu = math.log(nu)
         total = None
-        sums = torch.zeros(3)
+        sums = torch.zeros(3, device=lengths.device)  # one host sync for the metrics, after the loop
         for idx in _chunks(lengths, self.chunk_size):
             ln = lengths if idx is None else lengths[idx]
             t = int(ln.max())
@@ -266,7 +266,7 @@ class ConditionalNCE:
                                    for j in range(nu)])
             part = F.softplus(-g_data).sum() + F.softplus(g_noise).sum()
             total = part if total is None else total + part
-            sums += torch.stack([(g_data > 0).sum(), (g_noise < 0).sum(), s_data.sum()]).detach().float().cpu()
+            sums += torch.stack([(g_data > 0).sum(), (g_noise < 0).sum(), s_data.sum()]).detach().float()
         assert total is not None
         return LossOutput(total / b, scalar_metrics(acc_data=sums[0] / b, acc_noise=sums[1] / (nu * b),
                                                     score_data=sums[2] / b))

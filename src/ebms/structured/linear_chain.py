@@ -28,7 +28,7 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from ebms._checks import check_finite, check_int, check_shape, check_tensor
+from ebms._checks import check_bool_mask, check_finite, check_int, check_shape, check_tensor
 from ebms.structured.semiring import KMaxSemiring, LogSemiring, Semiring
 
 __all__ = ["LinearChainCRF", "bio_allowed_transitions", "linear_chain_forward"]
@@ -299,15 +299,6 @@ def _grad(total: Tensor, init: Tensor, edges: Tensor, *, retain_graph: bool | No
     return g_init, torch.zeros_like(edges) if g_edges is None else g_edges
 
 
-def _check_mask(mask: Tensor | None, shape: tuple[int, ...], name: str) -> Tensor | None:
-    if mask is None:
-        return None
-    check_tensor(mask, name)
-    if mask.dtype != torch.bool:
-        raise TypeError(f"{name}: expected a bool tensor; got dtype {mask.dtype}")
-    return check_shape(mask, shape, name)
-
-
 def _mask(x: Tensor | None, mask: Tensor | None, c: int, like: Tensor) -> Tensor | None:
     if mask is None:
         return x
@@ -338,11 +329,11 @@ class LinearChainCRF:
         b, t, c = emissions.shape
         self.lengths = _check_lengths(lengths, b, t, emissions.device)
         self.emissions = emissions
-        mask = _check_mask(allowed, (c, c), "allowed")
+        mask = check_bool_mask(allowed, (c, c), "allowed")
         self.transitions: Tensor = transitions if mask is None else transitions.masked_fill(
             ~mask.to(emissions.device), NEG_INF)
-        self.start = _mask(start, _check_mask(allowed_start, (c,), "allowed_start"), c, emissions)
-        self.end = _mask(end, _check_mask(allowed_end, (c,), "allowed_end"), c, emissions)
+        self.start = _mask(start, check_bool_mask(allowed_start, (c,), "allowed_start"), c, emissions)
+        self.end = _mask(end, check_bool_mask(allowed_end, (c,), "allowed_end"), c, emissions)
 
     # -- potentials -------------------------------------------------------------------------
     def _potentials(self) -> tuple[Tensor, Tensor]:
