@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
+from ebms.errors import InputError
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -45,7 +47,7 @@ __all__ = [
 ]
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A bad configuration: unknown key, wrong type, missing file or bad value."""
 
 
