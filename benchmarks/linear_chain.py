@@ -18,6 +18,13 @@ Workload (identical for every implementation):
                 ``CRF.decode`` (list of lists, no score), torch-struct ``.argmax`` (edge
                 indicators) converted to tags by ``LinearChainCRF.struct.from_parts``.
 
+Layer     the drop-in layers, from emissions to the loss and its gradient: ebms
+                ``ebms.structured.crf_layer.CRF`` against pytorch-crf's ``torchcrf.CRF`` with the same
+                parameters (start/end/transitions), ``batch_first=True``, the boolean mask of the
+                lengths above, random gold tags; ``-crf(em, tags, mask, reduction="mean")`` then
+                ``.backward()`` (gradients to the emissions and the three parameters), and
+                ``crf.decode(em, mask)`` (lists of lists, both) under ``torch.no_grad()``.
+
 Timing: ebms and each peer in their own alternating pair (see ``bench_tags``); the ebms row shows
 its median from the pytorch-crf pair, and each ratio is taken within its pair.
 
@@ -199,10 +206,53 @@ def bench_tags(c: int, args: Any) -> dict[str, Any]:
     return out
 
 
+def bench_layer(c: int, args: Any) -> dict[str, Any] | None:
+    """The drop-in layers (see the module docstring): NLL forward + backward and decode."""
+    try:
+        from torchcrf import CRF as TorchCRF
+    except ImportError:
+        C.note("[linear_chain] skipping the layer comparison: pytorch-crf not installed "
+               "(pip install -e '.[bench]')")
+        return None
+    from ebms.structured.crf_layer import CRF
+
+    em, _, ln = workload(c)
+    tags = torch.randint(0, c, em.shape[:2], generator=torch.Generator().manual_seed(c + 1))
+    mask = torch.arange(LENGTH) < ln[:, None]
+    ours = CRF(c, batch_first=True)
+    theirs = TorchCRF(c, batch_first=True)
+    theirs.load_state_dict(ours.state_dict())
+    with torch.no_grad():
+        diff = float((ours(em, tags, mask, reduction="none") - theirs(em, tags, mask, reduction="none")).abs().max())
+    if diff > TOL or ours.decode(em, mask) != theirs.decode(em, mask):
+        raise RuntimeError(f"CRF layers disagree at C={c}: log-likelihood diff {diff:.2e} or decode differs")
+
+    def nll(m: torch.nn.Module) -> Callable[[], Any]:
+        def run() -> None:
+            m.zero_grad(set_to_none=True)
+            (-m(em.detach().requires_grad_(), tags, mask, reduction="mean")).backward()
+        return run
+
+    def decode(m: Any) -> Callable[[], Any]:
+        def run() -> list[list[int]]:
+            with torch.no_grad():
+                return m.decode(em, mask)
+        return run
+
+    repeats = args.repeats or (3 if args.quick else 15)
+    out: dict[str, Any] = {"tags": c, "llh_max_abs_diff": diff}
+    for task, make in (("layer_nll_fwd_bwd", nll), ("layer_decode", decode)):
+        wall, _ = C.time_alternating({"ebms": make(ours), "pytorch-crf": make(theirs)}, repeats=repeats)
+        a, b = C.median(wall["ebms"]), C.median(wall["pytorch-crf"])
+        out[task] = {"ebms_median_s": a, "pytorch_crf_median_s": b, "speedup_of_ebms": C.speedup(b, a)}
+    return out
+
+
 def main() -> None:
     args = C.parse_args(__doc__.splitlines()[0])
     info = C.machine_info(("pytorch-crf", "torch-struct"))
     results = [bench_tags(c, args) for c in TAGS]
+    layers = [r for r in (bench_layer(c, args) for c in TAGS) if r is not None]
 
     print(f"Linear-chain CRF, B={BATCH}, T={LENGTH} (ragged lengths in [{LENGTH // 2}, {LENGTH}]), "
           f"float32 CPU, {info['threads']} thread(s). ebms speedup = their median / ebms median "
@@ -238,6 +288,15 @@ def main() -> None:
             print(f"worst ebms speedup vs {n} over sizes and tasks: {worst[n]:.2f}x "
                   f"[target >= {target}x: {verdict}]")
             summary[f"min_ratio_vs_{n.replace('-', '_')}"] = round(worst[n], 3)
+    if layers:
+        print("Drop-in layers, ebms.structured.crf_layer.CRF vs torchcrf.CRF (same parameters, "
+              "boolean mask, reduction='mean'):")
+        rows = [[lay["tags"], task, 1e3 * lay[task]["ebms_median_s"], 1e3 * lay[task]["pytorch_crf_median_s"],
+                 lay[task]["speedup_of_ebms"]] for lay in layers for task in ("layer_nll_fwd_bwd", "layer_decode")]
+        print(C.format_table(["C", "task", "ebms ms", "pytorch-crf ms", "ebms speedup"], rows))
+        for lay in layers:
+            for task in ("layer_nll_fwd_bwd", "layer_decode"):
+                summary[f"c{lay['tags']}_{task}_vs_pytorch_crf"] = round(lay[task]["speedup_of_ebms"], 3)
     ratios = [v for k, v in summary.items() if k.startswith("min_ratio_vs_")]
     summary["ratio_vs_best_peer"] = min(ratios) if ratios else None
     print("Timed: log Z = potentials -> log-partition -> backward to emissions and transitions; "
@@ -246,7 +305,7 @@ def main() -> None:
     record = {"bench": "linear_chain", "quick": args.quick, "machine": info,
               "workload": {"batch": BATCH, "length": LENGTH, "tags": list(TAGS), "dtype": "float32",
                            "lengths": "ragged, uniform in [T/2, T], one of length T"},
-              "results": results}
+              "results": results, "layers": layers}
     path = C.save_results("linear_chain", record, enabled=not args.no_save)
     if path is not None:
         C.note(f"[linear_chain] wrote {path}")

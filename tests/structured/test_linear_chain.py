@@ -105,7 +105,8 @@ def test_argmax_and_kbest_equal_top_of_enumeration(case) -> None:
     crf, args = make(case, seed=2)
     k = 5
     tags, scores = crf.kbest(k)
-    assert tags.shape == (k, *crf.emissions.shape[:2])
+    n_paths = case[1] ** max(case[2])  # K = min(k, largest number of sequences in the batch)
+    assert tags.shape == (min(k, n_paths), *crf.emissions.shape[:2])
     for i in range(len(case[2])):
         seqs, score = enumerate_one(args, i)
         top = score.sort(descending=True).values[:k]
@@ -242,7 +243,8 @@ def _crf(**kw):
     (dict(emissions=torch.zeros(2, 3, 4, dtype=torch.long)), TypeError,
      r"emissions: expected a floating-point tensor; got dtype torch.int64"),
     (dict(emissions=torch.zeros(2, 3)), ValueError, r"emissions: expected shape \(B, T, C\); got \(2, 3\)"),
-    (dict(emissions=torch.zeros(0, 3, 4)), ValueError, r"emissions: expected a non-empty batch"),
+    (dict(emissions=torch.zeros(2, 3, 0)), ValueError,
+     r"emissions: expected at least one tag \(C = shape\[2\] >= 1\); got shape \(2, 3, 0\)"),
     (dict(emissions=torch.full((2, 3, 4), float("nan"))), ValueError,
      r"emissions: expected a finite tensor; got 24 NaN"),
     (dict(transitions=torch.zeros(3, 3)), ValueError,
@@ -252,8 +254,8 @@ def _crf(**kw):
     (dict(start=torch.zeros(3)), ValueError, r"start \(C = .*expected shape \(4,\); got \(3,\)"),
     (dict(end=torch.tensor([0.0, float("inf"), 0, 0])), ValueError, r"end: expected a finite"),
     (dict(lengths=torch.tensor([3, 4])), ValueError,
-     r"lengths: expected values in \[1, 3\] \(T = emissions.shape\[1\]\); got min 3, max 4"),
-    (dict(lengths=torch.tensor([0, 2])), ValueError, r"lengths: expected values in \[1, 3\].*min 0"),
+     r"lengths: expected values in \[0, 3\] \(T = emissions.shape\[1\]\); got min 3, max 4"),
+    (dict(lengths=torch.tensor([-1, 2])), ValueError, r"lengths: expected values in \[0, 3\].*min -1"),
     (dict(lengths=torch.tensor([3.0, 2.0])), TypeError, r"lengths: expected an integer tensor"),
     (dict(lengths=torch.tensor([3])), ValueError, r"lengths: expected shape \(2,\); got \(1,\)"),
     (dict(allowed=torch.ones(4, 4)), TypeError, r"allowed: expected a bool tensor of shape \(4, 4\); got dtype"),
@@ -285,7 +287,7 @@ def test_invalid_call_arguments_raise_errors_naming_them() -> None:
     none_allowed = _crf(allowed=torch.zeros(4, 4, dtype=torch.bool), lengths=torch.tensor([3, 1]))
     with pytest.raises(ValueError, match=r"allowed: no tag sequence is allowed for batch elements \[0\]"):
         _ = none_allowed.log_partition
-    with pytest.raises(ValueError, match=r"lengths: expected values in \[1, 3\]"):
+    with pytest.raises(ValueError, match=r"lengths: expected values in \[0, 3\]"):
         linear_chain_forward(torch.zeros(2, 3, 4), torch.zeros(4, 4), torch.tensor([4, 1]), LogSemiring())
 
 

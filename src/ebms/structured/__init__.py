@@ -5,6 +5,8 @@
 * :class:`LinearChainCRF`: a distribution over tag sequences with ``log_partition``, ``log_prob``,
   node and pair ``marginals`` (autograd of log Z), ``argmax``, ``kbest``, ``sample``, ``entropy``,
   ragged ``lengths`` and allowed-transition masks (:func:`bio_allowed_transitions`).
+* :class:`CRF`: the same chain as an ``nn.Module`` layer owning its transition parameters, with
+  pytorch-crf's calling convention (``mask``/``lengths``, ``batch_first``, ``reduction``, ``decode``).
 * CTC (:func:`ctc_loss`, :func:`ctc_log_likelihood`) on the same machinery, with
   :func:`best_alignment`, :func:`greedy_decode` and :func:`prefix_beam_search`.
 * CTC-CRF (:func:`ctc_crf_loss`, :func:`ctc_crf_log_likelihood`, :func:`ctc_crf_decode`): a label
@@ -14,6 +16,7 @@
   :class:`AttributeVocabulary` that turns them into padded attribute ids and values.
 """
 
+from ebms.structured.crf_layer import CRF
 from ebms.structured.ctc import (
     CTCDecoding,
     best_alignment,
@@ -40,6 +43,7 @@ from ebms.structured.semiring import KMaxSemiring, LogSemiring, MaxSemiring, Sem
 __all__ = [
     "FEATURE_SETS",
     "AttributeVocabulary",
+    "CRF",
     "CTCDecoding",
     "DenominatorGraph",
     "KMaxSemiring",

@@ -16,20 +16,24 @@ The recursion (forward algorithm; max gives Viterbi) is written once::
 
 with ``(+), (x)`` from :mod:`ebms.structured.semiring`; for ``t > L`` the state is carried over,
 so ragged batches need no Python loop over the batch. Cost: ``O(T B C^2)`` time, ``T`` sequential
-steps, ``O(T B C^2)`` memory for the edge potentials. Marginals, Viterbi paths and k-best paths are
-gradients of the totals with respect to the potentials (Eisner, 2016, "Inside-outside and
-forward-backward algorithms are just backprop").
+steps, ``O(T B C^2)`` memory for the edge potentials. Marginals are gradients of ``log Z`` with
+respect to the potentials (Eisner, 2016, "Inside-outside and forward-backward algorithms are just
+backprop"), taken with ``create_graph`` so that they stay differentiable; Viterbi and k-best paths
+are read from back-pointers (k-best: the ``k`` best prefixes per tag, the parallel list Viterbi
+algorithm of Seshadri & Sundberg, 1994, "List Viterbi decoding algorithms with applications"). Sequences of length
+0 (and empty batches) are split off: they have one tagging, the empty one, of score 0.
 """
 
 from __future__ import annotations
 
-from functools import cached_property
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from ebms._checks import check_bool_mask, check_finite, check_int, check_shape, check_tensor
-from ebms.structured.semiring import KMaxSemiring, LogSemiring, Semiring
+from ebms.structured.semiring import LogSemiring, Semiring
 
 __all__ = ["LinearChainCRF", "bio_allowed_transitions", "linear_chain_forward"]
 
@@ -203,20 +207,88 @@ def _viterbi(init: Tensor, em: Tensor, tr: Tensor, end: Tensor | None,
     return tags.masked_fill(pos >= lengths[:, None], -1), score
 
 
-def _check_lengths(lengths: Tensor | None, batch: int, steps: int, device: torch.device) -> Tensor:
+def _kbest(init: Tensor, em: Tensor, tr: Tensor, end: Tensor | None, lengths: Tensor,
+           k: int) -> tuple[Tensor, Tensor]:
+    """k-best Viterbi with back-pointers: tags ``(k, B, T)`` and scores ``(k, B)``, descending.
+
+    Each state keeps the ``k`` best prefixes ending in it, ``v_t (B, C, k)``; a step takes the top
+    ``k`` of the ``C k`` extensions ``v_{t-1}(j, r) + A_{j, c}`` per next tag ``c`` (``topk``,
+    ``O(B C^2 k)``) and records which ``(j, r)`` each came from. The prefixes kept per state are
+    distinct, so the ``k`` results are distinct sequences; the pointers are read backwards in
+    ``O(B k)`` per step. Scores are ``topk`` values, hence differentiable in every potential.
+    Slots with no sequence left have score ``-inf`` (their tags are set to ``-1`` by the caller).
+    """
+    b, c = init.shape
+    t = em.shape[1] + 1
+    v = torch.cat([init.unsqueeze(-1), init.new_full((b, c, k - 1), NEG_INF)], -1)  # (B, C, k)
+    pointers = []
+    for i in range(1, t):
+        cand = (v.unsqueeze(2) + tr[None, :, :, None]).transpose(1, 2).reshape(b, c, c * k)
+        top, idx = cand.topk(k, dim=-1)  # (B, C_next, k): index j * k + r into (C_prev, k)
+        v = torch.where((i < lengths).view(b, 1, 1), top + em[:, i - 1, :, None], v)
+        pointers.append(idx)
+    final = v if end is None else v + end[None, :, None]
+    scores, flat = final.reshape(b, c * k).topk(k, dim=-1)  # (B, k)
+    state, rank = flat // k, flat % k
+    last = lengths - 1
+    rows = torch.arange(b, device=init.device)[:, None]
+    tags = torch.full((t, b, k), -1, dtype=torch.long, device=init.device)
+    for i in range(t - 1, -1, -1):
+        inside = (i <= last)[:, None]  # position i is part of the sequence
+        tags[i] = torch.where(inside, state, -1)
+        if i:
+            came = pointers[i - 1][rows, state, rank]
+            state = torch.where(inside, came // k, state)
+            rank = torch.where(inside, came % k, rank)
+    return tags.permute(2, 1, 0), scores.t()
+
+
+def _count_paths(transitions: Tensor, start: Tensor | None, end: Tensor | None, lengths: Tensor,
+                 cap: int) -> Tensor:
+    """Number of allowed tag sequences per sequence, ``(B,)`` float64, clipped at ``cap``.
+
+    A sequence is allowed when every potential on it is finite (the ``allowed*`` masks put
+    ``-inf``); the count is the forward recursion over the counting semiring (``+``, ``x``).
+    Per-state counts are clipped at ``cap``: a prefix that can still reach an allowed end extends
+    to at least one distinct complete sequence, so the clipped total equals the true total whenever
+    that is below ``cap``, and is ``>= cap`` otherwise. ``O(T B C^2)``; without masks it is
+    ``C ** L`` in closed form.
+    """
+    c = transitions.shape[0]
+    lengths = lengths.to(torch.float64)
+    if (bool(torch.isfinite(transitions).all()) and (start is None or bool(torch.isfinite(start).all()))
+            and (end is None or bool(torch.isfinite(end).all()))):
+        return torch.clamp_max(torch.full_like(lengths, float(c)) ** lengths, float(cap))
+    dev = transitions.device
+    ones = torch.ones(c, dtype=torch.float64, device=dev)
+    a = torch.isfinite(transitions).to(torch.float64)
+    s = ones if start is None else torch.isfinite(start).to(torch.float64)
+    e = ones if end is None else torch.isfinite(end).to(torch.float64)
+    count = s.expand(lengths.shape[0], c)
+    for i in range(1, int(lengths.max())):
+        new = torch.clamp_max(count @ a, float(cap))
+        count = torch.where((i < lengths)[:, None], new, count)
+    total = torch.clamp_max(count @ e, float(cap))
+    return torch.where(lengths == 0, torch.ones_like(total), total)
+
+
+def _check_lengths(lengths: Tensor | None, batch: int, steps: int,
+                   device: torch.device) -> tuple[Tensor, int, int]:
+    """Checked ``(B,)`` long lengths and their min and max (0 for an empty batch)."""
     if lengths is None:
-        return torch.full((batch,), steps, dtype=torch.long, device=device)
+        full = steps if batch else 0
+        return torch.full((batch,), steps, dtype=torch.long, device=device), full, full
     check_tensor(lengths, "lengths")
     if lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
         raise TypeError(f"lengths: expected an integer tensor; got dtype {lengths.dtype}")
     check_shape(lengths, (batch,), "lengths")
     if lengths.device != device:
         raise ValueError(f"lengths: expected device {device}; got {lengths.device}")
-    lo, hi = int(lengths.min()), int(lengths.max())
-    if lo < 1 or hi > steps:
-        raise ValueError(f"lengths: expected values in [1, {steps}] (T = emissions.shape[1]); "
+    lo, hi = (int(lengths.min()), int(lengths.max())) if batch else (0, 0)
+    if lo < 0 or hi > steps:
+        raise ValueError(f"lengths: expected values in [0, {steps}] (T = emissions.shape[1]); "
                          f"got min {lo}, max {hi}")
-    return lengths.long()
+    return lengths.long(), lo, hi
 
 
 def _check_potentials(emissions: Tensor, transitions: Tensor, start: Tensor | None,
@@ -225,9 +297,8 @@ def _check_potentials(emissions: Tensor, transitions: Tensor, start: Tensor | No
     if emissions.dim() != 3:
         raise ValueError(f"emissions: expected shape (B, T, C); got {tuple(emissions.shape)}")
     b, t, c = emissions.shape
-    if b == 0 or t == 0 or c == 0:
-        raise ValueError(f"emissions: expected a non-empty batch, length and tag set; "
-                         f"got shape {(b, t, c)}")
+    if c == 0:
+        raise ValueError(f"emissions: expected at least one tag (C = shape[2] >= 1); got shape {(b, t, c)}")
     check_finite(emissions, "emissions")
     for name, x, shape in (("transitions", transitions, (c, c)), ("start", start, (c,)),
                            ("end", end, (c,))):
@@ -249,16 +320,23 @@ def linear_chain_forward(emissions: Tensor, transitions: Tensor, lengths: Tensor
     Args:
         emissions: ``(B, T, C)`` node log-potentials.
         transitions: ``(C, C)`` edge log-potentials, ``transitions[prev, next]``.
-        lengths: ``(B,)`` integers in ``[1, T]``; ``None`` means all ``T``.
+        lengths: ``(B,)`` integers in ``[0, T]``; ``None`` means all ``T``. A sequence of length 0
+            has one (empty) tagging of score 0, so its total is the semiring's ``one``.
         semiring: e.g. ``LogSemiring()``, ``MaxSemiring()``, ``KMaxSemiring(k)``.
         start, end: optional ``(C,)`` log-potentials of the first and last tag.
     """
     _check_potentials(emissions, transitions, start, end)
     b, t, _ = emissions.shape
-    lengths = _check_lengths(lengths, b, t, emissions.device)
-    init = emissions[:, 0] if start is None else emissions[:, 0] + start
-    edges = transitions + emissions[:, 1:].unsqueeze(-2)
-    return _chain(init, edges, end, lengths, semiring)[0]
+    lengths, lo, hi = _check_lengths(lengths, b, t, emissions.device)
+    if lo > 0:
+        init = emissions[:, 0] if start is None else emissions[:, 0] + start
+        return _chain(init, transitions + emissions[:, 1:].unsqueeze(-2), end, lengths, semiring)[0]
+    one = semiring.lift(emissions.new_zeros(b))  # (size, B): the empty sequence's total
+    if hi == 0:
+        return one
+    rows = (lengths > 0).nonzero().squeeze(1)
+    total = linear_chain_forward(emissions[rows, :hi], transitions, lengths[rows], semiring, start, end)
+    return one.index_copy(1, rows, total)
 
 
 def bio_allowed_transitions(tags: list[str]) -> tuple[Tensor, Tensor]:
@@ -291,14 +369,6 @@ def bio_allowed_transitions(tags: list[str]) -> tuple[Tensor, Tensor]:
     return allowed, allowed_start
 
 
-def _grad(total: Tensor, init: Tensor, edges: Tensor, *, retain_graph: bool | None = None,
-          create_graph: bool = False) -> tuple[Tensor, Tensor]:
-    """``d total / d (init, edges)``; zero edge gradient when ``T = 1`` (no edges used)."""
-    g_init, g_edges = torch.autograd.grad(total, (init, edges), allow_unused=True,
-                                          retain_graph=retain_graph, create_graph=create_graph)
-    return g_init, torch.zeros_like(edges) if g_edges is None else g_edges
-
-
 def _mask(x: Tensor | None, mask: Tensor | None, c: int, like: Tensor) -> Tensor | None:
     if mask is None:
         return x
@@ -306,19 +376,41 @@ def _mask(x: Tensor | None, mask: Tensor | None, c: int, like: Tensor) -> Tensor
     return base.masked_fill(~mask.to(like.device), NEG_INF)
 
 
+def _dot(p: Tensor, x: Tensor) -> Tensor:
+    """``sum p * x`` per batch row, with ``0 * -inf = 0`` and a zero (not NaN) gradient there."""
+    return (p * x.masked_fill(torch.isneginf(x), 0.0)).flatten(1).sum(1)
+
+
+def _no_allowed(log_z: Tensor) -> None:
+    bad = torch.isneginf(log_z)
+    if bool(bad.any()):
+        raise ValueError(f"allowed: no tag sequence is allowed for batch elements "
+                         f"{bad.nonzero().flatten().tolist()}")
+
+
 class LinearChainCRF:
     """Distribution over tag sequences ``y`` of a linear-chain CRF (see the module docstring).
 
     Args:
-        emissions: ``(B, T, C)`` finite float node log-potentials.
+        emissions: ``(B, T, C)`` finite float node log-potentials; ``B = 0`` and ``T = 0`` allowed.
         transitions: ``(C, C)`` finite edge log-potentials, ``transitions[prev, next]``.
-        lengths: ``(B,)`` integers in ``[1, T]``; ``None`` means every sequence has length ``T``.
+        lengths: ``(B,)`` integers in ``[0, T]``; ``None`` means every sequence has length ``T``.
+            A sequence of length 0 has exactly one tagging, the empty one, of score 0.
         start, end: optional ``(C,)`` log-potentials of the first and last tag.
         allowed: optional ``(C, C)`` bool mask; ``False`` transitions get log-potential ``-inf``.
         allowed_start, allowed_end: optional ``(C,)`` bool masks for the first and last tag.
 
     Decoded tags are ``(..., B, T)`` long tensors padded with ``-1`` beyond each length.
-    Every result is differentiable with respect to the potentials.
+
+    Gradients: every floating result (``log_partition``, ``score``, ``log_prob``, ``marginals``,
+    ``pair_marginals``, ``entropy``, ``max_score``, ``kbest`` scores) is differentiable with
+    respect to each of ``emissions``, ``transitions``, ``start`` and ``end`` that requires grad,
+    in any combination, and is joined to all of them in the autograd graph (with an exactly zero
+    gradient where it does not depend on one, e.g. ``transitions`` when every length is 1), so
+    ``backward`` never fails for lack of a graph. Marginals are gradients of ``log Z`` taken with
+    ``create_graph`` whenever a potential requires grad, so the entropy's gradient (second order)
+    is exact. Results are computed once per object and grad mode (a result first read under
+    ``torch.no_grad()`` is recomputed, not reused, when read again with gradients on).
     """
 
     def __init__(self, emissions: Tensor, transitions: Tensor, lengths: Tensor | None = None, *,
@@ -327,50 +419,85 @@ class LinearChainCRF:
                  allowed_end: Tensor | None = None) -> None:
         _check_potentials(emissions, transitions, start, end)
         b, t, c = emissions.shape
-        self.lengths = _check_lengths(lengths, b, t, emissions.device)
-        self.emissions = emissions
+        ln, lo, hi = _check_lengths(lengths, b, t, emissions.device)
         mask = check_bool_mask(allowed, (c, c), "allowed")
-        self.transitions: Tensor = transitions if mask is None else transitions.masked_fill(
-            ~mask.to(emissions.device), NEG_INF)
-        self.start = _mask(start, check_bool_mask(allowed_start, (c,), "allowed_start"), c, emissions)
-        self.end = _mask(end, check_bool_mask(allowed_end, (c,), "allowed_end"), c, emissions)
+        tr = transitions if mask is None else transitions.masked_fill(~mask.to(emissions.device), NEG_INF)
+        st = _mask(start, check_bool_mask(allowed_start, (c,), "allowed_start"), c, emissions)
+        en = _mask(end, check_bool_mask(allowed_end, (c,), "allowed_end"), c, emissions)
+        params = tuple(p for p in (emissions, transitions, start, end) if p is not None)
+        self._setup(emissions, tr, ln, st, en, params, lo, hi)
 
-    # -- potentials -------------------------------------------------------------------------
+    def _setup(self, emissions: Tensor, transitions: Tensor, lengths: Tensor, start: Tensor | None,
+               end: Tensor | None, params: tuple[Tensor, ...], lo: int, hi: int) -> None:
+        """Store checked potentials; empty sequences are split off into ``_rows`` / ``_inner``."""
+        self.emissions, self.transitions, self.lengths = emissions, transitions, lengths
+        self.start, self.end = start, end
+        self._params = params  # the caller's potentials, before masking
+        self._cache: dict[tuple[str, bool], object] = {}
+        self._uses_all = hi >= 2  # every potential enters the nonempty rows' computations
+        self._rows: Tensor | None = None  # indices of nonempty sequences, when some are empty
+        self._inner: LinearChainCRF | None = None  # the CRF of those rows
+        if lo == 0:
+            self._rows = (lengths > 0).nonzero().squeeze(1)
+            if hi > 0:
+                inner = LinearChainCRF.__new__(LinearChainCRF)
+                inner_lengths = lengths[self._rows]
+                inner._setup(emissions[self._rows, :hi], transitions, inner_lengths, start, end, params,
+                             int(inner_lengths.min()), hi)
+                self._inner = inner
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _graph(self) -> bool:
+        """Whether results must carry gradients (grad mode on, some potential requires grad)."""
+        return torch.is_grad_enabled() and any(p.requires_grad for p in self._params)
+
+    def _memo(self, key: str, fn: Callable[[], Any]) -> Any:
+        """``fn()`` cached per grad mode; a graph-carrying result is reused, detached, without."""
+        graph = self._graph()
+        if (key, graph) not in self._cache:
+            if not graph and (key, True) in self._cache:
+                return _detached(self._cache[(key, True)])
+            self._cache[(key, graph)] = fn()
+        return self._cache[(key, graph)]
+
+    def _connect(self, x: Tensor) -> Tensor:
+        """``x + 0 * sum(potentials requiring grad)`` where ``x`` may not use all of them."""
+        if self._uses_all or not self._graph():
+            return x
+        return x + torch.stack([p.sum() for p in self._params if p.requires_grad]).sum() * 0.0
+
     def _potentials(self) -> tuple[Tensor, Tensor]:
         init = self.emissions[:, 0] if self.start is None else self.emissions[:, 0] + self.start
         edges = self.transitions + self.emissions[:, 1:].unsqueeze(-2)
         return init, edges
 
-    def _leaf_potentials(self) -> tuple[Tensor, Tensor, bool]:
-        """Potentials that require grad, so totals can be differentiated w.r.t. them."""
-        with torch.enable_grad():
-            init, edges = self._potentials()
-        graph = init.requires_grad and torch.is_grad_enabled()
-        if not graph:
-            init, edges = init.detach().requires_grad_(), edges.detach().requires_grad_()
-        return init, edges, graph
-
-    def _paths(self, init: Tensor, edges: Tensor, total: Tensor) -> Tensor:
-        """Tags ``(B, T)`` of the single structure whose indicator is ``d total / d potentials``."""
-        g_init, g_edges = _grad(total, init, edges, retain_graph=True)
-        tags = torch.cat([g_init.argmax(-1, keepdim=True), g_edges.sum(-2).argmax(-1)], dim=1)
-        pos = torch.arange(tags.shape[1], device=tags.device)
-        return tags.masked_fill(pos >= self.lengths[:, None], -1)
+    def _scatter(self, full: Tensor, part: Tensor, dim: int = 0) -> Tensor:
+        """``full`` with the nonempty rows (axis ``dim``) replaced by ``part``, zero-padded in T."""
+        assert self._rows is not None
+        if full.dim() > dim + 1 and full.shape[dim + 1] > part.shape[dim + 1]:
+            pad = [0, 0] * (full.dim() - dim - 1)
+            pad[-1] = full.shape[dim + 1] - part.shape[dim + 1]
+            part = torch.nn.functional.pad(part, pad)
+        return full.index_copy(dim, self._rows, part)
 
     # -- partition and probabilities --------------------------------------------------------
-    @cached_property
+    @property
     def log_partition(self) -> Tensor:
         """``log Z`` per sequence, ``(B,)``. Raises if a sequence has no allowed tagging."""
+        return self._memo("log_z", self._log_partition)
+
+    def _log_partition(self) -> Tensor:
+        if self._rows is not None:
+            z = self.emissions.new_zeros(self.emissions.shape[0])
+            return self._connect(z if self._inner is None else self._scatter(z, self._inner.log_partition))
         init = self.emissions[:, 0] if self.start is None else self.emissions[:, 0] + self.start
         log_z = _log_z(init, self.emissions[:, 1:], self.transitions, self.end, self.lengths)
-        bad = torch.isneginf(log_z)
-        if bool(bad.any()):
-            raise ValueError(f"allowed: no tag sequence is allowed for batch elements "
-                             f"{bad.nonzero().flatten().tolist()}")
-        return log_z
+        _no_allowed(log_z)
+        return self._connect(log_z)
 
     def score(self, tags: Tensor) -> Tensor:
-        """Unnormalised log-potential ``score(y)`` of ``tags (B, T)``, ``(B,)``."""
+        """Unnormalised log-potential ``score(y)`` of ``tags (B, T)``, ``(B,)``; entries beyond
+        each length are ignored, and an empty sequence scores 0."""
         b, t, c = self.emissions.shape
         check_tensor(tags, "tags")
         if tags.is_floating_point() or tags.dtype == torch.bool:
@@ -381,6 +508,15 @@ class LinearChainCRF:
         if inside.numel() and (int(inside.min()) < 0 or int(inside.max()) >= c):
             raise ValueError(f"tags: expected values in [0, {c - 1}] within each length; "
                              f"got min {int(inside.min())}, max {int(inside.max())}")
+        if self._rows is not None:
+            s = self.emissions.new_zeros(b)
+            if self._inner is not None:
+                sub = tags[self._rows, : self._inner.emissions.shape[1]]
+                s = self._scatter(s, self._inner._score(sub, valid[self._rows, : sub.shape[1]]))
+            return self._connect(s)
+        return self._connect(self._score(tags, valid))
+
+    def _score(self, tags: Tensor, valid: Tensor) -> Tensor:
         y = tags.long().masked_fill(~valid, 0)
         s = (self.emissions.gather(-1, y.unsqueeze(-1)).squeeze(-1) * valid).sum(1)
         trans = self.transitions[y[:, :-1], y[:, 1:]]
@@ -396,80 +532,148 @@ class LinearChainCRF:
         sequence uses a disallowed transition)."""
         return self.score(tags) - self.log_partition
 
-    @cached_property
     def _marginals(self) -> tuple[Tensor, Tensor]:
-        init, edges, graph = self._leaf_potentials()
+        return self._memo("marginals", self._compute_marginals)
+
+    def _compute_marginals(self) -> tuple[Tensor, Tensor]:
+        b, t, c = self.emissions.shape
+        if self._rows is not None:
+            node = self.emissions.new_zeros(b, t, c)
+            pair = self.emissions.new_zeros(b, max(t - 1, 0), c, c)
+            if self._inner is not None:
+                n_in, p_in = self._inner._marginals()
+                node, pair = self._scatter(node, n_in), self._scatter(pair, p_in)
+            return self._connect(node), self._connect(pair)
+        graph = self._graph()
+        with torch.set_grad_enabled(graph):
+            init, edges = self._potentials()
+        end = self.end if graph or self.end is None else self.end.detach()
+        # Differentiate with respect to the potentials themselves when they carry a graph (then
+        # the marginals do too, via create_graph); fresh leaves otherwise.
+        init = init if init.requires_grad else init.detach().requires_grad_()
+        edges = edges if edges.requires_grad else edges.detach().requires_grad_()
         with torch.enable_grad():
-            log_z = _chain(init, edges, self.end, self.lengths, LogSemiring())[0][0]
-            g_init, g_edges = _grad(log_z.sum(), init, edges, create_graph=graph)
+            log_z = _chain(init, edges, end, self.lengths, LogSemiring())[0][0]
+            _no_allowed(log_z.detach())
+            g_init, g_edges = torch.autograd.grad(log_z.sum(), (init, edges), create_graph=graph,
+                                                  allow_unused=True)
+        if g_edges is None:  # T = 1: no edge is used
+            g_edges = torch.zeros_like(edges)
         node = torch.cat([g_init.unsqueeze(1), g_edges.sum(-2)], dim=1)
-        return node, g_edges
+        return self._connect(node), self._connect(g_edges)
 
     @property
     def marginals(self) -> Tensor:
         """Node marginals ``p(y_t = k)``, ``(B, T, C)``; zero beyond each length."""
-        return self._marginals[0]
+        return self._marginals()[0]
 
     @property
     def pair_marginals(self) -> Tensor:
         """Pair marginals ``p(y_{t} = j, y_{t+1} = k)``, ``(B, T-1, C, C)``; zero beyond length."""
-        return self._marginals[1]
+        return self._marginals()[1]
 
-    @cached_property
+    @property
     def entropy(self) -> Tensor:
-        """``H = log Z - E[score(y)]``, ``(B,)``, from the marginals (``0 * -inf`` taken as 0)."""
-        node, pair = self._marginals
+        """``H = log Z - E[score(y)]``, ``(B,)``, from the marginals (``0 * -inf`` taken as 0).
+
+        Absolute rounding error about ``eps * |log Z|`` (cancellation); a result rounded below 0
+        is returned as 0.
+        """
+        return self._memo("entropy", self._entropy)
+
+    def _entropy(self) -> Tensor:
+        if self._rows is not None:
+            h = self.emissions.new_zeros(self.emissions.shape[0])
+            return self._connect(h if self._inner is None else self._scatter(h, self._inner.entropy))
+        node, pair = self._marginals()
         init, edges = self._potentials()
-
-        def dot(p: Tensor, x: Tensor) -> Tensor:
-            return torch.where(p > 0, p * x, p.new_zeros(())).flatten(1).sum(1)
-
-        expected = dot(node[:, 0], init) + dot(pair, edges)
+        expected = _dot(node[:, 0], init) + _dot(pair, edges)
         if self.end is not None:
-            last = node.gather(1, (self.lengths - 1).view(-1, 1, 1).expand(-1, 1, node.shape[2]))
-            expected = expected + dot(last[:, 0], self.end.expand_as(last[:, 0]))
-        return self.log_partition - expected
+            last = node[torch.arange(node.shape[0], device=node.device), self.lengths - 1]
+            expected = expected + _dot(last, self.end.expand_as(last))
+        return self._connect((self.log_partition - expected).clamp_min(0.0))
 
     # -- decoding and sampling --------------------------------------------------------------
-    @cached_property
-    def _viterbi(self) -> tuple[Tensor, Tensor]:
+    def _best(self) -> tuple[Tensor, Tensor]:
+        return self._memo("viterbi", self._compute_best)
+
+    def _compute_best(self) -> tuple[Tensor, Tensor]:
+        b, t, _ = self.emissions.shape
+        if self._rows is not None:
+            tags = torch.full((b, t), -1, dtype=torch.long, device=self.emissions.device)
+            best = self.emissions.new_zeros(b)
+            if self._inner is not None:
+                tags_in, best_in = self._inner._best()
+                tags[self._rows, : tags_in.shape[1]] = tags_in
+                best = self._scatter(best, best_in)
+            return tags, self._connect(best)
         init = self.emissions[:, 0] if self.start is None else self.emissions[:, 0] + self.start
         tags, best = _viterbi(init, self.emissions[:, 1:], self.transitions, self.end, self.lengths)
         if bool(torch.isneginf(best).any()):
             self.log_partition  # noqa: B018  (raises: nothing is allowed)
-        return tags, best
+        return tags, self._connect(best)
 
     @property
     def argmax(self) -> Tensor:
         """Viterbi tags ``(B, T)``, ``-1`` beyond each length."""
-        return self._viterbi[0]
+        return self._best()[0]
 
     @property
     def max_score(self) -> Tensor:
         """``score(argmax)``, ``(B,)``."""
-        return self._viterbi[1]
+        return self._best()[1]
 
     def kbest(self, k: int) -> tuple[Tensor, Tensor]:
-        """The ``k`` highest-scoring sequences: tags ``(k, B, T)`` and scores ``(k, B)``,
-        descending. If fewer than ``k`` sequences exist, the rest have score ``-inf`` and tags
-        ``-1``. Ties are broken arbitrarily."""
+        """The ``k`` highest-scoring sequences, best first: tags ``(K, B, T)``, scores ``(K, B)``.
+
+        ``K = min(k, N)`` where ``N`` is the largest number of allowed tag sequences of any
+        sequence in the batch (``C ** L`` without masks; 1 for an empty sequence), so the work is
+        bounded by the number of paths however large ``k`` is: ``O(K T B C^2)`` time and
+        ``O(K T B C)`` memory (back-pointers). A sequence with fewer than ``K`` taggings has score
+        ``-inf`` and tags ``-1`` in the remaining slots. Ties are broken arbitrarily; the ``K``
+        sequences are distinct.
+        """
         check_int(k, "k", minimum=1)
-        init, edges, graph = self._leaf_potentials()
-        with torch.enable_grad():
-            scores = _chain(init, edges, self.end, self.lengths, KMaxSemiring(k))[0]
-            tags = torch.stack([self._paths(init, edges, scores[i].sum()) for i in range(k)])
+        b, t, _ = self.emissions.shape
+        counts = _count_paths(self.transitions, self.start, self.end, self.lengths, k) if b else None
+        if counts is not None and bool((counts == 0).any()):
+            _no_allowed(torch.where(counts == 0, NEG_INF, 0.0))
+        kk = int(counts.max()) if counts is not None else 0
+        dev = self.emissions.device
+        if self._rows is not None:
+            tags = torch.full((kk, b, t), -1, dtype=torch.long, device=dev)
+            scores = self.emissions.new_full((kk, b), NEG_INF)
+            if kk:  # the empty sequence is the only tagging of length 0
+                scores[0] = torch.where(self.lengths == 0, 0.0, NEG_INF)
+            if self._inner is not None:
+                tags_in, scores_in = self._inner.kbest(kk)
+                tags[: tags_in.shape[0], self._rows, : tags_in.shape[2]] = tags_in
+                scores_in = torch.nn.functional.pad(scores_in, (0, 0, 0, kk - scores_in.shape[0]),
+                                                    value=NEG_INF)
+                scores = scores.index_copy(1, self._rows, scores_in)
+            return tags, self._connect(scores)
+        with torch.set_grad_enabled(self._graph()):
+            init = self.emissions[:, 0] if self.start is None else self.emissions[:, 0] + self.start
+            tags, scores = _kbest(init, self.emissions[:, 1:], self.transitions, self.end,
+                                  self.lengths, kk)
         tags = tags.masked_fill(torch.isneginf(scores)[..., None], -1)
-        return tags, scores if graph else scores.detach()
+        return tags, self._connect(scores)
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         """``n`` exact draws ``(n, B, T)`` by forward filtering, backward sampling
         (Carter & Kohn, 1994; Gumbel-max at each step); ``-1`` beyond each length."""
         check_int(n, "n", minimum=1)
         self.log_partition  # noqa: B018  (raises if nothing is allowed)
+        b, t, c = self.emissions.shape
+        if self._rows is not None:
+            out = torch.full((n, b, t), -1, dtype=torch.long, device=self.emissions.device)
+            if self._inner is not None:
+                draws = self._inner.sample(n, generator)
+                out[:, self._rows, : draws.shape[2]] = draws
+            return out
         with torch.no_grad():
             init, edges = self._potentials()
             _, alphas = _chain(init, edges, None, self.lengths, LogSemiring(), keep=True)
-            b, t, c = self.emissions.shape
             end = self.end if self.end is not None else init.new_zeros(c)
             out = torch.full((n, b, t), -1, dtype=torch.long, device=init.device)
             nxt = torch.zeros((n, b), dtype=torch.long, device=init.device)
@@ -485,3 +689,9 @@ class LinearChainCRF:
                 nxt = torch.where((s < self.lengths).view(1, b), draw, nxt.new_full((), -1))
                 out[:, :, s] = nxt
         return out
+
+
+def _detached(x: Any) -> Any:
+    if isinstance(x, Tensor):
+        return x.detach()
+    return tuple(_detached(v) for v in x)
