@@ -28,13 +28,17 @@ marginal (Hinton, 2010; the quality table adds a PCD-1 row with scikit-learn's z
 its PCD chains start at the first batch's hidden sample (scikit-learn: all-zero hiddens),
 and each library validates its input in ``fit`` (both inside the timed call).
 
-Threads: ``--threads N`` sets torch's and (through threadpoolctl) numpy's BLAS threads.
+Threads: ``--threads N`` sets torch's and (through threadpoolctl, when installed) numpy's BLAS threads.
+
+Without the ``bench`` extra (no scikit-learn): one line on stderr says so, and the ebms rows run alone
+(speedups and ``- sklearn`` columns are then empty, ``None`` in the JSON).
 
 Run: ``python benchmarks/rbm_sklearn.py [--quick] [--threads N]``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -69,13 +73,17 @@ EBMS_ROWS: dict[str, dict[str, Any]] = {
 }
 
 
+#: whether scikit-learn (the peer) is installed; set by ``main`` through ``C.import_peer``
+HAVE_SKLEARN = True
+
+
 def _fitters(x32: torch.Tensor, h: int, n_iter: int, seed: int) -> dict[str, Callable[[], Any]]:
     xn32 = x32.numpy()
     xn64 = xn32.astype(np.float64)
-    out: dict[str, Callable[[], Any]] = {
-        "sklearn f64": lambda: _sklearn(h, n_iter, seed).fit(xn64),
-        "sklearn f32": lambda: _sklearn(h, n_iter, seed).fit(xn32),
-    }
+    out: dict[str, Callable[[], Any]] = {}
+    if HAVE_SKLEARN:
+        out["sklearn f64"] = lambda: _sklearn(h, n_iter, seed).fit(xn64)
+        out["sklearn f32"] = lambda: _sklearn(h, n_iter, seed).fit(xn32)
     for name, kw in EBMS_ROWS.items():
         out[name] = lambda kw=kw: _ebms(h, n_iter, seed, **kw).fit(x32)
     return out
@@ -99,7 +107,7 @@ def bench_speed(x: torch.Tensor, repeats: int) -> dict[str, Any]:
             "gflops": flops / t / 1e9,
             "dtype": "float64" if name == "sklearn f64" else "float32",
         }
-    ours = [k for k in med if k.startswith("ebms")]
+    ours = [k for k in med if k.startswith("ebms")] if HAVE_SKLEARN else []
     for name in ours:
         rows[name]["speedup_vs_sklearn_f64"] = C.speedup(med["sklearn f64"], med[name])
         rows[name]["speedup_vs_sklearn_f32"] = C.speedup(med["sklearn f32"], med[name])
@@ -137,7 +145,7 @@ def bench_quality(x: torch.Tensor, x_test: torch.Tensor, h: int, epochs: int, se
     runs: dict[str, list[dict[str, float]]] = {}
     for seed in range(seeds):
         fitters = _fitters(x, h, epochs, seed)
-        fitters.pop("sklearn f32")  # same algorithm as f64; f64 is scikit-learn's precision of record
+        fitters.pop("sklearn f32", None)  # same algorithm as f64; f64 is scikit-learn's precision of record
         fitters.pop("ebms CD-1 samp")
         fitters["ebms PCD-1 zero-init"] = lambda seed=seed: _ebms(h, epochs, seed, persistent=True,
                                                                  init_visible_from_data=False).fit(x)
@@ -157,16 +165,21 @@ def bench_quality(x: torch.Tensor, x_test: torch.Tensor, h: int, epochs: int, se
         }
         C.note(f"[rbm_sklearn] quality {name}: {rows[name]['test_loglik']:.2f} nats "
                f"(per seed {[round(r['test_loglik'], 2) for r in rs]})")
-    ref = rows["sklearn f64"]["test_loglik"]
+    ref = rows["sklearn f64"]["test_loglik"] if "sklearn f64" in rows else None
     for r in rows.values():
-        r["minus_sklearn"] = r["test_loglik"] - ref
+        r["minus_sklearn"] = None if ref is None else r["test_loglik"] - ref
     return {"n_rows": x.shape[0], "n_test": x_test.shape[0], "n_components": h, "epochs": epochs,
             "batch_size": BATCH, "learning_rate": LR, "seeds": seeds, "rows": rows}
 
 
 def main() -> None:
+    global HAVE_SKLEARN
     args = C.parse_args(__doc__.splitlines()[0])
-    from threadpoolctl import threadpool_limits
+    HAVE_SKLEARN = C.import_peer("sklearn.neural_network") is not None
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # comes with scikit-learn; without it numpy keeps its default BLAS threads
+        threadpool_limits = None
 
     from ebms.data.binarize import binarized_mnist
 
@@ -177,7 +190,8 @@ def main() -> None:
     x, _, data_settings = binarized_mnist("train")
     x_test, _, _ = binarized_mnist("test")
     x, x_test = x[:n_train].contiguous(), x_test[:n_test].contiguous()
-    with threadpool_limits(limits=args.threads):
+    limits = contextlib.nullcontext() if threadpool_limits is None else threadpool_limits(limits=args.threads)
+    with limits:
         speed = bench_speed(x, repeats)
         quality = bench_quality(x, x_test, h_quality, epochs, seeds=3)
 
@@ -191,9 +205,12 @@ def main() -> None:
         table.append([name, r["dtype"], r["median_s"], f"{r['rows_per_s']:.0f}", r["gflops"],
                       r.get("speedup_vs_sklearn_f64"), r.get("speedup_vs_sklearn_f32"), r["cpu_median_s"]])
     print(C.format_table(header, table))
-    like = speed["rows"]["ebms PCD-1"]["speedup_vs_fastest_sklearn"]
-    default = speed["rows"]["ebms CD-1"]["speedup_vs_fastest_sklearn"]
+    like = speed["rows"]["ebms PCD-1"].get("speedup_vs_fastest_sklearn")
+    default = speed["rows"]["ebms CD-1"].get("speedup_vs_fastest_sklearn")
     for label, got in (("PCD-1 (like-for-like: scikit-learn runs PCD-1)", like), ("CD-1 mean-field (default)", default)):
+        if got is None:
+            print(f"ebms {label} vs scikit-learn: not measured (scikit-learn not installed)")
+            continue
         verdict = "meets" if got >= TARGET else "MISSES"
         print(f"ebms {label} vs fastest scikit-learn: {got:.2f}x [target >= {TARGET}x: {verdict}]")
 
@@ -214,17 +231,22 @@ def main() -> None:
     if path is not None:
         C.note(f"[rbm_sklearn] wrote {path}")
     q = quality["rows"]
+
+    def _r(x: float | None) -> float | None:
+        return None if x is None else round(x, 3)
+
+    ebms_rows = speed["rows"]
     summary: dict[str, Any] = {
         "bench": "rbm_sklearn", "quick": args.quick, "threads": info["threads"], "ratio": "their_time / ebms_time",
         "n_rows": speed["n_rows"], "n_components": H_SPEED,
-        "pcd1_speedup_vs_fastest_sklearn": round(like, 3),
-        "cd1_speedup_vs_fastest_sklearn": round(default, 3),
-        "pcd1_speedup_vs_sklearn_f64": round(speed["rows"]["ebms PCD-1"]["speedup_vs_sklearn_f64"], 3),
-        "cd1_speedup_vs_sklearn_f64": round(speed["rows"]["ebms CD-1"]["speedup_vs_sklearn_f64"], 3),
+        "pcd1_speedup_vs_fastest_sklearn": _r(like),
+        "cd1_speedup_vs_fastest_sklearn": _r(default),
+        "pcd1_speedup_vs_sklearn_f64": _r(ebms_rows["ebms PCD-1"].get("speedup_vs_sklearn_f64")),
+        "cd1_speedup_vs_sklearn_f64": _r(ebms_rows["ebms CD-1"].get("speedup_vs_sklearn_f64")),
         "target": TARGET,
         "ebms_cd1_epoch_s": round(speed["rows"]["ebms CD-1"]["median_s"], 4),
         "quality_n_components": quality["n_components"],
-        "test_loglik_sklearn": round(q["sklearn f64"]["test_loglik"], 3),
+        "test_loglik_sklearn": _r(q["sklearn f64"]["test_loglik"]) if "sklearn f64" in q else None,
         "test_loglik_ebms_cd1": round(q["ebms CD-1"]["test_loglik"], 3),
         "test_loglik_ebms_pcd1": round(q["ebms PCD-1"]["test_loglik"], 3),
         "test_loglik_ebms_pcd1_zero_init": round(q["ebms PCD-1 zero-init"]["test_loglik"], 3),

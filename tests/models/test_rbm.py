@@ -122,6 +122,90 @@ def test_log_prob_normalises_over_all_states():
     assert float(total) == pytest.approx(0.0, abs=1e-10)
 
 
+# -- float64 precision with large pre-activations (softplus beyond torch's threshold of 20) ------------
+
+EPS64 = torch.finfo(torch.float64).eps
+
+
+def test_softplus_is_exact_to_rounding_beyond_torchs_threshold():
+    from ebms.models._rbm_layers import softplus
+
+    x = torch.linspace(-60.0, 60.0, 24001, dtype=torch.float64)
+    # independent formula, well conditioned on each side: x + log1p(e^-x) for x > 0, log1p(e^x) otherwise
+    ref = torch.where(x > 0, x + torch.log1p(torch.exp(-x.abs())), torch.log1p(torch.exp(-x.abs())))
+    assert float(((softplus(x) - ref).abs() / ref).max()) <= 2 * EPS64
+    # the defect fixed: torch's default threshold drops e^-20.5, about 1e7 ulps of 20.5
+    x20 = torch.tensor([20.5], dtype=torch.float64)
+    assert float(torch.nn.functional.softplus(x20) - x20) == 0.0 and float(softplus(x20) - x20) > 1e-9
+    x32 = x.float()
+    assert torch.equal(softplus(x32), torch.nn.functional.softplus(x32))  # float32 results are unchanged
+
+
+def _large(d: int, h: int, seed: int, scale: float = 30.0) -> BernoulliRBM:
+    """Weights and biases N(0, 30^2): most pre-activations far beyond 20 in magnitude."""
+    return _randomise(BernoulliRBM(d, h), seed, scale=scale)
+
+
+@pytest.mark.parametrize(("d", "h"), [(5, 9), (9, 5), (7, 7)], ids=["visible_smaller", "hidden_smaller", "equal"])
+@pytest.mark.parametrize("scale", [3.0, 10.0, 30.0])
+def test_log_partition_with_large_weights_matches_joint_enumeration_to_1e12(d, h, scale):
+    worst = 0.0
+    for seed in range(4):
+        model = _large(d, h, seed, scale)
+        _, _, e = _joint(model, _all_visible(model))  # E(v, h) = -b.v - h.(a + vW): no softplus involved
+        exact = float(torch.logsumexp(-e, 0))
+        worst = max(worst, abs(model.log_partition() - exact) / abs(exact))
+    # before the fix: up to 1.9e-11 at scales 5-30 (float64); rounding of the sums is about 1e-15
+    assert worst < 1e-12, worst
+
+
+@pytest.mark.parametrize("scale", [10.0, 30.0])
+def test_free_energy_and_hidden_marginal_with_large_weights_match_enumeration(scale):
+    model = _large(6, 5, seed=2, scale=scale)
+    v = _all_visible(model)
+    _, _, e = _joint(model, v)
+    e = e.reshape(v.shape[0], -1)  # (visible states, hidden states)
+    hs = torch.cat(list(Binary(5).enumerate(dtype=torch.float64)))
+    with torch.no_grad():
+        torch.testing.assert_close(model(v), -torch.logsumexp(-e, 1), rtol=1e-13, atol=0)
+        torch.testing.assert_close(model.energy_and_grad(v)[0], -torch.logsumexp(-e, 1), rtol=1e-13, atol=0)
+        torch.testing.assert_close(model.hidden_log_marginal(hs), torch.logsumexp(-e, 0), rtol=1e-13, atol=0)
+
+
+def test_pseudo_likelihood_with_large_weights_matches_enumerated_free_energies():
+    model = _large(5, 4, seed=3)
+    v = _all_visible(model)
+    _, _, e = _joint(model, v)
+    free = -torch.logsumexp(-e.reshape(v.shape[0], -1), 1)  # F(v) by enumeration, indexed like v
+    index = (v * 2 ** torch.arange(4, -1, -1, dtype=torch.float64)).sum(1).long()  # v -> its row in v
+    assert torch.equal(index, torch.arange(v.shape[0]))
+    expected = torch.zeros(v.shape[0], dtype=torch.float64)
+    for i in range(5):
+        flipped = v.clone()
+        flipped[:, i] = 1 - flipped[:, i]
+        f_flip = free[(flipped * 2 ** torch.arange(4, -1, -1, dtype=torch.float64)).sum(1).long()]
+        expected += -torch.logaddexp(torch.zeros(()), free - f_flip)  # log p(v_i | v_-i)
+    torch.testing.assert_close(model.pseudo_log_likelihood(v), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_ais_path_with_large_weights_matches_enumeration():
+    model = _large(5, 4, seed=4)
+    c = 30.0 * torch.randn(5, generator=_gen(5), dtype=torch.float64)
+    path = model.ais_path(c)
+    v = _all_visible(model)
+    hs = torch.cat(list(Binary(4).enumerate(dtype=torch.float64)))
+    a, w, b = model.hidden_bias.detach(), model.weight.detach(), model.visible_bias.detach()
+    for beta in (0.0, 0.37, 1.0):
+        # log f_beta(v) = (1 - beta) c.v + beta b.v + log sum_h exp(beta h.(a + vW)), summed over h directly
+        expected = v @ ((1 - beta) * c + beta * b) + torch.logsumexp(beta * (a + v @ w) @ hs.T, 1)
+        torch.testing.assert_close(path.log_density(v, beta), expected, rtol=1e-13, atol=0)
+    lz0 = float(torch.logsumexp(v @ c, 0)) + 4 * math.log(2.0)
+    assert path.base_log_partition == pytest.approx(lz0, rel=1e-13)
+    torch.testing.assert_close(
+        path.log_weight_increment(v, 0.37, 1.0), path.log_density(v, 1.0) - path.log_density(v, 0.37), rtol=1e-13, atol=0
+    )
+
+
 # -- conditionals --------------------------------------------------------------------------------
 
 

@@ -88,7 +88,7 @@ def test_mean_field_with_persistent_chains_is_an_error():
     with pytest.raises(ValueError, match="mean_field: expected False"):
         cd_update(BernoulliRBM(8, 3), _data(4), learning_rate=0.1, persistent=True, mean_field=True)
     with pytest.raises(ValueError, match="mean_field: expected False"):
-        RBMEstimator(persistent=True, mean_field=True)
+        RBMEstimator(persistent=True, mean_field=True).fit(_data(4))
 
 
 def test_cd_update_rejects_a_batch_of_the_wrong_width():
@@ -135,12 +135,15 @@ def test_score_samples_equals_the_exact_log_probability():
     x = _data(200)
     est = RBMEstimator(4, batch_size=20, n_iter=5, learning_rate=0.1, random_state=0).fit(x)
     scores = est.score_samples(x)
+    model64 = copy.deepcopy(est.model_).double()
     with torch.no_grad():
-        expected = copy.deepcopy(est.model_).double().log_prob(x.double()).float()
-    torch.testing.assert_close(scores, expected, atol=1e-4, rtol=0)
+        expected = model64.log_prob(x.double())
+        free_energy = model64(x.double())
+    assert scores.dtype == torch.float64  # computed in float64 from the float32 parameters
+    torch.testing.assert_close(scores, expected, atol=1e-10, rtol=0)
     assert est.log_partition_estimate_.exact
-    assert est.score(x) == pytest.approx(float(scores.mean()))
-    torch.testing.assert_close(est.score_samples(x, log_z=1.5), -est.model_(x).detach() - 1.5)
+    assert est.score(x) == pytest.approx(float(scores.mean()), rel=1e-12)
+    torch.testing.assert_close(est.score_samples(x, log_z=1.5), -free_energy - 1.5)
 
 
 def test_training_beats_the_independent_bernoulli_baseline():
@@ -172,7 +175,8 @@ def test_score_samples_with_ais_is_close_to_exact():
 def test_pseudo_likelihood_is_the_models_exact_sum_over_sites():
     x = _data(50)
     est = RBMEstimator(4, batch_size=10, n_iter=2, random_state=0).fit(x)
-    torch.testing.assert_close(est.pseudo_likelihood(x), est.model_.pseudo_log_likelihood(x))
+    expected = copy.deepcopy(est.model_).double().pseudo_log_likelihood(x.double())
+    torch.testing.assert_close(est.pseudo_likelihood(x), expected)
 
 
 def test_partial_fit_initialises_then_updates():
@@ -187,7 +191,7 @@ def test_gaussian_visible_estimator_scores_with_the_exact_log_z():
     x = torch.randn(100, 3, generator=_gen(0))
     est = RBMEstimator(3, visible="gaussian", batch_size=10, n_iter=2, learning_rate=0.01, random_state=0).fit(x)
     with torch.no_grad():
-        expected = est.model_.log_prob(x)
+        expected = copy.deepcopy(est.model_).double().log_prob(x.double())
     torch.testing.assert_close(est.score_samples(x), expected)
     with pytest.raises(ValueError, match="pseudo_likelihood: defined for visible='bernoulli'"):
         est.pseudo_likelihood(x)
@@ -203,8 +207,9 @@ def test_verbose_fit_shows_a_progress_bar(capsys):
 def test_get_and_set_params_round_trip():
     est = RBMEstimator(7, learning_rate=0.05)
     assert est.get_params()["n_components"] == 7 and est.get_params()["learning_rate"] == 0.05
-    assert est.set_params(n_iter=3).n_iter == 3
-    with pytest.raises(ValueError, match=r"set_params: unknown parameter\(s\) \['n_hidden'\]"):
+    assert est.set_params(n_iter=3) is est and est.n_iter == 3
+    assert repr(est) == "RBMEstimator(n_components=7, learning_rate=0.05, n_iter=3)"
+    with pytest.raises(ValueError, match=r"set_params: unknown parameter 'n_hidden' for RBMEstimator; valid: n_comp"):
         est.set_params(n_hidden=3)
 
 
@@ -212,36 +217,78 @@ def test_get_and_set_params_round_trip():
 
 
 @pytest.mark.parametrize("method", ["fit", "partial_fit"])
-def test_non_binary_training_data_is_an_error_naming_x(method):
+def test_bernoulli_training_data_outside_the_unit_interval_is_an_error_naming_x(method):
     x = _data(10).numpy()
-    x[3, 2] = 0.5
-    with pytest.raises(ValueError, match=r"X: expected values in \{0, 1\}.*0\.5.*binarise"):
+    x[3, 2] = 1.5
+    with pytest.raises(ValueError, match=r"X: expected values in \[0, 1\] for visible='bernoulli'.*got max 1\.5; rescale"):
+        getattr(RBMEstimator(3), method)(x)
+    x[3, 2] = -0.25
+    with pytest.raises(ValueError, match=r"X: Negative values in data passed to RBMEstimator.*got min -0\.25"):
         getattr(RBMEstimator(3), method)(x)
 
 
-@pytest.mark.parametrize("method", ["transform", "score_samples", "pseudo_likelihood"])
-def test_non_binary_inputs_after_fit_are_errors_naming_x(method):
+@pytest.mark.parametrize("method", ["transform", "score_samples", "gibbs", "reconstruction_error"])
+def test_inputs_outside_the_unit_interval_after_fit_are_errors_naming_x(method):
+    est = RBMEstimator(3, n_iter=1, random_state=0).fit(_data(20))
+    with pytest.raises(ValueError, match=r"X: expected values in \[0, 1\]"):
+        getattr(est, method)(np.full((2, 8), 1.3))
+
+
+def test_pseudo_likelihood_needs_binary_rows():
     est = RBMEstimator(3, n_iter=1, random_state=0).fit(_data(20))
     with pytest.raises(ValueError, match=r"X: expected values in \{0, 1\}"):
-        getattr(est, method)(np.full((2, 8), 0.3))
+        est.pseudo_likelihood(np.full((2, 8), 0.3))
 
 
-@pytest.mark.parametrize("method", ["transform", "score_samples", "gibbs"])
+@pytest.mark.parametrize("method", ["transform", "score_samples", "gibbs", "partial_fit"])
 def test_wrong_number_of_features_is_an_error(method):
     est = RBMEstimator(3, n_iter=1, random_state=0).fit(_data(20))
-    with pytest.raises(ValueError, match=r"expected n_features=8 \(as in fit\); got 5"):
+    with pytest.raises(ValueError, match=r"X has 5 features, but RBMEstimator is expecting 8 features as input"):
         getattr(est, method)(np.zeros((2, 5)))
 
 
-def test_unfitted_estimator_and_bad_arguments_are_errors():
-    with pytest.raises(ValueError, match="not fitted yet"):
-        RBMEstimator(3).transform(np.zeros((1, 8)))
-    with pytest.raises(ValueError, match=r"visible: expected one of \('bernoulli', 'gaussian'\); got 'binary'"):
-        RBMEstimator(visible="binary")
-    with pytest.raises(ValueError, match="n_components: expected an int >= 1; got 0"):
-        RBMEstimator(0)
-    with pytest.raises(ValueError, match="X: expected a 2-D array"):
+@pytest.mark.parametrize("method", ["transform", "score_samples", "score", "gibbs", "pseudo_likelihood"])
+def test_unfitted_estimator_raises_not_fitted(method):
+    from sklearn.exceptions import NotFittedError
+
+    with pytest.raises(NotFittedError, match="This RBMEstimator instance is not fitted yet: call fit"):
+        getattr(RBMEstimator(3), method)(np.zeros((1, 8)))
+    assert not hasattr(RBMEstimator(3), "components_")  # NotFittedError is an AttributeError too
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"n_components": 0}, ValueError, "n_components: expected an int >= 1; got 0"),
+        ({"n_components": 2.5}, TypeError, "n_components: expected an int; got 2.5"),
+        ({"learning_rate": -1.0}, ValueError, "learning_rate: expected a finite number > 0; got -1.0"),
+        ({"batch_size": 0}, ValueError, "batch_size: expected an int >= 1; got 0"),
+        ({"n_iter": -1}, ValueError, "n_iter: expected an int >= 0; got -1"),
+        ({"cd_k": 0}, ValueError, "cd_k: expected an int >= 1; got 0"),
+        ({"momentum": 1.5}, ValueError, r"momentum: expected a number in \[0.0, 0.999\]; got 1.5"),
+        ({"weight_decay": -0.1}, ValueError, "weight_decay: expected a finite number >= 0; got -0.1"),
+        ({"ais_chains": 1}, ValueError, "ais_chains: expected an int >= 2; got 1"),
+        ({"random_state": -3}, ValueError, "random_state: expected an int >= 0; got -3"),
+        ({"random_state": "seed"}, TypeError, "random_state: expected an int; got 'seed'"),
+        ({"visible": "binary"}, ValueError, r"visible: expected one of \('bernoulli', 'gaussian'\); got 'binary'"),
+    ],
+)
+def test_bad_constructor_arguments_are_errors_at_fit_not_at_construction(kwargs, error, message):
+    est = RBMEstimator(**kwargs)  # scikit-learn's convention: __init__ only stores
+    with pytest.raises(error, match=message):
+        est.fit(_data(10))
+
+
+def test_numpy_integer_arguments_from_a_parameter_grid_are_accepted():
+    est = RBMEstimator(np.int64(3), batch_size=np.int32(5), n_iter=np.int64(1), random_state=np.int64(0))
+    assert est.fit(_data(10)).components_.shape == (3, 8)
+
+
+def test_bad_inputs_and_log_z_are_errors():
+    with pytest.raises(ValueError, match="Expected 2D array, got 1D array instead"):
         RBMEstimator(3).fit(np.zeros(8))
+    with pytest.raises(ValueError, match="Input X contains NaN"):
+        RBMEstimator(3).fit(np.full((4, 8), np.nan))
     est = RBMEstimator(3, n_iter=1, random_state=0).fit(_data(20))
     with pytest.raises(ValueError, match="log_z: expected None, 'exact', 'ais' or a number; got 'approx'"):
         est.score_samples(_data(2), log_z="approx")

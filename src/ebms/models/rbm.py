@@ -25,11 +25,10 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ebms._checks import check_finite, check_int, check_positive, check_shape, check_tensor
-from ebms.models._rbm_layers import CategoricalRBM, GaussianBernoulliRBM, RBMBase, bernoulli
+from ebms.models._rbm_layers import CategoricalRBM, GaussianBernoulliRBM, RBMBase, bernoulli, softplus
 from ebms.nets._linear import linear
 from ebms.spaces import Binary
 
@@ -130,13 +129,13 @@ class BernoulliRBM(RBMBase):
         return bernoulli(self.visible_mean(h), generator)
 
     def hidden_log_marginal(self, h):
-        return h @ self.hidden_bias + F.softplus(self.visible_logits(h)).sum(-1)
+        return h @ self.hidden_bias + softplus(self.visible_logits(h)).sum(-1)
 
     def energy_and_grad(self, v: Tensor) -> tuple[Tensor, Tensor]:
         r"""Analytic :math:`F(v)` and :math:`\nabla_v F = -b - W\,p(h\mid v)`, ``((B,), (B, D))``."""
         with torch.no_grad():
             pre = self.hidden_input(v)
-            e = -(v @ self.visible_bias) - F.softplus(pre).sum(-1)
+            e = -(v @ self.visible_bias) - softplus(pre).sum(-1)
             g = -torch.addmm(self.visible_bias, torch.sigmoid(pre), self.weight.T)
         return e, g
 
@@ -154,8 +153,8 @@ class BernoulliRBM(RBMBase):
         """
         pre = self.hidden_input(v).unsqueeze(1)  # (B, 1, H)
         vi = v.unsqueeze(2)  # (B, D, 1)
-        on = F.softplus(pre + (1 - vi) * self.weight)
-        off = F.softplus(pre - vi * self.weight)
+        on = softplus(pre + (1 - vi) * self.weight)
+        off = softplus(pre - vi * self.weight)
         return self.visible_bias + (on - off).sum(-1)
 
     def all_conditional_logits(self, x: Tensor) -> Tensor:
@@ -171,7 +170,7 @@ class BernoulliRBM(RBMBase):
             w, vi, b = self.weight[site], x.gather(1, site.view(-1, 1)), self.visible_bias[site]
         else:
             w, vi, b = self.weight[site].unsqueeze(0), x[:, site : site + 1], self.visible_bias[site]
-        d = b + (F.softplus(pre + (1 - vi) * w) - F.softplus(pre - vi * w)).sum(-1)
+        d = b + (softplus(pre + (1 - vi) * w) - softplus(pre - vi * w)).sum(-1)
         return torch.stack([torch.zeros_like(d), d], -1)
 
     def pseudo_log_likelihood(self, v: Tensor, *, max_elements: int = 1 << 22) -> Tensor:
@@ -183,7 +182,7 @@ class BernoulliRBM(RBMBase):
         v = self.check_input(v)
         rows = max(1, max_elements // (self.n_visible * self.n_hidden))
         with torch.no_grad():
-            out = [-F.softplus(-(2 * c - 1) * self.flip_logits(c)).sum(-1) for c in v.split(rows)]
+            out = [-softplus(-(2 * c - 1) * self.flip_logits(c)).sum(-1) for c in v.split(rows)]
         return torch.cat(out)
 
     # -- data-based initialisation and AIS ------------------------------------------------------
@@ -258,7 +257,7 @@ class BernoulliRBMAISPath:
     @property
     def base_log_partition(self) -> float:
         r""":math:`\log Z_0 = \sum_i \operatorname{softplus}(c_i) + H\log 2`."""
-        return float(F.softplus(self.base_logits).sum()) + self.n_hidden * math.log(2.0)
+        return float(softplus(self.base_logits).sum()) + self.n_hidden * math.log(2.0)
 
     def sample_base(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         """``n`` exact draws from the base model, ``(n, D)`` in ``dtype``."""
@@ -279,14 +278,14 @@ class BernoulliRBMAISPath:
         r"""Unnormalised :math:`\log f_\beta(x)`, ``(B,)`` for ``x: (B, D)``."""
         x = x.to(self.dtype)
         lin = x @ ((1 - beta) * self.base_logits + beta * self.visible_bias)
-        return lin + F.softplus(beta * self._pre(x)).sum(-1)
+        return lin + softplus(beta * self._pre(x)).sum(-1)
 
     def log_weight_increment(self, x: Tensor, beta_from: float | Tensor, beta_to: float | Tensor) -> Tensor:
         r""":math:`\log f_{to}(x) - \log f_{from}(x)` with one shared ``x W`` product, ``(B,)``."""
         x = x.to(self.dtype)
         pre = self._pre(x)
         lin = x @ ((beta_to - beta_from) * (self.visible_bias - self.base_logits))
-        return lin + (F.softplus(beta_to * pre) - F.softplus(beta_from * pre)).sum(-1)
+        return lin + (softplus(beta_to * pre) - softplus(beta_from * pre)).sum(-1)
 
     def transition(self, x: Tensor, beta: float | Tensor, generator: torch.Generator | None = None) -> Tensor:
         """One block Gibbs sweep leaving :math:`f_\\beta` invariant, ``(B, D)``."""

@@ -22,9 +22,11 @@ layer summed out) or estimated by AIS (:mod:`ebms.estimators.ais`).
 
 from __future__ import annotations
 
+import copy
 import inspect
 import math
-from collections.abc import Sequence
+import numbers
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,15 +34,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ebms._checks import check_in_range, check_int, check_positive, check_shape, check_tensor
+from ebms._checks import check_in_range, check_int, check_positive, check_shape
 from ebms.estimators._base import Estimate
 from ebms.models._rbm_layers import MAX_EXACT_STATES, RBMBase, bernoulli
-from ebms.models.rbm import BernoulliRBM, GaussianBernoulliRBM, _log_odds, check_binary
+from ebms.models.rbm import BernoulliRBM, GaussianBernoulliRBM, check_binary
 from ebms.nets._linear import _ONEDNN_LINEAR as _ONEDNN
 from ebms.nets._linear import onednn_pays, onednn_usable
-from ebms.spaces import Reals
 
-__all__ = ["CDState", "RBMEstimator", "cd_update"]
+__all__ = ["CDState", "RBMEstimator", "cd_update", "sklearn_expected_failed_checks"]
 
 
 @dataclass
@@ -194,10 +195,122 @@ def _fast_products(model: RBMBase, v: Tensor) -> _OneDNNProducts | None:
 
 
 _VISIBLE = ("bernoulli", "gaussian")
+#: rows per chunk of the inference methods (bounded float64 temporaries; sparse rows densified per chunk)
+_CHUNK_ROWS = 4096
+
+
+class _NotFittedError(ValueError, AttributeError):
+    """Raised by an unfitted :class:`RBMEstimator` when scikit-learn (and its ``NotFittedError``) is absent."""
+
+
+def _not_fitted_error(est: object) -> Exception:
+    msg = f"This {type(est).__name__} instance is not fitted yet: call fit(X) or partial_fit(X) first"
+    try:
+        from sklearn.exceptions import NotFittedError
+    except ImportError:
+        return _NotFittedError(msg)
+    return NotFittedError(msg)
+
+
+def _sklearn_validate_data() -> Callable[..., Any] | None:
+    """scikit-learn's ``validate_data`` (>= 1.6) when installed, else ``None`` (imported on first use only)."""
+    try:
+        from sklearn.utils.validation import validate_data
+    except ImportError:
+        return None
+    return validate_data
+
+
+def _is_sparse(x: Any) -> bool:
+    return hasattr(x, "nnz") and callable(getattr(x, "tocsr", None))
+
+
+def _plain_validate(est: Any, X: Any, *, reset: bool) -> Any:
+    """What scikit-learn's ``validate_data`` checks here, for use without scikit-learn (same messages)."""
+    if _is_sparse(X):
+        x = X.tocsr()
+        values = x.data
+    else:
+        x = np.asarray(X)
+        values = x
+    if x.dtype.kind not in "biuf":
+        raise ValueError(f"X: expected a real numeric array; got dtype {x.dtype}")
+    x = x.astype(np.float32 if x.dtype == np.float32 else np.float64, copy=False)
+    if x.ndim != 2:
+        raise ValueError(f"X: expected a 2-D array (n_samples, n_features); got shape {tuple(x.shape)}")
+    if x.shape[0] < 1 or x.shape[1] < 1:
+        raise ValueError(f"X: expected at least one sample and one feature; got shape {tuple(x.shape)}")
+    if not np.isfinite(values).all():
+        raise ValueError("X: expected finite values; got NaN or infinity")
+    if reset:
+        est.n_features_in_ = x.shape[1]
+    elif x.shape[1] != est.n_features_in_:
+        raise ValueError(
+            f"X has {x.shape[1]} features, but {type(est).__name__} is expecting {est.n_features_in_} features as input."
+        )
+    return x
+
+
+def _check_unit_interval(x: Any) -> None:
+    """Bernoulli visibles take binary data or Bernoulli means: every value in [0, 1]."""
+    values = x.data if _is_sparse(x) else x
+    if values.size == 0:
+        return
+    lo, hi = float(values.min()), float(values.max())
+    if lo < 0:
+        raise ValueError(
+            f"X: Negative values in data passed to RBMEstimator: visible='bernoulli' needs values in [0, 1] "
+            f"(binary, or Bernoulli means); got min {lo:.4g}; rescale X to [0, 1] or use visible='gaussian'"
+        )
+    if hi > 1:
+        raise ValueError(
+            f"X: expected values in [0, 1] for visible='bernoulli' (binary, or Bernoulli means); got max {hi:.4g}; "
+            f"rescale X to [0, 1] (e.g. divide by its maximum) or use visible='gaussian'"
+        )
+
+
+def _int_param(value: Any, name: str, minimum: int) -> int:
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = int(value)  # numpy integers from a parameter grid
+    return check_int(value, name, minimum=minimum)
+
+
+class _Rows:
+    """A validated dense array or CSR matrix as float32 training rows (sparse rows densified per batch)."""
+
+    def __init__(self, x: Any) -> None:
+        self.sparse = _is_sparse(x)
+        self.n, self.n_features = x.shape
+        if self.sparse:
+            self.csr = x.astype(np.float32)
+            self.dense = torch.empty(0)
+        else:
+            arr = np.ascontiguousarray(x, dtype=np.float32)
+            self.dense = torch.from_numpy(arr if arr.flags.writeable else arr.copy())
+
+    def take(self, idx: Tensor) -> Tensor:
+        if self.sparse:
+            return torch.from_numpy(self.csr[idx.numpy()].toarray())
+        return self.dense.index_select(0, idx)
+
+    def span(self, start: int, stop: int) -> Tensor:
+        return torch.from_numpy(self.csr[start:stop].toarray()) if self.sparse else self.dense[start:stop]
+
+    def column_sums(self) -> Tensor:
+        if self.sparse:
+            return torch.from_numpy(np.asarray(self.csr.sum(0), dtype=np.float32).ravel())
+        return self.dense.sum(0)
 
 
 class RBMEstimator:
-    """scikit-learn-style RBM: CD-k/PCD training, hidden features, and log-likelihoods with a real ``log Z``.
+    r"""scikit-learn estimator for RBMs: CD-k/PCD training, hidden features, log-likelihoods with a real ``log Z``.
+
+    A transformer in scikit-learn's sense (``fit`` returns ``self``; ``transform``, ``fit_transform``,
+    ``partial_fit``, ``score_samples``, ``score``; ``get_params``/``set_params``; fitted attributes end
+    in ``_``; ``__sklearn_tags__``), so ``GridSearchCV``, ``cross_val_score``, ``clone`` and pipelines
+    take it, and it passes scikit-learn's ``check_estimator`` (see ``docs/discrete.md`` for the checks
+    that do not apply to binary visibles). scikit-learn is optional: it is imported only when used
+    (``import ebms.models`` stays fast); without it the same methods run with equivalent input checks.
 
     Args:
         n_components: hidden units ``H``.
@@ -208,21 +321,32 @@ class RBMEstimator:
         persistent: PCD (persistent chains, as scikit-learn's ``BernoulliRBM``) instead of CD-k.
         momentum, weight_decay, mean_field: see :func:`cd_update` (``mean_field=None``: visible means in
             the last CD sweep for binary data, Hinton's recipe; samples for PCD and Gaussian visibles).
-        random_state: seed (int) or ``None`` (fresh entropy); one ``torch.Generator`` drives everything.
+        random_state: ``None`` (fresh entropy), an int seed, or a ``numpy.random.RandomState`` (a seed is
+            drawn from it at ``fit``); one ``torch.Generator`` then drives everything.
         verbose: progress bar (tqdm) with the reconstruction error per epoch.
-        visible: ``"bernoulli"`` (binary data) or ``"gaussian"`` (real data, unit variance: standardise it).
+        visible: ``"bernoulli"``: values in [0, 1], binary data or Bernoulli means (grey levels, as
+            scikit-learn's ``BernoulliRBM`` takes them); ``"gaussian"``: real data, unit variance
+            (standardise it).
         shuffle: reshuffle the rows every epoch.
         init_visible_from_data: visible bias from the data marginal (Hinton, 2010) instead of zero.
         ais_chains, ais_betas: AIS settings for ``score_samples(..., log_z="ais")``: chains, and the
             temperature schedule (``None``: the 14,500-temperature schedule of Salakhutdinov & Murray, 2008,
             :func:`ebms.estimators.ais.salakhutdinov_betas`).
 
-    Attributes (after ``fit``): ``model_`` (the energy module), ``components_`` ``(H, D)``,
-    ``intercept_hidden_`` ``(H,)``, ``intercept_visible_`` ``(D,)``, ``n_features_in_``,
-    ``log_partition_`` (float or ``None`` until computed) and ``log_partition_estimate_``
-    (:class:`~ebms.estimators.Estimate`, with its standard error for AIS).
+    The arguments are stored as given and checked by ``fit`` (scikit-learn's convention: a bad value
+    is a ``ValueError``/``TypeError`` naming the argument when fitting, never at construction).
 
-    Arrays in, arrays out: numpy input gives numpy output, torch input gives torch output (float32).
+    Input: ``X (n_samples, n_features)`` as a numpy array, anything ``numpy.asarray`` takes, a scipy
+    sparse matrix (CSR, CSC, ...: rows are densified one batch at a time), or a torch tensor. Output:
+    numpy arrays, except torch in, torch out. Training runs in float32; ``transform`` and
+    ``score_samples`` compute in float64 (chunks of 4,096 rows) and return the input's float dtype
+    (``transform``) or float64 (``score_samples``).
+
+    Attributes (after ``fit``): ``model_`` (the energy module), ``components_`` ``(H, D)``,
+    ``intercept_hidden_`` ``(H,)``, ``intercept_visible_`` ``(D,)``, ``n_features_in_``
+    (``feature_names_in_`` for data frames with string column names), ``log_partition_`` (float or
+    ``None`` until computed) and ``log_partition_estimate_`` (:class:`~ebms.estimators.Estimate`, with
+    its standard error for AIS).
 
     Example:
         >>> import numpy as np
@@ -232,6 +356,8 @@ class RBMEstimator:
         >>> est.transform(X).shape, est.score_samples(X).shape
         ((200, 4), (200,))
     """
+
+    n_features_in_: int  # set by fit / the first partial_fit (scikit-learn's validate_data or _plain_validate)
 
     def __init__(
         self,
@@ -245,7 +371,7 @@ class RBMEstimator:
         momentum: float = 0.0,
         weight_decay: float = 0.0,
         mean_field: bool | None = None,
-        random_state: int | None = None,
+        random_state: int | np.random.RandomState | None = None,
         verbose: bool = False,
         visible: str = "bernoulli",
         shuffle: bool = True,
@@ -253,90 +379,136 @@ class RBMEstimator:
         ais_chains: int = 100,
         ais_betas: Sequence[float] | Tensor | None = None,
     ) -> None:
-        check_int(n_components, "n_components", minimum=1)
-        check_positive(learning_rate, "learning_rate")
-        check_int(batch_size, "batch_size", minimum=1)
-        check_int(n_iter, "n_iter", minimum=0)
-        check_int(cd_k, "cd_k", minimum=1)
-        check_in_range(momentum, "momentum", 0.0, 0.999)
-        check_positive(weight_decay, "weight_decay", allow_zero=True)
-        check_int(ais_chains, "ais_chains", minimum=2)
-        if random_state is not None:
-            check_int(random_state, "random_state", minimum=0)
-        if visible not in _VISIBLE:
-            raise ValueError(f"visible: expected one of {_VISIBLE}; got {visible!r}")
-        self.n_components, self.learning_rate, self.batch_size = n_components, float(learning_rate), batch_size
-        self.n_iter, self.cd_k, self.persistent = n_iter, cd_k, bool(persistent)
-        if mean_field and persistent:
-            raise ValueError("mean_field: expected False (or None) with persistent=True: PCD chains must hold samples")
-        self.momentum, self.weight_decay, self.mean_field = float(momentum), float(weight_decay), mean_field
-        self.random_state, self.verbose, self.visible = random_state, bool(verbose), visible
-        self.shuffle, self.init_visible_from_data = bool(shuffle), bool(init_visible_from_data)
+        self.n_components, self.learning_rate, self.batch_size = n_components, learning_rate, batch_size
+        self.n_iter, self.cd_k, self.persistent = n_iter, cd_k, persistent
+        self.momentum, self.weight_decay, self.mean_field = momentum, weight_decay, mean_field
+        self.random_state, self.verbose, self.visible = random_state, verbose, visible
+        self.shuffle, self.init_visible_from_data = shuffle, init_visible_from_data
         self.ais_chains, self.ais_betas = ais_chains, ais_betas
 
     # -- scikit-learn protocol -------------------------------------------------------------------
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        return [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
+
     def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """Constructor arguments (scikit-learn ``clone``/grid-search protocol)."""
-        return {n: getattr(self, n) for n in inspect.signature(type(self).__init__).parameters if n != "self"}
+        """Constructor arguments by name (scikit-learn's ``clone``/grid-search protocol; no sub-estimators)."""
+        return {n: getattr(self, n) for n in self._param_names()}
 
     def set_params(self, **params: Any) -> RBMEstimator:
-        """Re-run the constructor with some arguments changed (fitted state is kept)."""
-        unknown = sorted(set(params) - set(self.get_params()))
-        if unknown:
-            raise ValueError(f"set_params: unknown parameter(s) {unknown}; valid: {sorted(self.get_params())}")
-        fitted = {k: v for k, v in vars(self).items() if k.endswith("_")}
-        self.__init__(**{**self.get_params(), **params})  # type: ignore[misc]
-        vars(self).update(fitted)
+        """Set constructor arguments (checked at the next ``fit``); returns ``self``. Fitted state is kept."""
+        valid = self._param_names()
+        for key, value in params.items():
+            if key not in valid:
+                raise ValueError(f"set_params: unknown parameter {key!r} for RBMEstimator; valid: {', '.join(valid)}")
+            setattr(self, key, value)
         return self
 
+    def __sklearn_tags__(self) -> Any:
+        """scikit-learn tags: a transformer taking sparse input; Bernoulli visibles take values in [0, 1] only."""
+        from sklearn.utils import InputTags, Tags, TargetTags, TransformerTags
+
+        return Tags(
+            estimator_type=None,
+            target_tags=TargetTags(required=False),
+            transformer_tags=TransformerTags(preserves_dtype=["float64", "float32"]),
+            input_tags=InputTags(sparse=True, positive_only=self.visible == "bernoulli"),
+        )
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return "model_" in vars(self)
+
+    def __repr__(self) -> str:
+        defaults = inspect.signature(type(self).__init__).parameters
+        changed = []
+        for n in self._param_names():
+            v, d = getattr(self, n), defaults[n].default
+            same = v is d or (type(v) is type(d) and isinstance(v, (int, float, str)) and v == d)
+            if not same:
+                changed.append(f"{n}={v!r}")
+        return f"{type(self).__name__}({', '.join(changed)})"
+
+    def _check_params(self) -> None:
+        _int_param(self.n_components, "n_components", 1)
+        check_positive(self.learning_rate, "learning_rate")
+        _int_param(self.batch_size, "batch_size", 1)
+        _int_param(self.n_iter, "n_iter", 0)
+        _int_param(self.cd_k, "cd_k", 1)
+        check_in_range(self.momentum, "momentum", 0.0, 0.999)
+        check_positive(self.weight_decay, "weight_decay", allow_zero=True)
+        _int_param(self.ais_chains, "ais_chains", 2)
+        rs = self.random_state
+        if rs is not None and not isinstance(rs, np.random.RandomState):
+            _int_param(rs, "random_state", 0)
+        if self.visible not in _VISIBLE:
+            raise ValueError(f"visible: expected one of {_VISIBLE}; got {self.visible!r}")
+        if self.mean_field and self.persistent:
+            raise ValueError("mean_field: expected False (or None) with persistent=True: PCD chains must hold samples")
+
+    def _seed(self) -> int:
+        rs = self.random_state
+        if rs is None:
+            return torch.Generator().seed() % (1 << 63)
+        if isinstance(rs, np.random.RandomState):
+            return int(rs.randint(np.iinfo(np.int64).max, dtype=np.int64))
+        return int(rs)
+
     # -- data handling ---------------------------------------------------------------------------
-    def _check_fitted(self) -> RBMBase:
-        model = getattr(self, "model_", None)
+    def _fitted_model(self) -> RBMBase:
+        model = vars(self).get("model_")
         if model is None:
-            raise ValueError("RBMEstimator: not fitted yet; call fit(X) or partial_fit(X) first")
+            raise _not_fitted_error(self)
         return model
 
-    def _tensor(self, X: Any, name: str = "X", *, n_features: int | None = None) -> tuple[Tensor, bool]:
-        is_np = not isinstance(X, Tensor)
-        x = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32)) if is_np else X.detach().float()
-        check_tensor(x, name, floating=True)
-        if x.dim() != 2:
-            raise ValueError(f"{name}: expected a 2-D array (n_samples, n_features); got shape {tuple(x.shape)}")
-        if n_features is not None and x.shape[1] != n_features:
-            raise ValueError(f"{name}: expected n_features={n_features} (as in fit); got {x.shape[1]}")
-        return x.contiguous(), is_np
+    def _input(self, X: Any, *, reset: bool) -> tuple[Any, bool]:
+        """``X`` validated (a float32/float64 ndarray or CSR matrix) and whether it came as a torch tensor."""
+        is_torch = isinstance(X, Tensor)
+        if is_torch:
+            t = X.detach().cpu()
+            X = (t.double() if t.dtype in (torch.bfloat16, torch.float16) else t).numpy()
+        validate = _sklearn_validate_data()
+        if validate is None:
+            x = _plain_validate(self, X, reset=reset)
+        else:
+            x = validate(self, X, reset=reset, accept_sparse="csr", dtype=(np.float64, np.float32))
+        if self.visible == "bernoulli":
+            _check_unit_interval(x)
+        return x, is_torch
 
-    def _validated(self, X: Any, name: str = "X", *, n_features: int | None = None) -> tuple[Tensor, bool]:
-        x, is_np = self._tensor(X, name, n_features=n_features)
-        if self.visible == "gaussian":
-            Reals(x.shape[1]).validate(x, name)
-            return x, is_np
-        try:
-            check_binary(x, name)
-        except ValueError as err:
-            raise ValueError(f"{err} (a Bernoulli RBM needs binary data; binarise it first, e.g. X > 0.5)") from None
-        return x, is_np
+    def _apply(self, x: Any, fn: Callable[[RBMBase, Tensor], Tensor], model: RBMBase | None = None) -> Tensor:
+        """``fn(model in float64, rows in float64)`` over chunks of ``_CHUNK_ROWS`` rows, concatenated."""
+        m64 = copy.deepcopy(self._fitted_model() if model is None else model).double()
+        sparse = _is_sparse(x)
+        parts = []
+        with torch.no_grad():
+            for start in range(0, x.shape[0], _CHUNK_ROWS):
+                chunk = x[start : start + _CHUNK_ROWS]
+                parts.append(fn(m64, torch.tensor(chunk.toarray() if sparse else chunk, dtype=torch.float64)))
+        return torch.cat(parts)
 
     @staticmethod
-    def _out(t: Tensor, is_np: bool) -> Any:
-        return t.numpy() if is_np else t
+    def _out(t: Tensor, is_torch: bool, dtype: Any) -> Any:
+        arr = t.numpy().astype(dtype, copy=False)
+        return torch.from_numpy(arr) if is_torch else arr
 
     def _new_model(self, n_features: int) -> RBMBase:
         if self.visible == "bernoulli":
-            return BernoulliRBM(n_features, self.n_components)
-        return GaussianBernoulliRBM(n_features, self.n_components)
+            return BernoulliRBM(n_features, int(self.n_components))
+        return GaussianBernoulliRBM(n_features, int(self.n_components))
 
-    def _start(self, x: Tensor) -> None:
-        seed = self.random_state if self.random_state is not None else torch.Generator().seed() % (1 << 63)
-        self.generator_ = torch.Generator().manual_seed(seed)
-        model = self._new_model(x.shape[1])
+    def _start(self, rows: _Rows) -> None:
+        self.generator_ = torch.Generator().manual_seed(self._seed())
+        model = self._new_model(rows.n_features)
         model.reset_parameters(self.generator_)
+        sums = rows.column_sums()
+        # smoothed log-odds of the data marginal (pseudocount 1), as marginal_logits
+        logits = torch.log(sums + 1.0) - torch.log(rows.n - sums + 1.0)
         if self.init_visible_from_data:
-            with torch.no_grad():  # x was validated by the caller
-                model.visible_bias.copy_(_log_odds(x, 1.0) if self.visible == "bernoulli" else x.mean(0))
-        self.model_, self.n_features_in_, self.cd_state_ = model, x.shape[1], CDState()
+            with torch.no_grad():
+                model.visible_bias.copy_(logits if self.visible == "bernoulli" else sums / rows.n)
+        self.model_, self.cd_state_ = model, CDState()
         # AIS base-rate model: the training data's pixel marginals (Salakhutdinov & Murray, 2008)
-        self.base_logits_ = _log_odds(x, 1.0) if self.visible == "bernoulli" else None
+        self.base_logits_ = logits if self.visible == "bernoulli" else None
         self._forget_log_z()
 
     def _forget_log_z(self) -> None:
@@ -347,24 +519,30 @@ class RBMEstimator:
         self.cd_state_ = cd_update(
             self.model_,
             batch,
-            learning_rate=self.learning_rate,
-            k=self.cd_k,
-            persistent=self.persistent,
+            learning_rate=float(self.learning_rate),
+            k=int(self.cd_k),
+            persistent=bool(self.persistent),
             state=self.cd_state_,
-            momentum=self.momentum,
-            weight_decay=self.weight_decay,
+            momentum=float(self.momentum),
+            weight_decay=float(self.weight_decay),
             mean_field=self.mean_field,
             generator=self.generator_,
         )
 
     # -- training ----------------------------------------------------------------------------------
     def fit(self, X: Any, y: Any = None) -> RBMEstimator:
-        """Train from scratch for ``n_iter`` epochs on ``X: (n_samples, n_features)``; returns ``self``."""
-        x, _ = self._validated(X)
-        self._start(x)
-        n = x.shape[0]
-        n_batches = math.ceil(n / min(self.batch_size, n))
-        epochs: Any = range(self.n_iter)
+        """Train from scratch for ``n_iter`` epochs on ``X: (n_samples, n_features)``; returns ``self``.
+
+        ``y`` is ignored (present for scikit-learn's API). Raises ``ValueError``/``TypeError`` naming a
+        bad constructor argument or input (values outside [0, 1] for Bernoulli visibles, NaN, wrong shape).
+        """
+        self._check_params()
+        x, _ = self._input(X, reset=True)
+        rows = _Rows(x)
+        self._start(rows)
+        n = rows.n
+        n_batches = math.ceil(n / min(int(self.batch_size), n))
+        epochs: Any = range(int(self.n_iter))
         if self.verbose:
             from tqdm.auto import tqdm
 
@@ -372,59 +550,91 @@ class RBMEstimator:
         for _ in epochs:
             if self.shuffle:  # gather each batch from a permutation: cache-sized copies
                 for idx in torch.tensor_split(torch.randperm(n, generator=self.generator_), n_batches):
-                    self._update(x.index_select(0, idx))
+                    self._update(rows.take(idx))
             else:
-                for batch in torch.tensor_split(x, n_batches):
-                    self._update(batch)
+                for idx in torch.tensor_split(torch.arange(n), n_batches):
+                    self._update(rows.span(int(idx[0]), int(idx[-1]) + 1))
             if self.verbose:
-                epochs.set_postfix(recon_error=f"{self.reconstruction_error(x[:1000]):.4f}")
+                epochs.set_postfix(recon_error=f"{self._recon_error(rows.span(0, 1000)):.4f}")
         return self
 
     def partial_fit(self, X: Any, y: Any = None) -> RBMEstimator:
         """One update with all of ``X`` as the batch (as scikit-learn); initialises on the first call."""
-        first = getattr(self, "model_", None) is None
-        x, _ = self._validated(X, n_features=None if first else self.n_features_in_)
+        first = not self.__sklearn_is_fitted__()
         if first:
-            self._start(x)
-        self._update(x)
+            self._check_params()
+        x, _ = self._input(X, reset=first)
+        rows = _Rows(x)
+        if first:
+            self._start(rows)
+        self._update(rows.span(0, rows.n))
         self._forget_log_z()
         return self
 
     # -- inference ---------------------------------------------------------------------------------
+    def _inference_input(self, X: Any) -> tuple[Any, bool]:
+        self._fitted_model()
+        return self._input(X, reset=False)
+
     def transform(self, X: Any) -> Any:
-        """Hidden probabilities ``p(h = 1 | x)``, ``(n_samples, n_components)``."""
-        model = self._check_fitted()
-        x, is_np = self._validated(X, n_features=self.n_features_in_)
-        with torch.no_grad():
-            return self._out(model.hidden_probs(x), is_np)
+        """Hidden probabilities ``p(h = 1 | x)``, ``(n_samples, n_components)``, in ``X``'s float dtype.
+
+        For Bernoulli means ``x`` in [0, 1] this is the mean-field input ``sigma(a + x W)``, as scikit-learn's.
+        """
+        x, is_torch = self._inference_input(X)
+        return self._out(self._apply(x, lambda m, t: m.hidden_probs(t)), is_torch, x.dtype)
 
     def fit_transform(self, X: Any, y: Any = None) -> Any:
-        return self.fit(X).transform(X)
+        """``fit(X).transform(X)``."""
+        return self.fit(X, y).transform(X)
+
+    def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
+        """Output feature names ``rbmestimator0 ... rbmestimator{H-1}`` (scikit-learn's convention)."""
+        self._fitted_model()
+        if input_features is not None:
+            names = [str(f) for f in input_features]
+            known = vars(self).get("feature_names_in_")
+            if len(names) != self.n_features_in_ or (known is not None and names != [str(f) for f in known]):
+                raise ValueError(
+                    f"input_features: expected {self.n_features_in_} names matching the fitted features; got {names}"
+                )
+        return np.asarray([f"rbmestimator{i}" for i in range(int(self.n_components))], dtype=object)
 
     def gibbs(self, v: Any) -> Any:
         """One block Gibbs sweep ``h ~ p(h|v)``, ``v' ~ p(v|h)`` from ``v``, using the estimator's generator."""
-        model = self._check_fitted()
-        x, is_np = self._validated(v, "v", n_features=self.n_features_in_)
+        x, is_torch = self._inference_input(v)
+        model = self._fitted_model()
+        rows = _Rows(x)
         with torch.no_grad():
-            return self._out(model.sample_visible(model.sample_hidden(x, self.generator_), self.generator_), is_np)
+            out = model.sample_visible(model.sample_hidden(rows.span(0, rows.n), self.generator_), self.generator_)
+        return self._out(out, is_torch, x.dtype)
 
-    def reconstruction_error(self, X: Any) -> float:
-        """Mean squared error of the mean-field reconstruction ``E[v | p(h|x)]`` (a health metric only)."""
-        model = self._check_fitted()
-        x, _ = self._tensor(X, n_features=self.n_features_in_)
+    def _recon_error(self, x: Tensor) -> float:
+        model = self._fitted_model()
         with torch.no_grad():
             return float(((model.visible_mean(model.hidden_probs(x)) - x) ** 2).mean())
 
+    def reconstruction_error(self, X: Any) -> float:
+        """Mean squared error per entry of the mean-field reconstruction ``E[v | p(h|x)]`` (a health metric only)."""
+        x, _ = self._inference_input(X)
+        sq = self._apply(x, lambda m, t: ((m.visible_mean(m.hidden_probs(t)) - t) ** 2).sum(-1))
+        return float(sq.sum()) / (x.shape[0] * x.shape[1])
+
     def pseudo_likelihood(self, X: Any) -> Any:
-        """Exact pseudo-log-likelihood ``sum_i log p(x_i | x_-i)`` per row (Bernoulli visibles only)."""
-        model = self._check_fitted()
+        """Exact pseudo-log-likelihood ``sum_i log p(x_i | x_-i)`` per row (Bernoulli visibles, binary ``X``), float64."""
+        model = self._fitted_model()
         if not isinstance(model, BernoulliRBM):
             raise ValueError(f"pseudo_likelihood: defined for visible='bernoulli'; got visible={self.visible!r}")
-        x, is_np = self._validated(X, n_features=self.n_features_in_)
-        return self._out(model.pseudo_log_likelihood(x), is_np)
+        x, is_torch = self._input(X, reset=False)
+        pll = self._apply(x, lambda m, t: m.pseudo_log_likelihood(check_binary(t, "X")))  # type: ignore[operator]
+        return self._out(pll, is_torch, np.float64)
 
     def score_samples(self, X: Any, log_z: float | str | None = None) -> Any:
-        """Log-likelihood ``log p(x) = -F(x) - log Z`` per row.
+        r"""Log-likelihood ``log p(x) = -F(x) - log Z`` per row, float64 ``(n_samples,)``.
+
+        For Bernoulli means (``x`` in [0, 1], not binary) the same formula is a lower bound on the expected
+        log-likelihood :math:`E_{v \sim \mathrm{Bernoulli}(x)} \log p(v)` (Jensen: ``-F`` is convex in ``x``),
+        equal to it at binary ``x``.
 
         Args:
             X: ``(n_samples, n_features)``.
@@ -434,18 +644,16 @@ class RBMEstimator:
                 a number, or ``None``: the cached ``log_partition_`` if any, else exact when feasible, else AIS.
                 The value used is stored in ``log_partition_`` / ``log_partition_estimate_``.
         """
-        model = self._check_fitted()
-        x, is_np = self._validated(X, n_features=self.n_features_in_)
+        x, is_torch = self._inference_input(X)
         lz = self._log_z(log_z)
-        with torch.no_grad():
-            return self._out(-model(x) - lz, is_np)
+        return self._out(self._apply(x, lambda m, t: -m(t) - lz), is_torch, np.float64)
 
     def score(self, X: Any, y: Any = None) -> float:
-        """Mean log-likelihood of ``X`` (see :meth:`score_samples`)."""
+        """Mean log-likelihood of ``X`` (see :meth:`score_samples`); what ``GridSearchCV`` maximises by default."""
         return float(self.score_samples(X).mean())
 
     def _log_z(self, log_z: float | str | None) -> float:
-        model = self._check_fitted()
+        model = self._fitted_model()
         if log_z is None:
             if self.log_partition_ is not None:
                 return self.log_partition_
@@ -473,22 +681,66 @@ class RBMEstimator:
         from ebms.estimators.ais import ais, salakhutdinov_betas
 
         betas = salakhutdinov_betas() if self.ais_betas is None else self.ais_betas
-        res = ais(model.ais_path(self.base_logits_), n_chains=self.ais_chains, betas=betas, generator=self.generator_)
+        res = ais(
+            model.ais_path(self.base_logits_), n_chains=int(self.ais_chains), betas=betas, generator=self.generator_
+        )
         return res if isinstance(res, Estimate) else res.estimate
 
     # -- fitted attributes -------------------------------------------------------------------------
     @property
     def components_(self) -> np.ndarray:
         """Weights ``(n_components, n_features)`` (scikit-learn layout, a copy)."""
-        return self._check_fitted().weight.detach().T.numpy().copy()
+        return self._fitted_model().weight.detach().T.numpy().copy()
 
     @property
     def intercept_hidden_(self) -> np.ndarray:
-        return self._check_fitted().hidden_bias.detach().numpy().copy()
+        """Hidden biases ``(n_components,)`` (a copy)."""
+        return self._fitted_model().hidden_bias.detach().numpy().copy()
 
     @property
     def intercept_visible_(self) -> np.ndarray:
-        return self._check_fitted().visible_bias.detach().numpy().copy()
+        """Visible biases ``(n_features,)`` (a copy)."""
+        return self._fitted_model().visible_bias.detach().numpy().copy()
 
-    def __repr__(self) -> str:
-        return f"RBMEstimator(n_components={self.n_components}, visible={self.visible!r}, cd_k={self.cd_k})"
+
+#: scikit-learn checks whose data leave [0, 1] (see :func:`sklearn_expected_failed_checks`)
+_CHECKS_WITH_DATA_ABOVE_ONE = (
+    "check_dict_unchanged",
+    "check_dont_overwrite_parameters",
+    "check_estimators_dtypes",
+    "check_estimators_fit_returns_self",
+    "check_estimators_overwrite_params",
+    "check_estimators_pickle",
+    "check_f_contiguous_array_estimator",
+    "check_fit2d_1feature",
+    "check_fit2d_1sample",
+    "check_fit2d_predict1d",
+    "check_fit_check_is_fitted",
+    "check_fit_idempotent",
+    "check_methods_sample_order_invariance",
+    "check_methods_subset_invariance",
+    "check_n_features_in",
+    "check_n_features_in_after_fitting",
+    "check_pipeline_consistency",
+    "check_readonly_memmap_input",
+    "check_transformer_data_not_an_array",
+    "check_transformer_general",
+    "check_transformer_preserve_dtypes",
+)
+
+
+def sklearn_expected_failed_checks(estimator: RBMEstimator) -> dict[str, str]:
+    """The scikit-learn ``check_estimator`` checks that do not apply to ``estimator``, with the reason.
+
+    Pass it as ``expected_failed_checks`` to ``sklearn.utils.estimator_checks.check_estimator`` /
+    ``parametrize_with_checks``. Empty for ``visible="gaussian"`` (every check applies and passes). For
+    Bernoulli visibles, the checks that fit on data with values above 1 (random uniforms times 3, iris,
+    blobs: scikit-learn shifts data to a minimum of 0 for ``positive_only`` estimators but does not scale
+    it), which the estimator rejects with a one-line ``ValueError`` by design: values above 1 are neither
+    binary nor Bernoulli means. ``tests/models/test_rbm_sklearn.py`` runs the same checks on the same
+    data clipped to [0, 1], where all of them pass.
+    """
+    if getattr(estimator, "visible", None) != "bernoulli":
+        return {}
+    reason = "fits on data with values above 1, which visible='bernoulli' rejects by design (ValueError)"
+    return dict.fromkeys(_CHECKS_WITH_DATA_ABOVE_ONE, reason)
