@@ -184,7 +184,7 @@ def test_ctc_validation_errors_name_the_argument():
     tg = torch.tensor([[1, 2], [2, 1]])
     il, tl = torch.tensor([4, 4]), torch.tensor([2, 2])
     cases = [
-        (dict(log_probs=torch.randn(4, 3)), ValueError, "log_probs: expected shape (T, B, V)"),
+        (dict(log_probs=torch.randn(4, 2, 3, 1)), ValueError, "log_probs: expected shape (T, B, V)"),
         (dict(log_probs=torch.zeros(4, 2, 3, dtype=torch.long)), TypeError, "log_probs"),
         (dict(log_probs=torch.full((4, 2, 3), float("nan"))), ValueError, "log_probs: expected no NaN"),
         (dict(log_probs=torch.zeros(4, 0, 3)), ValueError, "log_probs: expected non-empty"),
@@ -229,45 +229,35 @@ def test_none_lengths_mean_full_lengths():
                                           torch.full((b,), targets.shape[1])))
 
 
-def _both_paths(lp, targets, il, tl):
-    from ebms.structured.ctc import _LOG_SPACE
-
-    x1, x2 = lp.clone().requires_grad_(), lp.clone().requires_grad_()
-    fast = ctc_log_likelihood(x1, targets, il, tl)
-    slow = ctc_log_likelihood(x2, targets, il, tl, semiring=_LOG_SPACE)
-    fast.sum().backward()
-    slow.sum().backward()
-    return fast, slow, x1.grad, x2.grad
-
-
-def test_scaled_forward_backward_equals_the_log_space_recursion():
-    from ebms.structured import _ctc_scaled
-
+def test_torch_kernel_path_equals_ebms_recursion():
     g = torch.Generator().manual_seed(3)
     t, b, v = 9, 5, 4
     lp = torch.randn(t, b, v, generator=g, dtype=torch.float64).mul(3).log_softmax(-1)
     targets = torch.tensor([[1, 1, 2], [3, 2, 1], [2, 0, 0], [1, 2, 1], [3, 3, 3]])
     tl = torch.tensor([3, 3, 1, 0, 3])  # repeats, an empty target, one unreachable in 4 frames (3, 3, 3)
     il = torch.tensor([9, 6, 1, 4, 4])
-    assert _ctc_scaled.scaled_ok(lp)
-    fast, slow, g_fast, g_slow = _both_paths(lp, targets, il, tl)
-    assert torch.isneginf(fast[4]) and torch.isneginf(slow[4])
-    torch.testing.assert_close(fast, slow, rtol=0, atol=1e-12)
-    torch.testing.assert_close(g_fast, g_slow, rtol=0, atol=1e-12)
-    assert bool((g_fast[:, 4] == 0).all())  # an unreachable target has a zero gradient, never NaN
+    out, grads = [], []
+    for method in ("torch", "dp"):
+        x = lp.clone().requires_grad_()
+        ll = ctc_log_likelihood(x, targets, il, tl, method=method)
+        ll.sum().backward()
+        out.append(ll)
+        grads.append(x.grad)
+    assert torch.isneginf(out[0][4]) and torch.isneginf(out[1][4])
+    torch.testing.assert_close(out[0], out[1], rtol=0, atol=1e-12)
+    torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=1e-12)
+    assert bool((grads[0][:, 4] == 0).all())  # an unreachable target has a zero gradient, never NaN
+    assert bool((grads[0][6:, 1] == 0).all())  # frames past input_lengths carry no gradient
 
 
-def test_scaled_path_is_skipped_when_a_factor_could_underflow():
-    from ebms.structured import _ctc_scaled
-
-    lp = torch.zeros(3, 1, 3, dtype=torch.float64).log_softmax(-1)
-    lp[1, 0, 1] = float("-inf")  # an impossible symbol: the log-space recursion handles it
-    assert not _ctc_scaled.scaled_ok(lp)
-    far = torch.zeros(3, 1, 3, dtype=torch.float64)
-    far[0, 0, 0] = -700.0  # beyond what float64 probabilities hold after rescaling
-    assert not _ctc_scaled.scaled_ok(far)
-    fast, slow, g_fast, g_slow = _both_paths(lp, torch.tensor([[2, 2]]), None, None)
-    torch.testing.assert_close(fast, slow) and torch.testing.assert_close(g_fast, g_slow)
+def test_method_argument_is_checked():
+    lp = torch.randn(3, 1, 3).log_softmax(-1)
+    with pytest.raises(ValueError, match="method: expected one of"):
+        ctc_log_likelihood(lp, torch.tensor([[1]]), None, None, method="fast")
+    with pytest.raises(ValueError, match="method: 'torch' needs the log semiring"):
+        ctc_log_likelihood(lp, torch.tensor([[1]]), None, None, semiring=MaxSemiring(), method="torch")
+    with pytest.raises(ValueError, match="method: 'torch' needs"):
+        ctc_log_likelihood(lp.half(), torch.tensor([[1]]), None, None, method="torch")
 
 
 def test_ctc_second_derivative_passes_gradgradcheck():

@@ -312,3 +312,72 @@ def test_float32_long_sequences_match_float64():
         grads.append((z.detach().double(), x.grad.double()))
     torch.testing.assert_close(grads[1][0], grads[0][0], atol=0, rtol=1e-5)
     torch.testing.assert_close(grads[1][1], grads[0][1], atol=1e-4, rtol=0)
+
+
+# (g) exact at every scale: the scaled den recursion against the log-space one ------------------
+def _only_one_two_lm():
+    """A bigram allowing only ``<s> 1 2 </s>``: the den graph is as narrow as one CTC path."""
+    table = torch.full((3, 3), float("-inf"), dtype=torch.float64)
+    table[0, 1] = table[1, 2] = table[2, 0] = 0.0
+    return DenominatorGraph.from_ngram(LabelNGram(3, 2, table))
+
+
+def test_den_partition_exact_where_the_scaled_recursion_underflows():
+    # the issue's CTC repro through a den graph: the only path has weight e^{-800}
+    lp = torch.tensor([[[0.0, -400, 0]], [[0.0, -300, -400]]], dtype=torch.float64).log_softmax(-1)
+    graph = _only_one_two_lm()
+    from ebms.structured._den_partition import _DenScaled
+
+    raw, ok = _DenScaled.apply(lp, torch.tensor([2]), graph)
+    assert not bool(ok[0]) and torch.isneginf(raw[0])  # the unchecked recursion underflows
+    exact = lp[0, 0, 1] + lp[1, 0, 2]
+    want = torch.zeros_like(lp)
+    want[0, 0, 1] = want[1, 0, 2] = 1.0
+    for dtype in (torch.float64, torch.float32):
+        x = lp.detach().to(dtype).requires_grad_()
+        z = den_log_partition(x, None, graph)
+        torch.testing.assert_close(z[0], exact.to(dtype), rtol=1e-12 if dtype == torch.float64 else 1e-6, atol=0)
+        (g,) = torch.autograd.grad(z.sum(), x)
+        torch.testing.assert_close(g, want.to(dtype), rtol=0, atol=1e-6)
+    # the backward's own check: an underflowing beta sends the gradient to the log-space recursion
+    x = lp.detach().clone().requires_grad_()
+    out, _ = _DenScaled.apply(x, torch.tensor([2]), graph)
+    (g,) = torch.autograd.grad(out.sum(), x, allow_unused=True)
+    torch.testing.assert_close(g, want, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("order", [2, 3])
+@pytest.mark.parametrize("scale", [1.0, 10.0, 30.0, 100.0])
+def test_den_partition_and_gradient_exact_over_logit_scales(scale, order, dtype):
+    g = torch.Generator().manual_seed(int(scale) + order)
+    graph = _graph(6, order, seed=order)
+    lp = (scale * torch.randn(60, 4, 6, generator=g, dtype=torch.float64)).log_softmax(-1)
+    il = [60, 55, 31, 1]
+    ref = lp.clone().requires_grad_()
+    z_ref = den_log_partition(ref, il, graph, method="arcs")  # log space, float64
+    (g_ref,) = torch.autograd.grad(z_ref.sum(), ref)
+    x = lp.to(dtype).requires_grad_()
+    z = den_log_partition(x, il, graph)
+    (gx,) = torch.autograd.grad(z.sum(), x)
+    # float64: rounding only; float32: T steps of relative rounding eps32 on |log Z|
+    rtol = 1e-12 if dtype == torch.float64 else 60 * torch.finfo(torch.float32).eps
+    torch.testing.assert_close(z.double(), z_ref, rtol=rtol, atol=0)
+    torch.testing.assert_close(gx.double(), g_ref, rtol=0, atol=1e-10 if dtype == torch.float64 else 1e-4)
+
+
+def test_den_partition_narrow_lm_over_scales_and_second_derivative():
+    graph = _only_one_two_lm()
+    for scale in (1.0, 30.0, 100.0):
+        g = torch.Generator().manual_seed(int(scale))
+        lp = (scale * torch.randn(30, 3, 3, generator=g, dtype=torch.float64)).log_softmax(-1)
+        ref = lp.clone().requires_grad_()
+        z_ref = den_log_partition(ref, [30, 20, 2], graph, method="arcs")
+        (g_ref,) = torch.autograd.grad(z_ref.sum(), ref)
+        x = lp.clone().requires_grad_()
+        z = den_log_partition(x, [30, 20, 2], graph)
+        (gx,) = torch.autograd.grad(z.sum(), x)
+        torch.testing.assert_close(z, z_ref, rtol=1e-12, atol=0)
+        torch.testing.assert_close(gx, g_ref, rtol=0, atol=1e-10)
+    lp = torch.randn(4, 2, 3, dtype=torch.float64).log_softmax(-1).requires_grad_()
+    assert torch.autograd.gradgradcheck(lambda y: den_log_partition(y, None, _graph(3, 2)), (lp,))

@@ -7,7 +7,8 @@
   ragged ``lengths`` and allowed-transition masks (:func:`bio_allowed_transitions`).
 * :class:`CRF`: the same chain as an ``nn.Module`` layer owning its transition parameters, with
   pytorch-crf's calling convention (``mask``/``lengths``, ``batch_first``, ``reduction``, ``decode``).
-* CTC (:func:`ctc_loss`, :func:`ctc_log_likelihood`) on the same machinery, with
+* CTC (:func:`ctc_loss`, :func:`ctc_log_likelihood`, the :class:`CTCLoss` module; torch's calling
+  conventions, exact at every logit scale) with
   :func:`best_alignment`, :func:`greedy_decode` and :func:`prefix_beam_search`.
 * CTC-CRF (:func:`ctc_crf_loss`, :func:`ctc_crf_log_likelihood`, :func:`ctc_crf_decode`): a label
   n-gram (:class:`LabelNGram`) composed with the CTC topology into a :class:`DenominatorGraph`,
@@ -26,6 +27,7 @@ from ebms.structured.ctc import (
     prefix_beam_search,
 )
 from ebms.structured.ctc_crf import ctc_crf_decode, ctc_crf_log_likelihood, ctc_crf_loss, den_log_partition
+from ebms.structured.ctc_layer import CTCLoss
 from ebms.structured.den_graph import DenominatorGraph
 from ebms.structured.features import (
     FEATURE_SETS,
@@ -45,6 +47,7 @@ __all__ = [
     "AttributeVocabulary",
     "CRF",
     "CTCDecoding",
+    "CTCLoss",
     "DenominatorGraph",
     "KMaxSemiring",
     "LabelNGram",

@@ -23,21 +23,16 @@ utterance. The constant ``log p_LM(y)`` is dropped from the loss (it has no grad
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from ebms._checks import check_in_range, check_int
-from ebms.structured.ctc import (
-    CTCDecoding,
-    _check_lengths,
-    _check_log_probs,
-    _check_targets,
-    _pack,
-    ctc_log_likelihood,
-    reduce_sequence_loss,
-)
+from ebms.structured._ctc_inputs import check_log_probs, lengths_tensor, prepare
+from ebms.structured._den_partition import den_arcs, den_scaled
+from ebms.structured.ctc import CTCDecoding, _pack, ctc_log_likelihood, reduce_sequence_loss
 from ebms.structured.den_graph import DenominatorGraph
 
 __all__ = ["ctc_crf_decode", "ctc_crf_log_likelihood", "ctc_crf_loss", "den_log_partition"]
@@ -55,150 +50,59 @@ def _check_graph(graph: DenominatorGraph, v: int, blank: int) -> None:
         raise ValueError(f"blank: the denominator graph uses blank {graph.blank}; got {blank}")
 
 
-def _mul(x: Tensor, m: Tensor) -> Tensor:
-    """``x (B, S)`` times a :meth:`DenominatorGraph.transition_matrix` (dense or CSR)."""
-    if m.layout == torch.sparse_csr:
-        return (m @ x.t()).t()
-    return x @ m
-
-
-class _DenScaled(torch.autograd.Function):
-    """Scaled forward-backward of the den graph in probability space (log scales kept aside).
-
-    Forward: ``a_t = (a_{t-1} E) * exp(lp_t(sym) - m_t)``, ``r_t = sum_s a_t(s)``, ``a_t / r_t``
-    kept, with ``m_t = max_v lp_t(v)``; ``log Z = sum_{t<L} (log r_t + m_t) + log(a_{L-1} .
-    exp(final))``. Every row runs all ``max L`` frames and is read at its own length. Backward:
-    the scaled ``beta`` recursion with ``E^T`` started at each row's last frame;
-    ``gamma_t(s) = a_t(s) b_t(s) / sum_s a_t b_t`` needs no scales, and
-    ``d log Z / d lp_t(v) = sum_{s : sym(s) = v} gamma_t(s)``.
-    """
-
-    @staticmethod
-    def forward(ctx, log_probs: Tensor, lengths: Tensor, graph: DenominatorGraph) -> Tensor:  # type: ignore[override]
-        t, b, v = log_probs.shape
-        dt, dev = log_probs.dtype, log_probs.device
-        tab = graph.tables(dt, dev)
-        fwd = graph.transition_matrix(dt, dev, transpose=False)
-        steps = int(lengths.max()) if b else 0
-        lp = log_probs[:steps]
-        m = lp.max(-1, keepdim=True).values  # (T, B, 1)
-        m = torch.where(torch.isneginf(m), 0.0, m)
-        em = (lp - m).exp().index_select(2, tab["state_symbol"])  # (T, B, S)
-        alphas = log_probs.new_zeros(steps + 1, b, graph.n_states)
-        alphas[0, :, graph.start] = 1.0
-        norms = log_probs.new_zeros(steps, b, 1)
-        tiny = torch.finfo(dt).tiny
-        for step in range(steps):
-            a = _mul(alphas[step], fwd) * em[step]
-            r = a.sum(-1, keepdim=True)
-            torch.div(a, r.clamp_min(tiny), out=alphas[step + 1])
-            norms[step] = r
-        frames = torch.arange(steps, device=dev).unsqueeze(1) < lengths.unsqueeze(0)  # (T, B)
-        log_c = torch.where(frames, (norms.log() + m).squeeze(-1), 0.0).sum(0)
-        fmax = tab["final"].max()
-        fin = (tab["final"] - fmax).exp()
-        last = alphas.gather(0, lengths.view(1, b, 1).expand(1, b, graph.n_states))[0]
-        out = log_c + (last * fin).sum(-1).log() + fmax
-        ctx.save_for_backward(alphas, em, lengths, out)
-        ctx.graph = graph
-        ctx.shape = (t, b, v)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out: Tensor):  # type: ignore[override]
-        alphas, em, lengths, out = ctx.saved_tensors
-        graph: DenominatorGraph = ctx.graph
-        t, b, v = ctx.shape
-        dt, dev = alphas.dtype, alphas.device
-        tab = graph.tables(dt, dev)
-        bwd = graph.transition_matrix(dt, dev, transpose=True)
-        steps = em.shape[0]
-        fin = (tab["final"] - tab["final"].max()).exp()
-        fin = (fin / fin.sum()).expand(b, -1)
-        tiny = torch.finfo(dt).tiny
-        gam = alphas[1:].clone()  # gamma_t before normalisation: alpha_t * beta_t
-        beta = fin
-        for step in range(steps - 1, -1, -1):
-            beta = torch.where((lengths == step + 1).unsqueeze(1), fin, beta)
-            gam[step].mul_(beta)
-            nb = _mul(beta * em[step], bwd)
-            beta = nb / nb.sum(-1, keepdim=True).clamp_min(tiny)
-        frames = torch.arange(steps, device=dev).view(steps, 1, 1) < lengths.view(1, b, 1)
-        gam = gam / gam.sum(-1, keepdim=True).clamp_min(tiny)
-        scale = torch.where(torch.isfinite(out), grad_out, 0.0).view(1, b, 1)
-        gam = torch.where(frames, gam * scale, 0.0)
-        occ = alphas.new_zeros(t, b, v)
-        occ[:steps].index_add_(2, tab["state_symbol"], gam)
-        return occ, None, None
-
-
-def _den_arcs(log_probs: Tensor, lengths: Tensor, graph: DenominatorGraph) -> Tensor:
-    """Log-space forward over the padded incoming-arc table, differentiated by autograd."""
-    _, b, _ = log_probs.shape
-    tab = graph.tables(log_probs.dtype, log_probs.device)
-    em = log_probs.index_select(2, tab["state_symbol"])  # (T, B, S)
-    alpha = log_probs.new_full((b, graph.n_states), NEG_INF)
-    alpha[:, graph.start] = 0.0
-    src, w = tab["in_src"], tab["in_weight"]
-    for step in range(int(lengths.max()) if b else 0):
-        cand = alpha[:, src] + w  # (B, S, D)
-        dead = torch.isneginf(cand).all(-1)
-        tot = torch.logsumexp(torch.where(dead.unsqueeze(-1), 0.0, cand), -1)
-        new = torch.where(dead, NEG_INF, tot) + em[step]
-        alpha = torch.where((step < lengths).unsqueeze(1), new, alpha)
-    end = alpha + tab["final"]
-    dead = torch.isneginf(end).all(-1)
-    tot = torch.logsumexp(torch.where(dead.unsqueeze(-1), 0.0, end), -1)
-    return torch.where(dead, NEG_INF, tot)
-
-
-def den_log_partition(log_probs: Tensor, input_lengths: Tensor | None, graph: DenominatorGraph,
+def den_log_partition(log_probs: Tensor, input_lengths: Any, graph: DenominatorGraph,
                       *, method: str = "scaled") -> Tensor:
     """``log Z_den(x) = log sum_pi exp(log p_LM(B(pi)) + sum_t lp_t(pi_t))`` for each sequence.
 
     Args:
         log_probs: ``(T, B, V)`` log-softmax outputs (time-major); ``V = graph.n_symbols``.
-        input_lengths: ``(B,)`` ints in ``[0, T]`` (ragged); ``None`` means ``T``.
+        input_lengths: ``(B,)`` ints in ``[0, T]`` (tensor, list or tuple; ragged); ``None``
+            means ``T``.
         graph: the :class:`DenominatorGraph`.
         method: ``"scaled"`` (default): probability-space forward with per-frame renormalisation
             and a hand-written forward-backward gradient (``gamma_den``), the transition matrix
-            dense up to 512 states and sparse CSR above; ``"arcs"``: log-space forward over
-            the padded incoming arcs (``logsumexp``), differentiated by autograd. Both are
-            vectorised over batch and states and loop over time only: ``O(T B A)``.
+            dense up to 512 states and sparse CSR above, checked entry by entry for underflow
+            (a sequence that underflows is recomputed in float64, then in log space: exact at
+            every scale; see :mod:`ebms.structured._den_partition`); ``"arcs"``: log-space
+            forward over the padded incoming arcs (``logsumexp``), differentiated by autograd.
+            Both are vectorised over batch and states and loop over time only: ``O(T B A)``.
 
     Returns:
         ``(B,)`` in the dtype of ``log_probs``.
     """
     if not isinstance(graph, DenominatorGraph):
         raise TypeError(f"graph: expected a DenominatorGraph; got {type(graph).__name__}")
-    t, b, v = _check_log_probs(log_probs, graph.blank)
+    lp = check_log_probs(log_probs, graph.blank, allow_unbatched=False)
+    t, b, v = lp.shape
     _check_graph(graph, v, graph.blank)
     if method not in ("scaled", "arcs"):
         raise ValueError(f"method: expected 'scaled' or 'arcs'; got {method!r}")
-    lengths = _check_lengths(input_lengths, "input_lengths", b, t, "T = log_probs.shape[0]",
-                             log_probs.device)
+    lengths = lengths_tensor(input_lengths, "input_lengths", b, t, "T = log_probs.shape[0]",
+                             lp.device)
     if method == "arcs":
-        return _den_arcs(log_probs, lengths, graph)
-    return _DenScaled.apply(log_probs, lengths, graph)
+        return den_arcs(lp, lengths, graph)
+    return den_scaled(lp, lengths, graph)
 
 
-def ctc_crf_log_likelihood(log_probs: Tensor, targets: Tensor, input_lengths: Tensor | None,
-                           target_lengths: Tensor | None, graph: DenominatorGraph, *,
+def ctc_crf_log_likelihood(log_probs: Tensor, targets: Tensor, input_lengths: Any,
+                           target_lengths: Any, graph: DenominatorGraph, *,
                            blank: int = 0) -> Tensor:
     """``log p(y | x) = log p_LM(y) + log p_CTC(y | x) - log Z_den(x)``, shape ``(B,)``.
 
-    Arguments as :func:`ebms.structured.ctc.ctc_log_likelihood` plus the graph; ``-inf`` where
-    ``y`` cannot be aligned to the frames.
+    Arguments as :func:`ebms.structured.ctc.ctc_log_likelihood` (every input form of
+    ``torch.nn.functional.ctc_loss``, unbatched ``(T, V)`` giving ``()``) plus the graph;
+    ``-inf`` where ``y`` cannot be aligned to the frames.
     """
-    _, _, v = _check_log_probs(log_probs, blank)
-    _check_graph(graph, v, blank)
-    ctc = ctc_log_likelihood(log_probs, targets, input_lengths, target_lengths, blank=blank)
-    lm = graph.lm.log_prob(targets, target_lengths).to(log_probs.dtype)
-    return lm + ctc - den_log_partition(log_probs, input_lengths, graph)
+    _check_graph(graph, check_log_probs(log_probs, blank).shape[2], blank)
+    x = prepare(log_probs, targets, input_lengths, target_lengths, blank)
+    ctc = ctc_log_likelihood(x.log_probs, x.labels, x.input_lengths, x.target_lengths, blank=blank)
+    lm = graph.lm.log_prob(x.labels, x.target_lengths).to(x.log_probs.dtype)
+    out = lm + ctc - den_log_partition(x.log_probs, x.input_lengths, graph)
+    return out[0] if x.unbatched else out
 
 
-def ctc_crf_loss(log_probs: Tensor, targets: Tensor, input_lengths: Tensor | None,
-                 target_lengths: Tensor | None, graph: DenominatorGraph, *, blank: int = 0,
+def ctc_crf_loss(log_probs: Tensor, targets: Tensor, input_lengths: Any,
+                 target_lengths: Any, graph: DenominatorGraph, *, blank: int = 0,
                  ctc_weight: float = 0.0, reduction: str = "mean",
                  numerator: str = "ebms") -> Tensor:
     """CTC-CRF loss ``log Z_den - (1 + ctc_weight) log p_CTC`` per utterance (``log p_LM(y)``
@@ -207,33 +111,33 @@ def ctc_crf_loss(log_probs: Tensor, targets: Tensor, input_lengths: Tensor | Non
     ``ctc_weight`` is the auxiliary CTC weight ``lambda >= 0``. ``reduction`` follows
     :func:`ebms.structured.ctc.ctc_loss`: ``"none"`` ``(B,)``, ``"sum"``, or ``"mean"`` (each
     loss divided by its target length, clamped to 1, then averaged over the batch), so that with
-    ``LabelNGram.zeros`` this equals ``ctc_loss`` for every reduction.
+    ``LabelNGram.zeros`` this equals ``ctc_loss`` for every reduction. Inputs take every form of
+    :func:`ebms.structured.ctc.ctc_loss`.
 
     ``numerator="ebms"`` (default) computes ``log p_CTC`` with
-    :func:`ebms.structured.ctc.ctc_log_likelihood` (exact derivative with respect to
-    ``log_probs``); ``"torch"`` uses ``torch.nn.functional.ctc_loss`` (several times faster on CPU),
-    whose gradient with respect to ``log_probs`` adds ``(1 + ctc_weight) exp(log_probs)``: a term
-    that vanishes once composed with ``log_softmax``, so gradients with respect to the logits
-    are the same, but ``gradcheck`` with respect to ``log_probs`` then fails. An unreachable
-    target (too few frames) gives an infinite loss.
+    :func:`ebms.structured.ctc.ctc_log_likelihood` (torch's fused kernel for the value, the exact
+    derivative with respect to ``log_probs``); ``"torch"`` uses ``torch.nn.functional.ctc_loss``
+    as is, whose gradient with respect to ``log_probs`` adds ``(1 + ctc_weight) exp(log_probs)``:
+    a term that vanishes once composed with ``log_softmax``, so gradients with respect to the
+    logits are the same, but ``gradcheck`` with respect to ``log_probs`` then fails. An
+    unreachable target (too few frames) gives an infinite loss.
     """
     if numerator not in ("ebms", "torch"):
         raise ValueError(f"numerator: expected 'ebms' or 'torch'; got {numerator!r}")
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction: expected 'mean', 'sum' or 'none'; got {reduction!r}")
     lam = check_in_range(ctc_weight, "ctc_weight", 0.0, math.inf)
-    _, _, v = _check_log_probs(log_probs, blank)
-    _check_graph(graph, v, blank)
+    _check_graph(graph, check_log_probs(log_probs, blank).shape[2], blank)
+    x = prepare(log_probs, targets, input_lengths, target_lengths, blank)
     if numerator == "torch":
-        t, b, _ = log_probs.shape
-        il = _check_lengths(input_lengths, "input_lengths", b, t, "T = log_probs.shape[0]",
-                            log_probs.device)
-        labels, lens = _check_targets(targets, target_lengths, b, v, blank, log_probs.device)
-        ctc = -F.ctc_loss(log_probs, labels, il, lens, blank=blank, reduction="none")
+        ctc = -F.ctc_loss(x.log_probs, x.labels, x.input_lengths, x.target_lengths, blank=blank,
+                          reduction="none")
     else:
-        ctc = ctc_log_likelihood(log_probs, targets, input_lengths, target_lengths, blank=blank)
-    loss = den_log_partition(log_probs, input_lengths, graph) - (1.0 + lam) * ctc
-    return reduce_sequence_loss(loss, reduction, targets, target_lengths)
+        ctc = ctc_log_likelihood(x.log_probs, x.labels, x.input_lengths, x.target_lengths,
+                                 blank=blank)
+    loss = den_log_partition(x.log_probs, x.input_lengths, graph) - (1.0 + lam) * ctc
+    out = reduce_sequence_loss(loss, reduction, x.target_lengths)
+    return out[0] if x.unbatched and reduction == "none" else out
 
 
 def _viterbi(log_probs: Tensor, lengths: Tensor, graph: DenominatorGraph) -> CTCDecoding:
@@ -328,12 +232,12 @@ def ctc_crf_decode(log_probs: Tensor, input_lengths: Tensor | None, graph: Denom
 
     Returns a :class:`~ebms.structured.ctc.CTCDecoding` with the maximised score in ``scores``.
     """
-    t, b, v = _check_log_probs(log_probs, blank)
+    t, b, v = check_log_probs(log_probs, blank, allow_unbatched=False).shape
     _check_graph(graph, v, blank)
     check_int(beam, "beam", minimum=1)
     if method not in ("beam", "viterbi"):
         raise ValueError(f"method: expected 'beam' or 'viterbi'; got {method!r}")
-    lengths = _check_lengths(input_lengths, "input_lengths", b, t, "T = log_probs.shape[0]",
+    lengths = lengths_tensor(input_lengths, "input_lengths", b, t, "T = log_probs.shape[0]",
                              log_probs.device)
     with torch.no_grad():
         if method == "viterbi":

@@ -195,3 +195,47 @@ class DenominatorGraph:
                 "in_weight": self.in_weight.to(device=device, dtype=dtype),
             }
         return self._cache[key]
+
+    def support(self, steps: int, *, backward: bool = False) -> Tensor:
+        """Which states can carry weight, ignoring the values: ``(steps + 1, S)`` bool.
+
+        Forward (default): row ``t`` marks the states reachable from the start in exactly ``t``
+        frames along arcs of finite weight. ``backward=True``: row ``k`` marks the states from
+        which a state with a finite final weight is reachable in exactly ``k`` more frames. With
+        finite log-probabilities, a state outside the support has weight exactly zero and one
+        inside has positive weight; the scaled forward-backward uses this to tell an underflow
+        from a true zero. Cost ``O(steps A)`` once, cached (on the CPU)."""
+        key = ("support", backward)
+        table = self._cache.get(key)
+        if table is None or table.shape[0] < steps + 1:
+            live = torch.isfinite(self.weight)
+            a, b = (self.dst, self.src) if backward else (self.src, self.dst)
+            a, b = a[live], b[live]
+            first = torch.zeros(self.n_states, dtype=torch.bool)
+            if backward:
+                first = torch.isfinite(self.final)
+            else:
+                first[self.start] = True
+            rows = [first]
+            for _ in range(max(steps, 2 * (table.shape[0] - 1) if table is not None else 0)):
+                nxt = torch.zeros(self.n_states, dtype=torch.bool)
+                nxt[b[rows[-1][a]]] = True
+                rows.append(nxt)
+            table = torch.stack(rows)
+            self._cache[key] = table
+        return table[: steps + 1]
+
+    def ratio_bound_log(self) -> float:
+        """``log R``: a bound on ``log(beta_t(s) / beta_t(s'))`` between any two states, or
+        ``inf`` when the LM has ``-inf`` entries (some states cannot reach others).
+
+        From any two states the same future frame symbols are allowed; the two collapsed label
+        sequences differ in at most the first label (a CTC repeat from ``label(k)``) and in
+        their histories until ``c = max(n-1, 1)`` labels have been emitted, so their weights
+        differ by at most ``(c + 2) * spread``, with ``spread = max(0, max W) - min W`` over the
+        LM table ``W`` (``</s>`` included)."""
+        table = self.lm.table
+        if not bool(torch.isfinite(table).all()):
+            return float("inf")
+        spread = max(0.0, float(table.max())) - float(table.min())
+        return (max(self.lm.order - 1, 1) + 2) * spread
