@@ -70,7 +70,8 @@ class NoisyNCE(nn.Module):
 
 
 class FailAt(nn.Module):
-    """Wraps an objective; on the listed call numbers (1-based) the loss is NaN or ``e_pos`` huge.
+    """Wraps an objective; on the listed call numbers (1-based) the loss is NaN (``what="loss"``),
+    ``e_pos`` huge (``"metric"``) or the loss 10^4 times larger (``"scale"``).
 
     Calls are counted across guard restores (a replayed step is a new call), so
     ``calls={25}`` fails once and the replay succeeds.
@@ -88,6 +89,8 @@ class FailAt(nn.Module):
             return out
         if self.what == "loss":
             return LossOutput(out.loss * float("nan"), out.metrics, out.negatives)
+        if self.what == "scale":  # finite, but 10^4 times the usual loss
+            return LossOutput(out.loss * 1e4, out.metrics, out.negatives)
         return LossOutput(out.loss, {**out.metrics, "e_pos": 1e9}, out.negatives)
 
 

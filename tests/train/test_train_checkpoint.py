@@ -1,8 +1,9 @@
-"""Checkpoints: round trip, verification errors, atomicity under interrupted writes, no pickle."""
+"""Checkpoints: round trip, verification errors, identity, recovery, atomicity under interrupted writes, no pickle."""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import pickle
@@ -15,6 +16,7 @@ import pytest
 import torch
 from _train_helpers import GaussianML, NoisyNCE, make_trainer
 
+from ebms.errors import CheckpointError
 from ebms.nets import GaussianEnergy
 from ebms.train import CheckpointStore, checkpoint
 from ebms.train._state import flatten_state, unflatten_state
@@ -26,6 +28,12 @@ def _save(store: CheckpointStore, step: int) -> Path:
 
 def _weights(record: Path) -> Path:
     return record.parent / json.loads(record.read_text())["weights"]["file"]
+
+
+def _write_signed(path: Path, record: dict) -> None:
+    """Write an edited record with a fresh record_sha256, to reach the checks behind the hash."""
+    record["record_sha256"] = checkpoint.canonical_digest(record)
+    path.write_text(json.dumps(record))
 
 
 # ----------------------------------------------------------------------------- round trip
@@ -84,7 +92,7 @@ def test_truncated_weights_are_reported(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path)
     w = _weights(_save(store, 1))
     w.write_bytes(w.read_bytes()[:-10])
-    with pytest.raises(ValueError, match=rf"{w.name}: file is truncated: expected \d+ bytes, found \d+"):
+    with pytest.raises(CheckpointError, match=rf"{w.name}: file is truncated: expected \d+ bytes, found \d+"):
         store.load()
 
 
@@ -94,7 +102,7 @@ def test_tampered_weights_fail_the_hash_check(tmp_path: Path) -> None:
     data = bytearray(w.read_bytes())
     data[-1] ^= 0xFF
     w.write_bytes(bytes(data))
-    with pytest.raises(ValueError, match=rf"{w.name}: sha256 mismatch: recorded [0-9a-f]{{64}}, computed [0-9a-f]{{64}}"):
+    with pytest.raises(CheckpointError, match=rf"{w.name}: sha256 mismatch: recorded [0-9a-f]{{64}}, computed [0-9a-f]{{64}}"):
         store.load()
 
 
@@ -102,7 +110,7 @@ def test_missing_json_record_is_reported(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path)
     path = _save(store, 1)
     path.unlink()
-    with pytest.raises(ValueError, match=r"ckpt-000000001.json: checkpoint record \(JSON\) is missing"):
+    with pytest.raises(CheckpointError, match=r"ckpt-000000001.json: checkpoint record \(JSON\) is missing"):
         store.load()
 
 
@@ -128,29 +136,30 @@ def test_invalid_safetensors_and_key_mismatch_are_reported(tmp_path: Path) -> No
     garbage = b"\x10" + b"\x00" * 7 + b"not a header!!!!"
     _weights(path).write_bytes(garbage)
     record["weights"].update(sha256=hashlib.sha256(garbage).hexdigest(), bytes=len(garbage))
-    path.write_text(json.dumps(record))
-    with pytest.raises(ValueError, match=r"not a valid safetensors file"):
+    _write_signed(path, record)
+    with pytest.raises(CheckpointError, match=r"not a valid safetensors file"):
         store.load()
     path2 = _save(store, 2)
     record = json.loads(path2.read_text())
     record["weights"]["keys"] = ["model/w", "model/other"]
-    path2.write_text(json.dumps(record))
-    with pytest.raises(ValueError, match=r"keys differ from ckpt-000000002.json: missing \['model/other'\], unexpected \['model/n'\]"):
+    _write_signed(path2, record)
+    with pytest.raises(CheckpointError, match=r"keys differ from ckpt-000000002.json: missing \['model/other'\], unexpected \['model/n'\]"):
         store.load()
 
 
 def test_pointer_and_argument_errors(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path)
-    with pytest.raises(ValueError, match=r"no checkpoint \('latest' pointer not found\)$"):
+    with pytest.raises(CheckpointError, match=r"no checkpoint \(no 'latest' pointer and no ckpt-\*.json record\)$"):
         store.load()
     _save(store, 1)
     (tmp_path / "latest").unlink()
-    with pytest.raises(ValueError, match=r"records present: \['ckpt-000000001.json'\] \(pass one explicitly\)"):
-        store.load()
+    assert store.load().step == 1  # without the pointer, the newest valid record
     with pytest.raises(ValueError, match=r"which: expected a checkpoint .json record; got 'x.safetensors'"):
         store.load("x.safetensors")
-    with pytest.raises(ValueError, match=r"meta: keys \['step'\] are reserved"):
-        store.save(3, {}, {"step": 1})
+    with pytest.raises(ValueError, match=r"meta: keys \['identity', 'step'\] are reserved"):
+        store.save(3, {}, {"step": 1, "identity": {}})
+    with pytest.raises(ValueError, match=r"identity: expected a flat JSON-serialisable mapping"):
+        store.save(3, {}, {}, identity={"x": object()})
     with pytest.raises(ValueError, match=r"meta: expected strict JSON \(no NaN/Inf"):
         store.save(3, {}, {"x": math.nan})
     with pytest.raises(ValueError, match=r"keep: expected an int >= 1; got 0"):
@@ -161,7 +170,7 @@ def test_restore_into_a_different_model_names_the_mismatch(tmp_path: Path) -> No
     make_trainer(GaussianML(), tmp_path, steps=10).fit()
     with pytest.raises(ValueError, match=r"ckpt-000000010.json: model.mean: shape mismatch: checkpoint has \(2,\), current model has \(3,\)"):
         make_trainer(GaussianML(), tmp_path, model=GaussianEnergy(3), data=torch.zeros(64, 3)).restore()
-    with pytest.raises(ValueError, match=r"objective state does not match: missing keys \['log_z', 'memory'\], unexpected keys \['offset'\]"):
+    with pytest.raises(CheckpointError, match=r"checkpoint of another run: trained with trainer.objective_class='GaussianML' \(here 'NoisyNCE'\)"):
         make_trainer(NoisyNCE(), tmp_path).restore()
 
 
@@ -177,21 +186,176 @@ def test_restore_into_a_different_model_names_the_mismatch(tmp_path: Path) -> No
     ],
 )
 def test_malformed_record_fields_are_reported(tmp_path: Path, edit, message: str) -> None:
+    # the fields behind the record hash are checked too (a record re-signed after editing)
     make_trainer(GaussianML(), tmp_path, steps=10).fit()
     path = tmp_path / "checkpoints" / "ckpt-000000010.json"
     record = json.loads(path.read_text())
     edit(record)
-    path.write_text(json.dumps(record))
-    with pytest.raises(ValueError, match=r"ckpt-000000010.json: " + message):
+    _write_signed(path, record)
+    with pytest.raises(CheckpointError, match=r"ckpt-000000010.json: " + message):
         make_trainer(GaussianML(), tmp_path).restore()
 
 
-def test_bad_pointer_content_is_reported(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda r: r.update(step=-5),
+        lambda r: r["rng"][0].update(generator=r["rng"][0]["generator"][:-8] + "AAAAAAA="),
+        lambda r: r["trainer"].update(step=3),
+        lambda r: r["config"].update(seed=1),
+        lambda r: r["identity"].update({"trainer.model_class": "Other"}),
+        lambda r: r.pop("record_sha256"),
+    ],
+)
+def test_any_edit_of_the_json_record_fails_the_record_hash(tmp_path: Path, edit) -> None:
+    make_trainer(NoisyNCE(), tmp_path, steps=10).fit()
+    path = tmp_path / "checkpoints" / "ckpt-000000010.json"
+    record = json.loads(path.read_text())
+    edit(record)
+    path.write_text(json.dumps(record, indent=1))
+    with pytest.raises(CheckpointError, match=r"ckpt-000000010.json: record sha256 mismatch: recorded (\w+|None), computed [0-9a-f]{64} \(the JSON record was edited"):
+        make_trainer(NoisyNCE(), tmp_path, steps=20).fit(resume=True)
+    assert (tmp_path / "checkpoints" / "ckpt-000000010.json").is_file()  # nothing deleted
+
+
+def test_step_and_version_are_checked_behind_the_hash(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    path = _save(store, 1)
+    record = json.loads(path.read_text())
+    _write_signed(path, {**record, "step": -5})
+    with pytest.raises(CheckpointError, match=r"ckpt-000000001.json: record says step -5, which does not match its file name"):
+        store.load(1)
+    _write_signed(path, {**record, "step": 2})
+    with pytest.raises(CheckpointError, match=r"record says step 2, which does not match its file name"):
+        store.load(1)
+    _write_signed(path, {**record, "version": 1})
+    with pytest.raises(CheckpointError, match=r"checkpoint format version 1; this ebms reads version 2"):
+        store.load(1)
+    rec = dict(record)
+    rec.pop("identity")
+    _write_signed(path, rec)
+    with pytest.raises(CheckpointError, match=r"malformed record: expected 'step', 'identity' and 'weights'"):
+        store.load(1)
+
+
+def test_record_hash_is_over_canonical_json() -> None:
+    # key order and whitespace do not matter; any value does; the digest key itself is left out
+    a = {"format": "f", "step": 3, "x": [1.5, {"b": 2, "a": None}]}
+    b = {"x": [1.5, {"a": None, "b": 2}], "step": 3, "format": "f", "record_sha256": "anything"}
+    assert checkpoint.canonical_digest(a) == checkpoint.canonical_digest(b)
+    import hashlib
+
+    expected = hashlib.sha256(b'{"format":"f","step":3,"x":[1.5,{"a":null,"b":2}]}').hexdigest()
+    assert checkpoint.canonical_digest(a) == expected
+    assert checkpoint.canonical_digest({**a, "step": 4}) != expected
+
+
+# ----------------------------------------------------------------------------- identity
+
+
+def test_identity_mismatch_names_every_differing_key(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    store.save(1, {"w": torch.ones(2)}, {}, identity={"data.name": "two_moons", "model.hidden": [64, 64], "seed": 0})
+    ok = store.load(identity={"data.name": "two_moons", "model.hidden": [64, 64], "only.here": 1})
+    assert ok.identity == {"data.name": "two_moons", "model.hidden": [64, 64], "seed": 0}
+    msg = (r"ckpt-000000001.json: checkpoint of another run: trained with data.name='two_moons' \(here 'eight_gaussians'\), "
+           r"model.hidden=\[64, 64\] \(here \[128, 128\]\); use the run folder it belongs to, or start a new run$")
+    with pytest.raises(CheckpointError, match=msg):
+        store.load(identity={"data.name": "eight_gaussians", "model.hidden": [128, 128], "seed": 0})
+    store.save(2, {"w": torch.ones(2)}, {})  # no identity recorded
+    with pytest.raises(CheckpointError, match=r"ckpt-000000002.json: the checkpoint records no settings it was trained under"):
+        store.load(2, identity={"data.name": "two_moons"})
+
+
+def test_every_checkpoint_error_is_a_value_error_and_one_line(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    w = _weights(_save(store, 1))
+    w.write_bytes(b"")
+    with pytest.raises(CheckpointError) as info:
+        store.load()
+    assert isinstance(info.value, ValueError) and "\n" not in str(info.value)
+
+
+# ----------------------------------------------------------------------------- recovery and retention
+
+
+def test_load_recovers_the_newest_valid_checkpoint(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    store = CheckpointStore(tmp_path, keep=None)
+    for s in (1, 2, 3):
+        _save(store, s)
+    w3 = _weights(tmp_path / "ckpt-000000003.json")
+    w3.write_bytes(w3.read_bytes()[:-1])
+    (tmp_path / "latest").write_text("garbage\n")
+    with caplog.at_level(logging.WARNING, logger="ebms.train"):
+        ckpt = store.load()
+    assert ckpt.step == 2 and ckpt.meta["note"] == "s2"
+    assert "latest: expected the name of a checkpoint JSON" in caplog.text
+    assert "skipping damaged checkpoint: " in caplog.text and "ckpt-000000003" in caplog.text
+    assert len(store.checkpoints()) == 3  # loading never deletes
+    for s in (1, 2):
+        (tmp_path / f"ckpt-{s:09d}.json").write_text("{")
+    with pytest.raises(CheckpointError, match=r"none of the 3 checkpoints verifies; newest: .*ckpt-000000003-.*truncated"):
+        store.load()
+
+
+def test_identity_mismatch_is_not_skipped_over(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    store.save(1, {"w": torch.ones(1)}, {}, identity={"data.name": "a"})
+    store.save(2, {"w": torch.ones(1)}, {}, identity={"data.name": "b"})
+    with pytest.raises(CheckpointError, match=r"ckpt-000000002.json: checkpoint of another run: trained with data.name='b' \(here 'a'\)"):
+        store.load(identity={"data.name": "a"})
+
+
+def test_retention_never_deletes_for_a_checkpoint_that_does_not_verify(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    store = CheckpointStore(tmp_path, keep=1)
+    _save(store, 1)
+    real = CheckpointStore._load_one
+
+    def bad_disk(self: CheckpointStore, path: Path):
+        if path.name == "ckpt-000000002.json":
+            raise CheckpointError(f"{path}: simulated read-back failure")
+        return real(self, path)
+
+    monkeypatch.setattr(CheckpointStore, "_load_one", bad_disk)
+    with caplog.at_level(logging.WARNING, logger="ebms.train"):
+        _save(store, 2)
+    assert "did not verify after writing" in caplog.text
+    assert [p.name for p in store.checkpoints()] == ["ckpt-000000001.json", "ckpt-000000002.json"]
+    assert store.load().step == 1  # the pointer's record is unreadable: the older one is used
+    monkeypatch.setattr(CheckpointStore, "_load_one", real)
+    _save(store, 3)
+    assert [p.name for p in store.checkpoints()] == ["ckpt-000000003.json"]
+
+
+def test_retention_leaves_records_of_later_steps_alone(tmp_path: Path) -> None:
+    # after resuming from an older checkpoint, records of later steps stay until training rewrites them
+    store = CheckpointStore(tmp_path, keep=2)
+    for s in (1, 2, 9):
+        _save(store, s)
+    _save(store, 3)
+    assert [p.name[5:14] for p in store.checkpoints()] == ["000000002", "000000003", "000000009"]
+
+
+def test_clear_removes_only_checkpoint_files(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    _save(store, 1)
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / ".ckpt-000000002.json.x.tmp").write_text("debris")
+    assert store.has_any()
+    store.clear()
+    assert os.listdir(tmp_path) == ["notes.txt"] and not store.has_any()
+
+
+def test_bad_pointer_content_is_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     store = CheckpointStore(tmp_path)
     _save(store, 1)
     (tmp_path / "latest").write_text("../../etc/passwd\n")
-    with pytest.raises(ValueError, match=r"latest: expected the name of a checkpoint JSON; got '../../etc/passwd'"):
-        store.load()
+    with pytest.raises(CheckpointError, match=r"latest: expected the name of a checkpoint JSON; got '../../etc/passwd'"):
+        store.latest()
+    with caplog.at_level(logging.WARNING, logger="ebms.train"):
+        assert store.load().step == 1  # the record is found without the pointer
+    assert "looking for the newest valid checkpoint instead" in caplog.text
 
 
 def test_loading_never_unpickles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

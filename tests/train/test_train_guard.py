@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 from _train_helpers import FailAt, GaussianML, NoisyNCE, events, make_trainer, metric_lines
 
 from ebms.train import Callback, DivergenceGuard, Trainer, TrainingDiverged
@@ -42,6 +43,82 @@ def test_guard_validation_messages() -> None:
         DivergenceGuard(snapshot_every=0)
     with pytest.raises(TypeError, match=r"energy_keys: expected a tuple of metric names; got \['e_pos'\]"):
         DivergenceGuard(energy_keys=["e_pos"])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"scale_keys: expected a tuple of metric names; got 'loss'"):
+        DivergenceGuard(scale_keys="loss")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"explode_factor: expected a number > 1 or None; got 1.0"):
+        DivergenceGuard(explode_factor=1.0)
+    with pytest.raises(ValueError, match=r"scale_floor: expected a finite number > 0; got 0"):
+        DivergenceGuard(scale_floor=0)
+    with pytest.raises(ValueError, match=r"window: expected an int >= 1; got 0"):
+        DivergenceGuard(window=0)
+
+
+# ----------------------------------------------------------------------------- explosion rule on synthetic sequences
+
+
+def _first_alarm(guard: DivergenceGuard, values, key: str = "loss") -> int | None:
+    """Index of the first value the guard rejects (healthy values feed its history), else None."""
+    history: dict[str, list[float]] = {}
+    for i, v in enumerate(values):
+        loss, metrics = (v, {}) if key == "loss" else (1.0, {key: v})
+        if guard.check(loss, metrics, 1.0, history) is not None:
+            return i
+        guard.record(history, loss, metrics)
+    return None
+
+
+def _lognormal(n: int, sigma: float, seed: int) -> list[float]:
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(n, generator=g, dtype=torch.float64)
+    sign = torch.where(torch.rand(n, generator=g, dtype=torch.float64) < 0.5, -1.0, 1.0)
+    return (sign * torch.exp(sigma * z)).tolist()
+
+
+def test_explosion_rule_matches_its_definition() -> None:
+    g = DivergenceGuard(explode_factor=10.0, scale_floor=0.5, window=3)
+    history = {"loss": [2.0, -4.0, 8.0]}  # median |v| = 4 -> threshold 40
+    assert g.check(39.9, {}, 1.0, history) is None and g.check(-39.9, {}, 1.0, history) is None
+    assert g.check(-40.1, {}, 1.0, history) == (
+        "|loss| = 40.1 exploded: more than explode_factor=10 times its recent scale 4 "
+        "(median |loss| of the last 3 healthy steps)"
+    )
+    assert g.check(5.1, {}, 1.0, {"loss": [0.0, 0.01]}) is not None  # floor 0.5 -> threshold 5
+    assert g.check(4.9, {}, 1.0, {"loss": [0.0, 0.01]}) is None
+    g.record(history, 16.0, {"energy": 3.0})
+    assert history == {"loss": [-4.0, 8.0, 16.0], "energy": [3.0]}  # window 3
+    assert DivergenceGuard(explode_factor=None).check(1e30, {}, 1.0, {"loss": [1.0]}) is None
+    assert g.check(1e6, {}, 1.0, {}) is None  # no history yet: the first step is never judged by this rule
+
+
+def test_explosion_rule_fires_on_a_jump_a_ramp_and_after_a_dead_stretch() -> None:
+    g = DivergenceGuard()
+    noisy = [2.0 * abs(v) for v in _lognormal(200, 0.5, seed=1)]
+    assert _first_alarm(g, [*noisy, 2e4, 1.0]) == 200
+    ramp = [1.0] * 100 + [2.0**k for k in range(1, 40)]  # doubling each step from step 100
+    assert _first_alarm(g, ramp) == 100 + 6  # 2^7 = 128 is the first value above 100 * max(median 1, floor 1)
+    assert _first_alarm(g, [0.0] * 50 + [6.6e14]) == 50  # a score-matching loss stuck at 0, then 1e14
+    e_pos = [float(v) for v in range(1, 60)] + [1e5]
+    assert _first_alarm(g, e_pos, key="e_pos") == 59  # energies are watched too
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3])
+def test_explosion_rule_is_silent_on_noisy_training(scale: float) -> None:
+    # heavy-tailed noise of both signs, |v| = scale * exp(0.8 z): an alarm needs |z| > ln(100) / 0.8 = 5.76,
+    # probability 8e-9 per step (two-sided normal tail), so about 2e-4 over the 20000 steps here
+    assert _first_alarm(DivergenceGuard(), [scale * v for v in _lognormal(20000, 0.8, seed=2)]) is None
+
+
+def test_explosion_rule_is_silent_on_a_decreasing_or_sign_changing_loss() -> None:
+    g = DivergenceGuard()
+    noise = _lognormal(3000, 0.3, seed=3)
+    decreasing = [1e3 * 0.99**t * abs(n) for t, n in enumerate(noise)]  # 1e3 down to 1e-10
+    assert _first_alarm(g, decreasing) is None
+    wave = [5.0 * math.sin(t / 20.0) + 0.3 * n for t, n in enumerate(noise)]
+    assert _first_alarm(g, wave) is None
+    crossing = [50.0 - 0.1 * t for t in range(1000)]  # +50 to -50 through 0
+    assert _first_alarm(g, crossing) is None
+    log_likelihood_like = [-(200.0 - 150.0 * (1 - 0.995**t)) + n for t, n in enumerate(noise)]
+    assert _first_alarm(g, log_likelihood_like) is None
 
 
 # ----------------------------------------------------------------------------- recovery
@@ -78,6 +155,23 @@ def test_nan_loss_restores_last_good_state_and_halves_lr(tmp_path: Path, caplog:
     assert lines[:4] == metric_lines(tmp_path / "b")[:4]
 
 
+def test_exploding_loss_triggers_restore_and_the_history_is_checkpointed(tmp_path: Path) -> None:
+    # call 12 returns 10^4 times the loss (finite): the explosion rule restores step 10 and halves lr
+    result = make_trainer(FailAt(GaussianML(), {12}, what="scale"), tmp_path / "a", steps=20, checkpoint_every=10).fit()
+    (ev,) = events(tmp_path / "a", "diverged")
+    assert ev["reason"].startswith("|loss| = ") and "exploded: more than explode_factor=100 times" in ev["reason"]
+    assert (ev["step"], ev["failed_step"], result.restores) == (10, 12, 1)
+    # the guard's history is part of the checkpoint, so a resumed run judges like the uninterrupted one
+    ref = make_trainer(GaussianML(), tmp_path / "b", steps=30, checkpoint_every=10)
+    ref.fit()
+    record = json.loads((tmp_path / "b/checkpoints/ckpt-000000030.json").read_text())
+    assert record["trainer"]["guard_history"] == ref._guard_history
+    assert len(ref._guard_history["loss"]) == 30 and set(ref._guard_history) == {"loss", "e_pos"}
+    again = make_trainer(GaussianML(), tmp_path / "b", steps=30)
+    again.restore()
+    assert again._guard_history == ref._guard_history
+
+
 def test_runaway_energy_triggers_restore(tmp_path: Path) -> None:
     result = make_trainer(FailAt(GaussianML(), {12}, what="metric"), tmp_path, steps=20).fit()
     (ev,) = events(tmp_path, "diverged")
@@ -89,7 +183,8 @@ def test_persistent_divergence_stops_with_training_diverged(tmp_path: Path) -> N
     t = make_trainer(FailAt(GaussianML(), range(15, 10**9)), tmp_path, steps=40, checkpoint_every=10)
     msg = (
         r"training diverged at step 11: loss is nan; gave up after 3 restore\(s\) to step 10 "
-        r"\(lr now 0.00625\)\. Try a smaller learning rate, grad_clip"
+        r"\(lr 0.05 lowered to 0.00625, grad_clip=None\)\. To fix: lower the learning rate \(optimizer lr; "
+        r"`ebms train`: train.lr\) or clip the gradient norm \(grad_clip; `ebms train`: train.grad_clip\)"
     )
     with pytest.raises(TrainingDiverged, match=msg):
         t.fit()

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -10,9 +13,10 @@ import torch
 from _train_helpers import GaussianML, NoisyNCE, events, make_data, make_trainer, metric_lines
 from torch import nn
 
+from ebms.errors import CheckpointError, RunFolderError
 from ebms.nets import GaussianEnergy
 from ebms.objectives._base import LossOutput
-from ebms.train import Callback, EarlyStopping, PeriodicEval, SampleSnapshot, Trainer
+from ebms.train import Callback, CheckpointStore, EarlyStopping, PeriodicEval, SampleSnapshot, Trainer
 
 
 def _state(t: Trainer) -> dict[str, torch.Tensor]:
@@ -32,6 +36,9 @@ class _RaiseAt(Callback):
 
     def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, float]) -> None:
         if step == self.step:
+            if isinstance(self.exc, _Sigint):
+                os.kill(os.getpid(), signal.SIGINT)
+                return
             raise self.exc
 
 
@@ -67,15 +74,62 @@ def test_resume_after_crash_drops_log_lines_past_the_checkpoint(tmp_path: Path) 
     assert metric_lines(tmp_path / "one") == metric_lines(tmp_path / "two")
 
 
-def test_keyboard_interrupt_checkpoints_and_resume_is_exact(tmp_path: Path) -> None:
-    kw = dict(steps=50, checkpoint_every=None)
-    one = make_trainer(NoisyNCE(), tmp_path / "one", **kw)
+class _SigintAtCall(nn.Module):
+    """Wraps an objective and sends this process SIGINT during call ``at`` (inside the update)."""
+
+    def __init__(self, inner: nn.Module, at: int, times: int = 1) -> None:
+        super().__init__()
+        self.inner, self.at, self.times, self.calls = inner, at, times, 0
+
+    def forward(self, energy, x, *, generator):
+        self.calls += 1
+        if self.calls == self.at:
+            for _ in range(self.times):
+                os.kill(os.getpid(), signal.SIGINT)
+        return self.inner(energy, x, generator=generator)
+
+
+@pytest.mark.parametrize("where", ["callback", "update"])
+def test_ctrl_c_completes_the_step_checkpoints_and_resume_is_exact(tmp_path: Path, where: str) -> None:
+    # SIGINT during step 27 (in a callback, or inside the objective before the optimizer step):
+    # step 27 is finished, logged and checkpointed, then KeyboardInterrupt; the resumed log has
+    # every line once and equals the uninterrupted run
+    kw = dict(steps=50, checkpoint_every=None, log_every=1)
+    one = make_trainer(_SigintAtCall(NoisyNCE(), 0), tmp_path / "one", **kw)
+    one.fit()
+    if where == "callback":
+        trainer = make_trainer(_SigintAtCall(NoisyNCE(), 0), tmp_path / "two",
+                               callbacks=[_RaiseAt(27, _Sigint())], **kw)
+    else:
+        trainer = make_trainer(_SigintAtCall(NoisyNCE(), 27), tmp_path / "two", **kw)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler given back
+    assert CheckpointStore(tmp_path / "two/checkpoints").load().step == 27
+    assert metric_lines(tmp_path / "two")[-1]["step"] == 27
+    assert events(tmp_path / "two", "stop")[-1] == {**events(tmp_path / "two", "stop")[-1], "reason": "interrupted", "step": 27}
+    two = make_trainer(_SigintAtCall(NoisyNCE(), 0), tmp_path / "two", **kw)
+    two.fit(resume="auto")
+    assert metric_lines(tmp_path / "one") == metric_lines(tmp_path / "two")
+    _assert_same_state(one, two)
+
+
+class _Sigint(BaseException):
+    """Placeholder exception type for _RaiseAt: the callback below sends SIGINT instead of raising."""
+
+
+def test_second_ctrl_c_stops_at_once_without_saving(tmp_path: Path) -> None:
+    # two SIGINTs inside step 27: the second raises KeyboardInterrupt mid-update; nothing is saved
+    # for that step, the step-20 checkpoint stands, and a resume from it is still exact
+    kw = dict(steps=40, checkpoint_every=10, log_every=1)
+    one = make_trainer(_SigintAtCall(NoisyNCE(), 0), tmp_path / "one", **kw)
     one.fit()
     with pytest.raises(KeyboardInterrupt):
-        make_trainer(NoisyNCE(), tmp_path / "two", callbacks=[_RaiseAt(27, KeyboardInterrupt())], **kw).fit()
-    assert json.loads((tmp_path / "two/checkpoints/ckpt-000000027.json").read_text())["step"] == 27
-    two = make_trainer(NoisyNCE(), tmp_path / "two", **kw)
-    two.fit(resume="auto")
+        make_trainer(_SigintAtCall(NoisyNCE(), 27, times=2), tmp_path / "two", **kw).fit()
+    assert CheckpointStore(tmp_path / "two/checkpoints").load().step == 20
+    assert events(tmp_path / "two", "stop")[-1]["reason"] == "interrupted during a step (not saved)"
+    two = make_trainer(_SigintAtCall(NoisyNCE(), 0), tmp_path / "two", **kw)
+    two.fit(resume=True)
     assert metric_lines(tmp_path / "one") == metric_lines(tmp_path / "two")
     _assert_same_state(one, two)
 
@@ -107,7 +161,7 @@ def test_resume_requires_same_batch_size_and_seed(tmp_path: Path) -> None:
 
 
 def test_resume_true_without_checkpoint_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"checkpoints: no checkpoint \('latest' pointer not found\)"):
+    with pytest.raises(CheckpointError, match=r"checkpoints: no checkpoint \(no 'latest' pointer and no ckpt-\*.json record\)"):
         make_trainer(GaussianML(), tmp_path).fit(resume=True)
     with pytest.raises(ValueError, match=r"resume: expected False, True, 'auto' or a checkpoint path; got 3"):
         make_trainer(GaussianML(), tmp_path).fit(resume=3)
@@ -341,8 +395,83 @@ def test_periodic_eval_rejects_non_numbers(tmp_path: Path) -> None:
         make_trainer(GaussianML(), tmp_path, steps=2, callbacks=[cb]).fit()
 
 
-def test_fresh_fit_refuses_a_run_dir_holding_another_runs_checkpoints(tmp_path):
+def test_fresh_fit_refuses_a_run_dir_holding_a_run(tmp_path):
     make_trainer(NoisyNCE(), tmp_path, steps=10).fit()
-    with pytest.raises(ValueError, match=r"run_dir: .* already holds checkpoints of another run; pass resume=True"):
+    before = (tmp_path / "metrics.jsonl").read_bytes()
+    msg = (r"run_dir: .* already holds a run \(checkpoints\); continue it with resume=True \(`ebms train --resume`\), "
+           r"delete it with overwrite=True \(`--overwrite`\), or use another run_dir \(`run.name`\)$")
+    with pytest.raises(RunFolderError, match=msg):
         make_trainer(NoisyNCE(), tmp_path, steps=10).fit()
+    assert (tmp_path / "metrics.jsonl").read_bytes() == before and len(CheckpointStore(tmp_path / "checkpoints").checkpoints()) == 1
     make_trainer(NoisyNCE(), tmp_path, steps=20).fit(resume=True)  # continuing is fine
+
+
+def test_fresh_fit_refuses_a_folder_with_only_a_metrics_log(tmp_path):
+    # a run stopped before its first checkpoint: nothing to resume, and its log is not thrown away silently
+    (tmp_path / "metrics.jsonl").write_text('{"step": 5}\n')
+    for resume in (False, "auto"):
+        with pytest.raises(RunFolderError, match=r"already holds a run \(a metrics log but no checkpoint yet\)"):
+            make_trainer(NoisyNCE(), tmp_path, steps=10).fit(resume=resume)
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 5}\n'
+
+
+def test_overwrite_deletes_the_old_run_and_starts_again(tmp_path):
+    make_trainer(NoisyNCE(), tmp_path / "old", steps=30).fit()
+    (tmp_path / "old/checkpoints/notes.txt").write_text("kept")
+    make_trainer(NoisyNCE(), tmp_path / "new", steps=10).fit()
+    result = make_trainer(NoisyNCE(), tmp_path / "old", steps=10).fit(overwrite=True)
+    assert result.step == 10
+    assert metric_lines(tmp_path / "old") == metric_lines(tmp_path / "new")
+    assert [p.name for p in CheckpointStore(tmp_path / "old/checkpoints").checkpoints()] == ["ckpt-000000010.json"]
+    assert (tmp_path / "old/checkpoints/notes.txt").read_text() == "kept"
+    with pytest.raises(ValueError, match=r"overwrite: deletes the run to start again; it cannot be combined with resume=True"):
+        make_trainer(NoisyNCE(), tmp_path / "old", steps=10).fit(resume=True, overwrite=True)
+
+
+@pytest.mark.parametrize("damage", ["pointer_missing", "pointer_garbage", "newest_truncated"])
+def test_resume_recovers_from_the_newest_valid_checkpoint(tmp_path: Path, damage: str,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    kw = dict(steps=40, checkpoint_every=10, keep_checkpoints=None)
+    one = make_trainer(NoisyNCE(), tmp_path / "one", **kw)
+    one.fit()
+    make_trainer(NoisyNCE(), tmp_path / "two", **{**kw, "steps": 30}).fit()
+    ck = tmp_path / "two/checkpoints"
+    if damage == "pointer_missing":
+        (ck / "latest").unlink()
+    elif damage == "pointer_garbage":
+        (ck / "latest").write_bytes(b"\xff\xfe")
+    else:
+        w = ck / json.loads((ck / "ckpt-000000030.json").read_text())["weights"]["file"]
+        w.write_bytes(w.read_bytes()[:100])
+    two = make_trainer(NoisyNCE(), tmp_path / "two", **kw)
+    with caplog.at_level(logging.WARNING, logger="ebms.train"):
+        two.fit(resume=True)
+    assert metric_lines(tmp_path / "one") == metric_lines(tmp_path / "two")
+    _assert_same_state(one, two)
+    resumed = events(tmp_path / "two", "resume")[-1]
+    assert resumed["step"] == (20 if damage == "newest_truncated" else 30)
+    assert caplog.text  # the skipped pointer or record was reported
+
+
+def test_resume_refuses_a_checkpoint_of_another_run(tmp_path: Path) -> None:
+    make_trainer(NoisyNCE(), tmp_path, steps=10, identity={"data.name": "two_moons", "model.hidden": [8]}).fit()
+    before = (tmp_path / "metrics.jsonl").read_bytes()
+    msg = (r"ckpt-000000010.json: checkpoint of another run: trained with data.name='two_moons' "
+           r"\(here 'eight_gaussians'\); use the run folder it belongs to")
+    with pytest.raises(CheckpointError, match=msg):
+        make_trainer(NoisyNCE(), tmp_path, steps=20, identity={"data.name": "eight_gaussians", "model.hidden": [8]}).fit(resume=True)
+    assert (tmp_path / "metrics.jsonl").read_bytes() == before
+    assert CheckpointStore(tmp_path / "checkpoints").load().step == 10
+
+
+def _sgd_with_lr(groups, lr: float) -> torch.optim.Optimizer:
+    opt = torch.optim.SGD(groups, lr=0.1)  # torch refuses lr < 0 here but not inf/nan, nor a later edit
+    opt.param_groups[-1]["lr"] = lr
+    return opt
+
+
+@pytest.mark.parametrize("lr", [float("inf"), float("nan"), -1.0])
+def test_non_finite_or_negative_learning_rate_is_refused_up_front(tmp_path: Path, lr: float) -> None:
+    msg = rf"optimizer: parameter group 1 has lr={lr!r}; expected a finite number >= 0 \(`ebms train`: train.lr\)"
+    with pytest.raises(ValueError, match=msg):
+        make_trainer(NoisyNCE(), tmp_path, optimizer=lambda g: _sgd_with_lr(g, lr))

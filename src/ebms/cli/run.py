@@ -3,12 +3,18 @@
 Each job works in a run folder ``<run.out_dir>/<run.name>/`` holding the
 config actually used (``config.toml``), ``metrics.jsonl``, ``checkpoints/``,
 plots and ``eval.json``.
+
+Every checkpoint records the settings it was trained under
+(:func:`run_identity`: the whole configuration except where things are
+written, how long to train and how to evaluate). A resume compares all of them;
+``eval`` and ``sample`` compare the ``model.*``, ``data.*`` and
+``objective.*`` ones (:func:`model_identity`), so a checkpoint copied from
+another run is refused with one line naming the differing keys.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import time
 import warnings
 from collections.abc import Callable
@@ -33,10 +39,16 @@ from ebms.cli.config import Config, ConfigError, config_to_dict, load_config, to
 from ebms.cli.discrete_data import BinaryImages
 from ebms.cli.tasks import StructuredTask, TaskData, TaskReport, check_batch_size, task_for
 from ebms.data import PointCloud, ToyDataset
+from ebms.errors import CheckpointError, RunFolderError
 from ebms.estimators.grid import EDGE_TOL, grid_log_likelihood, true_log_likelihood
 from ebms.train import CheckpointStore, Trainer
+from ebms.train._log import jsonable
+from ebms.train.checkpoint import Checkpoint, identity_differences
 
-__all__ = ["EvalReport", "evaluate_run", "load_run", "run_dir_of", "sample_run", "train"]
+__all__ = [
+    "EvalReport", "evaluate_run", "load_run", "model_identity", "open_run", "run_dir_of", "run_identity",
+    "sample_run", "train",
+]
 
 #: seed offset for the held-out test set, so it never overlaps the training stream.
 TEST_SEED_OFFSET = 1_000_003
@@ -75,9 +87,17 @@ RUN_OUTPUTS = ("metrics.jsonl", "eval.json", "samples.png", "energy.png", "sampl
 
 def clear_run(run_dir: Path) -> None:
     """Remove a previous run's checkpoints, log, report and plots (keeps anything else)."""
-    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    CheckpointStore(run_dir / "checkpoints").clear()
     for name in RUN_OUTPUTS:
         (run_dir / name).unlink(missing_ok=True)
+
+
+def run_state(run_dir: Path) -> str:
+    """``"empty"``, ``"checkpoints"`` (any checkpoint file) or ``"log"`` (a metrics log, no checkpoint)."""
+    if CheckpointStore(run_dir / "checkpoints").has_any():
+        return "checkpoints"
+    log = run_dir / "metrics.jsonl"
+    return "log" if log.is_file() and log.stat().st_size > 0 else "empty"
 
 
 #: keys that may change when a run is resumed; every other difference would silently
@@ -86,6 +106,26 @@ RESUMABLE_CHANGES = (
     "train.steps", "train.log_every", "train.checkpoint_every", "run.progress", "run.out_dir", "run.name",
     "data.n_test", "eval.",
 )
+
+
+#: settings that say where files are, not what is trained: never part of a checkpoint's identity.
+LOCATION_KEYS = ("data.path", "data.root", "data.download")
+
+
+def _flat(cfg: Config) -> dict[str, Any]:
+    return {f"{sec}.{key}": value for sec, table in config_to_dict(cfg).items() for key, value in table.items()}
+
+
+def run_identity(cfg: Config) -> dict[str, Any]:
+    """The settings a checkpoint of ``cfg`` records and a resume must match: every key but
+    :data:`RESUMABLE_CHANGES` and :data:`LOCATION_KEYS` (non-finite numbers as strings)."""
+    skip = (*RESUMABLE_CHANGES, *LOCATION_KEYS)
+    return jsonable({k: v for k, v in _flat(cfg).items() if not k.startswith(skip)})
+
+
+def model_identity(cfg: Config) -> dict[str, Any]:
+    """The part of :func:`run_identity` that ``eval`` and ``sample`` check: ``model.*``, ``data.*``, ``objective.*``."""
+    return {k: v for k, v in run_identity(cfg).items() if k.startswith(("model.", "data.", "objective."))}
 
 
 def _changed_keys(old: Config, new: Config) -> list[str]:
@@ -111,17 +151,27 @@ def build_seeded_model(cfg: Config, data: Dataset) -> nn.Module:
 def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -> Path:
     """Train the configured model; returns the run folder.
 
-    A folder that already holds checkpoints is continued with ``resume``,
-    started again with ``overwrite``, and otherwise refused.
+    A folder that already holds a run (checkpoints, or a metrics log) is
+    continued with ``resume`` (from its newest valid checkpoint), deleted and
+    started again with ``overwrite``, and otherwise refused
+    (:class:`~ebms.errors.RunFolderError`); nothing is deleted without
+    ``overwrite``.
     """
     run_dir = run_dir_of(cfg)
-    has_checkpoints = CheckpointStore(run_dir / "checkpoints").latest() is not None
-    if has_checkpoints and resume is False and not overwrite:
-        raise ConfigError(
+    if resume is not False and overwrite:
+        raise ConfigError("--resume continues a run and --overwrite deletes it; pass one of them")
+    state = run_state(run_dir)
+    if state == "checkpoints" and resume is False and not overwrite:
+        raise RunFolderError(
             f"run folder {str(run_dir)!r} already has checkpoints; use --resume to continue it, "
             f"--overwrite to start again, or another run.name"
         )
-    elif has_checkpoints and not overwrite and (run_dir / "config.toml").is_file():
+    if state == "log" and not overwrite:
+        raise RunFolderError(
+            f"run folder {str(run_dir)!r} already has a metrics log but no checkpoint to continue from "
+            f"(the run stopped before its first checkpoint); use --overwrite to start again, or another run.name"
+        )
+    if state == "checkpoints" and not overwrite and (run_dir / "config.toml").is_file():
         changed = _changed_keys(load_config(run_dir / "config.toml"), cfg)
         if changed:
             raise ConfigError(
@@ -131,7 +181,8 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
             )
     task = task_for(cfg)
     if task is not None:
-        return _train_task(cfg, task, run_dir, clear=has_checkpoints and overwrite, resume=resume)
+        return _train_task(cfg, task, run_dir, clear=state != "empty" and overwrite,
+                           resume=resume if state == "checkpoints" else False)
     data = build_data(cfg)
     model = build_seeded_model(cfg, data)
     init_bias = getattr(model, "init_visible_bias_from_data", None)
@@ -154,14 +205,15 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
             return toy.sample(n, generator=g)
 
     _fit(cfg, run_dir, objective, model, source, _optimizer_factory(cfg),
-         clear=has_checkpoints and overwrite, resume=resume)
+         clear=state != "empty" and overwrite, resume=resume if state == "checkpoints" else False)
     return run_dir
 
 
 def _fit(cfg: Config, run_dir: Path, objective: Any, model: nn.Module, source: Any, make_optimizer: Any, *,
          clear: bool, resume: bool | str) -> None:
-    """Build the trainer (a batch size the optimizer cannot use is a config error), then, only once
-    everything has been built without error, clear an overwritten run, write ``config.toml`` and train."""
+    """Build the trainer (a batch size or learning rate the optimizer cannot use is a config error),
+    load the checkpoint to resume from (checked against this configuration), then, only once all of
+    that has succeeded, clear an overwritten run, write ``config.toml`` and train."""
     config_toml = to_toml(cfg)
     try:
         trainer = Trainer(
@@ -179,17 +231,22 @@ def _fit(cfg: Config, run_dir: Path, objective: Any, model: nn.Module, source: A
             lr_schedule=build_lr_schedule(cfg),
             progress=cfg.run.progress,
             device=cfg.run.device,
-            config={"config_toml": config_toml},
+            config={"config": jsonable(config_to_dict(cfg))},
+            identity=run_identity(cfg),
         )
     except ValueError as e:
         if str(e).startswith("batch_size:"):
             raise ConfigError(f"train.{e}") from None
+        if str(e).startswith("optimizer: parameter group"):
+            raise ConfigError(f"train.lr: {e}") from None
         raise
+    if resume is not False:
+        trainer.restore(None if resume is True or resume == "auto" else resume)
     if clear:
         clear_run(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.toml").write_text(config_toml)
-    trainer.fit(resume=resume)
+    trainer.fit(overwrite=clear)
 
 
 def _seeded_task_model(cfg: Config, task: StructuredTask, data: TaskData) -> nn.Module:
@@ -209,17 +266,26 @@ def _train_task(cfg: Config, task: StructuredTask, run_dir: Path, *, clear: bool
     return run_dir
 
 
-def load_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Config, nn.Module, Dataset, int]:
-    """Config, trained model (latest checkpoint), dataset and step of a run folder."""
+def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()
+             ) -> tuple[Config, nn.Module, Dataset, Checkpoint]:
+    """Config, trained model (newest valid checkpoint, in eval mode), dataset and checkpoint of a run folder.
+
+    Raises:
+        RunFolderError: no ``config.toml`` or no checkpoint in the folder.
+        CheckpointError: every checkpoint is damaged, or the newest valid one was
+            trained under other ``model.*``/``data.*``/``objective.*`` settings
+            than the folder's ``config.toml`` with ``overrides``.
+    """
     run_dir = Path(run_dir)
     cfg_path = run_dir / "config.toml"
     if not cfg_path.is_file():
-        raise ConfigError(f"run folder {str(run_dir)!r}: no config.toml (is it a run folder made by `ebms train`?)")
+        raise RunFolderError(f"run folder {str(run_dir)!r}: no config.toml (is it a run folder made by `ebms train`?)")
     cfg = load_config(cfg_path, overrides)
     store = CheckpointStore(run_dir / "checkpoints")
-    if store.latest() is None:
-        raise ConfigError(f"run folder {str(run_dir)!r}: no checkpoint yet (train first)")
+    if not store.has_any():
+        raise RunFolderError(f"run folder {str(run_dir)!r}: no checkpoint yet (train first)")
     ckpt = store.load()
+    _check_model_identity(ckpt, cfg, overrides)
     task = task_for(cfg)
     if task is not None:
         data: Any = task.load(cfg)
@@ -232,11 +298,41 @@ def load_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     try:
         model.load_state_dict(state)
     except RuntimeError as e:
-        raise ConfigError(
+        raise CheckpointError(
             f"{ckpt.path}: the checkpoint's weights do not fit the model that model.* describes "
             f"({str(e).splitlines()[1].strip() if len(str(e).splitlines()) > 1 else e})"
         ) from None
     model.eval()
+    return cfg, model, data, ckpt
+
+
+def _check_model_identity(ckpt: Checkpoint, cfg: Config, overrides: list[str] | tuple[str, ...]) -> None:
+    """Refuse a checkpoint trained under other model/data/objective settings, naming the keys."""
+    expected = model_identity(cfg)
+    if not ckpt.identity:
+        raise CheckpointError(
+            f"{ckpt.path}: the checkpoint records no settings it was trained under (written by an older ebms?); "
+            "it cannot be matched to this run's config.toml"
+        )
+    diff = identity_differences(ckpt.identity, expected)
+    if not diff:
+        return
+    changed = [k for k in sorted(set(ckpt.identity) & set(expected)) if ckpt.identity[k] != expected[k]]
+    given = {o.split("=", 1)[0].strip() for o in overrides}
+    if all(k in given for k in changed) and all(k.startswith("model.") for k in changed):
+        raise CheckpointError(
+            f"{ckpt.path}: the checkpoint's weights do not fit the model that model.* describes: it was trained "
+            f"with {', '.join(diff)}; drop those overrides"
+        )
+    raise CheckpointError(
+        f"{ckpt.path}: checkpoint of another run: trained with {', '.join(diff)}; "
+        "use the run folder it belongs to, or train this one again (--overwrite)"
+    )
+
+
+def load_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Config, nn.Module, Dataset, int]:
+    """Config, trained model (newest valid checkpoint), dataset and step of a run folder (see :func:`open_run`)."""
+    cfg, model, data, ckpt = open_run(run_dir, overrides)
     return cfg, model, data, ckpt.step
 
 

@@ -15,6 +15,7 @@ stored once.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from ebms.errors import CheckpointError
 from ebms.train._state import capture_rng, decode_blobs, encode_blobs, flatten_state, restore_rng, unflatten_state
 from ebms.train.checkpoint import Checkpoint
 
@@ -40,6 +42,7 @@ class Snapshot:
     data: dict[str, Any]
     callbacks: list[dict[str, Any]]
     log_offset: int = 0  # bytes of metrics.jsonl written when the snapshot was taken
+    guard: dict[str, list[float]] | None = None  # the divergence guard's recent healthy values
 
 
 def _tree(t: Trainer) -> dict[str, Any]:
@@ -61,7 +64,8 @@ def capture(t: Trainer) -> Snapshot:
     except (TypeError, ValueError) as err:
         raise ValueError(f"callbacks: state_dict() must return strict JSON data; {err}") from None
     return Snapshot(
-        t.step, skeleton, tensors, capture_rng(t.generator), dict(t._batches.state_dict()), cbs, t._log.offset()
+        t.step, skeleton, tensors, capture_rng(t.generator), dict(t._batches.state_dict()), cbs, t._log.offset(),
+        {k: list(v) for k, v in t._guard_history.items()},
     )
 
 
@@ -75,7 +79,7 @@ def load_module(module: nn.Module, state: Mapping[str, Tensor], what: str, where
     missing = sorted(set(current) - set(state))
     unexpected = sorted(set(state) - set(current))
     if missing or unexpected:
-        raise ValueError(f"{where}: {what} state does not match: missing keys {missing}, unexpected keys {unexpected}")
+        raise CheckpointError(f"{where}: {what} state does not match: missing keys {missing}, unexpected keys {unexpected}")
     buffers = dict(module.named_buffers())
     for key, value in state.items():
         have = current[key]
@@ -85,7 +89,7 @@ def load_module(module: nn.Module, state: Mapping[str, Tensor], what: str, where
             owner, _, name = key.rpartition(".")
             module.get_submodule(owner)._buffers[name] = torch.empty(value.shape, dtype=have.dtype, device=have.device)
             continue
-        raise ValueError(
+        raise CheckpointError(
             f"{where}: {what}.{key}: shape mismatch: checkpoint has {tuple(value.shape)}, "
             f"current {what} has {tuple(have.shape)}"
         )
@@ -96,22 +100,24 @@ def apply(t: Trainer, snap: Snapshot, where: str) -> None:
     """Put ``snap`` back into the trainer (tensors are copied, the snapshot stays intact)."""
     tree = unflatten_state(snap.skeleton, {k: v.clone() for k, v in snap.tensors.items()}, where)
     if not isinstance(tree, dict) or "model" not in tree or "optimizer" not in tree:
-        raise ValueError(f"{where}: state lacks 'model' or 'optimizer'")
+        raise CheckpointError(f"{where}: state lacks 'model' or 'optimizer'")
     load_module(t.model, tree["model"], "model", where)
     if isinstance(t.objective, nn.Module):
         load_module(t.objective, tree.get("objective", {}), "objective", where)
     try:
         t.optimizer.load_state_dict(tree["optimizer"])
     except (ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"{where}: optimizer state does not fit this optimizer ({err})") from None
+        raise CheckpointError(f"{where}: optimizer state does not fit this optimizer ({err})") from None
     restore_rng(snap.rng, t.generator, where)
     try:
         t._batches.load_state_dict(snap.data)
     except (ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"{where}: {err}") from None
+        raise CheckpointError(f"{where}: {err}") from None
     for cb, saved in zip(t.callbacks, snap.callbacks):
         if saved.get("type") == type(cb).__name__ and saved.get("state") is not None and hasattr(cb, "load_state_dict"):
             cb.load_state_dict(saved["state"])
+    if snap.guard is not None:
+        t._guard_history = {k: list(v) for k, v in snap.guard.items()}
     t.step = snap.step
 
 
@@ -134,7 +140,10 @@ def checkpoint_payload(t: Trainer) -> tuple[dict[str, Tensor], dict[str, Any]]:
         "state": snap.skeleton,
         "rng": rngs,
         "rank_buffers": rank_buffers,
-        "trainer": {"step": snap.step, "data": snap.data, "callbacks": snap.callbacks, "stop_reason": t._stop_reason},
+        "trainer": {
+            "step": snap.step, "data": snap.data, "callbacks": snap.callbacks, "stop_reason": t._stop_reason,
+            "guard_history": snap.guard,
+        },
     }
     return tensors, meta
 
@@ -146,24 +155,41 @@ def apply_checkpoint(t: Trainer, ckpt: Checkpoint) -> None:
         cfg, tr, rngs, skeleton = meta["config"], meta["trainer"], meta["rng"], meta["state"]
         step, data, cbs = tr["step"], tr["data"], tr["callbacks"]
     except (KeyError, TypeError) as err:
-        raise ValueError(f"{where}: malformed record: missing field {err}") from None
+        raise CheckpointError(f"{where}: malformed record: missing field {err}") from None
+    if step != ckpt.step:
+        raise CheckpointError(f"{where}: malformed record: trainer step {step!r} differs from the record's step {ckpt.step}")
+    guard = _guard_history(tr.get("guard_history"), where)
     mine = t.config_dict()
     for key in ("batch_size", "seed", "world_size", "data"):
         if cfg.get(key) != mine[key]:
-            raise ValueError(
+            raise CheckpointError(
                 f"{where}: checkpoint has {key}={cfg.get(key)!r} but this trainer has {key}={mine[key]!r}; "
                 "an exact resume needs the same value"
             )
     if not isinstance(rngs, list) or len(rngs) != t.dist.world_size:
-        raise ValueError(f"{where}: expected RNG states for {t.dist.world_size} rank(s)")
+        raise CheckpointError(f"{where}: expected RNG states for {t.dist.world_size} rank(s)")
     rng = decode_blobs(rngs[t.dist.rank], where)
-    apply(t, Snapshot(step, skeleton, ckpt.tensors, rng, data, cbs), where)
+    apply(t, Snapshot(step, skeleton, ckpt.tensors, rng, data, cbs, guard=guard), where)
     if t.dist.rank > 0 and isinstance(t.objective, nn.Module):
         for name in meta.get("rank_buffers", []):
             key = f"objective@{t.dist.rank}/{name}"
             if key not in ckpt.tensors:
-                raise ValueError(f"{where}: missing per-rank buffer {key!r}")
+                raise CheckpointError(f"{where}: missing per-rank buffer {key!r}")
             t.objective.get_buffer(name).copy_(ckpt.tensors[key])
+
+
+def _guard_history(value: Any, where: str) -> dict[str, list[float]]:
+    """The guard history of a record (``{}`` when absent), checked to be ``{name: [finite numbers]}``."""
+    if value is None:
+        return {}
+    ok = isinstance(value, dict) and all(
+        isinstance(v, list)
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v)
+        for v in value.values()
+    )
+    if not ok:
+        raise CheckpointError(f"{where}: malformed record: trainer.guard_history must map names to lists of numbers")
+    return {str(k): [float(x) for x in v] for k, v in value.items()}
 
 
 def sync_tensors(t: Trainer) -> list[Tensor]:

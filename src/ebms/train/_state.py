@@ -33,6 +33,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ebms.errors import CheckpointError
+
 TENSOR = "__tensor__"
 ITEMS = "__items__"
 TUPLE = "__tuple__"
@@ -82,7 +84,7 @@ def unflatten_state(skeleton: Any, tensors: Mapping[str, Tensor], where: str) ->
                 (tag, val), = obj.items()
                 if tag == TENSOR:
                     if val not in tensors:
-                        raise ValueError(f"{where}: missing tensor key {val!r} in the weights file")
+                        raise CheckpointError(f"{where}: missing tensor key {val!r} in the weights file")
                     return tensors[val]
                 if tag == ITEMS:
                     return {dec(k): dec(v) for k, v in val}
@@ -145,7 +147,7 @@ def restore_rng(blobs: Mapping[str, bytes], generator: torch.Generator, where: s
     if generator.device.type == "cuda":
         missing |= {"torch_cuda"} - set(blobs)
     if missing:
-        raise ValueError(f"{where}: RNG state lacks {sorted(missing)}")
+        raise CheckpointError(f"{where}: RNG state lacks {sorted(missing)}")
     try:
         generator.set_state(_byte_tensor(blobs["generator"]))
         torch.set_rng_state(_byte_tensor(blobs["torch_cpu"]))
@@ -156,7 +158,7 @@ def restore_rng(blobs: Mapping[str, bytes], generator: torch.Generator, where: s
         name, key, pos, has_gauss, cached = json.loads(blobs["numpy"])
         np.random.set_state((name, np.asarray(key, dtype=np.uint32), pos, has_gauss, cached))
     except (RuntimeError, ValueError, TypeError) as err:
-        raise ValueError(f"{where}: RNG state is malformed ({err})") from None
+        raise CheckpointError(f"{where}: RNG state is malformed ({err})") from None
 
 
 def encode_blobs(blobs: Mapping[str, bytes]) -> dict[str, str]:
@@ -165,8 +167,8 @@ def encode_blobs(blobs: Mapping[str, bytes]) -> dict[str, str]:
 
 def decode_blobs(encoded: Any, where: str) -> dict[str, bytes]:
     if not isinstance(encoded, dict):
-        raise ValueError(f"{where}: RNG state must be a JSON object; got {type(encoded).__name__}")
+        raise CheckpointError(f"{where}: RNG state must be a JSON object; got {type(encoded).__name__}")
     try:
         return {k: base64.b64decode(v, validate=True) for k, v in encoded.items()}
     except (ValueError, TypeError) as err:
-        raise ValueError(f"{where}: RNG state is not valid base64 ({err})") from None
+        raise CheckpointError(f"{where}: RNG state is not valid base64 ({err})") from None

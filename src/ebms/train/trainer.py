@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,14 +16,16 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from ebms._checks import check_int, check_positive
+from ebms.errors import RunFolderError
 from ebms.train import _snapshot
 from ebms.train._data import Batch, StreamBatches, TensorBatches, mix_seed, to_device
+from ebms.train._interrupt import DeferredInterrupt
 from ebms.train._log import MetricsLog, jsonable
 from ebms.train._snapshot import Snapshot
 from ebms.train.callbacks import Callback
 from ebms.train.checkpoint import CheckpointStore
 from ebms.train.distributed import DistributedContext
-from ebms.train.guard import DivergenceGuard, TrainingDiverged
+from ebms.train.guard import ADVICE, DivergenceGuard, TrainingDiverged
 
 __all__ = ["TrainResult", "Trainer", "needs_closure"]
 
@@ -96,6 +99,22 @@ class Trainer:
     ``{"event": "diverged" | "resume" | "eval" | "sample" | "stop", ...}``;
     ``run_dir/checkpoints/`` (see :mod:`ebms.train.checkpoint`).
 
+    **A run folder is never lost by accident.** ``fit()`` into a folder that
+    already holds checkpoints or metrics raises :class:`~ebms.errors.RunFolderError`
+    unless ``resume`` continues it or ``overwrite=True`` deletes it. A resume
+    uses the newest checkpoint that verifies (a missing or damaged ``latest``
+    pointer or record is skipped with a warning) and refuses, with
+    :class:`~ebms.errors.CheckpointError`, a checkpoint whose ``identity``
+    (the settings it was trained under) differs from this trainer's.
+
+    **Ctrl-C.** In the main thread of a single process the first SIGINT is
+    deferred to the end of the current step: that step is completed, logged and
+    passed to the callbacks, a checkpoint is written, a ``stop`` event is
+    logged, and ``KeyboardInterrupt`` is raised. Resuming then gives the same
+    step lines as an uninterrupted run. A second SIGINT stops at once without
+    saving (the last checkpoint stands). Under ``torchrun`` SIGINT is not
+    deferred and not saved.
+
     Args:
         objective: ``nn.Module`` (or callable) returning a ``LossOutput``.
         model: the energy ``nn.Module`` (passed unwrapped to the objective).
@@ -119,6 +138,11 @@ class Trainer:
         progress: show a tqdm bar (rank 0).
         device: default ``cuda:<local_rank>`` when CUDA is available, else CPU.
         config: JSON-able user configuration stored in every checkpoint.
+        identity: flat ``{setting: JSON value}`` saying what this run trains
+            (model, data, objective settings); stored in every checkpoint and
+            compared key by key on resume. The classes of the model and the
+            objective are always part of it (``trainer.model_class``,
+            ``trainer.objective_class``).
         distributed: default :meth:`DistributedContext.from_env`.
 
     Example::
@@ -148,6 +172,7 @@ class Trainer:
         progress: bool = True,
         device: str | torch.device | None = None,
         config: Mapping[str, Any] | None = None,
+        identity: Mapping[str, Any] | None = None,
         distributed: DistributedContext | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
@@ -174,6 +199,15 @@ class Trainer:
             self.user_config = json.loads(json.dumps(dict(config or {}), allow_nan=False))
         except (TypeError, ValueError) as err:
             raise ValueError(f"config: expected a JSON-serialisable mapping; {err}") from None
+        try:
+            user_identity = json.loads(json.dumps(dict(identity or {}), allow_nan=False))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"identity: expected a flat JSON-serialisable mapping; {err}") from None
+        self.identity: dict[str, Any] = {
+            "trainer.model_class": type(model).__qualname__,
+            "trainer.objective_class": type(objective).__qualname__,
+            **user_identity,
+        }
         self.progress = bool(progress)
         self.dist = distributed if distributed is not None else DistributedContext.from_env()
         self.device = torch.device(device) if device is not None else self.dist.default_device()
@@ -203,6 +237,14 @@ class Trainer:
                     f"with tensor data; got {self.batch_size}"
                     + (" and a data stream" if n is None else "")
                 )
+        for i, group in enumerate(self.optimizer.param_groups):
+            lr = group.get("lr")
+            lr_f = float(lr) if isinstance(lr, (int, float, Tensor)) and not isinstance(lr, bool) else math.nan
+            if lr is not None and not (math.isfinite(lr_f) and lr_f >= 0):
+                raise ValueError(
+                    f"optimizer: parameter group {i} has lr={lr!r}; expected a finite number >= 0 "
+                    "(`ebms train`: train.lr)"
+                )
         for group in self.optimizer.param_groups:  # the schedule scales this; saved with the optimizer state
             group.setdefault("initial_lr", group["lr"])
         self._params = [p for g in self.optimizer.param_groups for p in g["params"]]
@@ -215,6 +257,7 @@ class Trainer:
         self._pending: Snapshot | None = None
         self._retries = 0
         self._restores = 0
+        self._guard_history: dict[str, list[float]] = {}
         self._saved_step: int | None = None
         self._resume_offset: int | None = None
         self._restored_from: Path | None = None
@@ -270,29 +313,63 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop
 
-    def fit(self, *, resume: bool | str = False) -> TrainResult:
+    def fit(self, *, resume: bool | str | Path = False, overwrite: bool = False) -> TrainResult:
         """Train until ``steps`` (or early stop); checkpoint at exit.
 
         Args:
-            resume: ``False`` start fresh; ``True`` continue from the latest
-                checkpoint in ``run_dir`` (error if none); ``"auto"`` continue
-                when one exists; a path continues from that checkpoint record.
+            resume: ``False`` start fresh; ``True`` continue from the newest
+                valid checkpoint in ``run_dir`` (error if none); ``"auto"``
+                continue when ``run_dir`` holds checkpoints, else start fresh;
+                a path continues from that checkpoint record.
+            overwrite: with ``resume=False``, delete the checkpoints and the
+                metrics log already in ``run_dir`` and start again. Without it,
+                a fresh start into a folder holding a run is refused.
 
         Raises:
+            RunFolderError: a fresh start into a folder that holds a run
+                (checkpoints or metrics) without ``overwrite``.
+            CheckpointError: no valid checkpoint to resume from, or one from
+                another run.
             TrainingDiverged: the guard ran out of retries.
+            KeyboardInterrupt: after Ctrl-C, once the state is saved (see the class docstring).
         """
+        if resume is not True and resume is not False and not isinstance(resume, (str, Path)):
+            raise ValueError(f"resume: expected False, True, 'auto' or a checkpoint path; got {resume!r}")
+        if overwrite and resume is not False:
+            raise ValueError(f"overwrite: deletes the run to start again; it cannot be combined with resume={resume!r}")
+        with DeferredInterrupt(enabled=not self.dist.enabled) as interrupt:
+            truncate = self._open_run(resume, overwrite)
+            result = self._fit(interrupt, truncate)
+            if interrupt.requested:  # Ctrl-C during the last step: the run is complete and saved
+                raise KeyboardInterrupt
+            return result
+
+    def _open_run(self, resume: bool | str | Path, overwrite: bool) -> int | None:
+        """Resume or check the folder for a fresh start; the offset metrics.jsonl is cut to."""
         if resume is True or (isinstance(resume, (str, Path)) and resume != "auto"):
             self.restore(None if resume is True else resume)
-        elif resume == "auto":
-            if self.store.latest() is not None:
-                self.restore()
-        elif resume is not False:
-            raise ValueError(f"resume: expected False, True, 'auto' or a checkpoint path; got {resume!r}")
-        elif self.store.latest() is not None and self.step == 0:
-            raise ValueError(
-                f"run_dir: {str(self.run_dir)!r} already holds checkpoints of another run; pass "
-                "resume=True (or 'auto') to continue it, or use a new run_dir"
-            )
+        elif resume == "auto" and self.store.has_any():
+            self.restore()
+        elif self._restored_from is None and self.step == 0:  # a fresh start (not after restore())
+            log = self.run_dir / "metrics.jsonl"
+            has_log = log.is_file() and log.stat().st_size > 0
+            if self.store.has_any() or has_log:
+                if not overwrite:
+                    what = "checkpoints" if self.store.has_any() else "a metrics log but no checkpoint yet"
+                    raise RunFolderError(
+                        f"run_dir: {str(self.run_dir)!r} already holds a run ({what}); continue it with "
+                        "resume=True (`ebms train --resume`), delete it with overwrite=True (`--overwrite`), "
+                        "or use another run_dir (`run.name`)"
+                    )
+                if self.is_main:
+                    self.store.clear()
+                return 0
+            return None
+        if self._restored_from is not None:
+            return self._resume_offset
+        return None
+
+    def _fit(self, interrupt: DeferredInterrupt, truncate: int | None) -> TrainResult:
         resumed_from, self._restored_from = self._restored_from, None  # also set by a direct restore()
         if self.dist.enabled:
             steps = [int(x) for x in self.dist.gather_tensor(torch.tensor([self.step], device=self.device))]
@@ -300,8 +377,8 @@ class Trainer:
                 raise RuntimeError(f"distributed: ranks resumed at different steps {steps}; is run_dir shared by all ranks?")
         self.dist.broadcast_(_snapshot.sync_tensors(self))
         self._t0 = time.time()
-        # a fresh run starts a fresh log; a resumed one drops what was written after its checkpoint
-        self._log.open(truncate_to=self._resume_offset if resumed_from is not None else (0 if self.step == 0 else None))
+        # a resumed run drops what was logged after its checkpoint (those steps are re-run exactly)
+        self._log.open(truncate_to=truncate)
         if resumed_from is not None:
             self.log_event("resume", checkpoint=str(resumed_from))
         stopped_before = self._stop_reason  # a resumed run that had stopped early stays stopped
@@ -309,17 +386,20 @@ class Trainer:
         for cb in self.callbacks:
             getattr(cb, "on_fit_start", lambda t: None)(self)
         bar = tqdm(total=self.steps, initial=self.step, desc="train", disable=not (self.progress and self.is_main), dynamic_ncols=True)
-        in_update = False
+        at_boundary = True  # between two complete steps: the state, the log and the callbacks agree
         try:
             while self.step < self.steps and self._stop_reason is None:
-                in_update = True
+                at_boundary = False
                 if self._one_step():
-                    in_update = False
                     self._after_step(bar)
-                in_update = False
+                at_boundary = True
+                if interrupt.requested:
+                    raise KeyboardInterrupt
         except KeyboardInterrupt:
-            self.log_event("stop", reason="interrupted")
-            if not in_update and not self.dist.enabled and self.step != self._saved_step:
+            saved = at_boundary and not self.dist.enabled
+            reason = "interrupted" if saved else "interrupted during a step (not saved)"
+            self.log_event("stop", reason=reason)
+            if saved and self.step != self._saved_step:
                 self.save_checkpoint()
             self._log.close()
             raise
@@ -384,10 +464,13 @@ class Trainer:
     def _healthy(self, loss_f: float, metrics: dict[str, float], gnorm: float) -> bool:
         """The divergence guard's verdict; on failure the last good state is restored (``False``),
         otherwise the snapshot taken before this step becomes the last good one."""
-        reason = self.guard.check(loss_f, metrics, gnorm) if self.guard is not None else None
+        if self.guard is None:
+            return True
+        reason = self.guard.check(loss_f, metrics, gnorm, self._guard_history)
         if reason is not None:
             self._recover(reason)
             return False
+        self.guard.record(self._guard_history, loss_f, metrics)
         if self._pending is not None:
             self._snapshot, self._pending, self._retries = self._pending, None, 0
         return True
@@ -395,6 +478,8 @@ class Trainer:
     def _apply_lr_schedule(self) -> None:
         if self.lr_schedule is not None:
             scale = float(self.lr_schedule(self.step))
+            if not (math.isfinite(scale) and scale >= 0):
+                raise ValueError(f"lr_schedule: expected a finite multiplier >= 0 at step {self.step}; got {scale}")
             for g in self.optimizer.param_groups:
                 g["lr"] = g["initial_lr"] * scale
 
@@ -498,14 +583,15 @@ class Trainer:
                 msg = (
                     f"training diverged at step {failed}: {reason}; no earlier healthy state to restore "
                     "(the first step after the start or resume failed). Check the data, the initialisation "
-                    "and the objective"
+                    f"and the objective, or {ADVICE}"
                 )
             else:
                 lr = float(self.optimizer.param_groups[0]["lr"])
+                start_lr = lr / self.guard.lr_factor ** (self._retries - 1)
                 msg = (
                     f"training diverged at step {failed}: {reason}; gave up after {self.guard.max_retries} "
-                    f"restore(s) to step {self._snapshot.step} (lr now {lr:.3g}). Try a smaller learning rate, "
-                    "grad_clip, or a regulariser on the energies"
+                    f"restore(s) to step {self._snapshot.step} (lr {start_lr:.3g} lowered to {lr:.3g}, "
+                    f"grad_clip={self.grad_clip}). To fix: {ADVICE}"
                 )
             raise TrainingDiverged(msg)
         self._pending = None
@@ -538,18 +624,24 @@ class Trainer:
         meta["trainer"]["metrics_offset"] = self._log.offset()
         meta["metrics"] = jsonable(self.metrics)
         self._saved_step = self.step
-        path = self.store.save(self.step, tensors, meta) if self.is_main else None
+        path = self.store.save(self.step, tensors, meta, identity=self.identity) if self.is_main else None
         self.dist.barrier()  # no rank reads `latest` before rank 0 has committed
         if path is not None:
             logger.info("checkpoint %s", path)
         return path
 
     def restore(self, which: int | str | Path | None = None) -> Path:
-        """Load a checkpoint (default: latest in ``run_dir``) into this trainer; returns its record path.
+        """Load a checkpoint (default: the newest valid one in ``run_dir``) into this trainer.
 
         The next :meth:`fit` continues from it (same as ``fit(resume=which)``).
+        Returns the record's path.
+
+        Raises:
+            CheckpointError: no valid checkpoint, a damaged one (when named), or
+                one whose identity or batch size, seed, world size or data
+                differ from this trainer's.
         """
-        ckpt = self.store.load(which)
+        ckpt = self.store.load(which, identity=self.identity)
         _snapshot.apply_checkpoint(self, ckpt)
         self._saved_step = self.step
         self._resume_offset = int(ckpt.meta["trainer"].get("metrics_offset", 0))

@@ -1,0 +1,145 @@
+"""Run folders from the command line: checkpoint identity and integrity, recovery, refusals,
+exploding training, and loading a run back into Python (``ebms.runs.load_run``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import ebms.runs
+from ebms.cli.main import main
+from ebms.errors import CheckpointError
+from ebms.samplers import SGLD
+from ebms.train import CheckpointStore
+
+TINY = ["run.progress=false", "model.hidden=[8]", "objective.k=1", "objective.buffer_size=64",
+        "train.batch_size=16", "train.log_every=2", "train.checkpoint_every=4", "data.n_test=50",
+        "eval.resolution=16", "eval.n_samples=10", "eval.sample_steps=2"]
+
+
+def _train(out: Path, name: str, *extra: str) -> int:
+    return main(["train", f"run.out_dir={out}", f"run.name={name}", *TINY, *extra, "--no-eval"])
+
+
+def _steps(run: Path) -> list[dict]:
+    out = []
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if "event" not in rec:
+            rec.pop("time")
+            out.append(rec)
+    return out
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``moons`` (two_moons) and ``gauss`` (eight_gaussians), 8 steps each, checkpoints at 4 and 8."""
+    out = tmp_path_factory.mktemp("runs")
+    assert _train(out, "moons", "data.name=two_moons", "train.steps=8") == 0
+    assert _train(out, "gauss", "train.steps=8") == 0
+    assert _train(out, "ref12", "train.steps=12") == 0  # the uninterrupted reference for resumes to 12
+    return out
+
+
+def _copy(runs: Path, name: str, tmp_path: Path) -> Path:
+    dst = tmp_path / name
+    shutil.copytree(runs / name, dst)
+    return dst
+
+
+def test_checkpoints_of_another_run_are_refused_by_eval_sample_and_resume(runs, tmp_path, capsys) -> None:
+    run = _copy(runs, "gauss", tmp_path)
+    shutil.rmtree(run / "checkpoints")
+    shutil.copytree(runs / "moons" / "checkpoints", run / "checkpoints")
+    expect = "checkpoint of another run: trained with data.name='two_moons' (here 'eight_gaussians')"
+    assert main(["eval", "--run", str(run)]) == 2
+    assert expect in _one_line_error(capsys)
+    assert main(["sample", "--run", str(run), "--n", "5"]) == 2
+    assert expect in _one_line_error(capsys)
+    before = (run / "metrics.jsonl").read_bytes()
+    assert main(["train", str(run / "config.toml"), f"run.out_dir={tmp_path}", "train.steps=12", "--resume", "--no-eval"]) == 2
+    assert expect in _one_line_error(capsys)
+    assert (run / "metrics.jsonl").read_bytes() == before  # nothing rewritten
+    assert [p.name for p in CheckpointStore(run / "checkpoints").checkpoints()] == ["ckpt-000000004.json", "ckpt-000000008.json"]
+
+
+@pytest.mark.parametrize("edit", [lambda r: r.update(step=-5), lambda r: r["rng"][0].update(python=r["rng"][0]["numpy"])])
+def test_an_edited_checkpoint_record_is_refused(runs, tmp_path, capsys, edit) -> None:
+    run = _copy(runs, "gauss", tmp_path)
+    for path in (run / "checkpoints").glob("ckpt-*.json"):
+        record = json.loads(path.read_text())
+        edit(record)
+        path.write_text(json.dumps(record))
+    assert main(["eval", "--run", str(run)]) == 2
+    assert "record sha256 mismatch" in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize("damage", ["no_pointer", "newest_truncated"])
+def test_resume_continues_from_the_newest_valid_checkpoint_and_loses_nothing(runs, tmp_path, capsys, damage) -> None:
+    run = _copy(runs, "gauss", tmp_path)
+    ck = run / "checkpoints"
+    if damage == "no_pointer":
+        (ck / "latest").unlink()
+    else:
+        w = ck / json.loads((ck / "ckpt-000000008.json").read_text())["weights"]["file"]
+        w.write_bytes(w.read_bytes()[:50])
+    assert main(["train", str(run / "config.toml"), f"run.out_dir={tmp_path}", "train.steps=12", "--resume", "--no-eval"]) == 0
+    assert _steps(run) == _steps(runs / "ref12")  # no step lost, doubled or changed
+    names = [p.name for p in CheckpointStore(ck).checkpoints()]
+    assert names == ["ckpt-000000004.json", "ckpt-000000008.json", "ckpt-000000012.json"]
+
+
+def test_plain_train_into_an_existing_run_is_refused_and_changes_nothing(runs, tmp_path, capsys) -> None:
+    run = _copy(runs, "gauss", tmp_path)
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    (run / "checkpoints" / "latest").unlink()  # even without its pointer, a run is a run
+    del before[run / "checkpoints" / "latest"]
+    args = ["train", str(run / "config.toml"), f"run.out_dir={tmp_path}", "--no-eval"]
+    assert main(args) == 2
+    assert "already has checkpoints; use --resume to continue it, --overwrite to start again" in _one_line_error(capsys)
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    shutil.rmtree(run / "checkpoints")  # a run stopped before its first checkpoint keeps its log too
+    for flags in ([], ["--resume"]):
+        assert main([*args, *flags]) == 2
+        assert "already has a metrics log but no checkpoint to continue from" in _one_line_error(capsys)
+    assert (run / "metrics.jsonl").read_bytes() == before[run / "metrics.jsonl"]
+    assert main([*args, "--overwrite", "train.steps=4"]) == 0
+    assert [r["step"] for r in _steps(run)] == [2, 4]
+
+
+@pytest.mark.parametrize("settings", [("objective.kind=dsm", "train.lr=10"), ("objective.kind=sm", "train.lr=100")])
+def test_exploding_training_stops_with_the_setting_to_change(tmp_path, capsys, settings) -> None:
+    code = main(["train", f"run.out_dir={tmp_path}", "run.name=x", "run.progress=false", "train.steps=20",
+                 "train.checkpoint_every=10", *settings, "--no-eval"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # the restores before it are logged warnings
+    assert err.startswith("ebms train: error: training diverged at step ") and "exploded" in err
+    assert "train.lr" in err and "train.grad_clip" in err
+    assert not CheckpointStore(tmp_path / "x" / "checkpoints").has_any()  # no diverged state was saved
+
+
+def test_load_run_gives_back_the_trained_model_data_and_sampler(runs) -> None:
+    run = ebms.runs.load_run(runs / "gauss")
+    assert run.step == 8 and run.checkpoint.name == "ckpt-000000008.json" and run.path == runs / "gauss"
+    assert run.config.data.name == "eight_gaussians" and run.config.model.hidden == [8]
+    assert isinstance(run.sampler, SGLD) and run.sampler.noise_scale is None  # exact Langevin noise, as `ebms sample`
+    ckpt = CheckpointStore(runs / "gauss" / "checkpoints").load()
+    for name, value in run.model.state_dict().items():
+        assert torch.equal(value, ckpt.tensors[f"model/{name}"]), name
+    assert not run.model.training
+    x = run.data.sample(7, generator=torch.Generator().manual_seed(0))
+    assert run.model(x).shape == (7,)
+    assert run.sample(5, steps=2, seed=1).shape == (5, 2)
+    assert torch.equal(run.sample(5, steps=2, seed=1), run.sample(5, steps=2, seed=1))
+    with pytest.raises(CheckpointError, match=r"do not fit the model that model.\* describes: it was trained with model.hidden=\[8\] \(here \[4\]\)"):
+        ebms.runs.load_run(runs / "gauss", ["model.hidden=[4]"])
