@@ -56,7 +56,8 @@ def test_eval_and_sample_read_a_finished_run(demo_run, capsys):
     assert main(["sample", "--run", str(demo_run), "--n", "50", "--steps", "5", "--out", str(demo_run / "s")]) == 0
     from safetensors.torch import load_file
 
-    assert load_file(str(demo_run / "s" / "samples.safetensors"))["samples"].shape == (50, 2)
+    assert load_file(str(demo_run / "s" / "samples-n50-steps5-seed7.safetensors"))["samples"].shape == (50, 2)
+    assert "samples-n50-steps5-seed7.png" in capsys.readouterr().out
 
 
 def test_train_resume_continues_from_the_latest_checkpoint(demo_run, tmp_path):
@@ -170,8 +171,7 @@ def test_bench_passes_its_flags_to_the_benchmark_runner(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     assert main(["bench", "--quick", "--threads", "2"]) == 0
     assert calls[0][-3:] == ["--quick", "--threads", "2"]
-    with pytest.raises(SystemExit):
-        main(["demo", "--bogus"])
+    assert main(["demo", "--bogus"]) == 2
 
 
 @pytest.mark.parametrize("dim, suffix", [(1, ".txt"), (2, ".csv"), (3, ".npy"), (5, ".safetensors")])
@@ -204,14 +204,14 @@ def test_training_on_a_users_point_file_in_any_dimension(dim, suffix, tmp_path, 
     assert main(["sample", "--run", str(tmp_path / "r"), "--n", "30", "--steps", "3", "--out", str(tmp_path / "s")]) == 0
     from safetensors.torch import load_file
 
-    assert load_file(str(tmp_path / "s" / "samples.safetensors"))["samples"].shape == (30, dim)
+    assert load_file(str(tmp_path / "s" / "samples-n30-steps3-seed7.safetensors"))["samples"].shape == (30, dim)
 
 
 def test_bad_point_files_are_one_line_errors(tmp_path, capsys):
     (tmp_path / "words.csv").write_text("a,b\nx,y\n")
     for path, message in [
         (tmp_path / "missing.npy", "data.path: file"),
-        (tmp_path / "words.csv", "not a table of numbers"),
+        (tmp_path / "words.csv", "words.csv: line 2: not a row of numbers"),
         (tmp_path / "pts.json", "unknown suffix '.json'"),
     ]:
         if path.suffix == ".json":
@@ -238,3 +238,50 @@ def test_eval_with_a_model_that_does_not_fit_the_checkpoint_is_a_config_error(de
     err = capsys.readouterr().err.strip()
     assert "the checkpoint's weights do not fit the model that model.* describes" in err
     assert len(err.splitlines()) == 1
+
+
+def test_relative_data_path_is_stored_absolute_so_eval_works_from_elsewhere(tmp_path, monkeypatch, capsys):
+    import numpy as np
+
+    data_dir, elsewhere = tmp_path / "data", tmp_path / "elsewhere"
+    data_dir.mkdir()
+    elsewhere.mkdir()
+    np.save(data_dir / "pts.npy", np.random.default_rng(0).normal(size=(200, 2)).astype("float32"))
+    monkeypatch.chdir(data_dir)
+    args = ["train", f"run.out_dir={tmp_path}", "run.name=r", "data.path=pts.npy", *FAST, "train.steps=4",
+            "train.batch_size=32", "--no-eval"]
+    assert main(args) == 0, capsys.readouterr().err
+    from ebms.cli.config import load_config
+
+    assert load_config(tmp_path / "r" / "config.toml").data.path == str(data_dir / "pts.npy")
+    monkeypatch.chdir(elsewhere)
+    assert main(["eval", "--run", str(tmp_path / "r"), "eval.resolution=32"]) == 0, capsys.readouterr().err
+    assert "test NLL (grid-normalised), step 4" in capsys.readouterr().out
+
+
+def test_sample_never_overwrites_the_training_plot_or_earlier_samples(demo_run, tmp_path, capsys):
+    run = tmp_path / "demo"
+    shutil.copytree(demo_run, run)
+    before = (run / "samples.png").read_bytes()
+    args = ["sample", "--run", str(run), "--n", "20", "--steps", "2", "--seed", "5"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "samples-n20-steps2-seed5.safetensors" in out and "samples.png is kept" in out
+    assert (run / "samples.png").read_bytes() == before
+    assert (run / "samples-n20-steps2-seed5.png").stat().st_size > 0
+    assert main(args) == 2
+    assert "pass --overwrite" in capsys.readouterr().err
+    assert main([*args, "--overwrite"]) == 0
+
+
+@pytest.mark.parametrize("inside", [True, False], ids=["checkout", "elsewhere"])
+def test_bench_help_lists_its_flags_and_benchmarks(inside, tmp_path, monkeypatch, capsys):
+    if inside:
+        (tmp_path / "benchmarks").mkdir()
+        for name in ("run_all", "langevin", "_common"):
+            (tmp_path / "benchmarks" / f"{name}.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(flag in out for flag in ("--quick", "--threads", "--only", "--timeout"))
+    assert ("benchmarks: langevin" in out) if inside else ("from a source checkout" in out)

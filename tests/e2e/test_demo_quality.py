@@ -9,9 +9,12 @@ points. The issue's bar is a gap below 0.3 nats; the demo recipe measured
 
 import json
 
+import pytest
+
 from ebms.cli.main import main
 
 
+@pytest.mark.slow
 def test_pcd_on_eight_gaussians_is_within_0_3_nats_of_the_true_density(tmp_path, capsys):
     assert main(["demo", f"run.out_dir={tmp_path}", "run.progress=false"]) == 0
     report = json.loads((tmp_path / "demo" / "eval.json").read_text())

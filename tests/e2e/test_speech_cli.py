@@ -70,7 +70,7 @@ def test_train_writes_eval_json_with_a_label_error_rate(recipe, fake_root, tmp_p
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("objective.kind=ctc_crf", "objective.kind: unknown value 'ctc_crf' for data.name='fsdd-digits'; "
+        ("objective.kind=ctc_crf", "objective.kind: unknown value 'ctc_crf' for data.name='fsdd-digits' (a structured task); "
                                    "expected one of ctc, ctc-crf; did you mean 'ctc-crf'?"),
         ("model.kind=mlp", "model.kind: unknown value 'mlp' for data.name='fsdd-digits'"),
         ("model.hidden=[1,2,3]", "model.hidden: expected [H] or [channels, H]"),

@@ -2,7 +2,9 @@
 
 Every table maps a config name to a factory; an unknown name raises
 :class:`~ebms.cli.config.ConfigError` listing the valid ones. Nothing else in
-the library looks objects up by string.
+the library looks objects up by string. :func:`validate_config` checks every
+name of a config against these tables (and the structured tasks') before
+anything is built, with the ranges of :data:`ebms.cli.config.RULES`.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ebms.cli.config import Config, ConfigError, ModelConfig, ObjectiveConfig, SamplerConfig
+from ebms.cli.config import Config, ConfigError, ModelConfig, ObjectiveConfig, SamplerConfig, check_values
 from ebms.cli.discrete_data import IMAGE_SETS, BinaryImages, load_binary_images
 from ebms.data import TOY_NAMES, PointCloud, ToyDataset, get_toy, load_points
+from ebms.errors import InputError
 from ebms.models import BernoulliRBM
 from ebms.nets import MLPEnergy
 from ebms.objectives import (
@@ -50,10 +53,13 @@ __all__ = [
     "build_objective",
     "build_sampler",
     "chain_space",
+    "check_device",
     "check_sampler_fits_model",
     "config_error",
     "data_box",
+    "data_names",
     "resolve",
+    "validate_config",
 ]
 
 
@@ -69,25 +75,37 @@ def config_error(section: str, err: Exception, fields: object) -> ConfigError:
 
 
 def _build(section: str, fields: object, factory: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``factory(*args, **kwargs)``, its input errors turned into one-line config errors."""
+    """``factory(*args, **kwargs)``; a layer's argument errors become one-line config errors naming
+    the section's key, and an :class:`~ebms.errors.InputError` (a bad file, ...) passes unchanged."""
     try:
         return factory(*args, **kwargs)
     except (ValueError, TypeError, FileNotFoundError) as e:
-        if isinstance(e, ConfigError):
+        if isinstance(e, InputError):
             raise
         raise config_error(section, e, fields) from None
 
 
-def resolve(table: dict[str, Any], name: str, key: str, *, context: str = "") -> Any:
-    """``table[name]`` or a one-line error listing the valid names (``context``, e.g.
-    ``"for data.name='fsdd-digits'"``, says where the list applies)."""
+def resolve(table: dict[str, Any], name: str, key: str, *, context: str = "", note: str = "") -> Any:
+    """``table[name]``, or a one-line error listing the valid names.
+
+    Args:
+        table: the valid names (keys) and what they resolve to.
+        name: the configured value.
+        key: the dotted config key, for the message.
+        context: where the list applies, e.g. ``"for data.name='fsdd-digits'"``.
+        note: a last clause, e.g. which other data sets take ``name``.
+
+    Raises:
+        ConfigError: ``key: unknown value 'x' <context>; expected one of a, b; did you mean 'a'?``.
+    """
     if name not in table:
         import difflib
 
         close = difflib.get_close_matches(name, list(table), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         where = f" {context}" if context else ""
-        raise ConfigError(f"{key}: unknown value {name!r}{where}; expected one of {', '.join(sorted(table))}{hint}")
+        tail = f"; {note}" if note else ""
+        raise ConfigError(f"{key}: unknown value {name!r}{where}; expected one of {', '.join(sorted(table))}{hint}{tail}")
     return table[name]
 
 
@@ -191,7 +209,9 @@ def build_data(cfg: Config) -> Dataset:
     if d.name in IMAGE_SETS and d.path is None:
         return _build("data", d, load_binary_images, d, cfg.run.seed)
     if d.path is not None:
-        return _build("data", d, load_points, d.path, test_fraction=d.test_fraction, seed=cfg.run.seed, key=d.key)
+        limit: dict[str, Any] = {} if d.max_mb is None else {"max_bytes": d.max_mb << 20}
+        return _build("data", d, load_points, d.path, test_fraction=d.test_fraction, seed=cfg.run.seed, key=d.key,
+                      **limit)
     kw = {k: v for k, v in (("scale", d.scale), ("noise", d.noise)) if v is not None}
     return _build("data", d, get_toy, d.name, **kw)
 
@@ -228,3 +248,119 @@ def check_sampler_fits_model(cfg: Config, model: nn.Module) -> None:
 def build_objective(cfg: Config, sampler: Sampler, data: Dataset) -> nn.Module:
     factory = resolve(OBJECTIVES, cfg.objective.kind, "objective.kind")
     return _build("objective", cfg.objective, factory, cfg.objective, sampler, data)
+
+
+def data_names() -> dict[str, list[str]]:
+    """Every ``data.name`` the command line serves, by kind (toy sets, binary image sets, structured tasks)."""
+    from ebms.cli.tasks import task_names
+
+    return {"a toy set": sorted(TOY_NAMES), "a binary image set": sorted(IMAGE_SETS), "a structured task": task_names()}
+
+
+def _check_data_name(name: str) -> None:
+    groups = data_names()
+    every = [n for names in groups.values() for n in names]
+    if name not in every:
+        import difflib
+
+        close = difflib.get_close_matches(name, every, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        kinds = ", ".join(f"{kind} ({', '.join(names)})" for kind, names in groups.items() if names)
+        raise ConfigError(f"data.name: unknown value {name!r}; expected {kinds}, or data.path=FILE for your own "
+                          f"points{hint}")
+
+
+def check_device(device: str) -> None:
+    """``run.device`` names a torch device that exists on this machine.
+
+    Raises:
+        ConfigError: not a device name, or a CUDA/MPS device this torch build or machine lacks.
+    """
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"run.device: expected 'cpu' or a torch device such as 'cuda' or 'cuda:0'; got {device!r}") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"run.device: expected 'cpu' or an available device; got {device!r}, but CUDA is not "
+                              f"available here (torch.cuda.is_available() is False)")
+        if dev.index is not None and dev.index >= count:
+            raise ConfigError(f"run.device: expected cuda:0 .. cuda:{count - 1} (this machine has {count} CUDA "
+                              f"device(s)); got {device!r}")
+    elif dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ConfigError(f"run.device: expected 'cpu' or an available device; got {device!r}, but MPS is not "
+                              f"available here")
+    elif dev.type != "cpu":
+        raise ConfigError(f"run.device: expected 'cpu', 'cuda', 'cuda:N' or 'mps'; got {device!r}")
+
+
+def _data_words(cfg: Config) -> str:
+    d = cfg.data
+    if d.path is not None:
+        return f"data.path={d.path!r} (points)"
+    kind = "a binary image set" if d.name in IMAGE_SETS else "a toy set"
+    return f"data.name={d.name!r} ({kind})"
+
+
+def _served_by(kind: str, attr: str) -> str:
+    """Which structured tasks take ``kind`` as their ``model.kind`` / ``objective.kind`` (``attr``)."""
+    from ebms.cli.tasks import TASKS, task_names
+
+    task_names()  # registers the packaged tasks
+    names = sorted(n for n, t in TASKS.items() if kind in getattr(t, attr))
+    if not names:
+        return ""
+    return f"{kind!r} belongs to the structured tasks data.name = {', '.join(names)}: set data.name to one of them"
+
+
+def validate_config(cfg: Config, *, device: bool = True) -> Config:
+    """Check every value of ``cfg`` before anything is built: the ranges of
+    :data:`~ebms.cli.config.RULES` and every name against the table it is looked up in.
+
+    A structured task (``data.name`` served by :mod:`ebms.cli.tasks`) checks ``model.kind`` and
+    ``objective.kind`` against its own lists; other data against :data:`MODELS` and
+    :data:`OBJECTIVES`, and a name that belongs to a structured task says which ``data.name``
+    takes it.
+
+    Args:
+        cfg: the loaded configuration.
+        device: also check that ``run.device`` exists on this machine (training needs it;
+            evaluating a run trained elsewhere does not).
+
+    Raises:
+        ConfigError: one line naming the key, the expectation and the value.
+    """
+    from ebms.cli.tasks import task_for
+    from ebms.nets._activations import ACTIVATIONS
+
+    check_values(cfg)
+    if device:
+        check_device(cfg.run.device)
+    if cfg.data.path is None:
+        _check_data_name(cfg.data.name)
+    task = task_for(cfg)
+    if task is not None:
+        where = f"for data.name={cfg.data.name!r} (a structured task)"
+        if task.model_kinds:
+            resolve(dict.fromkeys(task.model_kinds), cfg.model.kind, "model.kind", context=where)
+        if task.objective_kinds:
+            resolve(dict.fromkeys(task.objective_kinds), cfg.objective.kind, "objective.kind", context=where)
+    else:
+        where = f"for {_data_words(cfg)}"
+        resolve(MODELS, cfg.model.kind, "model.kind", context=where, note=_served_by(cfg.model.kind, "model_kinds"))
+        resolve(OBJECTIVES, cfg.objective.kind, "objective.kind", context=where,
+                note=_served_by(cfg.objective.kind, "objective_kinds"))
+        binary = cfg.data.path is None and cfg.data.name in IMAGE_SETS
+        if cfg.model.kind == "rbm" and not binary:
+            raise ConfigError(f"model.kind: 'rbm' is a Bernoulli RBM for binary data (data.name = one of "
+                              f"{', '.join(IMAGE_SETS)}); {_data_words(cfg)} is continuous; expected 'mlp'")
+    resolve(SAMPLERS, cfg.sampler.kind, "sampler.kind")
+    resolve(LR_SCHEDULES, cfg.train.lr_schedule, "train.lr_schedule")
+    resolve({k.lower(): v for k, v in ACTIVATIONS.items()}, cfg.model.activation.lower(), "model.activation")
+    if cfg.data.features:
+        from ebms.structured.features import FEATURE_SETS
+
+        resolve(FEATURE_SETS, cfg.data.features, "data.features")
+    return cfg

@@ -4,7 +4,7 @@
 ``data.binarize_seed`` name the binarisation and are written to the run's config, so a run
 can always be regenerated; ``data.root`` points at a user's own copy and ``data.download``
 allows fetching with checksum checks. ``data.limit`` keeps the first N training images
-(quick runs and tests).
+(quick runs and tests); ``data.max_mb`` raises the readers' size limit for a larger genuine file.
 """
 
 from __future__ import annotations
@@ -58,8 +58,9 @@ def load_binary_images(d: DataConfig, seed: int) -> BinaryImages:
         from ebms.data.binarize import binarized_mnist
 
         def load(split: str) -> tuple[Tensor, Any, dict[str, Any]]:
+            limit: dict[str, Any] = {} if d.max_mb is None else {"max_bytes": d.max_mb << 20}
             return binarized_mnist(split, seed=d.binarize_seed, method=d.binarize, root=d.root, dataset=d.name,
-                                   download=d.download)
+                                   download=d.download, **limit)
 
         train, _, settings = load("train")
         test, _, _ = load("test")

@@ -2,28 +2,86 @@
 
 ::
 
+    ebms [--debug] COMMAND ...
     ebms demo [key=value ...]                      train the default job and report
     ebms train [FILE.toml | --config FILE.toml] [--resume | --overwrite] [key=value ...]
     ebms eval  (--run DIR | FILE.toml) [--ais] [key=value ...] test NLL: grid in 2-D, exact/AIS log Z on binary data
-    ebms sample (--run DIR | FILE.toml) [--n N] [--steps S]   samples.png / samples.safetensors
+    ebms sample (--run DIR | FILE.toml) [--n N] [--steps S] [--seed K] [--out DIR] [--overwrite]
     ebms recipes                                   list the packaged recipes
-    ebms bench [--quick]                           run benchmarks/ (from a source checkout)
+    ebms bench [--quick] [--threads N] [--only A,B] [--timeout S]   run benchmarks/ (from a source checkout)
 
-Bad configuration is a one-line error with a suggestion and exit status 2.
+The error contract: every mistake a user can make (an :class:`~ebms.errors.InputError` — a
+setting, a file, a folder, a checkpoint —, :class:`~ebms.train.guard.TrainingDiverged`, or an
+anticipated operating-system failure such as a read-only or full disk, see :data:`OS_ERRORS`)
+is one line on stderr, ``ebms <command>: error: <message>``, and exit status 2. Any other
+exception is a bug and keeps its traceback (exit status 1). ``ebms --debug ...`` prints the
+traceback for every error.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import sys
 import time
+import traceback
 from importlib import resources
 from pathlib import Path
+from typing import Any, NoReturn
 
 from ebms import __version__
-from ebms.cli.config import ConfigError, load_config
+from ebms.cli.config import MAX_SEED, ConfigError, load_config
+from ebms.errors import InputError, RunFolderError
 
-__all__ = ["main"]
+__all__ = ["OS_ERRORS", "build_parser", "main", "user_error"]
+
+#: operating-system failures a user can fix (errno -> what to do), reported as one line naming the path.
+OS_ERRORS: dict[int, str] = {
+    errno.EACCES: "permission denied: choose a folder you can write (run.out_dir, --out) or fix its permissions",
+    errno.EPERM: "operation not permitted: choose a folder you can write (run.out_dir, --out) or fix its permissions",
+    errno.EROFS: "read-only file system: choose a writable run.out_dir (or --out)",
+    errno.ENOSPC: "no space left on the device: free some space or choose another run.out_dir "
+                  "(a run stopped this way continues with --resume)",
+    errno.EDQUOT: "disk quota exceeded: free some space or choose another run.out_dir",
+    errno.EFBIG: "file too large for this file system: choose another run.out_dir",
+    errno.ENAMETOOLONG: "file name too long for this file system: shorten run.name or run.out_dir",
+    errno.ENOTDIR: "a part of this path is a file, not a folder: choose another run.out_dir / --out / path",
+    errno.EISDIR: "is a folder, not a file: give a file's path",
+    errno.EEXIST: "exists and is not a folder: choose another run.out_dir / --out",
+    errno.ENOENT: "no such file or folder",
+    errno.ELOOP: "too many levels of symbolic links",
+}
+
+
+def _one_line(text: str) -> str:
+    """``text`` as one line (inner line breaks become ``"; "``)."""
+    return "; ".join(part.strip() for part in str(text).splitlines() if part.strip()) or "(no message)"
+
+
+def user_error(err: BaseException) -> str | None:
+    """The one-line message for an error the user can fix, or ``None`` for a bug (keep the traceback).
+
+    Args:
+        err: the exception a command raised.
+
+    Returns:
+        The message of an :class:`~ebms.errors.InputError`, of
+        :class:`~ebms.train.guard.TrainingDiverged`, or of an ``OSError`` whose ``errno`` is in
+        :data:`OS_ERRORS` (naming its path and what to do); ``None`` for anything else.
+    """
+    from ebms.train.guard import TrainingDiverged
+
+    if isinstance(err, InputError):
+        return _one_line(str(err))
+    if isinstance(err, TrainingDiverged):
+        text = _one_line(str(err))
+        return text if text.startswith("training diverged") else f"training diverged: {text}"
+    if isinstance(err, OSError) and err.errno in OS_ERRORS:
+        paths = [str(p) for p in (err.filename, err.filename2) if p is not None]
+        where = " -> ".join(repr(p) for p in paths) or (err.strerror or "file system")
+        return _one_line(f"{where}: {OS_ERRORS[err.errno]} ({err.strerror or os.strerror(err.errno)})")
+    return None
 
 
 def recipe_path(name: str) -> Path:
@@ -37,6 +95,7 @@ def recipe_path(name: str) -> Path:
 
 
 def list_recipes() -> list[str]:
+    """Names of the packaged recipes (``ebms/recipes/*.toml``), sorted."""
     return sorted(p.name[:-5] for p in resources.files("ebms.recipes").iterdir() if p.name.endswith(".toml"))
 
 
@@ -51,6 +110,12 @@ def _config_arg(args: argparse.Namespace) -> str | None:
         stem = Path(cfg).name
         if stem.removesuffix(".toml") in list_recipes():
             return str(recipe_path(stem))
+        import difflib
+
+        close = difflib.get_close_matches(stem.removesuffix(".toml"), list_recipes(), n=1)
+        if close and Path(cfg).parent == Path("."):
+            raise ConfigError(f"config file {cfg!r} not found; did you mean the packaged recipe {close[0]!r}? "
+                              f"(`ebms recipes` lists them)")
     return cfg
 
 
@@ -69,9 +134,11 @@ def _report_and_plots(run_dir: Path, overrides: list[str], use_ais: bool = False
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """``ebms demo``: train the packaged demo recipe (always from scratch), then evaluate and plot."""
+    from ebms.cli.build import validate_config
     from ebms.cli.run import train
 
-    cfg = load_config(recipe_path("demo"), args.overrides)
+    cfg = validate_config(load_config(recipe_path("demo"), args.overrides))
     print(f"ebms {__version__} demo: {cfg.objective.kind.upper()} on '{cfg.data.name}', "
           f"{cfg.train.steps} steps -> {Path(cfg.run.out_dir) / cfg.run.name}")
     t0 = time.perf_counter()
@@ -83,9 +150,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    """``ebms train``: every value checked up front, then train, then (unless ``--no-eval``) report."""
+    from ebms.cli.build import validate_config
     from ebms.cli.run import train
 
-    cfg = load_config(_config_arg(args), args.overrides)
+    cfg = validate_config(load_config(_config_arg(args), args.overrides))
     t0 = time.perf_counter()
     run_dir = train(cfg, resume="auto" if args.resume else False, overwrite=args.overwrite)
     print(f"trained in {time.perf_counter() - t0:.1f} s -> {run_dir}")
@@ -95,7 +164,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _run_folder(args: argparse.Namespace) -> Path:
-    """The run folder: ``--run DIR``, or the one a config names (``run.out_dir/run.name``)."""
+    """The run folder: ``--run DIR``, or the one a config names (``run.out_dir/run.name``); its
+    configuration with the command's overrides is checked before anything is loaded."""
+    from ebms.cli.build import validate_config
+
     if args.run is None:
         cfg_file = _config_arg(args)
         if cfg_file is None:
@@ -104,19 +176,27 @@ def _run_folder(args: argparse.Namespace) -> Path:
 
         p = run_dir_of(load_config(cfg_file, args.overrides))
         if not p.is_dir():
-            raise ConfigError(f"{cfg_file}: its run folder {str(p)!r} does not exist yet (train first)")
-        return p
-    p = Path(args.run)
-    if not p.is_dir():
-        raise ConfigError(f"--run: folder {args.run!r} not found (runs are written under runs/<name>/)")
+            raise RunFolderError(f"{cfg_file}: its run folder {str(p)!r} does not exist yet (train first)")
+    else:
+        p = Path(args.run)
+        if not p.is_dir():
+            what = "is a file, not a run folder" if p.exists() else "not found (runs are written under runs/<name>/)"
+            raise RunFolderError(f"--run: folder {args.run!r} {what}")
+    if (p / "config.toml").is_file():
+        validate_config(load_config(p / "config.toml", args.overrides), device=False)
     return p
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    """``ebms eval``: the test figures of a trained run, printed and written to ``eval.json``."""
+    from ebms.cli.discrete_data import BinaryImages
     from ebms.cli.run import evaluate_run, load_run, write_eval
 
     run_dir = _run_folder(args)
     cfg, model, data, step = load_run(run_dir, args.overrides)
+    if args.ais and not isinstance(data, BinaryImages):
+        raise ConfigError(f"--ais: AIS estimates log Z of models of binary data (data.name = mnist, fashion-mnist, "
+                          f"digits); the run in {str(run_dir)!r} has data.name={cfg.data.name!r}: drop --ais")
     report = evaluate_run(cfg, model, data, step, use_ais=args.ais)
     write_eval(run_dir, report)
     for line in report.lines():
@@ -124,24 +204,49 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _save_atomic(write: Any, path: Path) -> None:
+    """``write(tmp)`` then rename onto ``path``, so an interrupted write never leaves half a file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def cmd_sample(args: argparse.Namespace) -> int:
+    """``ebms sample``: fresh chains from a trained run, written to
+    ``samples-n<N>-steps<S>-seed<K>.{safetensors,png}`` (never over the training ``samples.png``)."""
     from safetensors.torch import save_file
 
     from ebms.cli.run import load_run, plot_points, sample_run
     from ebms.viz import save_figure
 
     run_dir = _run_folder(args)
-    cfg, model, data, step = load_run(run_dir, args.overrides)
-    x = sample_run(cfg, model, data, n=args.n, steps=args.steps, seed=args.seed)
     out = Path(args.out) if args.out else run_dir
+    if out.exists() and not out.is_dir():
+        raise RunFolderError(f"--out: {str(out)!r} is a file; expected a folder (it is created if missing)")
+    cfg, model, data, step = load_run(run_dir, args.overrides)
+    n = cfg.eval.n_samples if args.n is None else args.n
+    steps = cfg.eval.sample_steps if args.steps is None else args.steps
+    seed = cfg.run.seed + 7 if args.seed is None else args.seed
+    stem = f"samples-n{n}-steps{steps}-seed{seed}"
+    files = [out / f"{stem}.safetensors", out / f"{stem}.png"]
+    taken = [str(f) for f in files if f.exists()]
+    if taken and not args.overwrite:
+        raise RunFolderError(f"--out: {taken[0]!r} exists (same --n, --steps and --seed); pass --overwrite to "
+                             f"replace it, or another --seed")
+    x = sample_run(cfg, model, data, n=n, steps=steps, seed=seed)
     out.mkdir(parents=True, exist_ok=True)
-    save_file({"samples": x.contiguous()}, str(out / "samples.safetensors"))
-    save_figure(plot_points(x, data, f"{x.shape[0]} samples, step {step}"), out / "samples.png")
-    print(f"wrote {out / 'samples.safetensors'} and {out / 'samples.png'} ({x.shape[0]} samples)")
+    _save_atomic(lambda tmp: save_file({"samples": x.contiguous()}, str(tmp)), files[0])
+    save_figure(plot_points(x, data, f"{x.shape[0]} samples, step {step}"), files[1])  # atomic itself
+    print(f"wrote {files[0]} and {files[1]} ({x.shape[0]} samples, {steps} steps, seed {seed}; "
+          f"the training plot samples.png is kept)")
     return 0
 
 
 def cmd_recipes(args: argparse.Namespace) -> int:
+    """``ebms recipes``: each packaged recipe with the first comment line of its file."""
     names = list_recipes()
     width = max(map(len, names), default=0)
     for name in names:
@@ -151,34 +256,89 @@ def cmd_recipes(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_script() -> Path:
+    return Path.cwd() / "benchmarks" / "run_all.py"
+
+
+def _bench_names() -> list[str]:
+    """The benchmarks ``benchmarks/run_all.py`` would run (empty outside a source checkout)."""
+    folder = _bench_script().parent
+    if not folder.is_dir():
+        return []
+    return sorted(p.stem for p in folder.glob("*.py") if not p.name.startswith("_") and p.name != "run_all.py")
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
+    """``ebms bench``: ``python benchmarks/run_all.py`` with the given flags, from a source checkout."""
     import subprocess
 
-    script = Path.cwd() / "benchmarks" / "run_all.py"
+    script = _bench_script()
     if not script.is_file():
         raise ConfigError("bench: benchmarks/run_all.py not found; run `ebms bench` from a source checkout "
                           "with the bench extra installed (pip install -e .[bench])")
-    return subprocess.call([sys.executable, str(script), *args.rest])  # e.g. --quick, --threads 2
+    flags = ["--quick"] if args.quick else []
+    if args.threads is not None:
+        flags += ["--threads", str(args.threads)]
+    if args.only is not None:
+        flags += ["--only", args.only]
+    if args.timeout is not None:
+        flags += ["--timeout", str(args.timeout)]
+    return subprocess.call([sys.executable, str(script), *flags, *args.rest])
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ebms", description="Energy-based models: train, sample, evaluate.")
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors follow the contract: one line, exit status 2."""
+
+    #: the sub-parsers by command name (set on the top-level parser by :func:`build_parser`).
+    commands: dict[str, argparse.ArgumentParser] = {}
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {_one_line(message)} (see `{self.prog} --help`)\n")
+
+
+def _count(flag: str, low: int, high: int | None = None) -> Any:
+    """An argparse type: an integer in ``[low, high]`` (the message names ``flag``)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer; got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+            raise argparse.ArgumentTypeError(f"expected an integer {bound}; got {value}")
+        return value
+
+    parse.__name__ = flag
+    return parse
+
+
+def build_parser() -> _Parser:
+    """The ``ebms`` argument parser (one sub-parser per command)."""
+    common = _Parser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="print the full traceback for every error")
+    p = _Parser(prog="ebms", description="Energy-based models: train, sample, evaluate.",
+                epilog="Bad input is one line on stderr and exit status 2; --debug shows the traceback.")
     p.add_argument("--version", action="version", version=f"ebms {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    p.add_argument("--debug", action="store_true", help="print the full traceback for every error")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    s = sub.add_parser("demo", help="train the default 2-D job (PCD on eight Gaussians) and report")
+    s = sub.add_parser("demo", parents=[common], help="train the default 2-D job (PCD on eight Gaussians) and report")
     s.add_argument("overrides", nargs="*", help="section.key=value")
     s.set_defaults(fn=cmd_demo)
 
-    s = sub.add_parser("train", help="train from a TOML config or a packaged recipe")
+    s = sub.add_parser("train", parents=[common], help="train from a TOML config or a packaged recipe")
     s.add_argument("--config", "-c", help="TOML file (or packaged recipe name)")
-    s.add_argument("--resume", action="store_true", help="continue from the run folder's latest checkpoint")
-    s.add_argument("--overwrite", action="store_true", help="start again in a run folder that has checkpoints")
+    again = s.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true", help="continue from the run folder's latest checkpoint")
+    again.add_argument("--overwrite", action="store_true", help="start again in a run folder that has checkpoints")
     s.add_argument("--no-eval", action="store_true", help="skip the evaluation and plots after training")
     s.add_argument("overrides", nargs="*", help="[FILE.toml] section.key=value ...")
     s.set_defaults(fn=cmd_train)
 
-    s = sub.add_parser("eval", help="test NLL of a trained run (grid-normalised in 2-D; exact or AIS log Z on binary data)")
+    s = sub.add_parser("eval", parents=[common],
+                       help="test NLL of a trained run (grid-normalised in 2-D; exact or AIS log Z on binary data)")
     s.add_argument("--run", help="run folder (runs/<name>)")
     s.add_argument("--ais", action="store_true",
                    help="binary data: estimate log Z by AIS (eval.ais_chains, eval.ais_temperatures) and, with "
@@ -187,44 +347,78 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("overrides", nargs="*", help="[FILE.toml] section.key=value (e.g. eval.resolution=600)")
     s.set_defaults(fn=cmd_eval)
 
-    s = sub.add_parser("sample", help="draw samples from a trained run")
+    s = sub.add_parser("sample", parents=[common], help="draw samples from a trained run")
     s.add_argument("--run", help="run folder (runs/<name>)")
     s.add_argument("--config", "-c", help="or: the TOML config the run was trained with")
-    s.add_argument("--n", type=int, default=None, help="number of chains (default eval.n_samples)")
-    s.add_argument("--steps", type=int, default=None, help="Langevin steps (default eval.sample_steps)")
-    s.add_argument("--seed", type=int, default=None)
+    s.add_argument("--n", type=_count("--n", 1), default=None, help="number of chains >= 1 (default eval.n_samples)")
+    s.add_argument("--steps", type=_count("--steps", 1), default=None,
+                   help="sampler steps >= 1 (default eval.sample_steps)")
+    s.add_argument("--seed", type=_count("--seed", 0, MAX_SEED), default=None,
+                   help="seed of the chains, in [0, 2^32 - 1] (default run.seed + 7)")
     s.add_argument("--out", default=None, help="output folder (default: the run folder)")
+    s.add_argument("--overwrite", action="store_true", help="replace samples written before with the same n, steps, seed")
     s.add_argument("overrides", nargs="*", help="section.key=value")
     s.set_defaults(fn=cmd_sample)
 
-    s = sub.add_parser("recipes", help="list the packaged recipes")
+    s = sub.add_parser("recipes", parents=[common], help="list the packaged recipes")
     s.set_defaults(fn=cmd_recipes)
 
-    s = sub.add_parser("bench", help="run the side-by-side benchmarks (flags go to benchmarks/run_all.py)")
+    names = _bench_names()
+    listing = ", ".join(names) if names else "(none here: run `ebms bench` from a source checkout)"
+    s = sub.add_parser("bench", parents=[common], help="run the side-by-side benchmarks (benchmarks/run_all.py)",
+                       description="Run benchmarks/run_all.py from a source checkout (the bench extra installed: "
+                                   "pip install -e .[bench]); unknown flags go to every benchmark.",
+                       epilog=f"benchmarks: {listing}")
+    s.add_argument("--quick", action="store_true", help="small sizes, for a smoke run (make bench-quick)")
+    s.add_argument("--threads", type=_count("--threads", 1), default=None,
+                   help="torch threads per benchmark (default 1)")
+    s.add_argument("--only", default=None, metavar="A,B", help="comma-separated benchmark names (default: all)")
+    s.add_argument("--timeout", type=float, default=None, metavar="S", help="seconds per benchmark (default 3600)")
     s.set_defaults(fn=cmd_bench, rest=[])
+    p.commands = dict(sub.choices)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the ``ebms`` command; returns the exit status (0, 2 for a user's error, 130 on Ctrl-C).
+
+    Args:
+        argv: the arguments (default ``sys.argv[1:]``).
+
+    Raises:
+        Exception: a bug (anything :func:`user_error` does not recognise) propagates with its traceback.
+    """
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra and getattr(args, "command", None) == "bench":
-        args.rest = extra
-    elif extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
-        args.overrides = [*args.overrides, *extra]  # overrides written after a flag: `train x.toml --resume a=1`
-    elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        args, extra = parser.parse_known_args(argv)
+        command = getattr(args, "command", None)
+        flags = [e for e in extra if e.startswith("-")]
+        if extra and command == "bench":
+            args.rest = extra
+        elif extra and hasattr(args, "overrides") and not flags:
+            args.overrides = [*args.overrides, *extra]  # overrides written after a flag: `train x.toml --resume a=1`
+        elif extra:
+            (parser.commands.get(command, parser) if command else parser).error(
+                f"unrecognized arguments: {' '.join(flags or extra)}")
+    except SystemExit as e:  # --help, --version, or a usage error (already printed as one line)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     if getattr(args, "fn", None) is None:
         parser.print_help()
         return 0
+    debug = bool(getattr(args, "debug", False))
     try:
         return int(args.fn(args) or 0)
-    except ConfigError as e:
-        print(f"ebms {args.command}: error: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as e:
+        message = user_error(e)
+        if message is None:
+            raise
+        if debug:
+            traceback.print_exc()
+        print(f"ebms {args.command}: error: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

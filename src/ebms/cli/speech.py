@@ -4,11 +4,12 @@ The task (:func:`ebms.data.fsdd.connected_digits`): strings of 1..``data.max_dig
 concatenated from one FSDD speaker's takes, 40 log-mels + global CMVN, speaker-disjoint test set
 (``data.test_speakers``). Keys:
 
-* ``data.n_train`` (default 1000) and ``data.n_test`` training / test utterances,
+* ``data.n_train`` (default 1000) and ``data.n_test`` (default 300) training / test utterances,
   ``data.max_digits`` (7), ``data.test_speakers`` (``["theo"]``), ``data.root``.
-* ``model.kind = "conv-bilstm"`` (:class:`ebms.nets.acoustic.ConvBiLSTM`): ``model.hidden = [H]``
-  (LSTM units per direction, 32 conv channels) or ``[C, H]``; ``model.layers``, ``model.dropout``.
-* ``objective.kind``: ``"ctc"`` (Graves et al., 2006) or ``"ctc-crf"`` (Xiang & Ou, 2019) with the
+* ``model.kind = "conv-bilstm"`` (:class:`ebms.nets.acoustic.ConvBiLSTM`, the default here):
+  ``model.hidden = [H]`` (LSTM units per direction, 32 conv channels) or ``[C, H]`` (default
+  ``[16, 64]``); ``model.layers``, ``model.dropout``.
+* ``objective.kind``: ``"ctc"`` (the default; Graves et al., 2006) or ``"ctc-crf"`` (Xiang & Ou, 2019) with the
   denominator label n-gram of order ``objective.lm_order`` fitted on the training transcripts and
   the auxiliary CTC weight ``objective.ctc_weight``.
 
@@ -20,7 +21,7 @@ substitutions / deletions / insertions and the sentence error rate; for ``ctc-cr
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -92,6 +93,8 @@ class SpeechTask(StructuredTask):
     data_names = ("fsdd-digits",)
     model_kinds = MODEL_KINDS
     objective_kinds = OBJECTIVE_KINDS
+    #: the ctc-digits recipe's model size when ``data.name = "fsdd-digits"`` is given alone.
+    defaults: ClassVar[dict[str, Any]] = {"model.hidden": [16, 64], "data.n_test": 300}
 
     def load(self, cfg: Config) -> TaskData:
         _check_config(cfg)

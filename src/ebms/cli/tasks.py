@@ -14,7 +14,7 @@ import abc
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -27,6 +27,7 @@ __all__ = [
     "TaskData",
     "TaskReport",
     "register",
+    "task_defaults",
     "task_for",
     "task_kinds",
     "task_names",
@@ -80,9 +81,27 @@ class StructuredTask(abc.ABC):
 
     #: ``data.name`` values this task serves.
     data_names: tuple[str, ...] = ()
-    #: ``model.kind`` and ``objective.kind`` values it accepts (listed in docs/cli.md).
+    #: ``model.kind`` and ``objective.kind`` values it accepts (listed in docs/cli.md); the first
+    #: of each is the default when the user sets ``data.name`` alone.
     model_kinds: tuple[str, ...] = ()
     objective_kinds: tuple[str, ...] = ()
+    #: further defaults (dotted key -> value) for keys the user did not set, e.g.
+    #: ``{"model.hidden": [100]}`` where the generic default does not fit the task's model.
+    defaults: ClassVar[dict[str, Any]] = {}
+
+    def default_settings(self) -> dict[str, Any]:
+        """Values this task gives the keys a config did not set (applied by
+        :func:`~ebms.cli.config.load_config`): its first model and objective kind, then :attr:`defaults`.
+
+        Returns:
+            ``{"model.kind": ..., "objective.kind": ..., **defaults}`` (dotted keys).
+        """
+        out: dict[str, Any] = {}
+        if self.model_kinds:
+            out["model.kind"] = self.model_kinds[0]
+        if self.objective_kinds:
+            out["objective.kind"] = self.objective_kinds[0]
+        return {**out, **self.defaults}
 
     @abc.abstractmethod
     def load(self, cfg: Config) -> TaskData:
@@ -149,6 +168,13 @@ def task_for(cfg: Config) -> StructuredTask | None:
     """The task serving ``cfg.data.name``, or ``None`` for the unconditional data sets."""
     _load_builtin()
     return TASKS.get(cfg.data.name)
+
+
+def task_defaults(data_name: str) -> dict[str, Any]:
+    """The defaults of the task serving ``data_name`` (``{}`` for the unconditional data sets)."""
+    _load_builtin()
+    task = TASKS.get(data_name)
+    return {} if task is None else task.default_settings()
 
 
 def check_batch_size(cfg: Config, data: TaskData) -> None:

@@ -1,0 +1,529 @@
+"""The table of bad inputs: every mistake a user can make is one line on stderr and exit status 2.
+
+Each row is a command line (``{tmp}``: a fresh folder; ``{run}``: a copy of a small trained run;
+``{other}``: a run trained on other data), the files it needs, and a piece of the one line it must
+print. Rows are generated from the constraint table (:data:`ebms.cli.config.RULES`: a value just
+outside every key's range, ``nan``/``inf`` for every float, a wrong type for every key, an unknown
+name for every name key) and written by hand for files, folders, checkpoints and the operating
+system. Every row runs in-process through :func:`ebms.cli.main.main`; a few also run the real
+``ebms`` executable to prove the exit status. :func:`test_the_table_covers_every_config_key` makes
+the table grow with every new key.
+"""
+
+from __future__ import annotations
+
+import builtins
+import errno
+import io
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from ebms.cli.config import MAX_INT, RULES, _split_hint, config_keys, expectation
+from ebms.cli.main import main
+
+TINY = ["run.progress=false", "model.hidden=[8]", "objective.k=1", "objective.buffer_size=64", "train.steps=4",
+        "train.batch_size=16", "train.log_every=2", "train.checkpoint_every=2", "data.n_test=50",
+        "eval.resolution=16", "eval.n_samples=10", "eval.sample_steps=2"]
+#: prefix of every generated ``train`` row: if a check were missing, the run would still be tiny.
+TRAIN = ["train", "run.out_dir={tmp}/runs", *TINY, "--no-eval"]
+
+
+@dataclass(frozen=True)
+class Bad:
+    """One row: ``argv`` must exit 2 with exactly one stderr line containing ``expect``.
+
+    Attributes:
+        id: the row's name.
+        argv: the command line (placeholders ``{tmp}``, ``{run}``, ``{other}``).
+        expect: a piece of the one line.
+        files: files to create first (path under ``{tmp}`` -> text or bytes).
+        setup: ``(tmp, run, monkeypatch) -> None``: damage a checkpoint, make the OS fail, ...
+        absent: a piece the line must not contain.
+        real: also run the installed ``ebms`` executable (the real exit status).
+        needs: why this row waits for another helper's change (``xfail(strict=True)``).
+    """
+
+    id: str
+    argv: tuple[str, ...]
+    expect: str
+    files: dict[str, str | bytes] = field(default_factory=dict)
+    setup: Callable[[Path, Path, pytest.MonkeyPatch], object] | None = None
+    absent: str = ""
+    real: bool = False
+    needs: str = ""
+
+
+# -------------------------------------------------------------------------------- generated rows
+def _outside(key: str) -> list[tuple[str, str]]:
+    """Bad override values for ``key`` with the piece of message each must give, from its rule."""
+    rule, (base, _) = RULES[key], _split_hint(config_keys()[key])
+    expect = f"{key}: expected {expectation(key)}"
+    rows: list[tuple[str, str]] = []
+    if rule.names:
+        bad = "'bogus_name'" if key != "run.device" else "'warp-drive'"
+        return [(bad, f"{key}: " + ("expected 'cpu'" if key == "run.device" else "unknown value"))]
+    if base is bool:
+        return [("'maybe'", f"{key}: expected true or false; got 'maybe'")]
+    if base is str:
+        rows.append(("1", f"{key}: expected a string; got 1 (int)"))
+        if rule.choices:
+            rows.append(("'bogus'", f"{key}: unknown value 'bogus'; expected one of {', '.join(rule.choices)}"))
+        for text in ('""', '" "') if rule.check is not None else ():
+            rows.append((text, expect))
+        return rows
+    item = base
+    if getattr(base, "__origin__", None) is list:
+        (item,) = base.__args__
+        rows.append(("3", f"{key}: expected a list of {item.__name__}"))
+        if rule.min_items:
+            rows.append(("[]", expect))
+        if item is str:
+            rows.append(('[""]', expect))
+            return rows
+        wrap = "[{}]".format
+    else:
+        wrap = "{}".format
+    if item is int:
+        rows.append((wrap("1.5"), "expected an integer"))
+        rows.append((wrap(str(2**70)), f"{key}: expected"))
+        if rule.low is not None:
+            rows.append((wrap(str(int(rule.low) - (0 if rule.low_open else 1))), expect))
+        if rule.high is not None:
+            rows.append((wrap(str(int(rule.high) + (0 if rule.high_open else 1))), expect))
+    else:
+        rows.append((wrap("'x'"), "expected a number"))
+        rows += [(wrap("nan"), expect), (wrap("inf"), expect), (wrap("-inf"), expect)]
+        if rule.low is not None:
+            rows.append((wrap(repr(rule.low - (0.0 if rule.low_open else 0.5))), expect))
+        if rule.high is not None:
+            rows.append((wrap(repr(rule.high + (0.0 if rule.high_open else 0.5))), expect))
+    return rows
+
+
+GENERATED = [
+    Bad(f"{key}={value}", (*TRAIN, f"{key}={value}"), message)
+    for key in sorted(RULES)
+    for value, message in _outside(key)
+]
+
+LONG = "x" * 300
+
+
+# -------------------------------------------------------------------------------- file helpers
+def _random_bytes(n: int) -> bytes:
+    return random.Random(0).randbytes(n)
+
+
+def _npy(array: Any) -> bytes:
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.save(buf, array)
+    return buf.getvalue()
+
+
+def _sparse(size: int, name: str, head: bytes = b"") -> Callable[[Path, Path, pytest.MonkeyPatch], object]:
+    """A file of ``size`` bytes that takes no disk space (``head`` then a hole)."""
+
+    def setup(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
+        with open(tmp / name, "wb") as fh:
+            fh.write(head)
+            fh.truncate(size)
+
+    return setup
+
+
+def _checkpoints(run: Path) -> Path:
+    return run / "checkpoints"
+
+
+def _truncate_weights(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
+    for w in _checkpoints(run).glob("*.safetensors"):
+        w.write_bytes(w.read_bytes()[: w.stat().st_size // 2])
+
+
+def _edit_json(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
+    for j in _checkpoints(run).glob("ckpt-*.json"):
+        meta = json.loads(j.read_text())
+        meta["step"] = -5
+        j.write_text(json.dumps(meta))
+
+
+def _garbage_json(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
+    for j in _checkpoints(run).glob("ckpt-*.json"):
+        j.write_bytes(_random_bytes(200))
+
+
+def _no_checkpoints_left(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
+    for f in _checkpoints(run).iterdir():
+        f.unlink()
+
+
+def _latest_points_outside(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
+    for j in _checkpoints(run).glob("ckpt-*.json"):
+        j.unlink()
+    (_checkpoints(run) / "latest").write_text("../../../etc/passwd")
+
+
+def _other_runs_checkpoints(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
+    shutil.rmtree(_checkpoints(run))
+    shutil.copytree(_checkpoints(tmp / "other"), _checkpoints(run))
+
+
+def _os_fails(code: int, under: str, *, on: str = "write") -> Callable[[Path, Path, pytest.MonkeyPatch], None]:
+    """Make creating folders (``on="mkdir"``) or opening files for writing (``on="write"``) under
+    ``{tmp}/under`` fail with ``errno`` ``code``, as a read-only or full disk would (the tests run
+    as root, so permissions alone would not stop a write)."""
+
+    def setup(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
+        target = str(tmp / under)
+
+        def inside(path: Any) -> bool:
+            return isinstance(path, (str, os.PathLike)) and os.path.abspath(os.fspath(path)).startswith(target)
+
+        def fail(path: Any) -> OSError:
+            return OSError(code, os.strerror(code), os.fspath(path))
+
+        if on == "mkdir":
+            real_mkdir = os.mkdir
+
+            def mkdir(path: Any, *a: Any, **k: Any) -> None:
+                if inside(path):
+                    raise fail(path)
+                real_mkdir(path, *a, **k)
+
+            mp.setattr(os, "mkdir", mkdir)
+            return
+        real_open, real_os_open = builtins.open, os.open
+
+        def open_(path: Any, mode: str = "r", *a: Any, **k: Any) -> Any:
+            if inside(path) and any(c in mode for c in "wax+"):
+                raise fail(path)
+            return real_open(path, mode, *a, **k)
+
+        def os_open(path: Any, flags: int, *a: Any, **k: Any) -> int:
+            if inside(path) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+                raise fail(path)
+            return real_os_open(path, flags, *a, **k)
+
+        mp.setattr(builtins, "open", open_)
+        mp.setattr(io, "open", open_)
+        mp.setattr(os, "open", os_open)
+
+    return setup
+
+
+def _diverges(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
+    from ebms.train import Trainer
+    from ebms.train.guard import TrainingDiverged
+
+    def fit(self: Any, **kw: Any) -> None:
+        raise TrainingDiverged("training diverged at step 3: loss is nan; gave up after 3 restore(s) to step 0 "
+                               "(lr now 0.000125). Try a smaller learning rate, grad_clip, or a regulariser")
+
+    mp.setattr(Trainer, "fit", fit)
+
+
+# -------------------------------------------------------------------------------- hand-written rows
+
+HAND = [
+    # the issue's list, one by one
+    Bad("log_every=0", (*TRAIN, "train.log_every=0"), "train.log_every: expected an integer >= 1; got 0", real=True),
+    Bad("checkpoint_every=0", (*TRAIN, "train.checkpoint_every=0"), "train.checkpoint_every: expected an integer >= 1"),
+    Bad("grad_clip=0", (*TRAIN, "train.grad_clip=0"), "train.grad_clip: expected a finite number > 0"),
+    Bad("seed=-1", (*TRAIN, "run.seed=-1"), "run.seed: expected an integer in [0, 2^32 - 1]; got -1"),
+    Bad("seed=1e20", (*TRAIN, "run.seed=1e20"), "run.seed: expected an integer; got 1e+20 (float)"),
+    Bad("seed=10**20", (*TRAIN, f"run.seed={10**20}"), "run.seed: expected an integer in [0, 2^32 - 1]"),
+    Bad("lr=nan", (*TRAIN, "train.lr=nan"), "train.lr: expected a finite number > 0; got nan"),
+    Bad("lr=-1", (*TRAIN, "train.lr=-1"), "train.lr: expected a finite number > 0; got -1"),
+    Bad("lr=inf", (*TRAIN, "train.lr=inf"), "train.lr: expected a finite number > 0; got inf"),
+    Bad("momentum=-1", (*TRAIN, "train.optimizer=sgd", "train.momentum=-1"), "train.momentum: expected a finite number in [0, 1)"),
+    Bad("n_test=0", (*TRAIN, "data.n_test=0"), "data.n_test: expected an integer >= 1; got 0"),
+    Bad("resolution=0", (*TRAIN, "eval.resolution=0"), "eval.resolution: expected an even integer >= 4 (the grid checks its log Z on n/2 cells); got 0"),
+    Bad("eval resolution=0", ("eval", "--run", "{run}", "eval.resolution=0"), "eval.resolution: expected an even integer >= 4"),
+    Bad("resolution odd", ("eval", "--run", "{run}", "eval.resolution=33"), "eval.resolution: expected an even integer"),
+    Bad("eval n_test=0", ("eval", "--run", "{run}", "data.n_test=0"), "data.n_test: expected an integer >= 1; got 0"),
+    Bad("sample --n 0", ("sample", "--run", "{run}", "--n", "0"), "argument --n: expected an integer >= 1; got 0", real=True),
+    Bad("sample --steps 0", ("sample", "--run", "{run}", "--steps", "0"), "argument --steps: expected an integer >= 1"),
+    Bad("sample --n x", ("sample", "--run", "{run}", "--n", "x"), "argument --n: expected an integer; got 'x'"),
+    Bad("sample --seed -1", ("sample", "--run", "{run}", "--seed", "-1"), "argument --seed"),
+    Bad("sample_steps=0", ("sample", "--run", "{run}", "eval.sample_steps=0"), "eval.sample_steps: expected an integer >= 1"),
+    Bad("name empty", (*TRAIN, "run.name="), "run.name: expected a folder name"),
+    Bad("name .", (*TRAIN, "run.name=."), "run.name: expected a folder name"),
+    Bad("name ..", (*TRAIN, "run.name=.."), "run.name: expected a folder name"),
+    Bad("name ../../x", (*TRAIN, "run.name=../../x"), "got '../../x'", real=True),
+    Bad("name a/b", (*TRAIN, "run.name=a/b"), "run.name: expected a folder name"),
+    Bad("name too long", (*TRAIN, f"run.name={LONG}"), "at most 255 bytes; got 'xxxx"),
+    Bad("out_dir name too long", (*TRAIN, f"run.out_dir={{tmp}}/{LONG}"), "file name too long"),
+    Bad("device=cuda", (*TRAIN, "run.device=cuda"), "CUDA is not available here"),
+    Bad("device=cuda:99", (*TRAIN, "run.device=cuda:99"), "run.device: expected"),
+    Bad("device=tpu0", (*TRAIN, "run.device=tpu0"), "run.device: expected 'cpu'"),
+    # config files
+    Bad("non-UTF-8 config", ("train", "{tmp}/latin1.toml"), "latin1.toml: not a UTF-8 text file",
+        files={"latin1.toml": "[run]\nname = 'caf\xe9'\n".encode("latin-1")}, real=True),
+    Bad("random-bytes config", ("train", "{tmp}/noise.toml"), "noise.toml: not a UTF-8 text file",
+        files={"noise.toml": _random_bytes(4096)}),
+    Bad("NUL in config", ("train", "{tmp}/nul.toml"), "nul.toml: not valid TOML", files={"nul.toml": b"[run]\x00\n"}),
+    Bad("deeply nested config", ("train", "{tmp}/deep.toml"), "deep.toml:",
+        files={"deep.toml": "x = " + "[" * 100_000 + "]" * 100_000 + "\n"}),
+    Bad("2 GB config", ("train", "{tmp}/huge.toml"), "huge.toml: 2147483648 bytes is not a config file",
+        setup=_sparse(2 << 30, "huge.toml", b"[run]\n")),
+    Bad("config is a folder", ("train", "--config", "{tmp}"), "is a folder; expected a TOML file"),
+    Bad("missing config", ("train", "{tmp}/nope.toml"), "nope.toml' not found"),
+    Bad("bad TOML", ("train", "{tmp}/bad.toml"), "bad.toml: not valid TOML", files={"bad.toml": "[train]\nsteps = \n"}),
+    Bad("bad value in file", ("train", "{tmp}/v.toml", "run.out_dir={tmp}"), "train.log_every: expected an integer >= 1",
+        files={"v.toml": "[train]\nlog_every = -3\n"}),
+    Bad("table for a key", ("train", "{tmp}/t.toml"), "run.name: expected a string",
+        files={"t.toml": "[run.name]\nx = 1\n"}),
+    Bad("override without =", (*TRAIN, "train.steps"), "override 'train.steps': expected section.key=value"),
+    Bad("override of a section", (*TRAIN, "train=3"), "override 'train=3': expected section.key=value; did you mean 'train'?"),
+    Bad("unknown section", (*TRAIN, "trian.steps=3"), "trian: unknown key; did you mean 'train'?"),
+    Bad("unknown key", (*TRAIN, "objective.buffer_sz=3"), "did you mean 'objective.buffer_size'?"),
+    # names that mislead (issue 9, section 3)
+    Bad("bilstm-crf on toy data", (*TRAIN, "model.kind=bilstm-crf"),
+        "model.kind: unknown value 'bilstm-crf' for data.name='eight_gaussians' (a toy set); expected one of mlp, rbm; "
+        "'bilstm-crf' belongs to the structured tasks data.name = conll2000, conll2002-esp, conll2002-ned"),
+    Bad("ctc on toy data", (*TRAIN, "objective.kind=ctc"), "'ctc' belongs to the structured tasks data.name = fsdd-digits"),
+    Bad("conll2001", (*TRAIN, "data.name=conll2001"), "a structured task (conll2000, conll2002-esp, conll2002-ned, "
+        "fsdd-digits)"),
+    Bad("conll2001 did you mean", (*TRAIN, "data.name=conll2001"), "did you mean 'conll2000'?"),
+    Bad("conll2000 alone: no mlp", ("train", "run.out_dir={tmp}", "data.name=conll2000", "data.root={tmp}"), "",
+        absent="mlp"),
+    Bad("conll2000 alone: reaches the data", ("train", "run.out_dir={tmp}", "data.name=conll2000", "data.root={tmp}"),
+        "conll2000/train.txt: not found"),
+    Bad("fsdd-digits alone: reaches the data", ("train", "run.out_dir={tmp}", "data.name=fsdd-digits",
+                                                "data.root={tmp}/none"), "data.root", absent="model."),
+    Bad("mlp on conll2000", (*TRAIN, "data.name=conll2000", "model.kind=mlp"),
+        "model.kind: unknown value 'mlp' for data.name='conll2000' (a structured task); expected one of bilstm-crf"),
+    Bad("pcd on fsdd-digits", (*TRAIN, "data.name=fsdd-digits", "objective.kind=pcd"),
+        "objective.kind: unknown value 'pcd' for data.name='fsdd-digits' (a structured task); expected one of ctc, ctc-crf"),
+    Bad("rbm on points", (*TRAIN, "model.kind=rbm"), "model.kind: 'rbm' is a Bernoulli RBM for binary data"),
+    Bad("discrete sampler on points", (*TRAIN, "sampler.kind=gibbs"), "sampler.kind: 'gibbs' moves on binary data"),
+    Bad("gibbs scan", (*TRAIN, "sampler.scan=zigzag"), "sampler.scan: unknown value 'zigzag'; expected one of random, systematic"),
+    # data files given as data.path
+    Bad("garbage .safetensors", (*TRAIN, "data.path={tmp}/g.safetensors"), "g.safetensors",
+        files={"g.safetensors": _random_bytes(1000)}),
+    Bad("2 GB .safetensors", (*TRAIN, "data.path={tmp}/big.safetensors"), "big.safetensors",
+        setup=_sparse(2 << 30, "big.safetensors", (64).to_bytes(8, "little") + b'{"x":{"dtype":"F32","shape":[268435440,2],'
+                      b'"data_offsets":[0,2147483520]}}'.ljust(64))),
+    Bad("2 GB .safetensors, limit raised wrongly", (*TRAIN, "data.path={tmp}/b.safetensors", "data.max_mb=0"),
+        "data.max_mb: expected an integer >= 1 (or unset); got 0"),
+    Bad("empty .npy", (*TRAIN, "data.path={tmp}/e.npy"), "e.npy", files={"e.npy": b""}),
+    Bad("no points in .npy", (*TRAIN, "data.path={tmp}/z.npy"), "z.npy",
+        setup=lambda tmp, run, mp: (tmp / "z.npy").write_bytes(_npy(__import__("numpy").zeros((0, 2), "float32")))),
+    Bad("pickled .npy", (*TRAIN, "data.path={tmp}/o.npy"), "o.npy",
+        setup=lambda tmp, run, mp: (tmp / "o.npy").write_bytes(_npy(__import__("numpy").array([{"a": 1}], dtype=object)))),
+    Bad("words in .csv", (*TRAIN, "data.path={tmp}/w.csv"), "w.csv", files={"w.csv": "a,b\nx,y\n"}),
+    Bad("non-UTF-8 .csv", (*TRAIN, "data.path={tmp}/l.csv"), "l.csv", files={"l.csv": b"x,y\n\xe9,1\n2,3\n"}),
+    Bad("NaN in .csv", (*TRAIN, "data.path={tmp}/n.csv"), "n.csv", files={"n.csv": "1,2\nnan,3\n4,5\n6,7\n"}),
+    Bad("missing data file", (*TRAIN, "data.path={tmp}/missing.npy"), "missing.npy"),
+    Bad("data.path is a folder", (*TRAIN, "data.path={tmp}"), "data.path"),
+    Bad("unknown suffix", (*TRAIN, "data.path={tmp}/p.json"), "unknown suffix '.json'", files={"p.json": "[]"}),
+    # run folders and output folders
+    Bad("eval without a run", ("eval",), "eval: expected --run DIR or a config"),
+    Bad("eval --run missing", ("eval", "--run", "{tmp}/nope"), "--run: folder"),
+    Bad("eval --run a file", ("eval", "--run", "{tmp}/f.txt"), "is a file, not a run folder", files={"f.txt": "x"}),
+    Bad("eval --run not a run", ("eval", "--run", "{tmp}"), "no config.toml"),
+    Bad("eval config not trained", ("eval", "{tmp}/c.toml", "run.out_dir={tmp}"), "does not exist yet (train first)",
+        files={"c.toml": "[run]\nname = 'never'\n"}),
+    Bad("sample --out is a file", ("sample", "--run", "{run}", "--out", "{tmp}/f.txt", "--n", "5", "--steps", "1"),
+        "--out: ", files={"f.txt": "x"}),
+    Bad("sample --out under a file", ("sample", "--run", "{run}", "--out", "{tmp}/f.txt/sub", "--n", "5", "--steps", "1"),
+        "f.txt", files={"f.txt": "x"}),
+    Bad("sample twice", ("sample", "--run", "{run}", "--n", "5", "--steps", "1", "--seed", "3"),
+        "exists (same --n, --steps and --seed); pass --overwrite",
+        setup=lambda tmp, run, mp: (run / "samples-n5-steps1-seed3.png").write_bytes(b"x")),
+    Bad("sample with a task's data.name", ("sample", "--run", "{run}", "data.name=conll2000"), "model.kind"),
+    Bad("out_dir is a file", ("train", "run.out_dir={tmp}/f.txt", *TINY, "--no-eval"), "f.txt", files={"f.txt": "x"}),
+    Bad("out_dir read-only", ("train", "run.out_dir={tmp}/ro", *TINY, "--no-eval"), "permission denied",
+        setup=_os_fails(errno.EACCES, "ro", on="mkdir")),
+    Bad("out_dir on a read-only fs", ("train", "run.out_dir={tmp}/rofs", *TINY, "--no-eval"), "read-only file system",
+        setup=_os_fails(errno.EROFS, "rofs", on="mkdir")),
+    Bad("disk full", ("train", "run.out_dir={tmp}/full", *TINY, "--no-eval"), "no space left on the device",
+        setup=_os_fails(errno.ENOSPC, "full")),
+    Bad("eval cannot write eval.json", ("eval", "--run", "{run}"), "permission denied",
+        setup=lambda tmp, run, mp: _os_fails(errno.EACCES, "runs/a")(tmp, run, mp)),
+    Bad("existing run without --resume", ("train", "{run}/config.toml", "run.out_dir={tmp}/runs", "--no-eval"),
+        "--resume"),
+    Bad("resume with other settings", ("train", "{run}/config.toml", "run.out_dir={tmp}/runs", "--resume", "--no-eval",
+                                       "train.lr=0.5"), "train.lr"),
+    Bad("training diverges", ("train", "run.out_dir={tmp}/runs", *TINY, "--no-eval"), "training diverged at step 3",
+        setup=_diverges),
+    # damaged checkpoints
+    Bad("truncated weights", ("eval", "--run", "{run}"), "ckpt-", setup=_truncate_weights),
+    Bad("edited JSON", ("eval", "--run", "{run}"), "ckpt-", setup=_edit_json),
+    Bad("garbage JSON", ("eval", "--run", "{run}"), "ckpt-", setup=_garbage_json),
+    Bad("latest points outside", ("eval", "--run", "{run}"), "latest", setup=_latest_points_outside),
+    Bad("no checkpoint left", ("eval", "--run", "{run}"), "no checkpoint", setup=_no_checkpoints_left),
+    Bad("sample with truncated weights", ("sample", "--run", "{run}", "--n", "5"), "ckpt-", setup=_truncate_weights),
+    Bad("resume with truncated weights", ("train", "{run}/config.toml", "run.out_dir={tmp}/runs", "--resume",
+                                          "--no-eval", "train.steps=6"), "ckpt-", setup=_truncate_weights),
+    Bad("another run's checkpoints", ("eval", "--run", "{run}"), "data.name", setup=_other_runs_checkpoints),
+    Bad("weights of another shape", ("eval", "--run", "{run}", "model.hidden=[4]"), "do not fit the model"),
+    Bad("eval --ais on points", ("eval", "--run", "{run}", "--ais"), "--ais: AIS estimates log Z of models of binary data"),
+    # the command line itself
+    Bad("--resume and --overwrite", ("train", "--resume", "--overwrite"), "not allowed with argument --resume"),
+    Bad("unknown command", ("fly",), "invalid choice: 'fly'"),
+    Bad("unknown flag", ("train", "--bogus"), "unrecognized arguments: --bogus"),
+    Bad("flag without value", ("sample", "--n"), "argument --n: expected one argument"),
+    Bad("bench --threads 0", ("bench", "--threads", "0"), "argument --threads: expected an integer >= 1"),
+    Bad("bench outside a checkout", ("bench", "--quick"), "benchmarks/run_all.py not found",
+        setup=lambda tmp, run, mp: mp.chdir(tmp)),
+    Bad("recipe typo", ("train", "dmeo"), "config file 'dmeo' not found; did you mean the packaged recipe 'demo'?"),
+]
+
+TABLE = [*HAND, *GENERATED]
+
+
+# -------------------------------------------------------------------------------- fixtures and runner
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two tiny finished runs: ``a`` (eight Gaussians) and ``other`` (two moons, same model shape)."""
+    root = tmp_path_factory.mktemp("trained")
+    for name, data in (("a", "eight_gaussians"), ("other", "two_moons")):
+        assert main(["train", f"run.out_dir={root}", f"run.name={name}", f"data.name={data}", *TINY, "--no-eval"]) == 0
+    return root
+
+
+def _prepare(row: Bad, tmp: Path, trained: Path, mp: pytest.MonkeyPatch) -> list[str]:
+    run = tmp / "runs" / "a"
+    if any("{run}" in a for a in row.argv) or row.setup is _other_runs_checkpoints:
+        shutil.copytree(trained / "a", run)
+        shutil.copytree(trained / "other", tmp / "other")
+    for name, content in row.files.items():
+        path = tmp / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+    if row.setup is not None:
+        row.setup(tmp, run, mp)
+    return [a.format(tmp=tmp, run=run, other=tmp / "other") for a in row.argv]
+
+
+def _check_line(row: Bad, code: int, err: str, command: str) -> None:
+    lines = err.strip().splitlines()
+    assert code == 2, f"exit {code}; stderr:\n{err}"
+    assert "Traceback" not in err, err
+    assert len(lines) == 1, f"expected one line; got {len(lines)}:\n{err}"
+    assert re.match(rf"ebms( {re.escape(command)})?: error: ", lines[0]), lines[0]
+    assert row.expect in lines[0], f"{row.expect!r} not in {lines[0]!r}"
+    if row.absent:
+        assert row.absent not in lines[0], lines[0]
+
+
+def _command(argv: list[str]) -> str:
+    return next((a for a in argv if not a.startswith("-")), "")
+
+
+def _param(row: Bad) -> Any:
+    marks = [pytest.mark.xfail(strict=True, reason=row.needs)] if row.needs else []
+    if row.id.startswith("device=cuda") and torch.cuda.is_available():
+        marks.append(pytest.mark.skip(reason="CUDA is available here"))
+    return pytest.param(row, id=row.id, marks=marks)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("row", [_param(r) for r in TABLE])
+def test_bad_input_is_one_line_and_exit_status_2(row: Bad, tmp_path: Path, trained: Path,
+                                                 monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = _prepare(row, tmp_path, trained, monkeypatch)
+    capsys.readouterr()
+    code = main(argv)
+    _check_line(row, code, capsys.readouterr().err, _command(argv))
+    if "../../x" in " ".join(argv):
+        assert not (tmp_path / "x").exists() and not (tmp_path.parent / "x").exists()
+
+
+@pytest.mark.parametrize("row", [pytest.param(r, id=r.id) for r in TABLE if r.real])
+def test_the_real_executable_exits_2_with_one_line(row: Bad, tmp_path: Path, trained: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    argv = _prepare(row, tmp_path, trained, monkeypatch)
+    exe = Path(sys.executable).with_name("ebms")
+    out = subprocess.run([str(exe), *argv], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    _check_line(row, out.returncode, out.stderr, _command(argv))
+
+
+# -------------------------------------------------------------------------------- the table itself
+def test_the_table_covers_every_config_key() -> None:
+    keys = config_keys()
+    assert set(RULES) == set(keys), "every config key needs a row in ebms.cli.config.RULES"
+    covered = {a.split("=", 1)[0] for row in TABLE for a in row.argv if "=" in a}
+    bad_rows = {k for k in keys if any(r.argv[-1].startswith(f"{k}=") for r in GENERATED)}
+    assert bad_rows == set(keys), f"keys without a generated bad value: {sorted(set(keys) - bad_rows)}"
+    assert set(keys) <= covered
+
+
+def test_every_rule_rejects_its_generated_values_and_accepts_the_default() -> None:
+    from ebms.cli.config import Config, ConfigError, check_values, load_config
+
+    check_values(Config())  # the defaults obey the table
+    for key in sorted(RULES):
+        for value, message in _outside(key):
+            with pytest.raises(ConfigError) as info:
+                from ebms.cli.build import validate_config
+
+                validate_config(load_config(None, [f"{key}={value}"]))
+            assert message in str(info.value), (key, value, str(info.value))
+    assert MAX_INT == 2**63 - 1
+
+
+def test_int_beyond_64_bits_says_so() -> None:
+    from ebms.cli.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=r"train.steps: expected an integer >= 1, at most 2\^63 - 1; got 1180591"):
+        load_config(None, [f"train.steps={2**70}"])
+
+
+def test_debug_shows_the_traceback_and_still_the_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--debug", "train", "train.log_every=0"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.strip().splitlines()[-1].startswith("ebms train: error: train.log_every")
+    assert main(["train", "--debug", "train.log_every=0"]) == 2
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from ebms.train import Trainer
+
+    def fit(self: Any, **kw: Any) -> None:
+        raise RuntimeError("a genuine bug")
+
+    monkeypatch.setattr(Trainer, "fit", fit)
+    with pytest.raises(RuntimeError, match="a genuine bug"):
+        main(["train", f"run.out_dir={tmp_path}", *TINY, "--no-eval"])
+    script = ("import sys, ebms.train as t; from ebms.cli.main import main\n"
+              "t.Trainer.fit = lambda self, **k: 1 / 0\n"
+              f"sys.exit(main(['train', 'run.out_dir={tmp_path}', *{TINY!r}, '--no-eval']))\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1 and "Traceback" in out.stderr and "ZeroDivisionError" in out.stderr
+
+
+def test_report_table_size(capsys: pytest.CaptureFixture[str]) -> None:
+    """Not a check: prints the table's size (``pytest -s``) for the issue's closing figures."""
+    with capsys.disabled():
+        print(f"\nbad-input table: {len(TABLE)} rows ({len(HAND)} written, {len(GENERATED)} generated from RULES), "
+              f"{sum(bool(r.needs) for r in TABLE)} waiting for other helpers, {sum(r.real for r in TABLE)} also run "
+              f"as a real process")
+
+
+def test_docs_state_every_rule_and_every_key() -> None:
+    from ebms.cli.config import rules_markdown
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    assert rules_markdown() in page, "docs/cli.md's validation table drifted from RULES; regenerate it"
+    missing = [k for k in config_keys() if f"| `{k}` | " not in page.split("### Validation rules")[0]]
+    assert not missing, f"docs/cli.md's key tables lack {missing}"
