@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import wave
 
 import numpy as np
@@ -20,6 +21,7 @@ from ebms.data.audio import (
     mel_to_hz,
     read_wav,
 )
+from ebms.errors import DataError
 
 
 def _write(path, samples: np.ndarray, width: int, rate: int = 8000, channels: int = 1) -> None:
@@ -59,8 +61,86 @@ def test_read_wav_errors_name_the_path(tmp_path):
     with pytest.raises(FileNotFoundError, match="path: no wav file"):
         read_wav(tmp_path / "missing.wav")
     (tmp_path / "bad.wav").write_bytes(b"not a wav file at all")
-    with pytest.raises(ValueError, match="path: .* is not a PCM wav file"):
+    with pytest.raises(DataError, match="path: .*bad.wav.* is not a PCM wav file"):
         read_wav(tmp_path / "bad.wav")
+
+
+def _riff(fmt: bytes, data_size: int, data: bytes, *, extra: bytes = b"") -> bytes:
+    """A RIFF/WAVE file: ``fmt`` chunk, optional ``extra`` chunks, a data chunk claiming ``data_size``."""
+    body = b"WAVE" + b"fmt " + len(fmt).to_bytes(4, "little") + fmt + extra
+    body += b"data" + data_size.to_bytes(4, "little") + data
+    return b"RIFF" + (len(body)).to_bytes(4, "little") + body
+
+
+def _fmt(tag=1, channels=1, rate=8000, bits=16, align=None) -> bytes:
+    align = channels * bits // 8 if align is None else align
+    return b"".join(v.to_bytes(n, "little") for v, n in
+                    ((tag, 2), (channels, 2), (rate, 4), (rate * align, 4), (align, 2), (bits, 2)))
+
+
+def test_read_wav_agrees_with_the_wave_module_and_skips_unknown_chunks(tmp_path):
+    ints = np.array([5, -7, 32767, -32768], dtype="<i2")
+    _write(tmp_path / "w.wav", ints, 2, rate=11025)
+    with wave.open(str(tmp_path / "w.wav")) as w:  # the independent reader
+        ref = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2") / 32768.0
+    x, rate = read_wav(tmp_path / "w.wav")
+    assert rate == 11025 and np.array_equal(x.numpy(), ref.astype(np.float32))
+    # a LIST chunk (odd length, padded) between fmt and data, as many recorders write
+    (tmp_path / "l.wav").write_bytes(_riff(_fmt(), 8, ints.tobytes(), extra=b"LIST" + (3).to_bytes(4, "little")
+                                           + b"abc\x00"))
+    assert np.array_equal(read_wav(tmp_path / "l.wav")[0].numpy(), ref.astype(np.float32))
+
+
+def _peak_mb(fn):
+    import tracemalloc
+
+    tracemalloc.start()
+    err = None
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - returned to the caller
+        err = e
+    finally:
+        peak = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+    return peak, err
+
+
+@pytest.mark.parametrize(
+    "blob, match",
+    [
+        (_riff(_fmt(), 2_000_000_000, b"\x00\x01" * 10),
+         r"header claims 2000000000 bytes of samples \(1000000000 frames\); the file holds 20"),
+        (_riff(_fmt(rate=0), 4, b"\x00" * 4), r"header says a sample rate of 0 Hz; expected a positive rate"),
+        (_riff(_fmt(channels=0, align=0), 4, b"\x00" * 4), r"header says 0 channels"),
+        (_riff(_fmt(bits=12, align=2), 4, b"\x00" * 4), r"has 12-bit samples; expected 8, 16, 24 or 32-bit PCM"),
+        (_riff(_fmt(align=3), 6, b"\x00" * 6), r"header says 3 bytes per frame; 1 channel\(s\) of 16-bit samples take 2"),
+        (_riff(_fmt(tag=3, bits=32), 4, b"\x00" * 4), r"is not a PCM wav file \(format tag 0x0003"),
+        (_riff(_fmt(), 3, b"\x00" * 3), r"3 bytes of samples is not a whole number of 2-byte frames"),
+        (_riff(_fmt(), 4, b"\x00" * 4)[:30], r"is not a PCM wav file \(the file ends inside the fmt chunk\)"),
+        (b"RIFF\x00\x00\x00\x00WAVEdata\x04\x00\x00\x00abcd", r"data chunk before the fmt chunk"),
+        (b"RIFF\x00\x00\x00\x00WAVE", r"no fmt chunk in 12 bytes"),
+    ],
+    ids=["claims-2gb", "rate-0", "no-channels", "12-bit", "bad-align", "float", "partial-frame", "cut-fmt",
+         "data-first", "empty"],
+)
+def test_lying_or_damaged_wav_headers_are_data_errors_naming_the_file(tmp_path, blob, match):
+    path = tmp_path / "lie.wav"
+    path.write_bytes(blob)
+    peak, err = _peak_mb(lambda: read_wav(path))
+    assert isinstance(err, DataError), err
+    assert "lie.wav" in str(err) and re.search(match, str(err)), str(err)
+    assert peak < 1, peak  # the header only: nothing is allocated from a claimed size
+
+
+def test_sparse_wav_above_the_limit_is_refused_before_reading(tmp_path):
+    from ebms.errors import LimitExceeded
+
+    path = tmp_path / "huge.wav"
+    with open(path, "wb") as f:
+        f.truncate(2 << 30)
+    with pytest.raises(LimitExceeded, match=r"huge.wav: the file is 2.0 GiB .* pass max_bytes=2147483648 to read_wav"):
+        read_wav(path)
 
 
 # --- mel filterbank ---------------------------------------------------------------------------

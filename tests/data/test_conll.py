@@ -229,3 +229,87 @@ def test_spans_to_tags_rejects_overlaps_and_bad_scheme():
         spans_to_tags([("A", 0, 2), ("B", 1, 2)], 3)
     with pytest.raises(ValueError, match=r"scheme: expected 'iob' or 'iobes'; got 'bilou'"):
         spans_to_tags([], 3, scheme="bilou")
+
+
+# ---------------------------------------------------------------- resources: zip bombs and big files
+
+
+def _bomb_zip(path: Path, member: str, mib: int) -> Path:
+    """A zip whose ``member`` is ``mib`` MiB of the same line (compresses about 1000:1)."""
+    line = b"the DT B-NP\n" * (1 << 16)  # 768 KiB
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf, zf.open(member, "w") as out:
+        for _ in range(mib * (1 << 20) // len(line)):
+            out.write(line)
+    return path
+
+
+def _peak_mb(fn):
+    import tracemalloc
+
+    tracemalloc.start()
+    err = None
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - returned to the caller
+        err = e
+    finally:
+        peak = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+    return peak, err
+
+
+def test_zip_bomb_with_verify_off_is_refused_by_its_declared_size(tmp_path):
+    from ebms.errors import LimitExceeded
+
+    path = _bomb_zip(tmp_path / "conll2000.zip", "conll2000/train.txt", 48)
+    assert path.stat().st_size < 1 << 20
+    peak, err = _peak_mb(lambda: load_conll2000("train", path, verify=False, max_bytes=8 << 20))
+    assert isinstance(err, LimitExceeded), err
+    msg = str(err)
+    assert "conll2000.zip: member conll2000/train.txt (declared uncompressed size) is 48.0 MiB" in msg
+    assert "max_bytes=8388608" in msg and "pass max_bytes=50331648 to load_conll2000/load_conll2002" in msg
+    assert peak < 2, peak  # nothing was decompressed
+
+
+def test_zip_member_larger_than_it_declares_stops_at_the_declared_size(tmp_path):
+    from ebms.errors import DataError
+
+    path = _bomb_zip(tmp_path / "conll2000.zip", "conll2000/train.txt", 48)
+    raw = bytearray(path.read_bytes())
+    central = raw.rindex(b"PK\x01\x02")  # the member's central-directory entry
+    lie = 1000
+    raw[central + 24:central + 28] = lie.to_bytes(4, "little")  # uncompressed size it declares
+    path.write_bytes(bytes(raw))
+    peak, err = _peak_mb(lambda: load_conll2000("train", path, verify=False))
+    assert isinstance(err, DataError) and "conll2000.zip: " in str(err), err
+    assert peak < 8, peak  # at most the declared 1000 bytes and one block, never 48 MiB
+
+
+def test_sparse_zip_above_the_limit_is_refused_before_reading(tmp_path):
+    from ebms.errors import LimitExceeded
+
+    path = tmp_path / "conll2002.zip"
+    with open(path, "wb") as f:
+        f.truncate(2 << 30)
+    with pytest.raises(LimitExceeded, match=r"conll2002.zip: the file is 2.0 GiB .* above the limit max_bytes="):
+        load_conll2002("esp", "train", path, verify=False)
+    with pytest.raises(LimitExceeded, match=r"conll2002.zip: the file is 2.0 GiB"):
+        read_conll(path)
+
+
+def test_damaged_zip_and_bad_text_are_data_errors_naming_the_file(tmp_path):
+    from ebms.errors import DataError
+
+    good = tmp_path / "good.zip"
+    with zipfile.ZipFile(good, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("conll2000/train.txt", "He PRP B-NP\n" * 200)
+    raw = bytearray(good.read_bytes())
+    start = raw.index(b"conll2000/train.txt") + len("conll2000/train.txt")
+    raw[start + 5:start + 40] = b"\xff" * 35  # scramble the deflate stream
+    bad = tmp_path / "bad.zip"
+    bad.write_bytes(bytes(raw))
+    with pytest.raises(DataError, match=r"bad.zip: (member conll2000/train.txt is corrupt|not a readable zip)"):
+        load_conll2000("train", bad, verify=False)
+    (tmp_path / "x.txt").write_bytes(b"caf\xe9 NN O\n")
+    with pytest.raises(DataError, match=r"x.txt: not valid utf-8 .*pass encoding='latin-1'"):
+        read_conll(tmp_path / "x.txt")

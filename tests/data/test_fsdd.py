@@ -59,6 +59,27 @@ def test_load_fsdd_reads_and_verifies_a_folder(tmp_path):
         load_fsdd(root / "fsdd", verify=True)
 
 
+def test_load_fsdd_bad_table_truncated_take_and_wrong_rate_are_data_errors(tmp_path):
+    from ebms.errors import DataError
+
+    root = _fake_fsdd(tmp_path)
+    table = root / "fsdd" / "recordings.tsv"
+    table.write_text(table.read_text() + "fsdd/recordings/x.wav 12\n")
+    with pytest.raises(DataError, match=r"recordings.tsv' line 92: expected 3 tab-separated fields"):
+        load_fsdd(root, verify=True)
+    path = root / "fsdd" / "recordings" / "4_ann_0.wav"
+    path.write_bytes(path.read_bytes()[:-100])  # the header still claims the full length
+    with pytest.raises(DataError, match=r"4_ann_0.wav': header claims 2880 bytes of samples \(1440 frames\); the file holds 2780"):
+        load_fsdd(root)
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(b"\x00\x00" * 10)
+    with pytest.raises(DataError, match=r"4_ann_0.wav' is sampled at 16000 Hz; FSDD is 8000 Hz"):
+        load_fsdd(root)
+
+
 def test_load_fsdd_missing_folder_names_the_variable(tmp_path):
     with pytest.raises(FileNotFoundError, match=f"root: no FSDD recordings.*{DATA_ENV_VAR}"):
         load_fsdd(tmp_path)

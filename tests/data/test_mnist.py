@@ -15,6 +15,7 @@ import torch
 from ebms.data import mnist
 from ebms.data.mnist import ChecksumError, ImageDataset, load_mnist, read_idx
 from ebms.data.paths import DATA_ENV_VAR, data_root
+from ebms.errors import DataError, LimitExceeded
 
 STEMS = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
@@ -169,10 +170,10 @@ def test_read_idx_reports_a_truncated_gzip_stream(tmp_path: Path) -> None:
     full = gzip.compress(idx_bytes(np.arange(200, dtype=np.uint8)))
     path = tmp_path / "cut.gz"
     path.write_bytes(full[: len(full) // 2])
-    with pytest.raises(ValueError, match=r"cut\.gz: truncated gzip stream"):
+    with pytest.raises(DataError, match=r"cut\.gz: the gzip stream ends early \(truncated compressed stream\)"):
         read_idx(path)
     path.write_bytes(full[:10] + b"\xff" * 20)
-    with pytest.raises(ValueError, match=r"cut\.gz: (corrupt gzip data|truncated gzip stream)"):
+    with pytest.raises(DataError, match=r"cut\.gz: the idx stream (is corrupt|ends early)"):
         read_idx(path)
 
 
@@ -291,3 +292,70 @@ def test_download_into_an_unwritable_place_says_so(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("not a folder")
     with pytest.raises(OSError, match=r"cannot create .*file/mnist for the download .*pass root= a writable folder"):
         load_mnist("test", root=tmp_path / "file" / "mnist", download=True)
+
+
+def _gzip_bomb(path: Path, header: bytes, gib: float) -> Path:
+    """``header`` followed by ``gib`` GiB of zeros, as a multi-member gzip of a few MB."""
+    block = gzip.compress(b"\x00" * (1 << 20), compresslevel=9)  # 1 MiB -> about 1 kB
+    with open(path, "wb") as f:
+        f.write(gzip.compress(header))
+        for _ in range(int(gib * 1024)):
+            f.write(block)
+    return path
+
+
+def _peak_mb(fn) -> tuple[float, BaseException | None]:
+    import tracemalloc
+
+    tracemalloc.start()
+    err: BaseException | None = None
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - returned to the caller
+        err = e
+    finally:
+        peak = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+    return peak, err
+
+
+def test_gzip_bomb_behind_a_small_header_stops_one_byte_past_the_claim(tmp_path: Path) -> None:
+    header = bytes([0, 0, 8, 3]) + struct.pack(">3I", 1000, 28, 28)  # claims 784,000 bytes
+    path = _gzip_bomb(tmp_path / "bomb.gz", header, 2.4)
+    assert path.stat().st_size < 4 << 20
+    peak, err = _peak_mb(lambda: read_idx(path))
+    assert isinstance(err, DataError) and "bomb.gz: trailing bytes in idx file" in str(err), err
+    assert peak < 16, peak  # the claim (0.75 MiB) and a few 1 MiB blocks, never the 2.4 GiB
+
+
+def test_idx_header_claiming_gigabytes_is_refused_before_reading_the_data(tmp_path: Path) -> None:
+    header = bytes([0, 0, 8, 3]) + struct.pack(">3I", 3_000_000, 28, 28)  # claims 2.35 GB
+    path = _gzip_bomb(tmp_path / "claims.gz", header, 0.01)
+    peak, err = _peak_mb(lambda: read_idx(path))
+    assert isinstance(err, LimitExceeded), err
+    msg = str(err)
+    assert "claims.gz: the idx data its header claims, (3000000, 28, 28)" in msg
+    assert f"max_bytes={mnist.MAX_IDX_BYTES}" in msg and "pass max_bytes=2352000000 to read_idx" in msg
+    assert peak < 4, peak
+    folder = tmp_path / "m"  # the same file through load_mnist
+    folder.mkdir()
+    shutil.copy(path, folder / "t10k-images-idx3-ubyte.gz")
+    shutil.copy(path, folder / "t10k-labels-idx1-ubyte.gz")
+    with pytest.raises(LimitExceeded, match=r"t10k-images-idx3-ubyte.gz: the idx data its header claims"):
+        load_mnist("test", root=folder)
+
+
+def test_raw_idx_header_claiming_more_than_the_file_is_refused_without_reading(tmp_path: Path) -> None:
+    path = tmp_path / "raw-idx3-ubyte"
+    path.write_bytes(bytes([0, 0, 8, 3]) + struct.pack(">3I", 100_000, 28, 28) + b"\x01" * 100)
+    peak, err = _peak_mb(lambda: read_idx(path))
+    assert isinstance(err, DataError) and "raw-idx3-ubyte: truncated idx file" in str(err), err
+    assert peak < 4, peak  # one 1 MiB read buffer, never the 78 MB claimed
+
+
+def test_sparse_idx_file_above_the_limit_is_refused_by_its_size(tmp_path: Path) -> None:
+    path = tmp_path / "big-idx3-ubyte"
+    with open(path, "wb") as f:
+        f.truncate(2 << 30)
+    with pytest.raises(LimitExceeded, match=r"big-idx3-ubyte: the file is 2.0 GiB .* pass max_bytes=2147483648"):
+        read_idx(path)

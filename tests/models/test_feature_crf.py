@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from ebms.models.feature_crf import FeatureCRF, _Corpus, fit_feature_crf
+from ebms.models.feature_crf import FeatureCRF, corpus_from_padded, fit_feature_crf
 from ebms.structured.features import AttributeVocabulary, observed_pairs, observed_transitions
 
 A, C = 6, 3
@@ -29,8 +29,8 @@ def _random_model(seed: int = 1, **kw) -> FeatureCRF:
     m = FeatureCRF(A, C, **kw)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        m.state_weights.copy_(torch.randn(A, C, generator=g, dtype=torch.float64))
-        m.transitions.copy_(torch.randn(C, C, generator=g, dtype=torch.float64))
+        m.set_weights(torch.randn(A, C, generator=g, dtype=torch.float64),
+                      torch.randn(C, C, generator=g, dtype=torch.float64))
     return m
 
 
@@ -62,9 +62,7 @@ def test_nll_gradient_matches_finite_differences():
     m = _random_model(seed=4)
 
     def nll(sw: torch.Tensor, tr: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            m.state_weights.copy_(sw)
-            m.transitions.copy_(tr)
+        m.set_weights(sw.detach(), tr.detach())
         # functional version: emissions from sw directly so gradcheck sees the inputs
         em = (w.unsqueeze(-1) * sw[ids]).sum(2)
         from ebms.structured.linear_chain import LinearChainCRF
@@ -77,21 +75,69 @@ def test_nll_gradient_matches_finite_differences():
     loss = -m(ids, w, lengths).log_prob(tags).sum()
     loss.backward()
     g_sw, g_tr = torch.autograd.grad(nll(sw, tr), (sw, tr))
-    torch.testing.assert_close(m.state_weights.grad, g_sw)
-    torch.testing.assert_close(m.transitions.grad, g_tr)
+    torch.testing.assert_close(m.state_values.grad.view(A, C), g_sw)
+    torch.testing.assert_close(m.transition_values.grad.view(C, C), g_tr)
 
 
 @pytest.mark.parametrize("bucket_size", [1, 3, 100])
-def test_bucketed_full_batch_nll_and_gradient_equal_the_model_nll(bucket_size):
+@pytest.mark.parametrize("masked", [False, True])
+def test_bucketed_full_batch_nll_and_gradient_equal_the_model_nll(bucket_size, masked):
     ids, w, lengths, tags = _data(seed=5, n=7)
-    m = _random_model(seed=6)
+    kw = {}
+    if masked:
+        kw = {"observed": observed_pairs(ids, tags, lengths, A, C), "observed_transitions": observed_transitions(tags, lengths, C)}
+    m = _random_model(seed=6, **kw)
+    params = (m.state_values, m.transition_values)
     loss = -m(ids, w, lengths).log_prob(tags).sum()
-    g_ref = torch.autograd.grad(loss, (m.state_weights, m.transitions))
-    corpus = _Corpus(ids, w, lengths, tags, A, bucket_size, torch.float64)
-    fast = corpus.nll(m.state_weights, m.transitions)
-    g_fast = torch.autograd.grad(fast, (m.state_weights, m.transitions))
+    g_ref = torch.autograd.grad(loss, params)
+    corpus = corpus_from_padded(ids, w, lengths, tags, A, bucket_size, torch.float64)
+    fast = corpus.nll(*m.effective_weights())
+    g_fast = torch.autograd.grad(fast, params)
     torch.testing.assert_close(fast, loss)
     torch.testing.assert_close(g_fast, g_ref)
+
+
+def test_parameters_are_the_observed_weights_only_and_set_weights_round_trips():
+    ids, w, lengths, tags = _data(seed=8, n=6)
+    obs, obs_t = observed_pairs(ids, tags, lengths, A, C), observed_transitions(tags, lengths, C)
+    m = FeatureCRF(A, C, observed=obs, observed_transitions=obs_t)
+    assert m.state_values.shape == (int(obs.sum()),) and m.transition_values.shape == (int(obs_t.sum()),)
+    dense = torch.randn(A, C, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    m.set_weights(dense)
+    assert torch.equal(m.state_weights, torch.where(obs, dense, 0.0))  # observed kept, others exactly 0
+    assert torch.equal(m.state_values, dense[obs])  # row-major order of the mask
+    with pytest.raises(ValueError, match=r"transitions: expected shape \(3, 3\)"):
+        m.set_weights(transitions=torch.zeros(C, C + 1, dtype=torch.float64))
+
+
+def test_a_checkpoint_of_dense_weights_loads_into_the_compact_model():
+    ids, w, lengths, tags = _data(seed=8, n=6)
+    obs, obs_t = observed_pairs(ids, tags, lengths, A, C), observed_transitions(tags, lengths, C)
+    m = FeatureCRF(A, C, observed=obs, observed_transitions=obs_t)
+    g = torch.Generator().manual_seed(1)
+    dense_w = torch.where(obs, torch.randn(A, C, dtype=torch.float64, generator=g), 0.0)
+    dense_a = torch.where(obs_t, torch.randn(C, C, dtype=torch.float64, generator=g), 0.0)
+    old = {"state_weights": dense_w, "transitions": dense_a, "state_mask": obs, "transition_mask": obs_t}
+    m.load_state_dict(old)  # the layout written before parameters were compact
+    assert torch.equal(m.state_weights, dense_w) and torch.equal(m.transitions, dense_a)
+    assert set(m.state_dict()) == {"state_values", "transition_values", "state_mask", "transition_mask"}
+
+
+def test_encoded_corpus_gives_the_same_full_batch_objective_as_padded_tensors():
+    from ebms.models.feature_crf import _Corpus
+
+    xs = [[{f"a{(i * 7 + j * 3 + k) % 11}": 1.0 + k for k in range(1 + (i + j) % 4)} for j in range(1 + i % 5)]
+          for i in range(9)]
+    ys = [[f"y{(i + j) % C}" for j in range(len(x))] for i, x in enumerate(xs)]
+    vocab = AttributeVocabulary.fit(xs, ys)
+    ids, w, lengths = vocab.encode(xs)
+    tags = vocab.encode_tags(ys)
+    flat = AttributeVocabulary([]).encode_flat(iter(xs), grow=True)
+    m = FeatureCRF(len(vocab), C)
+    m.set_weights(torch.randn(len(vocab), C, dtype=torch.float64, generator=torch.Generator().manual_seed(2)))
+    ref = corpus_from_padded(ids, w, lengths, tags, len(vocab), 4, torch.float64).nll(*m.effective_weights())
+    got = _Corpus(lambda b: flat.padded(b)[:2], flat.lengths, tags, len(vocab), 4, torch.float64)
+    torch.testing.assert_close(got.nll(*m.effective_weights()), ref)
 
 
 def test_lbfgs_final_loss_is_the_crfsuite_objective():
@@ -187,3 +233,24 @@ def test_bad_inputs_name_the_argument():
     with pytest.raises(ValueError, match="c2: expected a finite number >= 0"):
         fit_feature_crf(m, ids, w, lengths, tags, c2=-1.0, progress=False)
     assert math.isfinite(float(m(ids, w, lengths).log_partition.sum().detach()))
+
+
+@pytest.mark.parametrize("method", ["lbfgs", "adam"])
+def test_fit_on_an_encoded_corpus_equals_the_fit_on_padded_tensors(method):
+    xs = [[{f"a{(i * 5 + j * 2 + k) % 9}": 1.0 for k in range(1 + (i + j) % 3)} for j in range(1 + i % 6)]
+          for i in range(10)]
+    ys = [[f"y{(i * j) % C}" for j in range(len(x))] for i, x in enumerate(xs)]
+    vocab = AttributeVocabulary.fit(xs, ys)
+    ids, w, lengths = vocab.encode(xs)
+    tags = vocab.encode_tags(ys)
+    flat = AttributeVocabulary([]).encode_flat(iter(xs), grow=True)
+    kw = dict(method=method, c1=0.1, c2=0.5, max_iterations=8, lr=0.1, batch_size=3, progress=False)
+    fits = []
+    for args in ((ids, w, lengths), (flat, None, None)):
+        m = FeatureCRF(len(vocab), len(vocab.tags or []), observed=observed_pairs(ids, tags, lengths, len(vocab), C))
+        res = fit_feature_crf(m, *args, tags, generator=torch.Generator().manual_seed(0), **kw)
+        fits.append((res.loss, m.state_values.detach().clone()))
+    assert fits[0][0] == pytest.approx(fits[1][0], rel=1e-12)
+    torch.testing.assert_close(fits[0][1], fits[1][1], rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match=r"weights, lengths: expected None with an EncodedCorpus"):
+        fit_feature_crf(FeatureCRF(len(vocab), C), flat, w, None, tags, progress=False)

@@ -17,7 +17,11 @@ sentences of every split (for quick runs).
   ``data.features`` (``crfsuite-chunking`` for CoNLL-2000, ``crfsuite-ner`` for CoNLL-2002 when
   empty), state weights only for observed attribute-tag pairs; transitions for the observed tag
   bigrams on CoNLL-2000 (CRFsuite's default) and for every tag pair on CoNLL-2002 (the
-  sklearn-crfsuite tutorial's ``all_possible_transitions=True``).
+  sklearn-crfsuite tutorial's ``all_possible_transitions=True``). Attributes are extracted one
+  sentence at a time into an :class:`~ebms.structured.features.EncodedCorpus` (no padding); the
+  trainer's data are row ids into it. A full batch with ``objective.kind = crf`` (the recipes'
+  L-BFGS / OWL-QN) takes the compact path of :func:`~ebms.models.feature_crf.fit_feature_crf`
+  (one cached CSR design matrix; the parameters are the observed weights only).
 
 ``objective.kind``: ``crf`` (conditional ML, :class:`~ebms.objectives.conditional.ConditionalML`)
 or ``crf-nce`` (:class:`~ebms.objectives.conditional.ConditionalNCE` with ``objective.nu`` noise
@@ -39,7 +43,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -47,10 +51,18 @@ from torch import Tensor, nn
 from ebms.cli.build import resolve
 from ebms.cli.config import Config, ConfigError
 from ebms.cli.tasks import StructuredTask, TaskData, register
-from ebms.data.conll import Sentence, bio_to_spans, load_conll2000, load_conll2002, spans_to_tags
+from ebms.data.conll import (
+    MAX_CONLL_BYTES,
+    Sentence,
+    bio_to_spans,
+    load_conll2000,
+    load_conll2002,
+    spans_to_tags,
+)
 from ebms.metrics.chunking import conlleval
 from ebms.models.crf_tagger import NeuralCRFTagger
 from ebms.objectives.conditional import ConditionalML, ConditionalNCE, TagBigramNoise
+from ebms.structured.features import EncodedCorpus
 from ebms.structured.linear_chain import bio_allowed_transitions
 
 __all__ = ["MIN_WORD_COUNT", "TaggingTask", "WordVocabulary"]
@@ -111,9 +123,63 @@ class WordVocabulary:
 
 @dataclass
 class _Split:
-    inputs: tuple[Tensor, ...]
+    """A test split: padded inputs ``(N, T, ...)`` (neural taggers), or the attribute vectors
+    without padding (feature CRF; padded per decoding chunk)."""
+
+    inputs: tuple[Tensor, ...] | EncodedCorpus
     lengths: Tensor
     gold: list[list[str]]
+
+    def rows(self, idx: Tensor, t: int) -> list[Tensor]:
+        if isinstance(self.inputs, EncodedCorpus):
+            return list(self.inputs.padded(idx)[:2])
+        return [x[idx, :t] for x in self.inputs]
+
+
+class _FeatureRows:
+    """The feature CRF's objective over training rows: ``objective(model, (rows, tags, lengths))``.
+
+    The trainer's data are ``(rows (N,), tags (N, T), lengths (N,))``, where ``rows`` index the
+    training set's :class:`~ebms.structured.features.EncodedCorpus` (attribute vectors without
+    padding: the corpus is never padded to its longest sentence). A batch holding every row once
+    (full-batch L-BFGS / OWL-QN) with ``objective.kind = crf`` takes the path of
+    :func:`ebms.models.feature_crf.fit_feature_crf`: one cached CSR design matrix over
+    length-sorted buckets, emissions ``X @ W`` and their gradient ``X^T G`` as two sparse products
+    per pass, no per-call masking of the ``(A, C)`` weights. Any other batch is padded to its
+    own longest sentence and passed to ``inner`` (:class:`ConditionalML` or
+    :class:`ConditionalNCE`), as before. Both give the same loss: ``sum -log p / B + l2 ||w||^2``.
+    """
+
+    def __init__(self, corpus: EncodedCorpus, tags: Tensor, inner: Callable[..., Any], *,
+                 full_batch_ml: bool, l2: float, n_attributes: int) -> None:
+        self.corpus, self.tags, self.inner, self.full_batch_ml = corpus, tags, inner, full_batch_ml
+        self.l2, self.n_attributes = l2, n_attributes
+        self._full: Any = None
+
+    def __call__(self, model: nn.Module, batch: Any, *, generator: torch.Generator | None = None) -> Any:
+        rows, tags, lengths = batch
+        n = len(self.corpus)
+        if self.full_batch_ml and rows.shape[0] == n and bool((torch.bincount(rows, minlength=n) == 1).all()):
+            return self._full_batch(model, lengths)
+        ids, values, _ = self.corpus.padded(rows)
+        return self.inner(model, (ids, values, tags[:, : ids.shape[1]], lengths), generator=generator)
+
+    def _full_batch(self, model: nn.Module, lengths: Tensor) -> Any:
+        from ebms.models.feature_crf import FeatureCRF, _Corpus
+        from ebms.objectives._base import LossOutput, scalar_metrics
+
+        if not isinstance(model, FeatureCRF):
+            raise TypeError(f"model: expected a FeatureCRF; got {type(model).__name__}")
+        if self._full is None:  # built once: the rows of a full batch are always the whole set
+            c = self.corpus
+            self._full = _Corpus(lambda b: c.padded(b)[:2], c.lengths, self.tags, self.n_attributes,
+                                 FULL_BATCH_CHUNK, model.state_values.dtype)
+        nll = self._full.nll(*model.effective_weights())
+        n = len(self.corpus)
+        loss = nll / n
+        if self.l2:
+            loss = loss + self.l2 * sum((p * p).sum() for p in model.parameters() if p.requires_grad)
+        return LossOutput(loss, scalar_metrics(nll=nll.detach() / n, nll_token=nll.detach() / lengths.sum()))
 
 
 def _iob2(tags: list[str]) -> list[str]:
@@ -123,11 +189,13 @@ def _iob2(tags: list[str]) -> list[str]:
 
 def _load_split(cfg: Config, split: str) -> list[Sentence]:
     name, root = cfg.data.name, cfg.data.root
+    max_mb = getattr(cfg.data, "max_mb", None)  # the size limit of data files, where config has it
+    max_bytes = MAX_CONLL_BYTES if max_mb is None else int(max_mb * 2**20)
     try:
         if name == "conll2000":
-            sents = load_conll2000(split, root)
+            sents = load_conll2000(split, root, max_bytes=max_bytes)
         else:
-            sents = load_conll2002(name.split("-")[1], split, root)
+            sents = load_conll2002(name.split("-")[1], split, root, max_bytes=max_bytes)
     except FileNotFoundError as e:
         raise ConfigError(f"data.name={name!r}: {e}") from None
     return sents if cfg.data.limit is None else sents[: cfg.data.limit]
@@ -146,6 +214,8 @@ class TaggingTask(StructuredTask):
     data_names = DATA_NAMES
     model_kinds = MODEL_KINDS
     objective_kinds = OBJECTIVE_KINDS
+    #: the neural taggers take one width; a user who sets nothing gets [100], not the toy MLP's [128, 128]
+    defaults: ClassVar[dict[str, Any]] = {"model.hidden": [100]}
 
     # -- configuration ------------------------------------------------------------------------
     def _check(self, cfg: Config) -> None:
@@ -190,28 +260,30 @@ class TaggingTask(StructuredTask):
         y = _tag_tensor(gold_train, index, int(lengths.max()))
         info: dict[str, Any] = {"tags": tags, "n_train": len(train)}
         if cfg.model.kind == "feature-crf":
-            from ebms.structured.features import FEATURE_SETS, AttributeVocabulary, observed_pairs, observed_transitions
+            from ebms.structured.features import FEATURE_SETS, AttributeVocabulary, observed_transitions
 
             extract: Callable[[Sentence], list[dict[str, float]]] = FEATURE_SETS[
                 cfg.data.features or DEFAULT_FEATURES[cfg.data.name]]
-            feats = [extract(s) for s in train]
-            vocab = AttributeVocabulary.fit(feats)
-            ids, weights, _ = vocab.encode(feats)
-            info.update(n_attributes=len(vocab), observed=observed_pairs(ids, y, lengths, len(vocab), len(tags)),
+            # One pass, one sentence at a time: the attribute dicts are never all held in memory,
+            # and the corpus is kept without padding (see _FeatureRows).
+            vocab = AttributeVocabulary([])
+            corpus = vocab.encode_flat((extract(s) for s in train), grow=True)
+            info.update(n_attributes=len(vocab), observed=corpus.observed_pairs(y, len(vocab), len(tags)),
                         observed_transitions=(observed_transitions(y, lengths, len(tags))
-                                              if cfg.data.name == "conll2000" else None))
-            x: tuple[Tensor, ...] = (ids, weights)
+                                              if cfg.data.name == "conll2000" else None),
+                        corpus=corpus)
+            x: tuple[Tensor, ...] = (torch.arange(len(train)),)
+            test = {k: _Split(vocab.encode_flat(extract(s) for s in v),
+                              torch.tensor([len(s) for s in v], dtype=torch.long), [s.tags for s in v])
+                    for k, v in splits.items() if v}
+            return TaskData(train=(*x, y, lengths), test=test, info=info, name=cfg.data.name)
+        words = WordVocabulary(train)
+        use_chars = cfg.model.char_dim > 0
+        info.update(vocab_size=len(words.words), char_vocab_size=len(words.chars) if use_chars else None)
+        x = words.encode(train, chars=use_chars)
 
-            def encode(sents: list[Sentence]) -> tuple[Tensor, ...]:
-                return vocab.encode([extract(s) for s in sents])[:2]
-        else:
-            words = WordVocabulary(train)
-            use_chars = cfg.model.char_dim > 0
-            info.update(vocab_size=len(words.words), char_vocab_size=len(words.chars) if use_chars else None)
-            x = words.encode(train, chars=use_chars)
-
-            def encode(sents: list[Sentence]) -> tuple[Tensor, ...]:
-                return words.encode(sents, chars=use_chars)
+        def encode(sents: list[Sentence]) -> tuple[Tensor, ...]:
+            return words.encode(sents, chars=use_chars)
 
         test = {k: _Split(encode(v), torch.tensor([len(s) for s in v], dtype=torch.long), [s.tags for s in v])
                 for k, v in splits.items() if v}
@@ -232,11 +304,17 @@ class TaggingTask(StructuredTask):
 
     def build_objective(self, cfg: Config, data: TaskData) -> Callable[..., Any]:
         chunk = FULL_BATCH_CHUNK if cfg.train.optimizer == "lbfgs" else None
+        inner: Callable[..., Any]
         if cfg.objective.kind == "crf-nce":
             *_, y, lengths = data.train
             noise = TagBigramNoise.fit(y, lengths, len(data.info["tags"]))
-            return ConditionalNCE(noise, nu=int(cfg.objective.nu), chunk_size=chunk)
-        return ConditionalML(l2=cfg.objective.c2 / data.size, chunk_size=chunk)
+            inner = ConditionalNCE(noise, nu=int(cfg.objective.nu), chunk_size=chunk)
+        else:
+            inner = ConditionalML(l2=cfg.objective.c2 / data.size, chunk_size=chunk)
+        if cfg.model.kind != "feature-crf":
+            return inner
+        return _FeatureRows(data.info["corpus"], data.train[1], inner, full_batch_ml=cfg.objective.kind == "crf",
+                            l2=cfg.objective.c2 / data.size, n_attributes=data.info["n_attributes"])
 
     def build_optimizer(self, cfg: Config,
                         data: TaskData) -> Callable[[list[dict[str, Any]]], torch.optim.Optimizer] | None:
@@ -281,7 +359,7 @@ def _decode(model: nn.Module, split: _Split, tags: list[str]) -> list[list[str]]
         for idx in torch.argsort(lengths, stable=True).split(DECODE_CHUNK):
             ln = lengths[idx]
             t = int(ln.max())
-            inputs = [x[idx, :t] for x in split.inputs]
+            inputs = split.rows(idx, t)
             kw = {"constrained": True} if isinstance(model, NeuralCRFTagger) else {}
             best = model(*inputs, ln, **kw).argmax
             for row, i, n in zip(best.tolist(), idx.tolist(), ln.tolist()):

@@ -2,7 +2,7 @@
 
 Pipeline (the usual ASR front end, e.g. Young et al., 2006, "The HTK Book", ch. 5):
 
-1. ``read_wav``: PCM samples scaled to ``[-1, 1]`` (standard-library :mod:`wave`).
+1. ``read_wav``: PCM samples scaled to ``[-1, 1]`` (the RIFF header checked against the file).
 2. Optional pre-emphasis ``x'_n = x_n - a x_{n-1}``.
 3. Frames of ``win = round(win_ms * sr / 1000)`` samples every ``hop = round(hop_ms * sr / 1000)``
    samples, Hann window, FFT of ``n_fft`` = the next power of two ``>= win`` (``torch.stft``,
@@ -23,7 +23,6 @@ Cost: ``O(T n_fft log n_fft + T n_fft M)`` per utterance.
 
 from __future__ import annotations
 
-import wave
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,44 +31,127 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_finite, check_int, check_positive, check_tensor
+from ebms.data._limits import check_max_bytes, file_size
+from ebms.errors import DataError
 
-__all__ = ["CMVNStats", "cmvn", "frame_count", "hz_to_mel", "log_mel", "mel_centres", "mel_filterbank",
+__all__ = ["MAX_WAV_BYTES", "CMVNStats", "cmvn", "frame_count", "hz_to_mel", "log_mel", "mel_centres", "mel_filterbank",
            "mel_to_hz", "read_wav"]
 
 
-def read_wav(path: str | Path) -> tuple[Tensor, int]:
+#: Default ``max_bytes`` of :func:`read_wav`: the largest wav file read, 512 MiB (about 4.6 hours
+#: of 16 kHz 16-bit mono); raise it with ``max_bytes=``.
+MAX_WAV_BYTES = 512 << 20
+_PCM, _EXTENSIBLE = 0x0001, 0xFFFE
+_PCM_GUID_TAIL = bytes.fromhex("000000001000800000aa00389b71")  # KSDATAFORMAT_SUBTYPE_PCM after its id
+
+
+@dataclass(frozen=True)
+class _WavHeader:
+    channels: int
+    rate: int
+    width: int  # bytes per sample
+    offset: int  # first byte of the samples
+    size: int  # bytes of samples the data chunk claims
+
+
+def _wav_header(p: Path, size: int) -> _WavHeader:
+    """Walk the RIFF chunks of ``p`` (``size`` bytes): the fmt fields and the data chunk's place."""
+    bad = f"path: {str(p)!r} is not a PCM wav file"
+    with open(p, "rb") as f:
+        head = f.read(12)
+        if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+            raise DataError(f"{bad} (no RIFF/WAVE header; {size} bytes)")
+        fmt: bytes | None = None
+        pos = 12
+        while pos + 8 <= size:
+            f.seek(pos)
+            cid, n = f.read(4), int.from_bytes(f.read(4), "little")
+            if cid == b"fmt ":
+                if not 16 <= n <= 4096:
+                    raise DataError(f"{bad} (fmt chunk of {n} bytes; expected 16 to 40)")
+                fmt = f.read(n)
+                if len(fmt) < n:
+                    raise DataError(f"{bad} (the file ends inside the fmt chunk)")
+            elif cid == b"data":
+                if fmt is None:
+                    raise DataError(f"{bad} (data chunk before the fmt chunk)")
+                return _check_fmt(p, fmt, pos + 8, n, size)
+            pos += 8 + n + (n & 1)  # chunks are padded to an even length
+    raise DataError(f"{bad} (no {'data' if fmt is not None else 'fmt'} chunk in {size} bytes)")
+
+
+def _check_fmt(p: Path, fmt: bytes, offset: int, claimed: int, size: int) -> _WavHeader:
+    """Check the fmt fields and that the data chunk fits in the file."""
+    name = f"path: {str(p)!r}"
+    tag, channels, rate = (int.from_bytes(fmt[i:j], "little") for i, j in ((0, 2), (2, 4), (4, 8)))
+    align, bits = int.from_bytes(fmt[12:14], "little"), int.from_bytes(fmt[14:16], "little")
+    if tag == _EXTENSIBLE and len(fmt) >= 40 and fmt[26:40] == _PCM_GUID_TAIL:
+        tag = int.from_bytes(fmt[24:26], "little")
+    if tag != _PCM:
+        raise DataError(f"{name} is not a PCM wav file (format tag 0x{tag:04X}; expected 0x0001, integer PCM)")
+    if channels < 1:
+        raise DataError(f"{name}: header says {channels} channels; expected at least 1")
+    if rate < 1:
+        raise DataError(f"{name}: header says a sample rate of {rate} Hz; expected a positive rate")
+    if bits not in (8, 16, 24, 32):
+        raise DataError(f"{name} has {bits}-bit samples; expected 8, 16, 24 or 32-bit PCM")
+    width = bits // 8
+    if align != channels * width:
+        raise DataError(f"{name}: header says {align} bytes per frame; {channels} channel(s) of {bits}-bit "
+                        f"samples take {channels * width}")
+    have = size - offset
+    if claimed > have:
+        raise DataError(f"{name}: header claims {claimed} bytes of samples ({claimed // align} frames); the "
+                        f"file holds {max(have, 0)} (truncated, or a damaged header)")
+    if claimed % align:
+        raise DataError(f"{name}: {claimed} bytes of samples is not a whole number of {align}-byte frames")
+    return _WavHeader(channels, rate, width, offset, claimed)
+
+
+def read_wav(path: str | Path, *, max_bytes: int = MAX_WAV_BYTES) -> tuple[Tensor, int]:
     """Read a PCM wav file: ``(waveform float32 (N,) in [-1, 1], sample_rate)``.
 
-    8-bit (unsigned), 16-, 24- and 32-bit (signed) PCM are read; integer samples are divided by
-    ``2^(bits - 1)``. Multi-channel files are averaged to mono (the channels' mean).
+    8-bit (unsigned), 16-, 24- and 32-bit (signed) PCM are read (``WAVE_FORMAT_EXTENSIBLE`` with
+    the PCM sub-format too); integer samples are divided by ``2^(bits - 1)``. Multi-channel files
+    are averaged to mono (the channels' mean).
+
+    The RIFF header is checked against the file before any sample is read: a positive sample
+    rate, at least one channel, a supported bit depth, a frame size that agrees with them, and a
+    data chunk that fits in the file (a short file whose header claims GBs is an error, never a
+    silently short waveform).
+
+    Args:
+        path: the file.
+        max_bytes: the largest file read (default :data:`MAX_WAV_BYTES`, 512 MiB).
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ValueError: not a PCM wav file (the message names ``path``).
+        ebms.errors.LimitExceeded: the file is larger than ``max_bytes``.
+        ebms.errors.DataError: not a PCM wav file, or a header that disagrees with the file (the
+            message names ``path``).
     """
+    check_max_bytes(max_bytes)
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"path: no wav file at {str(p)!r}")
-    try:
-        with wave.open(str(p), "rb") as w:
-            channels, width, rate, n = w.getnchannels(), w.getsampwidth(), w.getframerate(), w.getnframes()
-            raw = w.readframes(n)
-    except (wave.Error, EOFError) as e:
-        raise ValueError(f"path: {str(p)!r} is not a PCM wav file ({e})") from None
-    if width == 1:
+    h = _wav_header(p, file_size(p, max_bytes, "read_wav"))
+    with open(p, "rb") as f:
+        f.seek(h.offset)
+        raw = f.read(h.size)
+    if len(raw) != h.size:  # the file changed under us
+        raise DataError(f"path: {str(p)!r}: expected {h.size} bytes of samples; read {len(raw)}")
+    if h.width == 1:
         x = (np.frombuffer(raw, dtype=np.uint8).astype(np.float32) - 128.0) / 128.0
-    elif width == 2:
+    elif h.width == 2:
         x = np.frombuffer(raw, dtype="<i2").astype(np.float32) / 32768.0
-    elif width == 3:
+    elif h.width == 3:
         b = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 3).astype(np.int32)
         v = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)
         x = (np.where(v >= 1 << 23, v - (1 << 24), v)).astype(np.float32) / float(1 << 23)
-    elif width == 4:
-        x = (np.frombuffer(raw, dtype="<i4").astype(np.float64) / float(1 << 31)).astype(np.float32)
     else:
-        raise ValueError(f"path: {str(p)!r} has {8 * width}-bit samples; expected 8, 16, 24 or 32-bit PCM")
-    x = x.reshape(-1, channels).mean(axis=1) if channels > 1 else x
-    return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)), rate
+        x = (np.frombuffer(raw, dtype="<i4").astype(np.float64) / float(1 << 31)).astype(np.float32)
+    x = x.reshape(-1, h.channels).mean(axis=1) if h.channels > 1 else x
+    return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)), h.rate
 
 
 def hz_to_mel(f: Tensor | float) -> Tensor:

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_int, check_probability, check_tensor
-from ebms.data.mnist import load_mnist
+from ebms.data.mnist import MAX_IDX_BYTES, load_mnist
 
 __all__ = ["BINARIZE_METHODS", "binarize", "binarized_mnist", "split_seed"]
 
@@ -103,6 +103,7 @@ def binarized_mnist(
     dataset: str = "mnist",
     download: bool = False,
     verify: bool = True,
+    max_bytes: int = MAX_IDX_BYTES,
 ) -> tuple[Tensor, Tensor, dict[str, Any]]:
     """Binarised MNIST or Fashion-MNIST, plus the settings that reproduce it.
 
@@ -112,7 +113,7 @@ def binarized_mnist(
         method: ``"stochastic"`` or ``"threshold"``.
         threshold: cut for ``"threshold"`` (on ``v / 255``).
         flatten: return ``(n, 784)``; else ``(n, 28, 28)``.
-        root, dataset, download, verify: as in :func:`ebms.data.mnist.load_mnist`.
+        root, dataset, download, verify, max_bytes: as in :func:`ebms.data.mnist.load_mnist`.
 
     Returns:
         ``(x, labels, settings)``: ``x`` float32 in {0, 1}, ``labels`` ``(n,)``
@@ -121,7 +122,7 @@ def binarized_mnist(
         ``"seed"`` for the threshold scheme).
     """
     check_int(seed, "seed", minimum=0)
-    ds = load_mnist(split, root=root, dataset=dataset, download=download, verify=verify)
+    ds = load_mnist(split, root=root, dataset=dataset, download=download, verify=verify, max_bytes=max_bytes)
     x = binarize(ds.images, method=method, seed=split_seed(seed, dataset, split), threshold=threshold)
     if flatten:
         x = x.reshape(len(ds), -1)

@@ -14,6 +14,11 @@ index value (:data:`MD5`), else :class:`~ebms.data.mnist.ChecksumError` naming
 the path. The NLTK files are UTF-8 (the original CoNLL-2002 release was
 latin-1; pass ``encoding="latin-1"`` for such a copy).
 
+Resources: a zip's md5 is computed in 1 MiB blocks, a member's declared size is checked against
+``max_bytes`` (:data:`MAX_CONLL_BYTES`) before it is read, and it is decompressed with that cap,
+so a zip bomb stops at the limit (:class:`~ebms.errors.LimitExceeded`) whether or not
+``verify`` is on.
+
 Tag schemes (chunk = ``(type, start, end)``, ``end`` exclusive, token indices):
 
 * IOB2/BIO: ``B-T`` begins a chunk, ``I-T`` continues it, ``O`` is outside.
@@ -38,17 +43,19 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import io
 import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ebms.data._limits import BLOCK, check_max_bytes, check_size, file_size, read_capped
 from ebms.data.mnist import ChecksumError
 from ebms.data.paths import data_root
+from ebms.errors import DataError
 
 __all__ = [
     "CONLL2000_COLUMNS",
+    "MAX_CONLL_BYTES",
     "MD5",
     "Sentence",
     "bio_to_spans",
@@ -64,6 +71,11 @@ __all__ = [
 #: md5 of the NLTK zips (``nltk_data`` ``index.xml``; checked in ``shared/data/README.md``).
 MD5 = {"conll2000.zip": "9529b285edd5fe47271da69df1052301", "conll2002.zip": "67bb4ca75fa81544d42a159524726e78"}
 CONLL2000_COLUMNS = ("word", "pos", "chunk")
+#: Default ``max_bytes``: the largest zip, column file or uncompressed zip member read, 256 MiB
+#: (the NLTK members are at most 3.3 MB); raise it with ``max_bytes=`` (``data.max_mb`` on the
+#: command line).
+MAX_CONLL_BYTES = 256 << 20
+_READER = "load_conll2000/load_conll2002"
 _DOCSTART = "-DOCSTART-"
 _PREFIXES = ("B", "I", "E", "S")
 
@@ -109,6 +121,7 @@ def read_conll(
     sep: str | None = None,
     docstart: str = "skip",
     encoding: str = "utf-8",
+    max_bytes: int = MAX_CONLL_BYTES,
 ) -> list[Sentence]:
     """Read a whitespace column file into sentences.
 
@@ -120,13 +133,16 @@ def read_conll(
         docstart: ``"skip"`` drops ``-DOCSTART-`` lines and ends the sentence there;
             ``"keep"`` keeps them as ordinary token lines.
         encoding: text encoding when a path is given.
+        max_bytes: the largest file read when a path is given (default :data:`MAX_CONLL_BYTES`).
 
     Returns:
         The non-empty sentences, in file order.
 
     Raises:
-        ValueError: a line with the wrong number of fields (names the line number), a bad
-            ``docstart`` or an undecodable file (names the path).
+        ebms.errors.DataError: a line with the wrong number of fields (names the line number)
+            or an undecodable file (names the path).
+        ebms.errors.LimitExceeded: a file above ``max_bytes``.
+        ValueError: a bad ``docstart`` or ``columns``.
     """
     if docstart not in ("skip", "keep"):
         raise ValueError(f"docstart: expected 'skip' or 'keep'; got {docstart!r}")
@@ -136,10 +152,11 @@ def read_conll(
     where = "<lines>"
     if isinstance(path_or_lines, (str, Path)):
         where = str(path_or_lines)
+        file_size(Path(path_or_lines), check_max_bytes(max_bytes), "read_conll")
         try:
             lines: Iterable[str] = Path(path_or_lines).read_text(encoding=encoding).splitlines()
         except UnicodeDecodeError as err:
-            raise ValueError(f"{where}: not valid {encoding} ({err}); pass encoding='latin-1'?") from err
+            raise DataError(f"{where}: not valid {encoding} ({err}); pass encoding='latin-1'?") from None
     else:
         lines = path_or_lines
     width = len(names) if names is not None else None
@@ -166,43 +183,61 @@ def read_conll(
         if width is None:
             width = len(fields)
         if len(fields) != width:
-            raise ValueError(f"{where}: line {number}: expected {width} fields; got {len(fields)} in {line!r}")
+            raise DataError(f"{where}: line {number}: expected {width} fields; got {len(fields)} in {line[:200]!r}")
         rows.append(fields)
     flush()
     return sentences
 
 
-def _md5(data: bytes) -> str:
-    return hashlib.md5(data).hexdigest()
+def _md5(path: Path) -> str:
+    digest = hashlib.md5()
+    with open(path, "rb") as f:
+        while block := f.read(BLOCK):
+            digest.update(block)
+    return digest.hexdigest()
 
 
-def _read_member(name: str, member: str, root: str | Path | None, verify: bool, encoding: str) -> list[str]:
+def _read_zip_member(cand: Path, inner: str, max_bytes: int) -> bytes | bytearray:
+    """One member of a zip, its declared size checked and its bytes read with a cap (zip bombs)."""
+    try:
+        with zipfile.ZipFile(cand) as zf:
+            try:
+                info = zf.getinfo(inner)
+            except KeyError as err:
+                raise FileNotFoundError(f"{cand}: no member {inner} in the zip") from err
+            check_size(cand, info.file_size, max_bytes, f"member {inner} (declared uncompressed size)", _READER)
+            with zf.open(info) as stream:
+                return read_capped(stream, max_bytes, cand, f"member {inner}", _READER)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as e:
+        raise DataError(f"{cand}: not a readable zip ({e})") from None
+
+
+def _read_member(name: str, member: str, root: str | Path | None, verify: bool, encoding: str,
+                 max_bytes: int) -> list[str]:
     """Lines of ``<name>/<member>`` from a zip (``<name>.zip``) or a folder holding the member."""
+    check_max_bytes(max_bytes)
     base = Path(root).expanduser() if root is not None else data_root() / name
     candidates = [base] if base.is_file() else [base / f"{name}.zip", base / member, base / name / member]
     for cand in candidates:
         if not cand.is_file():
             continue
+        file_size(cand, max_bytes, _READER)
+        data: bytes | bytearray
         if zipfile.is_zipfile(cand):
-            raw = cand.read_bytes()
             if verify:
-                got, want = _md5(raw), MD5[f"{name}.zip"]
+                got, want = _md5(cand), MD5[f"{name}.zip"]
                 if got != want:
                     raise ChecksumError(
                         f"{cand}: md5 {got} differs from the published {want} for {name}.zip; "
                         "pass verify=False for a modified copy"
                     )
-            with zipfile.ZipFile(io.BytesIO(raw)) as zf:
-                try:
-                    data = zf.read(f"{name}/{member}")
-                except KeyError as err:
-                    raise FileNotFoundError(f"{cand}: no member {name}/{member} in the zip") from err
+            data = _read_zip_member(cand, f"{name}/{member}", max_bytes)
         else:
             data = cand.read_bytes()
         try:
             return data.decode(encoding).splitlines()
         except UnicodeDecodeError as err:
-            raise ValueError(f"{cand}: not valid {encoding} ({err}); pass encoding='latin-1'?") from err
+            raise DataError(f"{cand}: not valid {encoding} ({err}); pass encoding='latin-1'?") from None
     raise FileNotFoundError(
         f"{name}/{member}: not found; looked for {', '.join(str(c) for c in candidates)} "
         "(set root=..., or EBMS_DATA to the folder holding {name}/{name}.zip)".replace("{name}", name)
@@ -210,7 +245,8 @@ def _read_member(name: str, member: str, root: str | Path | None, verify: bool, 
 
 
 def load_conll2000(
-    split: str = "train", root: str | Path | None = None, *, verify: bool = True, encoding: str = "utf-8"
+    split: str = "train", root: str | Path | None = None, *, verify: bool = True, encoding: str = "utf-8",
+    max_bytes: int = MAX_CONLL_BYTES,
 ) -> list[Sentence]:
     """CoNLL-2000 chunking (WSJ sections 15-18 train, 20 test); columns ``word, pos, chunk``.
 
@@ -219,10 +255,18 @@ def load_conll2000(
         root: a ``conll2000.zip``, or a folder holding it or the extracted ``train.txt``/``test.txt``.
         verify: check the zip's md5 against :data:`MD5`.
         encoding: text encoding of the member.
+        max_bytes: the largest zip or file, and the largest uncompressed member, read
+            (default :data:`MAX_CONLL_BYTES`).
+
+    Raises:
+        FileNotFoundError: no zip or member file where it looked.
+        ebms.errors.LimitExceeded: a file or member above ``max_bytes``.
+        ebms.errors.DataError: a checksum mismatch, a damaged zip, undecodable text, or a line
+            with the wrong number of fields (the message names the file).
     """
     if split not in ("train", "test"):
         raise ValueError(f"split: expected 'train' or 'test'; got {split!r}")
-    lines = _read_member("conll2000", f"{split}.txt", root, verify, encoding)
+    lines = _read_member("conll2000", f"{split}.txt", root, verify, encoding, max_bytes)
     return read_conll(lines, columns=CONLL2000_COLUMNS)
 
 
@@ -233,6 +277,7 @@ def load_conll2002(
     *,
     verify: bool = True,
     encoding: str = "utf-8",
+    max_bytes: int = MAX_CONLL_BYTES,
 ) -> list[Sentence]:
     """CoNLL-2002 NER (Spanish ``esp``, Dutch ``ned``); columns ``word, pos, tag`` (IOB2, PER/ORG/LOC/MISC).
 
@@ -244,12 +289,17 @@ def load_conll2002(
         root: a ``conll2002.zip``, or a folder holding it or the extracted members (``esp.train`` ...).
         verify: check the zip's md5 against :data:`MD5`.
         encoding: text encoding of the member (``"latin-1"`` for the original CoNLL release).
+        max_bytes: size limit, as in :func:`load_conll2000`.
+
+    Raises:
+        FileNotFoundError, ebms.errors.LimitExceeded, ebms.errors.DataError: as in
+            :func:`load_conll2000`.
     """
     if lang not in ("esp", "ned"):
         raise ValueError(f"lang: expected 'esp' or 'ned'; got {lang!r}")
     if split not in ("train", "testa", "testb"):
         raise ValueError(f"split: expected 'train', 'testa' or 'testb'; got {split!r}")
-    lines = _read_member("conll2002", f"{lang}.{split}", root, verify, encoding)
+    lines = _read_member("conll2002", f"{lang}.{split}", root, verify, encoding, max_bytes)
     return read_conll(lines, columns=("word", "pos", "tag"))
 
 

@@ -31,8 +31,10 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_int
-from ebms.data.audio import CMVNStats, cmvn, log_mel, read_wav
+from ebms.data._limits import BLOCK, file_size
+from ebms.data.audio import MAX_WAV_BYTES, CMVNStats, cmvn, log_mel, read_wav
 from ebms.data.paths import DATA_ENV_VAR, data_root
+from ebms.errors import DataError
 
 __all__ = ["SPEAKERS", "ConnectedDigits", "DigitUtterances", "Recording", "connected_digits", "load_fsdd"]
 
@@ -113,7 +115,9 @@ def load_fsdd(root: str | Path | None = None, *, verify: bool = False) -> list[R
 
     Raises:
         FileNotFoundError: the folder is missing (the message names ``$EBMS_DATA``).
-        ValueError: a checksum mismatch or a file listed in ``recordings.tsv`` that is missing.
+        ebms.errors.DataError: a checksum mismatch, a file listed in ``recordings.tsv`` that is
+            missing, a malformed ``recordings.tsv`` line, or a wav file that is not 8 kHz PCM (see
+            :func:`ebms.data.audio.read_wav`; every message names the file).
     """
     folder = _fsdd_dir(root)
     key = str(folder.resolve())
@@ -121,14 +125,22 @@ def load_fsdd(root: str | Path | None = None, *, verify: bool = False) -> list[R
         table = folder / "recordings.tsv"
         if not table.is_file():
             raise FileNotFoundError(f"verify: no {str(table)!r} to check the md5 sums against")
-        for line in table.read_text().splitlines()[1:]:
-            rel, _, md5 = line.split("\t")
+        for number, line in enumerate(table.read_text().splitlines()[1:], start=2):
+            parts = line.split("\t")
+            if len(parts) != 3:
+                raise DataError(f"verify: {str(table)!r} line {number}: expected 3 tab-separated fields "
+                                f"(path, size, md5); got {len(parts)}")
+            rel, _, md5 = parts
             path = folder / Path(rel).relative_to("fsdd") if rel.startswith("fsdd/") else folder / rel
             if not path.is_file():
-                raise ValueError(f"verify: {str(path)!r} is listed in recordings.tsv but missing")
-            got = hashlib.md5(path.read_bytes()).hexdigest()
-            if got != md5:
-                raise ValueError(f"verify: md5 of {str(path)!r} is {got}; recordings.tsv says {md5}")
+                raise DataError(f"verify: {str(path)!r} is listed in recordings.tsv but missing")
+            file_size(path, MAX_WAV_BYTES, "load_fsdd")
+            digest = hashlib.md5()
+            with open(path, "rb") as f:
+                while block := f.read(BLOCK):
+                    digest.update(block)
+            if digest.hexdigest() != md5:
+                raise DataError(f"verify: md5 of {str(path)!r} is {digest.hexdigest()}; recordings.tsv says {md5}")
     if key in _RECORDINGS:
         return _RECORDINGS[key]
     out = []
@@ -138,7 +150,7 @@ def load_fsdd(root: str | Path | None = None, *, verify: bool = False) -> list[R
             continue
         wav, rate = read_wav(path)
         if rate != SAMPLE_RATE:
-            raise ValueError(f"root: {str(path)!r} is sampled at {rate} Hz; FSDD is {SAMPLE_RATE} Hz")
+            raise DataError(f"root: {str(path)!r} is sampled at {rate} Hz; FSDD is {SAMPLE_RATE} Hz")
         out.append(Recording(int(m.group(1)), m.group(2), int(m.group(3)), wav))
     if not out:
         raise FileNotFoundError(f"root: no FSDD wav files in {str(folder / 'recordings')!r}")

@@ -6,6 +6,12 @@ order, big-endian. :func:`read_idx` reads gzip-compressed or raw files (told
 apart by the gzip magic bytes ``1f 8b``, never by the file name) and checks the
 magic, the dtype code, the header and the exact byte count.
 
+Resources: a file is streamed (hashing and gunzipping in 1 MiB blocks); the size its idx header
+claims is checked against ``max_bytes`` (default :data:`MAX_IDX_BYTES`, 256 MiB) before any data
+are read, and at most one byte past the claimed size is ever decompressed, so a gzip bomb (1 MB
+that inflates to GBs) stops at the claim or the limit: :class:`~ebms.errors.LimitExceeded` or
+:class:`~ebms.errors.DataError`, naming the file.
+
 Where :func:`load_mnist` looks (the first folder holding the split's two
 files wins; ``name`` is ``mnist`` or ``fashion-mnist``):
 
@@ -36,22 +42,27 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import math
 import os
 import tempfile
 import urllib.request
-import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from ebms.data._limits import BLOCK, check_max_bytes, check_size, file_size, read_at_most
 from ebms.data.paths import data_root
+from ebms.errors import DataError
 
 __all__ = [
     "DATASETS",
     "DEBIAN_DIRS",
+    "MAX_IDX_BYTES",
     "MIRRORS",
     "SHA256",
     "ChecksumError",
@@ -135,7 +146,12 @@ MIRRORS: dict[str, tuple[str, ...]] = {
     ),
 }
 
-# idx dtype code -> (numpy big-endian dtype, name)
+#: Default ``max_bytes`` of :func:`read_idx` / :func:`load_mnist`: 256 MiB, five times the largest
+#: MNIST file's idx data (47 MB); raise it with ``max_bytes=`` (``data.max_mb`` on the command line).
+MAX_IDX_BYTES = 256 << 20
+_READER = "read_idx/load_mnist/binarized_mnist"
+
+# idx dtype code -> numpy big-endian dtype
 _IDX_DTYPES = {
     0x08: ">u1",
     0x09: ">i1",
@@ -146,7 +162,7 @@ _IDX_DTYPES = {
 }
 
 
-class ChecksumError(ValueError):
+class ChecksumError(DataError):
     """A file's checksum (SHA-256, or md5 for the NLTK CoNLL zips) is not the published one."""
 
 
@@ -172,62 +188,84 @@ class ImageDataset:
         return int(self.labels.shape[0])
 
 
-def _payload(path: Path, data: bytes) -> bytes:
-    """The idx bytes of a file's contents (gunzipped when it starts with the gzip magic)."""
-    if data[:2] != b"\x1f\x8b":
-        return data
-    try:
-        return gzip.decompress(data)
-    except EOFError:
-        raise ValueError(f"path: {path}: truncated gzip stream (the file ends early)") from None
-    except (OSError, zlib.error) as e:
-        raise ValueError(f"path: {path}: corrupt gzip data ({e})") from None
-
-
-def _parse_idx(path: Path, buf: bytes) -> Tensor:
-    if len(buf) < 4:
-        raise ValueError(f"path: {path}: truncated idx file ({len(buf)} bytes, no 4-byte magic number)")
-    zero, code, ndim = buf[:2], buf[2], buf[3]
+def _idx_header(path: Path, stream: BinaryIO, max_bytes: int, on_block: Callable[[bytes], None]
+                ) -> tuple[tuple[int, ...], np.dtype, int]:
+    """Read and check the idx header: ``(dims, dtype, payload bytes it claims)``."""
+    head = read_at_most(stream, 4, path, "the idx stream", on_block)
+    if len(head) < 4:
+        raise DataError(f"path: {path}: truncated idx file ({len(head)} bytes, no 4-byte magic number)")
+    zero, code, ndim = head[:2], head[2], head[3]
     if zero != b"\x00\x00":
-        raise ValueError(f"path: {path}: bad magic number 0x{buf[:4].hex()} (an idx file starts with 00 00)")
+        raise DataError(f"path: {path}: bad magic number 0x{head.hex()} (an idx file starts with 00 00)")
     if code not in _IDX_DTYPES:
         known = ", ".join(f"0x{c:02X}" for c in _IDX_DTYPES)
-        raise ValueError(f"path: {path}: unknown idx dtype code 0x{code:02X} (expected one of {known})")
+        raise DataError(f"path: {path}: unknown idx dtype code 0x{code:02X} (expected one of {known})")
     if ndim == 0:
-        raise ValueError(f"path: {path}: idx header declares 0 dimensions")
-    header = 4 + 4 * ndim
-    if len(buf) < header:
-        raise ValueError(f"path: {path}: truncated idx header ({len(buf)} bytes, {ndim} dims need {header})")
-    dims = tuple(int(d) for d in np.frombuffer(buf, dtype=">u4", count=ndim, offset=4))
+        raise DataError(f"path: {path}: idx header declares 0 dimensions")
+    raw_dims = read_at_most(stream, 4 * ndim, path, "the idx stream", on_block)
+    if len(raw_dims) < 4 * ndim:
+        raise DataError(f"path: {path}: truncated idx header ({4 + len(raw_dims)} bytes, {ndim} dims need "
+                        f"{4 + 4 * ndim})")
+    dims = tuple(int(d) for d in np.frombuffer(raw_dims, dtype=">u4"))
     dtype = np.dtype(_IDX_DTYPES[code])
-    expected = header + int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
-    if len(buf) != expected:
-        what = "truncated" if len(buf) < expected else "trailing bytes in"
-        raise ValueError(
-            f"path: {path}: {what} idx file: header {dims} x {dtype.itemsize} byte(s) needs "
-            f"{expected} bytes; got {len(buf)}"
-        )
-    arr = np.frombuffer(buf, dtype=dtype, offset=header).reshape(dims)
-    return torch.from_numpy(arr.astype(dtype.newbyteorder("="), copy=True))
+    claimed = math.prod(dims) * dtype.itemsize  # exact (Python ints): no overflow
+    check_size(path, claimed, max_bytes, f"the idx data its header claims, {dims} x {dtype.itemsize} byte(s),",
+               _READER)
+    return dims, dtype, claimed
 
 
-def read_idx(path: str | os.PathLike[str]) -> Tensor:
+def _read_idx_file(path: Path, max_bytes: int) -> tuple[Tensor, str, str]:
+    """``(tensor, sha256 of the file's bytes, sha256 of the idx payload)``, read in bounded memory.
+
+    The file is streamed (gunzipped when it starts with ``1f 8b``); the header's claimed size is
+    checked against ``max_bytes`` before the data are read, and at most one byte beyond the
+    claimed size is ever decompressed, so a decompression bomb stops there.
+    """
+    size = file_size(path, max_bytes, _READER)
+    file_sha, payload_sha = hashlib.sha256(), hashlib.sha256()
+    with open(path, "rb") as raw:
+        while block := raw.read(BLOCK):
+            file_sha.update(block)
+        raw.seek(0)
+        gzipped = raw.read(2) == b"\x1f\x8b"
+        raw.seek(0)
+        stream: BinaryIO = gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw  # type: ignore[assignment]
+        dims, dtype, claimed = _idx_header(path, stream, max_bytes, payload_sha.update)
+        header = 4 + 4 * len(dims)
+        if not gzipped and size != header + claimed:
+            what = "truncated" if size < header + claimed else "trailing bytes in"
+            raise DataError(f"path: {path}: {what} idx file: header {dims} x {dtype.itemsize} byte(s) needs "
+                            f"{header + claimed} bytes; got {size}")
+        data = read_at_most(stream, claimed + 1, path, "the gzip stream", payload_sha.update)
+    if len(data) != claimed:
+        what = "truncated" if len(data) < claimed else "trailing bytes in"
+        got = f"{header + len(data)}" if len(data) <= claimed else "more"
+        raise DataError(f"path: {path}: {what} idx file: header {dims} x {dtype.itemsize} byte(s) needs "
+                        f"{header + claimed} bytes; got {got}")
+    arr = np.frombuffer(data, dtype=dtype).reshape(dims)
+    tensor = torch.from_numpy(arr.astype(dtype.newbyteorder("="), copy=True))
+    return tensor, file_sha.hexdigest(), payload_sha.hexdigest()
+
+
+def read_idx(path: str | os.PathLike[str], *, max_bytes: int = MAX_IDX_BYTES) -> Tensor:
     """Read one idx file (gzip or raw) into a tensor of the stored dtype and shape.
 
     Args:
         path: the file.
+        max_bytes: the largest file, and the largest idx data a header may claim, read
+            (default :data:`MAX_IDX_BYTES`, 256 MiB; MNIST's largest file holds 47 MB).
 
     Returns:
         A tensor of shape ``dims`` from the header, e.g. ``(60000, 28, 28)``
         uint8 for ``idx3-ubyte``; multi-byte types are converted to native order.
 
     Raises:
-        ValueError: truncated or corrupt gzip data, bad magic number, unknown
-            dtype code, or a byte count that does not match the header (the
-            message names the path).
+        ebms.errors.LimitExceeded: the file, or the size its header claims, is above ``max_bytes``.
+        ebms.errors.DataError: truncated or corrupt gzip data, bad magic number, unknown
+            dtype code, or a byte count that does not match the header (the message names the path).
     """
-    p = Path(path)
-    return _parse_idx(p, _payload(p, p.read_bytes()))
+    check_max_bytes(max_bytes)
+    return _read_idx_file(Path(path), max_bytes)[0]
 
 
 def _choice(value: str, name: str, valid: tuple[str, ...]) -> str:
@@ -243,20 +281,17 @@ def _find(folder: Path, stem: str) -> Path | None:
     return None
 
 
-def _read_checked(path: Path, stem: str, dataset: str, verify: bool) -> Tensor:
-    data = path.read_bytes()
-    payload = _payload(path, data)
+def _read_checked(path: Path, stem: str, dataset: str, verify: bool, max_bytes: int) -> Tensor:
+    tensor, file_sha, payload_sha = _read_idx_file(path, max_bytes)
     if verify:
-        gz_sha, payload_sha = SHA256[dataset][stem]
-        if hashlib.sha256(data).hexdigest() != gz_sha:
-            got = hashlib.sha256(payload).hexdigest()
-            if got != payload_sha:
-                raise ChecksumError(
-                    f"path: {path}: SHA-256 of the idx payload is {got}; the published {dataset} "
-                    f"{stem} has {payload_sha} (file {gz_sha} gzipped). The file is damaged or "
-                    "modified; pass verify=False to read a modified copy on purpose"
-                )
-    return _parse_idx(path, payload)
+        want_file, want_payload = SHA256[dataset][stem]
+        if file_sha != want_file and payload_sha != want_payload:
+            raise ChecksumError(
+                f"path: {path}: SHA-256 of the idx payload is {payload_sha}; the published {dataset} "
+                f"{stem} has {want_payload} (file {want_file} gzipped). The file is damaged or "
+                "modified; pass verify=False to read a modified copy on purpose"
+            )
+    return tensor
 
 
 def _download(dataset: str, stem: str, folder: Path) -> Path:
@@ -300,6 +335,7 @@ def load_mnist(
     dataset: str = "mnist",
     download: bool = False,
     verify: bool = True,
+    max_bytes: int = MAX_IDX_BYTES,
 ) -> ImageDataset:
     """Load one split of MNIST or Fashion-MNIST (see the module docstring for where it looks).
 
@@ -310,6 +346,8 @@ def load_mnist(
         dataset: ``"mnist"`` or ``"fashion-mnist"``.
         download: fetch missing files from :data:`MIRRORS` (SHA-256 checked).
         verify: check each file against :data:`SHA256` (see the module docstring).
+        max_bytes: size limit of each file and of the data its idx header claims (see
+            :func:`read_idx`).
 
     Returns:
         An :class:`ImageDataset`: images ``(n, 28, 28)`` uint8, labels ``(n,)`` int64.
@@ -317,9 +355,13 @@ def load_mnist(
     Raises:
         FileNotFoundError: no folder holds both files and ``download`` is off
             (the message lists the folders searched).
-        ChecksumError: a file (or a download) does not match the published SHA-256.
-        ValueError: a bad ``split``/``dataset``, or idx content that is not an MNIST split.
+        ChecksumError: a file (or a download) does not match the published SHA-256 (a
+            :class:`~ebms.errors.DataError`).
+        ebms.errors.LimitExceeded: a file, or the size its header claims, is above ``max_bytes``.
+        ebms.errors.DataError: idx content that is not an MNIST split, or a damaged file.
+        ValueError: a bad ``split``/``dataset``.
     """
+    check_max_bytes(max_bytes)
     _choice(split, "split", tuple(_FILES))
     _choice(dataset, "dataset", DATASETS)
     stems = _FILES[split]
@@ -342,17 +384,17 @@ def load_mnist(
             )
         found = (folders[0], [_find(folders[0], s) or _download(dataset, s, folders[0]) for s in stems])
     folder, (img_path, lab_path) = found
-    images = _read_checked(img_path, stems[0], dataset, verify)
-    labels = _read_checked(lab_path, stems[1], dataset, verify)
+    images = _read_checked(img_path, stems[0], dataset, verify, max_bytes)
+    labels = _read_checked(lab_path, stems[1], dataset, verify, max_bytes)
     if images.dtype != torch.uint8 or images.dim() != 3 or tuple(images.shape[1:]) != (28, 28):
-        raise ValueError(
+        raise DataError(
             f"path: {img_path}: expected uint8 images (n, 28, 28); got {images.dtype} {tuple(images.shape)}"
         )
     if labels.dtype != torch.uint8 or labels.dim() != 1 or labels.shape[0] != images.shape[0]:
-        raise ValueError(
+        raise DataError(
             f"path: {lab_path}: expected {images.shape[0]} uint8 labels (one per image); "
             f"got {labels.dtype} {tuple(labels.shape)}"
         )
     if labels.numel() and int(labels.max()) > 9:
-        raise ValueError(f"path: {lab_path}: expected labels in 0..9; got maximum {int(labels.max())}")
+        raise DataError(f"path: {lab_path}: expected labels in 0..9; got maximum {int(labels.max())}")
     return ImageDataset(images, labels.long(), dataset, split, str(folder))

@@ -21,9 +21,11 @@ over the last ``period`` iterations below ``delta``, or ``max_iterations``. Mini
 ``"adam"`` minimise ``F / N`` by stochastic steps on ``mean_i -log p + (c2 / N) ||w||^2`` followed
 by the L1 proximal step ``w <- sign(w) max(|w| - lr c1 / N, 0)``.
 
-Cost: emissions by one ``embedding_bag`` over the tokens (``O(tokens * F * C)``), the forward-
-backward of :class:`ebms.structured.LinearChainCRF` on length-sorted buckets (``O(tokens * C^2)``),
-so padding stays small. Memory: ``(A, C)`` dense weights and gradient.
+Cost: emissions by one ``embedding_bag`` over the tokens (``O(tokens * F * C)``), or in a
+full-batch pass one CSR product ``X @ W`` (gradient ``X^T G``), the forward-backward of
+:class:`ebms.structured.LinearChainCRF` on length-sorted buckets (``O(tokens * C^2)``), so padding
+stays small. Memory: the parameters are the ``K`` observed weights only (so are the optimiser's
+history and every checkpoint); a pass builds the dense ``(A, C)`` weights once and its gradient.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ebms._checks import check_bool_mask, check_int, check_positive, check_shape, check_tensor
+from ebms.structured.features import EncodedCorpus
 from ebms.structured.linear_chain import LinearChainCRF
 from ebms.train.owlqn import OWLQN
 
@@ -56,7 +59,13 @@ class FeatureCRF(nn.Module):
         observed_transitions: optional ``(C, C)`` bool mask of the transition weights that exist.
         dtype: parameter dtype (float64 by default, as CRFsuite).
 
-    Parameters start at 0 (CRFsuite's initial point).
+    Only the weights that exist are parameters: ``state_values (K,)`` holds the ``K`` observed
+    state weights (row-major order of the mask) and ``transition_values (K_t,)`` the observed
+    transitions, so optimiser state, checkpoints and snapshots cost ``K`` numbers, not ``A C``
+    (on CoNLL-2000: 452,610 against 7.7 million). :attr:`state_weights` and :attr:`transitions`
+    are the dense ``(A, C)`` and ``(C, C)`` views (differentiable; non-observed entries are
+    exactly 0); :meth:`set_weights` writes dense values. Parameters start at 0 (CRFsuite's
+    initial point).
     """
 
     def __init__(self, n_attributes: int, n_tags: int, *, observed: Tensor | None = None,
@@ -66,24 +75,59 @@ class FeatureCRF(nn.Module):
         check_int(n_attributes, "n_attributes", minimum=1)
         check_int(n_tags, "n_tags", minimum=1)
         self.n_attributes, self.n_tags = n_attributes, n_tags
-        self.state_weights = nn.Parameter(torch.zeros(n_attributes, n_tags, dtype=dtype))
-        self.transitions = nn.Parameter(torch.zeros(n_tags, n_tags, dtype=dtype))
         obs = check_bool_mask(observed, (n_attributes, n_tags), "observed")
         obs_t = check_bool_mask(observed_transitions, (n_tags, n_tags), "observed_transitions")
         self.state_mask: Tensor | None
         self.transition_mask: Tensor | None
         self.register_buffer("state_mask", None if obs is None else obs.clone())
         self.register_buffer("transition_mask", None if obs_t is None else obs_t.clone())
+        k = n_attributes * n_tags if obs is None else int(obs.sum())
+        k_t = n_tags * n_tags if obs_t is None else int(obs_t.sum())
+        self.state_values = nn.Parameter(torch.zeros(k, dtype=dtype))
+        self.transition_values = nn.Parameter(torch.zeros(k_t, dtype=dtype))
+        self.register_load_state_dict_pre_hook(_dense_checkpoint_to_compact)
+
+    @staticmethod
+    def _index(mask: Tensor | None) -> Tensor | None:
+        return None if mask is None else mask.reshape(-1).nonzero().squeeze(1)
+
+    def _dense(self, values: Tensor, mask: Tensor | None, shape: tuple[int, int]) -> Tensor:
+        if mask is None:
+            return values.view(shape)
+        idx = self._index(mask)
+        assert idx is not None
+        return values.new_zeros(shape[0] * shape[1]).index_copy(0, idx, values).view(shape)
 
     def effective_weights(self) -> tuple[Tensor, Tensor]:
-        """``(W (A, C), transitions (C, C))`` with non-observed entries exactly 0."""
-        w: Tensor = self.state_weights
-        a: Tensor = self.transitions
-        if self.state_mask is not None:  # a select, not a product: no bool -> float copy of (A, C)
-            w = torch.where(self.state_mask, w, 0.0)
-        if self.transition_mask is not None:
-            a = torch.where(self.transition_mask, a, 0.0)
-        return w, a
+        """``(W (A, C), transitions (C, C))`` with non-observed entries exactly 0 (differentiable)."""
+        return (self._dense(self.state_values, self.state_mask, (self.n_attributes, self.n_tags)),
+                self._dense(self.transition_values, self.transition_mask, (self.n_tags, self.n_tags)))
+
+    @property
+    def state_weights(self) -> Tensor:
+        """Dense state weights ``W (A, C)`` (a new tensor each call; see :meth:`set_weights`)."""
+        return self.effective_weights()[0]
+
+    @property
+    def transitions(self) -> Tensor:
+        """Dense transition weights ``(C, C)`` (a new tensor each call; see :meth:`set_weights`)."""
+        return self.effective_weights()[1]
+
+    @torch.no_grad()
+    def set_weights(self, state_weights: Tensor | None = None, transitions: Tensor | None = None) -> None:
+        """Copy dense ``(A, C)`` / ``(C, C)`` values into the parameters (observed entries only)."""
+        for dense, values, mask, shape, name in (
+                (state_weights, self.state_values, self.state_mask, (self.n_attributes, self.n_tags),
+                 "state_weights"),
+                (transitions, self.transition_values, self.transition_mask, (self.n_tags, self.n_tags),
+                 "transitions")):
+            if dense is None:
+                continue
+            check_tensor(dense, name, floating=True)
+            check_shape(dense, shape, name)
+            idx = self._index(mask)
+            flat = dense.reshape(-1).to(values.dtype)
+            values.copy_(flat if idx is None else flat[idx])
 
     def _check_inputs(self, ids: Tensor, weights: Tensor, lengths: Tensor) -> None:
         check_tensor(ids, "ids")
@@ -123,6 +167,22 @@ class FeatureCRF(nn.Module):
             tags = self(ids[chunk, :t], weights[chunk, :t], lengths[chunk]).argmax
             out[chunk, :t] = tags
         return out
+
+
+def _dense_checkpoint_to_compact(module: nn.Module, state_dict: dict[str, Any], prefix: str,
+                                 *args: Any) -> None:
+    """Read checkpoints written before the compact layout: dense ``state_weights (A, C)`` and
+    ``transitions (C, C)`` become the observed values (the masks come with the checkpoint)."""
+    for dense_key, values_key, mask_key in (("state_weights", "state_values", "state_mask"),
+                                            ("transitions", "transition_values", "transition_mask")):
+        dense = state_dict.get(prefix + dense_key)
+        if dense is None or prefix + values_key in state_dict:
+            continue
+        mask = state_dict.get(prefix + mask_key, getattr(module, mask_key))
+        flat = state_dict.pop(prefix + dense_key).reshape(-1)
+        if mask is not None and mask.numel() == flat.numel():
+            flat = flat[mask.reshape(-1).nonzero().squeeze(1)]
+        state_dict[prefix + values_key] = flat
 
 
 @dataclass
@@ -185,31 +245,37 @@ class _Corpus:
     """A training set laid out for full-batch passes: sentences sorted by length and cut into
     buckets, each bucket padded to its own longest sentence; one CSR matrix ``X`` holds the
     attribute values of every (bucket row, position), so ``X @ W`` gives every bucket's
-    emissions as contiguous slices (padding rows are empty)."""
+    emissions as contiguous slices (padding rows are empty).
 
-    def __init__(self, ids: Tensor, weights: Tensor, lengths: Tensor, tags: Tensor,
+    ``rows(b) -> (ids, values)`` gives the padded ``(n, >= t, F)`` attributes of the sentences
+    ``b`` (a slice of padded tensors, or :meth:`~ebms.structured.features.EncodedCorpus.padded`),
+    so the corpus is never padded to its longest sentence as a whole. Memory: ``X`` and ``X^T``,
+    ``2 (16 M + 8 R)`` bytes for ``M`` attribute values on ``R`` bucket rows.
+    """
+
+    def __init__(self, rows: Callable[[Tensor], tuple[Tensor, Tensor]], lengths: Tensor, tags: Tensor,
                  n_attributes: int, bucket_size: int, dtype: torch.dtype) -> None:
-        rows, cols, vals = [], [], []
+        r_parts, c_parts, v_parts = [], [], []
         self.buckets: list[tuple[int, int, int, Tensor, Tensor]] = []
         start = 0
         for b in _buckets(lengths, bucket_size):
             ln = lengths[b]
             n, t = len(b), int(ln.max())
-            bi, bw = ids[b, :t], weights[b, :t].to(dtype)  # (n, t, F)
+            bi, bw = rows(b)
+            bi, bw = bi[:, :t], bw[:, :t].to(dtype)  # (n, t, F)
             keep = (bi > 0) & (bw != 0) & (torch.arange(t)[:, None] < ln[:, None, None])
             r = start + torch.arange(n * t).view(n, t, 1).expand_as(bi)
-            rows.append(r[keep])
-            cols.append(bi[keep])
-            vals.append(bw[keep])
+            r_parts.append(r[keep])
+            c_parts.append(bi[keep])
+            v_parts.append(bw[keep])
             self.buckets.append((start, n, t, ln, tags[b, :t]))
             start += n * t
-        r, c, v = torch.cat(rows), torch.cat(cols), torch.cat(vals)
+        r, c, v = torch.cat(r_parts), torch.cat(c_parts), torch.cat(v_parts)
+        del r_parts, c_parts, v_parts
         with warnings.catch_warnings():  # CSR support is labelled beta; the ops used are stable
             warnings.simplefilter("ignore", UserWarning)
-            self.x = torch.sparse_coo_tensor(torch.stack([r, c]), v, (start, n_attributes),
-                                             check_invariants=False).coalesce().to_sparse_csr()
-            self.xt = torch.sparse_coo_tensor(torch.stack([c, r]), v, (n_attributes, start),
-                                              check_invariants=False).coalesce().to_sparse_csr()
+            self.x = _csr(r, c, v, (start, n_attributes))
+            self.xt = _csr(c, r, v, (n_attributes, start))
 
     def nll(self, w: Tensor, a: Tensor) -> Tensor:
         """``sum_i -log p(y_i | x_i)`` with state weights ``w (A, C)``, transitions ``a (C, C)``."""
@@ -221,32 +287,49 @@ class _Corpus:
         return total
 
 
-def _nll(model: FeatureCRF, ids: Tensor, weights: Tensor, lengths: Tensor, tags: Tensor,
-         buckets: list[Tensor]) -> Tensor:
+def _csr(rows: Tensor, cols: Tensor, values: Tensor, shape: tuple[int, int]) -> Tensor:
+    """CSR matrix of the entries ``(rows, cols, values)`` (repeated entries are summed)."""
+    coo = torch.sparse_coo_tensor(torch.stack([rows, cols]), values, shape, check_invariants=False)
+    return coo.coalesce().to_sparse_csr()
+
+
+def corpus_from_padded(ids: Tensor, weights: Tensor, lengths: Tensor, tags: Tensor, n_attributes: int,
+                       bucket_size: int, dtype: torch.dtype) -> _Corpus:
+    """The full-batch corpus of padded ``ids, weights (N, T, F)``."""
+    return _Corpus(lambda b: (ids[b], weights[b]), lengths, tags, n_attributes, bucket_size, dtype)
+
+
+def _nll(model: FeatureCRF, rows: Callable[[Tensor], tuple[Tensor, Tensor]], lengths: Tensor,
+         tags: Tensor, buckets: list[Tensor]) -> Tensor:
     """``sum_i -log p(y_i | x_i)`` over the sentences in ``buckets``."""
     w, a = model.effective_weights()
-    total = ids.new_zeros((), dtype=model.state_weights.dtype)
+    total = w.new_zeros(())
     for b in buckets:
         ln = lengths[b]
         t = int(ln.max())
-        crf = LinearChainCRF(_emit(w, ids[b, :t], weights[b, :t]), a, ln)
+        ids, weights = rows(b)
+        crf = LinearChainCRF(_emit(w, ids[:, :t], weights[:, :t]), a, ln)
         total = total - crf.log_prob(tags[b, :t]).sum()
     return total
 
 
 def _l2(model: FeatureCRF) -> Tensor:
-    w, a = model.effective_weights()
-    return (w * w).sum() + (a * a).sum()
+    return (model.state_values ** 2).sum() + (model.transition_values ** 2).sum()
 
 
-def fit_feature_crf(model: FeatureCRF, ids: Tensor, weights: Tensor, lengths: Tensor,
-                    tags: Tensor, *, method: str = "lbfgs", c1: float = 0.0, c2: float = 1.0,
+def fit_feature_crf(model: FeatureCRF, ids: Tensor | EncodedCorpus, weights: Tensor | None,
+                    lengths: Tensor | None, tags: Tensor, *, method: str = "lbfgs", c1: float = 0.0, c2: float = 1.0,
                     max_iterations: int = 100, epsilon: float = 1e-5, period: int = 10,
                     delta: float = 1e-5, history: int = 6, lr: float = 0.05,
                     batch_size: int = 32, bucket_size: int = 1024, progress: bool = True,
                     callback: Callable[[dict[str, float]], None] | None = None,
                     generator: torch.Generator | None = None) -> FitResult:
     """Train ``model`` in place on ``ids, weights (N, T, F)``, ``lengths (N,)``, ``tags (N, T)``.
+
+    ``ids`` may instead be an :class:`~ebms.structured.features.EncodedCorpus` (attribute vectors
+    without padding, from :meth:`~ebms.structured.features.AttributeVocabulary.encode_flat`), with
+    ``weights`` and ``lengths`` ``None``: every pass then pads one bucket at a time, so a corpus
+    with a few very long sentences (CoNLL-2002 Spanish: 1,238 tokens) never costs ``N T F``.
 
     Args:
         method: ``"lbfgs"`` (full batch; OWL-QN when ``c1 > 0``), ``"sgd"`` or ``"adam"``.
@@ -264,17 +347,38 @@ def fit_feature_crf(model: FeatureCRF, ids: Tensor, weights: Tensor, lengths: Te
 
     if method not in ("lbfgs", "sgd", "adam"):
         raise ValueError(f"method: expected 'lbfgs', 'sgd' or 'adam'; got {method!r}")
-    model._check_inputs(ids, weights, lengths)
-    check_tensor(tags, "tags")
-    check_shape(tags, tuple(ids.shape[:2]), "tags (as ids.shape[:2])")
+    rows: Callable[[Tensor], tuple[Tensor, Tensor]]
+    if isinstance(ids, EncodedCorpus):
+        if weights is not None or lengths is not None:
+            raise ValueError("weights, lengths: expected None with an EncodedCorpus (it holds both)")
+        corpus_in, lengths = ids, ids.lengths
+        check_tensor(tags, "tags")
+        t_max = int(lengths.max()) if len(corpus_in) else 0
+        if tags.dim() != 2 or tags.shape[0] != len(corpus_in) or tags.shape[1] < t_max:
+            raise ValueError(f"tags: expected shape ({len(corpus_in)}, >= {t_max}); got {tuple(tags.shape)}")
+        if corpus_in.ids.numel() and int(corpus_in.ids.max()) >= model.n_attributes:
+            raise ValueError(f"ids: expected attribute ids below n_attributes = {model.n_attributes}")
+
+        def rows(b: Tensor) -> tuple[Tensor, Tensor]:
+            return corpus_in.padded(b)[:2]
+    else:
+        if weights is None or lengths is None:
+            raise ValueError("weights, lengths: expected tensors with padded ids (N, T, F)")
+        model._check_inputs(ids, weights, lengths)
+        check_tensor(tags, "tags")
+        check_shape(tags, tuple(ids.shape[:2]), "tags (as ids.shape[:2])")
+        pad_ids, pad_w = ids, weights
+
+        def rows(b: Tensor) -> tuple[Tensor, Tensor]:
+            return pad_ids[b], pad_w[b]
     c1 = check_positive(c1, "c1", allow_zero=True)
     c2 = check_positive(c2, "c2", allow_zero=True)
     check_int(max_iterations, "max_iterations", minimum=1)
     check_int(period, "period", minimum=0)
     check_int(bucket_size, "bucket_size", minimum=1)
     check_int(batch_size, "batch_size", minimum=1)
-    n = ids.shape[0]
-    params: list[Tensor] = [model.state_weights, model.transitions]
+    n = int(lengths.shape[0])
+    params: list[Tensor] = [model.state_values, model.transition_values]
     log: list[dict[str, float]] = []
     bar = tqdm(total=max_iterations, desc=f"feature-crf {method}", disable=not progress,
                dynamic_ncols=True)
@@ -282,8 +386,7 @@ def fit_feature_crf(model: FeatureCRF, ids: Tensor, weights: Tensor, lengths: Te
 
     def record(entry: dict[str, float]) -> None:
         if "active_features" not in entry:
-            w, a = model.effective_weights()
-            entry["active_features"] = float(int((w != 0).sum()) + int((a != 0).sum()))
+            entry["active_features"] = float(sum(int((p != 0).sum()) for p in params))
         entry["seconds"] = time.perf_counter() - t0
         entry["cpu_seconds"] = time.process_time() - c0
         log.append(entry)
@@ -294,7 +397,8 @@ def fit_feature_crf(model: FeatureCRF, ids: Tensor, weights: Tensor, lengths: Te
 
     try:
         if method == "lbfgs":
-            return _fit_lbfgs(model, (ids, weights, lengths, tags), params, record, log, (t0, c0),
+            return _fit_lbfgs(model, _Corpus(rows, lengths, tags, model.n_attributes, bucket_size,
+                                             model.state_values.dtype), params, record, log, (t0, c0),
                               c1=c1, c2=c2, max_iterations=max_iterations, epsilon=epsilon,
                               period=period, delta=delta, history=history, bucket_size=bucket_size)
         buckets = _buckets(lengths, batch_size)
@@ -306,7 +410,7 @@ def fit_feature_crf(model: FeatureCRF, ids: Tensor, weights: Tensor, lengths: Te
             for j in torch.randperm(len(buckets), generator=generator).tolist():
                 b = buckets[j]
                 opt.zero_grad()
-                loss = _nll(model, ids, weights, lengths, tags, [b]) / len(b) + c2 / n * _l2(model)
+                loss = _nll(model, rows, lengths, tags, [b]) / len(b) + c2 / n * _l2(model)
                 loss.backward()
                 opt.step()
                 if c1:
@@ -321,32 +425,18 @@ def fit_feature_crf(model: FeatureCRF, ids: Tensor, weights: Tensor, lengths: Te
         bar.close()
 
 
-def _fit_lbfgs(model: FeatureCRF, data: tuple[Tensor, Tensor, Tensor, Tensor],
-               params: list[Tensor], record: Callable[[dict[str, float]], None],
+def _fit_lbfgs(model: FeatureCRF, corpus: _Corpus, params: list[Tensor], record: Callable[[dict[str, float]], None],
                log: list[dict[str, float]], clocks: tuple[float, float], *, c1: float, c2: float,
                max_iterations: int, epsilon: float, period: int, delta: float, history: int,
                bucket_size: int) -> FitResult:
-    ids, weights, lengths, tags = data
-    corpus = _Corpus(ids, weights, lengths, tags, model.n_attributes, bucket_size,
-                     model.state_weights.dtype)
-    # Optimise only the weights that exist (observed pairs): a compact vector per parameter.
-    packs: list[tuple[Tensor, Tensor, Tensor]] = []
-    masks: tuple[Tensor | None, Tensor | None] = (model.state_mask, model.transition_mask)
-    for p, mask in zip(params, masks):
-        idx = (torch.arange(p.numel()) if mask is None else mask.reshape(-1).nonzero().squeeze(1))
-        packs.append((p, idx, p.detach().reshape(-1)[idx].clone().requires_grad_()))
-    thetas = [theta for _, _, theta in packs]
-    opt = OWLQN(thetas, l1=c1, history=history)
-
-    def dense() -> list[Tensor]:
-        return [theta.new_zeros(p.numel()).index_copy(0, idx, theta).view_as(p)
-                for p, idx, theta in packs]
+    # The model's parameters are already compact (observed weights only): L-BFGS works on them.
+    opt = OWLQN(params, l1=c1, history=history)
 
     def closure() -> Tensor:
         opt.zero_grad()
-        loss = corpus.nll(*dense())
+        loss = corpus.nll(*model.effective_weights())
         if c2:
-            loss = loss + c2 * sum((theta * theta).sum() for theta in thetas)
+            loss = loss + c2 * _l2(model)
         loss.backward()
         return loss
 
@@ -365,7 +455,7 @@ def _fit_lbfgs(model: FeatureCRF, data: tuple[Tensor, Tensor, Tensor, Tensor],
         record({"iteration": float(k), "loss": info["loss"], "grad_norm": info["grad_norm"],
                 "param_norm": info["param_norm"], "step": info["step"],
                 "evaluations": float(info["evaluations"]),
-                "active_features": float(sum(int((t != 0).sum()) for t in thetas))})
+                "active_features": float(sum(int((p != 0).sum()) for p in params))})
         f = info["loss"]
         if info["grad_norm"] / max(1.0, info["param_norm"]) <= epsilon:
             reason = "epsilon"
@@ -373,8 +463,5 @@ def _fit_lbfgs(model: FeatureCRF, data: tuple[Tensor, Tensor, Tensor, Tensor],
         if period and k >= period and (losses[k - period] - f) / f < delta:
             reason = "delta"
             break
-    with torch.no_grad():
-        for p, idx, theta in packs:
-            p.zero_().view(-1)[idx] = theta
     return FitResult(len(log), float(opt.info["loss"]), reason, time.perf_counter() - clocks[0],
                      evaluations, time.process_time() - clocks[1], log)
