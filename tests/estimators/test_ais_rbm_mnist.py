@@ -54,6 +54,7 @@ def test_ais_with_default_settings_is_within_0_2_nats_of_the_exact_log_z(trained
     assert abs(ais.estimate - exact) < 0.2, f"AIS {ais} vs exact {exact:.4f}"
 
 
+@pytest.mark.slow
 def test_ais_reverse_ais_bracket_contains_the_exact_log_z(trained):
     est, x, exact = trained
     model = est.model_

@@ -155,3 +155,35 @@ def test_gaussian_base_matches_torch_normal():
         GaussianBase(mean, torch.ones(3))
     with pytest.raises(ValueError, match=r"x: expected shape \(B, 2\); got \(6, 3\)"):
         q.log_prob(torch.zeros(6, 3))
+
+
+def _exact_log_sigmoid(t: float) -> float:
+    """log sigmoid(t) = -softplus(-t) in the closed form min(t, 0) - log1p(exp(-|t|)) (no cut-off)."""
+    return min(t, 0.0) - math.log1p(math.exp(-abs(t)))
+
+
+@pytest.mark.parametrize("space_cls", [Binary, Spins])
+def test_bernoulli_base_log_prob_is_exact_in_float64_for_large_logits(space_cls):
+    # torch's softplus returns l itself above 20, so l - softplus(l) was 0 where the exact
+    # log-probability of the likely value at l = 25 is -1.4e-11 (and off by up to 2e-9 near 20).
+    logits = torch.tensor([25.0, -25.0, 21.0, 36.0, 40.0, -3.0], dtype=torch.float64)
+    space = space_cls(6)
+    q = BernoulliBase(logits, space=space)
+    lo, hi = space.low, space.high
+    bits = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0], [1, 0, 1, 0, 1, 0]], dtype=torch.float64)
+    x = lo + (hi - lo) * bits
+    got = q.log_prob(x)
+    for row, b in enumerate(bits.tolist()):
+        exact = sum(_exact_log_sigmoid(v if bi else -v) for v, bi in zip(logits.tolist(), b))
+        assert float(got[row]) == pytest.approx(exact, rel=1e-14, abs=1e-300)
+    # all-high row: a sum of tiny log-probabilities, relative precision kept
+    assert float(got[0]) < 0
+
+
+def test_bernoulli_base_log_prob_input_gradient_is_the_logits_per_unit():
+    logits = torch.tensor([25.0, -2.0, 0.5], dtype=torch.float64)
+    q = BernoulliBase(logits, space=Spins(3))
+    x = torch.tensor([[1.0, -1.0, 1.0]], dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(q.log_prob(x).sum(), x)
+    torch.testing.assert_close(g[0], logits / 2, rtol=1e-14, atol=1e-14)
+    torch.testing.assert_close(q.log_prob_and_grad(x)[1][0], logits / 2)

@@ -63,3 +63,17 @@ def test_validation_messages():
     inf_energy = from_fn(lambda x: torch.full((x.shape[0],), math.inf))
     with pytest.raises(ValueError, match=r"energy\(x_test\): expected a finite tensor"):
         log_likelihood_report(inf_energy, torch.ones(2, 2), 0.0)
+
+
+def test_estimate_rejects_nan_or_inverted_bounds_and_nonpositive_ess():
+    # every field of an Estimate is checked, not only the estimate and its stderr
+    with pytest.raises(ValueError, match="lower: expected a number or None; got nan"):
+        Estimate(1.0, 0.1, lower=float("nan"), upper=2.0)
+    with pytest.raises(ValueError, match="upper: expected a number or None; got nan"):
+        Estimate(1.0, 0.1, lower=0.0, upper=float("nan"))
+    with pytest.raises(ValueError, match=r"lower, upper: expected lower <= upper; got 2.0 > 1.0"):
+        Estimate(1.0, 0.1, lower=2.0, upper=1.0)
+    for bad in (float("nan"), 0.0, -3.0):
+        with pytest.raises(ValueError, match="ess: expected a number > 0 or None"):
+            Estimate(1.0, 0.1, ess=bad)
+    assert Estimate(1.0, 0.1, lower=float("-inf"), upper=1.5, ess=3.0).ess == 3.0

@@ -180,3 +180,20 @@ def test_undefined_diagnostics_raise_instead_of_returning_nan():
         effective_sample_size(const)
     with pytest.raises(ValueError, match=r"chains: expected draws that vary; quantity 0 is constant .*R-hat undefined"):
         split_rhat(const)
+
+
+def test_draws_far_from_zero_keep_their_spread_and_stderr():
+    # Draws at 1e6 with a spread of 1e-5 (45,000 float64 ulps) were called constant: ESS raised
+    # and mcmc_mean reported stderr 0. Shifting the draws must not change ESS or the stderr.
+    g = torch.Generator().manual_seed(0)
+    noise = 1e-5 * torch.randn(400, 4, generator=g, dtype=torch.float64)
+    far, near = mcmc_mean(1e6 + noise), mcmc_mean(noise)
+    assert far.stderr > 0 and far.stderr == pytest.approx(near.stderr, rel=1e-4)
+    assert far.ess == pytest.approx(near.ess, rel=1e-4)
+    assert float(effective_sample_size(1e6 + noise)) == pytest.approx(float(effective_sample_size(noise)), rel=1e-4)
+    assert float(split_rhat(1e6 + noise, rank_normalize=False)) == pytest.approx(
+        float(split_rhat(noise, rank_normalize=False)), rel=1e-4)
+    for value in (0.1, 1e6 + 0.1, -3.7e12):  # equal draws are still constant, whatever their rounding
+        assert mcmc_mean(torch.full((500, 3), value, dtype=torch.float64)).stderr == 0.0
+        with pytest.raises(ValueError, match="constant"):
+            effective_sample_size(torch.full((500, 3), value, dtype=torch.float64))

@@ -50,3 +50,16 @@ def test_bad_inputs_are_named():
         token_f1([[]], [[]])
     with pytest.raises(ValueError, match="labels: expected at least one label"):
         token_f1([["O"]], [["O"]], labels=[])
+
+
+@pytest.mark.parametrize("fn", [token_accuracy, token_f1])
+def test_a_flat_tag_list_is_rejected_not_scored_by_characters(fn):
+    # ["B-NP", "O"] read as two sentences of characters gave accuracy 4/5 for ["B-NP", "O"]
+    # against ["I-NP", "O"] (1 of 2 tags right): a silent wrong figure.
+    with pytest.raises(TypeError, match=r"true_seqs\[0\]: expected a sequence of tags .* got str 'B-NP'"):
+        fn(["B-NP", "O"], ["I-NP", "O"])
+    with pytest.raises(TypeError, match=r"pred_seqs\[0\]: expected a sequence of tags .* got str 'I-NP'"):
+        fn([["B-NP"]], ["I-NP"])
+    with pytest.raises(TypeError, match=r"true_seqs: expected a list of tag sequences .* got str"):
+        fn("B-NP O", [["B-NP", "O"]])
+    assert token_accuracy([["B-NP", "O"]], [["I-NP", "O"]]) == 0.5  # the same tags, wrapped as one sentence

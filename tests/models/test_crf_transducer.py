@@ -217,3 +217,32 @@ def test_crf_transducer_bad_options_name_the_argument():
     words, lengths = _batch()
     with pytest.raises(ValueError, match="beam: expected an int >= 1; got 0"):
         _model().beam_search(words, lengths, beam=0)
+
+
+@pytest.mark.parametrize("potentials", ["raw", "log_softmax"])
+@pytest.mark.parametrize("beam", [2, K**T])
+def test_early_update_loss_is_never_negative_at_large_float32_potentials(potentials, beam):
+    # With the decoded argmax as gold and potentials x1000 in float32, the oracle survives and the
+    # exact loss is ~0; it was computed as logsumexp(beam) - gold with the oracle's incremental
+    # beam score inside the sum and its teacher-forced score outside, which differ by rounding
+    # (1e-4 here), so 7 of 40 such batches came out negative. A beam-restricted NLL is >= 0.
+    for seed in range(6):
+        m = _model(potentials, seed=seed).float()
+        with torch.no_grad():
+            for layer in (m.transcription.out, m.prediction.out):  # f and g, hence the potentials, x1000
+                layer.weight.mul_(1000.0), layer.bias.mul_(1000.0)
+        words, lengths = _batch(seed)
+        with torch.no_grad():
+            gold, _ = m.beam_search(words, lengths, beam=K**T)
+        for b in range(3):
+            out = m.early_update_loss(words[b : b + 1], lengths[b : b + 1], gold[b : b + 1].clamp_min(0), beam=beam)
+            assert out.loss.item() >= 0.0
+        if beam == K**T:  # equals the exact NLL of the float64 model by enumeration, to float32 rounding
+            m64 = m.double()
+            out = m64.early_update_loss(words, lengths, gold.clamp_min(0), beam=beam)
+            nll = []
+            for b in range(3):
+                _, s = _enumerate(m64, words[b : b + 1], int(lengths[b]))
+                g = m64.score(words[b : b + 1], lengths[b : b + 1], gold[b : b + 1].clamp_min(0))[0]
+                nll.append(torch.logsumexp(s, 0) - g)
+            assert out.loss.item() == pytest.approx(torch.stack(nll).mean().item(), abs=1e-9)

@@ -1,5 +1,6 @@
 """IsingModel: energies, conditionals, gradients and blocks against exact references."""
 
+import itertools
 import math
 
 import pytest
@@ -7,6 +8,7 @@ import torch
 from _discrete_checks import assert_matches_exact, empirical_probs, exact_probs, tv_distance, tv_threshold
 
 from ebms.energy import autograd_energy_and_grad
+from ebms.estimators.exact import exact_log_partition
 from ebms.models.ising import IsingModel
 from ebms.samplers.block_gibbs import BlockGibbs
 from ebms.spaces import Spins
@@ -253,3 +255,28 @@ def test_module_apply_and_state_dict_round_trip():
     copy.load_state_dict(model.state_dict())
     x = _states(model).float()
     torch.testing.assert_close(copy(x), model(x))
+
+
+def test_float64_couplings_and_field_are_kept_exactly():
+    # Couplings and fields were always stored as float32, so a float64 model (built from float64
+    # tensors, then .double()) had log Z off by 6e-9 from its own definition.
+    g = torch.Generator().manual_seed(0)
+    n = 8
+    J = torch.randn(n, n, generator=g, dtype=torch.float64) * 0.3
+    J = (J + J.T) / 2
+    J.fill_diagonal_(0)
+    h = torch.randn(n, generator=g, dtype=torch.float64) * 0.3
+    for model in (IsingModel(J, field=h).double(), IsingModel(J, field=0.1).double()):
+        assert model.coupling_matrix().dtype == torch.float64 and model.field.dtype == torch.float64
+        hh = model.field[:, 0].tolist()
+        vals = []
+        for s in itertools.product([-1.0, 1.0], repeat=n):  # -E in plain Python float64
+            vals.append(sum(0.5 * J[i, j].item() * s[i] * s[j] for i in range(n) for j in range(n))
+                        + sum(hi * si for hi, si in zip(hh, s)))
+        top = max(vals)
+        exact = top + math.log(sum(math.exp(v - top) for v in vals))
+        assert exact_log_partition(model).estimate == pytest.approx(exact, rel=1e-14)
+    assert IsingModel(J, field=0.1).double().field[0, 0].item() == 0.1  # a number follows the couplings' dtype
+    assert IsingModel(J.float()).coupling_matrix().dtype == torch.float32  # float32 stays the default
+    lat = IsingModel.lattice(3, 3, (torch.full((3, 3), 0.3, dtype=torch.float64),) * 2).double()
+    assert lat.edge_couplings()[0][0, 0].item() == 0.3

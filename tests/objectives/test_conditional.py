@@ -164,11 +164,11 @@ def test_bigram_noise_fit_uses_smoothed_counts():
     tags = torch.tensor([[0, 1, 1], [1, 0, 2]])
     lengths = torch.tensor([3, 2])
     noise = TagBigramNoise.fit(tags, lengths, 3, smoothing=1.0)
-    assert torch.allclose(noise.log_start.exp(), torch.tensor([2.0, 2.0, 1.0]) / 5)
+    assert torch.allclose(noise.log_start.exp(), torch.tensor([2.0, 2.0, 1.0], dtype=torch.float64) / 5)
     # transitions seen: 0->1, 1->1, 1->0 (the 0->2 pair lies beyond length 2)
-    assert torch.allclose(noise.log_trans.exp()[1], torch.tensor([2.0, 2.0, 1.0]) / 5)
-    assert torch.allclose(noise.log_trans.exp()[2], torch.full((3,), 1 / 3))
-    assert torch.allclose(TagBigramNoise.uniform(4).log_start.exp(), torch.full((4,), 0.25))
+    assert torch.allclose(noise.log_trans.exp()[1], torch.tensor([2.0, 2.0, 1.0], dtype=torch.float64) / 5)
+    assert torch.allclose(noise.log_trans.exp()[2], torch.full((3,), 1 / 3, dtype=torch.float64))
+    assert torch.allclose(TagBigramNoise.uniform(4).log_start.exp(), torch.full((4,), 0.25, dtype=torch.float64))
 
 
 # --- conditional NCE ------------------------------------------------------------------------
@@ -301,3 +301,69 @@ def test_a_model_that_returns_no_crf_is_a_type_error():
 
     with pytest.raises(TypeError, match="model: expected forward"):
         ConditionalML()(Bad(), ragged_batch())
+
+
+def _exact_softplus(t: float) -> float:
+    """log(1 + e^t) in the closed form max(t, 0) + log1p(exp(-|t|)) (no cut-off)."""
+    return max(t, 0.0) + math.log1p(math.exp(-abs(t)))
+
+
+@pytest.mark.parametrize("per_word", [9.75, -11.25])
+def test_nce_float64_loss_is_exact_when_logits_pass_20(per_word):
+    # Every sequence scores U = 2 * per_word, so every logit is G = U - log(nu q) = +-21: the
+    # range where torch's softplus (identity above 20) dropped e^-21 = 8e-10 from each term.
+    model = TableCRF(3, 3)
+    with torch.no_grad():
+        model.w.fill_(per_word)
+        model.a.zero_(), model.s.zero_(), model.e.zero_()
+    noise, nu = TagBigramNoise.uniform(3), 2
+    x = torch.zeros(3, 2, dtype=torch.long)
+    y, lengths = torch.tensor([[0, 1], [2, 2], [1, 0]]), torch.full((3,), 2)
+    out = ConditionalNCE(noise, nu=nu)(model, (x, y, lengths), generator=torch.Generator().manual_seed(0))
+    log_q = float(noise.log_prob(y[:1], lengths[:1]).double())
+    g = 2 * per_word - math.log(nu) - log_q
+    assert 20 < abs(g) < 37
+    assert float(out.loss.detach()) == pytest.approx(_exact_softplus(-g) + nu * _exact_softplus(g), rel=1e-14)
+    (grad_w,) = torch.autograd.grad(out.loss, model.w)
+    # dL/dw[0, k] = (-sigmoid(-G) * data uses of (word 0, tag k) + sigmoid(G) * noise uses) / B
+    sig = 1 / (1 + math.exp(-g))
+    assert float(grad_w.sum()) == pytest.approx((-(1 - sig) * 6 + sig * 6 * nu) / 3, rel=1e-13)
+
+
+def test_bigram_noise_log_prob_is_exact_in_float64():
+    # The noise law was stored in float32, so log q(y) (and every NCE logit of a float64 model)
+    # was rounded by ~1e-7; the fitted law must equal the smoothed count ratios to float64 rounding.
+    tags = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 2], [2, 2, 1, 0]])
+    lengths = torch.tensor([4, 3, 4])
+    noise = TagBigramNoise.fit(tags, lengths, 3, smoothing=0.7)
+    start = [1 + 0.7, 1 + 0.7, 1 + 0.7]
+    trans = [[0.7] * 3 for _ in range(3)]
+    for row, n in zip(tags.tolist(), lengths.tolist()):
+        for a, b in zip(row[: n - 1], row[1:n]):
+            trans[a][b] += 1
+    y = [0, 2, 2, 1]
+    exact = math.log(start[0] / sum(start)) + sum(math.log(trans[a][b] / sum(trans[a])) for a, b in zip(y, y[1:]))
+    got = noise.log_prob(torch.tensor([y]), torch.tensor([4]))
+    assert got.dtype == torch.float64 and float(got) == pytest.approx(exact, rel=1e-15)
+    assert float(TagBigramNoise.uniform(7).log_prob(torch.zeros(1, 5, dtype=torch.long), torch.tensor([5]))) == \
+        pytest.approx(-5 * math.log(7), rel=1e-15)
+
+
+@pytest.mark.parametrize("trainable", [("w",), ("a",), ("s",), ("e",), ("a", "s", "e"), ()])
+def test_ml_gradient_reaches_each_trainable_potential_alone(trainable):
+    # pytorch-crf style training (fixed emissions, learned transitions / start / end) included:
+    # the gradient of every potential that requires grad equals the enumeration's
+    model = TableCRF(3, 3, seed=4)
+    for name, p in model.named_parameters():
+        p.requires_grad_(name in trainable)
+    x, y, lengths = ragged_batch(seed=5)
+    out = ConditionalML()(model, (x, y, lengths))
+    assert out.loss.requires_grad == bool(trainable)
+    if not trainable:
+        return
+    params = [getattr(model, n) for n in trainable]
+    got = torch.autograd.grad(out.loss, params)
+    brute = -torch.stack([model.brute_log_prob(xi, yi) for xi, yi in _lists(x, y, lengths)]).mean()
+    want = torch.autograd.grad(brute, params)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)

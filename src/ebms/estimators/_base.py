@@ -15,10 +15,10 @@ class Estimate:
 
     Attributes:
         estimate: the point estimate.
-        stderr: its standard error (0 for exact computations; ``nan`` never).
+        stderr: its standard error (0 for exact computations; ``nan`` never; nor in the other fields).
         lower, upper: a bracket when the method gives one (e.g. AIS/RAISE, or
             ``estimate ± 2 stderr`` is *not* implied); ``None`` otherwise.
-        ess: effective sample size behind the estimate, when meaningful.
+        ess: effective sample size behind the estimate (> 0), when meaningful.
         exact: ``True`` when the value is computed exactly (no sampling).
         settings: the parameters used (grid size, chains, temperatures, ...).
     """
@@ -36,6 +36,14 @@ class Estimate:
             raise ValueError(f"estimate: expected a finite number; got {self.estimate!r}")
         if not (self.stderr >= 0 and math.isfinite(self.stderr)):
             raise ValueError(f"stderr: expected a finite number >= 0; got {self.stderr!r}")
+        for name in ("lower", "upper"):
+            v = getattr(self, name)
+            if v is not None and math.isnan(v):
+                raise ValueError(f"{name}: expected a number or None; got nan")
+        if self.lower is not None and self.upper is not None and not self.lower <= self.upper:
+            raise ValueError(f"lower, upper: expected lower <= upper; got {self.lower!r} > {self.upper!r}")
+        if self.ess is not None and not self.ess > 0:
+            raise ValueError(f"ess: expected a number > 0 or None; got {self.ess!r}")
 
     def __str__(self) -> str:
         s = f"{self.estimate:.4f}"

@@ -31,11 +31,11 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.nn import functional as F
 
 from ebms._checks import check_finite, check_int, check_positive, check_tensor
 from ebms.energy import EnergyLike, evaluate
 from ebms.estimators._base import Estimate
+from ebms.models._rbm_layers import softplus
 from ebms.samplers._discrete import sample_categorical
 from ebms.spaces import Binary, Categorical, Spins
 
@@ -185,6 +185,13 @@ class BernoulliBase:
     ``b_i = (x_i - low) / (high - low)`` is 1 at the space's high value (1 for :class:`~ebms.spaces.Binary`,
     +1 for :class:`~ebms.spaces.Spins`), so ``logits`` are those of the high value.
 
+    Computed as :math:`\sum_i -b_i\operatorname{softplus}(-\ell_i) - (1 - b_i)\operatorname{softplus}(\ell_i)`
+    (the same function, linear in ``b``, with input gradient :math:`\ell_i` per unit of ``b``): each
+    term is a log-probability computed directly, so a site with a large logit contributes its tiny
+    :math:`\log\sigma(\ell)` to full relative precision instead of the rounding residue of
+    :math:`\ell - \operatorname{softplus}(\ell)`, and the softplus is the dtype-aware one of
+    :func:`ebms.models._rbm_layers.softplus` (exact to rounding in float64 too).
+
     Args:
         logits: ``(*sites)`` finite float tensor.
         space: :class:`~ebms.spaces.Binary` (default) or :class:`~ebms.spaces.Spins` with ``event_shape``
@@ -224,7 +231,8 @@ class BernoulliBase:
         """``log q(x)``, ``(B,)`` (differentiable in ``x``)."""
         _check_event(x, self.space.event_shape, "x")
         b = (x - self.space.low) / self._scale
-        return (b * self.logits - F.softplus(self.logits)).flatten(1).sum(1)
+        log_high, log_low = -softplus(-self.logits), -softplus(self.logits)
+        return (b * log_high + (1 - b) * log_low).flatten(1).sum(1)
 
     def log_prob_and_grad(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """``log q(x)`` ``(B,)`` and its (constant) input gradient ``logits / (high - low)``."""

@@ -26,6 +26,15 @@ __all__ = ["token_accuracy", "token_f1"]
 
 def _flatten(true_seqs: Sequence[Sequence[Hashable]],
              pred_seqs: Sequence[Sequence[Hashable]]) -> tuple[list[Hashable], list[Hashable]]:
+    for name, seqs in (("true_seqs", true_seqs), ("pred_seqs", pred_seqs)):
+        if isinstance(seqs, (str, bytes)) or not isinstance(seqs, Sequence):
+            raise TypeError(f"{name}: expected a list of tag sequences (one list per sentence); "
+                            f"got {type(seqs).__name__}")
+        for i, seq in enumerate(seqs):
+            # a flat list of tag strings would otherwise be scored character by character
+            if isinstance(seq, (str, bytes)) or not isinstance(seq, Sequence):
+                raise TypeError(f"{name}[{i}]: expected a sequence of tags (list or tuple), one per "
+                                f"sentence; got {type(seq).__name__} {seq!r} (wrap a flat tag list as [tags])")
     if len(true_seqs) != len(pred_seqs):
         raise ValueError(f"pred_seqs: expected {len(true_seqs)} sequences (as true_seqs); "
                          f"got {len(pred_seqs)}")

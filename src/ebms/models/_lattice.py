@@ -44,11 +44,27 @@ def resolve_beta(beta: float | None, temperature: float | None) -> float:
     return 1.0 / check_positive(temperature, "temperature")
 
 
-def _real_tensor(value: Any, name: str) -> Tensor:
-    t = torch.as_tensor(value) if not isinstance(value, Tensor) else value
-    if t.dtype == torch.bool or t.is_complex():
-        raise TypeError(f"{name}: expected a real tensor; got dtype {t.dtype}")
-    return check_finite(t.detach().to(torch.float32).clone(), name)
+def _real_tensor(value: Any, name: str, *, number_dtype: torch.dtype | None = None) -> Tensor:
+    """``value`` as a finite floating tensor (a copy).
+
+    A float64 tensor stays float64, so that a float64 model built from it (and ``.double()``) holds
+    exactly the given values; other tensors take torch's default dtype. Numbers and lists take
+    ``number_dtype`` (default: torch's default dtype).
+    """
+    if not isinstance(value, Tensor):
+        t = torch.as_tensor(value)
+        if t.dtype == torch.bool or t.is_complex():
+            raise TypeError(f"{name}: expected a real tensor; got dtype {t.dtype}")
+        return check_finite(torch.as_tensor(value, dtype=number_dtype or torch.get_default_dtype()).clone(), name)
+    if value.dtype == torch.bool or value.is_complex():
+        raise TypeError(f"{name}: expected a real tensor; got dtype {value.dtype}")
+    dtype = torch.float64 if value.dtype == torch.float64 else torch.get_default_dtype()
+    return check_finite(value.detach().to(dtype).clone(), name)
+
+
+def couplings_dtype(couplings: LatticeCouplings | DenseCouplings) -> torch.dtype:
+    """Floating dtype the couplings are stored in (a number field is stored in it too)."""
+    return couplings.weight.dtype if isinstance(couplings, DenseCouplings) else couplings.right.dtype
 
 
 def greedy_colouring(adjacency: Tensor) -> list[Tensor]:
@@ -244,7 +260,7 @@ class DenseCouplings(nn.Module):
             raise ValueError(f"couplings: expected a zero diagonal (no self-couplings); got max |J_ii| = {diag:.4g}")
         J = 0.5 * (J + J.T)
         self.site_shape = (J.shape[0],)
-        self.register_buffer("edge_mask", (J != 0).float())
+        self.register_buffer("edge_mask", (J != 0).to(J.dtype))
         if learnable:
             self.weight = nn.Parameter(J)
         else:

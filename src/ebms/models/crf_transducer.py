@@ -29,7 +29,8 @@ step :math:`j` where it is not among the top ``W`` prefixes :math:`\mathcal B_j`
 
 .. math::  L_j = -u(y^*_{1:j}) + \log \sum_{y' \in \mathcal B_j \cup \{y^*_{1:j}\}} \exp u(y'_{1:j}),
 
-and if it survives to :math:`j = T` the same loss with the final beam. This is the conditional
+and if it survives to :math:`j = T` the same loss with the final beam (the oracle counted once,
+with its teacher-forced score, so that :math:`L_j \ge 0` holds in floating point too). This is the conditional
 negative log-likelihood with :math:`Z` restricted to the beam, so with ``W >= K^T`` it equals
 :math:`-\log p(y^*|x)` exactly. :meth:`CRFTransducer.early_update_loss` does it for a batch at
 once (sentences in parallel, positions in sequence, ``G`` run on all ``B W`` hypotheses per step)
@@ -119,9 +120,15 @@ class CRFTransducer(AlignedTransducer):
         j = torch.where(early, lost.to(torch.uint8).argmax(1), lengths - 1)  # update step, 0-based
         beams = torch.stack(res.step_scores, dim=1)  # (B, steps, W)
         beam_j = beams.gather(1, j.view(-1, 1, 1).expand(-1, 1, beams.shape[2])).squeeze(1)
+        # A sentence that kept its oracle to the end updates on its final beam, which holds the
+        # oracle once, scored incrementally. Its teacher-forced score ``gold`` differs from that copy
+        # by rounding (1e-4 at potentials of 1e3 in float32), enough to make the loss negative; so
+        # the copy is dropped and ``gold`` itself enters the sum: the loss is then >= 0 exactly.
+        kept = (res.beam_tags == y.unsqueeze(1)) | ~valid.unsqueeze(1)  # (B, W, T)
+        oracle_slot = kept.all(-1) & torch.isfinite(res.beam_scores) & ~early.unsqueeze(1)
+        beam_j = torch.where(early.unsqueeze(1), beam_j, res.beam_scores).masked_fill(oracle_slot, float("-inf"))
         gold = prefix.gather(1, j.unsqueeze(1)).squeeze(1)
-        extra = torch.where(early, gold, gold.new_full((), float("-inf")))  # the oracle when not in the beam
-        losses = torch.logsumexp(torch.cat([beam_j, extra.unsqueeze(1)], dim=1), dim=1) - gold
+        losses = torch.logsumexp(torch.cat([beam_j, gold.unsqueeze(1)], dim=1), dim=1) - gold
         loss = losses.mean()
         frac = ((j + 1).to(f.dtype) / lengths.to(f.dtype)).mean()
         return LossOutput(loss, scalar_metrics(loss=loss, early=early.to(f.dtype).mean(), prefix=frac))

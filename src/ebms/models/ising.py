@@ -19,15 +19,22 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ebms.models._lattice import DenseCouplings, LatticeCouplings, PairwiseEnergy, _real_tensor, resolve_beta
+from ebms.models._lattice import (
+    DenseCouplings,
+    LatticeCouplings,
+    PairwiseEnergy,
+    _real_tensor,
+    couplings_dtype,
+    resolve_beta,
+)
 from ebms.spaces import Spins
 
 __all__ = ["IsingModel"]
 
 
-def _spin_field(field: Any, site_shape: tuple[int, ...], n: int) -> Tensor:
-    """``field`` as ``(N, 1)``: a number, ``(N,)`` or ``site_shape``."""
-    h = _real_tensor(field, "field")
+def _spin_field(field: Any, site_shape: tuple[int, ...], n: int, dtype: torch.dtype) -> Tensor:
+    """``field`` as ``(N, 1)``: a number (stored in ``dtype``, the couplings'), ``(N,)`` or ``site_shape``."""
+    h = _real_tensor(field, "field", number_dtype=dtype)
     if h.numel() == 1 and h.dim() == 0:
         return h.expand(n, 1).clone()
     if tuple(h.shape) not in {(n,), site_shape}:
@@ -45,7 +52,8 @@ class IsingModel(PairwiseEnergy):
 
     Args:
         couplings: symmetric ``(N, N)`` tensor with zero diagonal, or a prepared
-            :class:`~ebms.models._lattice.LatticeCouplings` / ``DenseCouplings``.
+            :class:`~ebms.models._lattice.LatticeCouplings` / ``DenseCouplings``. Float64 tensors are
+            stored in float64 (a number ``field`` then too); other values in torch's default dtype.
         field: :math:`h`, a number or ``(N,)`` (or the lattice shape).
         beta: inverse temperature ``> 0`` (default 1); give ``beta`` or ``temperature``, not both.
         temperature: ``T = 1 / beta``.
@@ -85,7 +93,8 @@ class IsingModel(PairwiseEnergy):
         else:
             couplings = DenseCouplings(couplings, learnable=learn_couplings)
         site_shape = tuple(couplings.site_shape)
-        super().__init__(couplings, _spin_field(field, site_shape, couplings.num_sites), b, learn_field)
+        h = _spin_field(field, site_shape, couplings.num_sites, couplings_dtype(couplings))
+        super().__init__(couplings, h, b, learn_field)
         self.space = Spins(site_shape)
 
     @classmethod

@@ -20,18 +20,27 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from ebms._checks import check_int
-from ebms.models._lattice import DenseCouplings, LatticeCouplings, PairwiseEnergy, _real_tensor, resolve_beta
+from ebms.models._lattice import (
+    DenseCouplings,
+    LatticeCouplings,
+    PairwiseEnergy,
+    _real_tensor,
+    couplings_dtype,
+    resolve_beta,
+)
 from ebms.spaces import Categorical
 
 __all__ = ["PottsModel"]
 
 
-def _category_field(field: Any, site_shape: tuple[int, ...], n: int, k: int) -> Tensor:
-    """``field`` as ``(N, K)``: a number, ``(K,)`` (same for every site), ``(N, K)`` or ``(*site_shape, K)``."""
-    h = _real_tensor(field, "field")
+def _category_field(field: Any, site_shape: tuple[int, ...], n: int, k: int, dtype: torch.dtype) -> Tensor:
+    """``field`` as ``(N, K)``: a number (stored in ``dtype``, the couplings'), ``(K,)`` (same for every
+    site), ``(N, K)`` or ``(*site_shape, K)``."""
+    h = _real_tensor(field, "field", number_dtype=dtype)
     if h.dim() == 0:
         return h.expand(n, k).clone()
     if tuple(h.shape) == (k,):
@@ -50,7 +59,8 @@ class PottsModel(PairwiseEnergy):
 
     Args:
         couplings: symmetric ``(N, N)`` tensor with zero diagonal, or a prepared
-            :class:`~ebms.models._lattice.LatticeCouplings` / ``DenseCouplings``.
+            :class:`~ebms.models._lattice.LatticeCouplings` / ``DenseCouplings``. Float64 tensors are
+            stored in float64 (a number ``field`` then too); other values in torch's default dtype.
         num_categories: ``K >= 2``.
         field: :math:`h`, a number, ``(K,)`` (shared by all sites), ``(N, K)`` or ``(*site_shape, K)``.
         beta: inverse temperature ``> 0`` (default 1); give ``beta`` or ``temperature``, not both.
@@ -92,7 +102,8 @@ class PottsModel(PairwiseEnergy):
         else:
             couplings = DenseCouplings(couplings, learnable=learn_couplings)
         site_shape = tuple(couplings.site_shape)
-        super().__init__(couplings, _category_field(field, site_shape, couplings.num_sites, k), b, learn_field)
+        h = _category_field(field, site_shape, couplings.num_sites, k, couplings_dtype(couplings))
+        super().__init__(couplings, h, b, learn_field)
         self.num_categories = k
         self.space = Categorical(site_shape, k)
 

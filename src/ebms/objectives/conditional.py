@@ -44,10 +44,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ebms._checks import check_int, check_positive, check_shape, check_tensor
+from ebms.models._rbm_layers import softplus
 from ebms.objectives._base import LossOutput, scalar_metrics
 from ebms.structured.linear_chain import LinearChainCRF
 
@@ -138,7 +138,8 @@ class TagBigramNoise:
     """Noise ``q(y | x)``: a first-order Markov chain over tags, for sequences of the given length.
 
     ``q(y) = pi[y_1] prod_{t=2..L} P[y_{t-1}, y_t]`` (``L`` is the length of ``x``; ``q`` ignores
-    the rest of ``x``). Exact ``log_prob`` and ancestral ``sample``, ``O(B T)``.
+    the rest of ``x``). Exact ``log_prob`` (float64; the objective casts it to the model's dtype)
+    and ancestral ``sample``, ``O(B T)``.
 
     Args:
         log_start: ``(C,)`` log initial probabilities (must sum to 1).
@@ -157,7 +158,8 @@ class TagBigramNoise:
             if not err < 1e-5:
                 raise ValueError(f"{name}: expected log-probabilities summing to 1 over the last axis; "
                                  f"off by {err:.3g}")
-        self.log_start, self.log_trans = log_start.detach().float(), log_trans.detach().float()
+        # float64: log q must be exact for float64 models too (float32 storage rounded it by ~1e-7)
+        self.log_start, self.log_trans = log_start.detach().double(), log_trans.detach().double()
 
     @property
     def n_tags(self) -> int:
@@ -167,7 +169,8 @@ class TagBigramNoise:
     def uniform(cls, n_tags: int) -> TagBigramNoise:
         """Uniform over the ``C^L`` tag sequences of each length."""
         c = check_int(n_tags, "n_tags", minimum=1)
-        return cls(torch.full((c,), -math.log(c)), torch.full((c, c), -math.log(c)))
+        return cls(torch.full((c,), -math.log(c), dtype=torch.float64),
+                   torch.full((c, c), -math.log(c), dtype=torch.float64))
 
     @classmethod
     def fit(cls, tags: Tensor, lengths: Tensor, n_tags: int, *, smoothing: float = 1.0) -> TagBigramNoise:
@@ -264,7 +267,7 @@ class ConditionalNCE:
             g_data = s_data - log_nu - self.noise.log_prob(y, ln).to(s_data.dtype)
             g_noise = torch.stack([crf.score(ys[j]) - log_nu - self.noise.log_prob(ys[j], ln).to(s_data.dtype)
                                    for j in range(nu)])
-            part = F.softplus(-g_data).sum() + F.softplus(g_noise).sum()
+            part = softplus(-g_data).sum() + softplus(g_noise).sum()
             total = part if total is None else total + part
             sums += torch.stack([(g_data > 0).sum(), (g_noise < 0).sum(), s_data.sum()]).detach().float()
         assert total is not None

@@ -35,11 +35,11 @@ import math
 from typing import Protocol
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ebms._checks import check_energy_output, check_finite, check_int, check_positive, check_shape, check_tensor
 from ebms.energy import EnergyLike, evaluate
+from ebms.models._rbm_layers import softplus
 from ebms.objectives._base import LossOutput, check_batch, scalar_metrics
 
 __all__ = ["NCE", "GaussianNoise"]
@@ -228,7 +228,7 @@ class NCE(nn.Module):
         e = evaluate(energy, both)
         G = self._logit(e, self._log_q(both))
         g_pos, g_neg = G[:B], G[B:]
-        loss = F.softplus(-g_pos).mean() + self.nu * F.softplus(g_neg).mean()
+        loss = softplus(-g_pos).mean() + self.nu * softplus(g_neg).mean()
         correct = (g_pos > 0).sum() + (g_neg <= 0).sum()
         e_pos, e_neg = e[:B].mean(), e[B:].mean()
         metrics = scalar_metrics(
