@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 comma := ,
 STAMP := $(VENV)/.ebms-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: demo test test-all lint bench bench-quick docs clean venv
+.PHONY: demo test test-slow test-all lint bench bench-quick docs docs-images transcripts clean venv
 
 venv: $(STAMP)
 
@@ -21,8 +21,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/ebms demo
 
+# the default suite: everything not marked slow (kept under 4 minutes on 2 idle cores)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# only the tests marked slow; pytest's exit status 5 ("no tests collected") counts as success here
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow || { rc=$$?; test $$rc -eq 5 && echo "no tests marked slow"; test $$rc -eq 5; }
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
@@ -30,6 +35,16 @@ lint: $(STAMP)
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# rerun every command transcript marked in README.md and docs/*.md and rewrite it (FAST=1: not the slow ones)
+transcripts: $(STAMP)
+	$(BIN)/python tests/docs/test_transcripts.py --update $(if $(FAST),--fast,)
+
+# regenerate the figures in docs/img that the examples make
+docs-images: $(STAMP)
+	$(BIN)/python examples/toy_gallery.py --docs
+	$(BIN)/python examples/discrete_ising_tempering.py --out docs/img
+	$(BIN)/python examples/rbm_digits.py --out docs/img
 
 bench:
 	$(MAKE) EXTRAS=dev,bench venv

@@ -146,7 +146,12 @@ def _matmul_backends(a: torch.Tensor, b: torch.Tensor) -> dict[str, Callable[[],
     routes: dict[str, Callable[[], object]] = {"mm": lambda: torch.mm(a, b, out=out)}
     if torch.backends.mkldnn.is_available() and a.device.type == "cpu" and a.dtype == torch.float32:
         bt = b.t().contiguous()  # oneDNN linear takes the (out, in) weight
-        routes["onednn"] = lambda: torch.ops.mkldnn._linear_pointwise(a, bt, None, "none", [], "")
+        try:  # a private op: absent or different on some torch builds, then only ``mm`` is probed
+            op = torch.ops.mkldnn._linear_pointwise
+            op(a[:1], bt, None, "none", [], "")
+        except (AttributeError, RuntimeError, TypeError):
+            return routes
+        routes["onednn"] = lambda: op(a, bt, None, "none", [], "")
     return routes
 
 
@@ -218,6 +223,21 @@ def emit_final_line(summary: Mapping[str, Any]) -> None:
     """Print the one-line JSON summary; it must be the last line on stdout."""
     sys.stdout.flush()
     print(json.dumps(dict(summary), sort_keys=False), flush=True)
+
+
+def import_peer(module: str, *, extra: str = "bench") -> Any | None:
+    """The peer library ``module``, or ``None`` (with one line on stderr) when it is not installed.
+
+    A benchmark then reports its other rows and lists the peer as skipped; it never crashes for
+    a missing peer.
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        note(f"skipping {module}: not installed ({exc}); pip install -e \".[{extra}]\" installs the pinned peers")
+        return None
 
 
 def note(msg: str) -> None:

@@ -1,21 +1,24 @@
 """Run every benchmark in ``benchmarks/`` and collect their one-line JSON summaries.
 
-Each ``benchmarks/<name>.py`` (except private ``_*.py`` modules and this file)
-runs in its own process with the same flags; ``--quick`` and any other
-arguments after the ones below are passed through unchanged. The last
-stdout line of each run must be its JSON summary; all of them go to
-``benchmarks/results/summary.json``. Exit status 1 if any benchmark failed.
+Each ``benchmarks/<name>.py`` (except private ``_*.py`` modules and this file) runs in its own
+process with the same flags (``--quick``, ``--threads``, ``--repeats``, ``--no-save`` and any
+other flag given after them are passed through unchanged). The last stdout line of each run must
+be its JSON summary; all of them go to ``benchmarks/results/summary.json``.
 
-Usage::
-
-    python benchmarks/run_all.py [--quick] [--only langevin,...] [--timeout S] [extra flags]
+A benchmark that cannot run here is *skipped* with one line saying why and what to install: a
+peer library missing (``pip install -e ".[bench]"``) or a data set missing (``$EBMS_DATA``).
+Benchmarks that compare with several peers run the rows they can and list the rest as skipped
+themselves. Exit status 1 if any benchmark failed; skips are not failures.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -23,11 +26,27 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
+#: modules of the ``bench`` extra's peer libraries, by import name -> distribution name
+PEER_MODULES = {
+    "torchebm": "torchebm", "ebmkit": "ebmkit", "sklearn": "scikit-learn", "torchcrf": "pytorch-crf",
+    "torch_struct": "torch-struct", "pycrfsuite": "python-crfsuite",
+}
+_NO_MODULE = re.compile(r"No module named '([\w.]+)'")
+_NO_DATA = re.compile(r"data not found|not found under \$EBMS_DATA|EBMS_DATA")
 
 
 def discover() -> list[Path]:
     """Benchmark scripts, sorted by name."""
     return sorted(p for p in HERE.glob("*.py") if not p.name.startswith("_") and p.name != "run_all.py")
+
+
+def summary_line(script: Path) -> str:
+    """The first line of a script's docstring (read without importing it)."""
+    try:
+        doc = ast.get_docstring(ast.parse(script.read_text(encoding="utf-8")))
+    except (OSError, SyntaxError, ValueError):
+        doc = None
+    return (doc or "").strip().splitlines()[0] if doc else ""
 
 
 def last_json_line(text: str) -> dict | None:
@@ -42,6 +61,27 @@ def last_json_line(text: str) -> dict | None:
     return out if isinstance(out, dict) else None
 
 
+def skip_reason(stderr: str) -> str | None:
+    """Why a failed run could not run here (a missing peer or data set), else ``None``."""
+    tail = "\n".join(stderr.strip().splitlines()[-5:])
+    m = _NO_MODULE.search(tail)
+    if m:
+        top = m.group(1).split(".")[0]
+        if top in PEER_MODULES:
+            return (f"peer library {PEER_MODULES[top]} is not installed "
+                    f"(pip install -e \".[bench]\", or `make bench`, installs the pinned peers)")
+        return None
+    if _NO_DATA.search(tail):
+        last = stderr.strip().splitlines()[-1]
+        return f"data set not found: {last.split(': ', 1)[-1][:300]}"
+    return None
+
+
+def missing_peers() -> list[str]:
+    """Distributions of the ``bench`` extra whose modules cannot be found (nothing is imported)."""
+    return sorted({dist for mod, dist in PEER_MODULES.items() if importlib.util.find_spec(mod) is None})
+
+
 def run_one(script: Path, flags: list[str], timeout: float) -> dict:
     cmd = [sys.executable, str(script), *flags]
     print(f"== {script.stem}: {' '.join(cmd[1:])}", flush=True)
@@ -54,11 +94,16 @@ def run_one(script: Path, flags: list[str], timeout: float) -> dict:
         return {"bench": script.stem, "error": f"timed out after {timeout:.0f} s"}
     wall = time.perf_counter() - t0
     sys.stdout.write(proc.stdout)
-    sys.stderr.write(proc.stderr)
-    summary = last_json_line(proc.stdout)
     if proc.returncode != 0:
+        reason = skip_reason(proc.stderr)
+        if reason is not None:
+            print(f"   skipped {script.stem}: {reason}", flush=True)
+            return {"bench": script.stem, "skipped": reason, "wall_s": round(wall, 2)}
+        sys.stderr.write(proc.stderr)
         tail = proc.stderr.strip().splitlines()[-1:] or [""]
         return {"bench": script.stem, "error": f"exit status {proc.returncode}: {tail[0]}", "wall_s": wall}
+    sys.stderr.write(proc.stderr)
+    summary = last_json_line(proc.stdout)
     if summary is None:
         return {"bench": script.stem, "error": "last stdout line is not a JSON object", "wall_s": wall}
     summary.setdefault("bench", script.stem)
@@ -66,31 +111,77 @@ def run_one(script: Path, flags: list[str], timeout: float) -> dict:
     return summary
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="pass --quick to every benchmark")
+def build_parser(scripts: list[Path]) -> argparse.ArgumentParser:
+    listing = "\n".join(f"  {s.stem:<24} {summary_line(s)}" for s in scripts)
+    p = argparse.ArgumentParser(
+        prog="python benchmarks/run_all.py",
+        description=__doc__.split("\n\n")[0],
+        epilog=f"benchmarks:\n{listing}\n\nany other flag is passed through to every benchmark "
+               f"(see python benchmarks/<name>.py --help).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--quick", action="store_true", help="fewer repeats / smaller runs, same comparison")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads for every implementation (each benchmark's default: 1)")
+    p.add_argument("--repeats", type=int, default=None, help="timed repeats per implementation")
+    p.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/<bench>.json")
     p.add_argument("--only", default="", help="comma-separated benchmark names to run (default: all)")
+    p.add_argument("--skip", default="", help="comma-separated benchmark names to leave out")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per benchmark (default 3600)")
-    args, passthrough = p.parse_known_args()
+    p.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    return p
+
+
+def _names(p: argparse.ArgumentParser, flag: str, value: str, scripts: list[Path]) -> set[str]:
+    wanted = {w.strip() for w in value.split(",") if w.strip()}
+    unknown = wanted - {s.stem for s in scripts}
+    if unknown:
+        p.error(f"{flag}: unknown benchmark(s) {sorted(unknown)}; available: {[s.stem for s in scripts]}")
+    return wanted
+
+
+def main(argv: list[str] | None = None) -> int:
     scripts = discover()
+    p = build_parser(scripts)
+    args, passthrough = p.parse_known_args(argv)
+    if args.list:
+        for s in scripts:
+            print(f"{s.stem:<24} {summary_line(s)}")
+        return 0
+    if args.threads is not None and args.threads < 1:
+        p.error(f"--threads: expected an int >= 1; got {args.threads}")
+    if args.repeats is not None and args.repeats < 1:
+        p.error(f"--repeats: expected an int >= 1; got {args.repeats}")
     if args.only:
-        wanted = {w.strip() for w in args.only.split(",") if w.strip()}
-        unknown = wanted - {s.stem for s in scripts}
-        if unknown:
-            p.error(f"--only: unknown benchmark(s) {sorted(unknown)}; available: {[s.stem for s in scripts]}")
+        wanted = _names(p, "--only", args.only, scripts)
         scripts = [s for s in scripts if s.stem in wanted]
-    flags = (["--quick"] if args.quick else []) + passthrough
+    if args.skip:
+        left_out = _names(p, "--skip", args.skip, discover())
+        scripts = [s for s in scripts if s.stem not in left_out]
+    flags = ["--quick"] if args.quick else []
+    flags += ["--threads", str(args.threads)] if args.threads is not None else []
+    flags += ["--repeats", str(args.repeats)] if args.repeats is not None else []
+    flags += ["--no-save"] if args.no_save else []
+    flags += passthrough
+    absent = missing_peers()
+    if absent:
+        print(f"== peers not installed: {', '.join(absent)}; their rows are skipped "
+              f"(pip install -e \".[bench]\" installs the pinned versions)", flush=True)
     results = [run_one(s, flags, args.timeout) for s in scripts]
     RESULTS.mkdir(parents=True, exist_ok=True)
     record = {"flags": flags, "python": sys.version.split()[0], "results": results}
     tmp = RESULTS / "summary.json.tmp"
     tmp.write_text(json.dumps(record, indent=2) + "\n")
     os.replace(tmp, RESULTS / "summary.json")
-    failed = [r["bench"] for r in results if "error" in r]
-    print(f"== {len(results) - len(failed)}/{len(results)} benchmarks ok; summary in {RESULTS / 'summary.json'}")
-    for r in results:
-        if "error" in r:
-            print(f"   FAILED {r['bench']}: {r['error']}")
+    failed = [r for r in results if "error" in r]
+    skipped = [r for r in results if "skipped" in r]
+    ok = len(results) - len(failed) - len(skipped)
+    print(f"== {ok}/{len(results)} benchmarks ok, {len(skipped)} skipped, {len(failed)} failed; "
+          f"summary in {RESULTS / 'summary.json'}")
+    for r in skipped:
+        print(f"   skipped {r['bench']}: {r['skipped']}")
+    for r in failed:
+        print(f"   FAILED {r['bench']}: {r['error']}")
     return 1 if failed else 0
 
 

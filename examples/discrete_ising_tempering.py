@@ -1,7 +1,8 @@
 """A bimodal ferromagnet: single-site Gibbs gets stuck in one mode, parallel tempering does not.
 
 Run:  python examples/discrete_ising_tempering.py [--out OUT] [--sweeps 400] [--seed 0]
-      (about ten seconds on one CPU core; writes OUT/discrete_ising_tempering.png, default ./out)
+      (about ten seconds on one CPU core; writes OUT/discrete_ising_tempering.png, default
+      runs/examples, which git ignores; ``--out docs/img`` regenerates the figure in docs/discrete.md)
 
 The target is a 4x4 periodic Ising model, J = 1, well below the critical temperature (beta = 0.8;
 the critical point is about 0.44): almost all of its mass sits near magnetisation m = +1 or m = -1,
@@ -72,7 +73,8 @@ def summarise(name: str, m: torch.Tensor, exact: torch.Tensor, n: int) -> tuple[
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="out", help="folder for discrete_ising_tempering.png (default ./out)")
+    parser.add_argument("--out", default="runs/examples",
+                        help="folder for discrete_ising_tempering.png (default runs/examples; docs/img for the docs)")
     parser.add_argument("--sweeps", type=int, default=400, help="tempering steps per chain (Gibbs gets R times more)")
     parser.add_argument("--chains", type=int, default=16, help="independent chains")
     parser.add_argument("--seed", type=int, default=0)

@@ -2,7 +2,8 @@
 
 Run:  python examples/rbm_digits.py [--out OUT] [--hidden 16] [--epochs 30] [--temperatures 14500]
       (about ten seconds on one CPU core; writes OUT/rbm_digits_filters.png and
-      OUT/rbm_digits_samples.png, default ./out)
+      OUT/rbm_digits_samples.png, default runs/examples, which git ignores; ``--out docs/img``
+      regenerates the figures in docs/discrete.md)
 
 * Data: scikit-learn's 1,797 digits, thresholded at 8/16 (``ebms.data.digits.binarized_digits``),
   split 80/20 by a seeded permutation.
@@ -56,7 +57,8 @@ def sklearn_rbm_loglik(x_train: torch.Tensor, x_test: torch.Tensor, hidden: int,
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="out", help="folder for the two images (default ./out)")
+    parser.add_argument("--out", default="runs/examples",
+                        help="folder for the two images (default runs/examples; docs/img for the docs)")
     parser.add_argument("--hidden", type=int, default=16, help="hidden units (exact log Z needs <= 25)")
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument(

@@ -1,6 +1,6 @@
 """Sample a correlated 2-D Gaussian with ULA, MALA and HMC and compare with the exact moments.
 
-Run:  python examples/sample_gaussian.py   (a few seconds on a laptop CPU)
+Run:  python examples/sample_gaussian.py [--chains 500] [--seed 0]   (a few seconds on a laptop CPU)
 
 For each kernel it prints the acceptance rate, the estimated mean and covariance with their
 ESS-based standard errors, and the exact values. ULA is biased: at a large step its variances
@@ -8,6 +8,8 @@ come out inflated by about eps/4 (its stationary covariance is (P (I - eps P / 4
 """
 
 from __future__ import annotations
+
+import argparse
 
 import torch
 
@@ -22,7 +24,13 @@ def moments(samples: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
     return torch.stack([samples[..., 0], samples[..., 1], d[..., 0] ** 2, d[..., 1] ** 2, d[..., 0] * d[..., 1]], -1)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--chains", type=int, default=500, help="independent chains per kernel (default 500)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.chains < 2:
+        parser.error(f"--chains: expected an int >= 2 (split R-hat needs chains); got {args.chains}")
     torch.set_num_threads(1)  # tiny batched kernels are fastest on one thread
     mean = torch.tensor([1.0, -1.0])
     cov = torch.tensor([[1.0, 0.6], [0.6, 1.0]])
@@ -30,8 +38,8 @@ def main() -> None:
     exact = torch.tensor([1.0, -1.0, 1.0, 1.0, 0.6])
     names = ["mean[0]", "mean[1]", "cov[0,0]", "cov[1,1]", "cov[0,1]"]
 
-    g = torch.Generator().manual_seed(0)
-    x0 = 4 * (2 * torch.rand(500, 2, generator=g) - 1)  # broad start, uniform on [-4, 4]^2
+    g = torch.Generator().manual_seed(args.seed)
+    x0 = 4 * (2 * torch.rand(args.chains, 2, generator=g) - 1)  # broad start, uniform on [-4, 4]^2
 
     runs = {}
     ula = ULA(step_size=0.2)

@@ -2,10 +2,11 @@
 
 Usage::
 
-    python examples/toy_gallery.py [OUT.png] [--n 5000] [--seed 0]
+    python examples/toy_gallery.py [OUT.png | --docs] [--n 5000] [--seed 0]
 
-Writes ``docs/img/toy_gallery.png`` by default (the figure in
-``docs/data-and-evaluation.md``). Sets with a closed-form density show it
+Writes ``runs/examples/toy_gallery.png`` by default (git ignores ``runs/``);
+``--docs`` writes the figure in ``docs/data-and-evaluation.md``,
+``docs/img/toy_gallery.png`` of the checkout, instead. Sets with a closed-form density show it
 (normalised on the grid); the others show a 2-D histogram of 100,000 draws.
 """
 
@@ -23,11 +24,16 @@ from ebms.viz import new_figure, plot_energy, plot_samples, save_figure
 
 def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    default_out = Path(__file__).resolve().parents[1] / "docs" / "img" / "toy_gallery.png"
-    parser.add_argument("out", nargs="?", default=str(default_out), help="output image (.png, .pdf, .svg)")
+    docs_out = Path(__file__).resolve().parents[1] / "docs" / "img" / "toy_gallery.png"
+    parser.add_argument("out", nargs="?", default=None,
+                        help="output image (.png, .pdf, .svg; default runs/examples/toy_gallery.png)")
+    parser.add_argument("--docs", action="store_true", help=f"write the documentation's figure, {docs_out}")
     parser.add_argument("--n", type=int, default=5000, help="points per scatter plot")
     parser.add_argument("--seed", type=int, default=0, help="generator seed")
     args = parser.parse_args(argv)
+    if args.docs and args.out is not None:
+        parser.error("give either OUT or --docs, not both")
+    out_path = docs_out if args.docs else Path(args.out or "runs/examples/toy_gallery.png")
 
     fig = new_figure((2.4 * len(TOY_NAMES), 5.0))
     axes = fig.subplots(2, len(TOY_NAMES))
@@ -49,7 +55,7 @@ def main(argv: list[str] | None = None) -> Path:
         for ax in (top, bottom):
             ax.set_xticks([])
             ax.set_yticks([])
-    out = save_figure(fig, args.out, dpi=100)
+    out = save_figure(fig, out_path, dpi=100)
     print(out)
     return out
 

@@ -94,8 +94,10 @@ _CLI_PAGE = ROOT / "docs" / "cli.md"
 
 
 def _rows_for(key: str) -> list[str]:
-    """The markdown table rows of docs/cli.md whose first cell is the code span ``key``."""
-    return [line for line in _CLI_PAGE.read_text(encoding="utf-8").splitlines() if line.startswith(f"| `{key}` |")]
+    """The markdown table rows of docs/cli.md whose first cell is the code span ``key``, above the
+    generated "Validation rules" table (that one is checked against ``RULES`` by the CLI tests)."""
+    text = _CLI_PAGE.read_text(encoding="utf-8").split("### Validation rules", 1)[0]
+    return [line for line in text.splitlines() if line.startswith(f"| `{key}` |")]
 
 
 def test_cli_page_lists_exactly_the_config_keys() -> None:
@@ -139,9 +141,10 @@ def test_cli_page_error_messages_are_the_real_ones(tmp_path: Path, monkeypatch: 
     block = text[text.index("## Errors"):]
     block = block[block.index("```text\n") + 8:]
     block = block[:block.index("```")]
-    # the files the examples refer to: a TOML string left open on line 2, a folder without config.toml
+    # the files the examples refer to: a value missing on line 2, a Latin-1 file, a folder without config.toml
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "bad.toml").write_text('[train]\nsteps = "many\n')
+    (tmp_path / "bad.toml").write_text("[train]\nsteps = \n")
+    (tmp_path / "latin1.toml").write_bytes("# résumé\n".encode("latin-1"))
     (tmp_path / "empty").mkdir()
     lines = block.splitlines()
     checked = 0

@@ -25,6 +25,7 @@ def curie_weiss(n: int = 10, j: float = 0.3, h: float = 0.04):
 LADDER = [1.0, 0.7, 0.5, 0.35, 0.25, 0.17, 0.11, 0.07]
 
 
+@pytest.mark.slow
 def test_pt_target_replica_matches_bimodal_ferromagnet_where_plain_gwg_stays_stuck():
     energy, space = curie_weiss(), Spins(10)
     x0 = -torch.ones(4000, 10)  # every chain starts in the lighter mode

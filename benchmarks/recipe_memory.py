@@ -1,0 +1,124 @@
+"""Peak memory (RSS) and wall time of every packaged recipe, each in a fresh process.
+
+Each recipe runs as ``ebms train <recipe> train.steps=N`` (evaluation included
+unless ``--no-eval``) in a temporary run folder; the peak resident set size of
+that process comes from ``os.wait4``'s resource usage (``ru_maxrss``, KiB on
+Linux), so it includes the interpreter, torch and the data as loaded.
+
+Peak memory depends on the data, the model and the evaluation, not on the
+number of steps once a few steps have run; ``--steps`` (default 20) keeps the
+run short, and ``--full`` runs each recipe's own step count. The number of
+steps used is printed beside each figure.
+
+There is no peer library here: the figure is a budget for users ("this recipe
+needs about X GB"), quoted in docs/cli.md. Recipes whose data set is absent
+(``$EBMS_DATA``) are listed as skipped, with the reason.
+
+Usage::
+
+    python benchmarks/recipe_memory.py [--quick] [--steps N | --full] [--only demo,rbm-digits] [--no-eval]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+#: recipes small enough for --quick (seconds each with 20 steps)
+QUICK = ("demo", "rbm-digits")
+
+
+def recipes() -> list[str]:
+    from ebms.cli.main import list_recipes
+
+    return list_recipes()
+
+
+def child_main(argv: list[str]) -> int:
+    """Run ``ebms`` in this process and print its peak RSS (called through ``--child``)."""
+    import resource
+
+    from ebms.cli.main import main
+
+    code = main(argv)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(f"PEAK_RSS_KIB {peak}", flush=True)
+    return code
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)} (under a minute)")
+    p.add_argument("--steps", type=int, default=20, help="train.steps for each recipe (default 20)")
+    p.add_argument("--full", action="store_true", help="each recipe's own train.steps")
+    p.add_argument("--only", default=None, help="comma-separated recipe names")
+    p.add_argument("--no-eval", action="store_true", help="skip each recipe's evaluation")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per recipe")
+    p.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS for the recipes (default 2)")
+    p.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child is not None:
+        return child_main(args.child)
+    if args.steps < 1:
+        p.error(f"--steps: expected an int >= 1; got {args.steps}")
+    if args.threads is not None:
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    names = recipes()
+    if args.only:
+        wanted = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = sorted(set(wanted) - set(names))
+        if unknown:
+            p.error(f"--only: unknown recipe(s) {unknown}; packaged: {', '.join(names)}")
+        names = wanted
+    elif args.quick:
+        names = [n for n in names if n in QUICK]
+    steps = None if args.full else args.steps
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="ebms-recipe-mem-") as tmp:
+        for name in names:
+            rec = _run_child(name, steps, tmp, not args.no_eval, args.timeout)
+            rows.append(rec)
+            mem = f"{rec['peak_rss_mib']:8.0f} MiB" if "peak_rss_mib" in rec else "       - MiB"
+            note = rec.get("error", "")
+            print(f"{name:24s} steps={rec['steps'] if rec['steps'] is not None else 'recipe':>6}  {mem}  "
+                  f"{rec.get('wall_s', 0):7.1f} s  {note}", flush=True)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "recipe_memory.json").write_text(json.dumps(rows, indent=2))
+    ok = [r for r in rows if "peak_rss_mib" in r and r.get("returncode") == 0]
+    print(json.dumps({"bench": "recipe_memory", "recipes": len(rows), "measured": len(ok),
+                      "max_peak_rss_mib": max((r["peak_rss_mib"] for r in ok), default=None)}))
+    return 0
+
+
+def _run_child(name: str, steps: int | None, tmp: str, eval_: bool, timeout: float) -> dict:
+    argv = ["train", name, f"run.out_dir={json.dumps(tmp)}", "run.progress=false", "--overwrite"]
+    if steps is not None:
+        argv.append(f"train.steps={steps}")
+    if not eval_:
+        argv.append("--no-eval")
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", *argv]
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"recipe": name, "steps": steps, "error": f"timed out after {timeout:.0f} s"}
+    rec: dict = {"recipe": name, "steps": steps, "wall_s": round(time.perf_counter() - t0, 1),
+                 "returncode": proc.returncode}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("PEAK_RSS_KIB ")]
+    if lines:
+        rec["peak_rss_mib"] = round(int(lines[-1].split()[1]) / 1024, 1)
+    if proc.returncode != 0:
+        rec["error"] = (proc.stderr.strip().splitlines() or [""])[-1][:200]
+    return rec
+
+
+if __name__ == "__main__":
+    sys.exit(main())
