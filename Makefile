@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 comma := ,
 STAMP := $(VENV)/.ebms-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: demo test test-slow test-all lint bench bench-quick docs docs-images transcripts clean venv
+.PHONY: demo test test-slow test-public-paths test-all lint bench bench-quick docs docs-images transcripts clean venv
 
 venv: $(STAMP)
 
@@ -28,6 +28,11 @@ test: $(STAMP)
 # only the tests marked slow; pytest's exit status 5 ("no tests collected") counts as success here
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow || { rc=$$?; test $$rc -eq 5 && echo "no tests marked slow"; test $$rc -eq 5; }
+
+# the nets and samplers again with every private-PyTorch speed path switched off (the route another
+# torch version, CPU or device takes when a path's import-time check fails)
+test-public-paths: $(STAMP)
+	EBMS_DISABLE_FAST_PATHS=1 $(BIN)/python -m pytest -q -m "not slow" tests/nets tests/samplers tests/test_energy.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples

@@ -1,11 +1,82 @@
-"""Test-wide settings.
+"""Test-wide settings: threads, the ``--device`` option and the fast-path switch.
 
 Tests use tiny tensors, for which torch's intra-op threads cost more than they
 save (and oversubscribe CI's 2 cores when pytest runs beside other work), so
 the suite runs single-threaded. Benchmarks, the demo and user code keep
 torch's default.
+
+``--device`` (default ``cpu``) chooses where device-aware tests run: they take
+the ``device`` fixture and put every tensor, module and generator they create
+there. ``pytest --device cuda`` runs them on the GPU and skips them, with the
+reason, when CUDA is absent (``cuda:1`` and other device strings work the same
+way). Tests that do not take the fixture run on the CPU whatever the option.
+
+``fast_paths`` is a fixture parametrised over ``"fast"`` and ``"public"``: a
+test that takes it runs twice, the second time with every private-PyTorch
+speed path switched off (:mod:`ebms.nets._fastpaths`). To run whole files on
+the public paths, set ``EBMS_DISABLE_FAST_PATHS=1`` in the environment.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
 import torch
 
 torch.set_num_threads(1)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--device",
+        default="cpu",
+        help="device for the device-aware tests (those taking the `device` fixture): cpu (default), cuda, cuda:N",
+    )
+
+
+def _device_or_skip_reason(name: str) -> tuple[torch.device | None, str]:
+    """The device named by ``--device``, or why the device-aware tests cannot run on it."""
+    dev = torch.device(name)  # a valid name: pytest_configure checked it
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            return None, f"--device {name}: CUDA is not available (torch.cuda.is_available() is False, torch {torch.__version__})"
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            return None, f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) present"
+    if dev.type == "meta":
+        return None, "--device meta: tensors without data cannot be checked against references"
+    try:
+        torch.zeros(1, device=dev) + 1
+        torch.Generator(device=dev)
+    except (RuntimeError, TypeError) as exc:
+        return None, f"--device {name}: cannot allocate a tensor and a generator there ({exc})"
+    return dev, ""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    name = config.getoption("--device")
+    try:
+        torch.device(name)
+    except (RuntimeError, TypeError) as exc:
+        raise pytest.UsageError(f"--device: expected a torch device such as cpu, cuda or cuda:1; got {name!r} ({exc})") from None
+
+
+@pytest.fixture(scope="session")
+def device(request: pytest.FixtureRequest) -> torch.device:
+    """The device chosen with ``--device`` (skips the test, with the reason, when it is unusable)."""
+    dev, reason = _device_or_skip_reason(request.config.getoption("--device"))
+    if dev is None:
+        pytest.skip(reason)
+    return dev
+
+
+@pytest.fixture(params=["fast", "public"])
+def fast_paths(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run the test with the private-PyTorch fast paths as detected (``fast``) and switched off (``public``)."""
+    from ebms.nets._fastpaths import disabled
+
+    if request.param == "public":
+        with disabled():
+            yield "public"
+    else:
+        yield "fast"

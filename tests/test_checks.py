@@ -78,3 +78,18 @@ def test_check_bool_mask_names_the_argument_and_passes_none():
         check_bool_mask(torch.ones(2, dtype=torch.bool), (2, 2), "allowed")
     with pytest.raises(TypeError, match="allowed: expected a torch.Tensor"):
         check_bool_mask([[True]], (1, 1), "allowed")
+
+
+def test_check_representable_rejects_values_that_overflow_or_underflow_the_dtype():
+    from ebms._checks import check_representable
+
+    assert check_representable(1e308, "step_size", torch.float64) == 1e308
+    assert check_representable(0.1, "step_size", torch.float32) == float(torch.tensor(0.1, dtype=torch.float32))
+    assert check_representable(1e-45, "eps", torch.float32) > 0  # a float32 subnormal is still > 0
+    assert check_representable(5.0, "n", torch.int64) == 5.0  # not a float dtype: nothing to check
+    with pytest.raises(ValueError, match=r"step_size: 1e\+308 overflows to inf in torch.float32 \(largest finite value 3.403e\+38\); use a smaller step_size"):
+        check_representable(1e308, "step_size", torch.float32)
+    with pytest.raises(ValueError, match=r"noise: 70000.0 overflows to inf in torch.float16 \(largest finite value 6.55e\+04\)"):
+        check_representable(7e4, "noise", torch.float16)
+    with pytest.raises(ValueError, match=r"step_size: 1e-50 underflows to 0 in torch.float32 \(smallest positive value 1.175e-38\); use a larger step_size"):
+        check_representable(1e-50, "step_size", torch.float32)

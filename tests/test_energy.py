@@ -73,7 +73,8 @@ def test_tempered_energy_divides_energy_and_gradient():
 
 def test_residual_with_zero_correction_is_the_normalised_base():
     base = torch.distributions.Independent(torch.distributions.Normal(torch.zeros(2).double(), 1.0), 1)
-    r = Residual(base, from_fn(lambda x: torch.zeros(x.shape[0], dtype=x.dtype)))
+    # a correction that is constant in x states its (zero) gradient: autograd would find no graph
+    r = Residual(base, from_fn(lambda x: torch.zeros(x.shape[0], dtype=x.dtype), grad_fn=torch.zeros_like))
     x = _x()
     torch.testing.assert_close(r(x), -base.log_prob(x))
     # exp(-E) integrates to 1: E(0) = log(2 pi) for a 2-D standard normal
@@ -135,3 +136,103 @@ def test_gaussian_mixture_samples_match_its_weights():
     # normalised: exp(-E) integrates to 1 on a fine grid
     grid = torch.linspace(-8, 8, 4001).unsqueeze(-1)
     assert float(torch.exp(-m(grid)).sum() * (grid[1] - grid[0])) == pytest.approx(1.0, abs=1e-4)
+
+
+# --- energies a gradient sampler cannot use: errors naming the energy ------------------------------
+def _detached(x):
+    return (x**2).sum(-1).detach()
+
+
+@pytest.mark.parametrize(
+    ("energy", "name"),
+    [
+        (_detached, "_detached"),
+        (lambda x: torch.as_tensor((x**2).sum(-1).detach().numpy()), "<lambda>"),  # through NumPy
+        (from_fn(lambda x: torch.zeros(x.shape[0], dtype=x.dtype)), "<lambda>"),  # constant in x, no grad_fn
+    ],
+)
+def test_energy_without_a_graph_to_x_is_an_error_naming_it(energy, name):
+    with pytest.raises(ValueError, match=rf"energy\(x\): expected a tensor that autograd can differentiate w.r.t. x; energy '[^']*{name}' returned one with no graph back to x"):
+        energy_and_grad(energy, _x())
+
+
+def test_energy_depending_only_on_parameters_is_an_error_too():
+    w = torch.nn.Parameter(torch.ones(()))
+    with pytest.raises(ValueError, match=r"returned one with no graph back to x"):
+        autograd_energy_and_grad(lambda x: w.expand(x.shape[0]), _x())
+
+
+def test_energy_computed_under_no_grad_inside_is_an_error():
+    class NoGrad(torch.nn.Module):
+        def forward(self, x):
+            with torch.no_grad():
+                return (x**2).sum(-1)
+
+    with pytest.raises(ValueError, match=r"energy 'NoGrad' returned one with no graph back to x"):
+        energy_and_grad(NoGrad(), _x())
+
+
+def test_integer_energy_is_a_type_error_naming_it():
+    with pytest.raises(TypeError, match=r"energy\(x\): expected a floating-point tensor from energy '[^']*<lambda>'; got dtype torch.int64"):
+        energy_and_grad(from_fn(lambda x: (x**2).sum(-1).long()), _x())
+
+
+def test_custom_energy_and_grad_must_return_floating_tensors_of_the_right_shape():
+    class Custom(torch.nn.Module):
+        def __init__(self, e_dtype=torch.float64, g=None):
+            super().__init__()
+            self.e_dtype, self.g = e_dtype, g
+
+        def forward(self, x):
+            return (x**2).sum(-1)
+
+        def energy_and_grad(self, x):
+            g = 2 * x if self.g is None else self.g(x)
+            return (x**2).sum(-1).to(self.e_dtype), g
+
+    with pytest.raises(TypeError, match=r"energy_and_grad\(x\)\[0\]: expected a floating-point tensor from energy 'Custom'; got dtype torch.int32"):
+        energy_and_grad(Custom(e_dtype=torch.int32), _x())
+    with pytest.raises(TypeError, match=r"energy_and_grad\(x\)\[1\]: expected a floating-point tensor from energy 'Custom'; got dtype torch.int64"):
+        energy_and_grad(Custom(g=lambda x: x.long()), _x())
+    with pytest.raises(TypeError, match=r"energy_and_grad\(x\)\[1\]: expected a tensor of shape \(5, 2\); got NoneType"):
+        energy_and_grad(Custom(g=lambda x: None), _x())
+    with pytest.raises(ValueError, match=r"energy_and_grad\(x\)\[1\]: expected the gradient's shape \(5, 2\); got \(5, 1\)"):
+        energy_and_grad(Custom(g=lambda x: x[:, :1]), _x())
+
+
+def test_constant_energy_with_an_explicit_gradient_is_fine():
+    e, g = energy_and_grad(from_fn(lambda x: torch.zeros(x.shape[0], dtype=x.dtype), grad_fn=torch.zeros_like), _x())
+    assert torch.equal(g, torch.zeros(5, 2, dtype=torch.float64)) and torch.equal(e, torch.zeros(5, dtype=torch.float64))
+
+
+def test_gradient_under_inference_mode_is_an_error_not_a_zero_gradient():
+    with torch.inference_mode(), pytest.raises(RuntimeError, match=r"cannot differentiate energy '[^']*<lambda>' inside torch.inference_mode\(\)"):
+        autograd_energy_and_grad(lambda x: (x**2).sum(-1), _x())
+    with torch.no_grad():  # no_grad around sampling is fine: the gradient w.r.t. x is still computed
+        torch.testing.assert_close(autograd_energy_and_grad(lambda x: (x**2).sum(-1), _x())[1], 2 * _x())
+
+
+def test_energy_and_grad_on_the_device_matches_the_cpu(device):
+    x = _x()
+    for energy in (from_fn(lambda z: 0.5 * (z**2).sum(-1)), GaussianEnergy(2, mean=[1.0, 0.0], learnable=False).double()):
+        energy = energy.to(device)
+        e, g = energy_and_grad(energy, x.to(device))
+        assert e.device.type == g.device.type == device.type
+        e_cpu, g_cpu = energy_and_grad(energy.cpu(), x)
+        torch.testing.assert_close(e.cpu(), e_cpu)
+        torch.testing.assert_close(g.cpu(), g_cpu)
+    with pytest.raises(ValueError, match=r"no graph back to x"):
+        energy_and_grad(lambda z: (z**2).sum(-1).detach(), x.to(device))
+
+
+def test_allow_constant_gives_the_zero_gradient_of_a_term_constant_in_x():
+    base = torch.distributions.Independent(torch.distributions.Uniform(-torch.ones(2), torch.ones(2)), 1)
+    x = 0.4 * torch.tanh(_x().float())  # inside the square
+    e, g = autograd_energy_and_grad(lambda z: -base.log_prob(z), x, allow_constant=True)
+    torch.testing.assert_close(e, torch.full((5,), math.log(4.0)))  # -log(1/4) inside the square
+    assert torch.equal(g, torch.zeros_like(x))
+    with pytest.raises(ValueError, match=r"no graph back to x"):
+        autograd_energy_and_grad(lambda z: -base.log_prob(z), x)
+    # a residual model over a uniform base: the base term is constant, the correction is not
+    r = Residual(base, from_fn(lambda z: (z**2).sum(-1)))
+    torch.testing.assert_close(r.energy_and_grad(x)[1], 2 * x)

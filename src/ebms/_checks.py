@@ -27,6 +27,7 @@ __all__ = [
     "check_int",
     "check_positive",
     "check_probability",
+    "check_representable",
     "check_shape",
     "check_tensor",
 ]
@@ -161,3 +162,31 @@ def check_exactly_one(**kwargs: Any) -> str:
         names = ", ".join(kwargs)
         raise ValueError(f"expected exactly one of ({names}); got {given or 'none'}")
     return given[0]
+
+
+def check_representable(value: float, name: str, dtype: torch.dtype) -> float:
+    """A positive finite ``value`` stays positive and finite once stored as ``dtype``.
+
+    ``1e308`` is a finite Python float but ``inf`` in float32, and ``1e-50``
+    becomes ``0``: a step size or noise scale that silently turns into either
+    would leave every chain where it started. Returns ``value`` as stored in
+    ``dtype`` (a Python float).
+
+    Raises:
+        ValueError: naming ``name``, the value, the dtype and its limits.
+    """
+    if not dtype.is_floating_point:
+        return float(value)
+    stored = float(torch.tensor(float(value), dtype=dtype))
+    info = torch.finfo(dtype)
+    if not math.isfinite(stored):
+        raise ValueError(
+            f"{name}: {value!r} overflows to inf in {dtype} (largest finite value {info.max:.4g}); "
+            f"use a smaller {name}"
+        )
+    if value > 0 and stored == 0:
+        raise ValueError(
+            f"{name}: {value!r} underflows to 0 in {dtype} (smallest positive value {info.tiny:.4g}); "
+            f"use a larger {name}"
+        )
+    return stored

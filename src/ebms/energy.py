@@ -52,18 +52,69 @@ def evaluate(energy: EnergyLike, x: Tensor) -> Tensor:
     return check_energy_output(energy(x), x.shape[0])
 
 
-def autograd_energy_and_grad(energy: EnergyLike, x: Tensor) -> tuple[Tensor, Tensor]:
+def _name(energy: Any) -> str:
+    """How messages name an energy: a function's qualified name or a module's class."""
+    fn = getattr(energy, "fn", None) if isinstance(energy, FunctionEnergy) else energy
+    if isinstance(fn, nn.Module):
+        return type(fn).__name__
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+def _check_floating(t: Tensor, what: str, energy: Any) -> None:
+    if not t.is_floating_point():
+        raise TypeError(
+            f"{what}: expected a floating-point tensor from energy {_name(energy)!r}; got dtype {t.dtype} "
+            "(an integer energy has no gradient: compute it in floating point)"
+        )
+
+
+def autograd_energy_and_grad(
+    energy: EnergyLike, x: Tensor, *, allow_constant: bool = False
+) -> tuple[Tensor, Tensor]:
     r"""Energy ``(B,)`` and input gradient :math:`\nabla_x E` ``(B, *event)`` via autograd.
 
     Only the gradient with respect to ``x`` is computed; parameter ``.grad``
     fields are untouched and no graph is kept. Both outputs are detached.
+
+    Args:
+        energy: ``(B, *event) -> (B,)``.
+        x: ``(B, *event)``.
+        allow_constant: return a zero gradient, instead of raising, when
+            ``energy(x)`` has no graph back to ``x``. For terms that may
+            legitimately be constant in ``x`` (a base distribution's
+            ``-log_prob``, e.g. a uniform one), never for the energy a
+            sampler follows.
+
+    Raises:
+        TypeError: ``energy(x)`` is not a tensor, or not floating point.
+        ValueError: ``energy(x)`` is not ``(B,)``, or autograd finds no path
+            from it back to ``x`` (it was detached, computed under
+            ``torch.no_grad()``, through NumPy or ``.item()``, or does not
+            depend on ``x``), which would turn a gradient sampler into a
+            random walk without a word. An energy that really is constant
+            in ``x`` states its gradient: ``from_fn(fn, grad_fn=torch.zeros_like)``.
     """
+    if torch.is_inference_mode_enabled():
+        raise RuntimeError(
+            f"energy_and_grad: cannot differentiate energy {_name(energy)!r} inside torch.inference_mode(); "
+            "use torch.no_grad() around sampling instead (gradients w.r.t. x are still computed)"
+        )
     with torch.enable_grad():
         xg = x.detach().requires_grad_(True)
         e = evaluate(energy, xg)
-        if not e.requires_grad:  # an energy that does not depend on x (e.g. a zero correction)
+        _check_floating(e, "energy(x)", energy)
+        g = None
+        if e.requires_grad:
+            (g,) = torch.autograd.grad(e.sum(), xg, allow_unused=True)
+    if g is None:
+        if allow_constant:
             return e.detach(), torch.zeros_like(x)
-        (g,) = torch.autograd.grad(e.sum(), xg, allow_unused=True, materialize_grads=True)
+        raise ValueError(
+            f"energy(x): expected a tensor that autograd can differentiate w.r.t. x; energy {_name(energy)!r} "
+            "returned one with no graph back to x (detached, computed under no_grad, through NumPy/.item(), "
+            "or constant in x), so a gradient sampler would see a zero gradient; keep the computation in "
+            "torch, or give the gradient explicitly (from_fn(fn, grad_fn=...) or an energy_and_grad method)"
+        )
     return e.detach(), g
 
 
@@ -71,6 +122,11 @@ def energy_and_grad(energy: EnergyLike, x: Tensor) -> tuple[Tensor, Tensor]:
     """Dispatch to ``energy.energy_and_grad`` when defined, else autograd.
 
     Returns detached ``(E: (B,), grad: (B, *event))``.
+
+    Raises:
+        TypeError: the energy or the gradient is not a floating-point tensor.
+        ValueError: wrong shapes, or (autograd route) an energy with no
+            graph back to ``x``; see :func:`autograd_energy_and_grad`.
     """
     fn = getattr(energy, "energy_and_grad", None)
     if fn is None:
@@ -78,6 +134,10 @@ def energy_and_grad(energy: EnergyLike, x: Tensor) -> tuple[Tensor, Tensor]:
     e, g = fn(x)
     # shape metadata only (no host sync): a custom gradient must never broadcast into the state
     check_energy_output(e, x.shape[0], "energy_and_grad(x)[0]")
+    _check_floating(e, "energy_and_grad(x)[0]", energy)
+    if not isinstance(g, Tensor):
+        raise TypeError(f"energy_and_grad(x)[1]: expected a tensor of shape {tuple(x.shape)}; got {type(g).__name__}")
+    _check_floating(g, "energy_and_grad(x)[1]", energy)
     if g.shape != x.shape:
         raise ValueError(f"energy_and_grad(x)[1]: expected the gradient's shape {tuple(x.shape)}; got {tuple(g.shape)}")
     return e, g
@@ -135,6 +195,8 @@ class FunctionEnergy(Energy):
         with torch.no_grad():
             e = evaluate(self.fn, x)
             g = self.grad_fn(x)
+        if not isinstance(g, Tensor):
+            raise TypeError(f"grad_fn(x): expected a tensor of shape {tuple(x.shape)}; got {type(g).__name__}")
         if g.shape != x.shape:
             raise ValueError(f"grad_fn(x): expected shape {tuple(x.shape)}; got {tuple(g.shape)}")
         return e, g
@@ -251,6 +313,6 @@ class Residual(Energy):
         return self.base_energy(x) + evaluate(self.correction, x)
 
     def energy_and_grad(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        e0, g0 = autograd_energy_and_grad(self.base_energy, x)
+        e0, g0 = autograd_energy_and_grad(self.base_energy, x, allow_constant=True)  # e.g. a uniform base
         e1, g1 = energy_and_grad(self.correction, x)
         return e0 + e1, g0 + g1

@@ -15,7 +15,7 @@ from ebms.objectives import DenoisingScoreMatching, SlicedScoreMatching
 
 F64 = torch.float64
 ONEDNN = lin._ONEDNN_LINEAR is not None
-needs_onednn = pytest.mark.skipif(not ONEDNN, reason="PyTorch built without oneDNN")
+needs_onednn = pytest.mark.skipif(not ONEDNN, reason=f"the oneDNN path is off: {lin._fastpaths.fast_paths()['onednn_linear'].reason}")
 
 
 def _randn(*shape, seed, dtype=torch.float32, grad=False):

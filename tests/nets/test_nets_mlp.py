@@ -24,7 +24,7 @@ def _x(*shape, seed=1) -> torch.Tensor:
 
 @pytest.mark.parametrize("activation", NAMES)
 @pytest.mark.parametrize("hidden", [(6,), (7, 5), (4, 6, 3)])
-def test_analytic_grad_matches_autograd_float64(activation, hidden):
+def test_analytic_grad_matches_autograd_float64(activation, hidden, fast_paths):
     net = _net(3, hidden, activation)
     x = _x(11, 3)
     e, g = net.energy_and_grad(x)
@@ -44,7 +44,7 @@ def test_analytic_grad_matches_autograd_for_every_input_width(in_dim):
     assert g.is_contiguous()
 
 
-def test_analytic_grad_matches_autograd_float32():
+def test_analytic_grad_matches_autograd_float32(fast_paths):
     torch.manual_seed(0)
     net = MLPEnergy(784, (128, 128))
     x = torch.randn(64, 784)
@@ -143,7 +143,7 @@ def test_spectral_norm_grad_matches_autograd():
     torch.testing.assert_close(g, g_ref, rtol=0, atol=1e-12)
 
 
-def test_ula_with_analytic_grad_follows_the_autograd_chain():
+def test_ula_with_analytic_grad_follows_the_autograd_chain(fast_paths):
     torch.manual_seed(0)
     net = MLPEnergy(2, (16, 16))
     slow = from_fn(net.forward)  # same energy, gradient through autograd

@@ -19,6 +19,7 @@ from torch import Tensor
 from ebms.energy import Energy, energy_and_grad, from_fn
 from ebms.nets import MLPEnergy
 from ebms.nets import mlp as mlp_module
+from ebms.nets._fastpaths import fast_paths
 from ebms.samplers import SGLD, ULA
 from ebms.samplers import langevin as langevin_module
 from ebms.samplers._base import all_finite_on_cpu
@@ -26,6 +27,7 @@ from ebms.samplers._base import all_finite_on_cpu
 F32_MAX = torch.finfo(torch.float32).max
 SPECIALS = [math.nan, math.inf, -math.inf, F32_MAX, -F32_MAX, -0.0, 1e-45]  # 1e-45: a float32 subnormal
 ONEDNN = mlp_module._ONEDNN_LINEAR is not None
+ONEDNN_OFF = f"the oneDNN path is off: {fast_paths()['onednn_linear'].reason}"
 
 
 def _reference_mask(e: Tensor, g: Tensor) -> Tensor:
@@ -228,7 +230,7 @@ def test_ula_with_per_chain_step_sizes_equals_reference_loop():
 
 
 @pytest.mark.parametrize(("d", "batch"), [(2, 1024), (784, 64)])
-def test_ula_float32_chain_matches_autograd_reference_after_five_steps(d, batch):
+def test_ula_float32_chain_matches_autograd_reference_after_five_steps(d, batch, fast_paths):
     """The benchmark's workload: analytic gradient (oneDNN products on CPU) vs autograd through nn.Linear."""
     torch.manual_seed(0)
     net = MLPEnergy(d, (128, 128))
@@ -240,7 +242,7 @@ def test_ula_float32_chain_matches_autograd_reference_after_five_steps(d, batch)
     torch.testing.assert_close(x, x_ref, rtol=0, atol=5e-6)
 
 
-@pytest.mark.skipif(not ONEDNN, reason="PyTorch built without oneDNN")
+@pytest.mark.skipif(not ONEDNN, reason=ONEDNN_OFF)
 @pytest.mark.parametrize(("d", "batch", "expected_calls"), [(2, 1024, 2), (784, 64, 2), (2, 16, 0), (12, 2048, 4)])
 def test_mlp_onednn_products_match_blas_products(monkeypatch, d, batch, expected_calls):
     calls = []

@@ -30,7 +30,7 @@ def _base_log_prob_and_grad(base: Any, x: Tensor) -> tuple[Tensor, Tensor]:
     fn = getattr(base, "log_prob_and_grad", None)
     if fn is not None:
         return fn(x)
-    neg, g = autograd_energy_and_grad(lambda z: -base.log_prob(z), x)
+    neg, g = autograd_energy_and_grad(lambda z: -base.log_prob(z), x, allow_constant=True)  # e.g. a uniform base
     return -neg, -g
 
 

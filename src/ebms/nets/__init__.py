@@ -15,9 +15,14 @@
 
 Activations are :class:`Activation` objects; names (``"silu"``, ``"tanh"``,
 ...) are resolved once by :func:`resolve_activation`.
+
+Speed paths that rely on private PyTorch APIs are checked once at import against the public route
+and switched off when missing or different: :func:`fast_paths` reports the decision,
+:func:`disabled` (or ``EBMS_DISABLE_FAST_PATHS=1``) forces the public route.
 """
 
 from ebms.nets._activations import ACTIVATIONS, Activation, resolve_activation
+from ebms.nets._fastpaths import disabled, fast_paths
 from ebms.nets.acoustic import ConvBiLSTM
 from ebms.nets.conv import ConvEnergy
 from ebms.nets.gaussian import GaussianEnergy, GaussianMixtureEnergy
@@ -44,6 +49,8 @@ __all__ = [
     "PredictionNet",
     "SequenceEncoder",
     "TranscriptionNet",
+    "disabled",
+    "fast_paths",
     "resolve_activation",
     "transducer_beam_search",
 ]

@@ -23,7 +23,10 @@ name            :math:`f(z)`                    :math:`f'(z)`
 ``s`` is the logistic sigmoid, ``Φ``/``φ`` the standard normal cdf/pdf;
 ``swish`` is another name for ``silu`` (Ramachandran et al., 2017,
 "Searching for Activation Functions"). The products are evaluated with
-PyTorch's fused elementwise derivative kernels (one pass over memory each);
+PyTorch's fused elementwise derivative kernels (``torch.ops.aten.*_backward``,
+one pass over memory each) when an import-time self-check finds them equal to
+autograd, and with the closed forms above in public operations otherwise
+(see :mod:`ebms.nets._fastpaths`);
 ReLU and leaky ReLU use the derivative's value 0 (resp. 0.2) at ``z = 0``,
 like autograd. For Langevin sampling prefer smooth activations (``silu``,
 ``softplus``, ``tanh``, ``elu``): ``relu`` gives a piecewise-constant gradient.
@@ -31,12 +34,15 @@ like autograd. For Langevin sampling prefer smooth activations (``silu``,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from ebms.nets import _fastpaths
 
 __all__ = ["ACTIVATIONS", "Activation", "ActivationModule", "resolve_activation"]
 
@@ -53,11 +59,21 @@ class Activation:
         vjp: ``(grad_a, z, a) -> grad_a * f'(z)``; ``a = f(z)`` is passed so
             derivatives written in terms of the output (tanh, sigmoid, relu)
             need no recomputation. ``grad_a`` may be a broadcast (expanded) view.
+        public_vjp: the same product written with public torch operations
+            only, run when the fast paths are switched off
+            (:mod:`ebms.nets._fastpaths`); ``None`` means ``vjp`` is already that.
     """
 
     name: str
     fn: Callable[[Tensor], Tensor]
     vjp: Callable[[Tensor, Tensor, Tensor], Tensor]
+    public_vjp: Callable[[Tensor, Tensor, Tensor], Tensor] | None = None
+
+    def vjp_now(self) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+        """``vjp``, or ``public_vjp`` while ``activation_vjps`` is switched off."""
+        if self.public_vjp is not None and _fastpaths.switched_off("activation_vjps"):
+            return self.public_vjp
+        return self.vjp
 
     def __call__(self, z: Tensor) -> Tensor:
         return self.fn(z)
@@ -80,18 +96,90 @@ class ActivationModule(nn.Module):
         return self.activation.name
 
 
-SILU = Activation("silu", F.silu, lambda g, z, a: _aten.silu_backward(g, z))
-TANH = Activation("tanh", torch.tanh, lambda g, z, a: _aten.tanh_backward(g, a))
-SIGMOID = Activation("sigmoid", torch.sigmoid, lambda g, z, a: _aten.sigmoid_backward(g, a))
-SOFTPLUS = Activation("softplus", F.softplus, lambda g, z, a: _aten.softplus_backward(g, z, 1.0, 20.0))
-ELU = Activation("elu", F.elu, lambda g, z, a: _aten.elu_backward(g, 1.0, 1.0, 1.0, True, a))
-GELU = Activation("gelu", F.gelu, lambda g, z, a: _aten.gelu_backward(g, z))
-RELU = Activation("relu", F.relu, lambda g, z, a: _aten.threshold_backward(g, a, 0.0))
-LEAKY_RELU = Activation(
-    "leaky_relu",
-    lambda z: F.leaky_relu(z, 0.2),
-    lambda g, z, a: _aten.leaky_relu_backward(g, z, 0.2, False),
-)
+# Public closed forms of the same products (used when the aten kernels are absent, disagree,
+# or the fast paths are switched off; see ebms.nets._fastpaths).
+def _silu_vjp(g: Tensor, z: Tensor, a: Tensor) -> Tensor:
+    s = torch.sigmoid(z)
+    return g * (s * (1 + z * (1 - s)))
+
+
+def _gelu_vjp(g: Tensor, z: Tensor, a: Tensor) -> Tensor:
+    cdf = 0.5 * (1 + torch.erf(z * math.sqrt(0.5)))
+    pdf = torch.exp(-0.5 * z * z) * (1 / math.sqrt(2 * math.pi))
+    return g * (cdf + z * pdf)
+
+
+_PUBLIC_VJPS: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]] = {
+    "silu": _silu_vjp,
+    "tanh": lambda g, z, a: g * (1 - a * a),
+    "sigmoid": lambda g, z, a: g * (a * (1 - a)),
+    "softplus": lambda g, z, a: g * torch.where(z > 20.0, torch.ones_like(z), torch.sigmoid(z)),
+    "elu": lambda g, z, a: g * torch.where(a > 0, torch.ones_like(a), a + 1),
+    "gelu": _gelu_vjp,
+    "relu": lambda g, z, a: g * (a > 0).to(a.dtype),
+    "leaky_relu": lambda g, z, a: g * torch.where(z > 0, torch.ones_like(z), torch.full_like(z, 0.2)),
+}
+
+_ATEN_VJPS: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]] = {
+    "silu": lambda g, z, a: _aten.silu_backward(g, z),
+    "tanh": lambda g, z, a: _aten.tanh_backward(g, a),
+    "sigmoid": lambda g, z, a: _aten.sigmoid_backward(g, a),
+    "softplus": lambda g, z, a: _aten.softplus_backward(g, z, 1.0, 20.0),
+    "elu": lambda g, z, a: _aten.elu_backward(g, 1.0, 1.0, 1.0, True, a),
+    "gelu": lambda g, z, a: _aten.gelu_backward(g, z),
+    "relu": lambda g, z, a: _aten.threshold_backward(g, a, 0.0),
+    "leaky_relu": lambda g, z, a: _aten.leaky_relu_backward(g, z, 0.2, False),
+}
+
+_FNS: dict[str, Callable[[Tensor], Tensor]] = {
+    "silu": F.silu,
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "softplus": F.softplus,
+    "elu": F.elu,
+    "gelu": F.gelu,
+    "relu": F.relu,
+    "leaky_relu": lambda z: F.leaky_relu(z, 0.2),
+}
+
+
+def _aten_vjps_agree(kernels: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]] | None = None) -> str:
+    """Empty if every aten kernel matches autograd on a tiny float64 input (a broadcast
+    ``grad_a`` included, values on both sides of every kink); else why not."""
+    z = torch.tensor([[-25.0, -3.0, -0.5, 0.0, 0.5, 3.0, 25.0]], dtype=torch.float64).expand(2, 7).contiguous()
+    g = torch.linspace(-2.0, 2.0, 7, dtype=torch.float64).expand(2, 7)  # a broadcast view, as MLPEnergy passes
+    kernels = _ATEN_VJPS if kernels is None else kernels
+    try:
+        for name, fn in _FNS.items():
+            zg = z.clone().requires_grad_(True)
+            (ref,) = torch.autograd.grad(fn(zg), zg, g)
+            a = fn(z)
+            for vjp in (kernels[name], _PUBLIC_VJPS[name]):
+                out = vjp(g, z, a)
+                if out.shape != ref.shape or not torch.allclose(out, ref, rtol=1e-10, atol=1e-12):
+                    return f"torch.ops.aten backward kernel for {name!r} disagrees with autograd"
+    except Exception as exc:  # noqa: BLE001 - absent op or changed signature
+        return f"torch.ops.aten backward kernels unusable: {type(exc).__name__}: {exc}"
+    return ""
+
+
+with torch.inference_mode(False), torch.enable_grad():  # the same answer whatever mode imports us
+    _USE_ATEN = _fastpaths.record("activation_vjps", _fastpaths.decide("activation_vjps", lambda: (None, _aten_vjps_agree()))[1])
+_VJPS = _ATEN_VJPS if _USE_ATEN else _PUBLIC_VJPS
+
+
+def _builtin(name: str) -> Activation:
+    return Activation(name, _FNS[name], _VJPS[name], _PUBLIC_VJPS[name])
+
+
+SILU = _builtin("silu")
+TANH = _builtin("tanh")
+SIGMOID = _builtin("sigmoid")
+SOFTPLUS = _builtin("softplus")
+ELU = _builtin("elu")
+GELU = _builtin("gelu")
+RELU = _builtin("relu")
+LEAKY_RELU = _builtin("leaky_relu")
 
 #: The one name -> activation table (config/CLI edge only).
 ACTIVATIONS: dict[str, Activation] = {

@@ -41,6 +41,14 @@ layout-aware MKL backward for inputs at most ``_NARROW`` wide feeding at
 least ``_NARROW_MIN_ELEMS`` outputs (``B x N``). Everything else goes to
 :func:`torch.nn.functional.linear` unchanged. Forward-mode derivatives
 (``torch.autograd.forward_ad``) are supported by :meth:`CPULinear.jvp`.
+
+Private APIs and their fallbacks (see :mod:`ebms.nets._fastpaths`): the
+oneDNN kernel, the ``torch.func`` probe and the autograd-engine probe are
+each looked up once at import and checked on a tiny input against
+:func:`torch.nn.functional.linear` and autograd; any that is missing or
+disagrees is switched off (``_ONEDNN_LINEAR`` becomes ``None``, the engine
+probe answers "compute it"), and ``EBMS_DISABLE_FAST_PATHS=1`` switches all
+of them off. Tensors that are not on the CPU never reach them.
 """
 
 from __future__ import annotations
@@ -52,6 +60,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ebms.nets import _fastpaths
+
 __all__ = ["CPULinear", "linear", "onednn_pays", "onednn_usable"]
 
 _MIN_WIDTH = 8  # oneDNN only when both sides of the weight are at least this wide ...
@@ -60,28 +70,99 @@ _GRAD_MIN_MACS = 5 << 20  # ... or this many (~5M) when autograd has to record i
 _NARROW = 8  # inputs at most this wide get the layout-aware MKL backward products ...
 _NARROW_MIN_ELEMS = 1 << 17  # ... when the layer has at least this many outputs (B x N)
 
-_ONEDNN_LINEAR: Callable[..., Tensor] | None
-try:  # present when PyTorch is built with oneDNN (``torch.backends.mkldnn``)
-    _ONEDNN_LINEAR = torch.ops.mkldnn._linear_pointwise if torch.backends.mkldnn.is_available() else None
-except (AttributeError, RuntimeError):
+# float32 products of up to a few dozen terms in another summation order: round-off ~1e-6
+_CHECK_RTOL, _CHECK_ATOL = 1e-4, 1e-5
+
+
+def _lookup_peek() -> Callable[[], Any]:
+    return torch._C._functorch.peek_interpreter_stack
+
+
+def _lookup_onednn() -> Callable[..., Tensor]:
+    if not torch.backends.mkldnn.is_available():
+        raise RuntimeError("PyTorch built without oneDNN (torch.backends.mkldnn.is_available() is False)")
+    return torch.ops.mkldnn._linear_pointwise
+
+
+def _lookup_engine() -> Callable[[Any], bool]:
+    return torch._C._will_engine_execute_node
+
+
+def _probe_functorch(lookup: Callable[[], Callable[[], Any]] = _lookup_peek) -> tuple[Callable[[], Any] | None, str]:
+    """``peek_interpreter_stack`` if it exists and tells transforms apart, with the reason if not."""
+    try:
+        peek = lookup()
+        outside = peek() is None
+        seen: list[bool] = []
+
+        def probe(t: Tensor) -> Tensor:
+            seen.append(peek() is not None)
+            return t
+
+        torch.func.vmap(probe)(torch.zeros(2))
+        torch.func.grad(lambda t: probe(t).sum())(torch.zeros(2))
+    except Exception as exc:  # noqa: BLE001 - any failure means: do not rely on it
+        return None, f"peek_interpreter_stack unusable: {type(exc).__name__}: {exc}"
+    if not (outside and seen and all(seen)):
+        return None, "peek_interpreter_stack does not tell torch.func transforms apart"
+    return peek, ""
+
+
+def _probe_onednn(
+    functorch_ok: bool, lookup: Callable[[], Callable[..., Tensor]] = _lookup_onednn
+) -> tuple[Callable[..., Tensor] | None, str]:
+    """The oneDNN linear kernel if present and equal to ``F.linear`` on tiny inputs, with the reason if not."""
+    if not functorch_ok:
+        return None, "needs the functorch probe (to stay off inside torch.func transforms)"
+    try:
+        kernel = lookup()
+        gen = torch.Generator().manual_seed(0)
+        a = torch.randn(5, 6, generator=gen)
+        w = torch.randn(8, 6, generator=gen)
+        b = torch.randn(8, generator=gen)
+        w2 = torch.randn(6, 8, generator=gen)
+        cases = (  # (args, reference): the weight as stored, and a transposed (column-major) view
+            ((a, w, b), F.linear(a, w, b)),
+            ((a, w2.t(), None), a @ w2),
+        )
+        for args, ref in cases:
+            out = kernel(*args, "none", [], "")
+            if not (
+                isinstance(out, Tensor)
+                and out.shape == ref.shape
+                and out.dtype == ref.dtype
+                and torch.allclose(out, ref, rtol=_CHECK_RTOL, atol=_CHECK_ATOL)
+            ):
+                return None, "mkldnn._linear_pointwise disagrees with F.linear on a tiny input"
+    except Exception as exc:  # noqa: BLE001 - absent op, changed signature, unsupported CPU, ...
+        return None, f"mkldnn._linear_pointwise unusable: {type(exc).__name__}: {exc}"
+    return kernel, ""
+
+
+# Decided once. A path switched off by the environment is not even probed; probes run in
+# grad mode so that the answer does not depend on the mode this module is imported under.
+with torch.inference_mode(False), torch.enable_grad():
+    _FUNCTORCH_PEEK, _reason = _fastpaths.decide("functorch_probe", _probe_functorch)
+    _fastpaths.record("functorch_probe", _reason)
+    _ONEDNN_LINEAR: Callable[..., Tensor] | None
+    _ONEDNN_LINEAR, _reason = _fastpaths.decide("onednn_linear", lambda: _probe_onednn(_FUNCTORCH_PEEK is not None))
+if not _fastpaths.record("onednn_linear", _reason):
     _ONEDNN_LINEAR = None
 
 
 def _functorch_active() -> bool:
-    """Whether a ``torch.func`` transform (grad, vmap, jacrev, ...) is running."""
-    try:
-        return torch._C._functorch.peek_interpreter_stack() is not None
-    except AttributeError:  # pragma: no cover - a PyTorch without the hook: stay on the plain path
-        return True
+    """Whether a ``torch.func`` transform (grad, vmap, jacrev, ...) is running (``True`` when unknown)."""
+    return _FUNCTORCH_PEEK is None or _fastpaths.switched_off("functorch_probe") or _FUNCTORCH_PEEK() is not None
 
 
 def onednn_usable(x: Tensor) -> bool:
     """Whether products on ``x`` may leave MKL: eager float32 CPU, oneDNN on, no autocast or ``torch.func``."""
     return bool(
         _ONEDNN_LINEAR is not None
-        and x.dtype == torch.float32
         and x.device.type == "cpu"
+        and x.dtype == torch.float32
         and torch.backends.mkldnn.enabled
+        and _fastpaths.enabled("onednn_linear")
         and not torch.compiler.is_compiling()
         and not torch.is_autocast_enabled("cpu")
         and not _functorch_active()
@@ -151,8 +232,10 @@ def _will_run(node: Any) -> bool:
     """
     if node is None:
         return False
+    if _ENGINE_PROBE is None or _fastpaths.switched_off("engine_probe"):
+        return True  # cannot tell (or told not to ask): compute it
     try:
-        return bool(torch._C._will_engine_execute_node(node))
+        return bool(_ENGINE_PROBE(node))
     except (AttributeError, RuntimeError):  # cannot tell: compute it
         return True
 
@@ -230,3 +313,37 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
     if grad and k <= _NARROW < n and m * n >= _NARROW_MIN_ELEMS:
         return _apply(x, w, b)  # a narrow input: its backward products have narrow outputs
     return F.linear(x, w, b)
+
+
+def _probe_engine(lookup: Callable[[], Callable[[Any], bool]] = _lookup_engine) -> tuple[Callable[[Any], bool] | None, str]:
+    """``_will_engine_execute_node`` if present and :class:`CPULinear` gives autograd's gradients with it."""
+    global _ENGINE_PROBE
+    previous = _ENGINE_PROBE  # the self-check runs CPULinear with the candidate; the choice is restored after
+    try:
+        probe = _ENGINE_PROBE = lookup()
+        gen = torch.Generator().manual_seed(1)
+        x, w, b, u = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in ((3, 4), (2, 4), (2,), (3, 2)))
+        ref = torch.autograd.functional.vjp(lambda *t: F.linear(*t), (x, w, b), u)[1]
+        for wanted in ((0,), (1,), (0, 2), (0, 1, 2)):
+            leaves = [t.detach().clone().requires_grad_(True) for t in (x, w, b)]
+            y = (_apply(*leaves) * u).sum()
+            got = torch.autograd.grad(y, [leaves[i] for i in wanted])
+            if not all(g is not None and torch.allclose(g, ref[i]) for g, i in zip(got, wanted)):
+                return None, "_will_engine_execute_node gave wrong gradients in a self-check"
+        leaves = [t.detach().clone().requires_grad_(True) for t in (x, w, b)]
+        (_apply(*leaves) * u).sum().backward()
+        if not all(t.grad is not None and torch.allclose(t.grad, r) for t, r in zip(leaves, ref)):
+            return None, "_will_engine_execute_node gave wrong gradients in a self-check (backward())"
+    except Exception as exc:  # noqa: BLE001 - absent hook, changed behaviour: compute every gradient
+        return None, f"_will_engine_execute_node unusable: {type(exc).__name__}: {exc}"
+    finally:
+        _ENGINE_PROBE = previous
+    return probe, ""
+
+
+_ENGINE_PROBE: Callable[[Any], bool] | None = None
+with torch.inference_mode(False), torch.enable_grad():
+    _probe, _reason = _fastpaths.decide("engine_probe", _probe_engine)
+if _fastpaths.record("engine_probe", _reason):
+    _ENGINE_PROBE = _probe
+del _probe, _reason

@@ -36,6 +36,12 @@ Speed notes (CPU, float32; measured with one thread on an AMD EPYC, Zen 5):
   ~5M multiply-adds per product. Score-matching training steps (DSM, SSM)
   of the ``D-128-128-1`` benchmark MLP ran ~1.2-1.3x faster than with
   ``nn.Linear`` (``benchmarks/score_matching.py``, CPU time).
+
+The oneDNN kernel and the fused activation derivatives are private PyTorch
+APIs: each is self-checked once at import against the public route and
+switched off when absent or different, and ``EBMS_DISABLE_FAST_PATHS=1``
+switches them off (:mod:`ebms.nets._fastpaths`). Then every product is
+``addmm``/``mm`` and every derivative a closed form in public operations.
 """
 
 from __future__ import annotations
@@ -207,7 +213,7 @@ class MLPEnergy(Energy):
         ``torch.no_grad()`` and never touches parameter ``.grad`` fields.
         """
         h = self._flatten(x)
-        vjp, f = self.activation.vjp, self.activation.fn
+        vjp, f = self.activation.vjp_now(), self.activation.fn
         onednn = _onednn_usable(h)
         with torch.no_grad():
             weights: list[Tensor] = []

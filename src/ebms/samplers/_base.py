@@ -15,6 +15,14 @@
   same chain.
 * ``info`` holds tensors (no host syncs inside ``step``). Non-finite proposals
   are rejected and flagged in ``info.nonfinite``.
+* Step sizes that cannot move a chain are errors, not silence: :meth:`Sampler.init`
+  rejects a step size that overflows to ``inf`` or underflows to ``0`` in the
+  chains' dtype (``ValueError``), and :meth:`Sampler.iterate` (so ``sample``,
+  ``run`` and the objectives that loop over it) warns once per call
+  (``RuntimeWarning``) when, in some step, *every* chain's proposal was
+  non-finite and rejected, e.g. because ``step_size * grad`` overflowed. It
+  counts such steps with one tensor add per step and reads the count once,
+  after the last step (no host sync per step).
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ebms._checks import check_finite, check_int, check_positive, check_tensor
+from ebms._checks import check_finite, check_int, check_positive, check_representable, check_tensor
 from ebms.energy import EnergyLike, energy_and_grad, evaluate
 from ebms.spaces import Space
 
@@ -210,6 +219,7 @@ class Sampler(abc.ABC):
             with torch.no_grad():
                 e, g = evaluate(energy, x), None
         _check_start(e, g)
+        check_representable(self.step_size, "step_size", x.dtype)
         step = torch.tensor(self.step_size, dtype=x.dtype, device=x.device)
         return ChainState(x=x, energy=e.detach(), grad=g, step_size=step, t=0)
 
@@ -236,9 +246,30 @@ class Sampler(abc.ABC):
             from tqdm.auto import tqdm
 
             it = tqdm(it, desc=type(self).__name__, leave=False)
+        stuck: Tensor | None = None  # steps in which no chain could take its proposal
         for _ in it:
             state, info = self.step(energy, state, generator=generator)
+            if info.nonfinite.numel():
+                all_bad = info.nonfinite.all()
+                stuck = all_bad.long() if stuck is None else stuck + all_bad
             yield state, info
+        if stuck is not None and (n := int(stuck)):
+            warnings.warn(self._stuck_message(n, steps), RuntimeWarning, stacklevel=2)
+
+    def _stuck_message(self, n: int, steps: int) -> str:
+        """What :meth:`iterate` says when in ``n`` of ``steps`` steps every proposal was non-finite."""
+        return (
+            f"{type(self).__name__}: in {n} of {steps} step(s) every chain's proposal had a non-finite "
+            f"energy or gradient and was rejected, so no chain moved in those steps; {self._stuck_hint()} "
+            "(info.nonfinite flags each chain)"
+        )
+
+    def _stuck_hint(self) -> str:
+        """The likely cause named by :meth:`_stuck_message` (kernels without a step size override it)."""
+        return (
+            f"the step size ({self.step_size:g}) is probably too large for this energy "
+            "(step_size * grad overflows): lower step_size"
+        )
 
     def target_rows(self, state: ChainState) -> slice:
         """Rows of ``state`` that are the caller's chains: all of them, except for wrappers that

@@ -144,6 +144,9 @@ class DiscreteSampler(Sampler):
             )
         super().__init__(step_size=1.0, space=space)
 
+    def _stuck_hint(self) -> str:
+        return "the energy is NaN or -inf at every proposed state"
+
     @property
     def discrete_space(self) -> DiscreteSpace | None:
         """The configured space (``None``: use ``energy.space``)."""

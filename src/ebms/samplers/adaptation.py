@@ -204,6 +204,9 @@ class StepSizeAdaptation(Sampler):
         )
         return cast(StepSizeAdaptationState, updated), info
 
+    def _stuck_hint(self) -> str:
+        return self.kernel._stuck_hint()
+
     def __repr__(self) -> str:
         return (
             f"StepSizeAdaptation({self.kernel!r}, target_accept={self.target_accept}, per_chain={self.per_chain}, "

@@ -224,6 +224,12 @@ class HMC(Sampler):
         state = super().init(energy, x0)
         if self.mass is not None:
             check_shape(self.mass, tuple(x0.shape[1:]), "mass")
+            m = self.mass.to(x0.dtype)
+            if not bool((torch.isfinite(m) & (m > 0) & torch.isfinite(1.0 / m)).all()):
+                raise ValueError(
+                    f"mass: expected entries that stay finite and > 0 (with a finite inverse) in {x0.dtype}; "
+                    f"got min {float(self.mass.min()):.4g}, max {float(self.mass.max()):.4g}"
+                )
         return state
 
     def step(

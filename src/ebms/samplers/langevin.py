@@ -32,7 +32,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from ebms._checks import check_positive
+from ebms._checks import check_positive, check_representable
 from ebms.energy import EnergyLike, energy_and_grad
 from ebms.samplers._base import ChainState, Sampler, StepInfo, all_finite_on_cpu, batch_where, expand_to
 from ebms.samplers._util import finite_rows
@@ -72,7 +72,10 @@ class _Langevin(Sampler, abc.ABC):
             # ``sqrt(eps)`` round to the same float32 values either way.
             eps = float(eps)
         if self.schedule is not None:
-            eps = eps * float(self.schedule(state.t))
+            m = float(self.schedule(state.t))
+            if not (m >= 0 and math.isfinite(m)):  # a NaN/inf/negative multiplier would make every proposal NaN
+                raise ValueError(f"schedule({state.t}): expected a finite multiplier >= 0; got {m!r}")
+            eps = eps * m
         alpha, sigma = self._coefficients(expand_to(eps, x) if isinstance(eps, Tensor) else eps)
         noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
         if g.dtype != x.dtype:  # a gradient in another precision: let type promotion decide
@@ -159,6 +162,13 @@ class SGLD(_Langevin):
     ) -> None:
         super().__init__(step_size=step_size, schedule=schedule, space=space)
         self.noise_scale = None if noise_scale is None else check_positive(noise_scale, "noise_scale", allow_zero=True)
+
+    def init(self, energy: EnergyLike, x0: Tensor) -> ChainState:
+        """Start chains at ``x0``; ``noise_scale`` must, like ``step_size``, be finite in ``x0``'s dtype."""
+        state = super().init(energy, x0)
+        if self.noise_scale:
+            check_representable(self.noise_scale, "noise_scale", x0.dtype)
+        return state
 
     def _coefficients(self, eps: Tensor | float) -> tuple[Tensor | float, Tensor | float]:
         if self.noise_scale is None:

@@ -294,5 +294,8 @@ class ParallelTempering(Sampler):
         )
         return moved.replace(x=x, energy=e, grad=g), info
 
+    def _stuck_hint(self) -> str:
+        return self.kernel._stuck_hint()
+
     def __repr__(self) -> str:
         return f"ParallelTempering({self.kernel!r}, betas={list(self.betas)}, swap={self.swap!r})"
