@@ -45,6 +45,7 @@ def _exact_draws(model: BernoulliRBM, n: int, g: torch.Generator) -> torch.Tenso
     return (torch.rand(pv.shape, generator=g, dtype=pv.dtype) < pv).float()
 
 
+@pytest.mark.slow
 def test_ais_with_default_settings_is_within_0_2_nats_of_the_exact_log_z(trained):
     est, x, exact = trained
     est.score_samples(x[:10], log_z="ais")  # defaults: 100 chains, 14,500 temperatures

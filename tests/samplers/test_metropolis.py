@@ -153,7 +153,7 @@ def test_metropolis_hastings_validates_its_arguments():
 # -- Metropolis independence sampler ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("target", ["ising", "potts", "rbm"])
+@pytest.mark.parametrize("target", ["ising", pytest.param("potts", marks=pytest.mark.slow), "rbm"])
 def test_metropolis_independence_leaves_target_invariant(target):
     make, space, chains = TARGETS[target]
     energy = make()

@@ -31,7 +31,11 @@ KW = dict(steps=STEPS, log_every=1, checkpoint_every=40, keep_checkpoints=2)
 
 CHILD = textwrap.dedent(
     """
+    import signal
     import sys
+    # a terminal's foreground process: Python's own SIGINT handler, even when the test runner was
+    # started with SIGINT ignored (a background job), which the child would otherwise inherit
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.path.insert(0, sys.argv[1])
     import torch
     torch.set_num_threads(1)
@@ -86,8 +90,8 @@ def _trial(tmp_path: Path, sig: int, seed: int) -> tuple[str, int]:
     return (out[-1] if out else ""), announce
 
 
-# four trials by default, twelve more with the slow set (`make test-all`)
-@pytest.mark.parametrize("seed", [*range(4), *(pytest.param(s, marks=pytest.mark.slow) for s in range(4, 16))])
+# two trials by default, fourteen more with the slow set (`make test-slow`, CI)
+@pytest.mark.parametrize("seed", [*range(2), *(pytest.param(s, marks=pytest.mark.slow) for s in range(2, 16))])
 def test_ctrl_c_at_a_random_moment_saves_the_step_it_was_in(tmp_path: Path, reference: list[dict], seed: int) -> None:
     last, announce = _trial(tmp_path, signal.SIGINT, seed)
     run = tmp_path / "run"
@@ -102,7 +106,7 @@ def test_ctrl_c_at_a_random_moment_saves_the_step_it_was_in(tmp_path: Path, refe
     assert metric_lines(run) == reference  # every step once, in order, bit for bit
 
 
-@pytest.mark.parametrize("seed", [100, 101, *(pytest.param(s, marks=pytest.mark.slow) for s in range(102, 112))])
+@pytest.mark.parametrize("seed", [100, *(pytest.param(s, marks=pytest.mark.slow) for s in range(101, 112))])
 def test_kill_9_at_a_random_moment_resumes_exactly(tmp_path: Path, reference: list[dict], seed: int) -> None:
     _trial(tmp_path, signal.SIGKILL, seed)
     run = tmp_path / "run"

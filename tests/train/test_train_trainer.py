@@ -19,6 +19,15 @@ from ebms.objectives._base import LossOutput
 from ebms.train import Callback, CheckpointStore, EarlyStopping, PeriodicEval, SampleSnapshot, Trainer
 
 
+@pytest.fixture(autouse=True)
+def _python_sigint_handler():
+    """Python's own SIGINT handler for each test, as in a terminal: a test runner started as a
+    background job inherits SIGINT ignored, and the trainer then (rightly) leaves SIGINT alone."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def _state(t: Trainer) -> dict[str, torch.Tensor]:
     return {**{f"m.{k}": v for k, v in t.model.state_dict().items()}, **{f"o.{k}": v for k, v in t.objective.state_dict().items()}}
 

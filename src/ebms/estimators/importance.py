@@ -33,9 +33,9 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_finite, check_int, check_positive, check_tensor
+from ebms._numerics import softplus
 from ebms.energy import EnergyLike, evaluate
 from ebms.estimators._base import Estimate
-from ebms.models._rbm_layers import softplus
 from ebms.samplers._discrete import sample_categorical
 from ebms.spaces import Binary, Categorical, Spins
 
@@ -190,7 +190,7 @@ class BernoulliBase:
     term is a log-probability computed directly, so a site with a large logit contributes its tiny
     :math:`\log\sigma(\ell)` to full relative precision instead of the rounding residue of
     :math:`\ell - \operatorname{softplus}(\ell)`, and the softplus is the dtype-aware one of
-    :func:`ebms.models._rbm_layers.softplus` (exact to rounding in float64 too).
+    :func:`ebms._numerics.softplus` (exact to rounding in float64 too).
 
     Args:
         logits: ``(*sites)`` finite float tensor.

@@ -28,7 +28,10 @@ one pass over memory each) when an import-time self-check finds them equal to
 autograd, and with the closed forms above in public operations otherwise
 (see :mod:`ebms.nets._fastpaths`);
 ReLU and leaky ReLU use the derivative's value 0 (resp. 0.2) at ``z = 0``,
-like autograd. For Langevin sampling prefer smooth activations (``silu``,
+like autograd. ``softplus`` and its derivative return ``z`` and 1 only above
+the dtype's cut-off :func:`ebms._numerics.softplus_threshold` (20 in float32,
+as torch; 37 in float64, where torch's 20 would be off by ``e^{-20}``), so
+both are exact to rounding in float64 as well. For Langevin sampling prefer smooth activations (``silu``,
 ``softplus``, ``tanh``, ``elu``): ``relu`` gives a piecewise-constant gradient.
 """
 
@@ -42,6 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ebms._numerics import softplus, softplus_threshold
 from ebms.nets import _fastpaths
 
 __all__ = ["ACTIVATIONS", "Activation", "ActivationModule", "resolve_activation"]
@@ -113,7 +117,7 @@ _PUBLIC_VJPS: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]] = {
     "silu": _silu_vjp,
     "tanh": lambda g, z, a: g * (1 - a * a),
     "sigmoid": lambda g, z, a: g * (a * (1 - a)),
-    "softplus": lambda g, z, a: g * torch.where(z > 20.0, torch.ones_like(z), torch.sigmoid(z)),
+    "softplus": lambda g, z, a: g * torch.where(z > softplus_threshold(z.dtype), torch.ones_like(z), torch.sigmoid(z)),
     "elu": lambda g, z, a: g * torch.where(a > 0, torch.ones_like(a), a + 1),
     "gelu": _gelu_vjp,
     "relu": lambda g, z, a: g * (a > 0).to(a.dtype),
@@ -124,7 +128,7 @@ _ATEN_VJPS: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]] = {
     "silu": lambda g, z, a: _aten.silu_backward(g, z),
     "tanh": lambda g, z, a: _aten.tanh_backward(g, a),
     "sigmoid": lambda g, z, a: _aten.sigmoid_backward(g, a),
-    "softplus": lambda g, z, a: _aten.softplus_backward(g, z, 1.0, 20.0),
+    "softplus": lambda g, z, a: _aten.softplus_backward(g, z, 1.0, softplus_threshold(z.dtype)),
     "elu": lambda g, z, a: _aten.elu_backward(g, 1.0, 1.0, 1.0, True, a),
     "gelu": lambda g, z, a: _aten.gelu_backward(g, z),
     "relu": lambda g, z, a: _aten.threshold_backward(g, a, 0.0),
@@ -135,7 +139,7 @@ _FNS: dict[str, Callable[[Tensor], Tensor]] = {
     "silu": F.silu,
     "tanh": torch.tanh,
     "sigmoid": torch.sigmoid,
-    "softplus": F.softplus,
+    "softplus": softplus,
     "elu": F.elu,
     "gelu": F.gelu,
     "relu": F.relu,

@@ -10,13 +10,20 @@ import math
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ebms._checks import check_finite, check_int, check_shape, check_tensor
+from ebms._numerics import softplus
 from ebms.energy import Energy
 
 __all__ = ["GaussianEnergy", "GaussianMixtureEnergy"]
+
+
+def _working_dtype(*values: object) -> torch.dtype:
+    """float64 if any of ``values`` is a float64 tensor, else float32 (the package default)."""
+    if any(isinstance(v, Tensor) and v.dtype == torch.float64 for v in values):
+        return torch.float64
+    return torch.float32
 
 
 class GaussianEnergy(Energy):
@@ -26,6 +33,14 @@ class GaussianEnergy(Energy):
     :math:`\log Z = \tfrac D2 \log 2\pi - \sum_i \log L_{ii}`. The precision is
     parametrised by its Cholesky factor ``L`` (lower triangular, diagonal kept
     positive through ``softplus``), so every parameter value is valid.
+
+    The working dtype is float64 when ``mean`` or ``precision`` is a float64
+    tensor and float32 otherwise (Python lists, float32 tensors, defaults);
+    ``.to(torch.float64)`` converts later. The factor is computed in float64 and
+    rounded to the working dtype, and the diagonal ``softplus`` is the dtype-aware
+    :func:`ebms._numerics.softplus`, so a float64 energy and its ``log Z`` are
+    exact to float64 rounding (torch's softplus would drop ``e^{-20}`` per
+    diagonal entry above 20, i.e. precisions with diagonal above 400).
 
     Args:
         dim: ``D``.
@@ -50,14 +65,15 @@ class GaussianEnergy(Energy):
     ) -> None:
         super().__init__()
         self.dim = check_int(dim, "dim", minimum=1)
-        mu = torch.zeros(dim) if mean is None else torch.as_tensor(mean, dtype=torch.float32).clone()
+        dtype = _working_dtype(mean, precision)
+        mu = torch.zeros(dim, dtype=dtype) if mean is None else torch.as_tensor(mean, dtype=dtype).clone()
         check_shape(mu, (dim,), "mean")
-        prec = torch.eye(dim) if precision is None else torch.as_tensor(precision, dtype=torch.float32)
+        prec = torch.eye(dim, dtype=dtype) if precision is None else torch.as_tensor(precision, dtype=dtype)
         check_shape(prec, (dim, dim), "precision")
         if not torch.allclose(prec, prec.T, atol=1e-6):
             raise ValueError("precision: expected a symmetric matrix; got an asymmetric one")
         try:
-            chol = torch.linalg.cholesky(prec.double()).float()
+            chol = torch.linalg.cholesky(prec.double()).to(dtype)
         except RuntimeError:
             raise ValueError("precision: expected a positive definite matrix; Cholesky failed") from None
         raw = chol.clone()
@@ -74,7 +90,7 @@ class GaussianEnergy(Energy):
     def factor(self) -> Tensor:
         """Cholesky factor ``L`` of the precision, ``(D, D)``."""
         low = torch.tril(self.raw_factor, -1)
-        return low + torch.diag(F.softplus(torch.diagonal(self.raw_factor)))
+        return low + torch.diag(softplus(torch.diagonal(self.raw_factor)))
 
     @property
     def precision(self) -> Tensor:

@@ -47,7 +47,7 @@ import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_int, check_positive, check_shape, check_tensor
-from ebms.models._rbm_layers import softplus
+from ebms._numerics import softplus
 from ebms.objectives._base import LossOutput, scalar_metrics
 from ebms.structured.linear_chain import LinearChainCRF
 

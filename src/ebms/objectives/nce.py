@@ -38,8 +38,8 @@ import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_energy_output, check_finite, check_int, check_positive, check_shape, check_tensor
+from ebms._numerics import softplus
 from ebms.energy import EnergyLike, evaluate
-from ebms.models._rbm_layers import softplus
 from ebms.objectives._base import LossOutput, check_batch, scalar_metrics
 
 __all__ = ["NCE", "GaussianNoise"]
