@@ -21,7 +21,16 @@ and one final JSON line. ``--quick`` (under a minute) keeps the comparison with 
 (15 and 50 hidden units, 10,000 training images, 1,450 temperatures) and writes everything under
 ``benchmarks/results/quick/`` instead.
 
-Run: ``python benchmarks/repro_rbm_mnist.py [--quick] [--eval-only] [--epochs-big N]``.
+``--curve`` instead trains the 784-500 RBM with **PCD-1** (100 persistent block-Gibbs chains, one
+per batch row; Tieleman, 2008) for ``--curve-epochs`` epochs, learning rate held at 0.05 for the
+first half of the updates and then falling linearly to 0 at the last one, and every
+``--curve-every`` epochs scores the test set with forward AIS (100 chains, 1,450 temperatures,
+float64). Each point is appended to ``benchmarks/results/repro_rbm_mnist_curve.json`` as soon as it
+is measured; the plot is ``docs/img/rbm-mnist-curve.png``. ``--curve-final`` adds one forward AIS
+with the full 14,500-temperature schedule on the last weights.
+
+Run: ``python benchmarks/repro_rbm_mnist.py [--quick] [--eval-only] [--epochs-big N]``, or
+``python benchmarks/repro_rbm_mnist.py --curve [--curve-epochs N] [--curve-every E] [--curve-final]``.
 """
 
 from __future__ import annotations
@@ -41,7 +50,7 @@ from safetensors.torch import load_file, save_file
 
 from ebms.data.binarize import binarized_mnist
 from ebms.estimators._base import Estimate
-from ebms.estimators.ais import ais_bracket, salakhutdinov_betas
+from ebms.estimators.ais import ais, ais_bracket, salakhutdinov_betas
 from ebms.estimators.likelihood import log_likelihood_report
 from ebms.models.rbm import BernoulliRBM, marginal_logits
 from ebms.models.rbm_estimator import CDState, cd_update
@@ -268,6 +277,107 @@ def plot_loglik(small: dict[str, Any], big: dict[str, Any], path: Path) -> None:
     save_figure(fig, path)
 
 
+# --- learning curve (PCD) ----------------------------------------------------------------------
+def curve_lr(cfg: TrainConfig, step: int, total: int) -> float:
+    """``cfg.learning_rate`` for the first half of the ``total`` updates, then linearly down to 0 at the last."""
+    hold = total // 2
+    return cfg.learning_rate if step < hold else cfg.learning_rate * (total - step) / (total - hold)
+
+
+def write_json(record: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def curve_point(model: BernoulliRBM, base_logits: torch.Tensor, betas: torch.Tensor, x_test: torch.Tensor,
+                g: torch.Generator) -> dict[str, Any]:
+    """Forward AIS (``AIS_CHAINS`` chains, float64) and the test LL it gives."""
+    t0 = time.perf_counter()
+    est = ais(model.ais_path(base_logits), AIS_CHAINS, betas, generator=g).estimate
+    rep = log_likelihood_report(model, x_test, est)
+    return {"test_ll": rep.estimate, "stderr": rep.stderr, "log_z": est.estimate, "log_z_stderr": est.stderr,
+            "ais_ess": est.ess, "ais_temperatures": len(betas) - 1, "ais_wall_s": time.perf_counter() - t0}
+
+
+def plot_curve(points: list[dict[str, Any]], final: dict[str, Any] | None, path: Path) -> None:
+    fig = new_figure((6.0, 4.0))
+    ax = fig.add_subplot(1, 1, 1)
+    ep = [p["epoch"] for p in points]
+    ax.errorbar(ep, [p["test_ll"] for p in points], yerr=[2 * p["stderr"] for p in points], fmt="o-", ms=3,
+                capsize=2, label=f"PCD-1, forward AIS ({points[0]['ais_temperatures']} temps, ±2 se)")
+    if final is not None:
+        ax.errorbar([ep[-1]], [final["test_ll"]], yerr=[2 * final["stderr"]], fmt="s", color="C2", capsize=4,
+                    label=f"last weights, {final['ais_temperatures']} temps")
+    ax.axhline(PUBLISHED_CD25_500, color="C3", ls="--", label=f"S&M 2008 CD25(500): {PUBLISHED_CD25_500}")
+    ax.set_xlabel("epoch (600 updates of 100 images)")
+    ax.set_ylabel("test log-likelihood (nats)")
+    ax.set_title("784-500 RBM on binarised MNIST: test LL during PCD training", fontsize=9)
+    ax.legend(fontsize=7, loc="best")
+    save_figure(fig, path)
+
+
+def run_curve(args: Any, x: torch.Tensor, x_test: torch.Tensor, base_logits: torch.Tensor, data: dict[str, Any],
+              out_dir: Path, img_dir: Path) -> None:
+    q = args.quick
+    cfg = TrainConfig(n_hidden=50 if q else 500, epochs=args.curve_epochs or (2 if q else 400),
+                      n_train=10000 if q else 60000, seed=args.seed + 3)
+    every, betas = args.curve_every or (1 if q else 16), schedule(10)
+    x = x[: cfg.n_train]
+    n_batches = math.ceil(x.shape[0] / cfg.batch_size)
+    total = cfg.epochs * n_batches
+    g, g_ais = torch.Generator().manual_seed(cfg.seed), torch.Generator().manual_seed(args.seed + 4)
+    model = BernoulliRBM(x.shape[1], cfg.n_hidden, generator=g)
+    with torch.no_grad():
+        model.visible_bias.copy_(base_logits)
+    path = out_dir / f"{BENCH}_curve.json"
+    record: dict[str, Any] = {
+        "bench": BENCH + "_curve", "quick": q, "machine": C.machine_info(), "data": data, "config": asdict(cfg),
+        "method": "PCD-1: one block-Gibbs sweep per update on 100 persistent chains (one per batch row)",
+        "lr_schedule": f"{cfg.learning_rate} for updates [0, {total // 2}), then linear to 0 at update {total}",
+        "updates_per_epoch": n_batches, "total_updates": total, "eval_every_epochs": every,
+        "ais": {"chains": AIS_CHAINS, "temperatures": len(betas) - 1, "dtype": "float64", "base": "training marginals"},
+        "published": PUBLISHED_CD25_500, "points": [], "final": None, "complete": False}
+    train_s, step, state = 0.0, 0, CDState()
+    C.note(f"curve: 784-{cfg.n_hidden} PCD-1, {cfg.epochs} epochs ({total} updates), AIS every {every} epochs")
+    for e in range(cfg.epochs):
+        t0 = time.perf_counter()
+        for idx in torch.tensor_split(torch.randperm(x.shape[0], generator=g), n_batches):
+            state = cd_update(model, x.index_select(0, idx), learning_rate=curve_lr(cfg, step, total), k=1,
+                              persistent=True, momentum=cfg.momentum_at(e), weight_decay=cfg.weight_decay,
+                              state=state, generator=g)
+            step += 1
+        train_s += time.perf_counter() - t0
+        if (e + 1) % every and e + 1 not in (1, 3, cfg.epochs):
+            continue
+        pt = {"epoch": e + 1, "train_steps": step, "train_wall_s": train_s, "lr": curve_lr(cfg, step, total),
+              **curve_point(model, base_logits, betas, x_test, g_ais)}
+        pt["wall_s"] = time.perf_counter() - args.t_start
+        record["points"].append(pt)
+        if not args.no_save:
+            write_json(record, path)
+        C.note(f"  epoch {e + 1}: test LL {pt['test_ll']:.2f} ± {pt['stderr']:.2f} (ESS {pt['ais_ess']:.1f}), "
+                f"train {train_s:.0f} s, total {pt['wall_s']:.0f} s")
+    if args.curve_final:
+        final = {"epoch": cfg.epochs, **curve_point(model, base_logits, schedule(1), x_test, g_ais)}
+        record["final"] = final
+        C.note(f"  final AIS ({final['ais_temperatures']} temps): {final['test_ll']:.2f} ± {final['stderr']:.2f}")
+    record.update({"complete": True, "total_wall_s": time.perf_counter() - args.t_start})
+    if not args.no_save:
+        write_json(record, path)
+        save_model(model, {"config": asdict(cfg), "method": record["method"], "lr_schedule": record["lr_schedule"],
+                           "train_wall_s": train_s, "updates": total,
+                           "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                   out_dir / f"rbm_mnist_h{cfg.n_hidden}_pcd.safetensors")
+        plot_curve(record["points"], record["final"], img_dir / "rbm-mnist-curve.png")
+    last = record["points"][-1]
+    C.emit_final_line({"bench": BENCH + "_curve", "quick": q, "epochs": cfg.epochs, "updates": total,
+                       "test_ll": last["test_ll"], "test_ll_stderr": last["stderr"],
+                       "final_test_ll": None if record["final"] is None else record["final"]["test_ll"],
+                       "total_wall_s": record["total_wall_s"]})
+
+
 # --- main --------------------------------------------------------------------------------------
 def add_args(p: Any) -> None:
     p.add_argument("--eval-only", action="store_true", help="load the saved weights instead of training")
@@ -276,6 +386,10 @@ def add_args(p: Any) -> None:
     p.add_argument("--warm-big", type=int, default=None, help="CD-1 epochs before k ramps to 25 (default 12)")
     p.add_argument("--sweeps", type=int, default=None, help="block Gibbs sweeps of the sample chains (default 5000)")
     p.add_argument("--seed", type=int, default=0, help="seed of binarisation, training and AIS")
+    p.add_argument("--curve", action="store_true", help="PCD learning curve of the 784-500 RBM instead")
+    p.add_argument("--curve-epochs", type=int, default=None, help="epochs of the curve run (default 400)")
+    p.add_argument("--curve-every", type=int, default=None, help="AIS every this many epochs (default 16)")
+    p.add_argument("--curve-final", action="store_true", help="end with one 14,500-temperature AIS")
 
 
 def main() -> None:
@@ -295,6 +409,10 @@ def main() -> None:
     x, _, data_settings = binarized_mnist("train", seed=args.seed)
     x_test, _, _ = binarized_mnist("test", seed=args.seed)
     base_logits = marginal_logits(x)  # AIS base rates and initial visible biases: all 60k training images
+    if args.curve:
+        args.t_start = t_start
+        run_curve(args, x, x_test, base_logits, data_settings, out_dir, img_dir)
+        return
     x = x[: small_cfg.n_train]
     record: dict[str, Any] = {"bench": BENCH, "quick": q, "machine": C.machine_info(), "data": data_settings,
                               "n_train": x.shape[0], "n_test": x_test.shape[0], "ais_chains": AIS_CHAINS,
