@@ -9,6 +9,7 @@ import wave
 import numpy as np
 import pytest
 import torch
+from _peak_memory import peak_mb
 
 from ebms.data.audio import (
     CMVNStats,
@@ -91,19 +92,6 @@ def test_read_wav_agrees_with_the_wave_module_and_skips_unknown_chunks(tmp_path)
     assert np.array_equal(read_wav(tmp_path / "l.wav")[0].numpy(), ref.astype(np.float32))
 
 
-def _peak_mb(fn):
-    import tracemalloc
-
-    tracemalloc.start()
-    err = None
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001 - returned to the caller
-        err = e
-    finally:
-        peak = tracemalloc.get_traced_memory()[1] / 2**20
-        tracemalloc.stop()
-    return peak, err
 
 
 @pytest.mark.parametrize(
@@ -127,7 +115,7 @@ def _peak_mb(fn):
 def test_lying_or_damaged_wav_headers_are_data_errors_naming_the_file(tmp_path, blob, match):
     path = tmp_path / "lie.wav"
     path.write_bytes(blob)
-    peak, err = _peak_mb(lambda: read_wav(path))
+    peak, err = peak_mb(lambda: read_wav(path))
     assert isinstance(err, DataError), err
     assert "lie.wav" in str(err) and re.search(match, str(err)), str(err)
     assert peak < 1, peak  # the header only: nothing is allocated from a claimed size

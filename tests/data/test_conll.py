@@ -8,6 +8,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from _peak_memory import peak_mb
 
 from ebms.data.conll import (
     MD5,
@@ -243,19 +244,6 @@ def _bomb_zip(path: Path, member: str, mib: int) -> Path:
     return path
 
 
-def _peak_mb(fn):
-    import tracemalloc
-
-    tracemalloc.start()
-    err = None
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001 - returned to the caller
-        err = e
-    finally:
-        peak = tracemalloc.get_traced_memory()[1] / 2**20
-        tracemalloc.stop()
-    return peak, err
 
 
 def test_zip_bomb_with_verify_off_is_refused_by_its_declared_size(tmp_path):
@@ -263,7 +251,7 @@ def test_zip_bomb_with_verify_off_is_refused_by_its_declared_size(tmp_path):
 
     path = _bomb_zip(tmp_path / "conll2000.zip", "conll2000/train.txt", 48)
     assert path.stat().st_size < 1 << 20
-    peak, err = _peak_mb(lambda: load_conll2000("train", path, verify=False, max_bytes=8 << 20))
+    peak, err = peak_mb(lambda: load_conll2000("train", path, verify=False, max_bytes=8 << 20))
     assert isinstance(err, LimitExceeded), err
     msg = str(err)
     assert "conll2000.zip: member conll2000/train.txt (declared uncompressed size) is 48.0 MiB" in msg
@@ -280,7 +268,7 @@ def test_zip_member_larger_than_it_declares_stops_at_the_declared_size(tmp_path)
     lie = 1000
     raw[central + 24:central + 28] = lie.to_bytes(4, "little")  # uncompressed size it declares
     path.write_bytes(bytes(raw))
-    peak, err = _peak_mb(lambda: load_conll2000("train", path, verify=False))
+    peak, err = peak_mb(lambda: load_conll2000("train", path, verify=False))
     assert isinstance(err, DataError) and "conll2000.zip: " in str(err), err
     assert peak < 8, peak  # at most the declared 1000 bytes and one block, never 48 MiB
 

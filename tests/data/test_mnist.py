@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _peak_memory import peak_mb
 
 from ebms.data import mnist
 from ebms.data.mnist import ChecksumError, ImageDataset, load_mnist, read_idx
@@ -304,26 +305,13 @@ def _gzip_bomb(path: Path, header: bytes, gib: float) -> Path:
     return path
 
 
-def _peak_mb(fn) -> tuple[float, BaseException | None]:
-    import tracemalloc
-
-    tracemalloc.start()
-    err: BaseException | None = None
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001 - returned to the caller
-        err = e
-    finally:
-        peak = tracemalloc.get_traced_memory()[1] / 2**20
-        tracemalloc.stop()
-    return peak, err
 
 
 def test_gzip_bomb_behind_a_small_header_stops_one_byte_past_the_claim(tmp_path: Path) -> None:
     header = bytes([0, 0, 8, 3]) + struct.pack(">3I", 1000, 28, 28)  # claims 784,000 bytes
     path = _gzip_bomb(tmp_path / "bomb.gz", header, 2.4)
     assert path.stat().st_size < 4 << 20
-    peak, err = _peak_mb(lambda: read_idx(path))
+    peak, err = peak_mb(lambda: read_idx(path))
     assert isinstance(err, DataError) and "bomb.gz: trailing bytes in idx file" in str(err), err
     assert peak < 16, peak  # the claim (0.75 MiB) and a few 1 MiB blocks, never the 2.4 GiB
 
@@ -331,7 +319,7 @@ def test_gzip_bomb_behind_a_small_header_stops_one_byte_past_the_claim(tmp_path:
 def test_idx_header_claiming_gigabytes_is_refused_before_reading_the_data(tmp_path: Path) -> None:
     header = bytes([0, 0, 8, 3]) + struct.pack(">3I", 3_000_000, 28, 28)  # claims 2.35 GB
     path = _gzip_bomb(tmp_path / "claims.gz", header, 0.01)
-    peak, err = _peak_mb(lambda: read_idx(path))
+    peak, err = peak_mb(lambda: read_idx(path))
     assert isinstance(err, LimitExceeded), err
     msg = str(err)
     assert "claims.gz: the idx data its header claims, (3000000, 28, 28)" in msg
@@ -348,7 +336,7 @@ def test_idx_header_claiming_gigabytes_is_refused_before_reading_the_data(tmp_pa
 def test_raw_idx_header_claiming_more_than_the_file_is_refused_without_reading(tmp_path: Path) -> None:
     path = tmp_path / "raw-idx3-ubyte"
     path.write_bytes(bytes([0, 0, 8, 3]) + struct.pack(">3I", 100_000, 28, 28) + b"\x01" * 100)
-    peak, err = _peak_mb(lambda: read_idx(path))
+    peak, err = peak_mb(lambda: read_idx(path))
     assert isinstance(err, DataError) and "raw-idx3-ubyte: truncated idx file" in str(err), err
     assert peak < 4, peak  # one 1 MiB read buffer, never the 78 MB claimed
 

@@ -2,11 +2,11 @@
 
 import json
 import re
-import tracemalloc
 
 import numpy as np
 import pytest
 import torch
+from _peak_memory import peak_mb
 from safetensors.numpy import save_file
 
 from ebms.data import load_points, read_points
@@ -89,19 +89,6 @@ def _sparse(path, size):
     return path
 
 
-def _peak_mb(fn):
-    """Peak Python-heap allocation (MiB) while ``fn`` runs, and the exception it raised."""
-    tracemalloc.start()
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001 - returned for the caller to check
-        err = e
-    else:
-        err = None
-    finally:
-        peak = tracemalloc.get_traced_memory()[1] / 2**20
-        tracemalloc.stop()
-    return peak, err
 
 
 def test_one_row_csv_is_one_point_of_fifty_dimensions_and_refused(tmp_path):
@@ -155,7 +142,7 @@ def test_binary_bytes_in_a_csv_are_refused(tmp_path):
 @pytest.mark.parametrize("suffix", [".csv", ".npy", ".safetensors", ".txt"])
 def test_sparse_two_gib_file_is_refused_by_the_limit_before_reading(tmp_path, suffix):
     path = _sparse(tmp_path / f"big{suffix}", 2 << 30)
-    peak, err = _peak_mb(lambda: read_points(path))
+    peak, err = peak_mb(lambda: read_points(path))
     assert isinstance(err, LimitExceeded), err
     msg = str(err)
     assert str(path) in msg and f"max_bytes={MAX_POINT_BYTES}" in msg
@@ -174,7 +161,7 @@ def test_sparse_two_gib_file_is_refused_by_the_limit_before_reading(tmp_path, su
 )
 def test_sparse_two_gib_file_with_the_limit_raised_fails_in_bounded_memory(tmp_path, suffix, match):
     path = _sparse(tmp_path / f"big{suffix}", 2 << 30)
-    peak, err = _peak_mb(lambda: read_points(path, max_bytes=4 << 30))
+    peak, err = peak_mb(lambda: read_points(path, max_bytes=4 << 30))
     assert isinstance(err, DataError) and str(path) in str(err), err
     assert re.search(match, str(err)), str(err)
     assert peak < 3 * MAX_LINE_BYTES / 2**20 + 8, peak  # one line at most, never the file
@@ -193,7 +180,7 @@ def test_npy_header_claiming_more_than_the_file_holds_is_refused_without_allocat
         header = header + " " * (head_end - 10 - len(header) - 1) + "\n"
         lie = raw[:10] + header.encode("latin1") + raw[head_end:]
     path.write_bytes(lie)
-    peak, err = _peak_mb(lambda: read_points(path))
+    peak, err = peak_mb(lambda: read_points(path))
     assert isinstance(err, DataError) and "lie.npy: truncated: header claims shape (40000000, 2)" in str(err), err
     assert peak < 1.0, peak
     with pytest.raises(LimitExceeded, match=r"lie.npy: the array its header claims, shape \(40000000, 2\) float64 is"):
@@ -233,7 +220,7 @@ def _safetensors(path, header, data=b""):
 )
 def test_lying_or_garbage_safetensors_headers_are_data_errors(tmp_path, header, data, match):
     path = _safetensors(tmp_path / "s.safetensors", header, data)
-    peak, err = _peak_mb(lambda: read_points(path))
+    peak, err = peak_mb(lambda: read_points(path))
     assert isinstance(err, DataError) and re.search(r"s.safetensors.*" + match, str(err)), err
     assert peak < 1.0, peak
 
