@@ -208,6 +208,7 @@ def _read_zip_member(cand: Path, inner: str, max_bytes: int) -> bytes | bytearra
             check_size(cand, info.file_size, max_bytes, f"member {inner} (declared uncompressed size)", _READER)
             with zf.open(info) as stream:
                 return read_capped(stream, max_bytes, cand, f"member {inner}", _READER)
+    # zipfile raises NotImplementedError for a compression method it cannot decode (not a stub here)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as e:
         raise DataError(f"{cand}: not a readable zip ({e})") from None
 
