@@ -19,22 +19,10 @@ A crash at any point leaves the previous committed checkpoint and the pointer
 intact: at worst an orphan weights file or a ``.tmp`` file remains, and the
 next successful save removes it.
 
-**Integrity.** The record carries ``record_sha256``, the sha256 of its own
-canonical JSON (keys sorted, no spaces, that key left out), and the size and
-sha256 of the weights file. Loading reads bytes and parses them with
-``safetensors`` and ``json`` only (nothing is unpickled), and checks the record
-hash, the step, the weights' size, hash and key set before returning, so a
-truncated, edited or corrupted file raises :class:`~ebms.errors.CheckpointError`
-naming the file and what is wrong. The hashes detect accidents (a disk error, a
-hand edit, a half-copied folder); they are not a signature against someone who
-rewrites both files on purpose.
-
-**Identity.** ``save(..., identity=...)`` stores the settings that say *what*
-the checkpoint is a checkpoint of (model, data, objective ...), as a flat
-``{key: JSON value}``; ``load(..., identity=...)`` refuses a checkpoint whose
-stored value differs for any key present on both sides, with one line naming
-every differing key. A key present on one side only is not compared (a setting
-added to a later version of the program does not orphan older runs).
+**Integrity and identity.** Every record carries the sha256 of itself and of
+its weights, checked on every load, and the settings the checkpoint was trained
+under, compared by ``load(..., identity=...)``; the record format and these
+checks live in :mod:`ebms.train._checkpoint_record` (its docstring has the details).
 
 **Recovery.** ``load()`` (latest) reads the record ``latest`` names and, when
 the pointer is missing or unreadable or that checkpoint is damaged, the other
@@ -54,74 +42,34 @@ One writer per folder (under ``torchrun`` only rank 0 writes).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
-import re
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import safetensors.torch
-import torch
 from torch import Tensor
 
 from ebms._checks import check_int
 from ebms.errors import CheckpointError
+from ebms.train import _checkpoint_record as _record
+from ebms.train._checkpoint_record import DIGEST as DIGEST
+from ebms.train._checkpoint_record import FORMAT as FORMAT
+from ebms.train._checkpoint_record import RESERVED as RESERVED
+from ebms.train._checkpoint_record import VERSION as VERSION
+from ebms.train._checkpoint_record import Checkpoint, identity_differences
+from ebms.train._checkpoint_record import canonical_digest as canonical_digest
 
 __all__ = ["Checkpoint", "CheckpointStore", "identity_differences"]
+# DIGEST, FORMAT, RESERVED, VERSION and canonical_digest are imported "as" themselves: the record
+# format's names stay reachable here, where they lived before it moved to _checkpoint_record.
 
 logger = logging.getLogger("ebms.train")
 
-FORMAT = "ebms-checkpoint"
-VERSION = 2
 POINTER = "latest"
-DIGEST = "record_sha256"
-RESERVED = frozenset({"format", "version", "step", "weights", "created", "identity", DIGEST})
-_JSON_RE = re.compile(r"^ckpt-(\d{9})\.json$")
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """A verified checkpoint as read from disk.
-
-    Attributes:
-        path: the JSON commit record.
-        step: training step the state belongs to.
-        tensors: ``{prefixed key: CPU tensor}`` from the safetensors file.
-        meta: the JSON record (identity, config, RNG states, metrics, ...).
-    """
-
-    path: Path
-    step: int
-    tensors: dict[str, Tensor]
-    meta: dict[str, Any]
-
-    @property
-    def identity(self) -> dict[str, Any]:
-        """The settings the checkpoint was trained under (``{}`` when none were given)."""
-        ident = self.meta.get("identity")
-        return dict(ident) if isinstance(ident, dict) else {}
-
-
-def canonical_digest(record: Mapping[str, Any]) -> str:
-    """sha256 of ``record`` as canonical JSON (sorted keys, no spaces), ``record_sha256`` left out."""
-    body = {k: v for k, v in record.items() if k != DIGEST}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def identity_differences(stored: Mapping[str, Any], expected: Mapping[str, Any]) -> list[str]:
-    """``key=stored (here expected)`` for every key present in both mappings whose values differ."""
-    return [
-        f"{k}={stored[k]!r} (here {expected[k]!r})"
-        for k in sorted(set(stored) & set(expected))
-        if stored[k] != expected[k]
-    ]
+_JSON_RE = _record.RECORD_RE  # the file name of a committed record
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -147,13 +95,6 @@ def _atomic_write(path: Path, data: bytes) -> None:
             os.unlink(tmp)
         raise
     _fsync_dir(path.parent)
-
-
-def _jsonable_identity(identity: Mapping[str, Any] | None) -> dict[str, Any]:
-    try:
-        return json.loads(json.dumps(dict(identity or {}), allow_nan=False))
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"identity: expected a flat JSON-serialisable mapping; {err}") from None
 
 
 class CheckpointStore:
@@ -192,35 +133,16 @@ class CheckpointStore:
                 under; :meth:`load` compares it.
         """
         check_int(step, "step", minimum=0)
-        reserved = RESERVED & set(meta)
-        if reserved:
-            raise ValueError(f"meta: keys {sorted(reserved)} are reserved for the checkpoint record")
-        ident = _jsonable_identity(identity)
+        ident = _record.check_meta(meta, identity)
         self.folder.mkdir(parents=True, exist_ok=True)
         for tmp in self.folder.glob(".*.tmp"):  # leftovers of an interrupted save
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
-        flat = {k: t.detach().to("cpu", copy=True, memory_format=torch.contiguous_format) for k, t in tensors.items()}
-        data = safetensors.torch.save(flat, metadata={"format": "pt", "step": str(step)})
-        digest = hashlib.sha256(data).hexdigest()
-        weights = self.folder / f"ckpt-{step:09d}-{digest[:16]}.safetensors"
-        record = {
-            "format": FORMAT,
-            "version": VERSION,
-            "step": step,
-            "identity": ident,
-            "weights": {"file": weights.name, "sha256": digest, "bytes": len(data), "keys": sorted(flat)},
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            **meta,
-        }
-        try:
-            record[DIGEST] = canonical_digest(record)
-            text = json.dumps(record, allow_nan=False, indent=1)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"meta: expected strict JSON (no NaN/Inf, no objects); {err}") from None
+        name, data, text = _record.encode(step, tensors, meta, ident)
+        weights = self.folder / name
         _atomic_write(weights, data)
-        path = self.folder / f"ckpt-{step:09d}.json"
-        _atomic_write(path, text.encode())  # commit
+        path = self.folder / _record.record_name(step)
+        _atomic_write(path, text)  # commit
         _atomic_write(self.folder / POINTER, (path.name + "\n").encode())
         self._collect_garbage(path)
         return path
@@ -319,18 +241,7 @@ class CheckpointStore:
     @staticmethod
     def check_identity(ckpt: Checkpoint, identity: Mapping[str, Any]) -> None:
         """Raise :class:`CheckpointError` naming every setting in which ``ckpt`` differs from ``identity``."""
-        expected = _jsonable_identity(identity)
-        if expected and not ckpt.identity:
-            raise CheckpointError(
-                f"{ckpt.path}: the checkpoint records no settings it was trained under, so it cannot be "
-                "matched to this run; use a checkpoint written by this run"
-            )
-        diff = identity_differences(ckpt.identity, expected)
-        if diff:
-            raise CheckpointError(
-                f"{ckpt.path}: checkpoint of another run: trained with {', '.join(diff)}; "
-                "use the run folder it belongs to, or start a new run"
-            )
+        _record.check_identity(ckpt, identity)
 
     def _load_newest_valid(self) -> Checkpoint:
         """The pointer's checkpoint, else the newest record that verifies.
@@ -375,7 +286,7 @@ class CheckpointStore:
 
     def _resolve(self, which: int | str | Path) -> Path:
         if isinstance(which, int) and not isinstance(which, bool):
-            return self.folder / f"ckpt-{check_int(which, 'which', minimum=0):09d}.json"
+            return self.folder / _record.record_name(check_int(which, "which", minimum=0))
         if isinstance(which, (str, Path)):
             path = Path(which)
             if path.suffix != ".json":
@@ -384,84 +295,5 @@ class CheckpointStore:
         raise TypeError(f"which: expected None, 'latest', a step or a .json path; got {which!r}")
 
     def _load_one(self, path: Path) -> Checkpoint:
-        meta = self._read_record(path)
-        w = meta["weights"]
-        wpath = path.parent / w["file"]
-        try:
-            data = wpath.read_bytes()
-        except FileNotFoundError:
-            raise CheckpointError(f"{wpath}: weights file named by {path.name} is missing") from None
-        except OSError as err:
-            raise CheckpointError(f"{wpath}: unreadable ({err})") from None
-        if len(data) != w["bytes"]:
-            kind = "truncated" if len(data) < w["bytes"] else "longer than recorded"
-            raise CheckpointError(f"{wpath}: file is {kind}: expected {w['bytes']} bytes, found {len(data)}")
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != w["sha256"]:
-            raise CheckpointError(
-                f"{wpath}: sha256 mismatch: recorded {w['sha256']}, computed {digest} "
-                "(the file was modified or corrupted after it was written)"
-            )
-        try:
-            tensors = safetensors.torch.load(data)
-        except Exception as err:  # safetensors raises its own error types
-            raise CheckpointError(f"{wpath}: not a valid safetensors file ({err})") from None
-        missing = sorted(set(w["keys"]) - set(tensors))
-        extra = sorted(set(tensors) - set(w["keys"]))
-        if missing or extra:
-            raise CheckpointError(f"{wpath}: keys differ from {path.name}: missing {missing}, unexpected {extra}")
-        return Checkpoint(path=path, step=meta["step"], tensors=tensors, meta=meta)
-
-    @staticmethod
-    def _read_record(path: Path) -> dict[str, Any]:
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            raise CheckpointError(
-                f"{path}: checkpoint record (JSON) is missing; the checkpoint was never committed or was deleted"
-            ) from None
-        except OSError as err:
-            raise CheckpointError(f"{path}: unreadable ({err})") from None
-        try:
-            meta = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-            raise CheckpointError(f"{path}: not valid JSON (truncated or corrupted?): {err}") from None
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            raise CheckpointError(f"{path}: not an ebms checkpoint record (expected format {FORMAT!r})")
-        if meta.get("version") != VERSION:
-            raise CheckpointError(
-                f"{path}: checkpoint format version {meta.get('version')!r}; this ebms reads version {VERSION} "
-                "(records with a checksum of their own); retrain, or load it with the ebms that wrote it"
-            )
-        recorded = meta.get(DIGEST)
-        try:
-            computed = canonical_digest(meta)
-        except ValueError:  # NaN/Inf constants are not strict JSON: not something save() wrote
-            computed = "(not strict JSON)"
-        if recorded != computed:
-            raise CheckpointError(
-                f"{path}: record sha256 mismatch: recorded {recorded}, computed {computed} "
-                "(the JSON record was edited or corrupted after it was written)"
-            )
-        w = meta.get("weights")
-        step = meta.get("step")
-        ok = (
-            isinstance(step, int)
-            and not isinstance(step, bool)
-            and isinstance(w, dict)
-            and isinstance(w.get("file"), str)
-            and "/" not in w["file"]
-            and "\\" not in w["file"]
-            and isinstance(w.get("sha256"), str)
-            and isinstance(w.get("bytes"), int)
-            and isinstance(w.get("keys"), list)
-            and isinstance(meta.get("identity"), dict)
-        )
-        if not ok or not isinstance(step, int):
-            raise CheckpointError(
-                f"{path}: malformed record: expected 'step', 'identity' and 'weights' {{file, sha256, bytes, keys}}"
-            )
-        named = _JSON_RE.match(path.name)
-        if step < 0 or (named is not None and int(named.group(1)) != step):
-            raise CheckpointError(f"{path}: record says step {step}, which does not match its file name")
-        return meta
+        """Read and verify the checkpoint whose record is ``path`` (format checks: ``_checkpoint_record``)."""
+        return _record.read_checkpoint(path)
