@@ -451,3 +451,28 @@ def test_killed_writer_leaves_last_good_checkpoint(tmp_path: Path, block_at: int
     assert store.latest() == folder / "ckpt-000000001.json"
     ckpt = store.load()
     assert ckpt.meta["note"] == "good" and torch.equal(ckpt.tensors["w"], torch.ones(1000))
+
+
+def test_weights_bytes_are_the_same_in_every_process():
+    """Identical tensors give identical weights bytes (and so file names) in separate processes."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "from ebms.train._checkpoint_record import encode\n"
+        "name, data, _ = encode(7, {'w': torch.arange(6.0).reshape(2, 3), 'b': torch.ones(2)}, {}, {})\n"
+        "print(name)\n"
+    )
+    names = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+             for _ in range(4)}
+    assert len(names) == 1, names
+    # and the cause is pinned: a one-key metadata map (two keys came out in random order)
+    import json
+    import struct
+
+    from ebms.train._checkpoint_record import encode
+
+    _, data, _ = encode(7, {"w": torch.zeros(2)}, {}, {})
+    (n,) = struct.unpack("<Q", data[:8])
+    assert json.loads(data[8 : 8 + n])["__metadata__"] == {"format": "pt"}

@@ -138,7 +138,10 @@ def encode(step: int, tensors: Mapping[str, Tensor], meta: Mapping[str, Any],
     tensor to contiguous CPU memory and two sha256 passes.
     """
     flat = {k: t.detach().to("cpu", copy=True, memory_format=torch.contiguous_format) for k, t in tensors.items()}
-    data = safetensors.torch.save(flat, metadata={"format": "pt", "step": str(step)})
+    # One metadata key only: safetensors writes a multi-key metadata map in a per-process random
+    # order (a Rust HashMap), which would give the same weights a different sha256 and file name
+    # in every process. The step lives in the JSON record.
+    data = safetensors.torch.save(flat, metadata={"format": "pt"})
     digest = hashlib.sha256(data).hexdigest()
     weights = f"ckpt-{step:09d}-{digest[:16]}.safetensors"
     record = {
