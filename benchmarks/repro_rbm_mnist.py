@@ -22,11 +22,13 @@ and one final JSON line. ``--quick`` (under a minute) keeps the comparison with 
 ``benchmarks/results/quick/`` instead.
 
 ``--curve`` instead trains the 784-500 RBM with **PCD-1** (100 persistent block-Gibbs chains, one
-per batch row; Tieleman, 2008) for ``--curve-epochs`` epochs, learning rate held at 0.05 for the
-first half of the updates and then falling linearly to 0 at the last one, and every
+per batch row; Tieleman, 2008) for ``--curve-epochs`` epochs, learning rate held at ``--curve-lr``
+(0.05) for the first ``--curve-hold`` (half) of the updates and then falling linearly to 0 at the
+last one, and every
 ``--curve-every`` epochs scores the test set with forward AIS (100 chains, 1,450 temperatures,
 float64). Each point is appended to ``benchmarks/results/repro_rbm_mnist_curve.json`` as soon as it
-is measured; the plot is ``docs/img/rbm-mnist-curve.png``. ``--curve-final`` adds one forward AIS
+is measured; the plot is ``docs/img/rbm-mnist-curve.png`` (other rates and holds add
+``-lr<LR>-hold<H>`` to both names). ``--curve-final`` adds one forward AIS
 with the full 14,500-temperature schedule on the last weights.
 
 Run: ``python benchmarks/repro_rbm_mnist.py [--quick] [--eval-only] [--epochs-big N]``, or
@@ -278,10 +280,15 @@ def plot_loglik(small: dict[str, Any], big: dict[str, Any], path: Path) -> None:
 
 
 # --- learning curve (PCD) ----------------------------------------------------------------------
-def curve_lr(cfg: TrainConfig, step: int, total: int) -> float:
-    """``cfg.learning_rate`` for the first half of the ``total`` updates, then linearly down to 0 at the last."""
-    hold = total // 2
+def curve_lr(cfg: TrainConfig, step: int, total: int, hold_fraction: float = 0.5) -> float:
+    """``cfg.learning_rate`` for the first ``hold_fraction`` of the ``total`` updates, then linearly to 0 at the last."""
+    hold = int(total * hold_fraction)
     return cfg.learning_rate if step < hold else cfg.learning_rate * (total - step) / (total - hold)
+
+
+def curve_suffix(lr: float, hold: float) -> str:
+    """File-name suffix of a curve run: empty for the default budget (lr 0.05, half held), else its settings."""
+    return "" if (lr, hold) == (0.05, 0.5) else f"-lr{lr:g}-hold{hold:g}"
 
 
 def write_json(record: dict[str, Any], path: Path) -> None:
@@ -301,7 +308,7 @@ def curve_point(model: BernoulliRBM, base_logits: torch.Tensor, betas: torch.Ten
             "ais_ess": est.ess, "ais_temperatures": len(betas) - 1, "ais_wall_s": time.perf_counter() - t0}
 
 
-def plot_curve(points: list[dict[str, Any]], final: dict[str, Any] | None, path: Path) -> None:
+def plot_curve(points: list[dict[str, Any]], final: dict[str, Any] | None, path: Path, lr_schedule: str) -> None:
     fig = new_figure((6.0, 4.0))
     ax = fig.add_subplot(1, 1, 1)
     ep = [p["epoch"] for p in points]
@@ -313,7 +320,8 @@ def plot_curve(points: list[dict[str, Any]], final: dict[str, Any] | None, path:
     ax.axhline(PUBLISHED_CD25_500, color="C3", ls="--", label=f"S&M 2008 CD25(500): {PUBLISHED_CD25_500}")
     ax.set_xlabel("epoch (600 updates of 100 images)")
     ax.set_ylabel("test log-likelihood (nats)")
-    ax.set_title("784-500 RBM on binarised MNIST: test LL during PCD training", fontsize=9)
+    ax.set_title(f"784-500 RBM on binarised MNIST, PCD-1: test LL during training\nlearning rate {lr_schedule}",
+                 fontsize=8)
     ax.legend(fontsize=7, loc="best")
     save_figure(fig, path)
 
@@ -322,7 +330,10 @@ def run_curve(args: Any, x: torch.Tensor, x_test: torch.Tensor, base_logits: tor
               out_dir: Path, img_dir: Path) -> None:
     q = args.quick
     cfg = TrainConfig(n_hidden=50 if q else 500, epochs=args.curve_epochs or (2 if q else 400),
-                      n_train=10000 if q else 60000, seed=args.seed + 3)
+                      learning_rate=args.curve_lr, n_train=10000 if q else 60000, seed=args.seed + 3)
+    hold, suffix = args.curve_hold, curve_suffix(args.curve_lr, args.curve_hold)
+    if not 0.0 <= hold < 1.0 or not args.curve_lr > 0:
+        raise SystemExit(f"--curve-hold must be in [0, 1) and --curve-lr > 0; got {hold} and {args.curve_lr}")
     every, betas = args.curve_every or (1 if q else 16), schedule(10)
     x = x[: cfg.n_train]
     n_batches = math.ceil(x.shape[0] / cfg.batch_size)
@@ -331,11 +342,11 @@ def run_curve(args: Any, x: torch.Tensor, x_test: torch.Tensor, base_logits: tor
     model = BernoulliRBM(x.shape[1], cfg.n_hidden, generator=g)
     with torch.no_grad():
         model.visible_bias.copy_(base_logits)
-    path = out_dir / f"{BENCH}_curve.json"
+    path = out_dir / f"{BENCH}_curve{suffix}.json"
     record: dict[str, Any] = {
         "bench": BENCH + "_curve", "quick": q, "machine": C.machine_info(), "data": data, "config": asdict(cfg),
         "method": "PCD-1: one block-Gibbs sweep per update on 100 persistent chains (one per batch row)",
-        "lr_schedule": f"{cfg.learning_rate} for updates [0, {total // 2}), then linear to 0 at update {total}",
+        "lr_schedule": f"{cfg.learning_rate} for updates [0, {int(total * hold)}), then linear to 0 at update {total}",
         "updates_per_epoch": n_batches, "total_updates": total, "eval_every_epochs": every,
         "ais": {"chains": AIS_CHAINS, "temperatures": len(betas) - 1, "dtype": "float64", "base": "training marginals"},
         "published": PUBLISHED_CD25_500, "points": [], "final": None, "complete": False}
@@ -344,14 +355,14 @@ def run_curve(args: Any, x: torch.Tensor, x_test: torch.Tensor, base_logits: tor
     for e in range(cfg.epochs):
         t0 = time.perf_counter()
         for idx in torch.tensor_split(torch.randperm(x.shape[0], generator=g), n_batches):
-            state = cd_update(model, x.index_select(0, idx), learning_rate=curve_lr(cfg, step, total), k=1,
+            state = cd_update(model, x.index_select(0, idx), learning_rate=curve_lr(cfg, step, total, hold), k=1,
                               persistent=True, momentum=cfg.momentum_at(e), weight_decay=cfg.weight_decay,
                               state=state, generator=g)
             step += 1
         train_s += time.perf_counter() - t0
         if (e + 1) % every and e + 1 not in (1, 3, cfg.epochs):
             continue
-        pt = {"epoch": e + 1, "train_steps": step, "train_wall_s": train_s, "lr": curve_lr(cfg, step, total),
+        pt = {"epoch": e + 1, "train_steps": step, "train_wall_s": train_s, "lr": curve_lr(cfg, step, total, hold),
               **curve_point(model, base_logits, betas, x_test, g_ais)}
         pt["wall_s"] = time.perf_counter() - args.t_start
         record["points"].append(pt)
@@ -369,8 +380,8 @@ def run_curve(args: Any, x: torch.Tensor, x_test: torch.Tensor, base_logits: tor
         save_model(model, {"config": asdict(cfg), "method": record["method"], "lr_schedule": record["lr_schedule"],
                            "train_wall_s": train_s, "updates": total,
                            "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-                   out_dir / f"rbm_mnist_h{cfg.n_hidden}_pcd.safetensors")
-        plot_curve(record["points"], record["final"], img_dir / "rbm-mnist-curve.png")
+                   out_dir / f"rbm_mnist_h{cfg.n_hidden}_pcd{suffix}.safetensors")
+        plot_curve(record["points"], record["final"], img_dir / f"rbm-mnist-curve{suffix}.png", record["lr_schedule"])
     last = record["points"][-1]
     C.emit_final_line({"bench": BENCH + "_curve", "quick": q, "epochs": cfg.epochs, "updates": total,
                        "test_ll": last["test_ll"], "test_ll_stderr": last["stderr"],
@@ -379,6 +390,32 @@ def run_curve(args: Any, x: torch.Tensor, x_test: torch.Tensor, base_logits: tor
 
 
 # --- main --------------------------------------------------------------------------------------
+def bracket_curve(args: Any, x_test: torch.Tensor, base_logits: torch.Tensor, sweeps: int, out_dir: Path) -> None:
+    """Forward and reverse AIS (14,500 temperatures) on a finished curve run's saved weights.
+
+    Reverse AIS starts from ``sweeps`` block-Gibbs sweeps run from 100 random test images (approximate
+    model draws, as for the CD-k model), so its end of the bracket is approximate too.
+    """
+    suffix = curve_suffix(args.curve_lr, args.curve_hold)
+    n_hidden = 50 if args.quick else 500
+    model, tr = load_model(out_dir / f"rbm_mnist_h{n_hidden}_pcd{suffix}.safetensors")
+    path = out_dir / f"{BENCH}_curve{suffix}.json"
+    record = json.loads(path.read_text())
+    g = torch.Generator().manual_seed(args.seed + 5)
+    t0 = time.perf_counter()
+    start = x_test[torch.randperm(x_test.shape[0], generator=g)[:AIS_CHAINS]]
+    chain_v, _ = gibbs_chains(model, start, sweeps, g)
+    chain_wall = time.perf_counter() - t0
+    out, _ = ais_eval(model, base_logits, schedule(10 if args.quick else 1), chain_v, x_test, g)
+    record["bracket"] = {**out, "reverse_ais_start": f"{sweeps} block Gibbs sweeps from {AIS_CHAINS} random test "
+                                                      f"images ({chain_wall:.1f} s)"}
+    if not args.no_save:
+        write_json(record, path)
+    C.note(f"bracket on {tr['updates']} updates: {out['text']}")
+    C.emit_final_line({"bench": BENCH + "_curve_bracket", "quick": args.quick, "test_ll": out["test_ll"],
+                       "test_ll_bracket": [out["lower"], out["upper"]], "gap": out["gap"]})
+
+
 def add_args(p: Any) -> None:
     p.add_argument("--eval-only", action="store_true", help="load the saved weights instead of training")
     p.add_argument("--epochs-small", type=int, default=None, help="epochs of the 25-hidden RBM (default 50)")
@@ -390,6 +427,11 @@ def add_args(p: Any) -> None:
     p.add_argument("--curve-epochs", type=int, default=None, help="epochs of the curve run (default 400)")
     p.add_argument("--curve-every", type=int, default=None, help="AIS every this many epochs (default 16)")
     p.add_argument("--curve-final", action="store_true", help="end with one 14,500-temperature AIS")
+    p.add_argument("--curve-bracket", action="store_true",
+                   help="with --curve: forward + reverse AIS on the saved weights of that curve run (no training)")
+    p.add_argument("--curve-lr", type=float, default=0.05, help="curve: learning rate before the decay (default 0.05)")
+    p.add_argument("--curve-hold", type=float, default=0.5,
+                   help="curve: fraction of the updates at the full rate before the linear decay to 0 (default 0.5)")
 
 
 def main() -> None:
@@ -409,6 +451,9 @@ def main() -> None:
     x, _, data_settings = binarized_mnist("train", seed=args.seed)
     x_test, _, _ = binarized_mnist("test", seed=args.seed)
     base_logits = marginal_logits(x)  # AIS base rates and initial visible biases: all 60k training images
+    if args.curve and args.curve_bracket:
+        bracket_curve(args, x_test, base_logits, sweeps, out_dir)
+        return
     if args.curve:
         args.t_start = t_start
         run_curve(args, x, x_test, base_logits, data_settings, out_dir, img_dir)
