@@ -120,9 +120,9 @@ def time_cli(data_name: str, *, c1: float, c2: float, limit: int | None, passes:
     from ebms.cli.tagging import TaggingTask
 
     overrides = [f"data.name={data_name}", "model.kind=feature-crf", "objective.kind=crf",
-                 f"objective.c1={c1}", f"objective.c2={c2}", "train.optimizer=lbfgs"]
+                 f"tagging.c1={c1}", f"tagging.c2={c2}", "train.optimizer=lbfgs"]
     if limit is not None:
-        overrides.append(f"data.limit={limit}")
+        overrides.append(f"tagging.limit={limit}")
     task, cfg = TaggingTask(), load_config(None, overrides)
     t0 = time.perf_counter()
     data = task.load(cfg)

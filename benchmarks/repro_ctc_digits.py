@@ -56,7 +56,7 @@ def main() -> None:
     seeds = 1 if q else args.seeds
     overrides = ["run.progress=false", "train.log_every=1000000"]
     if q:
-        overrides += ["data.n_train=100", "data.n_test=30", "train.steps=40", "train.checkpoint_every=40"]
+        overrides += ["speech.n_train=100", "data.n_test=30", "train.steps=40", "train.checkpoint_every=40"]
     if args.steps is not None:
         overrides += [f"train.steps={args.steps}", f"train.checkpoint_every={args.steps}"]
     task = SpeechTask()
@@ -76,9 +76,10 @@ def main() -> None:
                 runs.append({"objective": kind, "seed": seed, "steps": step, "train_s": t_train,
                              "eval_s": time.perf_counter() - t0, **figures})
                 C.note(f"seed {seed} {kind:8s} LER {figures['ler']:.2f}%  ({t_train:.0f} s)")
-    record["config"] = {"n_train": cfg.data.n_train, "n_test": cfg.data.n_test, "max_digits": cfg.data.max_digits,
-                        "test_speakers": cfg.data.test_speakers, "steps": cfg.train.steps,
-                        "batch_size": cfg.train.batch_size, "model_hidden": cfg.model.hidden, "seeds": seeds}
+    s = task.settings(cfg)
+    record["config"] = {"n_train": s.n_train, "n_test": cfg.data.n_test, "max_digits": s.max_digits,
+                        "test_speakers": s.test_speakers, "steps": cfg.train.steps,
+                        "batch_size": cfg.train.batch_size, "model_hidden": [s.channels, s.hidden], "seeds": seeds}
     record["runs"] = runs
     summary: dict[str, Any] = {}
     rows = []

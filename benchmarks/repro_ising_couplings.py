@@ -18,7 +18,7 @@ when the PCD negatives come from either sampler **at equal numbers of sampler st
   ordinary sweep).
 
 Everything else is identical for both samplers and both sizes: data (``n`` draws by long-run block
-Gibbs, :func:`ebms.data.ising.model_samples`, fixed seed), the model's initial couplings, the PCD
+Gibbs, :func:`ebms.samplers.model_samples`, fixed seed), the model's initial couplings, the PCD
 buffer (:class:`~ebms.objectives.ReplayBuffer`, one slot per batch row, no re-initialisation), the
 loss (:class:`~ebms.objectives.PersistentContrastiveDivergence`), Adam and its learning rate, the
 data batches and the seeds.
@@ -43,10 +43,10 @@ import _common as C
 import torch
 from torch import Tensor
 
-from ebms.data.ising import model_samples
 from ebms.models.ising import IsingModel
 from ebms.objectives.buffer import ReplayBuffer
 from ebms.objectives.cd import PersistentContrastiveDivergence
+from ebms.samplers import model_samples
 from ebms.samplers.block_gibbs import BlockGibbs
 from ebms.samplers.gibbs import Gibbs
 from ebms.samplers.gwg import GibbsWithGradients

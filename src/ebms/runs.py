@@ -14,13 +14,13 @@
 The folder's ``config.toml`` rebuilds the data set and the model; the weights
 come from the newest checkpoint that verifies (a damaged one is skipped with a
 warning), and that checkpoint must have been trained under the same
-``model.*``, ``data.*`` and ``objective.*`` settings, else
+``model.*``, ``data.*``, ``objective.*`` and task-section settings, else
 :class:`~ebms.errors.CheckpointError` names the keys that differ.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +65,9 @@ class Run:
         Raises:
             ValueError: the run is a conditional task (no unconditional samples).
         """
-        from ebms.cli.run import sample_run
+        from ebms.cli.run import serving_task
 
-        return sample_run(self.config, self.model, self.data, n=n, steps=steps, seed=seed)
+        return serving_task(self.config).sample(self.config, self.model, self.data, n=n, steps=steps, seed=seed)
 
 
 def load_run(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Run:
@@ -77,7 +77,7 @@ def load_run(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> R
         path: the run folder (``<run.out_dir>/<run.name>``).
         overrides: ``section.key=value`` strings applied to the folder's
             ``config.toml`` (e.g. ``["eval.sample_steps=100"]``); settings that
-            change what was trained (``model.*``, ``data.*``, ``objective.*``)
+            change what was trained (``model.*``, ``data.*``, ``objective.*``, the task's section)
             are refused.
 
     Raises:
@@ -86,16 +86,9 @@ def load_run(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> R
             under other settings.
         ebms.errors.ConfigError: ``config.toml`` or an override is invalid.
     """
-    from ebms.cli.build import build_sampler, data_box
-    from ebms.cli.discrete_data import BinaryImages
-    from ebms.cli.run import open_run
-    from ebms.cli.tasks import TaskData
+    from ebms.cli.run import open_run, serving_task
 
     cfg, model, data, ckpt = open_run(path, tuple(overrides))
-    sampler = None
-    if isinstance(data, BinaryImages):
-        sampler = build_sampler(cfg, data.space)
-    elif not isinstance(data, TaskData):  # as `ebms sample`: SGLD with its exact noise sqrt(2 step)
-        sampler = build_sampler(replace(cfg, sampler=replace(cfg.sampler, noise_scale=None)), data_box(data))
+    sampler = serving_task(cfg).sampler(cfg, data)  # as `ebms sample`: SGLD with its exact noise sqrt(2 step)
     return Run(path=Path(path), config=cfg, model=model, data=data, sampler=sampler, step=ckpt.step,
                checkpoint=ckpt.path)

@@ -101,29 +101,21 @@ def _rows_for(key: str) -> list[str]:
 
 
 def test_cli_page_lists_exactly_the_config_keys() -> None:
-    import dataclasses
+    from ebms.cli.config import config_keys
 
-    from ebms.cli.config import Config
-
-    keys = {
-        f"{section.name}.{f.name}"
-        for section in dataclasses.fields(Config)
-        for f in dataclasses.fields(section.default_factory())  # type: ignore[misc]
-    }
+    keys = set(config_keys())
     documented = set(re.findall(r"^\| `([a-z]+\.[a-z0-9_]+)` \|", _CLI_PAGE.read_text(encoding="utf-8"), re.M))
     assert documented == keys, f"docs/cli.md: missing {sorted(keys - documented)}, unknown {sorted(documented - keys)}"
 
 
 def test_cli_page_lists_exactly_the_valid_names() -> None:
-    from ebms.cli.build import LR_SCHEDULES, MODELS, OBJECTIVES, SAMPLERS
-    from ebms.cli.discrete_data import IMAGE_SETS
-    from ebms.cli.tasks import task_kinds, task_names
-    from ebms.data import TOY_NAMES
+    from ebms.cli.build import LR_SCHEDULES, SAMPLERS
+    from ebms.cli.tasks import registered, task_names
 
-    task_models, task_objectives = task_kinds()
-    tables = {"model.kind": (*MODELS, *task_models), "sampler.kind": SAMPLERS,
-              "objective.kind": (*OBJECTIVES, *task_objectives), "train.lr_schedule": LR_SCHEDULES,
-              "data.name": (*TOY_NAMES, *IMAGE_SETS, *task_names())}
+    tasks = registered()
+    tables = {"model.kind": {k for t in tasks for k in t.model_kinds}, "sampler.kind": SAMPLERS,
+              "objective.kind": {k for t in tasks for k in t.objective_kinds}, "train.lr_schedule": LR_SCHEDULES,
+              "data.name": task_names()}
     for key, names in tables.items():
         rows = _rows_for(key)  # the key's row in its section table, then its row under "Valid names"
         assert len(rows) == 2, f"docs/cli.md: expected a key row and a valid-names row for {key}; found {len(rows)}"

@@ -32,6 +32,7 @@ import torch
 
 from ebms.cli.config import MAX_INT, RULES, _split_hint, config_keys, expectation
 from ebms.cli.main import main
+from ebms.cli.tasks import registered
 
 TINY = ["run.progress=false", "model.hidden=[8]", "objective.k=1", "objective.buffer_size=64", "train.steps=4",
         "train.batch_size=16", "train.log_every=2", "train.checkpoint_every=2", "data.n_test=50",
@@ -236,6 +237,19 @@ def _diverges(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
     mp.setattr(Trainer, "fit", fit)
 
 
+def _moved() -> dict[str, list[str]]:
+    """Every key spelled as before issue 10, with its new key(s)."""
+    out: dict[str, list[str]] = {}
+    for task in registered():
+        for old, new in task.moved.items():
+            out.setdefault(old, []).append(f"{task.section}.{new}")
+    return out
+
+
+#: one row per key that moved to a task's section: its old spelling is a one-line error naming the new key.
+MOVED = [Bad(f"old spelling {old}", (*TRAIN, f"{old}=1"), f"{old}: renamed; use {new[0]}")
+         for old, new in sorted(_moved().items())]
+
 # -------------------------------------------------------------------------------- hand-written rows
 
 HAND = [
@@ -382,6 +396,25 @@ HAND = [
     Bad("bench outside a checkout", ("bench", "--quick"), "benchmarks/run_all.py not found",
         setup=lambda tmp, run, mp: mp.chdir(tmp)),
     Bad("recipe typo", ("train", "dmeo"), "config file 'dmeo' not found; did you mean the packaged recipe 'demo'?"),
+    # keys that moved to a task's section (issue 10): the old spelling names the new key
+    Bad("old key in a file", ("train", "{tmp}/old.toml"), "data.binarize: renamed; use images.binarize",
+        files={"old.toml": "[data]\nname = 'digits'\nbinarize = 'threshold'\n"}),
+    Bad("old key for two tasks", (*TRAIN, "data.limit=5"), "data.limit: renamed; use images.limit (data.name = "
+        "digits, fashion-mnist, mnist) or tagging.limit (data.name = conll2000, conll2002-esp, conll2002-ned)"),
+    Bad("model.hidden of an RBM", ("train", "rbm-digits", "run.out_dir={tmp}", "model.hidden=[16]"),
+        "model.hidden: the MLP's hidden widths; an RBM's hidden units are images.rbm_hidden"),
+    Bad("model.hidden of a tagger", ("train", "run.out_dir={tmp}", "data.name=conll2000", "model.hidden=[100]"),
+        "model.hidden: the MLP's hidden widths; the CoNLL taggers' width is tagging.hidden"),
+    Bad("model.hidden of conv-bilstm", ("train", "run.out_dir={tmp}", "data.name=fsdd-digits", "model.hidden=[16, 64]"),
+        "model.hidden: the MLP's hidden widths; the acoustic model's sizes are speech.channels and speech.hidden"),
+    Bad("another task's section", (*TRAIN, "speech.hidden=8"),
+        "speech.hidden: the [speech] section is read by data.name = fsdd-digits; this run has "
+        "data.name='eight_gaussians' (a toy set)"),
+    Bad("toy keys on images", ("train", "rbm-digits", "run.out_dir={tmp}", "toy.scale=2"),
+        "toy.scale: the [toy] section is read by data.name = checkerboard"),
+    Bad("a section as a key", (*TRAIN, "speech=3"), "override 'speech=3': expected section.key=value; did you mean 'speech'?"),
+    Bad("unknown key of a task section", (*TRAIN, "tagging.hiden=3"), "did you mean 'tagging.hidden'?"),
+    *MOVED,
 ]
 
 TABLE = [*HAND, *GENERATED]

@@ -75,7 +75,7 @@ def test_block_gibbs_on_a_model_without_layers_or_colouring_is_a_config_error(tm
 
 
 def test_eval_report_separates_noise_from_a_reverse_run_that_is_clearly_too_low():
-    from ebms.cli.discrete_eval import DiscreteEvalReport
+    from ebms.estimators.evaluation import DiscreteEvalReport
 
     def lines(gap):
         a = {"forward": 10.0, "forward_stderr": 0.3, "reverse": 10.0 + gap, "reverse_stderr": 0.4,

@@ -12,13 +12,12 @@ import torch
 
 from ebms.cli.config import load_config
 from ebms.cli.main import main
-from ebms.cli.tagging import TaggingTask, WordVocabulary
-from ebms.data.conll import Sentence
+from ebms.cli.tagging import TaggingTask
 from ebms.data.paths import DATA_ENV_VAR, data_root
 
 RECIPES = ["bilstm-crf-conll2000", "bilstm-crf-conll2002", "feature-crf-conll2000", "feature-crf-conll2002"]
-QUICK = ["run.progress=false", "train.log_every=5", "train.checkpoint_every=5", "data.limit=120"]
-SMALL_NET = ["model.embedding_dim=16", "model.hidden=[16]", "train.batch_size=20", "train.lr=0.01"]
+QUICK = ["run.progress=false", "train.log_every=5", "train.checkpoint_every=5", "tagging.limit=120"]
+SMALL_NET = ["tagging.embedding_dim=16", "tagging.hidden=16", "train.batch_size=20", "train.lr=0.01"]
 
 
 def _need(name: str) -> None:
@@ -48,7 +47,7 @@ def test_bilstm_crf_trains_writes_f1_and_resumes(tmp_path, capsys):
 
 def test_cnn_crf_with_characters_and_nce_on_spanish_ner_reports_testa(tmp_path, capsys):
     _need("conll2002")
-    args = ["train", "data.name=conll2002-esp", "model.kind=cnn-crf", "model.char_dim=8", "objective.kind=crf-nce",
+    args = ["train", "data.name=conll2002-esp", "model.kind=cnn-crf", "tagging.char_dim=8", "objective.kind=crf-nce",
             "objective.nu=2", f"run.out_dir={tmp_path}", "run.name=ner", "train.steps=5", *QUICK, *SMALL_NET]
     assert main(args) == 0, capsys.readouterr().err
     figures = _eval(tmp_path / "ner")["figures"]
@@ -58,8 +57,8 @@ def test_cnn_crf_with_characters_and_nce_on_spanish_ner_reports_testa(tmp_path, 
 def test_feature_crf_with_owlqn_matches_the_corpus_objective(tmp_path, capsys):
     _need("conll2000")
     pytest.importorskip("ebms.models.feature_crf")
-    args = ["train", "data.name=conll2000", "model.kind=feature-crf", "objective.kind=crf", "objective.c1=0.5",
-            "objective.c2=1.0", "train.optimizer=lbfgs", "train.batch_size=120", f"run.out_dir={tmp_path}",
+    args = ["train", "data.name=conll2000", "model.kind=feature-crf", "objective.kind=crf", "tagging.c1=0.5",
+            "tagging.c2=1.0", "train.optimizer=lbfgs", "train.batch_size=120", f"run.out_dir={tmp_path}",
             "run.name=feat", "train.steps=4", *QUICK, "train.log_every=1"]
     assert main(args) == 0, capsys.readouterr().err
     figures = _eval(tmp_path / "feat")["figures"]
@@ -83,8 +82,8 @@ def test_feature_crf_minibatch_training_on_ner_runs_from_the_unpadded_corpus(obj
 def test_feature_crf_loss_is_crfsuite_objective_over_n(tmp_path):
     _need("conll2000")
     pytest.importorskip("ebms.models.feature_crf")
-    cfg = load_config(None, ["data.name=conll2000", "model.kind=feature-crf", "objective.kind=crf", "data.limit=30",
-                             "objective.c2=2.0",
+    cfg = load_config(None, ["data.name=conll2000", "model.kind=feature-crf", "objective.kind=crf", "tagging.limit=30",
+                             "tagging.c2=2.0",
                              "train.optimizer=lbfgs", "train.batch_size=30"])
     task = TaggingTask()
     data = task.load(cfg)
@@ -119,15 +118,17 @@ def test_feature_crf_loss_is_crfsuite_objective_over_n(tmp_path):
                                    r"cnn-crf, feature-crf; did you mean 'bilstm-crf'\?"),
         ("objective.kind=crf-nse", r"objective.kind: unknown value 'crf-nse'.*; expected one of crf, crf-nce; "
                                    r"did you mean 'crf-nce'\?"),
-        ("model.hidden=[16,16]", r"model.hidden: expected one width \[H\] for bilstm-crf; got \[16, 16\]"),
-        ("objective.c1=0.1", r"objective.c1: an L1 term needs train.optimizer='lbfgs' \(OWL-QN\)"),
+        ("tagging.hidden=0", r"tagging.hidden: expected an integer >= 1; got 0"),
+        ("model.hidden=[16,16]", r"model.hidden: the MLP's hidden widths; the CoNLL taggers' width is tagging.hidden"),
+        ("model.embedding_dim=16", r"model.embedding_dim: renamed; use tagging.embedding_dim"),
+        ("tagging.c1=0.1", r"tagging.c1: an L1 term needs train.optimizer='lbfgs' \(OWL-QN\)"),
         ("objective.kind=crf-nce train.optimizer=lbfgs",
          "train.optimizer: crf-nce draws fresh noise sequences at every evaluation"),
-        ("objective.kind=crf-nce objective.c2=1.0", "objective.c1/c2: the L1/L2 terms belong to the crf objective"),
+        ("objective.kind=crf-nce tagging.c2=1.0", "tagging.c1/c2: the L1/L2 terms belong to the crf objective"),
     ],
 )
 def test_bad_tagging_configuration_is_a_one_line_error(override, message, tmp_path, capsys):
-    args = ["train", "data.name=conll2000", "model.kind=bilstm-crf", "model.hidden=[16]", "objective.kind=crf",
+    args = ["train", "data.name=conll2000", "model.kind=bilstm-crf", "tagging.hidden=16", "objective.kind=crf",
             f"run.out_dir={tmp_path}"]
     assert main([*args, *override.split()]) == 2
     err = capsys.readouterr().err.strip()
@@ -135,7 +136,7 @@ def test_bad_tagging_configuration_is_a_one_line_error(override, message, tmp_pa
 
 
 def test_nce_needs_a_whole_number_of_noise_sequences(tmp_path, capsys):
-    args = ["train", "data.name=conll2000", "model.kind=bilstm-crf", "model.hidden=[16]", "objective.kind=crf-nce",
+    args = ["train", "data.name=conll2000", "model.kind=bilstm-crf", "tagging.hidden=16", "objective.kind=crf-nce",
             "objective.nu=0.5",
             f"run.out_dir={tmp_path}"]
     assert main(args) == 2
@@ -145,19 +146,10 @@ def test_nce_needs_a_whole_number_of_noise_sequences(tmp_path, capsys):
 def test_unknown_feature_set_is_named(tmp_path, capsys):
     pytest.importorskip("ebms.structured.features")
     args = ["train", "data.name=conll2000", "model.kind=feature-crf", "objective.kind=crf",
-            "data.features=crfsuite-chunkin",
+            "tagging.features=crfsuite-chunkin",
             "train.optimizer=lbfgs", f"run.out_dir={tmp_path}"]
     assert main(args) == 2
-    assert "data.features: unknown value 'crfsuite-chunkin'" in capsys.readouterr().err
-
-
-def test_word_vocabulary_maps_digits_and_rare_words():
-    sents = [Sentence(((w, "X", "O"),) * 1) for w in ["the", "the", "1999", "2001", "rare"]]
-    vocab = WordVocabulary(sents, min_count=2)
-    assert vocab.words[:2] == ["<pad>", "<unk>"] and set(vocab.words[2:]) == {"the", "0000"}
-    (words, chars) = vocab.encode([Sentence((("1984", "X", "O"), ("rare", "X", "O")))], chars=True)
-    assert words.tolist() == [[vocab.word_index["0000"], WordVocabulary.UNK]]
-    assert chars.shape == (1, 2, 4) and int(chars[0, 1, 0]) == vocab.char_index["r"]
+    assert "tagging.features: unknown value 'crfsuite-chunkin'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", RECIPES)
@@ -169,7 +161,7 @@ def test_tagging_recipes_load_and_say_what_they_are(name):
 
 
 def test_missing_data_is_a_config_error_naming_the_data_set(tmp_path, capsys):
-    args = ["train", "data.name=conll2000", f"data.root={tmp_path}", "model.kind=bilstm-crf", "model.hidden=[16]",
+    args = ["train", "data.name=conll2000", f"data.root={tmp_path}", "model.kind=bilstm-crf", "tagging.hidden=16",
             "objective.kind=crf", f"run.out_dir={tmp_path}"]
     assert main(args) == 2
     err = capsys.readouterr().err.strip()

@@ -21,10 +21,11 @@ from ebms.data.paths import DATA_ENV_VAR, data_root
 RECIPES = Path(__file__).resolve().parents[2] / "src" / "ebms" / "recipes"
 TINY = [
     "run.progress=false",
-    "data.n_train=8",
+    "speech.n_train=8",
     "data.n_test=4",
-    "data.max_digits=3",
-    "model.hidden=[4,8]",
+    "speech.max_digits=3",
+    "speech.channels=4",
+    "speech.hidden=8",
     "train.steps=4",
     "train.batch_size=4",
     "train.log_every=2",
@@ -53,7 +54,7 @@ def fake_root(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("recipe", ["ctc-digits.toml", "ctc-crf-digits.toml"])
 def test_train_writes_eval_json_with_a_label_error_rate(recipe, fake_root, tmp_path, capsys):
     args = ["train", str(RECIPES / recipe), f"run.out_dir={tmp_path}", f"data.root={fake_root}",
-            'data.test_speakers=["cy"]', *TINY]
+            'speech.test_speakers=["cy"]', *TINY]
     assert main(args) == 0, capsys.readouterr().err
     run = tmp_path / recipe.removesuffix(".toml")
     report = json.loads((run / "eval.json").read_text())
@@ -73,13 +74,16 @@ def test_train_writes_eval_json_with_a_label_error_rate(recipe, fake_root, tmp_p
         ("objective.kind=ctc_crf", "objective.kind: unknown value 'ctc_crf' for data.name='fsdd-digits' (a structured task); "
                                    "expected one of ctc, ctc-crf; did you mean 'ctc-crf'?"),
         ("model.kind=mlp", "model.kind: unknown value 'mlp' for data.name='fsdd-digits'"),
-        ("model.hidden=[1,2,3]", "model.hidden: expected [H] or [channels, H]"),
-        ('data.test_speakers=["zed"]', "data.test_speakers: test_speakers: expected a non-empty proper subset"),
+        ("speech.channels=0", "speech.channels: expected an integer >= 1; got 0"),
+        ("model.hidden=[1,2,3]", "model.hidden: the MLP's hidden widths; the acoustic model's sizes are speech.channels "
+                                 "and speech.hidden"),
+        ("objective.lm_order=3", "objective.lm_order: renamed; use speech.lm_order"),
+        ('speech.test_speakers=["zed"]', "speech.test_speakers: test_speakers: expected a non-empty proper subset"),
     ],
 )
 def test_bad_speech_configuration_is_a_one_line_error(override, message, fake_root, tmp_path, capsys):
     args = ["train", str(RECIPES / "ctc-digits.toml"), f"run.out_dir={tmp_path}", f"data.root={fake_root}",
-            'data.test_speakers=["cy"]', *TINY, override]
+            'speech.test_speakers=["cy"]', *TINY, override]
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1

@@ -124,7 +124,7 @@ def test_a_checkpoint_of_dense_weights_loads_into_the_compact_model():
 
 
 def test_encoded_corpus_gives_the_same_full_batch_objective_as_padded_tensors():
-    from ebms.models.feature_crf import _Corpus
+    from ebms.models.feature_crf import BucketedCorpus
 
     xs = [[{f"a{(i * 7 + j * 3 + k) % 11}": 1.0 + k for k in range(1 + (i + j) % 4)} for j in range(1 + i % 5)]
           for i in range(9)]
@@ -136,7 +136,7 @@ def test_encoded_corpus_gives_the_same_full_batch_objective_as_padded_tensors():
     m = FeatureCRF(len(vocab), C)
     m.set_weights(torch.randn(len(vocab), C, dtype=torch.float64, generator=torch.Generator().manual_seed(2)))
     ref = corpus_from_padded(ids, w, lengths, tags, len(vocab), 4, torch.float64).nll(*m.effective_weights())
-    got = _Corpus(lambda b: flat.padded(b)[:2], flat.lengths, tags, len(vocab), 4, torch.float64)
+    got = BucketedCorpus(lambda b: flat.padded(b)[:2], flat.lengths, tags, len(vocab), 4, torch.float64)
     torch.testing.assert_close(got.nll(*m.effective_weights()), ref)
 
 

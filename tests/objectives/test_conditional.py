@@ -1,4 +1,8 @@
-"""Tests for ebms.objectives.conditional: conditional ML, conditional NCE and the tag-bigram noise."""
+"""Tests for ebms.objectives.conditional: conditional ML and conditional NCE.
+
+The tag-bigram noise (now an ebms.distributions.NGram) has its own tests in
+tests/distributions/test_dist_ngram.py.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,9 @@ import pytest
 import torch
 from torch import nn
 
+from ebms.distributions import NGram
 from ebms.objectives.conditional import ConditionalML, ConditionalNCE, TagBigramNoise
+from ebms.sequences import Sequences
 from ebms.structured.linear_chain import LinearChainCRF
 
 
@@ -134,67 +140,48 @@ def _random_noise(c: int, seed: int) -> TagBigramNoise:
     return TagBigramNoise(start, torch.log_softmax(torch.randn(c, c, generator=g), 1))
 
 
-def test_bigram_noise_sums_to_one_over_sequences_of_each_length():
-    noise = _random_noise(3, 0)
-    for length in (1, 2, 4):
-        seqs = torch.tensor(list(itertools.product(range(3), repeat=length)))
-        lp = noise.log_prob(seqs, torch.full((len(seqs),), length))
-        assert float(torch.logsumexp(lp, 0)) == pytest.approx(0.0, abs=1e-6)
-
-
-def test_bigram_noise_sample_frequencies_match_its_probabilities():
-    noise = _random_noise(3, 1)
-    lengths = torch.tensor([3, 1, 2])
-    n = 20000
-    draws = noise.sample(lengths, n, generator=torch.Generator().manual_seed(2))
-    assert draws.shape == (n, 3, 3)
-    assert bool((draws[:, 1, 1:] == 0).all()) and bool((draws[:, 2, 2:] == 0).all())
-    # 27 + 3 + 9 = 39 cells; z = 4.5 keeps the family-wise false-alarm rate below 39 * 7e-6 = 3e-4.
-    for b, length in enumerate(lengths.tolist()):
-        seqs = torch.tensor(list(itertools.product(range(3), repeat=length)))
-        p = noise.log_prob(seqs, torch.full((len(seqs),), length)).exp()
-        codes = (draws[:, b, :length] * torch.tensor([3**i for i in range(length)])).sum(1)
-        ref = (seqs * torch.tensor([3**i for i in range(length)])).sum(1)
-        freq = torch.tensor([float((codes == r).float().mean()) for r in ref])
-        se = (p * (1 - p) / n).sqrt()
-        assert bool(((freq - p).abs() <= 4.5 * se + 1e-12).all()), (freq, p)
-
-
-def test_bigram_noise_fit_uses_smoothed_counts():
-    tags = torch.tensor([[0, 1, 1], [1, 0, 2]])
-    lengths = torch.tensor([3, 2])
-    noise = TagBigramNoise.fit(tags, lengths, 3, smoothing=1.0)
-    assert torch.allclose(noise.log_start.exp(), torch.tensor([2.0, 2.0, 1.0], dtype=torch.float64) / 5)
-    # transitions seen: 0->1, 1->1, 1->0 (the 0->2 pair lies beyond length 2)
-    assert torch.allclose(noise.log_trans.exp()[1], torch.tensor([2.0, 2.0, 1.0], dtype=torch.float64) / 5)
-    assert torch.allclose(noise.log_trans.exp()[2], torch.full((3,), 1 / 3, dtype=torch.float64))
-    assert torch.allclose(TagBigramNoise.uniform(4).log_start.exp(), torch.full((4,), 0.25, dtype=torch.float64))
-
-
 # --- conditional NCE ------------------------------------------------------------------------
 
 
-def test_nce_loss_equals_the_monograph_formula_by_hand():
+def _trigram_noise(c: int, seed: int) -> NGram:
+    """Any length-conditional member works as the noise: here a Witten-Bell trigram over the tags."""
+    x, y, lengths = ragged_batch(seed=seed, b=4, tags=c)
+    return NGram.fit(Sequences(y, lengths), c + 1, 3, boundary=c, end=False)
+
+
+@pytest.mark.parametrize("make_noise", [_random_noise, _trigram_noise], ids=["tag-bigram", "trigram"])
+def test_nce_loss_equals_the_monograph_formula_by_hand(make_noise):
     model = TableCRF(3, 3, seed=8)
     x, y, lengths = ragged_batch(seed=9)
-    noise, nu = _random_noise(3, 10), 3
+    noise, nu = make_noise(3, 10), 3
     out = ConditionalNCE(noise, nu=nu)(model, (x, y, lengths), generator=torch.Generator().manual_seed(11))
-    ys = noise.sample(lengths, nu, generator=torch.Generator().manual_seed(11))
+    ys = noise.sample(nu * len(lengths), lengths=lengths.repeat(nu), generator=torch.Generator().manual_seed(11))
+    ys = ys.tokens.view(nu, len(lengths), -1)  # draw j of example i is row j * B + i
     total = 0.0
     with torch.no_grad():
         for i, (xi, yi) in enumerate(_lists(x, y, lengths)):
             n = len(xi)
             pt = math.exp(float(model.brute_score(xi, yi)))
-            q = math.exp(float(noise.log_prob(torch.tensor([yi]), torch.tensor([n]))))
+            q = math.exp(float(noise.log_prob(Sequences(torch.tensor([yi])))))
             j_i = math.log(pt / (pt + nu * q))
             for k in range(nu):
                 z = tuple(ys[k, i, :n].tolist())
                 ptz = math.exp(float(model.brute_score(xi, z)))
-                qz = math.exp(float(noise.log_prob(torch.tensor([z]), torch.tensor([n]))))
+                qz = math.exp(float(noise.log_prob(Sequences(torch.tensor([z])))))
                 j_i += math.log(nu * qz / (ptz + nu * qz))  # nu * E_q[...] estimated by the sum of nu draws
             total += j_i
     assert float(out.loss.detach()) == pytest.approx(-total / x.shape[0], rel=1e-9)
     assert set(out.metrics) == {"acc_data", "acc_noise", "score_data"}
+
+
+def test_tag_bigram_and_the_same_ngram_give_the_same_loss():
+    model = TableCRF(3, 3, seed=2)
+    x, y, lengths = ragged_batch(seed=3)
+    tag = TagBigramNoise.fit(y, lengths, 3, smoothing=0.5)
+    same = NGram.fit(Sequences(y, lengths), 4, 2, smoothing="add_k", k=0.5, boundary=3, end=False)
+    a = ConditionalNCE(tag, nu=2)(model, (x, y, lengths), generator=torch.Generator().manual_seed(4)).loss
+    b = ConditionalNCE(same, nu=2)(model, (x, y, lengths), generator=torch.Generator().manual_seed(4)).loss
+    torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
 
 
 def test_nce_chunks_leave_the_loss_unchanged():
@@ -280,18 +267,20 @@ def test_bad_settings_are_rejected_by_name():
         ConditionalNCE(noise, nu=0)
     with pytest.raises((ValueError, TypeError), match="nu"):
         ConditionalNCE(noise, nu=1.5)
-    with pytest.raises(TypeError, match="noise: expected a TagBigramNoise-like"):
+    with pytest.raises(TypeError, match="noise: expected an ebms.distributions model of tag sequences conditional on "
+                                        "their length .*; got str"):
         ConditionalNCE("uniform", nu=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="noise: .*conditional on their length .*; got NGram"):
+        ConditionalNCE(NGram.uniform(4, 2, boundary=3), nu=1)  # a law with an end symbol
     with pytest.raises(ValueError, match="l2"):
         ConditionalML(l2=-1.0)
     with pytest.raises(ValueError, match="chunk_size"):
         ConditionalML(chunk_size=0)
-    with pytest.raises(ValueError, match="log_trans: expected log-probabilities summing to 1"):
-        TagBigramNoise(torch.full((2,), -math.log(2)), torch.zeros(2, 2))
-    with pytest.raises(ValueError, match="noise: expected 3 tags"):
+    with pytest.raises(ValueError, match=r"noise: expected 3 tags \(the model's\): an n-gram with vocab_size 4 and "
+                                         r"boundary 3; got vocab_size 5, boundary 4"):
         ConditionalNCE(TagBigramNoise.uniform(4))(TableCRF(3, 3), ragged_batch())
-    with pytest.raises(ValueError, match=r"tags: expected values in \[0, 1\]"):
-        TagBigramNoise.uniform(2).log_prob(torch.tensor([[0, 2]]), torch.tensor([2]))
+    with pytest.raises(ValueError, match=r"tags: expected values in \[0, 1\] within each length"):
+        TagBigramNoise.fit(torch.tensor([[0, 2]]), torch.tensor([2]), 2)
 
 
 def test_a_model_that_returns_no_crf_is_a_type_error():
@@ -320,7 +309,7 @@ def test_nce_float64_loss_is_exact_when_logits_pass_20(per_word):
     x = torch.zeros(3, 2, dtype=torch.long)
     y, lengths = torch.tensor([[0, 1], [2, 2], [1, 0]]), torch.full((3,), 2)
     out = ConditionalNCE(noise, nu=nu)(model, (x, y, lengths), generator=torch.Generator().manual_seed(0))
-    log_q = float(noise.log_prob(y[:1], lengths[:1]).double())
+    log_q = float(noise.log_prob(Sequences(y[:1], lengths[:1])).double())
     g = 2 * per_word - math.log(nu) - log_q
     assert 20 < abs(g) < 37
     assert float(out.loss.detach()) == pytest.approx(_exact_softplus(-g) + nu * _exact_softplus(g), rel=1e-14)
@@ -328,25 +317,6 @@ def test_nce_float64_loss_is_exact_when_logits_pass_20(per_word):
     # dL/dw[0, k] = (-sigmoid(-G) * data uses of (word 0, tag k) + sigmoid(G) * noise uses) / B
     sig = 1 / (1 + math.exp(-g))
     assert float(grad_w.sum()) == pytest.approx((-(1 - sig) * 6 + sig * 6 * nu) / 3, rel=1e-13)
-
-
-def test_bigram_noise_log_prob_is_exact_in_float64():
-    # The noise law was stored in float32, so log q(y) (and every NCE logit of a float64 model)
-    # was rounded by ~1e-7; the fitted law must equal the smoothed count ratios to float64 rounding.
-    tags = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 2], [2, 2, 1, 0]])
-    lengths = torch.tensor([4, 3, 4])
-    noise = TagBigramNoise.fit(tags, lengths, 3, smoothing=0.7)
-    start = [1 + 0.7, 1 + 0.7, 1 + 0.7]
-    trans = [[0.7] * 3 for _ in range(3)]
-    for row, n in zip(tags.tolist(), lengths.tolist()):
-        for a, b in zip(row[: n - 1], row[1:n]):
-            trans[a][b] += 1
-    y = [0, 2, 2, 1]
-    exact = math.log(start[0] / sum(start)) + sum(math.log(trans[a][b] / sum(trans[a])) for a, b in zip(y, y[1:]))
-    got = noise.log_prob(torch.tensor([y]), torch.tensor([4]))
-    assert got.dtype == torch.float64 and float(got) == pytest.approx(exact, rel=1e-15)
-    assert float(TagBigramNoise.uniform(7).log_prob(torch.zeros(1, 5, dtype=torch.long), torch.tensor([5]))) == \
-        pytest.approx(-5 * math.log(7), rel=1e-15)
 
 
 @pytest.mark.parametrize("trainable", [("w",), ("a",), ("s",), ("e",), ("a", "s", "e"), ()])

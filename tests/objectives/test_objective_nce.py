@@ -1,4 +1,7 @@
-"""NCE: the worked decision boundary, loss formula, Gaussian recovery of mean, precision and log Z."""
+"""NCE: the worked decision boundary, loss formula, Gaussian recovery of mean, precision and log Z.
+
+The Gaussian noise model's own tests moved to tests/distributions/test_dist_gaussian.py.
+"""
 
 from __future__ import annotations
 
@@ -21,9 +24,10 @@ from _objective_fit import (
     unpack,
 )
 
+from ebms.distributions import Gaussian
 from ebms.energy import from_fn
 from ebms.nets import GaussianEnergy, GaussianMixtureEnergy
-from ebms.objectives import NCE, GaussianNoise
+from ebms.objectives import NCE
 
 
 def _bisect(f, lo: float, hi: float, iters: int = 60) -> float:
@@ -40,7 +44,7 @@ def _bisect(f, lo: float, hi: float, iters: int = 60) -> float:
 
 def test_decision_boundary_matches_worked_example():
     # Course notes, "Example 3: NCE Logit": E = x^2/2, q = N(0, 4), nu = 1, zeta = 0 -> roots at +-2.073.
-    nce = NCE(GaussianNoise([0.0], 4.0).double(), nu=1.0, log_z_init=0.0)
+    nce = NCE(Gaussian([0.0], 4.0).double(), nu=1.0, log_z_init=0.0)
     energy = from_fn(lambda x: 0.5 * (x**2).sum(-1))
 
     def G(t: float) -> float:
@@ -55,7 +59,7 @@ def test_decision_boundary_matches_worked_example():
 
 
 def test_loss_and_metrics_match_formula():
-    noise = GaussianNoise([0.0, 0.0], 2.0)
+    noise = Gaussian([0.0, 0.0], 2.0)
     nce = NCE(noise, nu=2.0, log_z_init=0.3)
     energy = GaussianEnergy(2, mean=[0.5, 0.0])
     x = torch.randn(10, 2, generator=torch.Generator().manual_seed(0))
@@ -79,7 +83,7 @@ def test_loss_and_metrics_match_formula():
 
 
 def test_log_z_is_a_parameter_in_state_dict_and_gets_gradient():
-    nce = NCE(GaussianNoise([0.0, 0.0], 2.0), log_z_init=1.5)
+    nce = NCE(Gaussian([0.0, 0.0], 2.0), log_z_init=1.5)
     assert [n for n, _ in nce.named_parameters()] == ["log_z"]
     assert float(nce.state_dict()["log_z"]) == 1.5
     out = nce(GaussianEnergy(2), torch.randn(8, 2), generator=torch.Generator().manual_seed(0))
@@ -95,25 +99,10 @@ def test_same_generator_gives_same_loss():
     assert torch.equal(a.loss, b.loss) and torch.equal(a.negatives, b.negatives)
 
 
-def test_gaussian_noise_sample_moments_and_log_prob():
-    cov = torch.tensor([[2.0, 0.6], [0.6, 1.0]], dtype=DTYPE)
-    q = GaussianNoise(torch.tensor([1.0, -1.0], dtype=DTYPE), cov)
-    ref = torch.distributions.MultivariateNormal(torch.tensor([1.0, -1.0], dtype=DTYPE), cov)
-    x = torch.randn(5, 2, dtype=DTYPE)
-    torch.testing.assert_close(q.log_prob(x), ref.log_prob(x))
-    n = 20000
-    y = q.sample(n, generator=torch.Generator().manual_seed(0))
-    # z = 4 with SE sqrt(C_ii / n) for each mean coordinate
-    se = (cov.diagonal() / n).sqrt()
-    assert torch.all((y.mean(0) - q.mean).abs() < 4 * se)
-    fitted = GaussianNoise.fit(y, scale=2.0)
-    torch.testing.assert_close(fitted.covariance, 4.0 * torch.cov(y.T))
-
-
 def test_nce_recovers_gaussian_and_log_partition():
     nu = 1.0
     x = gaussian_data(seed=20)
-    noise = GaussianNoise(torch.tensor([0.5, 0.0], dtype=DTYPE), torch.tensor([[4.0, 0.0], [0.0, 3.0]], dtype=DTYPE))
+    noise = Gaussian(torch.tensor([0.5, 0.0], dtype=DTYPE), torch.tensor([[4.0, 0.0], [0.0, 3.0]], dtype=DTYPE))
     nce = NCE(noise, nu=nu).double()
     energy = new_energy()
     out = fit(nce, energy, x, seed=4, extra=[nce.log_z])
@@ -139,13 +128,26 @@ def test_nce_recovers_gaussian_and_log_partition():
 @pytest.mark.parametrize("nu", [0.0, -1.0, float("inf")])
 def test_bad_nu_message_names_argument_and_value(nu):
     with pytest.raises(ValueError, match=rf"nu: expected a finite number > 0; got {nu!r}"):
-        NCE(GaussianNoise([0.0], 1.0), nu=nu)
+        NCE(Gaussian([0.0], 1.0), nu=nu)
 
 
-def test_torch_distribution_noise_is_rejected_with_fix():
-    q = torch.distributions.Normal(torch.zeros(1), torch.ones(1))
-    with pytest.raises(TypeError, match="noise: expected sample.*GaussianNoise"):
-        NCE(q)
+def test_torch_distribution_noise_is_wrapped_and_scored_like_the_same_gaussian():
+    # a torch law has no generator keyword: NCE wraps it (draws seeded from the generator) and its
+    # log q is torch's, so the loss equals the one computed by hand on the same noise draws
+    torch_q = torch.distributions.Normal(torch.zeros(2, dtype=DTYPE), 1.5)
+    nce = NCE(torch_q, nu=1.0)
+    energy = GaussianEnergy(2).double()
+    x = torch.randn(6, 2, dtype=DTYPE, generator=torch.Generator().manual_seed(0))
+    a = nce(energy, x, generator=torch.Generator().manual_seed(1))
+    b = nce(energy, x, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(a.negatives, b.negatives)
+    same = Gaussian(torch.zeros(2, dtype=DTYPE), std=1.5)
+
+    def logit(z):
+        return -energy(z) - same.log_prob(z)
+
+    expected = F.softplus(-logit(x)).mean() + F.softplus(logit(a.negatives)).mean()
+    torch.testing.assert_close(a.loss, expected)
 
 
 def test_noise_without_log_prob_is_rejected():
@@ -153,17 +155,18 @@ def test_noise_without_log_prob_is_rejected():
         def sample(self, n, *, generator=None):
             return torch.zeros(n, 1)
 
-    with pytest.raises(TypeError, match="noise: .* OnlySample has no log_prob"):
+    with pytest.raises(TypeError, match=r"noise: expected a normalised model with sample\(n, \*, generator\) and "
+                                        r"log_prob\(x\) .*; got OnlySample"):
         NCE(OnlySample())
 
 
 def test_bad_log_z_init_is_rejected():
     with pytest.raises(ValueError, match="log_z_init: expected a finite number; got nan"):
-        NCE(GaussianNoise([0.0], 1.0), log_z_init=float("nan"))
+        NCE(Gaussian([0.0], 1.0), log_z_init=float("nan"))
 
 
 def test_nan_batch_and_mismatched_noise_shape_are_rejected():
-    nce = NCE(GaussianNoise([0.0, 0.0], 1.0))
+    nce = NCE(Gaussian([0.0, 0.0], 1.0))
     x = torch.zeros(4, 2)
     x[0, 0] = float("inf")
     with pytest.raises(ValueError, match="batch: expected a finite tensor; got 0 NaN and 1 Inf"):
@@ -173,20 +176,9 @@ def test_nan_batch_and_mismatched_noise_shape_are_rejected():
 
 
 def test_noise_dtype_mismatch_is_rejected():
-    nce = NCE(GaussianNoise([0.0, 0.0], 1.0))  # float32 noise
+    nce = NCE(Gaussian([0.0, 0.0], 1.0))  # float32 noise
     with pytest.raises(TypeError, match=r"noise.sample\(n\): expected dtype torch.float64"):
         nce(GaussianEnergy(2).double(), torch.zeros(4, 2, dtype=DTYPE))
-
-
-def test_bad_gaussian_noise_arguments():
-    with pytest.raises(ValueError, match=r"mean: expected shape \(D,\)"):
-        GaussianNoise([[0.0]], 1.0)
-    with pytest.raises(ValueError, match="cov: expected a finite number > 0; got -1.0"):
-        GaussianNoise([0.0], -1.0)
-    with pytest.raises(ValueError, match=r"cov: expected shape \(2, 2\); got \(3, 3\)"):
-        GaussianNoise([0.0, 0.0], torch.eye(3))
-    with pytest.raises(ValueError, match="cov: expected a positive definite matrix"):
-        GaussianNoise([0.0, 0.0], torch.tensor([[1.0, 2.0], [2.0, 1.0]]))
 
 
 def _exact_softplus(t: float) -> float:
@@ -198,7 +190,7 @@ def _exact_softplus(t: float) -> float:
 def test_float64_loss_and_log_z_gradient_are_exact_when_logits_pass_20(level):
     # E = level puts every logit G near -level - log q: |G| in (20, 30), where torch's softplus
     # cut-off (identity above 20) dropped up to 2e-9 from the float64 loss and its gradient.
-    noise = GaussianNoise([0.0], 1.0).double()
+    noise = Gaussian([0.0], 1.0).double()
     nce = NCE(noise, nu=2.0).double()
     energy = from_fn(lambda x: torch.full((x.shape[0],), level, dtype=x.dtype))
     x = torch.linspace(-1.0, 1.0, 8, dtype=torch.float64).reshape(8, 1)
@@ -221,7 +213,7 @@ def test_float64_loss_and_log_z_gradient_are_exact_when_logits_pass_20(level):
 def test_loss_gradient_reaches_every_parameter_that_requires_it(learn_energy, learn_log_z):
     # each requires-grad combination of (energy parameters, log_z): the gradient of every trainable
     # one matches central finite differences (float64), and a fully frozen loss has no graph
-    noise = GaussianNoise([0.0, 0.0], 2.0).double()
+    noise = Gaussian([0.0, 0.0], 2.0).double()
     nce = NCE(noise, nu=1.5, log_z_init=0.4).double()
     energy = GaussianEnergy(2, mean=[0.3, -0.2]).double()
     for p in energy.parameters():

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from _ctc_paths import collapse
 
 import ebms.structured.den_graph as dg
+from ebms.sequences import Sequences
 from ebms.structured.ctc import ctc_log_likelihood, ctc_loss
 from ebms.structured.ctc_crf import (
     ctc_crf_decode,
@@ -42,7 +43,7 @@ def _case(t, b, v, s, seed, dtype=torch.float64):
 
 
 def _lm_score(lm, y):
-    return float(lm.log_prob(torch.tensor([list(y) + [1]]), torch.tensor([len(y)]))[0])
+    return float(lm.log_prob(Sequences(torch.tensor([list(y) + [1]]), torch.tensor([len(y)])))[0])
 
 
 def _enumerate(log_probs, length, lm):
@@ -91,7 +92,7 @@ def test_log_likelihood_is_lm_plus_ctc_minus_log_z(order):
     lp = logits.log_softmax(-1)
     graph = _graph(4, order)
     num = ctc_crf_log_likelihood(lp, targets, il, tl, graph) + den_log_partition(lp, il, graph)
-    want = ctc_log_likelihood(lp, targets, il, tl) + graph.lm.log_prob(targets, tl)
+    want = ctc_log_likelihood(lp, targets, il, tl) + graph.lm.log_prob(Sequences(targets, tl))
     torch.testing.assert_close(num, want, atol=1e-12, rtol=0)
 
 
@@ -105,7 +106,7 @@ def test_loss_uses_cat_convention_with_auxiliary_ctc_weight():
     torch.testing.assert_close(got, logz - 1.1 * ctc, atol=1e-12, rtol=0)
     ll = ctc_crf_log_likelihood(lp, targets, il, tl, graph)
     plain = ctc_crf_loss(lp, targets, il, tl, graph, reduction="none")
-    torch.testing.assert_close(plain, graph.lm.log_prob(targets, tl) - ll, atol=1e-12, rtol=0)
+    torch.testing.assert_close(plain, graph.lm.log_prob(Sequences(targets, tl)) - ll, atol=1e-12, rtol=0)
 
 
 # (c) log Z against enumeration of all V^T frame paths ------------------------------------

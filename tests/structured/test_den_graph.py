@@ -8,6 +8,7 @@ import pytest
 import torch
 from _ctc_paths import collapse
 
+from ebms.sequences import Sequences
 from ebms.structured.den_graph import DenominatorGraph
 from ebms.structured.ngram import LabelNGram
 
@@ -37,7 +38,7 @@ def test_every_frame_path_has_one_path_weighted_by_lm_of_itscollapse(order):
             y = list(collapse(path))
             got = _walk(graph, path)
             tgt = torch.tensor([y + [1]])
-            assert got == pytest.approx(float(lm.log_prob(tgt, torch.tensor([len(y)]))[0]),
+            assert got == pytest.approx(float(lm.log_prob(Sequences(tgt, torch.tensor([len(y)])))[0]),
                                         abs=1e-12)
 
 
@@ -58,8 +59,8 @@ def test_repeated_label_needs_a_blank():
     lm = LabelNGram.fit([[1, 1], [1]], 3, 2)
     graph = DenominatorGraph.from_ngram(lm)
     # "1 1" (two frames) stays one label; "1 0 1" is two labels.
-    one = lm.log_prob(torch.tensor([[1]]), torch.tensor([1]))[0]
-    two = lm.log_prob(torch.tensor([[1, 1]]), torch.tensor([2]))[0]
+    one = lm.log_prob(Sequences(torch.tensor([[1]])))[0]
+    two = lm.log_prob(Sequences(torch.tensor([[1, 1]])))[0]
     assert _walk(graph, (1, 1)) == pytest.approx(float(one), abs=1e-12)
     assert _walk(graph, (1, 0, 1)) == pytest.approx(float(two), abs=1e-12)
 

@@ -20,7 +20,7 @@ import math
 import os
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, get_args, get_origin
 
@@ -31,7 +31,14 @@ __all__ = [
     "MAX_INT",
     "MAX_NAME_BYTES",
     "MAX_SEED",
+    "COUNT",
+    "CORE_RULES",
+    "DROPOUT",
+    "FRACTION",
+    "NONNEG",
+    "POS",
     "RULES",
+    "SEED",
     "Rule",
     "check_values",
     "expectation",
@@ -92,87 +99,90 @@ def _non_empty(v: str) -> bool:
     return v.strip() != ""
 
 
-_POS = Rule(low=0, low_open=True)  # > 0
-_NONNEG = Rule(low=0)  # >= 0
-_COUNT = Rule(low=1)  # an integer >= 1
-_SEED = Rule(low=0, high=MAX_SEED)
+POS = Rule(low=0, low_open=True)  # > 0
+NONNEG = Rule(low=0)  # >= 0
+COUNT = Rule(low=1)  # an integer >= 1
+SEED = Rule(low=0, high=MAX_SEED)
+FRACTION = Rule(low=0, high=1, low_open=True, high_open=True)  # in (0, 1)
+DROPOUT = Rule(low=0, high=1, high_open=True)  # in [0, 1)
 
-#: the constraint table: every key of :class:`Config` has a row (a test keeps it so).
-RULES: dict[str, Rule] = {
+#: the rules of the shared sections; each task declares those of its own section (``Task.rules``).
+CORE_RULES: dict[str, Rule] = {
     "run.name": Rule(text=f"a folder name: not empty, not '.' or '..', without '/', '\\' or NUL, at most "
                           f"{MAX_NAME_BYTES} bytes", check=_is_folder_name),
     "run.out_dir": Rule(text="a folder path (not empty; '.' is the current folder)", check=_is_path),
-    "run.seed": _SEED,
+    "run.seed": SEED,
     "run.device": Rule(names="'cpu' or a torch device available on this machine ('cuda', 'cuda:N', 'mps')"),
     "run.progress": Rule(),
-    "data.name": Rule(names="a data set name: a toy set, a binary image set or a structured task"),
-    "data.n_test": _COUNT,
-    "data.scale": _POS,
-    "data.noise": _NONNEG,
+    "data.name": Rule(names="a data set name served by a task (toy set, binary image set, structured task)"),
+    "data.n_test": COUNT,
     "data.path": Rule(text="a file path (not empty)", check=_is_path),
     "data.key": Rule(text="a tensor name (not empty)", check=_non_empty),
-    "data.test_fraction": Rule(low=0, high=1, low_open=True, high_open=True),
-    "data.binarize": Rule(choices=("stochastic", "threshold")),
-    "data.binarize_seed": _SEED,
+    "data.test_fraction": FRACTION,
     "data.root": Rule(text="a folder path (not empty)", check=_is_path),
-    "data.download": Rule(),
-    "data.limit": _COUNT,
-    "data.features": Rule(names="'' (the data set's usual template) or an attribute template name of "
-                               "ebms.structured.features"),
-    "data.n_train": _COUNT,
-    "data.max_digits": _COUNT,
-    "data.max_mb": _COUNT,
-    "data.test_speakers": Rule(min_items=1, text="a non-empty list of speaker names",
-                               check=lambda v: all(_non_empty(x) for x in v)),
-    "model.kind": Rule(names="a model name that fits data.name (build.MODELS, or the structured task's model_kinds)"),
+    "data.max_mb": COUNT,
+    "model.kind": Rule(names="a model name that the task of data.name takes (its model_kinds)"),
     "model.hidden": Rule(low=1, min_items=1),
-    "model.activation": Rule(names="an activation name (ebms.nets._activations.ACTIVATIONS)"),
-    "model.embedding_dim": _COUNT,
-    "model.char_dim": _NONNEG,
-    "model.layers": _COUNT,
-    "model.dropout": Rule(low=0, high=1, high_open=True),
+    "model.activation": Rule(names="an activation name (ebms.nets.ACTIVATIONS)"),
     "sampler.kind": Rule(names="a sampler name that fits the data (build.SAMPLERS: continuous or discrete kernels)"),
-    "sampler.step_size": _POS,
-    "sampler.noise_scale": _NONNEG,
-    "sampler.n_leapfrog": _COUNT,
-    "sampler.sweeps": _COUNT,
+    "sampler.step_size": POS,
+    "sampler.noise_scale": NONNEG,
+    "sampler.n_leapfrog": COUNT,
+    "sampler.sweeps": COUNT,
     "sampler.scan": Rule(choices=("random", "systematic")),
-    "sampler.temperature": _POS,
-    "sampler.n_flips": _COUNT,
-    "objective.kind": Rule(names="an objective name that fits data.name (build.OBJECTIVES, or the structured "
-                                 "task's objective_kinds)"),
-    "objective.k": _COUNT,
-    "objective.regularization": _NONNEG,
-    "objective.buffer_size": _COUNT,
+    "sampler.temperature": POS,
+    "sampler.n_flips": COUNT,
+    "objective.kind": Rule(names="an objective name that the task of data.name takes (its objective_kinds)"),
+    "objective.k": COUNT,
+    "objective.regularization": NONNEG,
+    "objective.buffer_size": COUNT,
     "objective.reinit_prob": Rule(low=0, high=1),
-    "objective.sigma": _POS,
-    "objective.sigmas": _POS,
-    "objective.n_projections": _COUNT,
-    "objective.nu": _POS,
-    "objective.noise_scale": _POS,
-    "objective.c1": _NONNEG,
-    "objective.c2": _NONNEG,
-    "objective.ctc_weight": _NONNEG,
-    "objective.lm_order": _COUNT,
-    "train.steps": _COUNT,
-    "train.batch_size": _COUNT,
-    "train.lr": _POS,
+    "objective.sigma": POS,
+    "objective.sigmas": POS,
+    "objective.n_projections": COUNT,
+    "objective.nu": POS,
+    "objective.noise_scale": POS,
+    "train.steps": COUNT,
+    "train.batch_size": COUNT,
+    "train.lr": POS,
     "train.lr_schedule": Rule(names="a schedule name (build.LR_SCHEDULES)"),
     "train.lr_final": Rule(low=0, high=1),
     "train.optimizer": Rule(choices=("adam", "sgd", "lbfgs")),
-    "train.momentum": Rule(low=0, high=1, high_open=True),
-    "train.weight_decay": _NONNEG,
-    "train.grad_clip": _POS,
-    "train.log_every": _COUNT,
-    "train.checkpoint_every": _COUNT,
+    "train.momentum": DROPOUT,
+    "train.weight_decay": NONNEG,
+    "train.grad_clip": POS,
+    "train.log_every": COUNT,
+    "train.checkpoint_every": COUNT,
     "eval.resolution": Rule(low=4, text="an even integer >= 4 (the grid checks its log Z on n/2 cells)",
                             check=lambda v: v % 2 == 0),
-    "eval.n_samples": _COUNT,
-    "eval.sample_steps": _COUNT,
-    "eval.ais_chains": _COUNT,
-    "eval.ais_temperatures": _COUNT,
+    "eval.n_samples": COUNT,
+    "eval.sample_steps": COUNT,
+    "eval.ais_chains": COUNT,
+    "eval.ais_temperatures": COUNT,
     "eval.reverse_ais": Rule(),
 }
+
+
+class _Rules(Mapping[str, Rule]):
+    """The whole table: :data:`CORE_RULES` and every registered task's ``rules`` under its section."""
+
+    def _rows(self) -> dict[str, Rule]:
+        from ebms.cli.tasks import task_rules
+
+        return {**CORE_RULES, **task_rules()}
+
+    def __getitem__(self, key: str) -> Rule:
+        return self._rows()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rows())
+
+    def __len__(self) -> int:
+        return len(self._rows())
+
+
+#: the constraint table: every key of :func:`config_keys` has a row (a test keeps it so).
+RULES: Mapping[str, Rule] = _Rules()
 
 def rules_markdown() -> str:
     """The constraint table as Markdown (``| key | accepts |`` rows), as docs/cli.md prints it.
@@ -258,7 +268,7 @@ def check_values(cfg: Config) -> Config:
     """
     for key, tp in config_keys().items():
         section, name = key.split(".")
-        value = getattr(getattr(cfg, section), name)
+        value = getattr(cfg.section(section), name)
         if value is None:
             continue
         base, _ = _split_hint(tp)

@@ -1,20 +1,25 @@
 """The shape of a run configuration: one dataclass per TOML section, and the error type.
 
-:class:`Config` holds one section per table of a config file (``[run]``, ``[data]``, ...); each
-section is a dataclass whose fields are the section's keys, typed and with their defaults.
-:func:`config_keys` lists every dotted key with its annotation; the constraint table
-(:data:`ebms.cli._config_rules.RULES`) and the parser (:mod:`ebms.cli._config_toml`) both walk it.
-All of it is re-exported by :mod:`ebms.cli.config`, the public entry.
+:class:`Config` holds the shared sections (``[run]``, ``[data]``, ``[model]``, ``[sampler]``,
+``[objective]``, ``[train]``, ``[eval]``: keys that mean the same for every task that reads them)
+and one section per task of the registry (:mod:`ebms.cli.tasks`), declared by the task itself:
+``[toy]``, ``[images]``, ``[tagging]``, ``[speech]``, ... hold the keys only that task uses.
+:func:`section_types` lists every section with its dataclass and :func:`config_keys` every dotted
+key with its annotation; the constraint table (:data:`ebms.cli._config_rules.RULES`) and the
+parser (:mod:`ebms.cli._config_toml`) both walk it. All of it is re-exported by
+:mod:`ebms.cli.config`, the public entry.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
 from ebms.errors import InputError
 
 __all__ = [
+    "CORE_SECTIONS",
     "Config",
     "ConfigError",
     "DataConfig",
@@ -25,6 +30,7 @@ __all__ = [
     "SamplerConfig",
     "TrainConfig",
     "config_keys",
+    "section_types",
 ]
 
 
@@ -45,20 +51,10 @@ class RunConfig:
 class DataConfig:
     name: str = "eight_gaussians"
     n_test: int = 20000
-    scale: float | None = None
-    noise: float | None = None
     path: str | None = None
     key: str | None = None
     test_fraction: float = 0.1
-    binarize: str = "stochastic"
-    binarize_seed: int = 0
     root: str | None = None
-    download: bool = False
-    limit: int | None = None
-    features: str = ""
-    n_train: int | None = None
-    max_digits: int = 7
-    test_speakers: list[str] = field(default_factory=lambda: ["theo"])
     max_mb: int | None = None
 
 
@@ -67,10 +63,6 @@ class ModelConfig:
     kind: str = "mlp"
     hidden: list[int] = field(default_factory=lambda: [128, 128])
     activation: str = "silu"
-    embedding_dim: int = 100
-    char_dim: int = 0
-    layers: int = 1
-    dropout: float = 0.0
 
 
 @dataclass
@@ -97,10 +89,6 @@ class ObjectiveConfig:
     n_projections: int = 1
     nu: float = 1.0
     noise_scale: float = 1.5
-    c1: float = 0.0
-    c2: float = 0.0
-    ctc_weight: float = 0.0
-    lm_order: int = 2
 
 
 @dataclass
@@ -128,8 +116,17 @@ class EvalConfig:
     reverse_ais: bool = True
 
 
+def _task_sections() -> dict[str, Any]:
+    from ebms.cli.tasks import task_sections
+
+    return {name: tp() for name, tp in task_sections().items()}
+
+
 @dataclass
 class Config:
+    """A run's configuration: the shared sections as attributes, the tasks' sections in
+    :attr:`sections` (by name; :meth:`section` reaches either kind)."""
+
     run: RunConfig = field(default_factory=RunConfig)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -137,12 +134,28 @@ class Config:
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    sections: dict[str, Any] = field(default_factory=_task_sections, repr=False)
+
+    def section(self, name: str) -> Any:
+        """The section ``name`` (``"train"``, ``"speech"``, ...); ``KeyError`` for an unknown one."""
+        if name in CORE_SECTIONS:
+            return vars(self)[name]
+        return self.sections[name]
+
+
+#: the shared sections, in file order.
+CORE_SECTIONS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(Config)  # type: ignore[misc]
+                                  if f.name != "sections"}
+
+
+def section_types() -> dict[str, type]:
+    """Every section name with its dataclass: the shared ones, then each registered task's."""
+    from ebms.cli.tasks import task_sections
+
+    return {**CORE_SECTIONS, **task_sections()}
 
 
 def config_keys() -> dict[str, Any]:
-    """Every dotted key of :class:`Config` with its type annotation (``{"run.name": str, ...}``)."""
-    out: dict[str, Any] = {}
-    for section, tp in get_type_hints(Config).items():
-        for key, hint in get_type_hints(tp).items():
-            out[f"{section}.{key}"] = hint
-    return out
+    """Every dotted key with its type annotation (``{"run.name": str, ..., "speech.hidden": int}``)."""
+    return {f"{section}.{key}": hint for section, tp in section_types().items()
+            for key, hint in get_type_hints(tp).items()}

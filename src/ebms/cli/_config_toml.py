@@ -1,11 +1,12 @@
 """TOML in and out: reading a config file, typing its values, ``key=value`` overrides, writing.
 
 :func:`read_toml` reads a config file (every failure a one-line :class:`ConfigError` naming it);
-``_fill`` maps a table onto the :class:`~ebms.cli.config.Config` dataclasses, checking each value
-against its annotation (ints are accepted for floats) and suggesting the closest key for an
-unknown one::
+:func:`fill_config` maps a table onto the :class:`~ebms.cli.config.Config` sections, checking each
+value against its annotation (ints are accepted for floats), suggesting the closest key for an
+unknown one and naming the new key of one that moved::
 
     objective.buffer_sz: unknown key; did you mean 'objective.buffer_size'?
+    data.scale: renamed; use toy.scale
 
 :func:`apply_overrides` applies command-line ``section.key=value`` strings, whose values are parsed
 as TOML (``hidden=[64,64]``, ``name="x"``); a bare word that is not valid TOML is taken as a string
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
 from ebms.cli._config_hints import _suggest, _type_name
-from ebms.cli._config_schema import Config, ConfigError
+from ebms.cli._config_schema import CORE_SECTIONS, Config, ConfigError, section_types
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -35,6 +36,7 @@ __all__ = [
     "MAX_CONFIG_BYTES",
     "apply_overrides",
     "config_to_dict",
+    "fill_config",
     "read_toml",
     "to_toml",
 ]
@@ -114,18 +116,27 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
 
 
 def _fill(obj: Any, table: dict[str, Any], prefix: str) -> None:
+    """Set the keys of one section ``obj`` from ``table``; an old spelling names its new key."""
     hints = get_type_hints(type(obj))
     names = [f.name for f in dataclasses.fields(obj)]
     for k, v in table.items():
         if k not in hints:
-            raise ConfigError(f"{prefix}{k}: unknown key{_suggest(k, names, prefix)}")
-        tp = hints[k]
-        if dataclasses.is_dataclass(tp):
-            if not isinstance(v, dict):
-                raise ConfigError(f"{prefix}{k}: expected a table [{prefix}{k}]; got {v!r}")
-            _fill(getattr(obj, k), v, f"{prefix}{k}.")
-        else:
-            setattr(obj, k, _coerce(v, tp, f"{prefix}{k}"))
+            from ebms.cli.tasks import moved_message
+
+            moved = moved_message(f"{prefix}{k}")
+            raise ConfigError(moved or f"{prefix}{k}: unknown key{_suggest(k, names, prefix)}")
+        setattr(obj, k, _coerce(v, hints[k], f"{prefix}{k}"))
+
+
+def fill_config(cfg: Config, table: dict[str, Any]) -> None:
+    """Set ``cfg`` from a TOML table of sections (``{"train": {"steps": 500}, ...}``)."""
+    names = list(section_types())
+    for k, v in table.items():
+        if k not in names:
+            raise ConfigError(f"{k}: unknown key{_suggest(k, names, '')}")
+        if not isinstance(v, dict):
+            raise ConfigError(f"{k}: expected a table [{k}]; got {v!r}")
+        _fill(cfg.section(k), v, f"{k}.")
 
 
 def _parse_value(text: str) -> Any:
@@ -149,15 +160,19 @@ def apply_overrides(cfg: Config, overrides: list[str] | tuple[str, ...]) -> Conf
             cur = cur[p]
         cur[parts[-1]] = _parse_value(text.strip())
         if len(parts) == 1:
-            sections = [f.name for f in dataclasses.fields(cfg)]
-            raise ConfigError(f"override {item!r}: expected section.key=value{_suggest(parts[0], sections, '')}")
-        _fill(cfg, nested, "")
+            raise ConfigError(f"override {item!r}: expected section.key=value{_suggest(parts[0], list(section_types()), '')}")
+        fill_config(cfg, nested)
     return cfg
 
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:
-    """Plain nested dict (for JSON / TOML output)."""
-    return dataclasses.asdict(cfg)
+    """Plain nested dict (for JSON / TOML output): the shared sections and the section of the
+    task that serves ``cfg`` (another task's section is not part of the run)."""
+    from ebms.cli.tasks import task_for
+
+    task = task_for(cfg)
+    names = [*CORE_SECTIONS, *([task.section] if task is not None and task.section else [])]
+    return {name: dataclasses.asdict(cfg.section(name)) for name in names}
 
 
 def _toml_value(v: Any) -> str:

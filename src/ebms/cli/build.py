@@ -1,27 +1,28 @@
-"""From a :class:`~ebms.cli.config.Config` to objects: the one place where names resolve.
+"""From a :class:`~ebms.cli.config.Config` to objects: the name tables and the up-front check.
 
 Every table maps a config name to a factory; an unknown name raises
-:class:`~ebms.cli.config.ConfigError` listing the valid ones. Nothing else in
-the library looks objects up by string. :func:`validate_config` checks every
-name of a config against these tables (and the structured tasks') before
-anything is built, with the ranges of :data:`ebms.cli.config.RULES`.
+:class:`~ebms.cli.config.ConfigError` listing the valid ones. Nothing else in the library looks
+objects up by string. The tables here are the ones shared by the energy tasks (samplers,
+objectives, the MLP, learning-rate schedules); a task's own names live with the task
+(:mod:`ebms.cli.tasks`). :func:`validate_config` checks every value and name of a config, and
+lets the task serving it check its combinations, before anything is built.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
-from ebms.cli.config import Config, ConfigError, ModelConfig, ObjectiveConfig, SamplerConfig, check_values
-from ebms.cli.discrete_data import IMAGE_SETS, BinaryImages, load_binary_images
-from ebms.data import TOY_NAMES, PointCloud, ToyDataset, get_toy, load_points
+from ebms.cli.config import Config, ConfigError, ObjectiveConfig, SamplerConfig, check_values
+from ebms.cli.tasks import Task, registered, task_for
+from ebms.data.binary_images import IMAGE_SETS
 from ebms.errors import InputError
-from ebms.models import BernoulliRBM
-from ebms.nets import MLPEnergy
+from ebms.nets import ACTIVATIONS, MLPEnergy
 from ebms.objectives import (
     NCE,
     ContrastiveDivergence,
@@ -38,26 +39,19 @@ from ebms.samplers.gibbs import Gibbs
 from ebms.samplers.gwg import GibbsWithGradients
 from ebms.samplers.metropolis import MetropolisHastings
 from ebms.samplers.schedules import CosineAnnealing, LinearAnnealing
-from ebms.spaces import Box, DiscreteSpace, Space
+from ebms.spaces import DiscreteSpace, Space
 
 __all__ = [
     "DISCRETE_SAMPLERS",
     "LR_SCHEDULES",
-    "MODELS",
     "OBJECTIVES",
     "SAMPLERS",
-    "Dataset",
-    "build_data",
+    "build",
     "build_lr_schedule",
-    "build_model",
-    "build_objective",
+    "build_mlp",
     "build_sampler",
-    "chain_space",
     "check_device",
-    "check_sampler_fits_model",
     "config_error",
-    "data_box",
-    "data_names",
     "resolve",
     "validate_config",
 ]
@@ -74,7 +68,7 @@ def config_error(section: str, err: Exception, fields: object) -> ConfigError:
     return ConfigError(f"{section}.{msg}" if first in known else f"{section}: {msg}")
 
 
-def _build(section: str, fields: object, factory: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def build(section: str, fields: object, factory: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``factory(*args, **kwargs)``; a layer's argument errors become one-line config errors naming
     the section's key, and an :class:`~ebms.errors.InputError` (a bad file, ...) passes unchanged."""
     try:
@@ -99,8 +93,6 @@ def resolve(table: dict[str, Any], name: str, key: str, *, context: str = "", no
         ConfigError: ``key: unknown value 'x' <context>; expected one of a, b; did you mean 'a'?``.
     """
     if name not in table:
-        import difflib
-
         close = difflib.get_close_matches(name, list(table), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         where = f" {context}" if context else ""
@@ -109,16 +101,10 @@ def resolve(table: dict[str, Any], name: str, key: str, *, context: str = "", no
     return table[name]
 
 
-def _rbm(c: ModelConfig, shape: tuple[int, ...]) -> nn.Module:
-    if len(c.hidden) != 1:
-        raise ValueError(f"hidden: an RBM has one hidden layer; expected [n_hidden]; got {c.hidden}")
-    return BernoulliRBM(shape[0], c.hidden[0])
+def build_mlp(cfg: Config, shape: tuple[int, ...]) -> nn.Module:
+    """``model.kind = "mlp"``: :class:`~ebms.nets.MLPEnergy` with ``model.hidden`` and ``model.activation``."""
+    return build("model", cfg.model, MLPEnergy, shape, tuple(cfg.model.hidden), activation=cfg.model.activation)
 
-
-MODELS: dict[str, Callable[[ModelConfig, tuple[int, ...]], nn.Module]] = {
-    "mlp": lambda c, shape: MLPEnergy(shape, tuple(c.hidden), activation=c.activation),
-    "rbm": _rbm,
-}
 
 SAMPLERS: dict[str, Callable[[SamplerConfig, Space | None], Sampler]] = {
     "ula": lambda c, s: ULA(c.step_size, space=s),
@@ -137,56 +123,21 @@ DISCRETE_SAMPLERS: dict[str, Callable[[SamplerConfig, Space | None], Sampler]] =
 SAMPLERS.update(DISCRETE_SAMPLERS)
 
 
-#: what the command line trains on: a seeded toy distribution, a user's point cloud or binary images.
-Dataset = ToyDataset | PointCloud | BinaryImages
-
-
-def chain_space(data: Dataset) -> Space:
-    """Where chains start and live: the binary space of image data, else a box holding the data."""
-    return data.space if isinstance(data, BinaryImages) else data_box(data)
-
-
-def data_box(data: Dataset) -> Box:
-    """A box holding the data (the widest of its per-dimension bounds), for chain starts."""
-    if isinstance(data, BinaryImages):
-        raise TypeError("data: binary images live in a binary space, not a box; use chain_space(data)")
-    lows, highs = zip(*data.bounds)
-    return Box(data.dim, low=min(lows), high=max(highs))
-
-
-def fit_points(data: Dataset) -> torch.Tensor:
-    """Points to fit auxiliary models (NCE's noise) on: the training set, or 10,000 toy draws."""
-    if isinstance(data, (PointCloud, BinaryImages)):
-        return data.train
-    return data.sample(10000, generator=torch.Generator().manual_seed(12345))
-
-
-def _pcd(c: ObjectiveConfig, sampler: Sampler, data: Dataset) -> nn.Module:
-    buffer = ReplayBuffer(c.buffer_size, chain_space(data), reinit_prob=c.reinit_prob)
+def _pcd(c: ObjectiveConfig, sampler: Sampler, space: Space, fit: Callable[[], torch.Tensor]) -> nn.Module:
+    buffer = ReplayBuffer(c.buffer_size, space, reinit_prob=c.reinit_prob)
     return PersistentContrastiveDivergence(sampler, buffer, k=c.k, regularization=c.regularization)
 
 
-def _cd(c: ObjectiveConfig, sampler: Sampler, data: Dataset) -> nn.Module:
-    return ContrastiveDivergence(sampler, k=c.k, regularization=c.regularization)
-
-
-def _dsm(c: ObjectiveConfig, sampler: Sampler, data: Dataset) -> nn.Module:
-    return DenoisingScoreMatching(c.sigmas if c.sigmas else c.sigma)
-
-
-def _nce(c: ObjectiveConfig, sampler: Sampler, data: Dataset) -> nn.Module:
-    return NCE(GaussianNoise.fit(fit_points(data), scale=c.noise_scale), nu=c.nu)
-
-
-OBJECTIVES: dict[str, Callable[[ObjectiveConfig, Sampler, Dataset], nn.Module]] = {
+#: the energy tasks' objectives: ``factory(objective section, sampler, chain space, fit points)``,
+#: where ``fit()`` returns points to fit auxiliary models on (NCE's noise).
+OBJECTIVES: dict[str, Callable[[ObjectiveConfig, Sampler, Space, Callable[[], torch.Tensor]], nn.Module]] = {
     "pcd": _pcd,
-    "cd": _cd,
-    "sm": lambda c, s, d: ScoreMatching(),
-    "dsm": _dsm,
-    "ssm": lambda c, s, d: SlicedScoreMatching(c.n_projections),
-    "nce": _nce,
+    "cd": lambda c, s, space, fit: ContrastiveDivergence(s, k=c.k, regularization=c.regularization),
+    "sm": lambda c, s, space, fit: ScoreMatching(),
+    "dsm": lambda c, s, space, fit: DenoisingScoreMatching(c.sigmas if c.sigmas else c.sigma),
+    "ssm": lambda c, s, space, fit: SlicedScoreMatching(c.n_projections),
+    "nce": lambda c, s, space, fit: NCE(GaussianNoise.fit(fit(), scale=c.noise_scale), nu=c.nu),
 }
-
 
 LR_SCHEDULES: dict[str, Callable[[Config], Callable[[int], float] | None]] = {
     "constant": lambda c: None,  # the trainer keeps the rate as it is
@@ -198,26 +149,7 @@ LR_SCHEDULES: dict[str, Callable[[Config], Callable[[int], float] | None]] = {
 def build_lr_schedule(cfg: Config) -> Callable[[int], float] | None:
     """The learning-rate multiplier ``step -> factor`` (``None`` for a constant rate)."""
     factory = resolve(LR_SCHEDULES, cfg.train.lr_schedule, "train.lr_schedule")
-    return _build("train", cfg.train, factory, cfg)
-
-
-def build_data(cfg: Config) -> Dataset:
-    """``data.path`` (a user's points) when given, else the toy set ``data.name``."""
-    d = cfg.data
-    if d.path is None:
-        resolve(dict.fromkeys((*TOY_NAMES, *IMAGE_SETS)), d.name, "data.name")
-    if d.name in IMAGE_SETS and d.path is None:
-        return _build("data", d, load_binary_images, d, cfg.run.seed)
-    if d.path is not None:
-        limit: dict[str, Any] = {} if d.max_mb is None else {"max_bytes": d.max_mb << 20}
-        return _build("data", d, load_points, d.path, test_fraction=d.test_fraction, seed=cfg.run.seed, key=d.key,
-                      **limit)
-    kw = {k: v for k, v in (("scale", d.scale), ("noise", d.noise)) if v is not None}
-    return _build("data", d, get_toy, d.name, **kw)
-
-
-def build_model(cfg: Config, event_shape: tuple[int, ...]) -> nn.Module:
-    return _build("model", cfg.model, resolve(MODELS, cfg.model.kind, "model.kind"), cfg.model, event_shape)
+    return build("train", cfg.train, factory, cfg)
 
 
 def build_sampler(cfg: Config, space: Space | None = None) -> Sampler:
@@ -232,42 +164,7 @@ def build_sampler(cfg: Config, space: Space | None = None) -> Sampler:
         valid = sorted(DISCRETE_SAMPLERS) if discrete_data else sorted(set(SAMPLERS) - set(DISCRETE_SAMPLERS))
         what = "binary data" if discrete_data else "continuous data"
         raise ConfigError(f"sampler.kind: {kind!r} does not move on {what}; expected one of {', '.join(valid)}")
-    return _build("sampler", cfg.sampler, factory, cfg.sampler, space)
-
-
-def check_sampler_fits_model(cfg: Config, model: nn.Module) -> None:
-    """Block Gibbs needs layer conditionals (an RBM) or a colouring (``blocks()``); refuse it early otherwise."""
-    if cfg.sampler.kind == "block_gibbs" and not (BlockGibbs.is_bipartite(model) or hasattr(model, "blocks")):
-        valid = ", ".join(k for k in sorted(DISCRETE_SAMPLERS) if k != "block_gibbs")
-        raise ConfigError(
-            f"sampler.kind: 'block_gibbs' needs a model with layer conditionals (model.kind = 'rbm') or a "
-            f"colouring; model.kind = {cfg.model.kind!r} has neither; expected one of {valid}"
-        )
-
-
-def build_objective(cfg: Config, sampler: Sampler, data: Dataset) -> nn.Module:
-    factory = resolve(OBJECTIVES, cfg.objective.kind, "objective.kind")
-    return _build("objective", cfg.objective, factory, cfg.objective, sampler, data)
-
-
-def data_names() -> dict[str, list[str]]:
-    """Every ``data.name`` the command line serves, by kind (toy sets, binary image sets, structured tasks)."""
-    from ebms.cli.tasks import task_names
-
-    return {"a toy set": sorted(TOY_NAMES), "a binary image set": sorted(IMAGE_SETS), "a structured task": task_names()}
-
-
-def _check_data_name(name: str) -> None:
-    groups = data_names()
-    every = [n for names in groups.values() for n in names]
-    if name not in every:
-        import difflib
-
-        close = difflib.get_close_matches(name, every, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        kinds = ", ".join(f"{kind} ({', '.join(names)})" for kind, names in groups.items() if names)
-        raise ConfigError(f"data.name: unknown value {name!r}; expected {kinds}, or data.path=FILE for your own "
-                          f"points{hint}")
+    return build("sampler", cfg.sampler, factory, cfg.sampler, space)
 
 
 def check_device(device: str) -> None:
@@ -296,33 +193,47 @@ def check_device(device: str) -> None:
         raise ConfigError(f"run.device: expected 'cpu', 'cuda', 'cuda:N' or 'mps'; got {device!r}")
 
 
-def _data_words(cfg: Config) -> str:
-    d = cfg.data
-    if d.path is not None:
-        return f"data.path={d.path!r} (points)"
-    kind = "a binary image set" if d.name in IMAGE_SETS else "a toy set"
-    return f"data.name={d.name!r} ({kind})"
+def _unknown_data_name(name: str) -> ConfigError:
+    groups: dict[str, list[str]] = {}
+    for t in registered():
+        groups.setdefault(t.what, []).extend(t.data_names)
+    every = [n for names in groups.values() for n in names]
+    close = difflib.get_close_matches(name, every, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    kinds = ", ".join(f"{what} ({', '.join(sorted(names))})" for what, names in groups.items() if names)
+    return ConfigError(f"data.name: unknown value {name!r}; expected {kinds}, or data.path=FILE for your own "
+                       f"points{hint}")
 
 
-def _served_by(kind: str, attr: str) -> str:
-    """Which structured tasks take ``kind`` as their ``model.kind`` / ``objective.kind`` (``attr``)."""
-    from ebms.cli.tasks import TASKS, task_names
-
-    task_names()  # registers the packaged tasks
-    names = sorted(n for n, t in TASKS.items() if kind in getattr(t, attr))
+def _served_by(task: Task[Any], kind: str, kinds: Callable[[Task[Any]], tuple[str, ...]]) -> str:
+    """For an unconditional task: which conditional tasks take ``kind`` (a model or objective name)."""
+    if task.conditional:
+        return ""
+    names = sorted(n for t in registered() if t.conditional and kind in kinds(t) for n in t.data_names)
     if not names:
         return ""
     return f"{kind!r} belongs to the structured tasks data.name = {', '.join(names)}: set data.name to one of them"
 
 
+def _check_other_sections(cfg: Config, task: Task[Any]) -> None:
+    """A key of another task's section set away from its default would be ignored: refuse it."""
+    for t in registered():
+        if not t.section or t.section == task.section or t.settings_type is None:
+            continue
+        mine, default = dataclasses.asdict(cfg.section(t.section)), dataclasses.asdict(t.settings_type())
+        for key in mine:
+            if mine[key] != default[key]:
+                raise ConfigError(f"{t.section}.{key}: the [{t.section}] section is read by data.name = "
+                                  f"{', '.join(sorted(t.data_names))}; this run has {task.describe(cfg)}")
+
+
 def validate_config(cfg: Config, *, device: bool = True) -> Config:
     """Check every value of ``cfg`` before anything is built: the ranges of
-    :data:`~ebms.cli.config.RULES` and every name against the table it is looked up in.
+    :data:`~ebms.cli.config.RULES`, every name against the table it is looked up in, and the
+    combinations the task serving ``cfg`` refuses.
 
-    A structured task (``data.name`` served by :mod:`ebms.cli.tasks`) checks ``model.kind`` and
-    ``objective.kind`` against its own lists; other data against :data:`MODELS` and
-    :data:`OBJECTIVES`, and a name that belongs to a structured task says which ``data.name``
-    takes it.
+    ``model.kind`` and ``objective.kind`` are checked against the task's own lists; a name that
+    belongs to a structured task says which ``data.name`` takes it.
 
     Args:
         cfg: the loaded configuration.
@@ -332,35 +243,24 @@ def validate_config(cfg: Config, *, device: bool = True) -> Config:
     Raises:
         ConfigError: one line naming the key, the expectation and the value.
     """
-    from ebms.cli.tasks import task_for
-    from ebms.nets._activations import ACTIVATIONS
-
     check_values(cfg)
     if device:
         check_device(cfg.run.device)
-    if cfg.data.path is None:
-        _check_data_name(cfg.data.name)
     task = task_for(cfg)
-    if task is not None:
-        where = f"for data.name={cfg.data.name!r} (a structured task)"
-        if task.model_kinds:
-            resolve(dict.fromkeys(task.model_kinds), cfg.model.kind, "model.kind", context=where)
-        if task.objective_kinds:
-            resolve(dict.fromkeys(task.objective_kinds), cfg.objective.kind, "objective.kind", context=where)
-    else:
-        where = f"for {_data_words(cfg)}"
-        resolve(MODELS, cfg.model.kind, "model.kind", context=where, note=_served_by(cfg.model.kind, "model_kinds"))
-        resolve(OBJECTIVES, cfg.objective.kind, "objective.kind", context=where,
-                note=_served_by(cfg.objective.kind, "objective_kinds"))
-        binary = cfg.data.path is None and cfg.data.name in IMAGE_SETS
-        if cfg.model.kind == "rbm" and not binary:
-            raise ConfigError(f"model.kind: 'rbm' is a Bernoulli RBM for binary data (data.name = one of "
-                              f"{', '.join(IMAGE_SETS)}); {_data_words(cfg)} is continuous; expected 'mlp'")
+    if task is None:
+        raise _unknown_data_name(cfg.data.name)
+    for t in registered():
+        t.check_names(cfg)
+    where = f"for {task.describe(cfg)}"
+    if task.model_kinds:  # a task that lists none takes any
+        resolve(dict.fromkeys(task.model_kinds), cfg.model.kind, "model.kind", context=where,
+                note=_served_by(task, cfg.model.kind, lambda t: t.model_kinds))
+    if task.objective_kinds:
+        resolve(dict.fromkeys(task.objective_kinds), cfg.objective.kind, "objective.kind", context=where,
+                note=_served_by(task, cfg.objective.kind, lambda t: t.objective_kinds))
+    task.check(cfg)
+    _check_other_sections(cfg, task)
     resolve(SAMPLERS, cfg.sampler.kind, "sampler.kind")
     resolve(LR_SCHEDULES, cfg.train.lr_schedule, "train.lr_schedule")
     resolve({k.lower(): v for k, v in ACTIVATIONS.items()}, cfg.model.activation.lower(), "model.activation")
-    if cfg.data.features:
-        from ebms.structured.features import FEATURE_SETS
-
-        resolve(FEATURE_SETS, cfg.data.features, "data.features")
     return cfg

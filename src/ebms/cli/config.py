@@ -1,7 +1,9 @@
 """Run configuration: TOML files mapped onto dataclasses.
 
-A config file has one table per section (``[run]``, ``[data]``, ``[model]``,
-``[sampler]``, ``[objective]``, ``[train]``, ``[eval]``). Every key is typed;
+A config file has one table per section: the shared ones (``[run]``, ``[data]``, ``[model]``,
+``[sampler]``, ``[objective]``, ``[train]``, ``[eval]``) and the section of the task that
+``data.name`` selects (``[toy]``, ``[images]``, ``[tagging]``, ``[speech]``; see
+:mod:`ebms.cli.tasks`), which holds the keys only that task reads. Every key is typed;
 unknown keys, wrong types and missing files raise :class:`ConfigError` with a
 one-line message and, where possible, a suggestion::
 
@@ -42,6 +44,7 @@ from ebms.cli._config_rules import MAX_SEED as MAX_SEED
 from ebms.cli._config_rules import RULES, Rule, check_values, expectation, rules_markdown
 from ebms.cli._config_rules import _split_hint as _split_hint
 from ebms.cli._config_schema import (
+    CORE_SECTIONS,
     Config,
     ConfigError,
     DataConfig,
@@ -52,11 +55,13 @@ from ebms.cli._config_schema import (
     SamplerConfig,
     TrainConfig,
     config_keys,
+    section_types,
 )
 from ebms.cli._config_toml import MAX_CONFIG_BYTES as MAX_CONFIG_BYTES
-from ebms.cli._config_toml import _coerce, _fill, apply_overrides, config_to_dict, read_toml, to_toml
+from ebms.cli._config_toml import _coerce, apply_overrides, config_to_dict, fill_config, read_toml, to_toml
 
 __all__ = [
+    "CORE_SECTIONS",
     "Config",
     "ConfigError",
     "DataConfig",
@@ -76,6 +81,7 @@ __all__ = [
     "load_config",
     "read_toml",
     "rules_markdown",
+    "section_types",
     "shown",
     "to_toml",
 ]
@@ -89,14 +95,15 @@ def _dotted(table: dict[str, Any], prefix: str = "") -> set[str]:
 
 
 def _apply_task_defaults(cfg: Config, explicit: set[str]) -> None:
-    """A structured task's own defaults (its model, objective, ...) for the keys nobody set."""
-    from ebms.cli.tasks import task_defaults
+    """The defaults of the task serving ``cfg`` (its model, objective, ...) for the keys nobody set."""
+    from ebms.cli.tasks import task_for
 
+    task = task_for(cfg)
     hints = config_keys()
-    for key, value in task_defaults(cfg.data.name).items():
+    for key, value in ({} if task is None else task.default_settings()).items():
         if key not in explicit and key in hints:
             section, name = key.split(".")
-            setattr(getattr(cfg, section), name, _coerce(value, hints[key], key))
+            setattr(cfg.section(section), name, _coerce(value, hints[key], key))
 
 
 #: keys holding a path; a relative one is made absolute when the config is loaded, so the run's
@@ -107,9 +114,9 @@ PATH_KEYS = ("data.path", "data.root")
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Defaults, then the TOML file (if given), then ``key=value`` overrides; then checked.
 
-    A structured task's defaults (``model.kind``, ``objective.kind``, ...; see
-    :meth:`ebms.cli.tasks.StructuredTask.default_settings`) replace the generic ones for every key
-    that neither the file nor an override set. Every value is checked against :data:`RULES`, and
+    The defaults of the task serving the config (``model.kind``, ``objective.kind``, ...; see
+    :meth:`ebms.cli.tasks.Task.default_settings`) replace the generic ones for every key that
+    neither the file nor an override set. Every value is checked against :data:`RULES`, and
     the paths of :data:`PATH_KEYS` are made absolute (against the current folder; ``~`` expanded).
 
     Raises:
@@ -119,7 +126,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     explicit: set[str] = set()
     if path is not None:
         table = read_toml(path)
-        _fill(cfg, table, "")
+        fill_config(cfg, table)
         explicit |= _dotted(table)
     apply_overrides(cfg, overrides)
     explicit |= {item.split("=", 1)[0].strip() for item in overrides}
@@ -127,8 +134,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     check_values(cfg)
     for key in PATH_KEYS:
         section, name = key.split(".")
-        value = getattr(getattr(cfg, section), name)
+        value = getattr(cfg.section(section), name)
         if value is not None:
-            setattr(getattr(cfg, section), name, os.path.abspath(os.path.expanduser(value)))
+            setattr(cfg.section(section), name, os.path.abspath(os.path.expanduser(value)))
     return cfg
 

@@ -120,13 +120,13 @@ def _config_arg(args: argparse.Namespace) -> str | None:
 
 
 def _report_and_plots(run_dir: Path, overrides: list[str], use_ais: bool = False) -> None:
-    from ebms.cli.run import evaluate_run, load_run, sample_run, write_eval, write_plots
-    from ebms.cli.tasks import TaskData
+    from ebms.cli.run import load_run, serving_task, write_eval
 
     cfg, model, data, step = load_run(run_dir, overrides)
+    task = serving_task(cfg)
     t0 = time.perf_counter()
-    report = evaluate_run(cfg, model, data, step, use_ais=use_ais)
-    plots = [] if isinstance(data, TaskData) else write_plots(run_dir, cfg, model, data, sample_run(cfg, model, data))
+    report = task.report(cfg, model, data, step, use_ais=use_ais)
+    plots = task.write_plots(run_dir, cfg, model, data)
     write_eval(run_dir, report)
     for line in report.lines():
         print(line)
@@ -189,15 +189,15 @@ def _run_folder(args: argparse.Namespace) -> Path:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """``ebms eval``: the test figures of a trained run, printed and written to ``eval.json``."""
-    from ebms.cli.discrete_data import BinaryImages
-    from ebms.cli.run import evaluate_run, load_run, write_eval
+    from ebms.cli.run import load_run, serving_task, write_eval
 
     run_dir = _run_folder(args)
     cfg, model, data, step = load_run(run_dir, args.overrides)
-    if args.ais and not isinstance(data, BinaryImages):
+    task = serving_task(cfg)
+    if args.ais and not task.supports_ais:
         raise ConfigError(f"--ais: AIS estimates log Z of models of binary data (data.name = mnist, fashion-mnist, "
                           f"digits); the run in {str(run_dir)!r} has data.name={cfg.data.name!r}: drop --ais")
-    report = evaluate_run(cfg, model, data, step, use_ais=args.ais)
+    report = task.report(cfg, model, data, step, use_ais=args.ais)
     write_eval(run_dir, report)
     for line in report.lines():
         print(line)
@@ -219,7 +219,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
     ``samples-n<N>-steps<S>-seed<K>.{safetensors,png}`` (never over the training ``samples.png``)."""
     from safetensors.torch import save_file
 
-    from ebms.cli.run import load_run, plot_points, sample_run
+    from ebms.cli.run import load_run, serving_task
     from ebms.viz import save_figure
 
     run_dir = _run_folder(args)
@@ -227,6 +227,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise RunFolderError(f"--out: {str(out)!r} is a file; expected a folder (it is created if missing)")
     cfg, model, data, step = load_run(run_dir, args.overrides)
+    task = serving_task(cfg)
     n = cfg.eval.n_samples if args.n is None else args.n
     steps = cfg.eval.sample_steps if args.steps is None else args.steps
     seed = cfg.run.seed + 7 if args.seed is None else args.seed
@@ -236,10 +237,10 @@ def cmd_sample(args: argparse.Namespace) -> int:
     if taken and not args.overwrite:
         raise RunFolderError(f"--out: {taken[0]!r} exists (same --n, --steps and --seed); pass --overwrite to "
                              f"replace it, or another --seed")
-    x = sample_run(cfg, model, data, n=n, steps=steps, seed=seed)
+    x = task.sample(cfg, model, data, n=n, steps=steps, seed=seed)
     out.mkdir(parents=True, exist_ok=True)
     _save_atomic(lambda tmp: save_file({"samples": x.contiguous()}, str(tmp)), files[0])
-    save_figure(plot_points(x, data, f"{x.shape[0]} samples, step {step}"), files[1])  # atomic itself
+    save_figure(task.plot(x, data, f"{x.shape[0]} samples, step {step}"), files[1])  # atomic itself
     print(f"wrote {files[0]} and {files[1]} ({x.shape[0]} samples, {steps} steps, seed {seed}; "
           f"the training plot samples.png is kept)")
     return 0

@@ -1,14 +1,15 @@
-"""The jobs behind the command line: train a configured model, evaluate it, draw samples.
+"""Run folders: train the configured task into one, open a trained one again.
 
 Each job works in a run folder ``<run.out_dir>/<run.name>/`` holding the
 config actually used (``config.toml``), ``metrics.jsonl``, ``checkpoints/``,
-plots and ``eval.json``.
+plots and ``eval.json``. What is trained and how it is judged comes from the task
+serving the config (:mod:`ebms.cli.tasks`).
 
 Every checkpoint records the settings it was trained under
 (:func:`run_identity`: the whole configuration except where things are
 written, how long to train and how to evaluate). A resume compares all of them;
-``eval`` and ``sample`` compare the ``model.*``, ``data.*`` and
-``objective.*`` ones (:func:`model_identity`), so a checkpoint copied from
+``eval`` and ``sample`` compare the ``model.*``, ``data.*``, ``objective.*``
+and task-section ones (:func:`model_identity`), so a checkpoint copied from
 another run is refused with one line naming the differing keys.
 """
 
@@ -16,42 +17,21 @@ from __future__ import annotations
 
 import json
 import time
-import warnings
-from collections.abc import Callable
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from ebms.cli.build import (
-    Dataset,
-    build_data,
-    build_lr_schedule,
-    build_model,
-    build_objective,
-    build_sampler,
-    check_sampler_fits_model,
-    data_box,
-)
+from ebms.cli.build import build_lr_schedule, resolve, validate_config
 from ebms.cli.config import Config, ConfigError, config_to_dict, load_config, to_toml
-from ebms.cli.discrete_data import BinaryImages
-from ebms.cli.tasks import StructuredTask, TaskData, TaskReport, check_batch_size, task_for
-from ebms.data import PointCloud, ToyDataset
+from ebms.cli.tasks import Task, task_for
 from ebms.errors import CheckpointError, RunFolderError
-from ebms.estimators.grid import EDGE_TOL, grid_log_likelihood, true_log_likelihood
 from ebms.train import CheckpointStore, Trainer
-from ebms.train._log import jsonable
 from ebms.train.checkpoint import Checkpoint, identity_differences
 
-__all__ = [
-    "EvalReport", "evaluate_run", "load_run", "model_identity", "open_run", "run_dir_of", "run_identity",
-    "sample_run", "train",
-]
-
-#: seed offset for the held-out test set, so it never overlaps the training stream.
-TEST_SEED_OFFSET = 1_000_003
+__all__ = ["load_run", "model_identity", "open_run", "run_dir_of", "run_identity", "serving_task", "train",
+           "write_eval"]
 
 
 def run_dir_of(cfg: Config) -> Path:
@@ -66,8 +46,6 @@ def _optimizer_factory(cfg: Config):
     term: one trainer step is one quasi-Newton iteration with its line search, on the batch)."""
     t = cfg.train
     if t.optimizer not in OPTIMIZERS:
-        from ebms.cli.build import resolve
-
         resolve(dict.fromkeys(OPTIMIZERS), t.optimizer, "train.optimizer")
 
     def make(params):
@@ -109,7 +87,7 @@ RESUMABLE_CHANGES = (
 
 
 #: settings that say where files are, not what is trained: never part of a checkpoint's identity.
-LOCATION_KEYS = ("data.path", "data.root", "data.download")
+LOCATION_KEYS = ("data.path", "data.root", "images.download")
 
 
 def _flat(cfg: Config) -> dict[str, Any]:
@@ -118,14 +96,20 @@ def _flat(cfg: Config) -> dict[str, Any]:
 
 def run_identity(cfg: Config) -> dict[str, Any]:
     """The settings a checkpoint of ``cfg`` records and a resume must match: every key but
-    :data:`RESUMABLE_CHANGES` and :data:`LOCATION_KEYS` (non-finite numbers as strings)."""
+    :data:`RESUMABLE_CHANGES` and :data:`LOCATION_KEYS` (plain JSON: every number of a loaded
+    config is finite, :func:`~ebms.cli.config.check_values`)."""
     skip = (*RESUMABLE_CHANGES, *LOCATION_KEYS)
-    return jsonable({k: v for k, v in _flat(cfg).items() if not k.startswith(skip)})
+    return {k: v for k, v in _flat(cfg).items() if not k.startswith(skip)}
+
+
+#: sections of :func:`run_identity` that say how a model is used, not what it is.
+USE_SECTIONS = ("run.", "sampler.", "train.", "eval.")
 
 
 def model_identity(cfg: Config) -> dict[str, Any]:
-    """The part of :func:`run_identity` that ``eval`` and ``sample`` check: ``model.*``, ``data.*``, ``objective.*``."""
-    return {k: v for k, v in run_identity(cfg).items() if k.startswith(("model.", "data.", "objective."))}
+    """The part of :func:`run_identity` that ``eval`` and ``sample`` check: ``model.*``, ``data.*``,
+    ``objective.*`` and the task's own section."""
+    return {k: v for k, v in run_identity(cfg).items() if not k.startswith(USE_SECTIONS)}
 
 
 def _changed_keys(old: Config, new: Config) -> list[str]:
@@ -138,14 +122,22 @@ def _changed_keys(old: Config, new: Config) -> list[str]:
     ]
 
 
-def build_seeded_model(cfg: Config, data: Dataset) -> nn.Module:
-    """The configured model for ``data``'s dimension, initial weights drawn from ``run.seed``.
+def serving_task(cfg: Config) -> Task[Any]:
+    """The task that serves ``cfg`` (:func:`~ebms.cli.tasks.task_for`); an unknown ``data.name``
+    is the one-line error of :func:`~ebms.cli.build.validate_config`."""
+    task = task_for(cfg)
+    if task is None:
+        validate_config(cfg, device=False)
+        raise ConfigError(f"data.name: unknown value {cfg.data.name!r}")
+    return task
 
-    The global RNG is left as it was.
-    """
+
+def build_seeded_model(cfg: Config, task: Task[Any], data: Any) -> nn.Module:
+    """The task's model for ``data``, initial weights drawn from ``run.seed``; the global RNG is
+    left as it was."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.run.seed)
-        return build_model(cfg, (data.dim,))
+        return task.build_model(cfg, data)
 
 
 def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -> Path:
@@ -179,32 +171,13 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
                 f"only {', '.join(k.rstrip('.') + ('*' if k.endswith('.') else '') for k in RESUMABLE_CHANGES)} "
                 f"may change on resume (start a new run.name to change the rest)"
             )
-    task = task_for(cfg)
-    if task is not None:
-        return _train_task(cfg, task, run_dir, clear=state != "empty" and overwrite,
-                           resume=resume if state == "checkpoints" else False)
-    data = build_data(cfg)
-    model = build_seeded_model(cfg, data)
-    init_bias = getattr(model, "init_visible_bias_from_data", None)
-    if isinstance(data, BinaryImages) and init_bias is not None:  # a fresh run's start; a resume loads weights
-        init_bias(data.train)  # log-odds of the pixel marginals (Hinton's practical guide)
-    sampler = build_sampler(cfg, data.space if isinstance(data, BinaryImages) else None)
-    check_sampler_fits_model(cfg, model)
-    objective = build_objective(cfg, sampler, data)
-    if isinstance(data, (PointCloud, BinaryImages)):
-        if cfg.train.batch_size > data.train.shape[0]:
-            raise ConfigError(
-                f"train.batch_size: expected at most the {data.train.shape[0]} training points of "
-                f"{cfg.data.path or cfg.data.name}; got {cfg.train.batch_size}"
-            )
-        source: torch.Tensor | Callable[[int, torch.Generator], torch.Tensor] = data.train
-    else:
-        toy = data
-
-        def source(n: int, g: torch.Generator) -> torch.Tensor:
-            return toy.sample(n, generator=g)
-
-    _fit(cfg, run_dir, objective, model, source, _optimizer_factory(cfg),
+    task = serving_task(cfg)
+    data = task.load(cfg)
+    model = build_seeded_model(cfg, task, data)
+    objective = task.build_objective(cfg, data)
+    source = task.training_data(cfg, data)
+    make_optimizer = task.build_optimizer(cfg, data) or _optimizer_factory(cfg)
+    _fit(cfg, run_dir, objective, model, source, make_optimizer,
          clear=state != "empty" and overwrite, resume=resume if state == "checkpoints" else False)
     return run_dir
 
@@ -231,7 +204,7 @@ def _fit(cfg: Config, run_dir: Path, objective: Any, model: nn.Module, source: A
             lr_schedule=build_lr_schedule(cfg),
             progress=cfg.run.progress,
             device=cfg.run.device,
-            config={"config": jsonable(config_to_dict(cfg))},
+            config={"config": config_to_dict(cfg)},
             identity=run_identity(cfg),
         )
     except ValueError as e:
@@ -249,26 +222,9 @@ def _fit(cfg: Config, run_dir: Path, objective: Any, model: nn.Module, source: A
     trainer.fit(overwrite=clear)
 
 
-def _seeded_task_model(cfg: Config, task: StructuredTask, data: TaskData) -> nn.Module:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.run.seed)
-        return task.build_model(cfg, data)
-
-
-def _train_task(cfg: Config, task: StructuredTask, run_dir: Path, *, clear: bool, resume: bool | str) -> Path:
-    """:func:`train` for a structured task: the task's data, model and objective, the shared trainer."""
-    data = task.load(cfg)
-    check_batch_size(cfg, data)
-    model = _seeded_task_model(cfg, task, data)
-    objective = task.build_objective(cfg, data)
-    make_optimizer = task.build_optimizer(cfg, data) or _optimizer_factory(cfg)
-    _fit(cfg, run_dir, objective, model, data.train, make_optimizer, clear=clear, resume=resume)
-    return run_dir
-
-
 def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()
-             ) -> tuple[Config, nn.Module, Dataset, Checkpoint]:
-    """Config, trained model (newest valid checkpoint, in eval mode), dataset and checkpoint of a run folder.
+             ) -> tuple[Config, nn.Module, Any, Checkpoint]:
+    """Config, trained model (newest valid checkpoint, in eval mode), data set and checkpoint of a run folder.
 
     Raises:
         RunFolderError: no ``config.toml`` or no checkpoint in the folder.
@@ -280,20 +236,15 @@ def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()
     cfg_path = run_dir / "config.toml"
     if not cfg_path.is_file():
         raise RunFolderError(f"run folder {str(run_dir)!r}: no config.toml (is it a run folder made by `ebms train`?)")
-    cfg = load_config(cfg_path, overrides)
+    cfg = validate_config(load_config(cfg_path, overrides), device=False)
     store = CheckpointStore(run_dir / "checkpoints")
     if not store.has_any():
         raise RunFolderError(f"run folder {str(run_dir)!r}: no checkpoint yet (train first)")
     ckpt = store.load()
     _check_model_identity(ckpt, cfg, overrides)
-    task = task_for(cfg)
-    if task is not None:
-        data: Any = task.load(cfg)
-        model = _seeded_task_model(cfg, task, data)
-    else:
-        data = build_data(cfg)
-        model = build_seeded_model(cfg, data)
-        check_sampler_fits_model(cfg, model)
+    task = serving_task(cfg)
+    data = task.load(cfg)
+    model = build_seeded_model(cfg, task, data)
     state = {k[len("model/"):]: v for k, v in ckpt.tensors.items() if k.startswith("model/")}
     try:
         model.load_state_dict(state)
@@ -330,159 +281,10 @@ def _check_model_identity(ckpt: Checkpoint, cfg: Config, overrides: list[str] | 
     )
 
 
-def load_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Config, nn.Module, Dataset, int]:
+def load_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Config, nn.Module, Any, int]:
     """Config, trained model (newest valid checkpoint), dataset and step of a run folder (see :func:`open_run`)."""
     cfg, model, data, ckpt = open_run(run_dir, overrides)
     return cfg, model, data, ckpt.step
-
-
-@dataclass(frozen=True)
-class EvalReport:
-    """Grid test NLL of the model beside the true density's NLL (nats per point).
-
-    In more than two dimensions no exact ``log Z`` is available here: the report
-    then holds the mean test and train energies (an overfitting check, not a
-    likelihood) and ``model_nll`` is ``None``.
-    """
-
-    step: int
-    model_nll: float | None
-    model_nll_stderr: float | None
-    log_z_error: float | None
-    true_nll: float | None
-    n_test: int
-    dim: int = 2
-    test_energy: float | None = None
-    train_energy: float | None = None
-    edge_mass: float | None = None  # model mass in the grid's outermost cells (0: nothing cut off)
-
-    def lines(self) -> list[str]:
-        if self.model_nll is None:
-            return [
-                f"mean energy, step {self.step}: test {self.test_energy:.4f}, train {self.train_energy:.4f} "
-                f"[n_test={self.n_test}]",
-                f"no exact test NLL for D={self.dim}: the grid evaluator needs 2-D data",
-            ]
-        out = [f"test NLL (grid-normalised), step {self.step}: {self.model_nll:.4f} ± {self.model_nll_stderr:.4f} nats"
-               f"  [n={self.n_test}, grid log Z error {self.log_z_error:.1e}]"]
-        if self.edge_mass is not None and self.edge_mass > EDGE_TOL:
-            out.append(f"warning: {self.edge_mass:.1e} of the model's mass sits in the grid's outermost cells; "
-                       "log Z misses what lies beyond, so this NLL is optimistic")
-        if self.true_nll is not None:
-            out.append(f"true density NLL on the same points:       {self.true_nll:.4f} nats"
-                       f"  (gap {self.model_nll - self.true_nll:+.4f})")
-        return out
-
-
-def test_points(cfg: Config, data: Dataset) -> torch.Tensor:
-    """The held-out points: the file's test split, or ``data.n_test`` fresh toy draws."""
-    if isinstance(data, (PointCloud, BinaryImages)):
-        return data.test
-    return data.sample(cfg.data.n_test, generator=torch.Generator().manual_seed(cfg.run.seed + TEST_SEED_OFFSET))
-
-
-def evaluate_run(cfg: Config, model: nn.Module, data: Dataset, step: int, *, use_ais: bool = False) -> Any:
-    """:class:`EvalReport` for continuous data; for binary images a
-    :class:`~ebms.cli.discrete_eval.DiscreteEvalReport` (exact log Z, or AIS with ``use_ais``)."""
-    if isinstance(data, TaskData):
-        task = task_for(cfg)
-        assert task is not None
-        with torch.no_grad():
-            return TaskReport(step=step, task=cfg.data.name, figures=task.evaluate(cfg, model, data))
-    if isinstance(data, BinaryImages):
-        from ebms.cli.discrete_eval import evaluate_discrete
-
-        return evaluate_discrete(cfg, model, data, step, use_ais=use_ais)
-    x = test_points(cfg, data)
-    if data.dim != 2:
-        assert isinstance(data, PointCloud)
-        with torch.no_grad():
-            e_test, e_train = float(model(x).mean()), float(model(data.train).mean())
-        return EvalReport(
-            step=step, model_nll=None, model_nll_stderr=None, log_z_error=None, true_nll=None,
-            n_test=x.shape[0], dim=data.dim, test_energy=e_test, train_energy=e_train,
-        )
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # the edge mass goes into the report instead
-        ll = grid_log_likelihood(model, x, data.bounds, resolution=cfg.eval.resolution)
-        true = true_log_likelihood(data, x) if isinstance(data, ToyDataset) and data.has_density else None
-    return EvalReport(
-        step=step,
-        model_nll=-ll.estimate,
-        model_nll_stderr=ll.stderr,
-        log_z_error=float(ll.settings.get("log_z_error", 0.0)),
-        edge_mass=float(ll.settings.get("grid", {}).get("edge_mass", 0.0)),
-        true_nll=None if true is None else -true.estimate,
-        n_test=x.shape[0],
-    )
-
-
-def sample_run(cfg: Config, model: nn.Module, data: Dataset, *, n: int | None = None, steps: int | None = None,
-               seed: int | None = None) -> torch.Tensor:
-    """Fresh chains from a uniform start over the data box, run with the configured sampler.
-
-    SGLD is run with its exact Langevin noise (``noise_scale = sqrt(2 step_size)``),
-    so the chains target ``exp(-E)`` rather than the colder law used for training
-    negatives. Objectives that need no sampler (score matching, NCE) use the
-    configured ``[sampler]`` table, ULA by default.
-    """
-    if isinstance(data, TaskData):
-        raise ConfigError(f"sample: data.name={cfg.data.name!r} is a conditional task (p(y|x)); "
-                          f"it has no unconditional samples: use `ebms eval` for its test figures")
-    if isinstance(data, BinaryImages):
-        from ebms.cli.discrete_eval import sample_discrete
-
-        return sample_discrete(cfg, model, data, n=n, steps=steps, seed=seed)
-    n = cfg.eval.n_samples if n is None else n
-    steps = cfg.eval.sample_steps if steps is None else steps
-    g = torch.Generator().manual_seed(cfg.run.seed + 7 if seed is None else seed)
-    box = data_box(data)
-    exact = replace(cfg, sampler=replace(cfg.sampler, noise_scale=None))
-    return build_sampler(exact, box).sample(model, box.random(n, generator=g), steps, generator=g)
-
-
-def plot_points(x: torch.Tensor, data: Dataset, title: str, ax: Any = None) -> Any:
-    """Points of ``data``'s space: a scatter in 2-D (the first two coordinates above),
-    a histogram in 1-D. Returns the figure."""
-    from ebms.viz import plot_samples
-    from ebms.viz.figure import axes_or_new
-
-    if isinstance(data, BinaryImages):
-        from ebms.viz import image_grid
-
-        k = min(x.shape[0], 100)
-        imgs = x[:k].reshape(k, 1, *data.image_shape)
-        return image_grid(imgs, ax=ax, title=title, nrow=10)
-    if data.dim == 1:
-        fig, ax = axes_or_new(ax, (5.0, 4.0))
-        ax.hist(x[:, 0].detach().cpu().numpy(), bins=60, range=data.bounds[0], density=True)
-        ax.set_title(title)
-        return fig
-    suffix = " (first 2 coordinates)" if data.dim > 2 else ""
-    return plot_samples(x[:, :2], ax=ax, bounds=data.bounds[:2], title=title + suffix)
-
-
-def write_plots(run_dir: Path, cfg: Config, model: nn.Module, data: Dataset, samples: torch.Tensor) -> list[Path]:
-    """``samples.png`` (test data beside model samples) and, for 2-D data, ``energy.png``
-    (energy and normalised density images)."""
-    from ebms.viz import new_figure, plot_energy, save_figure
-
-    ref = test_points(cfg, data)[: samples.shape[0]]
-    fig = new_figure(figsize=(9, 4.5))
-    ax_d, ax_m = fig.subplots(1, 2)
-    plot_points(ref, data, f"test data ({data.name})", ax=ax_d)
-    plot_points(samples, data, f"model samples ({cfg.sampler.kind})", ax=ax_m)
-    out = [run_dir / "samples.png"]
-    save_figure(fig, out[0])
-    if data.dim != 2 or isinstance(data, BinaryImages):
-        return out
-    out.append(run_dir / "energy.png")
-    fig = new_figure(figsize=(9, 4.5))
-    ax_e, ax_p = fig.subplots(1, 2)
-    plot_energy(model, data.bounds, ax=ax_e, kind="energy", title="energy E(x)")
-    plot_energy(model, data.bounds, ax=ax_p, kind="density", title="density exp(-E)/Z")
-    save_figure(fig, out[1])
-    return out
 
 
 def write_eval(run_dir: Path, report: Any, extra: dict[str, Any] | None = None) -> Path:

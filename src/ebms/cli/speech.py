@@ -1,17 +1,18 @@
 """``ebms train`` on connected spoken digits with CTC or CTC-CRF (``data.name = "fsdd-digits"``).
 
-The task (:func:`ebms.data.fsdd.connected_digits`): strings of 1..``data.max_digits`` digits
+The task (:func:`ebms.data.fsdd.connected_digits`): strings of 1..``speech.max_digits`` digits
 concatenated from one FSDD speaker's takes, 40 log-mels + global CMVN, speaker-disjoint test set
-(``data.test_speakers``). Keys:
+(``speech.test_speakers``). The section ``[speech]`` holds the keys only this task reads:
 
-* ``data.n_train`` (default 1000) and ``data.n_test`` (default 300) training / test utterances,
-  ``data.max_digits`` (7), ``data.test_speakers`` (``["theo"]``), ``data.root``.
+* ``speech.n_train`` (default 1000) training utterances; ``data.n_test`` (default 300 here) test
+  utterances; ``speech.max_digits`` (7), ``speech.test_speakers`` (``["theo"]``); ``data.root``.
 * ``model.kind = "conv-bilstm"`` (:class:`ebms.nets.acoustic.ConvBiLSTM`, the default here):
-  ``model.hidden = [H]`` (LSTM units per direction, 32 conv channels) or ``[C, H]`` (default
-  ``[16, 64]``); ``model.layers``, ``model.dropout``.
-* ``objective.kind``: ``"ctc"`` (the default; Graves et al., 2006) or ``"ctc-crf"`` (Xiang & Ou, 2019) with the
-  denominator label n-gram of order ``objective.lm_order`` fitted on the training transcripts and
-  the auxiliary CTC weight ``objective.ctc_weight``.
+  ``speech.channels`` conv channels (16), ``speech.hidden`` LSTM units per direction (64),
+  ``speech.layers``, ``speech.dropout``.
+* ``objective.kind``: ``"ctc"`` (the default; Graves et al., 2006) or ``"ctc-crf"`` (Xiang & Ou,
+  2019) with the denominator label n-gram of order ``speech.lm_order`` fitted on the training
+  transcripts and the auxiliary CTC weight ``speech.ctc_weight``
+  (:class:`ebms.objectives.ctc.CTCObjective`).
 
 ``evaluate`` reports the test label error rate (percent) of greedy (best-path) decoding with its
 substitutions / deletions / insertions and the sentence error rate; for ``ctc-crf`` also
@@ -21,39 +22,36 @@ substitutions / deletions / insertions and the sentence error rate; for ``ctc-cr
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
-from ebms.cli.build import resolve
-from ebms.cli.config import Config, ConfigError
+from ebms.cli._config_rules import COUNT, DROPOUT, NONNEG, Rule
+from ebms.cli.config import Config, ConfigError, ModelConfig
 from ebms.cli.tasks import StructuredTask, TaskData, register
-from ebms.objectives._base import LossOutput, scalar_metrics
+from ebms.objectives.ctc import CTCObjective
 
-__all__ = ["MODEL_KINDS", "OBJECTIVE_KINDS", "SpeechTask"]
+__all__ = ["SpeechSettings", "SpeechTask"]
 
-OBJECTIVE_KINDS = ("ctc", "ctc-crf")
-MODEL_KINDS = ("conv-bilstm",)
-DEFAULT_N_TRAIN = 1000
 DATA_SEED = 0
 EVAL_BATCH = 64
 
 
-def _check_config(cfg: Config) -> None:
-    where = "for data.name='fsdd-digits'"
-    resolve(dict.fromkeys(OBJECTIVE_KINDS), cfg.objective.kind, "objective.kind", context=where)
-    resolve(dict.fromkeys(MODEL_KINDS), cfg.model.kind, "model.kind", context=where)
-    if len(cfg.model.hidden) not in (1, 2) or min(cfg.model.hidden) < 1:
-        raise ConfigError(f"model.hidden: expected [H] or [channels, H] with positive sizes; got {cfg.model.hidden}")
-    if cfg.objective.ctc_weight < 0:
-        raise ConfigError(f"objective.ctc_weight: expected a number >= 0; got {cfg.objective.ctc_weight}")
-    if cfg.objective.kind == "ctc-crf" and cfg.objective.lm_order < 1:
-        raise ConfigError(f"objective.lm_order: expected an integer >= 1; got {cfg.objective.lm_order}")
-    for key, value, low in (("data.n_train", cfg.data.n_train, 1), ("data.n_test", cfg.data.n_test, 1),
-                            ("data.max_digits", cfg.data.max_digits, 1)):
-        if value is not None and value < low:
-            raise ConfigError(f"{key}: expected an integer >= {low}; got {value}")
+@dataclass
+class SpeechSettings:
+    """``[speech]``: the connected-digit task's own keys."""
+
+    n_train: int = 1000
+    max_digits: int = 7
+    test_speakers: list[str] = field(default_factory=lambda: ["theo"])
+    channels: int = 16
+    hidden: int = 64
+    layers: int = 1
+    dropout: float = 0.0
+    ctc_weight: float = 0.0
+    lm_order: int = 2
 
 
 def _den_graph(transcripts: list[list[int]], n_classes: int, order: int) -> Any:
@@ -63,74 +61,67 @@ def _den_graph(transcripts: list[list[int]], n_classes: int, order: int) -> Any:
     return DenominatorGraph.from_ngram(LabelNGram.fit(transcripts, n_classes, order))
 
 
-class _CTCObjective:
-    """``objective(model, (features, lengths, targets, target_lengths), generator=)``: the CTC
-    loss, or with a den graph the CTC-CRF loss ``log Z_den - (1 + ctc_weight) log p_CTC``; both
-    are per-utterance losses divided by the target length, averaged over the batch."""
-
-    def __init__(self, graph: Any = None, ctc_weight: float = 0.0) -> None:
-        self.graph, self.ctc_weight = graph, ctc_weight
-
-    def __call__(self, model: nn.Module, batch: tuple[Tensor, ...], generator: torch.Generator | None = None) -> LossOutput:
-        features, lengths, targets, target_lengths = batch
-        t_max, s_max = int(lengths.max()), int(target_lengths.max())
-        log_probs, out_lengths = model(features[:, :t_max], lengths)
-        targets = targets[:, :s_max]
-        if self.graph is None:
-            from ebms.structured.ctc import ctc_loss
-
-            loss = ctc_loss(log_probs, targets, out_lengths, target_lengths)
-            return LossOutput(loss, scalar_metrics(ctc=loss))
-        from ebms.structured.ctc_crf import ctc_crf_loss
-
-        loss = ctc_crf_loss(log_probs, targets, out_lengths, target_lengths, self.graph, ctc_weight=self.ctc_weight)
-        return LossOutput(loss, scalar_metrics(ctc_crf=loss))
-
-
-class SpeechTask(StructuredTask):
+class SpeechTask(StructuredTask[SpeechSettings]):
     """Connected-digit recognition trained with CTC or CTC-CRF (module docstring)."""
 
     data_names = ("fsdd-digits",)
-    model_kinds = MODEL_KINDS
-    objective_kinds = OBJECTIVE_KINDS
-    #: the ctc-digits recipe's model size when ``data.name = "fsdd-digits"`` is given alone.
-    defaults: ClassVar[dict[str, Any]] = {"model.hidden": [16, 64], "data.n_test": 300}
+    model_kinds = ("conv-bilstm",)
+    objective_kinds = ("ctc", "ctc-crf")
+    section = "speech"
+    settings_type = SpeechSettings
+    rules: ClassVar[dict[str, Rule]] = {
+        "n_train": COUNT, "max_digits": COUNT,
+        "test_speakers": Rule(min_items=1, text="a non-empty list of speaker names",
+                              check=lambda v: all(x.strip() != "" for x in v)),
+        "channels": COUNT, "hidden": COUNT, "layers": COUNT, "dropout": DROPOUT, "ctc_weight": NONNEG,
+        "lm_order": COUNT,
+    }
+    moved: ClassVar[dict[str, str]] = {
+        "data.n_train": "n_train", "data.max_digits": "max_digits", "data.test_speakers": "test_speakers",
+        "model.layers": "layers", "model.dropout": "dropout", "objective.ctc_weight": "ctc_weight",
+        "objective.lm_order": "lm_order",
+    }
+    #: the recipes' test set when ``data.name = "fsdd-digits"`` is given alone.
+    defaults: ClassVar[dict[str, Any]] = {"data.n_test": 300}
+
+    def check(self, cfg: Config) -> None:
+        if cfg.model.hidden != ModelConfig().hidden:
+            raise ConfigError(f"model.hidden: the MLP's hidden widths; the acoustic model's sizes are speech.channels "
+                              f"and speech.hidden (renamed); got model.hidden={cfg.model.hidden}")
 
     def load(self, cfg: Config) -> TaskData:
-        _check_config(cfg)
         from ebms.data.fsdd import connected_digits
 
+        self.check(cfg)
+        s = self.settings(cfg)
         try:
-            task = connected_digits(
-                n_train=cfg.data.n_train or DEFAULT_N_TRAIN, n_test=cfg.data.n_test, max_digits=cfg.data.max_digits,
-                seed=DATA_SEED, test_speakers=tuple(cfg.data.test_speakers), root=cfg.data.root,
-            )
+            task = connected_digits(n_train=s.n_train, n_test=cfg.data.n_test, max_digits=s.max_digits, seed=DATA_SEED,
+                                    test_speakers=tuple(s.test_speakers), root=cfg.data.root)
         except FileNotFoundError as e:
             raise ConfigError(f"data.root: {e}") from None
         except ValueError as e:
-            raise ConfigError(f"data.test_speakers: {e}" if str(e).startswith("test_speakers") else f"data: {e}") from None
+            raise ConfigError(f"speech.test_speakers: {e}" if str(e).startswith("test_speakers") else f"data: {e}") from None
         tr = task.train
         graph = None
         if cfg.objective.kind == "ctc-crf":
             try:
-                graph = _den_graph(tr.transcripts(), task.n_classes, cfg.objective.lm_order)
+                graph = _den_graph(tr.transcripts(), task.n_classes, s.lm_order)
             except ValueError as e:
-                raise ConfigError(f"objective.lm_order: {e}") from None
+                raise ConfigError(f"speech.lm_order: {e}") from None
         info = {"n_features": int(tr.features.shape[2]), "n_classes": task.n_classes, "den_graph": graph,
                 "test_speakers": list(task.test_speakers)}
         return TaskData((tr.features, tr.lengths, tr.targets, tr.target_lengths), task.test, info, name="fsdd-digits")
 
     def build_model(self, cfg: Config, data: TaskData) -> nn.Module:
-        _check_config(cfg)
         from ebms.nets.acoustic import ConvBiLSTM
 
-        h = cfg.model.hidden
-        channels, hidden = (32, h[0]) if len(h) == 1 else (h[0], h[1])
-        return ConvBiLSTM(data.info["n_features"], data.info["n_classes"], channels=channels, hidden=hidden,
-                          layers=cfg.model.layers, dropout=cfg.model.dropout)
+        s = self.settings(cfg)
+        return ConvBiLSTM(data.info["n_features"], data.info["n_classes"], channels=s.channels, hidden=s.hidden,
+                          layers=s.layers, dropout=s.dropout)
 
     def build_objective(self, cfg: Config, data: TaskData) -> Callable[..., Any]:
-        return _CTCObjective(data.info.get("den_graph"), cfg.objective.ctc_weight)
+        graph = data.info.get("den_graph")
+        return CTCObjective(graph, ctc_weight=self.settings(cfg).ctc_weight if graph is not None else 0.0)
 
     def evaluate(self, cfg: Config, model: nn.Module, data: TaskData) -> dict[str, float]:
         from ebms.metrics.error_rate import error_rate

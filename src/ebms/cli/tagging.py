@@ -2,19 +2,20 @@
 
 ``data.name``: ``conll2000`` (train on ``train.txt``, test on ``test.txt``), ``conll2002-esp`` and
 ``conll2002-ned`` (train on ``*.train``, test on ``*.testb``; ``*.testa`` is reported too, as
-``testa_*``). ``data.root`` is passed to the loaders; ``data.limit`` keeps the first ``limit``
-sentences of every split (for quick runs).
+``testa_*``). ``data.root`` is passed to the loaders. The section ``[tagging]`` holds the keys only
+these tasks use: ``limit`` keeps the first ``limit`` sentences of every split (for quick runs),
+and the model and regularisation keys below.
 
 ``model.kind``:
 
 * ``bilstm-crf`` / ``cnn-crf``: :class:`ebms.models.crf_tagger.NeuralCRFTagger` with
-  ``model.embedding_dim``, ``model.hidden = [H]`` (per LSTM direction / CNN channels),
-  ``model.layers``, ``model.dropout`` and a character CNN when ``model.char_dim > 0``. Word ids:
-  the training words with digits mapped to ``0`` (case kept), those seen at least
-  :data:`MIN_WORD_COUNT` times; every other word is ``<unk>`` (id 1; 0 is padding). Decoding is
-  Viterbi under the BIO constraints (``I-X`` only after ``B-X``/``I-X``).
+  ``tagging.embedding_dim``, ``tagging.hidden = H`` (per LSTM direction / CNN channels),
+  ``tagging.layers``, ``tagging.dropout`` and a character CNN when ``tagging.char_dim > 0``. Word
+  ids: :class:`ebms.data.vocab.WordVocabulary` (training words seen at least twice, digits mapped
+  to ``0``; every other word is ``<unk>``). Decoding is Viterbi under the BIO constraints
+  (``I-X`` only after ``B-X``/``I-X``).
 * ``feature-crf``: :class:`ebms.models.feature_crf.FeatureCRF` on the attributes of
-  ``data.features`` (``crfsuite-chunking`` for CoNLL-2000, ``crfsuite-ner`` for CoNLL-2002 when
+  ``tagging.features`` (``crfsuite-chunking`` for CoNLL-2000, ``crfsuite-ner`` for CoNLL-2002 when
   empty), state weights only for observed attribute-tag pairs; transitions for the observed tag
   bigrams on CoNLL-2000 (CRFsuite's default) and for every tag pair on CoNLL-2002 (the
   sklearn-crfsuite tutorial's ``all_possible_transitions=True``). Attributes are extracted one
@@ -27,7 +28,8 @@ sentences of every split (for quick runs).
 or ``crf-nce`` (:class:`~ebms.objectives.conditional.ConditionalNCE` with ``objective.nu`` noise
 sequences from the tag-bigram chain of the training tags). Regularisation follows CRFsuite's
 corpus objective ``sum_i -log p(y_i|x_i) + c1 ||w||_1 + c2 ||w||^2`` divided by the ``N`` training
-sentences: the loss carries ``(c2 / N) ||w||^2``; ``c1 > 0`` needs ``train.optimizer = "lbfgs"``,
+sentences (``tagging.c1``, ``tagging.c2``): the loss carries ``(c2 / N) ||w||^2``; ``c1 > 0`` needs
+``train.optimizer = "lbfgs"``,
 which then runs OWL-QN with ``l1 = c1 / N`` (one trainer step = one quasi-Newton iteration; use
 ``train.batch_size`` = all sentences for CRFsuite's full-batch training).
 
@@ -39,17 +41,16 @@ sklearn-crfsuite tutorial's figure.
 
 from __future__ import annotations
 
-import re
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
+from ebms.cli._config_rules import COUNT, DROPOUT, NONNEG, Rule
 from ebms.cli.build import resolve
-from ebms.cli.config import Config, ConfigError
+from ebms.cli.config import Config, ConfigError, ModelConfig
 from ebms.cli.tasks import StructuredTask, TaskData, register
 from ebms.data.conll import (
     MAX_CONLL_BYTES,
@@ -59,68 +60,25 @@ from ebms.data.conll import (
     load_conll2002,
     spans_to_tags,
 )
+from ebms.data.vocab import WordVocabulary
 from ebms.metrics.chunking import conlleval
 from ebms.models.crf_tagger import NeuralCRFTagger
 from ebms.objectives.conditional import ConditionalML, ConditionalNCE, TagBigramNoise
 from ebms.structured.features import EncodedCorpus
 from ebms.structured.linear_chain import bio_allowed_transitions
 
-__all__ = ["MIN_WORD_COUNT", "TaggingTask", "WordVocabulary"]
+__all__ = ["TaggingSettings", "TaggingTask"]
 
 DATA_NAMES = ("conll2000", "conll2002-esp", "conll2002-ned")
 MODEL_KINDS = ("bilstm-crf", "cnn-crf", "feature-crf")
 OBJECTIVE_KINDS = ("crf", "crf-nce")
 DEFAULT_FEATURES = {"conll2000": "crfsuite-chunking", "conll2002-esp": "crfsuite-ner", "conll2002-ned": "crfsuite-ner"}
-#: a training word needs this many occurrences to get its own id (rarer ones train ``<unk>``).
-MIN_WORD_COUNT = 2
-#: characters kept per word for the character CNN.
-MAX_WORD_CHARS = 20
 #: sentences per length-sorted chunk in a full-batch (L-BFGS) pass: fewer, larger chunks pay the
 #: per-call cost of the model (e.g. FeatureCRF's masked weights) less often; 2048 halved the time
 #: of a CoNLL-2000 pass against 512.
 FULL_BATCH_CHUNK = 2048
 #: sentences per length-sorted chunk when decoding.
 DECODE_CHUNK = 512
-_DIGIT = re.compile(r"\d")
-
-
-class WordVocabulary:
-    """Word and character ids: ``0`` padding, ``1`` unknown, then by decreasing training count.
-
-    Words are normalised by mapping every digit to ``0``; case is kept.
-    """
-
-    PAD, UNK = 0, 1
-
-    def __init__(self, sentences: Sequence[Sentence], *, min_count: int = MIN_WORD_COUNT) -> None:
-        words = Counter(self.normalise(w) for s in sentences for w in s.words)
-        chars = Counter(c for s in sentences for w in s.words for c in w)
-        kept = sorted((w for w, n in words.items() if n >= min_count), key=lambda w: (-words[w], w))
-        self.words = ["<pad>", "<unk>", *kept]
-        self.chars = ["<pad>", "<unk>", *sorted(chars, key=lambda c: (-chars[c], c))]
-        self.word_index = {w: i for i, w in enumerate(self.words)}
-        self.char_index = {c: i for i, c in enumerate(self.chars)}
-
-    @staticmethod
-    def normalise(word: str) -> str:
-        return _DIGIT.sub("0", word)
-
-    def encode(self, sentences: Sequence[Sentence], *, chars: bool) -> tuple[Tensor, ...]:
-        """``words (N, T)`` and, with ``chars``, ``chars (N, T, L)``; padded with 0."""
-        t = max(len(s) for s in sentences)
-        w = torch.zeros(len(sentences), t, dtype=torch.long)
-        for i, s in enumerate(sentences):
-            w[i, : len(s)] = torch.tensor([self.word_index.get(self.normalise(x), self.UNK) for x in s.words])
-        if not chars:
-            return (w,)
-        length = min(MAX_WORD_CHARS, max(len(x) for s in sentences for x in s.words))
-        c = torch.zeros(len(sentences), t, length, dtype=torch.long)
-        for i, s in enumerate(sentences):
-            for j, x in enumerate(s.words):
-                c[i, j, : min(len(x), length)] = torch.tensor([self.char_index.get(ch, self.UNK) for ch in x[:length]])
-        return w, c
-
-
 @dataclass
 class _Split:
     """A test split: padded inputs ``(N, T, ...)`` (neural taggers), or the attribute vectors
@@ -165,14 +123,14 @@ class _FeatureRows:
         return self.inner(model, (ids, values, tags[:, : ids.shape[1]], lengths), generator=generator)
 
     def _full_batch(self, model: nn.Module, lengths: Tensor) -> Any:
-        from ebms.models.feature_crf import FeatureCRF, _Corpus
-        from ebms.objectives._base import LossOutput, scalar_metrics
+        from ebms.models.feature_crf import BucketedCorpus, FeatureCRF
+        from ebms.objectives import LossOutput, scalar_metrics
 
         if not isinstance(model, FeatureCRF):
             raise TypeError(f"model: expected a FeatureCRF; got {type(model).__name__}")
         if self._full is None:  # built once: the rows of a full batch are always the whole set
             c = self.corpus
-            self._full = _Corpus(lambda b: c.padded(b)[:2], c.lengths, self.tags, self.n_attributes,
+            self._full = BucketedCorpus(lambda b: c.padded(b)[:2], c.lengths, self.tags, self.n_attributes,
                                  FULL_BATCH_CHUNK, model.state_values.dtype)
         nll = self._full.nll(*model.effective_weights())
         n = len(self.corpus)
@@ -187,9 +145,8 @@ def _iob2(tags: list[str]) -> list[str]:
     return spans_to_tags(bio_to_spans(tags), len(tags), scheme="iob")
 
 
-def _load_split(cfg: Config, split: str) -> list[Sentence]:
-    name, root = cfg.data.name, cfg.data.root
-    max_mb = getattr(cfg.data, "max_mb", None)  # the size limit of data files, where config has it
+def _load_split(cfg: Config, split: str, limit: int | None) -> list[Sentence]:
+    name, root, max_mb = cfg.data.name, cfg.data.root, cfg.data.max_mb
     max_bytes = MAX_CONLL_BYTES if max_mb is None else int(max_mb * 2**20)
     try:
         if name == "conll2000":
@@ -198,7 +155,7 @@ def _load_split(cfg: Config, split: str) -> list[Sentence]:
             sents = load_conll2002(name.split("-")[1], split, root, max_bytes=max_bytes)
     except FileNotFoundError as e:
         raise ConfigError(f"data.name={name!r}: {e}") from None
-    return sents if cfg.data.limit is None else sents[: cfg.data.limit]
+    return sents if limit is None else sents[:limit]
 
 
 def _tag_tensor(tag_lists: list[list[str]], index: dict[str, int], t: int) -> Tensor:
@@ -208,51 +165,78 @@ def _tag_tensor(tag_lists: list[list[str]], index: dict[str, int], t: int) -> Te
     return out
 
 
-class TaggingTask(StructuredTask):
+@dataclass
+class TaggingSettings:
+    """``[tagging]``: the CoNLL tasks' own keys."""
+
+    features: str = ""
+    limit: int | None = None
+    embedding_dim: int = 100
+    char_dim: int = 0
+    hidden: int = 100
+    layers: int = 1
+    dropout: float = 0.0
+    c1: float = 0.0
+    c2: float = 0.0
+
+
+class TaggingTask(StructuredTask[TaggingSettings]):
     """CRF taggers on CoNLL-2000 / CoNLL-2002 (see the module docstring)."""
 
     data_names = DATA_NAMES
     model_kinds = MODEL_KINDS
     objective_kinds = OBJECTIVE_KINDS
-    #: the neural taggers take one width; a user who sets nothing gets [100], not the toy MLP's [128, 128]
-    defaults: ClassVar[dict[str, Any]] = {"model.hidden": [100]}
+    section = "tagging"
+    settings_type = TaggingSettings
+    rules: ClassVar[dict[str, Rule]] = {
+        "features": Rule(names="'' (the data set's usual template) or an attribute template name of "
+                               "ebms.structured.features"),
+        "limit": COUNT, "embedding_dim": COUNT, "char_dim": NONNEG, "hidden": COUNT, "layers": COUNT,
+        "dropout": DROPOUT, "c1": NONNEG, "c2": NONNEG,
+    }
+    moved: ClassVar[dict[str, str]] = {
+        "data.features": "features", "data.limit": "limit", "model.embedding_dim": "embedding_dim",
+        "model.char_dim": "char_dim", "model.layers": "layers", "model.dropout": "dropout",
+        "objective.c1": "c1", "objective.c2": "c2",
+    }
 
     # -- configuration ------------------------------------------------------------------------
-    def _check(self, cfg: Config) -> None:
-        resolve(dict.fromkeys(MODEL_KINDS), cfg.model.kind, "model.kind")
-        resolve(dict.fromkeys(OBJECTIVE_KINDS), cfg.objective.kind, "objective.kind")
-        if cfg.model.kind != "feature-crf" and len(cfg.model.hidden) != 1:
-            raise ConfigError(f"model.hidden: expected one width [H] for {cfg.model.kind}; got {cfg.model.hidden}")
-        if cfg.objective.kind == "crf-nce" and not (cfg.objective.nu >= 1 and float(cfg.objective.nu).is_integer()):
-            raise ConfigError(f"objective.nu: expected a whole number >= 1 of noise sequences per sentence; "
-                              f"got {cfg.objective.nu}")
-        for key in ("c1", "c2"):
-            if getattr(cfg.objective, key) < 0:
-                raise ConfigError(f"objective.{key}: expected a number >= 0; got {getattr(cfg.objective, key)}")
-        if cfg.objective.kind == "crf-nce" and cfg.train.optimizer == "lbfgs":
+    def check_names(self, cfg: Config) -> None:
+        features = self.settings(cfg).features
+        if features:
+            from ebms.structured.features import FEATURE_SETS
+
+            resolve(FEATURE_SETS, features, "tagging.features")
+
+    def check(self, cfg: Config) -> None:
+        s, o = self.settings(cfg), cfg.objective
+        if cfg.model.hidden != ModelConfig().hidden:
+            raise ConfigError(f"model.hidden: the MLP's hidden widths; the CoNLL taggers' width is tagging.hidden "
+                              f"(renamed); got model.hidden={cfg.model.hidden}")
+        if o.kind == "crf-nce" and not (o.nu >= 1 and float(o.nu).is_integer()):
+            raise ConfigError(f"objective.nu: expected a whole number >= 1 of noise sequences per sentence; got {o.nu}")
+        if o.kind == "crf-nce" and cfg.train.optimizer == "lbfgs":
             raise ConfigError("train.optimizer: crf-nce draws fresh noise sequences at every evaluation, so a "
                               "line search would compare different objectives; expected 'adam' or 'sgd'; "
                               "got 'lbfgs'")
-        if cfg.objective.kind == "crf-nce" and (cfg.objective.c1 > 0 or cfg.objective.c2 > 0):
-            raise ConfigError(f"objective.c1/c2: the L1/L2 terms belong to the crf objective; crf-nce takes "
-                              f"none (use train.weight_decay); got c1={cfg.objective.c1}, c2={cfg.objective.c2}")
-        if cfg.objective.c1 > 0 and cfg.train.optimizer != "lbfgs":
-            raise ConfigError(f"objective.c1: an L1 term needs train.optimizer='lbfgs' (OWL-QN); "
+        if o.kind == "crf-nce" and (s.c1 > 0 or s.c2 > 0):
+            raise ConfigError(f"tagging.c1/c2: the L1/L2 terms belong to the crf objective; crf-nce takes "
+                              f"none (use train.weight_decay); got c1={s.c1}, c2={s.c2}")
+        if s.c1 > 0 and cfg.train.optimizer != "lbfgs":
+            raise ConfigError(f"tagging.c1: an L1 term needs train.optimizer='lbfgs' (OWL-QN); "
                               f"got train.optimizer={cfg.train.optimizer!r}")
-        if cfg.model.kind == "feature-crf" and cfg.data.features:
-            from ebms.structured.features import FEATURE_SETS
-
-            resolve(FEATURE_SETS, cfg.data.features, "data.features")
 
     # -- StructuredTask -----------------------------------------------------------------------
     def load(self, cfg: Config) -> TaskData:
-        self._check(cfg)
-        train = _load_split(cfg, "train")
+        s = self.settings(cfg)
+        self.check_names(cfg)
+        self.check(cfg)
+        train = _load_split(cfg, "train", s.limit)
         if not train:
-            raise ConfigError(f"data.limit: expected at least 1 training sentence; got {cfg.data.limit}")
-        splits = {"test": _load_split(cfg, "test" if cfg.data.name == "conll2000" else "testb")}
+            raise ConfigError(f"tagging.limit: expected at least 1 training sentence; got {s.limit}")
+        splits = {"test": _load_split(cfg, "test" if cfg.data.name == "conll2000" else "testb", s.limit)}
         if cfg.data.name != "conll2000":
-            splits["testa"] = _load_split(cfg, "testa")
+            splits["testa"] = _load_split(cfg, "testa", s.limit)
         gold_train = [_iob2(s.tags) for s in train]
         tags = sorted({t for g in gold_train for t in g}, key=lambda t: (t != "O", t))
         index = {t: i for i, t in enumerate(tags)}
@@ -263,7 +247,7 @@ class TaggingTask(StructuredTask):
             from ebms.structured.features import FEATURE_SETS, AttributeVocabulary, observed_transitions
 
             extract: Callable[[Sentence], list[dict[str, float]]] = FEATURE_SETS[
-                cfg.data.features or DEFAULT_FEATURES[cfg.data.name]]
+                s.features or DEFAULT_FEATURES[cfg.data.name]]
             # One pass, one sentence at a time: the attribute dicts are never all held in memory,
             # and the corpus is kept without padding (see _FeatureRows).
             vocab = AttributeVocabulary([])
@@ -278,7 +262,7 @@ class TaggingTask(StructuredTask):
                     for k, v in splits.items() if v}
             return TaskData(train=(*x, y, lengths), test=test, info=info, name=cfg.data.name)
         words = WordVocabulary(train)
-        use_chars = cfg.model.char_dim > 0
+        use_chars = s.char_dim > 0
         info.update(vocab_size=len(words.words), char_vocab_size=len(words.chars) if use_chars else None)
         x = words.encode(train, chars=use_chars)
 
@@ -290,16 +274,16 @@ class TaggingTask(StructuredTask):
         return TaskData(train=(*x, y, lengths), test=test, info=info, name=cfg.data.name)
 
     def build_model(self, cfg: Config, data: TaskData) -> nn.Module:
-        m, info = cfg.model, data.info
-        if m.kind == "feature-crf":
+        s, info = self.settings(cfg), data.info
+        if cfg.model.kind == "feature-crf":
             from ebms.models.feature_crf import FeatureCRF
 
             return FeatureCRF(info["n_attributes"], len(info["tags"]), observed=info["observed"],
                               observed_transitions=info["observed_transitions"])
         allowed, allowed_start = bio_allowed_transitions(info["tags"])
-        return NeuralCRFTagger(info["vocab_size"], len(info["tags"]), embedding_dim=m.embedding_dim, hidden=m.hidden[0],
-                               encoder=m.kind.split("-")[0], layers=m.layers, dropout=m.dropout,
-                               char_vocab_size=info["char_vocab_size"], char_dim=max(m.char_dim, 1),
+        return NeuralCRFTagger(info["vocab_size"], len(info["tags"]), embedding_dim=s.embedding_dim, hidden=s.hidden,
+                               encoder=cfg.model.kind.split("-")[0], layers=s.layers, dropout=s.dropout,
+                               char_vocab_size=info["char_vocab_size"], char_dim=max(s.char_dim, 1),
                                allowed=allowed, allowed_start=allowed_start)
 
     def build_objective(self, cfg: Config, data: TaskData) -> Callable[..., Any]:
@@ -310,17 +294,17 @@ class TaggingTask(StructuredTask):
             noise = TagBigramNoise.fit(y, lengths, len(data.info["tags"]))
             inner = ConditionalNCE(noise, nu=int(cfg.objective.nu), chunk_size=chunk)
         else:
-            inner = ConditionalML(l2=cfg.objective.c2 / data.size, chunk_size=chunk)
+            inner = ConditionalML(l2=self.settings(cfg).c2 / data.size, chunk_size=chunk)
         if cfg.model.kind != "feature-crf":
             return inner
         return _FeatureRows(data.info["corpus"], data.train[1], inner, full_batch_ml=cfg.objective.kind == "crf",
-                            l2=cfg.objective.c2 / data.size, n_attributes=data.info["n_attributes"])
+                            l2=self.settings(cfg).c2 / data.size, n_attributes=data.info["n_attributes"])
 
     def build_optimizer(self, cfg: Config,
                         data: TaskData) -> Callable[[list[dict[str, Any]]], torch.optim.Optimizer] | None:
         if cfg.train.optimizer != "lbfgs":
             return None
-        l1 = cfg.objective.c1 / data.size
+        l1 = self.settings(cfg).c1 / data.size
 
         def make(params: Any) -> torch.optim.Optimizer:
             from ebms.train.owlqn import OWLQN

@@ -1,11 +1,22 @@
-"""Conditional (structured) tasks on the command line: taggers on CoNLL, speech recognisers on digits.
+"""The task registry: what the command line trains, routed by ``data.name``.
 
-The unconditional jobs of :mod:`ebms.cli.run` learn a density of ``x``; a structured task learns
-``p(y | x)`` and is judged by a task figure (chunk F1, label error rate). Each task is a
-:class:`StructuredTask` registered under the ``data.name`` values it serves; ``ebms train`` and
-``ebms eval`` route to it, and everything else — seeding, the generic
-:class:`~ebms.train.Trainer` (minibatch Adam/SGD, or full-batch quasi-Newton steps), checkpoints,
-resume, ``eval.json`` — is shared with the other jobs.
+A task is one kind of job: a toy density, a file of points, binary images, CoNLL tagging,
+connected-digit recognition, ... . Each is a :class:`Task` registered under the ``data.name``
+values it serves (a point file is selected by ``data.path`` instead). A task declares
+
+* its config section: a dataclass of the keys only it reads (:attr:`Task.section`,
+  :attr:`Task.settings_type`, with their rules in :attr:`Task.rules`), the keys it renamed
+  (:attr:`Task.moved`: an old spelling is a one-line error naming the new key), and defaults
+  for shared keys (:attr:`Task.defaults`);
+* the ``model.kind`` and ``objective.kind`` values it takes;
+* its builders: :meth:`~Task.load` (data), :meth:`~Task.build_model`,
+  :meth:`~Task.build_objective`, the training data (:meth:`~Task.training_data`), and its
+  evaluation (:meth:`~Task.report`), samples and plots.
+
+``ebms train``, ``eval`` and ``sample`` ask :func:`task_for` which task serves a config and call
+these; everything else (seeding, the :class:`~ebms.train.Trainer`, checkpoints, resume,
+``eval.json``) is shared. :class:`StructuredTask` is the base of conditional tasks ``p(y | x)``
+judged by a test figure (F1, label error rate).
 """
 
 from __future__ import annotations
@@ -14,32 +25,138 @@ import abc
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import torch
 from torch import Tensor, nn
 
-from ebms.cli.config import Config, ConfigError
+from ebms.cli._config_rules import Rule
+from ebms.cli._config_schema import Config, ConfigError
 
 __all__ = [
     "BUILTIN_TASK_MODULES",
     "StructuredTask",
+    "Task",
     "TaskData",
     "TaskReport",
+    "check_batch_size",
+    "moved_message",
     "register",
-    "task_defaults",
+    "registered",
     "task_for",
-    "task_kinds",
     "task_names",
+    "task_rules",
+    "task_sections",
 ]
 
-#: modules whose import registers the packaged tasks.
-BUILTIN_TASK_MODULES = ("ebms.cli.tagging", "ebms.cli.speech")
+#: modules whose import registers the packaged tasks (in this order: their sections' order).
+BUILTIN_TASK_MODULES = ("ebms.cli.continuous", "ebms.cli.images", "ebms.cli.tagging", "ebms.cli.speech")
+
+S = TypeVar("S")
+
+
+class Task(abc.ABC, Generic[S]):
+    """One kind of job: its config section, data, model, objective and evaluation.
+
+    Subclasses set the class attributes and implement the abstract methods; :func:`register`
+    makes the command line route to them. ``S`` is the section's dataclass
+    (:meth:`settings` returns it typed).
+    """
+
+    #: ``data.name`` values this task serves.
+    data_names: ClassVar[tuple[str, ...]] = ()
+    #: how a message names one of its data sets, e.g. ``"a toy set"``.
+    what: ClassVar[str] = "a task"
+    #: the name of its config section (``""``: none) and the dataclass of its keys.
+    section: ClassVar[str] = ""
+    settings_type: ClassVar[type | None] = None
+    #: the constraint of each key of its section (every key needs one; see ``ebms.cli.config.RULES``).
+    rules: ClassVar[dict[str, Rule]] = {}
+    #: keys it took over from the shared sections: old dotted key -> key of its section.
+    moved: ClassVar[dict[str, str]] = {}
+    #: ``model.kind`` and ``objective.kind`` values it accepts; the first of each is the default
+    #: when the user sets ``data.name`` alone.
+    model_kinds: ClassVar[tuple[str, ...]] = ()
+    objective_kinds: ClassVar[tuple[str, ...]] = ()
+    #: further defaults (dotted key -> value) for shared keys the user did not set.
+    defaults: ClassVar[dict[str, Any]] = {}
+    #: a conditional task ``p(y | x)``: no unconditional samples.
+    conditional: ClassVar[bool] = False
+    #: ``ebms eval --ais`` applies (log Z of a model of binary data).
+    supports_ais: ClassVar[bool] = False
+
+    def settings(self, cfg: Config) -> S:
+        """This task's section of ``cfg``."""
+        return cast(S, cfg.sections[self.section])
+
+    def describe(self, cfg: Config) -> str:
+        """The data of ``cfg`` in words, e.g. ``data.name='rings' (a toy set)``."""
+        return f"data.name={cfg.data.name!r} ({self.what})"
+
+    def default_settings(self) -> dict[str, Any]:
+        """Values this task gives the shared keys a config did not set (applied by
+        :func:`~ebms.cli.config.load_config`): its first model and objective kind, then :attr:`defaults`."""
+        out: dict[str, Any] = {}
+        if self.model_kinds:
+            out["model.kind"] = self.model_kinds[0]
+        if self.objective_kinds:
+            out["objective.kind"] = self.objective_kinds[0]
+        return {**out, **self.defaults}
+
+    def check_names(self, cfg: Config) -> None:
+        """Check the name-valued keys of this task's section (called for every task, served or not)."""
+
+    def check(self, cfg: Config) -> None:
+        """Check the combinations of a config this task serves, before anything is built."""
+
+    @abc.abstractmethod
+    def load(self, cfg: Config) -> Any:
+        """The data set, deterministic given ``cfg``."""
+
+    @abc.abstractmethod
+    def build_model(self, cfg: Config, data: Any) -> nn.Module:
+        """The configured model (called with the global RNG seeded from ``run.seed``)."""
+
+    @abc.abstractmethod
+    def build_objective(self, cfg: Config, data: Any) -> Callable[..., Any]:
+        """``objective(model, batch, generator=g) -> LossOutput`` for the trainer."""
+
+    def build_optimizer(self, cfg: Config, data: Any) -> Callable[[list[dict[str, Any]]], torch.optim.Optimizer] | None:
+        """An optimizer factory when the task needs its own (e.g. OWL-QN with an L1 weight); ``None``
+        uses ``train.optimizer``."""
+        return None
+
+    @abc.abstractmethod
+    def training_data(self, cfg: Config, data: Any) -> Any:
+        """What the trainer draws batches from: tensors sharing dim 0, or ``(n, generator) -> batch``."""
+
+    @abc.abstractmethod
+    def report(self, cfg: Config, model: nn.Module, data: Any, step: int, *, use_ais: bool = False) -> Any:
+        """The test figures of a trained model: an object with ``lines()`` and fields for ``eval.json``."""
+
+    def sampler(self, cfg: Config, data: Any) -> Any:
+        """The sampler ``ebms sample`` runs (``None`` for a conditional task)."""
+        return None
+
+    def sample(self, cfg: Config, model: nn.Module, data: Any, *, n: int | None = None, steps: int | None = None,
+               seed: int | None = None) -> Tensor:
+        """Fresh samples of the model, ``(n, *event)``."""
+        raise ConfigError(f"sample: data.name={cfg.data.name!r} is a conditional task (p(y|x)); "
+                          f"it has no unconditional samples: use `ebms eval` for its test figures")
+
+    def plot(self, x: Tensor, data: Any, title: str, ax: Any = None) -> Any:
+        """A figure of samples ``x`` (the task's :meth:`sample`)."""
+        raise ConfigError(f"sample: {type(self).__name__} draws no samples to plot")
+
+    def write_plots(self, run_dir: Path, cfg: Config, model: nn.Module, data: Any) -> list[Path]:
+        """The plots ``ebms train``/``demo`` write after training; returns their paths."""
+        return []
 
 
 @dataclass
 class TaskData:
-    """What a task's :meth:`StructuredTask.load` returns.
+    """What a :class:`StructuredTask`'s :meth:`~StructuredTask.load` returns.
 
     Attributes:
         train: padded tensors sharing dim 0 (inputs, targets, lengths, ...): the trainer's data.
@@ -72,67 +189,48 @@ class TaskReport:
         return [f"{self.task} test, step {self.step}: {shown}"]
 
 
-class StructuredTask(abc.ABC):
-    """One conditional task: its data, model, objective and test figures.
+class StructuredTask(Task[S]):
+    """A conditional task ``p(y | x)``: :meth:`load` returns :class:`TaskData`, and
+    :meth:`evaluate` the test figures (``{"f1": ...}``) that :meth:`report` wraps."""
 
-    Subclasses set :attr:`data_names` and implement the four methods; :func:`register` makes
-    ``ebms train`` use them when ``data.name`` is one of the names.
-    """
-
-    #: ``data.name`` values this task serves.
-    data_names: tuple[str, ...] = ()
-    #: ``model.kind`` and ``objective.kind`` values it accepts (listed in docs/cli.md); the first
-    #: of each is the default when the user sets ``data.name`` alone.
-    model_kinds: tuple[str, ...] = ()
-    objective_kinds: tuple[str, ...] = ()
-    #: further defaults (dotted key -> value) for keys the user did not set, e.g.
-    #: ``{"model.hidden": [100]}`` where the generic default does not fit the task's model.
-    defaults: ClassVar[dict[str, Any]] = {}
-
-    def default_settings(self) -> dict[str, Any]:
-        """Values this task gives the keys a config did not set (applied by
-        :func:`~ebms.cli.config.load_config`): its first model and objective kind, then :attr:`defaults`.
-
-        Returns:
-            ``{"model.kind": ..., "objective.kind": ..., **defaults}`` (dotted keys).
-        """
-        out: dict[str, Any] = {}
-        if self.model_kinds:
-            out["model.kind"] = self.model_kinds[0]
-        if self.objective_kinds:
-            out["objective.kind"] = self.objective_kinds[0]
-        return {**out, **self.defaults}
+    what = "a structured task"
+    conditional = True
 
     @abc.abstractmethod
     def load(self, cfg: Config) -> TaskData:
         """Training tensors and the test set; deterministic given ``cfg``."""
 
     @abc.abstractmethod
-    def build_model(self, cfg: Config, data: TaskData) -> nn.Module:
-        """The configured model (called with the global RNG seeded from ``run.seed``)."""
-
-    @abc.abstractmethod
-    def build_objective(self, cfg: Config, data: TaskData) -> Callable[..., Any]:
-        """``objective(model, batch, generator=g) -> LossOutput`` for the trainer."""
-
-    @abc.abstractmethod
     def evaluate(self, cfg: Config, model: nn.Module, data: TaskData) -> dict[str, float]:
         """Test-set figures of a trained model (model in eval mode, no gradients needed)."""
 
-    def build_optimizer(self, cfg: Config, data: TaskData) -> Callable[[list[dict[str, Any]]], torch.optim.Optimizer] | None:
-        """An optimizer factory when the task needs its own (e.g. OWL-QN with an L1 weight); ``None``
-        uses ``train.optimizer``."""
-        return None
+    def training_data(self, cfg: Config, data: TaskData) -> tuple[Tensor, ...]:
+        check_batch_size(cfg, data.size, f"training examples of {cfg.data.name}")
+        return data.train
+
+    def report(self, cfg: Config, model: nn.Module, data: TaskData, step: int, *, use_ais: bool = False) -> TaskReport:
+        with torch.no_grad():
+            return TaskReport(step=step, task=cfg.data.name, figures=self.evaluate(cfg, model, data))
 
 
-TASKS: dict[str, StructuredTask] = {}
+TASKS: dict[str, Task[Any]] = {}
+#: the task a config with ``data.path`` set goes to (a file of the user's own points).
+PATH_TASK: list[Task[Any]] = []
 _loaded = False
 
 
-def register(task: StructuredTask) -> StructuredTask:
-    """Serve ``task.data_names`` with ``task``; a name already taken by another task is an error."""
-    if not isinstance(task, StructuredTask):
-        raise TypeError(f"task: expected a StructuredTask instance; got {type(task).__name__}")
+def register(task: Task[Any], *, path: bool = False) -> Task[Any]:
+    """Serve ``task.data_names`` (or, with ``path``, configs that set ``data.path``) with ``task``.
+
+    Raises:
+        TypeError: ``task`` is not a :class:`Task`.
+        ValueError: it names no ``data.name``, or a name another task serves already.
+    """
+    if not isinstance(task, Task):
+        raise TypeError(f"task: expected a Task instance; got {type(task).__name__}")
+    if path:
+        PATH_TASK[:] = [task]
+        return task
     if not task.data_names:
         raise ValueError(f"task: {type(task).__name__} names no data.name values (data_names is empty)")
     for name in task.data_names:
@@ -146,42 +244,62 @@ def register(task: StructuredTask) -> StructuredTask:
 def _load_builtin() -> None:
     global _loaded
     if not _loaded:
+        _loaded = True
         for module in BUILTIN_TASK_MODULES:
             importlib.import_module(module)
-        _loaded = True
+
+
+def registered() -> list[Task[Any]]:
+    """Every registered task once: the packaged ones in the order of :data:`BUILTIN_TASK_MODULES`
+    (whatever order they were imported in; the point-file task first), then any other."""
+    _load_builtin()
+    out: list[Task[Any]] = list(PATH_TASK)
+    for task in TASKS.values():
+        if all(task is not t for t in out):
+            out.append(task)
+    order = {m: i for i, m in enumerate(BUILTIN_TASK_MODULES)}
+    return sorted(out, key=lambda t: order.get(type(t).__module__, len(order)))
 
 
 def task_names() -> list[str]:
-    """Every ``data.name`` a structured task serves."""
+    """Every ``data.name`` some task serves."""
     _load_builtin()
     return sorted(TASKS)
 
 
-def task_kinds() -> tuple[list[str], list[str]]:
-    """Every ``model.kind`` and every ``objective.kind`` some structured task accepts."""
+def task_for(cfg: Config) -> Task[Any] | None:
+    """The task serving ``cfg``: the point-file task when ``data.path`` is set, else the one
+    registered under ``data.name`` (``None`` for an unknown name)."""
     _load_builtin()
-    tasks = list(TASKS.values())
-    return (sorted({k for t in tasks for k in t.model_kinds}), sorted({k for t in tasks for k in t.objective_kinds}))
-
-
-def task_for(cfg: Config) -> StructuredTask | None:
-    """The task serving ``cfg.data.name``, or ``None`` for the unconditional data sets."""
-    _load_builtin()
+    if cfg.data.path is not None and PATH_TASK:
+        return PATH_TASK[0]
     return TASKS.get(cfg.data.name)
 
 
-def task_defaults(data_name: str) -> dict[str, Any]:
-    """The defaults of the task serving ``data_name`` (``{}`` for the unconditional data sets)."""
-    _load_builtin()
-    task = TASKS.get(data_name)
-    return {} if task is None else task.default_settings()
+def task_sections() -> dict[str, type]:
+    """Every task's section name with its dataclass, in registration order."""
+    return {t.section: t.settings_type for t in registered() if t.section and t.settings_type is not None}
 
 
-def check_batch_size(cfg: Config, data: TaskData) -> None:
-    """``train.batch_size`` must not exceed the number of training examples (the trainer drops
-    the last partial batch, so a larger batch would train on nothing)."""
-    if cfg.train.batch_size > data.size:
-        raise ConfigError(
-            f"train.batch_size: expected at most the {data.size} training examples of {cfg.data.name}; "
-            f"got {cfg.train.batch_size}"
-        )
+def task_rules() -> dict[str, Rule]:
+    """The rules of every task section's keys, as dotted keys."""
+    return {f"{t.section}.{k}": r for t in registered() if t.section for k, r in t.rules.items()}
+
+
+def moved_message(key: str) -> str | None:
+    """The one-line error for a key spelled as before issue 10 (``data.scale``), naming its new
+    key(s); ``None`` when ``key`` never existed."""
+    targets = [(t, f"{t.section}.{t.moved[key]}") for t in registered() if key in t.moved]
+    if not targets:
+        return None
+    if len(targets) == 1:
+        return f"{key}: renamed; use {targets[0][1]}"
+    uses = " or ".join(f"{new} (data.name = {', '.join(sorted(t.data_names))})" for t, new in targets)
+    return f"{key}: renamed; use {uses}"
+
+
+def check_batch_size(cfg: Config, n: int, what: str) -> None:
+    """``train.batch_size`` must not exceed the ``n`` training examples (the trainer drops the
+    last partial batch, so a larger batch would train on nothing)."""
+    if cfg.train.batch_size > n:
+        raise ConfigError(f"train.batch_size: expected at most the {n} {what}; got {cfg.train.batch_size}")

@@ -13,7 +13,6 @@
 * :func:`read_conll` / :func:`load_conll2000` / :func:`load_conll2002` — CoNLL column files
   (chunking, NER), read from the NLTK zips with an md5 check; tag-scheme helpers in
   :mod:`ebms.data.conll`.
-* :func:`model_samples` — data drawn from a known discrete model by long-run block Gibbs.
 * :func:`read_wav` / :func:`log_mel` / :func:`cmvn` — the speech front end (PCM wav, log-mel
   filterbanks with ``torch.stft``, mean and variance normalisation).
 * :func:`load_fsdd` / :func:`connected_digits` — the Free Spoken Digit recordings and the
@@ -25,48 +24,51 @@ Randomness comes only from the ``generator`` argument.
 
 from ebms.data.audio import CMVNStats, cmvn, log_mel, mel_filterbank, read_wav
 from ebms.data.binarize import binarize, binarized_mnist
+from ebms.data.binary_images import IMAGE_SETS, BinaryImages, load_binary_images
 from ebms.data.conll import Sentence, load_conll2000, load_conll2002, read_conll
 from ebms.data.digits import binarized_digits
 from ebms.data.fsdd import ConnectedDigits, connected_digits, load_fsdd
-from ebms.data.ising import ModelSamples, model_samples
 from ebms.data.mnist import ChecksumError, ImageDataset, load_mnist, read_idx
 from ebms.data.paths import DATA_ENV_VAR, data_path, data_root
 from ebms.data.points import POINT_SUFFIXES, PointCloud, load_points, read_points
 from ebms.data.synthetic_tagging import SyntheticTagging, lag_copy_tagging
 from ebms.data.toy import TOY_NAMES, ToyDataset, get_toy
+from ebms.data.vocab import WordVocabulary
 
 __all__ = [
+    "BinaryImages",
     "CMVNStats",
     "ChecksumError",
     "ConnectedDigits",
-    "SyntheticTagging",
-    "cmvn",
-    "connected_digits",
-    "lag_copy_tagging",
-    "load_fsdd",
-    "log_mel",
-    "mel_filterbank",
-    "read_wav",
     "DATA_ENV_VAR",
+    "IMAGE_SETS",
     "ImageDataset",
-    "ModelSamples",
+    "POINT_SUFFIXES",
+    "PointCloud",
     "Sentence",
+    "SyntheticTagging",
+    "TOY_NAMES",
+    "ToyDataset",
+    "WordVocabulary",
     "binarize",
     "binarized_digits",
     "binarized_mnist",
-    "load_conll2000",
-    "load_conll2002",
-    "load_mnist",
-    "model_samples",
-    "read_conll",
-    "read_idx",
-    "POINT_SUFFIXES",
-    "TOY_NAMES",
-    "PointCloud",
-    "ToyDataset",
+    "cmvn",
+    "connected_digits",
     "data_path",
     "data_root",
     "get_toy",
+    "lag_copy_tagging",
+    "load_binary_images",
+    "load_conll2000",
+    "load_conll2002",
+    "load_fsdd",
+    "load_mnist",
     "load_points",
+    "log_mel",
+    "mel_filterbank",
+    "read_conll",
+    "read_idx",
     "read_points",
+    "read_wav",
 ]

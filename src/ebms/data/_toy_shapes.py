@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ebms.nets.gaussian import GaussianMixtureEnergy
+from ebms.distributions import GaussianMixture
 
 SampleFn = Callable[[int, float, "torch.Generator | None"], Tensor]
 LogProbFn = Callable[[Tensor, float], Tensor]
@@ -86,11 +86,11 @@ def _rand(n: int, g: torch.Generator | None) -> Tensor:
 
 def eight_gaussians_mixture(
     noise: float, scale: float = 1.0, dtype: torch.dtype = torch.float32
-) -> GaussianMixtureEnergy:
+) -> GaussianMixture:
     """The ``eight_gaussians`` density as a mixture energy (means on radius ``2 scale``)."""
     angles = torch.arange(8, dtype=torch.float64) * (math.pi / 4)
     means = 2.0 * scale * torch.stack([angles.cos(), angles.sin()], dim=1)
-    return GaussianMixtureEnergy(means.float(), (scale * noise) ** 2).to(dtype)
+    return GaussianMixture(means.float(), (scale * noise) ** 2).to(dtype)
 
 
 def _sample_eight(n: int, noise: float, g: torch.Generator | None) -> Tensor:

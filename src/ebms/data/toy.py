@@ -13,7 +13,7 @@ tangential spread of an arm). Three sets have a closed-form density,
 
 * ``eight_gaussians`` — an equal-weight mixture of 8 Gaussians with means on
   the circle of radius 2 and covariance ``noise^2 I`` (an
-  :class:`ebms.nets.GaussianMixtureEnergy`);
+  :class:`ebms.distributions.GaussianMixture`);
 * ``rings`` — four noisy circles (radii 0.5, 1, 1.5, 2, weights ∝ radius);
   each is a uniform angle on the circle plus Gaussian noise, whose density is
   the Rice-type form with the Bessel function :math:`I_0`;
@@ -146,7 +146,7 @@ class ToyDataset:
     def true_energy(self) -> Energy:
         r"""The normalised energy :math:`E(x) = -\log p(x)` (``log Z = 0``).
 
-        ``eight_gaussians`` returns an :class:`ebms.nets.GaussianMixtureEnergy`
+        ``eight_gaussians`` returns a :class:`ebms.distributions.GaussianMixture`
         (float32); the other sets with a density wrap :meth:`log_prob`.
         """
         self._density("true_energy")

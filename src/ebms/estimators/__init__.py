@@ -37,6 +37,14 @@ from ebms.estimators.ais import (
     sigmoid_betas,
 )
 from ebms.estimators.diagnostics import autocorrelation, effective_sample_size, mcmc_mean, split_rhat
+from ebms.estimators.evaluation import (
+    DiscreteEvalReport,
+    GridEvalReport,
+    ais_schedule,
+    binary_log_likelihood,
+    enumerated_log_z,
+    grid_evaluation,
+)
 from ebms.estimators.exact import exact_log_partition, exact_log_prob
 from ebms.estimators.grid import grid_log_likelihood, grid_log_partition, true_log_likelihood
 from ebms.estimators.importance import (
@@ -52,27 +60,33 @@ __all__ = [
     "AISResult",
     "BernoulliBase",
     "CategoricalBase",
+    "DiscreteEvalReport",
     "Estimate",
     "GaussianBase",
     "GeometricPath",
+    "GridEvalReport",
     "LogLikelihoodReport",
     "ais",
     "ais_bracket",
+    "ais_schedule",
+    "autocorrelation",
+    "binary_log_likelihood",
+    "effective_sample_size",
+    "enumerated_log_z",
     "exact_log_partition",
     "exact_log_prob",
     "geometric_betas",
+    "grid_evaluation",
+    "grid_log_likelihood",
+    "grid_log_partition",
     "importance_ess",
     "importance_log_partition",
     "linear_betas",
     "log_likelihood_report",
+    "mcmc_mean",
     "reverse_ais",
     "salakhutdinov_betas",
     "sigmoid_betas",
-    "autocorrelation",
-    "effective_sample_size",
-    "grid_log_likelihood",
-    "grid_log_partition",
-    "mcmc_mean",
     "split_rhat",
     "true_log_likelihood",
 ]

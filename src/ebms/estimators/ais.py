@@ -55,9 +55,9 @@ References:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -190,33 +190,53 @@ class AISResult:
         return f"{self.direction} AIS log Z = {self.estimate} (ESS {self.estimate.ess:.1f} of {len(self.log_weights)})"
 
 
-def _check_path(path: Any) -> float:
-    missing = [m for m in ("sample_base", "log_density", "transition") if not callable(getattr(path, m, None))]
-    if not hasattr(path, "base_log_partition"):
-        missing.append("base_log_partition")
-    if missing:
+@runtime_checkable
+class _AnnealingPath(Protocol):
+    """The path protocol of the module docstring (``base_log_partition``: a number or a method)."""
+
+    base_log_partition: Any
+
+    def sample_base(self, n: int, generator: torch.Generator | None = None) -> Tensor: ...
+
+    def log_density(self, x: Tensor, beta: float) -> Tensor: ...
+
+    def transition(self, x: Tensor, beta: float, generator: torch.Generator | None = None) -> Tensor: ...
+
+
+@runtime_checkable
+class _HasWeightIncrement(Protocol):
+    def log_weight_increment(self, x: Tensor, beta_from: float, beta_to: float) -> Tensor: ...
+
+
+Increment = Callable[[Tensor, float, float], Tensor]
+
+
+def _check_path(path: Any) -> tuple[float, Increment]:
+    """``log Z_0`` and the weight-increment function of a path (resolved once, outside the loop)."""
+    if not isinstance(path, _AnnealingPath):
         raise TypeError(
             f"path: expected the annealing-path protocol (sample_base, base_log_partition, log_density, transition); "
-            f"{type(path).__name__} lacks {', '.join(missing)}"
+            f"got {type(path).__name__}"
         )
     v = path.base_log_partition
     v = float(v() if callable(v) else v)
     if not math.isfinite(v):
         raise ValueError(f"path.base_log_partition: expected a finite number; got {v!r}")
-    return v
-
-
-def _increment(path: Any, x: Tensor, beta_from: float, beta_to: float) -> Tensor:
-    fn = getattr(path, "log_weight_increment", None)
-    if fn is not None:
-        d = fn(x, beta_from, beta_to)
-        name = "path.log_weight_increment(x, beta_from, beta_to)"
+    if isinstance(path, _HasWeightIncrement):
+        fn, name = path.log_weight_increment, "path.log_weight_increment(x, beta_from, beta_to)"
     else:
-        d = path.log_density(x, beta_to).double() - path.log_density(x, beta_from).double()
+        def fn(x: Tensor, beta_from: float, beta_to: float) -> Tensor:
+            return path.log_density(x, beta_to).double() - path.log_density(x, beta_from).double()
+
         name = "path.log_density(x, beta)"
-    if tuple(d.shape) != (x.shape[0],):
-        raise ValueError(f"{name}: expected shape ({x.shape[0]},); got {tuple(d.shape)}")
-    return d.double()
+
+    def increment(x: Tensor, beta_from: float, beta_to: float) -> Tensor:
+        d = fn(x, beta_from, beta_to)
+        if tuple(d.shape) != (x.shape[0],):
+            raise ValueError(f"{name}: expected shape ({x.shape[0]},); got {tuple(d.shape)}")
+        return d.double()
+
+    return v, increment
 
 
 def _loop(indices: range, progress: bool, desc: str):
@@ -256,7 +276,7 @@ def ais(
     """
     bs = validate_betas(betas)
     check_int(n_chains, "n_chains", minimum=2)
-    log_z0 = _check_path(path)
+    log_z0, increment = _check_path(path)
     x = path.sample_base(n_chains, generator=generator)
     check_tensor(x, "path.sample_base(n)", min_dim=1)
     if x.shape[0] != n_chains:
@@ -266,7 +286,7 @@ def ais(
     with torch.no_grad():
         for k in _loop(range(1, K + 1), progress, "AIS"):
             if bs[k] != bs[k - 1]:
-                log_w += _increment(path, x, bs[k - 1], bs[k])
+                log_w += increment(x, bs[k - 1], bs[k])
             if k < K:
                 x = path.transition(x, bs[k], generator=generator)
     return _result(path, log_z0, log_w, x, bs, "forward")
@@ -290,7 +310,7 @@ def reverse_ais(
         progress: tqdm bar over temperatures.
     """
     bs = validate_betas(betas)
-    log_z0 = _check_path(path)
+    log_z0, increment = _check_path(path)
     check_tensor(x, "x", floating=True, min_dim=1)
     if x.shape[0] < 2:
         raise ValueError(f"x: expected at least 2 target samples; got shape {tuple(x.shape)}")
@@ -301,7 +321,7 @@ def reverse_ais(
         x = x.detach()
         for k in _loop(range(K, 0, -1), progress, "reverse AIS"):
             if bs[k] != bs[k - 1]:
-                log_w += _increment(path, x, bs[k], bs[k - 1])
+                log_w += increment(x, bs[k], bs[k - 1])
             if k > 1:
                 x = path.transition(x, bs[k - 1], generator=generator)
     return _result(path, log_z0, log_w, x, bs, "reverse")

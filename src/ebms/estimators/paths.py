@@ -1,37 +1,61 @@
 r"""A geometric annealing path for any energy, base distribution and Markov kernel.
 
 :math:`\log f_\beta(x) = (1-\beta)\log p_0(x) - \beta E(x)` between a normalised base :math:`p_0`
-(:class:`~ebms.estimators.importance.BernoulliBase`, ``CategoricalBase``, ``GaussianBase``, or any
-object with ``sample``/``log_prob``) and the target :math:`e^{-E}`; the transition at :math:`\beta`
-runs any :class:`~ebms.samplers.Sampler` on the intermediate energy. It follows the path protocol
-of :mod:`ebms.estimators.ais`; models with a faster path (an RBM's ``ais_path()``) supply their own.
+(any :mod:`ebms.distributions` model, e.g. :class:`~ebms.distributions.IndependentBernoulli`,
+:class:`~ebms.distributions.IndependentCategorical`, :class:`~ebms.distributions.Gaussian`) and
+the target :math:`e^{-E}`; the transition at :math:`\beta` runs any :class:`~ebms.samplers.Sampler`
+on the intermediate energy. It follows the path protocol of :mod:`ebms.estimators.ais`; models with
+a faster path (an RBM's ``ais_path()``) supply their own.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
 
 from ebms._checks import check_int
+from ebms.distributions import NormalisedModel, SupportsLogProbGrad, SupportsSiteLogits, as_distribution
 from ebms.energy import Energy, EnergyLike, autograd_energy_and_grad, energy_and_grad, evaluate
-from ebms.samplers._base import ChainState, Sampler
+from ebms.samplers import ChainState, Sampler
 
 __all__ = ["GeometricPath"]
 
 
-# ---------------------------------------------------------------------------
-# A geometric path for any energy, base distribution and kernel
-# ---------------------------------------------------------------------------
+# What the path carries over from the target energy to the intermediate ones (the capabilities the
+# discrete kernels look for), and what it reads from a base that is not an ebms.distributions model.
+@runtime_checkable
+class _HasBlocks(Protocol):
+    def blocks(self) -> Any: ...
 
 
-def _base_log_prob_and_grad(base: Any, x: Tensor) -> tuple[Tensor, Tensor]:
-    fn = getattr(base, "log_prob_and_grad", None)
-    if fn is not None:
-        return fn(x)
-    neg, g = autograd_energy_and_grad(lambda z: -base.log_prob(z), x, allow_constant=True)  # e.g. a uniform base
-    return -neg, -g
+@runtime_checkable
+class _HasSiteConditionals(Protocol):
+    def conditional_logits(self, x: Tensor, site: int | Tensor) -> Tensor: ...
+
+
+@runtime_checkable
+class _HasAllConditionals(Protocol):
+    def all_conditional_logits(self, x: Tensor) -> Tensor: ...
+
+
+@runtime_checkable
+class _HasSpace(Protocol):
+    space: Any
+
+
+@runtime_checkable
+class _HasLogPartition(Protocol):
+    log_partition: float
+
+
+def _autograd_log_prob_and_grad(base: Any) -> Any:
+    def fn(x: Tensor) -> tuple[Tensor, Tensor]:
+        neg, g = autograd_energy_and_grad(lambda z: -base.log_prob(z), x, allow_constant=True)  # e.g. uniform
+        return -neg, -g
+
+    return fn
 
 
 def _mixed_site_logits(cond: Any, base_logits: Tensor, beta: float, x: Tensor, site: int | Tensor) -> Tensor:
@@ -56,15 +80,14 @@ class _AnnealedEnergy(Energy):
         super().__init__()
         self.target, self.base, self.beta = path.energy, path.base, beta
         self.space = path.space
-        blocks = getattr(path.energy, "blocks", None)
+        self._base_log_prob_and_grad = path._base_log_prob_and_grad
+        blocks, cond, allc = path._target_capabilities
         if blocks is not None:
             self.blocks = blocks
         site = path.base_site_logits
         if site is not None:
-            cond = getattr(path.energy, "conditional_logits", None)
             if cond is not None:
                 self.conditional_logits = lambda x, i: _mixed_site_logits(cond, site, beta, x, i)
-            allc = getattr(path.energy, "all_conditional_logits", None)
             if allc is not None:
                 self.all_conditional_logits = lambda x: _mixed_all_logits(allc, site, beta, x)
 
@@ -79,7 +102,7 @@ class _AnnealedEnergy(Energy):
         b = self.beta
         if b == 1.0:
             return energy_and_grad(self.target, x)
-        lp, glp = _base_log_prob_and_grad(self.base, x)
+        lp, glp = self._base_log_prob_and_grad(x)
         e0, g0 = -(1.0 - b) * lp, -(1.0 - b) * glp
         if b == 0.0:
             return e0, g0
@@ -92,10 +115,14 @@ class GeometricPath:
 
     Args:
         energy: the target energy ``E`` (``p_1 ∝ exp(-E)``).
-        base: the start ``p_0`` with ``sample(n, generator=)``, ``log_prob(x) -> (B,)`` and optionally
-            ``log_partition`` (its :math:`\log Z_0`; missing means 0, a normalised ``log_prob``),
-            ``log_prob_and_grad`` and ``site_logits() -> (N, K)`` (e.g.
-            :class:`~ebms.estimators.importance.BernoulliBase`, ``CategoricalBase``, ``GaussianBase``).
+        base: the start ``p_0``, a normalised model (:class:`ebms.distributions.NormalisedModel`:
+            ``sample(n, *, generator)``, ``log_prob(x) -> (B,)``; a ``torch.distributions`` law is
+            wrapped). Used when present: ``log_prob_and_grad``
+            (:class:`~ebms.distributions.SupportsLogProbGrad`; else autograd), ``site_logits() -> (N, K)``
+            (:class:`~ebms.distributions.SupportsSiteLogits`, mixed into the target's closed-form
+            conditionals) and ``log_partition`` (:math:`\log Z_0` of an unnormalised base; else 0).
+            E.g. :class:`~ebms.distributions.IndependentBernoulli`,
+            :class:`~ebms.distributions.IndependentCategorical`, :class:`~ebms.distributions.Gaussian`.
         kernel: any :class:`~ebms.samplers.Sampler`; it is run on the intermediate energy
             :math:`\beta E - (1-\beta)\log p_0`, an :class:`~ebms.energy.Energy` with an analytic
             ``energy_and_grad`` (so MALA/HMC/Gibbs-with-Gradients work) that carries the target's
@@ -114,30 +141,37 @@ class GeometricPath:
         >>> import torch
         >>> from ebms.energy import from_fn
         >>> from ebms.estimators import GeometricPath, ais, linear_betas
-        >>> from ebms.estimators.importance import GaussianBase
+        >>> from ebms.distributions import Gaussian
         >>> from ebms.samplers import MALA
         >>> e = from_fn(lambda x: 0.5 * ((x - 1.0) ** 2).sum(-1))
-        >>> path = GeometricPath(e, GaussianBase(torch.zeros(2), 2.0), MALA(step_size=0.5))
+        >>> path = GeometricPath(e, Gaussian(torch.zeros(2), std=2.0), MALA(step_size=0.5))
         >>> res = ais(path, 64, linear_betas(20), generator=torch.Generator().manual_seed(0))
         >>> res.estimate.settings["num_steps"]
         20
     """
 
-    def __init__(self, energy: EnergyLike, base: Any, kernel: Sampler, *, steps_per_temperature: int = 1) -> None:
+    def __init__(self, energy: EnergyLike, base: NormalisedModel, kernel: Sampler, *,
+                 steps_per_temperature: int = 1) -> None:
         if not callable(energy):
             raise TypeError(f"energy: expected a callable x -> (B,); got {type(energy).__name__}")
-        missing = [m for m in ("sample", "log_prob") if not callable(getattr(base, m, None))]
-        if missing:
-            raise TypeError(f"base: expected sample(n, generator=) and log_prob(x); {type(base).__name__} lacks "
-                            f"{', '.join(missing)}")
+        base = as_distribution(base, "base")
         if not isinstance(kernel, Sampler):
             raise TypeError(f"kernel: expected an ebms.samplers.Sampler; got {type(kernel).__name__}")
         self.energy, self.base, self.kernel = energy, base, kernel
         self.steps_per_temperature = check_int(steps_per_temperature, "steps_per_temperature", minimum=1)
-        self.space = getattr(energy, "space", None) or getattr(base, "space", None)
-        fn = getattr(base, "site_logits", None)
-        self.base_site_logits: Tensor | None = fn() if fn is not None else None
-        self.base_log_partition = float(getattr(base, "log_partition", 0.0))
+        self.space = energy.space if isinstance(energy, _HasSpace) else None
+        if self.space is None and isinstance(base, _HasSpace):
+            self.space = base.space
+        self.base_site_logits: Tensor | None = base.site_logits() if isinstance(base, SupportsSiteLogits) else None
+        self.base_log_partition = float(base.log_partition) if isinstance(base, _HasLogPartition) else 0.0
+        # resolved once: the intermediate energies (one per temperature) reuse them
+        self._base_log_prob_and_grad = (base.log_prob_and_grad if isinstance(base, SupportsLogProbGrad)
+                                        else _autograd_log_prob_and_grad(base))
+        self._target_capabilities = (
+            energy.blocks if isinstance(energy, _HasBlocks) else None,
+            energy.conditional_logits if isinstance(energy, _HasSiteConditionals) else None,
+            energy.all_conditional_logits if isinstance(energy, _HasAllConditionals) else None,
+        )
         self._plain_state: bool | None = None
         self._steps: dict[tuple[torch.device, torch.dtype], Tensor] = {}
 

@@ -37,12 +37,9 @@ from torch import Tensor, nn
 from ebms._checks import check_int, check_positive, check_shape
 from ebms._numerics import softplus
 from ebms.energy import Energy
-from ebms.spaces import Binary, Categorical, Reals, Space
+from ebms.spaces import MAX_EXACT_STATES, Binary, Categorical, Reals, Space
 
 __all__ = ["CategoricalRBM", "GaussianBernoulliRBM", "RBMBase", "bernoulli", "softplus"]
-
-#: Largest number of configurations an exact log Z sums over.
-MAX_EXACT_STATES = 1 << 25
 
 
 def bernoulli(p: Tensor, generator: torch.Generator | None = None) -> Tensor:

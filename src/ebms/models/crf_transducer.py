@@ -45,7 +45,7 @@ from torch import Tensor
 
 from ebms._checks import check_int
 from ebms.nets.transducer import AlignedTransducer, check_tagging_batch, transducer_beam_search
-from ebms.objectives._base import LossOutput, scalar_metrics
+from ebms.objectives import LossOutput, scalar_metrics
 
 __all__ = ["POTENTIALS", "CRFTransducer"]
 

@@ -46,7 +46,7 @@ from ebms.structured.features import EncodedCorpus
 from ebms.structured.linear_chain import LinearChainCRF
 from ebms.train.owlqn import OWLQN
 
-__all__ = ["FeatureCRF", "FitResult", "fit_feature_crf"]
+__all__ = ["BucketedCorpus", "FeatureCRF", "FitResult", "fit_feature_crf"]
 
 
 class FeatureCRF(nn.Module):
@@ -241,7 +241,7 @@ class _SparseEmit(torch.autograd.Function):
         return ctx.xt @ g, None, None, None
 
 
-class _Corpus:
+class BucketedCorpus:
     """A training set laid out for full-batch passes: sentences sorted by length and cut into
     buckets, each bucket padded to its own longest sentence; one CSR matrix ``X`` holds the
     attribute values of every (bucket row, position), so ``X @ W`` gives every bucket's
@@ -294,9 +294,9 @@ def _csr(rows: Tensor, cols: Tensor, values: Tensor, shape: tuple[int, int]) -> 
 
 
 def corpus_from_padded(ids: Tensor, weights: Tensor, lengths: Tensor, tags: Tensor, n_attributes: int,
-                       bucket_size: int, dtype: torch.dtype) -> _Corpus:
+                       bucket_size: int, dtype: torch.dtype) -> BucketedCorpus:
     """The full-batch corpus of padded ``ids, weights (N, T, F)``."""
-    return _Corpus(lambda b: (ids[b], weights[b]), lengths, tags, n_attributes, bucket_size, dtype)
+    return BucketedCorpus(lambda b: (ids[b], weights[b]), lengths, tags, n_attributes, bucket_size, dtype)
 
 
 def _nll(model: FeatureCRF, rows: Callable[[Tensor], tuple[Tensor, Tensor]], lengths: Tensor,
@@ -397,7 +397,7 @@ def fit_feature_crf(model: FeatureCRF, ids: Tensor | EncodedCorpus, weights: Ten
 
     try:
         if method == "lbfgs":
-            return _fit_lbfgs(model, _Corpus(rows, lengths, tags, model.n_attributes, bucket_size,
+            return _fit_lbfgs(model, BucketedCorpus(rows, lengths, tags, model.n_attributes, bucket_size,
                                              model.state_values.dtype), params, record, log, (t0, c0),
                               c1=c1, c2=c2, max_iterations=max_iterations, epsilon=epsilon,
                               period=period, delta=delta, history=history, bucket_size=bucket_size)
@@ -425,7 +425,7 @@ def fit_feature_crf(model: FeatureCRF, ids: Tensor | EncodedCorpus, weights: Ten
         bar.close()
 
 
-def _fit_lbfgs(model: FeatureCRF, corpus: _Corpus, params: list[Tensor], record: Callable[[dict[str, float]], None],
+def _fit_lbfgs(model: FeatureCRF, corpus: BucketedCorpus, params: list[Tensor], record: Callable[[dict[str, float]], None],
                log: list[dict[str, float]], clocks: tuple[float, float], *, c1: float, c2: float,
                max_iterations: int, epsilon: float, period: int, delta: float, history: int,
                bucket_size: int) -> FitResult:

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from ebms._checks import check_finite, check_int, check_positive, check_shape, check_tensor
 from ebms.models._rbm_layers import CategoricalRBM, GaussianBernoulliRBM, RBMBase, bernoulli, softplus
-from ebms.nets._linear import linear
+from ebms.nets import linear
 from ebms.spaces import Binary
 
 __all__ = [
@@ -112,7 +112,7 @@ class BernoulliRBM(RBMBase):
         return v @ self.visible_bias
 
     def hidden_input(self, v):
-        # products of float32 CPU batches go to oneDNN when that pays (ebms.nets._linear): about 2x MKL here
+        # products of float32 CPU batches go to oneDNN when that pays (ebms.nets.linear): about 2x MKL here
         return linear(v, self.weight.T, self.hidden_bias)
 
     def visible_logits(self, h: Tensor) -> Tensor:

@@ -35,11 +35,12 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_in_range, check_int, check_positive, check_shape
-from ebms.estimators._base import Estimate
+from ebms.estimators import Estimate
 from ebms.models._rbm_layers import MAX_EXACT_STATES, RBMBase, bernoulli
 from ebms.models.rbm import BernoulliRBM, GaussianBernoulliRBM, check_binary
-from ebms.nets._linear import _ONEDNN_LINEAR as _ONEDNN
-from ebms.nets._linear import onednn_pays, onednn_usable
+from ebms.nets import onednn_linear, onednn_pays, onednn_usable
+
+_ONEDNN = onednn_linear()
 
 __all__ = ["CDState", "RBMEstimator", "cd_update", "sklearn_expected_failed_checks"]
 
@@ -156,7 +157,7 @@ class _OneDNNProducts:
     r"""The three products of a float32 CPU :class:`BernoulliRBM` update through oneDNN's linear kernel.
 
     ``torch.addmm`` on the CPU runs MKL, which on some CPUs (AVX-512 parts) is about half as fast as
-    oneDNN (:mod:`ebms.nets._linear`). Per update: :math:`\sigma(a + vW)` for the data and the
+    oneDNN (:func:`ebms.nets.onednn_linear`). Per update: :math:`\sigma(a + vW)` for the data and the
     negatives, :math:`\sigma(b + hW^\top)`, and one fused product for both weight statistics,
     :math:`[v; \tilde v]^\top [\alpha_+ p_+; \alpha_- p_-]` (``(D, 2B) x (2B, H)``), instead of two.
     Same arithmetic as :meth:`BernoulliRBM.hidden_probs` / ``visible_mean`` / ``add_loglik_grad_``

@@ -22,7 +22,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from ebms.nets.transducer import AlignedTransducer
-from ebms.objectives._base import LossOutput, scalar_metrics
+from ebms.objectives import LossOutput, scalar_metrics
 
 __all__ = ["AlignedRNNT"]
 

@@ -23,6 +23,7 @@ and switched off when missing or different: :func:`fast_paths` reports the decis
 
 from ebms.nets._activations import ACTIVATIONS, Activation, resolve_activation
 from ebms.nets._fastpaths import disabled, fast_paths
+from ebms.nets._linear import linear, onednn_linear, onednn_pays, onednn_usable
 from ebms.nets.acoustic import ConvBiLSTM
 from ebms.nets.conv import ConvEnergy
 from ebms.nets.gaussian import GaussianEnergy, GaussianMixtureEnergy
@@ -51,6 +52,10 @@ __all__ = [
     "TranscriptionNet",
     "disabled",
     "fast_paths",
+    "linear",
+    "onednn_linear",
+    "onednn_pays",
+    "onednn_usable",
     "resolve_activation",
     "transducer_beam_search",
 ]

@@ -62,7 +62,7 @@ from torch import Tensor
 
 from ebms.nets import _fastpaths
 
-__all__ = ["CPULinear", "linear", "onednn_pays", "onednn_usable"]
+__all__ = ["CPULinear", "linear", "onednn_linear", "onednn_pays", "onednn_usable"]
 
 _MIN_WIDTH = 8  # oneDNN only when both sides of the weight are at least this wide ...
 _MIN_MACS = 1 << 21  # ... and the product has at least this many multiply-adds (~2M) ...
@@ -153,6 +153,15 @@ if not _fastpaths.record("onednn_linear", _reason):
 def _functorch_active() -> bool:
     """Whether a ``torch.func`` transform (grad, vmap, jacrev, ...) is running (``True`` when unknown)."""
     return _FUNCTORCH_PEEK is None or _fastpaths.switched_off("functorch_probe") or _FUNCTORCH_PEEK() is not None
+
+
+def onednn_linear() -> Callable[..., Tensor] | None:
+    """The oneDNN linear kernel when the probe found it usable at import, else ``None``.
+
+    Its call is ``kernel(x, w, bias, "none", [], "")`` with ``x: (B, K)``, ``w: (N, K)`` float32.
+    Check :func:`onednn_usable` and :func:`onednn_pays` before each use.
+    """
+    return _ONEDNN_LINEAR
 
 
 def onednn_usable(x: Tensor) -> bool:

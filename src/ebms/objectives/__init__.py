@@ -52,10 +52,12 @@ from ebms.objectives._base import LossOutput, scalar_metrics
 from ebms.objectives.buffer import ReplayBuffer
 from ebms.objectives.cd import ContrastiveDivergence, PersistentContrastiveDivergence
 from ebms.objectives.conditional import ConditionalML, ConditionalNCE, TagBigramNoise
+from ebms.objectives.ctc import CTCObjective
 from ebms.objectives.nce import NCE, GaussianNoise
 from ebms.objectives.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
 
 __all__ = [
+    "CTCObjective",
     "ConditionalML",
     "ConditionalNCE",
     "ContrastiveDivergence",

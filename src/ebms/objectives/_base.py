@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, overload
 
 import torch
 from torch import Tensor
 
 from ebms._checks import check_finite, check_tensor
+from ebms.sequences import Sequences
 
 __all__ = ["LossOutput", "check_batch", "scalar_metrics"]
 
@@ -42,12 +44,34 @@ def scalar_metrics(**values: Tensor | float) -> dict[str, float]:
     return dict(zip(names, flat))
 
 
-def check_batch(batch: Tensor, *, finite: bool = True) -> Tensor:
-    """A data batch: a non-empty floating tensor ``(B, *event)``, finite unless a space checks it.
+@overload
+def check_batch(batch: Tensor, *, finite: bool = ..., integer: bool = ...) -> Tensor: ...
+@overload
+def check_batch(batch: Sequences, *, finite: bool = ..., integer: bool = ...) -> Sequences: ...
+def check_batch(batch: Any, *, finite: bool = True, integer: bool = False) -> Tensor | Sequences:
+    """A non-empty data batch, returned detached (data never carries a graph into a loss).
 
-    Returns it detached (data never carries a graph into a loss).
+    By default a floating tensor ``(B, *event)``, finite unless ``finite=False`` (a space checks it).
+    ``integer=True`` is for objectives whose math needs no gradient in ``x`` (discrete data): it also
+    accepts integer tensors (category indices) and :class:`~ebms.sequences.Sequences` (token ids;
+    their vocabulary and lengths are the space's to check).
+
+    Raises:
+        TypeError: not a tensor (or ``Sequences`` with ``integer=True``), or a wrong dtype.
+        ValueError: no rows, or (``finite``) NaN/Inf entries.
     """
-    check_tensor(batch, "batch", floating=True, min_dim=1)
+    if isinstance(batch, Sequences):
+        if not integer:
+            raise TypeError(
+                "batch: expected a floating-point tensor; got Sequences (token sequences need an objective "
+                "for discrete data)"
+            )
+        if batch.batch_size == 0:
+            raise ValueError(f"batch: expected at least one sequence; got an empty batch {batch!r}")
+        return batch
+    check_tensor(batch, "batch", floating=not integer, min_dim=1)
+    if integer and (batch.dtype == torch.bool or batch.is_complex()):
+        raise TypeError(f"batch: expected a floating-point or integer tensor; got dtype {batch.dtype}")
     if batch.shape[0] == 0:
         raise ValueError(f"batch: expected at least one row; got shape {tuple(batch.shape)}")
     return check_finite(batch.detach(), "batch") if finite else batch.detach()

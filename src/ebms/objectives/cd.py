@@ -34,7 +34,7 @@ from ebms._checks import check_int, check_positive
 from ebms.energy import EnergyLike, evaluate
 from ebms.objectives._base import LossOutput, check_batch, scalar_metrics
 from ebms.objectives.buffer import ReplayBuffer
-from ebms.samplers._base import Sampler
+from ebms.samplers import Sampler
 from ebms.spaces import Space
 
 __all__ = ["ContrastiveDivergence", "PersistentContrastiveDivergence"]

@@ -48,7 +48,9 @@ from torch import Tensor, nn
 
 from ebms._checks import check_int, check_positive, check_shape, check_tensor
 from ebms._numerics import softplus
+from ebms.distributions import Distribution, NGram
 from ebms.objectives._base import LossOutput, scalar_metrics
+from ebms.sequences import Sequences
 from ebms.structured.linear_chain import LinearChainCRF
 
 __all__ = ["ConditionalML", "ConditionalNCE", "TagBigramNoise"]
@@ -134,15 +136,17 @@ class ConditionalML:
         return LossOutput(loss, scalar_metrics(nll=nll.detach() / b, nll_token=nll.detach() / lengths.sum()))
 
 
-class TagBigramNoise:
-    """Noise ``q(y | x)``: a first-order Markov chain over tags, for sequences of the given length.
+class TagBigramNoise(NGram):
+    """Moved to :class:`ebms.distributions.NGram`: a length-conditional bigram over the tags ``0 .. C-1``.
 
-    ``q(y) = pi[y_1] prod_{t=2..L} P[y_{t-1}, y_t]`` (``L`` is the length of ``x``; ``q`` ignores
-    the rest of ``x``). Exact ``log_prob`` (float64; the objective casts it to the model's dtype)
-    and ancestral ``sample``, ``O(B T)``.
+    ``q(y | L) = pi[y_1] prod_{t=2..L} P[y_{t-1}, y_t]`` is ``NGram(C + 1, 2, table, boundary=C,
+    end=False)`` with ``table[C, :C] = log pi`` and ``table[:C, :C] = log P``. This name keeps the
+    old constructors (``TagBigramNoise(log_start, log_trans)``, :meth:`uniform`, :meth:`fit`) and
+    the ``log_start``/``log_trans``/``n_tags`` views; sampling and scoring follow the protocol:
+    ``sample(n, lengths=..., generator=)`` and ``log_prob(Sequences(tags, lengths))`` (float64).
 
     Args:
-        log_start: ``(C,)`` log initial probabilities (must sum to 1).
+        log_start: ``(C,)`` log initial probabilities (summing to 1).
         log_trans: ``(C, C)`` log transition probabilities, rows summing to 1.
     """
 
@@ -159,77 +163,58 @@ class TagBigramNoise:
                 raise ValueError(f"{name}: expected log-probabilities summing to 1 over the last axis; "
                                  f"off by {err:.3g}")
         # float64: log q must be exact for float64 models too (float32 storage rounded it by ~1e-7)
-        self.log_start, self.log_trans = log_start.detach().double(), log_trans.detach().double()
+        table = torch.full((c + 1, c + 1), -math.inf, dtype=torch.float64)
+        table[c, :c], table[:c, :c] = log_start.detach().double(), log_trans.detach().double()
+        super().__init__(c + 1, 2, table, boundary=c, end=False)
 
     @property
     def n_tags(self) -> int:
-        return self.log_start.shape[0]
+        return self.vocab_size - 1
+
+    @property
+    def log_start(self) -> Tensor:
+        """``(C,)`` float64 log initial probabilities."""
+        return self.table[self.n_tags, : self.n_tags]
+
+    @property
+    def log_trans(self) -> Tensor:
+        """``(C, C)`` float64 log transition probabilities."""
+        return self.table[: self.n_tags, : self.n_tags]
 
     @classmethod
-    def uniform(cls, n_tags: int) -> TagBigramNoise:
+    def uniform(cls, n_tags: int) -> TagBigramNoise:  # type: ignore[override]
         """Uniform over the ``C^L`` tag sequences of each length."""
         c = check_int(n_tags, "n_tags", minimum=1)
         return cls(torch.full((c,), -math.log(c), dtype=torch.float64),
                    torch.full((c, c), -math.log(c), dtype=torch.float64))
 
     @classmethod
-    def fit(cls, tags: Tensor, lengths: Tensor, n_tags: int, *, smoothing: float = 1.0) -> TagBigramNoise:
-        """Initial and transition frequencies of training tags, plus ``smoothing`` (add-k, ``k > 0``
-        so that ``q`` covers every sequence)."""
+    def fit(cls, tags: Tensor, lengths: Tensor, n_tags: int, *,  # type: ignore[override]
+            smoothing: float = 1.0) -> TagBigramNoise:
+        """Initial and transition frequencies of training tags plus ``smoothing`` (add-k, ``k > 0``, so that
+        ``q`` covers every sequence): ``NGram.fit(..., smoothing="add_k", boundary=C, end=False)``."""
         c = check_int(n_tags, "n_tags", minimum=1)
         k = check_positive(smoothing, "smoothing")
         _, tags, lengths = split_batch((tags, tags, lengths))
-        valid = torch.arange(tags.shape[1]) < lengths[:, None]
+        valid = torch.arange(tags.shape[1], device=tags.device) < lengths[:, None]
         if int(tags[valid].min()) < 0 or int(tags[valid].max()) >= c:
             raise ValueError(f"tags: expected values in [0, {c - 1}] within each length; "
                              f"got min {int(tags[valid].min())}, max {int(tags[valid].max())}")
-        start = torch.bincount(tags[:, 0], minlength=c).double() + k
-        both = valid[:, 1:]
-        pairs = tags[:, :-1][both] * c + tags[:, 1:][both]
-        trans = torch.bincount(pairs, minlength=c * c).double().view(c, c) + k
-        return cls((start / start.sum()).log(), (trans / trans.sum(-1, keepdim=True)).log())
-
-    def _check(self, lengths: Tensor) -> Tensor:
-        check_tensor(lengths, "lengths")
-        if lengths.dim() != 1 or lengths.is_floating_point() or (lengths.numel() and int(lengths.min()) < 1):
-            raise ValueError(f"lengths: expected a (B,) integer tensor of values >= 1; got {lengths.tolist()}")
-        return lengths.long()
-
-    def log_prob(self, tags: Tensor, lengths: Tensor) -> Tensor:
-        """``log q(tags)``, ``(B,)``, for ``tags (B, T)`` up to each length."""
-        lengths = self._check(lengths)
-        check_shape(tags, (lengths.shape[0], None), "tags (B = lengths.shape[0])")
-        c = self.n_tags
-        valid = torch.arange(tags.shape[1], device=tags.device) < lengths[:, None]
-        if int(tags[valid].min()) < 0 or int(tags[valid].max()) >= c:
-            raise ValueError(f"tags: expected values in [0, {c - 1}] within each length (noise has "
-                             f"{c} tags); got min {int(tags[valid].min())}, max {int(tags[valid].max())}")
-        y = tags.long().masked_fill(~valid, 0)
-        st, tr = self.log_start.to(tags.device), self.log_trans.to(tags.device)
-        lp = st[y[:, 0]]
-        step = tr[y[:, :-1], y[:, 1:]]
-        return lp + torch.where(valid[:, 1:], step, step.new_zeros(())).sum(1)
-
-    def sample(self, lengths: Tensor, n: int, *, generator: torch.Generator | None = None) -> Tensor:
-        """``n`` draws per sequence: ``(n, B, T)`` long with ``T = max(lengths)``, 0 beyond each length."""
-        lengths = self._check(lengths)
-        check_int(n, "n", minimum=1)
-        b, t = lengths.shape[0], int(lengths.max())
-        p_start, p_trans = self.log_start.exp(), self.log_trans.exp()
-        out = torch.empty(n * b, t, dtype=torch.long)
-        out[:, 0] = torch.multinomial(p_start.expand(n * b, -1), 1, replacement=True, generator=generator)[:, 0]
-        for i in range(1, t):
-            out[:, i] = torch.multinomial(p_trans[out[:, i - 1]], 1, generator=generator)[:, 0]
-        out = out.view(n, b, t).to(lengths.device)
-        return out.masked_fill(torch.arange(t, device=lengths.device) >= lengths[:, None], 0)
+        seqs = Sequences(tags.masked_fill(~valid, 0), lengths, validate=False)
+        lm = NGram.fit(seqs, c + 1, 2, smoothing="add_k", k=k, boundary=c, end=False)
+        return cls(lm.table[c, :c], lm.table[:c, :c])
 
 
 class ConditionalNCE:
     """Conditional noise-contrastive estimation (see the module docstring).
 
     Args:
-        noise: the noise law ``q(y | x)`` (:class:`TagBigramNoise`; anything with
-            ``log_prob(tags, lengths)``, ``sample(lengths, n, generator=)`` and ``n_tags``).
+        noise: the noise law ``q(y | x)``: any :mod:`ebms.distributions` member over tag
+            :class:`~ebms.sequences.Sequences` that is conditional on length
+            (``conditional_on_length``; ``sample(n, lengths=..., generator=)``), e.g.
+            ``NGram.fit(Sequences(tags, lengths), C + 1, 2, boundary=C, end=False)`` or
+            :class:`TagBigramNoise`.
+            Its tokens are the tag ids ``0 .. C-1``.
         nu: noise sequences per example, an integer ``>= 1``.
         chunk_size: sentences per length-sorted chunk (``None``: the batch at once).
 
@@ -237,20 +222,30 @@ class ConditionalNCE:
     classifies correctly), ``score_data`` (mean ``U(x, y)`` of the data).
     """
 
-    def __init__(self, noise: TagBigramNoise, *, nu: int | float = 1, chunk_size: int | None = None) -> None:
-        if not all(hasattr(noise, a) for a in ("log_prob", "sample", "n_tags")):
-            raise TypeError(f"noise: expected a TagBigramNoise-like object (log_prob, sample, n_tags); "
-                            f"got {type(noise).__name__}")
+    def __init__(self, noise: Distribution, *, nu: int | float = 1, chunk_size: int | None = None) -> None:
+        if not isinstance(noise, Distribution) or not noise.conditional_on_length:
+            raise TypeError(f"noise: expected an ebms.distributions model of tag sequences conditional on their "
+                            f"length (e.g. NGram(..., end=False), TagBigramNoise); got {type(noise).__name__}")
         if isinstance(nu, float) and nu.is_integer():
             nu = int(nu)
         self.nu = check_int(nu, "nu", minimum=1)
-        self.noise = noise
+        self.noise: Any = noise  # sample(n, *, lengths, generator) -> Sequences
         self.chunk_size = _check_chunk(chunk_size)
+
+    def _check_tags(self, n_tags: int) -> None:
+        q = self.noise
+        if isinstance(q, NGram) and (q.vocab_size != n_tags + 1 or q.boundary != n_tags):
+            raise ValueError(f"noise: expected {n_tags} tags (the model's): an n-gram with vocab_size {n_tags + 1} "
+                             f"and boundary {n_tags}; got vocab_size {q.vocab_size}, boundary {q.boundary}")
+
+    def _log_q(self, y: Tensor, lengths: Tensor, dtype: torch.dtype) -> Tensor:
+        return self.noise.log_prob(Sequences(y, lengths, validate=False)).to(dtype)
 
     def __call__(self, model: nn.Module, batch: Any, *, generator: torch.Generator | None = None) -> LossOutput:
         inputs, tags, lengths = split_batch(batch)
         b, nu = lengths.shape[0], self.nu
-        noise_tags = self.noise.sample(lengths, nu, generator=generator)  # (nu, B, T)
+        draws = self.noise.sample(nu * b, lengths=lengths.repeat(nu), generator=generator)
+        noise_tags = draws.tokens[:, : tags.shape[1]].reshape(nu, b, tags.shape[1])  # (nu, B, T)
         log_nu = math.log(nu)
         total = None
         sums = torch.zeros(3, device=lengths.device)  # one host sync for the metrics, after the loop
@@ -260,12 +255,10 @@ class ConditionalNCE:
             y = _rows(tags, idx, t)
             ys = noise_tags if idx is None else noise_tags[:, idx, :t]
             crf = _crf(model, [_rows(x, idx, t) for x in inputs], ln)
-            if crf.emissions.shape[-1] != self.noise.n_tags:
-                raise ValueError(f"noise: expected {crf.emissions.shape[-1]} tags (the model's); "
-                                 f"got a noise law over {self.noise.n_tags}")
+            self._check_tags(crf.emissions.shape[-1])
             s_data = crf.score(y)
-            g_data = s_data - log_nu - self.noise.log_prob(y, ln).to(s_data.dtype)
-            g_noise = torch.stack([crf.score(ys[j]) - log_nu - self.noise.log_prob(ys[j], ln).to(s_data.dtype)
+            g_data = s_data - log_nu - self._log_q(y, ln, s_data.dtype)
+            g_noise = torch.stack([crf.score(ys[j]) - log_nu - self._log_q(ys[j], ln, s_data.dtype)
                                    for j in range(nu)])
             part = softplus(-g_data).sum() + softplus(g_noise).sum()
             total = part if total is None else total + part

@@ -30,113 +30,21 @@ References:
 
 from __future__ import annotations
 
-import inspect
 import math
-from typing import Protocol
 
 import torch
 from torch import Tensor, nn
 
-from ebms._checks import check_energy_output, check_finite, check_int, check_positive, check_shape, check_tensor
+from ebms._checks import check_energy_output, check_positive, check_shape, check_tensor
 from ebms._numerics import softplus
+from ebms.distributions import Gaussian, NormalisedModel, as_distribution
 from ebms.energy import EnergyLike, evaluate
 from ebms.objectives._base import LossOutput, check_batch, scalar_metrics
 
 __all__ = ["NCE", "GaussianNoise"]
 
-
-class GaussianNoise(nn.Module):
-    r"""A fixed Gaussian :math:`\mathcal N(m, C)` that samples from a given generator.
-
-    ``torch.distributions`` draw from the global RNG; objectives in ``ebms``
-    take randomness only from an explicit generator, hence this small
-    noise model with the two methods NCE needs.
-
-    Args:
-        mean: ``(D,)``.
-        cov: ``(D, D)`` symmetric positive definite, or a number ``s^2 > 0``
-            for :math:`s^2 I`.
-
-    Shapes: ``sample(n) -> (n, D)``; ``log_prob(x: (B, D)) -> (B,)``.
-    """
-
-    mean: Tensor
-    scale_tril: Tensor
-
-    def __init__(self, mean: Tensor | list[float], cov: Tensor | float) -> None:
-        super().__init__()
-        m = torch.as_tensor(mean).detach().clone()
-        if not m.is_floating_point():
-            m = m.float()
-        if m.dim() != 1 or m.numel() == 0:
-            raise ValueError(f"mean: expected shape (D,) with D >= 1; got {tuple(m.shape)}")
-        check_finite(m, "mean")
-        D = m.numel()
-        if isinstance(cov, (int, float)):
-            c = check_positive(cov, "cov") * torch.eye(D, dtype=m.dtype)
-        else:
-            c = torch.as_tensor(cov, dtype=m.dtype)
-            check_shape(c, (D, D), "cov")
-            check_finite(c, "cov")
-            if not torch.allclose(c, c.T, atol=1e-6):
-                raise ValueError(f"cov: expected a symmetric matrix; got {c.tolist()}")
-        try:
-            L = torch.linalg.cholesky(c)
-        except RuntimeError:
-            raise ValueError(f"cov: expected a positive definite matrix; Cholesky failed for {c.tolist()}") from None
-        self.register_buffer("mean", m)
-        self.register_buffer("scale_tril", L)
-
-    @classmethod
-    def fit(cls, x: Tensor, *, scale: float = 1.0) -> GaussianNoise:
-        """Gaussian with the mean and (``scale²``-inflated) covariance of ``x: (N, D)``, ``N >= 2``."""
-        check_tensor(x, "x", floating=True)
-        if x.dim() != 2 or x.shape[0] < 2:
-            raise ValueError(f"x: expected shape (N, D) with N >= 2; got {tuple(x.shape)}")
-        check_finite(x, "x")
-        s = check_positive(scale, "scale")
-        c = torch.cov(x.T.detach()).reshape(x.shape[1], x.shape[1])
-        return cls(x.detach().mean(0), s * s * c)
-
-    @property
-    def event_shape(self) -> tuple[int, ...]:
-        return (self.mean.numel(),)
-
-    @property
-    def covariance(self) -> Tensor:
-        """``C``, ``(D, D)``."""
-        return self.scale_tril @ self.scale_tril.T
-
-    def sample(self, n: int, *, generator: torch.Generator | None = None) -> Tensor:
-        """``n`` draws ``(n, D)``."""
-        check_int(n, "n", minimum=1)
-        eps = torch.randn((n, self.mean.numel()), generator=generator, device=self.mean.device, dtype=self.mean.dtype)
-        return self.mean + eps @ self.scale_tril.T
-
-    def log_prob(self, x: Tensor) -> Tensor:
-        """Normalised log-density ``(B,)`` of ``x: (B, D)``."""
-        check_shape(x, (None, self.mean.numel()), "x")
-        d = (x - self.mean).T
-        z = torch.linalg.solve_triangular(self.scale_tril, d, upper=False)
-        D = self.mean.numel()
-        half_log_det = torch.log(torch.diagonal(self.scale_tril)).sum()
-        return -0.5 * (z * z).sum(0) - half_log_det - 0.5 * D * math.log(2 * math.pi)
-
-
-class NoiseModel(Protocol):
-    """What :class:`NCE` needs from a noise distribution (event shape = the data's)."""
-
-    def sample(self, n: int, *, generator: torch.Generator | None = None) -> Tensor: ...
-
-    def log_prob(self, x: Tensor) -> Tensor: ...
-
-
-def _takes_generator(fn: object) -> bool:
-    try:
-        params = inspect.signature(fn).parameters  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
-    return "generator" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+#: Moved to :class:`ebms.distributions.Gaussian` (same constructor, ``fit`` and attributes).
+GaussianNoise = Gaussian
 
 
 class NCE(nn.Module):
@@ -158,29 +66,19 @@ class NCE(nn.Module):
     Random draws: ``noise.sample(N, generator=generator)`` only.
 
     Args:
-        noise: fixed noise model with ``sample(n, *, generator) -> (n, *event)``
-            and ``log_prob(x) -> (B,)``, e.g. :class:`GaussianNoise` or
-            :class:`~ebms.nets.GaussianMixtureEnergy`. It must accept a
-            ``generator`` keyword (``torch.distributions`` do not: wrap them).
+        noise: fixed normalised model following :class:`ebms.distributions.NormalisedModel`
+            (``sample(n, *, generator) -> (n, *event)``, ``log_prob(x) -> (B,)``), e.g.
+            :class:`ebms.distributions.Gaussian` or :class:`~ebms.distributions.GaussianMixture`;
+            a ``torch.distributions`` law is wrapped in
+            :class:`~ebms.distributions.TorchDistribution` (its draws then come from a seed taken
+            from the generator).
         nu: noise-to-data ratio :math:`\nu > 0`.
         log_z_init: initial :math:`\zeta`.
     """
 
-    def __init__(self, noise: NoiseModel, *, nu: float = 1.0, log_z_init: float = 0.0) -> None:
+    def __init__(self, noise: NormalisedModel, *, nu: float = 1.0, log_z_init: float = 0.0) -> None:
         super().__init__()
-        for name in ("sample", "log_prob"):
-            if not callable(getattr(noise, name, None)):
-                raise TypeError(
-                    f"noise: expected an object with sample(n, *, generator) and log_prob(x); "
-                    f"{type(noise).__name__} has no {name}()"
-                )
-        if not _takes_generator(noise.sample):
-            raise TypeError(
-                f"noise: expected sample(n, *, generator) to take a generator keyword "
-                f"(randomness must come from the trainer's generator); {type(noise).__name__}.sample does not. "
-                "Wrap a Gaussian with ebms.objectives.GaussianNoise."
-            )
-        self.noise: NoiseModel = noise
+        self.noise: NormalisedModel = as_distribution(noise, "noise")
         self.nu = check_positive(nu, "nu")
         try:
             z0 = float(log_z_init)

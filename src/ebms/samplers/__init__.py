@@ -35,10 +35,13 @@ from ebms.samplers.hmc import HMC, HMCInfo, Trajectory, leapfrog
 from ebms.samplers.langevin import SGLD, ULA
 from ebms.samplers.mala import MALA
 from ebms.samplers.metropolis import MetropolisHastings, MetropolisIndependence
+from ebms.samplers.model_samples import ModelSamples, model_samples
 from ebms.samplers.proposals import IndependentCategorical
 from ebms.samplers.tempering import ParallelTempering, TemperingInfo
 
 __all__ = [
+    "ModelSamples",
+    "model_samples",
     "BlockGibbs",
     "ChainResult",
     "ChainState",

@@ -6,6 +6,11 @@
     state, info = sampler.step(energy, state, generator=g)  # one transition
     x = sampler.sample(energy, x0, steps=100, generator=g)  # loop over step
 
+* States are float tensors ``(B, *event)`` for every kernel; the discrete kernels also take
+  integer tensors (category indices, :class:`~ebms.spaces.CategoricalIndices`) and, where
+  :attr:`Sampler.accepts_sequences` says so (Gibbs, Metropolis–Hastings), token sequences
+  (:class:`~ebms.sequences.Sequences`, with energies ``E(Sequences) -> (B,)``). Gradient
+  kernels (Langevin, MALA, HMC, Gibbs-with-Gradients) need floating point.
 * Samplers hold configuration only. Everything that changes from step to step
   (position, cached energy/gradient, step size, step counter) lives in the
   frozen :class:`ChainState`, so one sampler instance can serve many chains.
@@ -31,15 +36,23 @@ import abc
 import dataclasses
 import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Generic, TypeVar, overload
 
 import torch
 from torch import Tensor
 
-from ebms._checks import check_finite, check_int, check_positive, check_representable, check_tensor
+from ebms._checks import (
+    check_energy_output,
+    check_finite,
+    check_int,
+    check_positive,
+    check_representable,
+    check_tensor,
+)
 from ebms.energy import EnergyLike, energy_and_grad, evaluate
+from ebms.sequences import Sequences
 from ebms.spaces import Space
 
 __all__ = [
@@ -49,31 +62,40 @@ __all__ = [
     "StepInfo",
     "all_finite_on_cpu",
     "batch_where",
+    "evaluate_states",
     "expand_to",
     "mh_accept",
+    "num_chains",
 ]
+
+#: What a chain position is: a tensor ``(B, *event)`` (float, or integer for index-form discrete
+#: states) or a batch of token sequences.
+X = TypeVar("X", Tensor, Sequences)
 
 
 @dataclass(frozen=True)
-class ChainState:
+class ChainState(Generic[X]):
     """State of ``B`` chains.
 
     Attributes:
-        x: positions, ``(B, *event)``.
+        x: positions: a float tensor ``(B, *event)``; an integer tensor ``(B, *event)`` (category
+            indices) for discrete kernels; or :class:`~ebms.sequences.Sequences` (``tokens (B, T)``,
+            ``lengths (B,)``, int64, never one-hot) for the kernels that update token positions.
         energy: cached ``E(x)``, ``(B,)``.
         grad: cached :math:`\\nabla_x E(x)`, ``(B, *event)``; ``None`` for
             gradient-free kernels.
-        step_size: step size, a 0-d tensor or one per chain ``(B,)``.
+        step_size: step size, a 0-d tensor or one per chain ``(B,)`` (the dtype of float
+            states, else that of the energy).
         t: number of steps taken so far.
     """
 
-    x: Tensor
+    x: X
     energy: Tensor
     grad: Tensor | None
     step_size: Tensor
     t: int = 0
 
-    def replace(self, **changes: Any) -> ChainState:
+    def replace(self, **changes: Any) -> ChainState[X]:
         """A copy with some fields changed (states are immutable)."""
         return dataclasses.replace(self, **changes)
 
@@ -107,20 +129,34 @@ class StepInfo:
 
 
 @dataclass(frozen=True)
-class ChainResult:
+class ChainResult(Generic[X]):
     """Output of :meth:`Sampler.run`.
 
     Attributes:
-        samples: kept positions ``(S, B, *event)`` (after burn-in, thinned).
+        samples: kept positions ``(S, B, *event)`` (after burn-in, thinned); for token states one
+            :class:`~ebms.sequences.Sequences` of ``S*B`` rows, row ``s*B + b`` being chain ``b``'s
+            ``s``-th kept state.
         energies: their energies ``(S, B)``.
         acceptance: mean acceptance probability of every step ``(steps,)``.
         state: the final state (to continue the chain).
     """
 
-    samples: Tensor
+    samples: X
     energies: Tensor
     acceptance: Tensor
-    state: ChainState
+    state: ChainState[X]
+
+
+def num_chains(x: Tensor | Sequences) -> int:
+    """``B``, the number of chains in a state ``x`` (a tensor ``(B, *event)`` or ``Sequences``)."""
+    return x.batch_size if isinstance(x, Sequences) else x.shape[0]
+
+
+def evaluate_states(energy: Callable[..., Tensor], x: Tensor | Sequences) -> Tensor:
+    """``energy(x)`` for a tensor or a ``Sequences`` batch, output checked to be ``(B,)`` (no host sync)."""
+    if isinstance(x, Sequences):
+        return check_energy_output(energy(x), x.batch_size)
+    return evaluate(energy, x)
 
 
 def expand_to(v: Tensor, x: Tensor) -> Tensor:
@@ -130,13 +166,26 @@ def expand_to(v: Tensor, x: Tensor) -> Tensor:
     return v.reshape(v.shape[0], *([1] * (x.dim() - 1)))
 
 
-def batch_where(mask: Tensor, a: Tensor, b: Tensor) -> Tensor:
+@overload
+def batch_where(mask: Tensor, a: Tensor, b: Tensor) -> Tensor: ...
+@overload
+def batch_where(mask: Tensor, a: Sequences, b: Sequences) -> Sequences: ...
+def batch_where(mask: Tensor, a: Tensor | Sequences, b: Tensor | Sequences) -> Tensor | Sequences:
     """Per-chain select: rows of ``a`` where ``mask: (B,)`` is true, else rows of ``b``.
 
-    Always one ``torch.where`` and no host sync. Kernels that can skip the select
-    altogether test that once per step (see :func:`all_finite_on_cpu`), rather than
-    once per selected tensor here.
+    Always one ``torch.where`` (two for ``Sequences``: tokens and lengths, which must have the same
+    padded width) and no host sync. Kernels that can skip the select altogether test that once
+    per step (see :func:`all_finite_on_cpu`), rather than once per selected tensor here.
     """
+    if isinstance(a, Sequences) and isinstance(b, Sequences):
+        if a.tokens.shape != b.tokens.shape:
+            raise ValueError(
+                f"batch_where: expected Sequences of the same shape; got tokens {tuple(a.tokens.shape)} "
+                f"and {tuple(b.tokens.shape)}"
+            )
+        tokens = torch.where(mask[:, None], a.tokens, b.tokens)
+        return Sequences(tokens, torch.where(mask, a.lengths, b.lengths), validate=False)
+    assert isinstance(a, Tensor) and isinstance(b, Tensor), "batch_where: a and b are both tensors or both Sequences"
     return torch.where(expand_to(mask, a), a, b)
 
 
@@ -197,6 +246,8 @@ class Sampler(abc.ABC):
 
     #: whether the kernel needs (and caches) the input gradient.
     uses_grad: bool = True
+    #: whether the kernel takes token-sequence states (:class:`~ebms.sequences.Sequences`).
+    accepts_sequences: ClassVar[bool] = False
 
     def __init__(self, *, step_size: float = 0.1, space: Space | None = None) -> None:
         self.step_size = check_positive(step_size, "step_size")
@@ -205,23 +256,56 @@ class Sampler(abc.ABC):
         self.space = space
 
     # -- contract ---------------------------------------------------------
-    def init(self, energy: EnergyLike, x0: Tensor) -> ChainState:
-        """Start chains at ``x0: (B, *event)``; evaluates and caches the energy (and gradient)."""
-        check_tensor(x0, "x0", floating=True, min_dim=1)
+    def init(self, energy: EnergyLike, x0: Any) -> ChainState:
+        """Start chains at ``x0``; evaluates and caches the energy (and gradient).
+
+        ``x0`` is a tensor ``(B, *event)`` (floating point for gradient kernels; integer category
+        indices also for gradient-free ones) or, for kernels with :attr:`accepts_sequences`, a
+        :class:`~ebms.sequences.Sequences` batch. The step size is stored in the dtype of float
+        states, else in that of the energy.
+        """
+        x = self._check_x0(energy, x0)
+        if self.uses_grad:
+            assert isinstance(x, Tensor), "_check_x0 gives gradient kernels tensors only"
+            e, g = energy_and_grad(energy, x)
+        else:
+            with torch.no_grad():
+                e, g = evaluate_states(energy, x), None
+        _check_start(e, g)
+        dtype = x.dtype if isinstance(x, Tensor) and x.is_floating_point() else e.dtype
+        check_representable(self.step_size, "step_size", dtype)
+        step = torch.tensor(self.step_size, dtype=dtype, device=x.device)
+        return ChainState(x=x, energy=e.detach(), grad=g, step_size=step, t=0)
+
+    def _check_x0(self, energy: EnergyLike, x0: Any) -> Tensor | Sequences:
+        """Validate the chains' starts against the kernel and its space; returns them detached.
+
+        Subclasses that take more kinds of state (discrete kernels: token sequences) extend it.
+
+        Raises:
+            TypeError: a ``Sequences`` batch (this kernel takes tensors), a non-float tensor for a
+                gradient kernel, a bool or complex tensor.
+            ValueError: from the space's ``validate``, or non-finite entries when there is no space.
+        """
+        name = type(self).__name__
+        if isinstance(x0, Sequences):
+            raise TypeError(
+                f"x0: {name} works on tensor states (B, *event); got Sequences "
+                "(token sequences: use Gibbs or MetropolisHastings with a TokenSequences space)"
+            )
+        check_tensor(x0, "x0", min_dim=1)
+        if self.uses_grad and not x0.is_floating_point():
+            raise TypeError(
+                f"x0: expected a floating-point tensor; got dtype {x0.dtype} ({name} follows the energy's "
+                "gradient in x: integer states need a discrete kernel such as Gibbs or MetropolisHastings)"
+            )
+        if x0.dtype == torch.bool or x0.is_complex():
+            raise TypeError(f"x0: expected a floating-point or integer tensor; got dtype {x0.dtype}")
         if self.space is not None:
             self.space.validate(x0, "x0")
         else:
             check_finite(x0, "x0")
-        x = x0.detach()
-        if self.uses_grad:
-            e, g = energy_and_grad(energy, x)
-        else:
-            with torch.no_grad():
-                e, g = evaluate(energy, x), None
-        _check_start(e, g)
-        check_representable(self.step_size, "step_size", x.dtype)
-        step = torch.tensor(self.step_size, dtype=x.dtype, device=x.device)
-        return ChainState(x=x, energy=e.detach(), grad=g, step_size=step, t=0)
+        return x0.detach()
 
     @abc.abstractmethod
     def step(
@@ -276,20 +360,32 @@ class Sampler(abc.ABC):
         stack extra chains into the state (parallel tempering's hotter replicas)."""
         return slice(None)
 
-    def target(self, state: ChainState) -> Tensor:
-        """The caller's chains in ``state``, ``(B, *event)``."""
+    def target(self, state: ChainState[X]) -> X:
+        """The caller's chains in ``state``, ``(B, *event)`` (or ``Sequences``)."""
         return state.x[self.target_rows(state)]
 
+    @overload
+    def sample(
+        self, energy: EnergyLike, x0: Tensor, steps: int, *, generator: torch.Generator | None = ..., progress: bool = ...
+    ) -> Tensor: ...
+    @overload
+    def sample(
+        self, energy: EnergyLike, x0: Sequences, steps: int, *, generator: torch.Generator | None = ...,
+        progress: bool = ...
+    ) -> Sequences: ...
     def sample(
         self,
         energy: EnergyLike,
-        x0: Tensor,
+        x0: Tensor | Sequences,
         steps: int,
         *,
         generator: torch.Generator | None = None,
         progress: bool = False,
-    ) -> Tensor:
-        """Run ``steps`` transitions from ``x0`` and return the final positions ``(B, *event)``."""
+    ) -> Tensor | Sequences:
+        """Run ``steps`` transitions from ``x0`` and return the final positions (same kind as ``x0``).
+
+        ``x0``: a tensor ``(B, *event)`` or, for kernels that take them, ``Sequences``.
+        """
         state = self.init(energy, x0)
         for state, _ in self.iterate(energy, state, steps, generator=generator, progress=progress):  # noqa: B007, B020
             pass
@@ -298,7 +394,7 @@ class Sampler(abc.ABC):
     def run(
         self,
         energy: EnergyLike,
-        x0: Tensor | ChainState,
+        x0: Tensor | Sequences | ChainState,
         steps: int,
         *,
         generator: torch.Generator | None = None,
@@ -325,7 +421,7 @@ class Sampler(abc.ABC):
         if not xs:
             raise ValueError(f"steps: expected more than burn_in={burn_in} steps; got steps={steps}")
         return ChainResult(
-            samples=torch.stack(xs),
+            samples=Sequences.cat(xs) if isinstance(xs[0], Sequences) else torch.stack(xs),
             energies=torch.stack(es),
             acceptance=torch.stack(acc),
             state=state,

@@ -11,37 +11,63 @@ where :math:`x^{(i\to k)}` is ``x`` with site ``i`` set to category ``k``. Kerne
   batched energy call of ``B*K`` rows (``B*N*K`` rows, chunked, for all sites).
 
 Energies may also carry their space as ``energy.space``; a sampler built without ``space=`` uses it.
+
+Token sequences (:class:`~ebms.spaces.TokenSequences`, states :class:`~ebms.sequences.Sequences`) are
+discrete too: a *position* is a site with ``V`` categories, present in the chains whose length
+exceeds it. The kernels that say so (:attr:`~ebms.samplers._base.Sampler.accepts_sequences`) take
+them, at fixed lengths.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
+from ebms._checks import check_tensor
+from ebms.distributions import sample_categorical
 from ebms.energy import EnergyLike, evaluate
 from ebms.samplers._base import Sampler
-from ebms.spaces import DiscreteSpace
+from ebms.sequences import Sequences
+from ebms.spaces import DiscreteSpace, TokenSequences
 
 __all__ = [
     "DiscreteSampler",
     "all_site_logits",
-    "resolve_space",
     "nonfinite_rows",
+    "resolve_space",
+    "resolve_token_space",
     "sample_categorical",
     "site_logits",
 ]
 
 
-def resolve_space(space: DiscreteSpace | None, energy: EnergyLike) -> DiscreteSpace:
+def _declared_space(space: object, energy: EnergyLike) -> object:
+    """``space`` if given, else the space the energy declares as ``energy.space`` (or ``None``)."""
+    return getattr(energy, "space", None) if space is None else space
+
+
+def resolve_space(space: DiscreteSpace | TokenSequences | None, energy: EnergyLike) -> DiscreteSpace:
     """``space`` if given, else ``energy.space``; a clear error when neither is a discrete space."""
-    if space is None:
-        space = getattr(energy, "space", None)
-    if not isinstance(space, DiscreteSpace):
+    found = _declared_space(space, energy)
+    if not isinstance(found, DiscreteSpace):
         raise TypeError(
-            "space: expected an ebms.spaces.DiscreteSpace (Binary, Spins or Categorical) passed to the sampler "
-            f"or set as energy.space; got {type(space).__name__}"
+            "space: expected an ebms.spaces.DiscreteSpace (Binary, Spins, Categorical or CategoricalIndices) "
+            f"passed to the sampler or set as energy.space; got {type(found).__name__}"
         )
-    return space
+    return found
+
+
+def resolve_token_space(space: DiscreteSpace | TokenSequences | None, energy: EnergyLike) -> TokenSequences:
+    """The :class:`~ebms.spaces.TokenSequences` of ``space=`` or ``energy.space``, for ``Sequences`` states."""
+    found = _declared_space(space, energy)
+    if not isinstance(found, TokenSequences):
+        raise TypeError(
+            "space: Sequences states need an ebms.spaces.TokenSequences (the vocabulary and length range) "
+            f"passed to the sampler or set as energy.space; got {type(found).__name__}"
+        )
+    return found
 
 
 def _check_logits(logits: Tensor, shape: tuple[int, ...], name: str) -> Tensor:
@@ -108,51 +134,58 @@ def nonfinite_rows(logits: Tensor) -> Tensor:
     return ~torch.isfinite(top).all(1)
 
 
-def sample_categorical(logits: Tensor, generator: torch.Generator | None) -> Tensor:
-    """One draw per row from ``softmax(logits)`` over the last axis; ``LongTensor logits.shape[:-1]``.
-
-    Inverse CDF with one uniform per row, scaled to the CDF's last value so float rounding can
-    never land on a zero-probability category (its CDF step is flat). Rows with NaN or all-``-inf``
-    logits give an arbitrary category; kernels detect them with :func:`nonfinite_rows` and keep
-    those chains where they were. Two categories take a cheaper path: category 1 iff
-    ``u < sigmoid(l_1 - l_0)``.
-    """
-    if logits.shape[-1] == 2:
-        p1 = torch.sigmoid(logits[..., 1] - logits[..., 0])
-        u = torch.rand(p1.shape, generator=generator, device=p1.device, dtype=p1.dtype)
-        return (u < p1).long()
-    cdf = torch.softmax(logits, -1).cumsum(-1)
-    u = torch.rand(cdf.shape[:-1] + (1,), generator=generator, device=cdf.device, dtype=cdf.dtype)
-    return torch.searchsorted(cdf, u * cdf[..., -1:], right=True).squeeze(-1).clamp_(max=logits.shape[-1] - 1)
-
-
 class DiscreteSampler(Sampler):
-    """Base of the discrete kernels: configuration holds an optional space, states are float tensors.
+    """Base of the discrete kernels: configuration holds an optional space; no gradients.
+
+    States are float tensors (Binary, Spins, one-hot Categorical), integer tensors
+    (:class:`~ebms.spaces.CategoricalIndices`) or, for kernels with ``accepts_sequences``,
+    :class:`~ebms.sequences.Sequences` (:class:`~ebms.spaces.TokenSequences`).
 
     Args:
-        space: the :class:`~ebms.spaces.DiscreteSpace`; ``None`` means ``energy.space``.
+        space: the :class:`~ebms.spaces.DiscreteSpace` or :class:`~ebms.spaces.TokenSequences`;
+            ``None`` means ``energy.space``. A token space is kept as :attr:`token_space`
+            (``space`` is then ``None``: it holds tensor spaces only).
 
     ``state.step_size`` is unused by most discrete kernels and kept at 1.
     """
 
     uses_grad = False
 
-    def __init__(self, *, space: DiscreteSpace | None = None) -> None:
-        if space is not None and not isinstance(space, DiscreteSpace):
+    def __init__(self, *, space: DiscreteSpace | TokenSequences | None = None) -> None:
+        token_space = None
+        if isinstance(space, TokenSequences):
+            if not self.accepts_sequences:
+                raise TypeError(
+                    f"space: {type(self).__name__} works on fixed-shape tensor states; got {space!r} "
+                    "(token sequences: use Gibbs or MetropolisHastings)"
+                )
+            token_space, space = space, None
+        elif space is not None and not isinstance(space, DiscreteSpace):
             raise TypeError(
-                f"space: expected an ebms.spaces.DiscreteSpace (Binary, Spins or Categorical); got {type(space).__name__}"
+                "space: expected an ebms.spaces.DiscreteSpace (Binary, Spins, Categorical or CategoricalIndices)"
+                f"{' or TokenSequences' if self.accepts_sequences else ''}; got {type(space).__name__}"
             )
         super().__init__(step_size=1.0, space=space)
+        self.token_space: TokenSequences | None = token_space
 
     def _stuck_hint(self) -> str:
         return "the energy is NaN or -inf at every proposed state"
 
     @property
     def discrete_space(self) -> DiscreteSpace | None:
-        """The configured space (``None``: use ``energy.space``)."""
+        """The configured tensor space (``None``: use ``energy.space``)."""
         return self.space  # type: ignore[return-value]
 
-    def init(self, energy: EnergyLike, x0: Tensor):
-        if self.space is None:  # the base class validates a configured space
-            resolve_space(None, energy).validate(x0, "x0")
-        return super().init(energy, x0)
+    def _check_x0(self, energy: EnergyLike, x0: Any) -> Tensor | Sequences:
+        if isinstance(x0, Sequences) and self.accepts_sequences:
+            return resolve_token_space(self.token_space or self.discrete_space, energy).validate(x0, "x0")
+        if isinstance(x0, Tensor):
+            if self.token_space is not None:
+                raise TypeError(
+                    f"x0: expected Sequences states for the space {self.token_space!r}; got a Tensor "
+                    "(wrap token ids as Sequences(tokens, lengths))"
+                )
+            if self.space is None:  # the base class validates a configured space
+                check_tensor(x0, "x0", min_dim=1)
+                resolve_space(None, energy).validate(x0, "x0")
+        return super()._check_x0(energy, x0)

@@ -8,8 +8,13 @@ which leaves :math:`p \propto \exp(-E)` invariant (Metropolis et al., 1953; Hast
 monograph §2.2, Eq. 2.22).
 
 * :class:`MetropolisHastings` (random walk): change ``n_flips`` distinct sites chosen uniformly;
-  Binary/Spins sites flip, Categorical sites move to a uniformly chosen *other* category. The
-  proposal is symmetric, so :math:`\log\alpha = \min\{0, E(x) - E(x')\}`.
+  Binary/Spins sites flip, categorical sites (one-hot or index form) and token positions move to a
+  uniformly chosen *other* category. The proposal is symmetric, so
+  :math:`\log\alpha = \min\{0, E(x) - E(x')\}`. With ``category_probs`` = :math:`q` the new
+  category is drawn from :math:`q` instead (whatever the old one), and
+  :math:`\log\alpha = \min\{0, E(x) - E(x') + \sum_i [\log q(x_i) - \log q(x'_i)]\}` over the
+  changed sites. On token sequences (:class:`~ebms.sequences.Sequences`) the sites are the
+  positions inside each chain's length; lengths stay fixed.
 * :class:`MetropolisIndependence` (monograph §2.2, the Metropolis independence sampler): propose
   :math:`x' \sim q` regardless of ``x``; with importance weights :math:`w(x) = \exp(-E(x))/q(x)`,
   :math:`\log\alpha = \min\{0, [-E(x') - \log q(x')] - [-E(x) - \log q(x)]\}`. It mixes as well as
@@ -31,21 +36,22 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ebms._checks import check_int
-from ebms.energy import EnergyLike, evaluate
-from ebms.samplers._base import ChainState, StepInfo, batch_where, mh_accept
-from ebms.samplers._discrete import DiscreteSampler, resolve_space
-from ebms.spaces import Binary, Categorical, DiscreteSpace, Spins
+from ebms._checks import check_finite, check_int, check_tensor
+from ebms.energy import EnergyLike
+from ebms.samplers._base import ChainState, StepInfo, batch_where, evaluate_states, mh_accept
+from ebms.samplers._discrete import DiscreteSampler, resolve_space, resolve_token_space, sample_categorical
+from ebms.sequences import Sequences
+from ebms.spaces import Binary, Categorical, CategoricalIndices, DiscreteSpace, Spins, TokenSequences
 
 __all__ = ["MetropolisHastings", "MetropolisIndependence"]
 
 
 def _mh_update(
-    energy: EnergyLike, state: ChainState, x_prop: Tensor, log_ratio_extra: Tensor | float, generator
+    energy: EnergyLike, state: ChainState, x_prop: Tensor | Sequences, log_ratio_extra: Tensor | float, generator
 ) -> tuple[ChainState, StepInfo]:
     """Evaluate the proposal once, accept with ``E(x) - E(x') + extra``, and build the new state."""
     with torch.no_grad():
-        e_prop = evaluate(energy, x_prop).detach()
+        e_prop = evaluate_states(energy, x_prop).detach()
     finite = torch.isfinite(e_prop)
     log_ratio = state.energy - e_prop + log_ratio_extra
     # a NaN/-inf proposal energy is rejected (flagged); +inf (zero density) is an ordinary rejection
@@ -58,16 +64,37 @@ def _mh_update(
     return state.replace(x=x_out, energy=e_out, t=state.t + 1), info
 
 
+def _log_category_probs(probs: Any) -> Tensor:
+    """``log(probs / sum(probs))`` for a proposal over categories, after checking it."""
+    check_tensor(probs, "category_probs", floating=True)
+    if probs.dim() != 1 or probs.shape[0] < 1:
+        raise ValueError(f"category_probs: expected a 1-D tensor (K,) of probabilities; got shape {tuple(probs.shape)}")
+    check_finite(probs, "category_probs")
+    lo = float(probs.min())
+    if lo <= 0:
+        raise ValueError(
+            f"category_probs: expected positive probabilities (a category of probability 0 could never be "
+            f"proposed, and chains holding it could never leave); got min {lo:.4g}"
+        )
+    probs = probs.detach()
+    return (probs / probs.sum()).log()
+
+
 class MetropolisHastings(DiscreteSampler):
-    r"""Random-walk Metropolis–Hastings on a discrete space.
+    r"""Random-walk Metropolis–Hastings on a discrete space or on token sequences.
 
     Proposal: choose ``n_flips`` distinct sites uniformly at random (independently per chain);
     flip each (Binary/Spins) or set it to one of the other ``K - 1`` categories uniformly
-    (Categorical). Symmetric, so accept with :math:`\min\{1, \exp(E(x) - E(x'))\}`.
+    (Categorical, CategoricalIndices, token positions). Symmetric, so accept with
+    :math:`\min\{1, \exp(E(x) - E(x'))\}`. With ``category_probs`` the new category comes from that
+    distribution :math:`q` and the ratio gains :math:`\sum_i \log q(x_i) - \log q(x'_i)`.
 
+    * **Token sequences** (``Sequences`` states, ``space=TokenSequences(...)`` or ``energy.space``):
+      the sites are the positions ``[0, L)`` of each chain (``L`` its length, fixed): ``min(n_flips, L)``
+      of them change; chains of length 0 propose themselves.
     * **Cost:** one energy call of ``B`` rows per step (the current energy is cached in the state).
     * **Randomness, in order:** the sites (one ``randint`` for ``n_flips=1``, else one uniform per
-      site and chain), the new categories (Categorical only), one MH uniform per chain.
+      site and chain), the new categories (categorical sites only), one MH uniform per chain.
     * **Failures:** a proposal with NaN or ``-inf`` energy is rejected and flagged in
       ``info.nonfinite``; ``+inf`` (zero density) is an ordinary rejection.
     * **Mixing:** ``N`` steps cost about as much as one Gibbs sweep of a generic energy divided by
@@ -81,8 +108,12 @@ class MetropolisHastings(DiscreteSampler):
         Biometrika 57(1).
 
     Args:
-        n_flips: sites changed per proposal, ``1 <= n_flips <= N``.
-        space: the discrete space; ``None`` means ``energy.space``.
+        n_flips: sites changed per proposal, ``1 <= n_flips <= N`` (``<= max_length`` for tokens).
+        category_probs: optional proposal over the ``K`` categories (``V`` tokens), a positive
+            float tensor ``(K,)`` (normalised here), e.g. unigram frequencies; categorical and
+            token spaces only. Default: uniform over the other ``K - 1``.
+        space: the discrete space (or :class:`~ebms.spaces.TokenSequences`); ``None`` means
+            ``energy.space``.
 
     Example:
         >>> import torch
@@ -97,24 +128,85 @@ class MetropolisHastings(DiscreteSampler):
         torch.Size([100, 8])
     """
 
-    def __init__(self, n_flips: int = 1, *, space: DiscreteSpace | None = None) -> None:
+    accepts_sequences = True
+
+    def __init__(
+        self,
+        n_flips: int = 1,
+        *,
+        category_probs: Tensor | None = None,
+        space: DiscreteSpace | TokenSequences | None = None,
+    ) -> None:
         super().__init__(space=space)
         self.n_flips = check_int(n_flips, "n_flips", minimum=1)
+        self.log_q = None if category_probs is None else _log_category_probs(category_probs)
 
-    def _check_space(self, space: DiscreteSpace) -> None:
-        if self.n_flips > space.num_sites:
-            raise ValueError(f"n_flips: expected at most the number of sites N={space.num_sites}; got {self.n_flips}")
-        if not isinstance(space, (Binary, Spins, Categorical)):
-            raise TypeError(
-                f"space: MetropolisHastings supports Binary, Spins and Categorical spaces; got {type(space).__name__}"
-            )
+    def _check_space(self, space: DiscreteSpace | TokenSequences) -> None:
+        if isinstance(space, TokenSequences):
+            if self.n_flips > space.max_length:
+                raise ValueError(f"n_flips: expected at most max_length={space.max_length}; got {self.n_flips}")
+            K = space.vocab_size
+        else:
+            if self.n_flips > space.num_sites:
+                raise ValueError(
+                    f"n_flips: expected at most the number of sites N={space.num_sites}; got {self.n_flips}"
+                )
+            if not isinstance(space, (Binary, Spins, Categorical, CategoricalIndices)):
+                raise TypeError(
+                    "space: MetropolisHastings supports Binary, Spins, Categorical, CategoricalIndices and "
+                    f"TokenSequences spaces; got {type(space).__name__}"
+                )
+            K = space.num_categories
+        if self.log_q is not None:
+            if isinstance(space, (Binary, Spins)):
+                raise ValueError(
+                    f"category_probs: {type(space).__name__} sites flip; a proposal over categories needs a "
+                    "Categorical, CategoricalIndices or TokenSequences space"
+                )
+            if self.log_q.shape[0] != K:
+                raise ValueError(f"category_probs: expected {K} probabilities (one per category of {space!r}); "
+                                 f"got {self.log_q.shape[0]}")
 
-    def init(self, energy: EnergyLike, x0: Tensor) -> ChainState:
-        self._check_space(resolve_space(self.discrete_space, energy))
+    def _space(self, x: Any, energy: EnergyLike) -> DiscreteSpace | TokenSequences:
+        space: DiscreteSpace | TokenSequences
+        if isinstance(x, Sequences):
+            space = resolve_token_space(self.token_space or self.discrete_space, energy)
+        else:
+            space = resolve_space(self.discrete_space, energy)
+        self._check_space(space)
+        return space
+
+    def init(self, energy: EnergyLike, x0: Any) -> ChainState:
+        self._space(x0, energy)
         return super().init(energy, x0)
 
-    def propose(self, space: DiscreteSpace, x: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    def _new_categories(
+        self, cur: Tensor, K: int, generator: torch.Generator | None
+    ) -> tuple[Tensor, Tensor | None]:
+        """New categories for the chosen sites ``cur: (B, n)`` and, with ``category_probs``, the
+        per-site log proposal ratio ``log q(cur) - log q(new)`` ``(B, n)``."""
+        if self.log_q is None:
+            if K == 1:
+                return cur, None
+            return (cur + torch.randint(1, K, cur.shape, generator=generator, device=cur.device)) % K, None
+        log_q = self.log_q.to(cur.device)
+        new = sample_categorical(log_q.expand(*cur.shape, K), generator)
+        return new, log_q[cur] - log_q[new]
+
+    def propose(
+        self, space: DiscreteSpace | TokenSequences, x: Tensor | Sequences, generator: torch.Generator | None = None
+    ) -> Tensor | Sequences:
         """The proposal ``x'`` for every chain (``x`` is not modified)."""
+        return self._propose(space, x, generator)[0]
+
+    def _propose(
+        self, space: DiscreteSpace | TokenSequences, x: Tensor | Sequences, generator: torch.Generator | None
+    ) -> tuple[Tensor | Sequences, Tensor | float]:
+        """``(x', log q(x | x') - log q(x' | x))``; the ratio is 0 for the symmetric default."""
+        if isinstance(x, Sequences):
+            assert isinstance(space, TokenSequences), "Sequences states come with a TokenSequences space"
+            return self._propose_tokens(space, x, generator)
+        assert isinstance(space, DiscreteSpace), "tensor states come with a DiscreteSpace"
         B, N, K, n = x.shape[0], space.num_sites, space.num_categories, self.n_flips
         if n == 1:
             sites = torch.randint(N, (B, 1), generator=generator, device=x.device)
@@ -124,23 +216,50 @@ class MetropolisHastings(DiscreteSampler):
         if isinstance(space, (Binary, Spins)):
             flat = x.reshape(B, N).clone()
             flat.scatter_(1, sites, (space.low + space.high) - flat.gather(1, sites))
-            return flat.view(x.shape)
+            return flat.view(x.shape), 0.0
+        if isinstance(space, CategoricalIndices):
+            flat = x.reshape(B, N).clone()
+            new, log_ratio = self._new_categories(flat.gather(1, sites).long(), K, generator)
+            flat.scatter_(1, sites, new.to(flat.dtype))
+            return flat.view(x.shape), 0.0 if log_ratio is None else log_ratio.sum(1)
         flat = x.reshape(B, N, K).clone()
         cur = flat.gather(1, sites.unsqueeze(2).expand(B, n, K)).argmax(2)  # (B, n)
-        new = (cur + torch.randint(1, K, (B, n), generator=generator, device=x.device)) % K
+        new, log_ratio = self._new_categories(cur, K, generator)
         flat.scatter_(1, sites.unsqueeze(2).expand(B, n, K), torch.nn.functional.one_hot(new, K).to(flat.dtype))
-        return flat.view(x.shape)
+        return flat.view(x.shape), 0.0 if log_ratio is None else log_ratio.sum(1)
+
+    def _propose_tokens(
+        self, space: TokenSequences, x: Sequences, generator: torch.Generator | None
+    ) -> tuple[Sequences, Tensor | float]:
+        """Change ``min(n_flips, L)`` distinct positions inside each chain's length ``L``."""
+        B, T = x.batch_size, x.max_length
+        if T == 0:  # every chain is empty: nothing to change
+            return x, 0.0
+        lengths = x.lengths
+        if self.n_flips == 1:  # one uniform position in [0, L) (modulo bias below 2^-50 for L < 2^12)
+            draws = torch.randint(1 << 62, (B, 1), generator=generator, device=x.device)
+            sites = draws % lengths.clamp(min=1)[:, None]
+        else:  # the smallest uniforms among the real positions (padding gets 2 > any uniform)
+            u = torch.rand(B, T, generator=generator, device=x.device).masked_fill_(~x.mask(), 2.0)
+            sites = u.topk(min(self.n_flips, T), dim=1, largest=False).indices
+        active = sites < lengths[:, None]  # (B, n): a real position of the chain
+        tokens = x.tokens.clone()
+        cur = tokens.gather(1, sites)
+        new, log_ratio = self._new_categories(cur, space.vocab_size, generator)
+        tokens.scatter_(1, sites, torch.where(active, new, cur))
+        return x.with_tokens(tokens), 0.0 if log_ratio is None else (log_ratio * active).sum(1)
 
     def step(
         self, energy: EnergyLike, state: ChainState, *, generator: torch.Generator | None = None
     ) -> tuple[ChainState, StepInfo]:
         """One random-walk MH transition of every chain; returns ``(state, info)``."""
-        space = resolve_space(self.discrete_space, energy)
-        self._check_space(space)
-        return _mh_update(energy, state, self.propose(space, state.x, generator), 0.0, generator)
+        x_prop, log_ratio = self._propose(self._space(state.x, energy), state.x, generator)
+        return _mh_update(energy, state, x_prop, log_ratio, generator)
 
     def __repr__(self) -> str:
-        return f"MetropolisHastings(n_flips={self.n_flips}, space={self.discrete_space!r})"
+        space = self.token_space or self.discrete_space
+        q = "" if self.log_q is None else f", category_probs=({self.log_q.shape[0]},)"
+        return f"MetropolisHastings(n_flips={self.n_flips}{q}, space={space!r})"
 
 
 class MetropolisIndependence(DiscreteSampler):
@@ -194,12 +313,12 @@ class MetropolisIndependence(DiscreteSampler):
                 )
         self.proposal = proposal
 
-    def _log_q(self, x: Tensor, name: str) -> Tensor:
+    def _log_q(self, x: Tensor, name: str, dtype: torch.dtype) -> Tensor:
         lq = self.proposal.log_prob(x)
         if not isinstance(lq, Tensor) or tuple(lq.shape) != (x.shape[0],):
             shape = tuple(lq.shape) if isinstance(lq, Tensor) else type(lq).__name__
             raise ValueError(f"proposal.log_prob({name}): expected shape ({x.shape[0]},); got {shape}")
-        return lq.to(x.dtype)
+        return lq.to(dtype)
 
     def step(
         self, energy: EnergyLike, state: ChainState, *, generator: torch.Generator | None = None
@@ -213,7 +332,8 @@ class MetropolisIndependence(DiscreteSampler):
                 raise ValueError(f"proposal.sample(n={x.shape[0]}): expected shape {tuple(x.shape)}; got {shape}")
             x_prop = x_prop.to(x.dtype)
             # log alpha = E(x) - E(x') + log q(x) - log q(x')
-            extra = self._log_q(x, "x") - self._log_q(x_prop, "x'")
+            dtype = state.energy.dtype  # that of the energies: states may hold integer indices
+            extra = self._log_q(x, "x", dtype) - self._log_q(x_prop, "x'", dtype)
         return _mh_update(energy, state, x_prop, extra, generator)
 
     def __repr__(self) -> str:

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ebms._checks import check_in_range, check_int
+from ebms.sequences import Sequences
 from ebms.structured._ctc_inputs import check_log_probs, lengths_tensor, prepare
 from ebms.structured._den_partition import den_arcs, den_scaled
 from ebms.structured.ctc import CTCDecoding, _pack, ctc_log_likelihood, reduce_sequence_loss
@@ -96,7 +97,7 @@ def ctc_crf_log_likelihood(log_probs: Tensor, targets: Tensor, input_lengths: An
     _check_graph(graph, check_log_probs(log_probs, blank).shape[2], blank)
     x = prepare(log_probs, targets, input_lengths, target_lengths, blank)
     ctc = ctc_log_likelihood(x.log_probs, x.labels, x.input_lengths, x.target_lengths, blank=blank)
-    lm = graph.lm.log_prob(x.labels, x.target_lengths).to(x.log_probs.dtype)
+    lm = graph.lm.log_prob(Sequences(x.labels, x.target_lengths)).to(x.log_probs.dtype)
     out = lm + ctc - den_log_partition(x.log_probs, x.input_lengths, graph)
     return out[0] if x.unbatched else out
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from ebms.structured.ngram import LabelNGram
+from ebms.distributions import NGram
 
 __all__ = ["DenominatorGraph"]
 
@@ -55,7 +55,7 @@ class DenominatorGraph:
         histories: the ``c``-label history of each state (``<s>`` = 0).
     """
 
-    lm: LabelNGram
+    lm: NGram
     n_symbols: int
     src: Tensor
     dst: Tensor
@@ -83,11 +83,13 @@ class DenominatorGraph:
         return int(self.src.shape[0])
 
     @classmethod
-    def from_ngram(cls, lm: LabelNGram) -> DenominatorGraph:
+    def from_ngram(cls, lm: NGram) -> DenominatorGraph:
         """CTC topology composed with ``lm`` (see the module docstring). Cost ``O(S V)`` Python."""
-        if not isinstance(lm, LabelNGram):
-            raise TypeError(f"lm: expected a LabelNGram; got {type(lm).__name__}")
-        v, n = lm.n_labels, lm.order
+        if not isinstance(lm, NGram) or lm.boundary != 0 or not lm.end:
+            got = repr(lm) if isinstance(lm, NGram) else type(lm).__name__
+            raise TypeError(f"lm: expected a LabelNGram (an ebms.distributions.NGram with boundary=0, end=True); "
+                            f"got {got}")
+        v, n = lm.vocab_size, lm.order
         c = max(n - 1, 1)
         n_hist = sum((v - 1) ** j for j in range(c + 1))
         if 2 * n_hist - 1 > _MAX_STATES:

@@ -1,4 +1,4 @@
-"""Data drawn from a known discrete model by long-run block Gibbs (``ebms.data.model_samples``)."""
+"""Data drawn from a known discrete model by long-run block Gibbs (``ebms.samplers.model_samples``)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 from _discrete_checks import assert_matches_exact
 
-from ebms.data import model_samples
 from ebms.models import BernoulliRBM, IsingModel
+from ebms.samplers import model_samples
 
 
 def test_samples_follow_the_model_exactly_on_an_enumerable_lattice():

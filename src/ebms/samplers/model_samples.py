@@ -1,5 +1,7 @@
 """Synthetic data from a known discrete model, by long-run MCMC with a recorded seed.
 
+(It lived in ``ebms.data`` before; data sets do not run samplers, so it moved here.)
+
 Used to test learning: draw data from a model whose parameters are known (e.g. lattice Ising
 couplings), fit a model to it, and compare the learned parameters with the true ones.
 

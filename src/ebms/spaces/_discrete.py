@@ -1,16 +1,5 @@
-"""Sample spaces: what ``x`` is.
-
-Continuous: :class:`Reals`, :class:`Box`. Discrete (:class:`DiscreteSpace`):
-:class:`Binary` ``{0,1}``, :class:`Spins` ``{-1,+1}``, :class:`Categorical`
-(one-hot, with an index view).
-
-A space validates incoming data, draws random initial states and projects a
-proposal back into the space (``project``; e.g. clamping to a box). Samplers
-take an optional ``space`` and call ``space.project`` after each move.
-
-Shapes: ``event_shape`` is the shape of one point; batches are
-``(B, *event_shape)``.
-"""
+"""Finite product spaces: :class:`Binary`, :class:`Spins`, one-hot :class:`Categorical` and
+index-form :class:`CategoricalIndices`."""
 
 from __future__ import annotations
 
@@ -21,125 +10,27 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import Tensor
 
-from ebms._checks import check_finite, check_int, check_tensor
+from ebms._checks import check_int, check_tensor
+from ebms.spaces._base import Space, _as_shape
 
-__all__ = ["Binary", "Box", "Categorical", "DiscreteSpace", "Reals", "Space", "Spins"]
-
-
-def _as_shape(event_shape: int | Sequence[int], name: str = "event_shape") -> tuple[int, ...]:
-    if isinstance(event_shape, int):
-        event_shape = (event_shape,)
-    shape = tuple(event_shape)
-    if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in shape):
-        raise ValueError(f"{name}: expected positive ints; got {event_shape!r}")
-    return shape
-
-
-class Space(abc.ABC):
-    """Base class: a set of points of shape ``event_shape``."""
-
-    event_shape: tuple[int, ...]
-
-    @property
-    def dim(self) -> int:
-        """Number of scalar coordinates of one point."""
-        n = 1
-        for s in self.event_shape:
-            n *= s
-        return n
-
-    def validate(self, x: Tensor, name: str = "x") -> Tensor:
-        """Check ``x: (B, *event_shape)`` is a finite float tensor in the space."""
-        check_tensor(x, name, floating=True, min_dim=1 + len(self.event_shape))
-        if tuple(x.shape[1:]) != self.event_shape:
-            raise ValueError(
-                f"{name}: expected shape (B, {', '.join(map(str, self.event_shape))}); got {tuple(x.shape)}"
-            )
-        return check_finite(x, name)
-
-    def project(self, x: Tensor) -> Tensor:
-        """Map a proposal back into the space (identity for unbounded spaces)."""
-        return x
-
-    @abc.abstractmethod
-    def random(
-        self,
-        n: int,
-        *,
-        generator: torch.Generator | None = None,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype = torch.float32,
-    ) -> Tensor:
-        """``n`` random starting points, ``(n, *event_shape)``."""
-
-
-class Reals(Space):
-    """Unbounded ``R^D``. ``random`` draws ``N(0, scale^2 I)``."""
-
-    def __init__(self, event_shape: int | Sequence[int], *, scale: float = 1.0) -> None:
-        self.event_shape = _as_shape(event_shape)
-        self.scale = float(scale)
-
-    def random(self, n, *, generator=None, device=None, dtype=torch.float32):
-        check_int(n, "n", minimum=1)
-        return self.scale * torch.randn((n, *self.event_shape), generator=generator, device=device, dtype=dtype)
-
-    def __repr__(self) -> str:
-        return f"Reals(event_shape={self.event_shape})"
-
-
-class Box(Space):
-    """The box ``[low, high]^D`` (e.g. images in ``[-1, 1]``). ``project`` clamps.
-
-    Args:
-        event_shape: shape of one point.
-        low, high: bounds with ``low < high``.
-    """
-
-    def __init__(self, event_shape: int | Sequence[int], low: float = -1.0, high: float = 1.0) -> None:
-        self.event_shape = _as_shape(event_shape)
-        low, high = float(low), float(high)
-        if not low < high:
-            raise ValueError(f"low, high: expected low < high; got low={low}, high={high}")
-        self.low, self.high = low, high
-
-    def validate(self, x: Tensor, name: str = "x") -> Tensor:
-        super().validate(x, name)
-        lo, hi = float(x.min()), float(x.max())
-        if lo < self.low or hi > self.high:
-            raise ValueError(f"{name}: expected values in [{self.low}, {self.high}]; got min {lo:.4g}, max {hi:.4g}")
-        return x
-
-    def project(self, x: Tensor) -> Tensor:
-        return x.clamp(self.low, self.high)
-
-    def random(self, n, *, generator=None, device=None, dtype=torch.float32):
-        check_int(n, "n", minimum=1)
-        u = torch.rand((n, *self.event_shape), generator=generator, device=device, dtype=dtype)
-        return self.low + (self.high - self.low) * u
-
-    def __repr__(self) -> str:
-        return f"Box(event_shape={self.event_shape}, low={self.low}, high={self.high})"
-
-
-# ---------------------------------------------------------------------------
-# Discrete spaces
-# ---------------------------------------------------------------------------
+__all__ = ["Binary", "Categorical", "CategoricalIndices", "DiscreteSpace", "Spins"]
 
 
 class DiscreteSpace(Space):
     r"""A finite product space: ``num_sites`` sites, each taking one of ``num_categories`` values.
 
-    Every discrete state is a *float* tensor so energies stay differentiable in
-    ``x`` (Gibbs-with-Gradients needs :math:`\nabla_x E`):
+    Binary, spin and one-hot states are *float* tensors so energies stay differentiable in
+    ``x`` (Gibbs-with-Gradients needs :math:`\nabla_x E`); index-form states are integer
+    tensors (no one-hot, for large ``K``):
 
-    ============  ===================  ===============================
-    space         one point            site value ``k``
-    ============  ===================  ===============================
-    Binary        ``(*sites)``         ``k`` in {0, 1}
-    Spins         ``(*sites)``         ``2k - 1`` in {-1, +1}
-    Categorical   ``(*sites, K)``      one-hot row with a 1 at ``k``
-    ============  ===================  ===============================
+    ==================  ===================  ===============================
+    space               one point            site value ``k``
+    ==================  ===================  ===============================
+    Binary              ``(*sites)``         ``k`` in {0, 1}
+    Spins               ``(*sites)``         ``2k - 1`` in {-1, +1}
+    Categorical         ``(*sites, K)``      one-hot row with a 1 at ``k``
+    CategoricalIndices  ``(*sites)`` int     ``k`` itself
+    ==================  ===================  ===============================
 
     The *index view* ``indices(x) -> LongTensor (B, num_sites)`` and its inverse
     ``from_indices`` connect the two; samplers work on whichever is cheaper.
@@ -214,7 +105,7 @@ class DiscreteSpace(Space):
         """All ``K`` states equal to ``x`` except at ``site``, ``(B, K, *event_shape)``.
 
         ``site`` is one flat site index (``int``) or one per chain (``LongTensor (B,)``).
-        Variant ``k`` has category ``k`` at the site. Works on the float state directly
+        Variant ``k`` has category ``k`` at the site. Works on the state directly
         (no round trip through the index view). ``out``: a contiguous ``(B, K, *event_shape)``
         buffer to write into (a site-by-site sampler reuses one for every site).
         """
@@ -264,10 +155,7 @@ class DiscreteSpace(Space):
 
     def _check_float_batch(self, x: Tensor, name: str) -> None:
         check_tensor(x, name, floating=True, min_dim=1 + len(self.event_shape))
-        if tuple(x.shape[1:]) != self.event_shape:
-            raise ValueError(
-                f"{name}: expected shape (B, {', '.join(map(str, self.event_shape))}); got {tuple(x.shape)}"
-            )
+        self._check_event_shape(x, name)
 
 
 class _TwoValued(DiscreteSpace):
@@ -328,6 +216,8 @@ class Categorical(DiscreteSpace):
 
     ``indices(x)`` gives the index view ``(B, N)``; ``from_indices`` the one-hot
     view and ``one_hot`` does the same after checking the indices are in range.
+    A one-hot state costs ``K`` floats per site; :class:`CategoricalIndices` stores
+    the same states as one integer per site.
     """
 
     def __init__(self, site_shape: int | Sequence[int], num_categories: int) -> None:
@@ -363,3 +253,61 @@ class Categorical(DiscreteSpace):
 
     def __repr__(self) -> str:
         return f"Categorical(site_shape={self.site_shape}, num_categories={self.num_categories})"
+
+
+class CategoricalIndices(DiscreteSpace):
+    r"""``K``-valued sites stored as category indices: one point is an integer tensor ``(*sites)``.
+
+    The index form of :class:`Categorical` (same states, same :meth:`enumerate` order): a batch
+    ``(B, *sites)`` of int64 costs ``8 B N`` bytes whatever ``K`` is, where the one-hot form costs
+    ``4 B N K`` (a ``(64, 50)`` batch over ``K = 10^4`` is 25.6 kB here, 128 MB one-hot). Energies
+    take the indices directly (embedding lookups), so kernels that need :math:`\nabla_x E`
+    (Gibbs-with-Gradients, Langevin) do not apply; Gibbs, block Gibbs and Metropolis–Hastings do.
+
+    Args:
+        site_shape: shape of the site grid (``D`` for a fixed-length token string).
+        num_categories: ``K >= 2``.
+    """
+
+    def __init__(self, site_shape: int | Sequence[int], num_categories: int) -> None:
+        self.site_shape = self.event_shape = _as_shape(site_shape, "site_shape")
+        self.num_categories = check_int(num_categories, "num_categories", minimum=2)
+
+    def validate(self, x: Tensor, name: str = "x") -> Tensor:
+        """Check ``x: (B, *site_shape)`` is an integer tensor with values in ``[0, K)`` (one host sync)."""
+        check_tensor(x, name, min_dim=1 + len(self.event_shape))
+        if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+            raise TypeError(
+                f"{name}: expected an integer tensor of category indices; got dtype {x.dtype} "
+                "(one-hot rows belong to the Categorical space; take .argmax(-1) for indices)"
+            )
+        self._check_event_shape(x, name)
+        self.check_indices(x.reshape(x.shape[0], self.num_sites), name)
+        return x
+
+    def random(self, n, *, generator=None, device=None, dtype=torch.int64):
+        """``n`` uniformly random states, integer ``dtype`` (default int64)."""
+        _check_integer_dtype(dtype)
+        return super().random(n, generator=generator, device=device, dtype=dtype)
+
+    def enumerate(self, chunk_size: int = 1 << 16, *, device=None, dtype=torch.int64) -> Iterator[Tensor]:
+        """As :meth:`DiscreteSpace.enumerate`, as integer ``dtype`` (default int64)."""
+        _check_integer_dtype(dtype)
+        return super().enumerate(chunk_size, device=device, dtype=dtype)
+
+    def indices(self, x):
+        return x.reshape(x.shape[0], self.num_sites).long()
+
+    def from_indices(self, idx, dtype=torch.int64):
+        return idx.to(dtype).reshape(idx.shape[0], *self.event_shape)
+
+    def category_values(self, dtype=torch.int64, device=None):
+        return torch.arange(self.num_categories, dtype=dtype, device=device)
+
+    def __repr__(self) -> str:
+        return f"CategoricalIndices(site_shape={self.site_shape}, num_categories={self.num_categories})"
+
+
+def _check_integer_dtype(dtype: torch.dtype) -> None:
+    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+        raise TypeError(f"dtype: expected an integer dtype for category indices (e.g. torch.int64); got {dtype}")

@@ -1,0 +1,232 @@
+"""Batches of variable-length token sequences.
+
+A batch of ``B`` sentences is two integer tensors: ``tokens`` of shape ``(B, T)`` (padded on the
+right to the longest, ``T``) and ``lengths`` of shape ``(B,)``. :class:`Sequences` holds the pair,
+checks it once at the boundary, and moves, slices, concatenates and pads it. Token ids are
+stored as integers, never one-hot: a ``(64, 50)`` batch over any vocabulary costs
+``64 * 50 * 8`` bytes of tokens plus ``64 * 8`` of lengths.
+
+Contract: entries at positions ``t >= lengths[b]`` are padding. Every consumer (energies,
+samplers, objectives) must ignore them; :meth:`Sequences.canonical` sets them to ``pad_id`` so
+that two batches holding the same sentences compare equal.
+
+:func:`length_buckets` groups sequence indices into batches of similar length, which keeps the
+padding (and so the wasted work) of recurrent or attention energies small.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ebms._checks import check_int
+
+__all__ = ["Sequences", "length_buckets"]
+
+_INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
+class Sequences:
+    """A batch of token sequences: ``tokens (B, T)`` int64 and ``lengths (B,)`` int64.
+
+    Args:
+        tokens: integer tensor ``(B, T)``; entries at ``t >= lengths[b]`` are padding.
+        lengths: integer tensor ``(B,)`` with ``0 <= lengths[b] <= T``; ``None`` means every
+            sequence has length ``T``.
+        validate: check dtypes, shapes, devices and the length range (one host sync). Internal
+            code that builds a batch from a valid one passes ``False``.
+
+    Raises:
+        TypeError: a non-tensor or non-integer ``tokens``/``lengths``.
+        ValueError: wrong dimensions, mismatched batch sizes or devices, negative tokens,
+            lengths outside ``[0, T]``.
+
+    Example:
+        >>> s = Sequences.from_lists([[3, 1], [2], []])
+        >>> s.tokens.shape, s.lengths.tolist()
+        (torch.Size([3, 2]), [2, 1, 0])
+    """
+
+    __slots__ = ("lengths", "tokens")
+
+    def __init__(self, tokens: Tensor, lengths: Tensor | None = None, *, validate: bool = True) -> None:
+        if validate:
+            tokens, lengths = _validated(tokens, lengths)
+        elif lengths is None:
+            lengths = torch.full((tokens.shape[0],), tokens.shape[1], dtype=torch.long, device=tokens.device)
+        self.tokens: Tensor = tokens
+        self.lengths: Tensor = lengths
+
+    # --- construction -------------------------------------------------------------------------
+    @classmethod
+    def from_lists(cls, seqs: Iterable[Sequence[int]], *, pad_id: int = 0,
+                   device: torch.device | str | None = None) -> Sequences:
+        """Pack Python lists of token ids, padding on the right with ``pad_id``."""
+        rows = [list(map(int, s)) for s in seqs]
+        width = max((len(r) for r in rows), default=0)
+        tokens = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        for i, r in enumerate(rows):
+            if r:
+                tokens[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
+        return cls(tokens.to(device), lengths.to(device))
+
+    @staticmethod
+    def cat(batches: Sequence[Sequences], *, pad_id: int = 0) -> Sequences:
+        """Concatenate along the batch, padding every part to the widest ``T``."""
+        if not batches:
+            raise ValueError("Sequences.cat: expected at least one batch; got an empty list")
+        width = max(b.max_length for b in batches)
+        parts = [b.pad_to(width, pad_id=pad_id) for b in batches]
+        return Sequences(torch.cat([p.tokens for p in parts]), torch.cat([p.lengths for p in parts]),
+                         validate=False)
+
+    # --- views --------------------------------------------------------------------------------
+    @property
+    def batch_size(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def max_length(self) -> int:
+        """``T``, the padded width (at least the longest length)."""
+        return int(self.tokens.shape[1])
+
+    @property
+    def device(self) -> torch.device:
+        return self.tokens.device
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by ``tokens`` and ``lengths``."""
+        return self.tokens.element_size() * self.tokens.numel() + self.lengths.element_size() * self.lengths.numel()
+
+    def __len__(self) -> int:
+        return self.batch_size
+
+    def mask(self) -> Tensor:
+        """``(B, T)`` bool: True at real tokens, False at padding."""
+        return torch.arange(self.max_length, device=self.device) < self.lengths[:, None]
+
+    def __getitem__(self, index: Any) -> Sequences:
+        """Select sequences (an int keeps the batch dimension); ``T`` is kept."""
+        if isinstance(index, int):
+            index = slice(index, index + 1 if index != -1 else None)
+        return Sequences(self.tokens[index], self.lengths[index], validate=False)
+
+    def to(self, *args: Any, **kwargs: Any) -> Sequences:
+        """Move both tensors (same arguments as :meth:`torch.Tensor.to`; dtype changes are refused)."""
+        tokens = self.tokens.to(*args, **kwargs)
+        if tokens.dtype != torch.long:
+            raise TypeError(f"Sequences.to: token ids stay int64; got a request for {tokens.dtype}")
+        return Sequences(tokens, self.lengths.to(tokens.device), validate=False)
+
+    def clone(self) -> Sequences:
+        return Sequences(self.tokens.clone(), self.lengths.clone(), validate=False)
+
+    def with_tokens(self, tokens: Tensor) -> Sequences:
+        """Same lengths, new ``tokens`` of the same shape (e.g. after a Gibbs update)."""
+        if tokens.shape != self.tokens.shape:
+            raise ValueError(f"tokens: expected shape {tuple(self.tokens.shape)}; got {tuple(tokens.shape)}")
+        return Sequences(tokens, self.lengths, validate=False)
+
+    def canonical(self, *, pad_id: int = 0) -> Sequences:
+        """Padding set to ``pad_id`` and ``T`` trimmed to the longest length."""
+        width = int(self.lengths.max()) if self.batch_size else 0
+        tokens = self.tokens[:, :width].masked_fill(~self.mask()[:, :width], pad_id)
+        return Sequences(tokens, self.lengths, validate=False)
+
+    def pad_to(self, width: int, *, pad_id: int = 0) -> Sequences:
+        """Widen (never narrow below the longest length) to ``T = width``."""
+        width = check_int(width, "width", minimum=0)
+        longest = int(self.lengths.max()) if self.batch_size else 0
+        if width < longest:
+            raise ValueError(f"width: must be at least the longest length {longest}; got {width}")
+        if width <= self.max_length:
+            return Sequences(self.tokens[:, :width], self.lengths, validate=False)
+        extra = self.tokens.new_full((self.batch_size, width - self.max_length), pad_id)
+        return Sequences(torch.cat([self.tokens, extra], dim=1), self.lengths, validate=False)
+
+    def tolist(self) -> list[list[int]]:
+        """The real tokens of each sequence, padding dropped."""
+        return [row[:n] for row, n in zip(self.tokens.tolist(), self.lengths.tolist())]
+
+    def equal(self, other: Sequences) -> bool:
+        """Same lengths and same real tokens (padding ignored)."""
+        return self.tolist() == other.tolist()
+
+    def check_vocabulary(self, vocab_size: int, name: str = "tokens") -> Sequences:
+        """Raise unless every real token is in ``[0, vocab_size)`` (one host sync)."""
+        bad = self.mask() & (self.tokens >= vocab_size)
+        if bool(bad.any()):
+            b, t = (int(i) for i in bad.nonzero()[0])
+            raise ValueError(f"{name}: token ids must be below the vocabulary size {vocab_size}; "
+                             f"got {int(self.tokens[b, t])} at sequence {b}, position {t}")
+        return self
+
+    def __repr__(self) -> str:
+        return f"Sequences(batch={self.batch_size}, max_length={self.max_length}, device={self.device})"
+
+
+def _validated(tokens: Any, lengths: Any) -> tuple[Tensor, Tensor]:
+    for name, t in (("tokens", tokens), ("lengths", lengths)):
+        if t is None and name == "lengths":
+            continue
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name}: expected an integer torch.Tensor; got {type(t).__name__}")
+        if t.dtype not in _INT_DTYPES:
+            raise TypeError(f"{name}: expected an integer tensor (token ids, not one-hot); got dtype {t.dtype}")
+    if tokens.dim() != 2:
+        raise ValueError(f"tokens: expected shape (B, T); got {tuple(tokens.shape)}")
+    tokens = tokens.long()
+    if lengths is None:
+        lengths = torch.full((tokens.shape[0],), tokens.shape[1], dtype=torch.long, device=tokens.device)
+    if lengths.shape != (tokens.shape[0],):
+        raise ValueError(f"lengths: expected shape ({tokens.shape[0]},) to match tokens {tuple(tokens.shape)}; "
+                         f"got {tuple(lengths.shape)}")
+    if lengths.device != tokens.device:
+        raise ValueError(f"lengths: expected device {tokens.device} like tokens; got {lengths.device}")
+    lengths = lengths.long()
+    if lengths.numel():
+        lo, hi = int(lengths.min()), int(lengths.max())
+        if lo < 0 or hi > tokens.shape[1]:
+            raise ValueError(f"lengths: expected values in [0, {tokens.shape[1]}] (T = tokens.shape[1]); "
+                             f"got min {lo}, max {hi}")
+    if tokens.numel() and int(tokens.min()) < 0:
+        raise ValueError(f"tokens: token ids must be non-negative; got minimum {int(tokens.min())}")
+    return tokens, lengths
+
+
+def length_buckets(lengths: Tensor, batch_size: int, *, shuffle: bool = True,
+                   generator: torch.Generator | None = None) -> list[Tensor]:
+    """Split ``range(B)`` into batches of similar length.
+
+    Indices are sorted by length (ties broken at random when ``shuffle``), cut into consecutive
+    batches of ``batch_size`` (the last may be smaller), and the batch order is shuffled. Each
+    index appears exactly once. Cost: one sort, ``O(B log B)``.
+
+    Args:
+        lengths: ``(B,)`` integer lengths.
+        batch_size: sequences per batch (>= 1).
+        shuffle: randomise tie order and batch order (from ``generator``).
+
+    Returns:
+        A list of ``(b_i,)`` int64 index tensors with ``sum b_i = B``.
+    """
+    batch_size = check_int(batch_size, "batch_size", minimum=1)
+    if not isinstance(lengths, Tensor):
+        raise TypeError(f"lengths: expected a 1-D integer tensor; got {type(lengths).__name__}")
+    if lengths.dim() != 1:
+        raise ValueError(f"lengths: expected a 1-D tensor; got shape {tuple(lengths.shape)}")
+    n = lengths.shape[0]
+    if shuffle:
+        perm = torch.randperm(n, generator=generator)
+        order = perm[torch.sort(lengths.cpu()[perm], stable=True).indices]
+    else:
+        order = torch.sort(lengths.cpu(), stable=True).indices
+    batches = list(torch.split(order, batch_size))
+    if shuffle:
+        batches = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+    return batches
