@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from _train_helpers import GaussianML, NoisyNCE, events, make_data, make_trainer, metric_lines
-from torch import nn
+from torch import Tensor, nn
 
 from ebms.errors import CheckpointError, RunFolderError
 from ebms.nets import GaussianEnergy
@@ -484,3 +484,37 @@ def test_non_finite_or_negative_learning_rate_is_refused_up_front(tmp_path: Path
     msg = rf"optimizer: parameter group 1 has lr={lr!r}; expected a finite number >= 0 \(`ebms train`: train.lr\)"
     with pytest.raises(ValueError, match=msg):
         make_trainer(NoisyNCE(), tmp_path, optimizer=lambda g: _sgd_with_lr(g, lr))
+
+
+class _DropoutEnergy(nn.Module):
+    """A small MLP energy with dropout: its training draws from torch's global RNG."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Dropout(0.5), nn.Linear(16, 1))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x).squeeze(-1)
+
+
+class _DropoutNCE(nn.Module):
+    """NCE whose energy calls go through dropout (global RNG) and whose noise uses the generator."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = NoisyNCE()
+
+    def forward(self, energy: nn.Module, x: Tensor, *, generator: torch.Generator) -> LossOutput:
+        return self.inner(energy, x, generator=generator)
+
+
+def test_a_fresh_fit_repeats_with_dropout_whatever_the_global_rng_was(tmp_path: Path) -> None:
+    """Dropout draws from torch's global RNG; a fresh fit seeds it from ``seed``, so two fits agree."""
+    finals = []
+    for i, noise_seed in enumerate((123, 456)):
+        torch.manual_seed(0)
+        model = _DropoutEnergy()
+        torch.manual_seed(noise_seed)  # a different global RNG state before each fit
+        make_trainer(_DropoutNCE(), tmp_path / f"r{i}", model=model, steps=20).fit()
+        finals.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert torch.equal(finals[0], finals[1])

@@ -29,6 +29,9 @@ from ebms.train.guard import ADVICE, DivergenceGuard, TrainingDiverged
 
 __all__ = ["TrainResult", "Trainer", "needs_closure"]
 
+#: salt of the global-RNG seed a fresh fit sets (kept apart from the trainer generator's seed)
+_GLOBAL_RNG_SALT = 7
+
 logger = logging.getLogger("ebms.train")
 
 OptimizerSpec = torch.optim.Optimizer | Callable[[list[dict[str, Any]]], torch.optim.Optimizer] | None
@@ -90,6 +93,8 @@ class Trainer:
 
     **Randomness.** One ``torch.Generator`` on ``device`` (seed ``seed`` on rank
     0, a derived seed on other ranks) feeds the objective and data streams.
+    A fresh fit also seeds torch's global RNG (CPU and devices) from ``seed``
+    and the rank, so modules that draw from it (dropout) repeat from run to run.
     Checkpoints also store torch's global CPU/CUDA, Python and NumPy RNG states,
     so a resumed run reproduces the uninterrupted one bit for bit.
 
@@ -351,6 +356,8 @@ class Trainer:
         elif resume == "auto" and self.store.has_any():
             self.restore()
         elif self._restored_from is None and self.step == 0:  # a fresh start (not after restore())
+            # modules that draw from torch's global RNG (dropout) repeat too: seeded here, restored on resume
+            torch.manual_seed(mix_seed(self.seed, self.dist.rank, _GLOBAL_RNG_SALT))
             log = self.run_dir / "metrics.jsonl"
             has_log = log.is_file() and log.stat().st_size > 0
             if self.store.has_any() or has_log:
