@@ -44,7 +44,7 @@ def test_capabilities_are_declared_exactly(name):
     assert hasattr(q, "entropy") == q.has_entropy
     if q.has_entropy:
         assert q.entropy().shape == ()
-    assert q.log_partition == 0.0
+    assert q.log_partition() == 0.0
     assert q.conditional_on_length is False
 
 

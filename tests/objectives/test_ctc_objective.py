@@ -73,3 +73,34 @@ def test_ctc_objective_keeps_no_state_and_names_bad_arguments() -> None:
         CTCObjective("bigram")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"batch: expected \(features, lengths, targets, target_lengths\); got 2"):
         CTCObjective()(Frames(), _batch()[:2])
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        ({0: torch.zeros(3, 7, F, dtype=torch.long)}, TypeError, r"features: expected a floating-point tensor"),
+        ({0: torch.zeros(0, 7, F, dtype=torch.float64)}, ValueError, r"features: expected at least one utterance"),
+        ({1: torch.tensor([7, 5])}, ValueError, r"lengths: expected a \(3\) integer tensor \(B = features.shape\[0\]\); "
+                                                r"got \(2,\)"),
+        ({2: torch.zeros(3, 4)}, ValueError, r"targets: expected a \(3, S\) integer tensor"),
+        ({3: torch.tensor([[3], [2], [2]])}, ValueError, r"target_lengths: expected a \(3\) integer tensor"),
+    ],
+)
+def test_ctc_objective_names_bad_batch_entries(change, error, match) -> None:
+    batch = list(_batch())
+    for i, v in change.items():
+        batch[i] = v
+    with pytest.raises(error, match="^" + match):
+        CTCObjective()(Frames().double(), tuple(batch))
+
+
+def test_ctc_objective_names_a_non_tuple_batch_and_a_model_of_the_wrong_output() -> None:
+    with pytest.raises(ValueError, match=r"^batch: expected \(features, lengths, targets, target_lengths\); got a Tensor"):
+        CTCObjective()(Frames(), torch.zeros(3, 7, F))
+
+    class OneOutput(nn.Module):
+        def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
+            return x
+
+    with pytest.raises(TypeError, match=r"^model: expected model\(features, lengths\) to return \(log_probs"):
+        CTCObjective()(OneOutput(), _batch())

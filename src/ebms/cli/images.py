@@ -22,6 +22,7 @@ from typing import Any, ClassVar, cast
 import torch
 from torch import Tensor, nn
 
+from ebms.capabilities import SupportsAISPath, SupportsLogPartition
 from ebms.cli._config_rules import COUNT, SEED, Rule
 from ebms.cli.build import build, build_mlp, build_sampler
 from ebms.cli.config import Config, ConfigError, ModelConfig
@@ -115,8 +116,8 @@ class ImagesTask(EnergyTask[ImagesSettings]):
         path: Any = None
         reverse_from = None
         if use_ais:
-            if cfg.model.kind == "rbm":
-                path = cast(BernoulliRBM, model).ais_path(marginal_logits(data.train))
+            if isinstance(model, SupportsAISPath):  # an RBM's own path: hidden units summed out
+                path = model.ais_path(marginal_logits(data.train))
             else:
                 path = GeometricPath(model, IndependentBernoulli.from_data(data.train), build_sampler(cfg, data.space))
             if cfg.eval.reverse_ais:
@@ -130,11 +131,11 @@ class ImagesTask(EnergyTask[ImagesSettings]):
             generator=torch.Generator().manual_seed(cfg.run.seed + AIS_SEED_OFFSET), progress=cfg.run.progress)
 
     def _exact_log_z(self, cfg: Config, model: nn.Module, data: BinaryImages) -> Estimate | None:
-        """An RBM's closed form (summing its smaller layer), else enumeration of small spaces."""
-        if cfg.model.kind != "rbm":
+        """A model's own log Z (an RBM sums its smaller layer), else enumeration of small spaces."""
+        if not isinstance(model, SupportsLogPartition):
             return enumerated_log_z(model, data.space)
         try:
-            value = float(cast(BernoulliRBM, model).log_partition())
+            value = float(model.log_partition())
         except ValueError:  # both layers too wide to sum
             return None
         return Estimate(value, exact=True, settings={"method": "exact"})

@@ -12,7 +12,7 @@ concatenated from one FSDD speaker's takes, 40 log-mels + global CMVN, speaker-d
 * ``objective.kind``: ``"ctc"`` (the default; Graves et al., 2006) or ``"ctc-crf"`` (Xiang & Ou,
   2019) with the denominator label n-gram of order ``speech.lm_order`` fitted on the training
   transcripts and the auxiliary CTC weight ``speech.ctc_weight``
-  (:class:`ebms.objectives.ctc.CTCObjective`).
+  (:class:`ebms.objectives.CTCObjective`).
 
 ``evaluate`` reports the test label error rate (percent) of greedy (best-path) decoding with its
 substitutions / deletions / insertions and the sentence error rate; for ``ctc-crf`` also
@@ -21,7 +21,6 @@ substitutions / deletions / insertions and the sentence error rate; for ``ctc-cr
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -31,7 +30,7 @@ from torch import nn
 from ebms.cli._config_rules import COUNT, DROPOUT, NONNEG, Rule
 from ebms.cli.config import Config, ConfigError, ModelConfig
 from ebms.cli.tasks import StructuredTask, TaskData, register
-from ebms.objectives.ctc import CTCObjective
+from ebms.objectives import CTCObjective
 
 __all__ = ["SpeechSettings", "SpeechTask"]
 
@@ -119,7 +118,7 @@ class SpeechTask(StructuredTask[SpeechSettings]):
         return ConvBiLSTM(data.info["n_features"], data.info["n_classes"], channels=s.channels, hidden=s.hidden,
                           layers=s.layers, dropout=s.dropout)
 
-    def build_objective(self, cfg: Config, data: TaskData) -> Callable[..., Any]:
+    def build_objective(self, cfg: Config, data: TaskData) -> nn.Module:
         graph = data.info.get("den_graph")
         return CTCObjective(graph, ctc_weight=self.settings(cfg).ctc_weight if graph is not None else 0.0)
 

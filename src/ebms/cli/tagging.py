@@ -24,8 +24,8 @@ and the model and regularisation keys below.
   L-BFGS / OWL-QN) takes the compact path of :func:`~ebms.models.feature_crf.fit_feature_crf`
   (one cached CSR design matrix; the parameters are the observed weights only).
 
-``objective.kind``: ``crf`` (conditional ML, :class:`~ebms.objectives.conditional.ConditionalML`)
-or ``crf-nce`` (:class:`~ebms.objectives.conditional.ConditionalNCE` with ``objective.nu`` noise
+``objective.kind``: ``crf`` (conditional ML, :class:`~ebms.objectives.ConditionalML`)
+or ``crf-nce`` (:class:`~ebms.objectives.ConditionalNCE` with ``objective.nu`` noise
 sequences from the tag-bigram chain of the training tags). Regularisation follows CRFsuite's
 corpus objective ``sum_i -log p(y_i|x_i) + c1 ||w||_1 + c2 ||w||^2`` divided by the ``N`` training
 sentences (``tagging.c1``, ``tagging.c2``): the loss carries ``(c2 / N) ||w||^2``; ``c1 > 0`` needs
@@ -63,7 +63,7 @@ from ebms.data.conll import (
 from ebms.data.vocab import WordVocabulary
 from ebms.metrics.chunking import conlleval
 from ebms.models.crf_tagger import NeuralCRFTagger
-from ebms.objectives.conditional import ConditionalML, ConditionalNCE, TagBigramNoise
+from ebms.objectives import ConditionalML, ConditionalNCE, LossOutput, TagBigramNoise, scalar_metrics
 from ebms.structured.features import EncodedCorpus
 from ebms.structured.linear_chain import bio_allowed_transitions
 
@@ -94,7 +94,7 @@ class _Split:
         return [x[idx, :t] for x in self.inputs]
 
 
-class _FeatureRows:
+class _FeatureRows(nn.Module):
     """The feature CRF's objective over training rows: ``objective(model, (rows, tags, lengths))``.
 
     The trainer's data are ``(rows (N,), tags (N, T), lengths (N,))``, where ``rows`` index the
@@ -105,16 +105,18 @@ class _FeatureRows:
     length-sorted buckets, emissions ``X @ W`` and their gradient ``X^T G`` as two sparse products
     per pass, no per-call masking of the ``(A, C)`` weights. Any other batch is padded to its
     own longest sentence and passed to ``inner`` (:class:`ConditionalML` or
-    :class:`ConditionalNCE`), as before. Both give the same loss: ``sum -log p / B + l2 ||w||^2``.
+    :class:`ConditionalNCE`, a submodule), as before. Both give the same loss:
+    ``sum -log p / B + l2 ||w||^2``.
     """
 
-    def __init__(self, corpus: EncodedCorpus, tags: Tensor, inner: Callable[..., Any], *,
+    def __init__(self, corpus: EncodedCorpus, tags: Tensor, inner: nn.Module, *,
                  full_batch_ml: bool, l2: float, n_attributes: int) -> None:
+        super().__init__()
         self.corpus, self.tags, self.inner, self.full_batch_ml = corpus, tags, inner, full_batch_ml
         self.l2, self.n_attributes = l2, n_attributes
         self._full: Any = None
 
-    def __call__(self, model: nn.Module, batch: Any, *, generator: torch.Generator | None = None) -> Any:
+    def forward(self, model: nn.Module, batch: Any, *, generator: torch.Generator | None = None) -> LossOutput:
         rows, tags, lengths = batch
         n = len(self.corpus)
         if self.full_batch_ml and rows.shape[0] == n and bool((torch.bincount(rows, minlength=n) == 1).all()):
@@ -122,9 +124,8 @@ class _FeatureRows:
         ids, values, _ = self.corpus.padded(rows)
         return self.inner(model, (ids, values, tags[:, : ids.shape[1]], lengths), generator=generator)
 
-    def _full_batch(self, model: nn.Module, lengths: Tensor) -> Any:
+    def _full_batch(self, model: nn.Module, lengths: Tensor) -> LossOutput:
         from ebms.models.feature_crf import BucketedCorpus, FeatureCRF
-        from ebms.objectives import LossOutput, scalar_metrics
 
         if not isinstance(model, FeatureCRF):
             raise TypeError(f"model: expected a FeatureCRF; got {type(model).__name__}")
@@ -286,9 +287,9 @@ class TaggingTask(StructuredTask[TaggingSettings]):
                                char_vocab_size=info["char_vocab_size"], char_dim=max(s.char_dim, 1),
                                allowed=allowed, allowed_start=allowed_start)
 
-    def build_objective(self, cfg: Config, data: TaskData) -> Callable[..., Any]:
+    def build_objective(self, cfg: Config, data: TaskData) -> nn.Module:
         chunk = FULL_BATCH_CHUNK if cfg.train.optimizer == "lbfgs" else None
-        inner: Callable[..., Any]
+        inner: nn.Module
         if cfg.objective.kind == "crf-nce":
             *_, y, lengths = data.train
             noise = TagBigramNoise.fit(y, lengths, len(data.info["tags"]))

@@ -1,4 +1,8 @@
-"""The protocol every normalised model follows, its base class, and the optional-method protocols."""
+"""The protocol every normalised model follows and its base class.
+
+The optional-method protocols :class:`SupportsLogProbGrad` and :class:`SupportsSiteLogits` are
+defined, with every other capability, in :mod:`ebms.capabilities`, and re-exported here.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import torch
 from torch import Tensor, nn
 
+from ebms.capabilities import SupportsLogProbGrad, SupportsSiteLogits
 from ebms.sequences import Sequences
 from ebms.spaces import Space
 
@@ -36,20 +41,6 @@ class NormalisedModel(Protocol):
     def log_prob(self, x: Any) -> Tensor: ...
 
 
-@runtime_checkable
-class SupportsLogProbGrad(Protocol):
-    """A model that gives ``log q(x)`` ``(B,)`` and its input gradient ``(B, *event)`` in one call."""
-
-    def log_prob_and_grad(self, x: Tensor) -> tuple[Tensor, Tensor]: ...
-
-
-@runtime_checkable
-class SupportsSiteLogits(Protocol):
-    """A factorised discrete model that lists its per-site category log-probabilities ``(N, K)``."""
-
-    def site_logits(self) -> Tensor: ...
-
-
 class Distribution(nn.Module, abc.ABC):
     """Base class of the normalised models in :mod:`ebms.distributions`.
 
@@ -69,10 +60,13 @@ class Distribution(nn.Module, abc.ABC):
 
     has_rsample: ClassVar[bool] = False
     has_entropy: ClassVar[bool] = False
-    #: ``log Z`` of ``log_prob``: 0 for every member (they are normalised); read by AIS paths.
-    log_partition: ClassVar[float] = 0.0
     conditional_on_length: bool = False
     space: Space | None = None
+
+    def log_partition(self) -> float:
+        """``log Z`` of ``log_prob``: 0 for every member (they are normalised); read by AIS paths
+        (:class:`~ebms.capabilities.SupportsLogPartition`)."""
+        return 0.0
 
     @abc.abstractmethod
     def sample(self, n: int, generator: torch.Generator | None = None) -> Tensor | Sequences:

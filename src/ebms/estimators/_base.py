@@ -36,8 +36,7 @@ class Estimate:
             raise ValueError(f"estimate: expected a finite number; got {self.estimate!r}")
         if not (self.stderr >= 0 and math.isfinite(self.stderr)):
             raise ValueError(f"stderr: expected a finite number >= 0; got {self.stderr!r}")
-        for name in ("lower", "upper"):
-            v = getattr(self, name)
+        for name, v in (("lower", self.lower), ("upper", self.upper)):
             if v is not None and math.isnan(v):
                 raise ValueError(f"{name}: expected a number or None; got nan")
         if self.lower is not None and self.upper is not None and not self.lower <= self.upper:

@@ -1,13 +1,14 @@
 r"""Annealed importance sampling (AIS), reverse AIS, and the bracket they give on :math:`\log Z`.
 
-**Path protocol.** Any object with
+**Path protocol** (:class:`ebms.capabilities.AnnealingPath`). Any object with
 
 * ``sample_base(n, generator=) -> x``: exact draws from :math:`p_0 = f_0 / Z_0`;
 * ``base_log_partition``: :math:`\log Z_0` (a number, or a method returning one);
 * ``log_density(x, beta) -> (B,)``: unnormalised :math:`\log f_\beta(x)` with :math:`f_1 = e^{-E}`;
 * ``transition(x, beta, generator=) -> x``: a Markov step leaving :math:`f_\beta` invariant;
 * optionally ``log_weight_increment(x, beta_from, beta_to) -> (B,)`` =
-  :math:`\log f_{to}(x) - \log f_{from}(x)` (cheaper and more accurate than two ``log_density`` calls).
+  :math:`\log f_{to}(x) - \log f_{from}(x)` (cheaper and more accurate than two ``log_density`` calls;
+  :class:`ebms.capabilities.SupportsWeightIncrement`).
 
 :class:`GeometricPath` builds one for any energy, base and sampler; models may supply a faster one
 (e.g. an RBM's ``ais_path()``).
@@ -57,12 +58,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from ebms._checks import check_finite, check_int, check_positive, check_tensor
+from ebms.capabilities import AnnealingPath, SupportsWeightIncrement
 from ebms.estimators._base import Estimate
 from ebms.estimators.importance import log_mean_weight
 from ebms.estimators.paths import GeometricPath
@@ -190,30 +192,12 @@ class AISResult:
         return f"{self.direction} AIS log Z = {self.estimate} (ESS {self.estimate.ess:.1f} of {len(self.log_weights)})"
 
 
-@runtime_checkable
-class _AnnealingPath(Protocol):
-    """The path protocol of the module docstring (``base_log_partition``: a number or a method)."""
-
-    base_log_partition: Any
-
-    def sample_base(self, n: int, generator: torch.Generator | None = None) -> Tensor: ...
-
-    def log_density(self, x: Tensor, beta: float) -> Tensor: ...
-
-    def transition(self, x: Tensor, beta: float, generator: torch.Generator | None = None) -> Tensor: ...
-
-
-@runtime_checkable
-class _HasWeightIncrement(Protocol):
-    def log_weight_increment(self, x: Tensor, beta_from: float, beta_to: float) -> Tensor: ...
-
-
 Increment = Callable[[Tensor, float, float], Tensor]
 
 
 def _check_path(path: Any) -> tuple[float, Increment]:
     """``log Z_0`` and the weight-increment function of a path (resolved once, outside the loop)."""
-    if not isinstance(path, _AnnealingPath):
+    if not isinstance(path, AnnealingPath):
         raise TypeError(
             f"path: expected the annealing-path protocol (sample_base, base_log_partition, log_density, transition); "
             f"got {type(path).__name__}"
@@ -222,7 +206,7 @@ def _check_path(path: Any) -> tuple[float, Increment]:
     v = float(v() if callable(v) else v)
     if not math.isfinite(v):
         raise ValueError(f"path.base_log_partition: expected a finite number; got {v!r}")
-    if isinstance(path, _HasWeightIncrement):
+    if isinstance(path, SupportsWeightIncrement):
         fn, name = path.log_weight_increment, "path.log_weight_increment(x, beta_from, beta_to)"
     else:
         def fn(x: Tensor, beta_from: float, beta_to: float) -> Tensor:
@@ -257,7 +241,7 @@ def _result(path: Any, log_z0: float, log_w: Tensor, x: Tensor, betas: tuple[flo
 
 
 def ais(
-    path: Any,
+    path: AnnealingPath,
     n_chains: int,
     betas: Sequence[float] | Tensor,
     *,
@@ -293,7 +277,7 @@ def ais(
 
 
 def reverse_ais(
-    path: Any,
+    path: AnnealingPath,
     x: Tensor,
     betas: Sequence[float] | Tensor,
     *,
@@ -328,7 +312,7 @@ def reverse_ais(
 
 
 def ais_bracket(
-    path: Any,
+    path: AnnealingPath,
     n_chains: int,
     betas: Sequence[float] | Tensor,
     x_target: Tensor,

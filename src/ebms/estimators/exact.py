@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_int
+from ebms.capabilities import HasSpace
 from ebms.energy import EnergyLike, evaluate
 from ebms.estimators._base import Estimate
 from ebms.spaces import DiscreteSpace
@@ -31,13 +32,13 @@ __all__ = ["exact_log_partition", "exact_log_prob"]
 
 
 def _resolve(energy: EnergyLike, space: DiscreteSpace | None) -> DiscreteSpace:
-    space = getattr(energy, "space", None) if space is None else space
-    if not isinstance(space, DiscreteSpace):
+    found = space if space is not None else energy.space if isinstance(energy, HasSpace) else None
+    if not isinstance(found, DiscreteSpace):
         raise TypeError(
             "space: expected an ebms.spaces.DiscreteSpace (Binary, Spins or Categorical), given or set as "
-            f"energy.space; got {type(space).__name__}"
+            f"energy.space; got {type(found).__name__}"
         )
-    return space
+    return found
 
 
 def _placement(energy: EnergyLike) -> tuple[torch.device, torch.dtype]:

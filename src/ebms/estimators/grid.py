@@ -45,6 +45,7 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_finite, check_int, check_shape, check_tensor
+from ebms.capabilities import SupportsLogProb
 from ebms.energy import EnergyLike
 from ebms.estimators._base import Estimate
 from ebms.estimators._grid_table import Bounds, GridEnergy, as_bounds, energies_at, grid_energy, grid_points, placement
@@ -224,7 +225,7 @@ def true_log_likelihood(dataset: ToyDataset, x: Tensor) -> Estimate:
             zero density (log-likelihood ``-inf``).
     """
     x = _check_points(x)
-    if not callable(getattr(dataset, "log_prob", None)):
+    if not isinstance(dataset, SupportsLogProb):
         raise TypeError(f"dataset: expected a ToyDataset (with log_prob); got {type(dataset).__name__}")
     lp = dataset.log_prob(x.double()).cpu()  # float64: no rounding of the density values
     if bool(torch.isinf(lp).any()):

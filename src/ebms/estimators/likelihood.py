@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_finite, check_int, check_tensor
+from ebms.capabilities import HasSpace
 from ebms.energy import EnergyLike, evaluate
 from ebms.estimators._base import Estimate
 from ebms.spaces import Space
@@ -93,7 +94,7 @@ def log_likelihood_report(
     if x_test.shape[0] < 2:
         raise ValueError(f"x_test: expected at least 2 test points (for a standard error); got shape {tuple(x_test.shape)}")
     check_int(batch_size, "batch_size", minimum=1)
-    space = getattr(energy, "space", None)
+    space = energy.space if isinstance(energy, HasSpace) else None
     if isinstance(space, Space):
         space.validate(x_test, "x_test")
     if not isinstance(log_z, Estimate):

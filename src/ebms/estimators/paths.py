@@ -10,44 +10,29 @@ a faster path (an RBM's ``ais_path()``) supply their own.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+import functools
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from ebms._checks import check_int
-from ebms.distributions import NormalisedModel, SupportsLogProbGrad, SupportsSiteLogits, as_distribution
+from ebms.capabilities import (
+    HasSpace,
+    SupportsAllConditionalLogits,
+    SupportsBlocks,
+    SupportsConditionalLogits,
+    SupportsLogPartition,
+    SupportsLogProbGrad,
+    SupportsSiteLogits,
+)
+from ebms.distributions import NormalisedModel, as_distribution
 from ebms.energy import Energy, EnergyLike, autograd_energy_and_grad, energy_and_grad, evaluate
 from ebms.samplers import ChainState, Sampler
+from ebms.spaces import Space, TokenSequences
 
 __all__ = ["GeometricPath"]
-
-
-# What the path carries over from the target energy to the intermediate ones (the capabilities the
-# discrete kernels look for), and what it reads from a base that is not an ebms.distributions model.
-@runtime_checkable
-class _HasBlocks(Protocol):
-    def blocks(self) -> Any: ...
-
-
-@runtime_checkable
-class _HasSiteConditionals(Protocol):
-    def conditional_logits(self, x: Tensor, site: int | Tensor) -> Tensor: ...
-
-
-@runtime_checkable
-class _HasAllConditionals(Protocol):
-    def all_conditional_logits(self, x: Tensor) -> Tensor: ...
-
-
-@runtime_checkable
-class _HasSpace(Protocol):
-    space: Any
-
-
-@runtime_checkable
-class _HasLogPartition(Protocol):
-    log_partition: float
 
 
 def _autograd_log_prob_and_grad(base: Any) -> Any:
@@ -72,24 +57,23 @@ def _mixed_all_logits(cond: Any, base_logits: Tensor, beta: float, x: Tensor) ->
 class _AnnealedEnergy(Energy):
     r"""Energy of :math:`f_\beta`: :math:`\beta E(x) - (1-\beta)\log p_0(x)`, with an analytic gradient.
 
-    Carries the target's ``space`` and ``blocks`` (a factorised base adds no interaction), and mixes
-    single-site conditional logits when the target and the base both supply them.
+    Carries the target's ``space``. The variants built by :func:`_annealed_class` also carry the
+    target's ``blocks`` (a factorised base adds no interaction) and mix single-site conditional
+    logits when the target and the base both supply them, as methods of the class: kernels
+    resolve capabilities once per class, and a path makes one energy per temperature.
     """
+
+    space: Space | TokenSequences | None = None
 
     def __init__(self, path: GeometricPath, beta: float) -> None:
         super().__init__()
         self.target, self.base, self.beta = path.energy, path.base, beta
         self.space = path.space
         self._base_log_prob_and_grad = path._base_log_prob_and_grad
-        blocks, cond, allc = path._target_capabilities
-        if blocks is not None:
-            self.blocks = blocks
-        site = path.base_site_logits
-        if site is not None:
-            if cond is not None:
-                self.conditional_logits = lambda x, i: _mixed_site_logits(cond, site, beta, x, i)
-            if allc is not None:
-                self.all_conditional_logits = lambda x: _mixed_all_logits(allc, site, beta, x)
+        # what the class variants use (None where the target or the base lacks it; see _annealed_class)
+        caps: tuple[Any, Any, Any] = path._target_capabilities
+        self._target_blocks, self._cond, self._allc = caps
+        self._site: Any = path.base_site_logits
 
     def forward(self, x: Tensor) -> Tensor:
         b = self.beta
@@ -110,6 +94,32 @@ class _AnnealedEnergy(Energy):
         return b * e1 + e0, b * g1 + g0
 
 
+class _KeepsBlocks(_AnnealedEnergy):
+    def blocks(self) -> Sequence[Tensor]:
+        return self._target_blocks()
+
+
+class _MixesConditionals(_AnnealedEnergy):
+    def conditional_logits(self, x: Tensor, site: int | Tensor) -> Tensor:
+        return _mixed_site_logits(self._cond, self._site, self.beta, x, site)
+
+
+class _MixesAllConditionals(_AnnealedEnergy):
+    def all_conditional_logits(self, x: Tensor) -> Tensor:
+        return _mixed_all_logits(self._allc, self._site, self.beta, x)
+
+
+@functools.cache
+def _annealed_class(blocks: bool, conditionals: bool, all_conditionals: bool) -> type[_AnnealedEnergy]:
+    """The :class:`_AnnealedEnergy` variant offering exactly the named capabilities (at most 8 classes)."""
+    chosen = [c for c, on in ((_KeepsBlocks, blocks), (_MixesConditionals, conditionals),
+                              (_MixesAllConditionals, all_conditionals)) if on]
+    if len(chosen) <= 1:
+        return chosen[0] if chosen else _AnnealedEnergy
+    name = "_AnnealedEnergy[" + ",".join(c.__name__ for c in chosen) + "]"
+    return type(name, tuple(chosen), {"__module__": __name__})
+
+
 class GeometricPath:
     r"""Geometric annealing path :math:`\log f_\beta = (1-\beta)\log p_0(x) - \beta E(x)` for any energy and kernel.
 
@@ -117,16 +127,18 @@ class GeometricPath:
         energy: the target energy ``E`` (``p_1 ∝ exp(-E)``).
         base: the start ``p_0``, a normalised model (:class:`ebms.distributions.NormalisedModel`:
             ``sample(n, *, generator)``, ``log_prob(x) -> (B,)``; a ``torch.distributions`` law is
-            wrapped). Used when present: ``log_prob_and_grad``
-            (:class:`~ebms.distributions.SupportsLogProbGrad`; else autograd), ``site_logits() -> (N, K)``
-            (:class:`~ebms.distributions.SupportsSiteLogits`, mixed into the target's closed-form
-            conditionals) and ``log_partition`` (:math:`\log Z_0` of an unnormalised base; else 0).
+            wrapped). Used when offered (:mod:`ebms.capabilities`): ``log_prob_and_grad``
+            (:class:`~ebms.capabilities.SupportsLogProbGrad`; else autograd), ``site_logits() -> (N, K)``
+            (:class:`~ebms.capabilities.SupportsSiteLogits`, mixed into the target's closed-form
+            conditionals) and ``log_partition()`` (:class:`~ebms.capabilities.SupportsLogPartition`:
+            :math:`\log Z_0` of an unnormalised base; else 0).
             E.g. :class:`~ebms.distributions.IndependentBernoulli`,
             :class:`~ebms.distributions.IndependentCategorical`, :class:`~ebms.distributions.Gaussian`.
         kernel: any :class:`~ebms.samplers.Sampler`; it is run on the intermediate energy
             :math:`\beta E - (1-\beta)\log p_0`, an :class:`~ebms.energy.Energy` with an analytic
             ``energy_and_grad`` (so MALA/HMC/Gibbs-with-Gradients work) that carries the target's
-            ``space`` (else the base's) and ``blocks``.
+            ``space`` (else the base's) and ``blocks``, and mixes the target's closed-form
+            conditionals with the base's site logits when both are offered.
         steps_per_temperature: kernel steps per transition (>= 1).
 
     The first transition calls ``kernel.init`` (validating the states, with host syncs). If that
@@ -159,25 +171,29 @@ class GeometricPath:
             raise TypeError(f"kernel: expected an ebms.samplers.Sampler; got {type(kernel).__name__}")
         self.energy, self.base, self.kernel = energy, base, kernel
         self.steps_per_temperature = check_int(steps_per_temperature, "steps_per_temperature", minimum=1)
-        self.space = energy.space if isinstance(energy, _HasSpace) else None
-        if self.space is None and isinstance(base, _HasSpace):
+        self.space = energy.space if isinstance(energy, HasSpace) else None
+        if self.space is None and isinstance(base, HasSpace):
             self.space = base.space
         self.base_site_logits: Tensor | None = base.site_logits() if isinstance(base, SupportsSiteLogits) else None
-        self.base_log_partition = float(base.log_partition) if isinstance(base, _HasLogPartition) else 0.0
+        self.base_log_partition = float(base.log_partition()) if isinstance(base, SupportsLogPartition) else 0.0
         # resolved once: the intermediate energies (one per temperature) reuse them
         self._base_log_prob_and_grad = (base.log_prob_and_grad if isinstance(base, SupportsLogProbGrad)
                                         else _autograd_log_prob_and_grad(base))
         self._target_capabilities = (
-            energy.blocks if isinstance(energy, _HasBlocks) else None,
-            energy.conditional_logits if isinstance(energy, _HasSiteConditionals) else None,
-            energy.all_conditional_logits if isinstance(energy, _HasAllConditionals) else None,
+            energy.blocks if isinstance(energy, SupportsBlocks) else None,
+            energy.conditional_logits if isinstance(energy, SupportsConditionalLogits) else None,
+            energy.all_conditional_logits if isinstance(energy, SupportsAllConditionalLogits) else None,
         )
+        blocks, cond, allc = self._target_capabilities
+        mixes = self.base_site_logits is not None
+        self._annealed = _annealed_class(blocks is not None, mixes and cond is not None, mixes and allc is not None)
         self._plain_state: bool | None = None
+        self._kernel_target: _AnnealedEnergy | None = None
         self._steps: dict[tuple[torch.device, torch.dtype], Tensor] = {}
 
     def intermediate_energy(self, beta: float) -> Energy:
         r"""The energy :math:`\beta E - (1-\beta)\log p_0` of :math:`f_\beta` as an :class:`~ebms.energy.Energy`."""
-        return _AnnealedEnergy(self, float(beta))
+        return self._annealed(self, float(beta))
 
     def sample_base(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         """``n`` exact draws from the base."""
@@ -195,7 +211,11 @@ class GeometricPath:
 
     def transition(self, x: Tensor, beta: float, generator: torch.Generator | None = None) -> Tensor:
         """``steps_per_temperature`` kernel steps on :math:`f_\\beta` from ``x``; returns the new states."""
-        target = self.intermediate_energy(beta)
+        if self._kernel_target is None:
+            self._kernel_target = self._annealed(self, float(beta))
+        else:  # one energy object for every temperature: the kernel resolves its capabilities once
+            self._kernel_target.beta = float(beta)
+        target = self._kernel_target
         k = self.kernel
         if self._plain_state:
             key = (x.device, x.dtype)

@@ -335,7 +335,8 @@ class PairwiseEnergy(Energy):
         """Cheap shape check (no host sync) and the ``(B, N, C)`` view."""
         ev = self.space.event_shape
         if not isinstance(x, Tensor) or not x.is_floating_point():
-            raise TypeError(f"{name}: expected a floating-point tensor; got {getattr(x, 'dtype', type(x).__name__)}")
+            got = x.dtype if isinstance(x, Tensor) else type(x).__name__
+            raise TypeError(f"{name}: expected a floating-point tensor; got {got}")
         if x.dim() != 1 + len(ev) or tuple(x.shape[1:]) != ev:
             raise ValueError(f"{name}: expected shape (B, {', '.join(map(str, ev))}); got {tuple(x.shape)}")
         return x.reshape(x.shape[0], self.num_sites, -1)

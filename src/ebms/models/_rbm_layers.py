@@ -29,6 +29,7 @@ import abc
 import copy
 import math
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +38,7 @@ from torch import Tensor, nn
 from ebms._checks import check_int, check_positive, check_shape
 from ebms._numerics import softplus
 from ebms.energy import Energy
-from ebms.spaces import MAX_EXACT_STATES, Binary, Categorical, Reals, Space
+from ebms.spaces import MAX_EXACT_STATES, Binary, Categorical, DiscreteSpace, Reals, Space
 
 __all__ = ["CategoricalRBM", "GaussianBernoulliRBM", "RBMBase", "bernoulli", "softplus"]
 
@@ -171,7 +172,8 @@ class RBMBase(Energy, metaclass=abc.ABCMeta):
                 f"the limit is 2**25 = {MAX_EXACT_STATES}; estimate log Z with AIS instead"
             )
         model = copy.deepcopy(self).to(dtype)
-        width = max(self.n_visible * getattr(self.space, "num_categories", 1), self.n_hidden)
+        categories = self.space.num_categories if isinstance(self.space, DiscreteSpace) else 1
+        width = max(self.n_visible * categories, self.n_hidden)
         chunk = max(1, max_elements // width)
         with torch.no_grad():
             if self.num_visible_states <= 2.0**self.n_hidden:
@@ -394,3 +396,18 @@ class CategoricalRBM(RBMBase):
         out[0].view(-1, self.n_hidden).addmm_(flat.T, ph, alpha=alpha)
         out[1].add_(v.sum(0), alpha=alpha)
         out[2].add_(ph.sum(0), alpha=alpha)
+
+
+if TYPE_CHECKING:  # mypy checks that these RBMs offer what docs/capabilities.md lists for them
+    from ebms.capabilities import (
+        HasSpace,
+        SupportsBipartiteSampling,
+        SupportsEnergyAndGrad,
+        SupportsLogPartition,
+        SupportsLogProb,
+    )
+
+    def _offers(
+        m: GaussianBernoulliRBM | CategoricalRBM,
+    ) -> tuple[SupportsEnergyAndGrad, HasSpace, SupportsBipartiteSampling, SupportsLogPartition, SupportsLogProb]:
+        return m, m, m, m, m

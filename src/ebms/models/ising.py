@@ -14,7 +14,7 @@ References: E. Ising (1925), "Beitrag zur Theorie des Ferromagnetismus"; S. Gema
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -141,3 +141,18 @@ class IsingModel(PairwiseEnergy):
         """Every site's conditional logits given the rest, ``(B, N, 2)``: one ``J x`` product."""
         m = self.beta * self._fields(x)  # (B, N, 1)
         return torch.cat([-m, m], -1)
+
+
+if TYPE_CHECKING:  # mypy checks that IsingModel offers what docs/capabilities.md lists for it
+    from ebms.capabilities import (
+        HasSpace,
+        SupportsAllConditionalLogits,
+        SupportsBlocks,
+        SupportsConditionalLogits,
+        SupportsEnergyAndGrad,
+    )
+
+    def _offers(
+        m: IsingModel,
+    ) -> tuple[SupportsEnergyAndGrad, HasSpace, SupportsConditionalLogits, SupportsAllConditionalLogits, SupportsBlocks]:
+        return m, m, m, m, m

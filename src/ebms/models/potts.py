@@ -18,7 +18,7 @@ References: R. B. Potts (1952), "Some generalized order-disorder transformations
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -144,3 +144,18 @@ class PottsModel(PairwiseEnergy):
     def all_conditional_logits(self, x: Tensor) -> Tensor:
         """Every site's conditional logits given the rest, ``(B, N, K)``: one ``J x`` product."""
         return self.beta * self._fields(x)
+
+
+if TYPE_CHECKING:  # mypy checks that PottsModel offers what docs/capabilities.md lists for it
+    from ebms.capabilities import (
+        HasSpace,
+        SupportsAllConditionalLogits,
+        SupportsBlocks,
+        SupportsConditionalLogits,
+        SupportsEnergyAndGrad,
+    )
+
+    def _offers(
+        m: PottsModel,
+    ) -> tuple[SupportsEnergyAndGrad, HasSpace, SupportsConditionalLogits, SupportsAllConditionalLogits, SupportsBlocks]:
+        return m, m, m, m, m

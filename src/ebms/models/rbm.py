@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -296,3 +297,27 @@ class BernoulliRBMAISPath:
 
     def __repr__(self) -> str:
         return f"BernoulliRBMAISPath(n_visible={self.n_visible}, n_hidden={self.n_hidden}, dtype={self.dtype})"
+
+
+if TYPE_CHECKING:  # mypy checks that the RBM and its path offer what docs/capabilities.md lists for them
+    from ebms.capabilities import (
+        AnnealingPath,
+        HasSpace,
+        SupportsAISPath,
+        SupportsAllConditionalLogits,
+        SupportsBipartiteSampling,
+        SupportsConditionalLogits,
+        SupportsEnergyAndGrad,
+        SupportsLogPartition,
+        SupportsLogProb,
+        SupportsWeightIncrement,
+    )
+
+    def _rbm_offers(m: BernoulliRBM) -> tuple[
+        SupportsEnergyAndGrad, HasSpace, SupportsConditionalLogits, SupportsAllConditionalLogits,
+        SupportsBipartiteSampling, SupportsLogPartition, SupportsLogProb, SupportsAISPath,
+    ]:
+        return m, m, m, m, m, m, m, m
+
+    def _path_offers(p: BernoulliRBMAISPath) -> tuple[AnnealingPath, SupportsWeightIncrement]:
+        return p, p

@@ -11,8 +11,9 @@ emits exactly one tag),
 
 with :math:`f_i` from the transcription net and :math:`g_i` from the prediction net over the
 label history (:mod:`ebms.nets.transducer`); an allowed-label mask renormalises over the
-allowed tags. Trained by maximum likelihood with teacher forcing (exact, one pass); decoded by
-beam search on :math:`\log p`. It is the locally normalised counterpart of the CRF transducer
+allowed tags. Trained by maximum likelihood with teacher forcing (exact, one pass: the objective
+:class:`ebms.objectives.transducer.TransducerML`, or :meth:`AlignedRNNT.loss`); decoded by beam
+search on :math:`\log p`. It is the locally normalised counterpart of the CRF transducer
 (:mod:`ebms.models.crf_transducer`) and suffers from label and exposure bias (monograph 4.1.2).
 Cost: one encoder pass and one LSTM pass over the tags per batch.
 """
@@ -22,7 +23,8 @@ from __future__ import annotations
 from torch import Tensor
 
 from ebms.nets.transducer import AlignedTransducer
-from ebms.objectives import LossOutput, scalar_metrics
+from ebms.objectives import LossOutput
+from ebms.objectives.transducer import TransducerML
 
 __all__ = ["AlignedRNNT"]
 
@@ -56,8 +58,6 @@ class AlignedRNNT(AlignedTransducer):
         return self.local_scores(words, lengths, tags, chars=chars).sum(1)
 
     def loss(self, words: Tensor, lengths: Tensor, tags: Tensor, *, chars: Tensor | None = None) -> LossOutput:
-        """Negative log-likelihood averaged over sentences; metric ``nll_token`` per tag."""
-        lp = self.log_prob(words, lengths, tags, chars=chars)
-        loss = -lp.mean()
-        per_token = -lp.sum() / lengths.sum().to(lp.dtype)
-        return LossOutput(loss, scalar_metrics(loss=loss, nll_token=per_token))
+        """Negative log-likelihood averaged over sentences; metric ``nll_token`` per tag
+        (``TransducerML().compute(self, words, lengths, tags, chars=chars)``)."""
+        return TransducerML().compute(self, words, lengths, tags, chars=chars)

@@ -39,27 +39,48 @@ Which one:
 * :class:`NCE` — classify data against a known noise model; also learns
   ``log Z`` (see :class:`GaussianNoise`).
 
-Conditional models ``p(y | x)`` (CRF taggers) are trained by
-:class:`ConditionalML` (exact conditional maximum likelihood through the
-chain's log partition) or :class:`ConditionalNCE` (Ma & Collins' conditional
-NCE against a tag-sequence noise law such as :class:`TagBigramNoise`). They
-take ``objective(model, batch, generator=g)`` with ``batch = (*inputs, tags,
-lengths)`` and ``model(*inputs, lengths)`` returning a
-:class:`~ebms.structured.LinearChainCRF`.
+Conditional and sequence objectives ``p(y | x)`` have the same call and output, with
+``objective(model, batch, generator=g)``; the batch forms each accepts are tabled in
+``docs/objectives.md``:
+
+* :class:`ConditionalML` — exact conditional maximum likelihood, for any model whose
+  ``model(*inputs, lengths)`` returns a distribution with ``log_prob(tags)``
+  (:class:`ConditionalLogProb`; a :class:`~ebms.structured.LinearChainCRF`: neural and feature
+  CRF taggers), batch ``(*inputs, tags, lengths)``.
+* :class:`ConditionalNCE` — Ma & Collins' conditional NCE against a tag-sequence noise law such
+  as :class:`TagBigramNoise`; needs the unnormalised ``score(tags)`` (:class:`ConditionalScore`).
+* :class:`TransducerML` — teacher-forced ML of a locally normalised transducer (aligned RNN-T).
+* :class:`BeamEarlyUpdate` — beam search with early updates for a CRF transducer.
+* :class:`CTCObjective` — CTC and CTC-CRF for acoustic models,
+  batch ``(features, lengths, targets, target_lengths)``.
+
+:func:`nce_logits` and :func:`nce_loss` are the logistic core every NCE variant shares, with
+``log Z`` as ``None`` (self-normalised), a scalar, a per-length table or one value per condition.
 """
 
 from ebms.objectives._base import LossOutput, scalar_metrics
+from ebms.objectives._nce_core import nce_logits, nce_loss
 from ebms.objectives.buffer import ReplayBuffer
 from ebms.objectives.cd import ContrastiveDivergence, PersistentContrastiveDivergence
-from ebms.objectives.conditional import ConditionalML, ConditionalNCE, TagBigramNoise
+from ebms.objectives.conditional import (
+    ConditionalLogProb,
+    ConditionalML,
+    ConditionalNCE,
+    ConditionalScore,
+    TagBigramNoise,
+)
 from ebms.objectives.ctc import CTCObjective
 from ebms.objectives.nce import NCE, GaussianNoise
 from ebms.objectives.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
+from ebms.objectives.transducer import BeamEarlyUpdate, TeacherForcedLogProb, TransducerML
 
 __all__ = [
+    "BeamEarlyUpdate",
     "CTCObjective",
+    "ConditionalLogProb",
     "ConditionalML",
     "ConditionalNCE",
+    "ConditionalScore",
     "ContrastiveDivergence",
     "DenoisingScoreMatching",
     "GaussianNoise",
@@ -70,5 +91,9 @@ __all__ = [
     "ScoreMatching",
     "SlicedScoreMatching",
     "TagBigramNoise",
+    "TeacherForcedLogProb",
+    "TransducerML",
+    "nce_logits",
+    "nce_loss",
     "scalar_metrics",
 ]

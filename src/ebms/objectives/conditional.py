@@ -1,13 +1,18 @@
-r"""Conditional objectives for CRFs ``p(y | x)``: maximum likelihood and conditional NCE.
+r"""Conditional objectives for sequence models ``p(y | x)``: maximum likelihood and conditional NCE.
 
-The model is any module whose ``forward(*inputs, lengths)`` returns a
-:class:`~ebms.structured.linear_chain.LinearChainCRF` (e.g.
-:class:`ebms.models.crf_tagger.NeuralCRFTagger`, :class:`ebms.models.feature_crf.FeatureCRF`).
-A batch is the tuple ``(*inputs, tags, lengths)``: inputs ``(B, T, ...)``, tags ``(B, T)``
-integer (any valid id beyond each length), lengths ``(B,)`` in ``[1, T]``. Every batch is cut to
-its longest sentence first, and with ``chunk_size`` it is split into length-sorted chunks, each
-cut to its own longest sentence (for full-batch training on a whole corpus); the loss is the
-same either way.
+Both are ``nn.Module`` objectives with the package's one call, ``out = objective(model, batch,
+generator=g)`` returning a :class:`~ebms.objectives.LossOutput`. The model is any module whose
+``forward(*inputs, lengths)`` returns a distribution over tag sequences offering what the
+objective needs: ``log_prob(tags) -> (B,)`` for :class:`ConditionalML`
+(:class:`ConditionalLogProb`), the unnormalised ``score(tags) -> (B,)`` for
+:class:`ConditionalNCE` (:class:`ConditionalScore`). A
+:class:`~ebms.structured.linear_chain.LinearChainCRF` offers both, so
+:class:`ebms.models.crf_tagger.NeuralCRFTagger` and :class:`ebms.models.feature_crf.FeatureCRF`
+qualify. A batch is the tuple ``(*inputs, tags, lengths)`` (or ``(*inputs, Sequences(tags,
+lengths))``): inputs ``(B, T, ...)``, tags ``(B, T)`` integer (any valid id beyond each length),
+lengths ``(B,)`` in ``[1, T]``. Every batch is cut to its longest sentence first, and with
+``chunk_size`` it is split into length-sorted chunks, each cut to its own longest sentence (for
+full-batch training on a whole corpus); the loss is the same either way.
 
 **Conditional ML** (monograph eqs. 4.12-4.13; Lafferty, McCallum & Pereira 2001):
 
@@ -40,93 +45,76 @@ is ``-J(theta)`` of the monograph (``log(p~/(p~ + nu q)) = -softplus(-G)``,
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_int, check_positive, check_shape, check_tensor
-from ebms._numerics import softplus
 from ebms.distributions import Distribution, NGram
 from ebms.objectives._base import LossOutput, scalar_metrics
+from ebms.objectives._nce_core import nce_logits, nce_loss
+from ebms.objectives._tagging_batch import check_chunk, chunks, rows, split_batch
 from ebms.sequences import Sequences
 from ebms.structured.linear_chain import LinearChainCRF
 
-__all__ = ["ConditionalML", "ConditionalNCE", "TagBigramNoise"]
+__all__ = ["ConditionalLogProb", "ConditionalML", "ConditionalNCE", "ConditionalScore", "TagBigramNoise"]
 
 
-def split_batch(batch: Any) -> tuple[list[Tensor], Tensor, Tensor]:
-    """``(*inputs, tags, lengths)`` checked and cut to the longest sentence."""
-    if not isinstance(batch, (tuple, list)) or len(batch) < 3:
-        got = f"a {type(batch).__name__} of {len(batch)}" if isinstance(batch, (tuple, list)) else type(batch).__name__
-        raise ValueError(f"batch: expected a tuple (*inputs, tags, lengths) with at least one input; got {got}")
-    *inputs, tags, lengths = batch
-    check_tensor(lengths, "lengths")
-    if lengths.dim() != 1 or lengths.shape[0] == 0 or lengths.is_floating_point():
-        raise ValueError(f"lengths: expected a non-empty (B,) integer tensor; "
-                         f"got {tuple(lengths.shape)} {lengths.dtype}")
-    check_tensor(tags, "tags")
-    if tags.is_floating_point() or tags.dim() != 2:
-        raise ValueError(f"tags: expected a (B, T) integer tensor; got {tuple(tags.shape)} {tags.dtype}")
-    check_shape(tags, (lengths.shape[0], None), "tags (B = lengths.shape[0])")
-    t_max = int(lengths.max())
-    if int(lengths.min()) < 1 or t_max > tags.shape[1]:
-        raise ValueError(f"lengths: expected values in [1, {tags.shape[1]}] (tags.shape[1]); "
-                         f"got min {int(lengths.min())}, max {t_max}")
-    cut = [x[:, :t_max] if isinstance(x, Tensor) and x.dim() >= 2 and x.shape[1] == tags.shape[1] else x
-           for x in inputs]
-    return cut, tags[:, :t_max], lengths.long()
+@runtime_checkable
+class ConditionalLogProb(Protocol):
+    """What :class:`ConditionalML` needs from ``model(*inputs, lengths)``: a distribution over tag
+    sequences with ``log_prob(tags (B, T)) -> (B,)``, the normalised ``log p(y | x)`` (entries
+    beyond each length ignored). :class:`~ebms.structured.LinearChainCRF` is one."""
+
+    def log_prob(self, tags: Tensor) -> Tensor: ...
 
 
-def _chunks(lengths: Tensor, chunk_size: int | None) -> Iterator[Tensor | None]:
-    if chunk_size is None or lengths.shape[0] <= chunk_size:
-        yield None
-        return
-    yield from torch.argsort(lengths, stable=True).split(chunk_size)
+@runtime_checkable
+class ConditionalScore(Protocol):
+    """What :class:`ConditionalNCE` needs from ``model(*inputs, lengths)``: ``score(tags (B, T)) ->
+    (B,)``, the unnormalised log-potential ``U(x, y)`` (entries beyond each length ignored).
+    :class:`~ebms.structured.LinearChainCRF` is one."""
+
+    def score(self, tags: Tensor) -> Tensor: ...
 
 
-def _rows(x: Any, idx: Tensor | None, t: int | None) -> Any:
-    if idx is None or not isinstance(x, Tensor):
-        return x
-    x = x[idx]
-    return x[:, :t] if x.dim() >= 2 and t is not None else x
+def _distribution(model: nn.Module, inputs: Sequence[Any], lengths: Tensor, kind: type, method: str) -> Any:
+    dist = model(*inputs, lengths)
+    if not isinstance(dist, kind):
+        raise TypeError(f"model: expected forward(*inputs, lengths) to return a distribution over tag sequences "
+                        f"with {method} (e.g. a LinearChainCRF); got {type(dist).__name__}")
+    return dist
 
 
-def _crf(model: nn.Module, inputs: Sequence[Any], lengths: Tensor) -> LinearChainCRF:
-    crf = model(*inputs, lengths)
-    if not isinstance(crf, LinearChainCRF):
-        raise TypeError(f"model: expected forward(*inputs, lengths) to return a LinearChainCRF; "
-                        f"got {type(crf).__name__}")
-    return crf
-
-
-def _check_chunk(chunk_size: int | None) -> int | None:
-    return None if chunk_size is None else check_int(chunk_size, "chunk_size", minimum=1)
-
-
-class ConditionalML:
+class ConditionalML(nn.Module):
     """Conditional maximum likelihood (see the module docstring).
 
     Args:
         l2: squared-L2 coefficient ``lambda_2 >= 0`` over the model's trainable parameters.
         chunk_size: sentences per length-sorted chunk (``None``: the batch at once).
 
+    Call: ``objective(model, batch, generator=None)`` with ``batch = (*inputs, tags, lengths)``
+    or ``(*inputs, Sequences(tags, lengths))`` and ``model(*inputs, lengths)`` returning a
+    :class:`ConditionalLogProb`. Keeps no state, draws no randomness.
+
     Metrics: ``nll`` (mean ``-log p`` per sentence) and ``nll_token`` (per token).
     """
 
     def __init__(self, *, l2: float = 0.0, chunk_size: int | None = None) -> None:
+        super().__init__()
         self.l2 = check_positive(l2, "l2", allow_zero=True)
-        self.chunk_size = _check_chunk(chunk_size)
+        self.chunk_size = check_chunk(chunk_size)
 
-    def __call__(self, model: nn.Module, batch: Any, *, generator: torch.Generator | None = None) -> LossOutput:
+    def forward(self, model: nn.Module, batch: Any, *, generator: torch.Generator | None = None) -> LossOutput:
         inputs, tags, lengths = split_batch(batch)
         nll = None
-        for idx in _chunks(lengths, self.chunk_size):
+        for idx in chunks(lengths, self.chunk_size):
             ln = lengths if idx is None else lengths[idx]
             t = int(ln.max())
-            crf = _crf(model, [_rows(x, idx, t) for x in inputs], ln)
-            part = -crf.log_prob(_rows(tags, idx, t)).sum()
+            dist = _distribution(model, [rows(x, idx, t) for x in inputs], ln, ConditionalLogProb, "log_prob(tags)")
+            part = -dist.log_prob(rows(tags, idx, t)).sum()
             nll = part if nll is None else nll + part
         assert nll is not None
         b = lengths.shape[0]
@@ -134,6 +122,9 @@ class ConditionalML:
         if self.l2:
             loss = loss + self.l2 * sum((p * p).sum() for p in model.parameters() if p.requires_grad)
         return LossOutput(loss, scalar_metrics(nll=nll.detach() / b, nll_token=nll.detach() / lengths.sum()))
+
+    def extra_repr(self) -> str:
+        return f"l2={self.l2}, chunk_size={self.chunk_size}"
 
 
 class TagBigramNoise(NGram):
@@ -205,7 +196,7 @@ class TagBigramNoise(NGram):
         return cls(lm.table[c, :c], lm.table[:c, :c])
 
 
-class ConditionalNCE:
+class ConditionalNCE(nn.Module):
     """Conditional noise-contrastive estimation (see the module docstring).
 
     Args:
@@ -214,15 +205,22 @@ class ConditionalNCE:
             (``conditional_on_length``; ``sample(n, lengths=..., generator=)``), e.g.
             ``NGram.fit(Sequences(tags, lengths), C + 1, 2, boundary=C, end=False)`` or
             :class:`TagBigramNoise`.
-            Its tokens are the tag ids ``0 .. C-1``.
+            Its tokens are the tag ids ``0 .. C-1``. A submodule: it moves with the objective and
+            its table is part of ``objective.state_dict()``.
         nu: noise sequences per example, an integer ``>= 1``.
         chunk_size: sentences per length-sorted chunk (``None``: the batch at once).
+
+    Call: ``objective(model, batch, generator=g)`` with the batches of :class:`ConditionalML` and
+    ``model(*inputs, lengths)`` returning a :class:`ConditionalScore`. The logistic loss is
+    :func:`~ebms.objectives.nce_logits` / :func:`~ebms.objectives.nce_loss` with no ``log Z`` (the
+    model self-normalises). Random draws: ``noise.sample(nu * B, lengths=..., generator=generator)``.
 
     Metrics: ``acc_data`` / ``acc_noise`` (fraction of data / noise sequences the logit
     classifies correctly), ``score_data`` (mean ``U(x, y)`` of the data).
     """
 
     def __init__(self, noise: Distribution, *, nu: int | float = 1, chunk_size: int | None = None) -> None:
+        super().__init__()
         if not isinstance(noise, Distribution) or not noise.conditional_on_length:
             raise TypeError(f"noise: expected an ebms.distributions model of tag sequences conditional on their "
                             f"length (e.g. NGram(..., end=False), TagBigramNoise); got {type(noise).__name__}")
@@ -230,39 +228,46 @@ class ConditionalNCE:
             nu = int(nu)
         self.nu = check_int(nu, "nu", minimum=1)
         self.noise: Any = noise  # sample(n, *, lengths, generator) -> Sequences
-        self.chunk_size = _check_chunk(chunk_size)
+        self.chunk_size = check_chunk(chunk_size)
 
-    def _check_tags(self, n_tags: int) -> None:
+    def _check_tags(self, dist: Any) -> None:
+        """The noise's tag set against the model's, where the model's distribution declares it."""
         q = self.noise
-        if isinstance(q, NGram) and (q.vocab_size != n_tags + 1 or q.boundary != n_tags):
+        if not isinstance(dist, LinearChainCRF) or not isinstance(q, NGram):
+            return  # other models check the tag range in their own score(tags)
+        n_tags = dist.emissions.shape[-1]
+        if q.vocab_size != n_tags + 1 or q.boundary != n_tags:
             raise ValueError(f"noise: expected {n_tags} tags (the model's): an n-gram with vocab_size {n_tags + 1} "
                              f"and boundary {n_tags}; got vocab_size {q.vocab_size}, boundary {q.boundary}")
 
     def _log_q(self, y: Tensor, lengths: Tensor, dtype: torch.dtype) -> Tensor:
         return self.noise.log_prob(Sequences(y, lengths, validate=False)).to(dtype)
 
-    def __call__(self, model: nn.Module, batch: Any, *, generator: torch.Generator | None = None) -> LossOutput:
+    def forward(self, model: nn.Module, batch: Any, *, generator: torch.Generator | None = None) -> LossOutput:
         inputs, tags, lengths = split_batch(batch)
         b, nu = lengths.shape[0], self.nu
         draws = self.noise.sample(nu * b, lengths=lengths.repeat(nu), generator=generator)
         noise_tags = draws.tokens[:, : tags.shape[1]].reshape(nu, b, tags.shape[1])  # (nu, B, T)
-        log_nu = math.log(nu)
         total = None
         sums = torch.zeros(3, device=lengths.device)  # one host sync for the metrics, after the loop
-        for idx in _chunks(lengths, self.chunk_size):
+        for idx in chunks(lengths, self.chunk_size):
             ln = lengths if idx is None else lengths[idx]
             t = int(ln.max())
-            y = _rows(tags, idx, t)
+            y = rows(tags, idx, t)
             ys = noise_tags if idx is None else noise_tags[:, idx, :t]
-            crf = _crf(model, [_rows(x, idx, t) for x in inputs], ln)
-            self._check_tags(crf.emissions.shape[-1])
-            s_data = crf.score(y)
-            g_data = s_data - log_nu - self._log_q(y, ln, s_data.dtype)
-            g_noise = torch.stack([crf.score(ys[j]) - log_nu - self._log_q(ys[j], ln, s_data.dtype)
-                                   for j in range(nu)])
-            part = softplus(-g_data).sum() + softplus(g_noise).sum()
+            dist = _distribution(model, [rows(x, idx, t) for x in inputs], ln, ConditionalScore, "score(tags)")
+            self._check_tags(dist)
+            s_data = dist.score(y)
+            g_data = nce_logits(s_data, self._log_q(y, ln, s_data.dtype), nu=nu)
+            s_noise = torch.stack([dist.score(ys[j]) for j in range(nu)])  # (nu, b)
+            log_q_noise = torch.stack([self._log_q(ys[j], ln, s_data.dtype) for j in range(nu)])
+            g_noise = nce_logits(s_noise, log_q_noise, nu=nu)
+            part = nce_loss(g_data, g_noise, nu=nu, reduction="sum")
             total = part if total is None else total + part
             sums += torch.stack([(g_data > 0).sum(), (g_noise < 0).sum(), s_data.sum()]).detach().float()
         assert total is not None
         return LossOutput(total / b, scalar_metrics(acc_data=sums[0] / b, acc_noise=sums[1] / (nu * b),
                                                     score_data=sums[2] / b))
+
+    def extra_repr(self) -> str:
+        return f"nu={self.nu}, chunk_size={self.chunk_size}"

@@ -7,7 +7,9 @@ density ``q`` and :math:`\nu` noise samples per data sample, the posterior of
 
 .. math::  G(x) = -E_\theta(x) - \zeta - \log q(x) - \log\nu ,
 
-and NCE maximises the log-likelihood of the labels (Eq. 2.46), i.e. minimises
+and NCE maximises the log-likelihood of the labels (Eq. 2.46), i.e. minimises (the logistic
+core shared with conditional and per-length NCE: :func:`~ebms.objectives.nce_logits`,
+:func:`~ebms.objectives.nce_loss`)
 
 .. math::  \mathcal L = \frac1B\sum_{x\in D}\operatorname{softplus}(-G(x))
            + \nu\,\frac1{N}\sum_{y\in Q}\operatorname{softplus}(G(y)),
@@ -36,10 +38,10 @@ import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_energy_output, check_positive, check_shape, check_tensor
-from ebms._numerics import softplus
 from ebms.distributions import Gaussian, NormalisedModel, as_distribution
 from ebms.energy import EnergyLike, evaluate
 from ebms.objectives._base import LossOutput, check_batch, scalar_metrics
+from ebms.objectives._nce_core import nce_logits, nce_loss
 
 __all__ = ["NCE", "GaussianNoise"]
 
@@ -94,7 +96,7 @@ class NCE(nn.Module):
         return check_energy_output(lq, x.shape[0], "noise.log_prob(x)").to(x.dtype)
 
     def _logit(self, e: Tensor, log_q: Tensor) -> Tensor:
-        return -e - self.log_z.to(e.dtype) - log_q - math.log(self.nu)
+        return nce_logits(-e, log_q, nu=self.nu, log_z=self.log_z.to(e.dtype))
 
     def logit(self, energy: EnergyLike, x: Tensor) -> Tensor:
         r"""The classifier's logit :math:`G(x)`, ``(B,)``; ``G > 0`` means "data".
@@ -126,7 +128,7 @@ class NCE(nn.Module):
         e = evaluate(energy, both)
         G = self._logit(e, self._log_q(both))
         g_pos, g_neg = G[:B], G[B:]
-        loss = softplus(-g_pos).mean() + self.nu * softplus(g_neg).mean()
+        loss = nce_loss(g_pos, g_neg, nu=self.nu)
         correct = (g_pos > 0).sum() + (g_neg <= 0).sum()
         e_pos, e_neg = e[:B].mean(), e[B:].mean()
         metrics = scalar_metrics(

@@ -248,6 +248,9 @@ class Sampler(abc.ABC):
     uses_grad: bool = True
     #: whether the kernel takes token-sequence states (:class:`~ebms.sequences.Sequences`).
     accepts_sequences: ClassVar[bool] = False
+    #: acceptance rate that step-size adaptation tunes for by default (``None``: no default;
+    #: Metropolis-adjusted kernels set it, e.g. MALA 0.574, HMC 0.65).
+    default_target_accept: float | None = None
 
     def __init__(self, *, step_size: float = 0.1, space: Space | None = None) -> None:
         self.step_size = check_positive(step_size, "step_size")

@@ -4,13 +4,16 @@ A *single-site conditional* is :math:`p(x_i = k \mid x_{\setminus i}) \propto \e
 where :math:`x^{(i\to k)}` is ``x`` with site ``i`` set to category ``k``. Kernels ask for its
 *logits* ``(B, K)`` (any per-row constant may be added) through :func:`site_logits`:
 
-* an energy that knows its conditionals in closed form (Ising local fields, Potts, RBMs) defines
-  ``conditional_logits(x, site) -> (B, K)`` and, for block updates, ``all_conditional_logits(x) ->
-  (B, N, K)`` (every site's conditional given the rest, all at once);
+* an energy that knows its conditionals in closed form (Ising local fields, Potts, RBMs) offers
+  :class:`~ebms.capabilities.SupportsConditionalLogits` (``conditional_logits(x, site) -> (B, K)``)
+  and, for block updates, :class:`~ebms.capabilities.SupportsAllConditionalLogits`
+  (``all_conditional_logits(x) -> (B, N, K)``: every site's conditional given the rest, all at once);
 * any other energy gets the generic form: the ``K`` variants of every chain evaluated in *one*
   batched energy call of ``B*K`` rows (``B*N*K`` rows, chunked, for all sites).
 
-Energies may also carry their space as ``energy.space``; a sampler built without ``space=`` uses it.
+Energies may also declare their space (:class:`~ebms.capabilities.HasSpace`, ``energy.space``); a
+sampler built without ``space=`` uses it. Capabilities are resolved with
+:func:`~ebms.capabilities.supports` (once per class or object), so per-step code stays cheap.
 
 Token sequences (:class:`~ebms.spaces.TokenSequences`, states :class:`~ebms.sequences.Sequences`) are
 discrete too: a *position* is a site with ``V`` categories, present in the chains whose length
@@ -26,6 +29,7 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_tensor
+from ebms.capabilities import HasSpace, SupportsAllConditionalLogits, SupportsConditionalLogits, supports
 from ebms.distributions import sample_categorical
 from ebms.energy import EnergyLike, evaluate
 from ebms.samplers._base import Sampler
@@ -35,6 +39,7 @@ from ebms.spaces import DiscreteSpace, TokenSequences
 __all__ = [
     "DiscreteSampler",
     "all_site_logits",
+    "check_site_logits",
     "nonfinite_rows",
     "resolve_space",
     "resolve_token_space",
@@ -45,7 +50,9 @@ __all__ = [
 
 def _declared_space(space: object, energy: EnergyLike) -> object:
     """``space`` if given, else the space the energy declares as ``energy.space`` (or ``None``)."""
-    return getattr(energy, "space", None) if space is None else space
+    if space is not None:
+        return space
+    return energy.space if supports(energy, HasSpace) else None
 
 
 def resolve_space(space: DiscreteSpace | TokenSequences | None, energy: EnergyLike) -> DiscreteSpace:
@@ -76,16 +83,21 @@ def _check_logits(logits: Tensor, shape: tuple[int, ...], name: str) -> Tensor:
     return logits
 
 
+def check_site_logits(logits: Tensor, shape: tuple[int, int]) -> Tensor:
+    """``logits`` from ``energy.conditional_logits(x, site)`` after checking they are ``(B, K)`` (no host sync)."""
+    return _check_logits(logits, shape, "conditional_logits(x, site)")
+
+
 def site_logits(energy: EnergyLike, space: DiscreteSpace, x: Tensor, site: int | Tensor) -> Tensor:
     r"""Logits of :math:`p(x_{site} = k \mid \text{rest})`, ``(B, K)``.
 
     ``site`` is one flat site index or a ``LongTensor (B,)`` (one per chain). Uses
-    ``energy.conditional_logits`` when present, else ``-E`` of the ``K`` variants (one call, ``B*K`` rows).
+    ``energy.conditional_logits`` when offered (:class:`~ebms.capabilities.SupportsConditionalLogits`),
+    else ``-E`` of the ``K`` variants (one call, ``B*K`` rows).
     """
     B, K = x.shape[0], space.num_categories
-    fn = getattr(energy, "conditional_logits", None)
-    if fn is not None:
-        return _check_logits(fn(x, site), (B, K), "conditional_logits(x, site)")
+    if supports(energy, SupportsConditionalLogits):
+        return check_site_logits(energy.conditional_logits(x, site), (B, K))
     variants = space.site_variants(x, site).reshape(B * K, *space.event_shape)
     with torch.no_grad():
         return -evaluate(energy, variants).reshape(B, K)
@@ -102,13 +114,13 @@ def all_site_logits(
     r"""Conditional logits of many sites, each given all the others at ``x``: ``(B, n, K)``.
 
     ``sites`` is a ``LongTensor (n,)`` of flat site indices (default: all ``N``). Uses
-    ``energy.all_conditional_logits(x) -> (B, N, K)`` when present; otherwise evaluates the
+    ``energy.all_conditional_logits(x) -> (B, N, K)`` when offered
+    (:class:`~ebms.capabilities.SupportsAllConditionalLogits`); otherwise evaluates the
     ``B*n*K`` single-site variants, ``max_rows`` rows per energy call.
     """
     B, N, K = x.shape[0], space.num_sites, space.num_categories
-    fn = getattr(energy, "all_conditional_logits", None)
-    if fn is not None:
-        logits = _check_logits(fn(x), (B, N, K), "all_conditional_logits(x)")
+    if supports(energy, SupportsAllConditionalLogits):
+        logits = _check_logits(energy.all_conditional_logits(x), (B, N, K), "all_conditional_logits(x)")
         return logits if sites is None else logits[:, sites]
     site_list = list(range(N)) if sites is None else sites.tolist()
     per_call = max(1, max_rows // max(1, B * K))

@@ -146,7 +146,7 @@ class StepSizeAdaptation(Sampler):
         self.kernel = kernel
         self.uses_grad = kernel.uses_grad
         if target_accept is None:
-            target_accept = getattr(kernel, "default_target_accept", None)
+            target_accept = kernel.default_target_accept
             if target_accept is None:
                 raise ValueError(
                     f"target_accept: expected a number in (0, 1) (no default for {type(kernel).__name__}); got None"

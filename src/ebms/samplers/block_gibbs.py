@@ -1,18 +1,21 @@
 r"""Block Gibbs: resample whole blocks of conditionally independent variables at once.
 
-Two kinds of model are supported, chosen from what the energy provides:
+Two kinds of model are supported, chosen from what the energy offers (its
+:mod:`ebms.capabilities`, resolved once per class or object):
 
-* **Bipartite latent-variable models** (RBMs): the state is the visible layer ``v`` and the
-  energy is its free energy. The energy defines ``sample_hidden(v, generator) -> h`` drawing
+* **Bipartite latent-variable models** (RBMs,
+  :class:`~ebms.capabilities.SupportsBipartiteSampling`): the state is the visible layer ``v`` and
+  the energy is its free energy. The energy defines ``sample_hidden(v, generator) -> h`` drawing
   :math:`h \sim p(h \mid v)` and ``sample_visible(h, generator) -> v`` drawing
   :math:`v \sim p(v \mid h)`. One sweep is :math:`h \sim p(h\mid v)`, then
   :math:`v \sim p(v\mid h)`; it leaves the marginal :math:`p(v)` invariant.
 * **Colourable models** (Ising/Potts lattices, any model whose sites split into sets with no
   interactions inside a set): ``blocks`` is a list of ``LongTensor`` flat site indices (or
-  ``energy.blocks()`` supplies it, e.g. the two colours of a checkerboard). One sweep resamples
-  each block in turn from its conditionals, all sites of the block in parallel. The conditionals
-  come from ``energy.all_conditional_logits`` when defined (one call per block), otherwise from
-  energy differences (see :mod:`ebms.samplers._discrete`). Correct only when no two sites of a
+  ``energy.blocks()`` supplies it, :class:`~ebms.capabilities.SupportsBlocks`, e.g. the two
+  colours of a checkerboard). One sweep resamples each block in turn from its conditionals, all
+  sites of the block in parallel. The conditionals come from ``energy.all_conditional_logits``
+  when offered (:class:`~ebms.capabilities.SupportsAllConditionalLogits`, one call per block),
+  otherwise from energy differences (see :mod:`ebms.samplers._discrete`). Correct only when no two sites of a
   block interact; the sampler cannot check that for a generic energy.
 
 Each sweep is a product of exact conditional draws, so each leaves the target invariant
@@ -29,6 +32,7 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_int
+from ebms.capabilities import SupportsBipartiteSampling, SupportsBlocks, supports
 from ebms.energy import EnergyLike, evaluate
 from ebms.samplers._base import ChainState, StepInfo, batch_where
 from ebms.samplers._discrete import DiscreteSampler, all_site_logits, nonfinite_rows, resolve_space, sample_categorical
@@ -63,20 +67,20 @@ class BlockGibbs(DiscreteSampler):
 
     @staticmethod
     def is_bipartite(energy: EnergyLike) -> bool:
-        return hasattr(energy, "sample_hidden") and hasattr(energy, "sample_visible")
+        """Whether ``energy`` offers :class:`~ebms.capabilities.SupportsBipartiteSampling` (bipartite mode)."""
+        return supports(energy, SupportsBipartiteSampling)
 
     def _blocks(self, energy: EnergyLike, space: DiscreteSpace, *, check: bool = False) -> list[Tensor]:
         """The blocks (configured, else ``energy.blocks()``); ``check`` tests they partition the sites
         (done once, in :meth:`init`, not in every sweep)."""
         blocks = self.blocks
         if blocks is None:
-            fn = getattr(energy, "blocks", None)
-            if fn is None:
+            if not supports(energy, SupportsBlocks):
                 raise TypeError(
                     "blocks: the energy has neither sample_hidden/sample_visible nor blocks(); "
                     "pass blocks=[site indices, ...] (sets of non-interacting sites)"
                 )
-            blocks = [torch.as_tensor(b, dtype=torch.long).flatten() for b in fn()]
+            blocks = [torch.as_tensor(b, dtype=torch.long).flatten() for b in energy.blocks()]
         if not check:
             return blocks
         covered = torch.cat(blocks)
@@ -108,9 +112,9 @@ class BlockGibbs(DiscreteSampler):
         ``nonfinite``: optional bool ``(B,)`` accumulator, or-ed in place with the chains whose block
         conditionals were not finite (colouring mode; bipartite models draw from closed-form layers).
         """
-        if self.is_bipartite(energy):
-            h = energy.sample_hidden(x, generator)  # type: ignore[attr-defined]
-            return energy.sample_visible(h, generator)  # type: ignore[attr-defined]
+        if supports(energy, SupportsBipartiteSampling):
+            h = energy.sample_hidden(x, generator)
+            return energy.sample_visible(h, generator)
         space = resolve_space(self.discrete_space, energy)
         idx = space.indices(x)
         for b in self._blocks(energy, space):

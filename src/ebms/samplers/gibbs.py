@@ -11,8 +11,8 @@ using each new value at once. One pass over the sites is a *sweep*. For a discre
 .. math::  p(x_i = k \mid x_{\setminus i}) = \frac{\exp(-E(x^{(i \to k)}))}{\sum_{k'} \exp(-E(x^{(i \to k')}))},
 
 so a generic energy needs one batched call of ``B*K`` rows per site update, and an energy that
-defines ``conditional_logits(x, site)`` (Ising local fields, Potts, RBMs) none (see
-:func:`ebms.samplers._discrete.site_logits`). Each site update :math:`B_i` is a Metropolis–Hastings
+offers ``conditional_logits(x, site)`` (:class:`~ebms.capabilities.SupportsConditionalLogits`:
+Ising local fields, Potts, RBMs) none (see :func:`ebms.samplers._discrete.site_logits`). Each site update :math:`B_i` is a Metropolis–Hastings
 move with acceptance 1 and leaves :math:`p` invariant; so does any product or random choice of them
 (the composition principle, monograph §2.2). A *random scan* picks each update's site uniformly
 at random, independently for every chain.
@@ -36,14 +36,15 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_int
+from ebms.capabilities import SupportsConditionalLogits, supports
 from ebms.energy import EnergyLike, evaluate
 from ebms.samplers._base import ChainState, StepInfo, batch_where, evaluate_states, num_chains
 from ebms.samplers._discrete import (
     DiscreteSampler,
+    check_site_logits,
     resolve_space,
     resolve_token_space,
     sample_categorical,
-    site_logits,
 )
 from ebms.sequences import Sequences
 from ebms.spaces import DiscreteSpace, TokenSequences
@@ -198,8 +199,9 @@ class Gibbs(DiscreteSampler):
         values = space.category_values(x.dtype, x.device)  # what a site holds for each category
         flat = x.detach().reshape(B, N, *values.shape[1:]).clone()  # contiguous copy
         cur = flat.view(x.shape)  # the chains' state, updated in place through `flat`
-        fast = hasattr(energy, "conditional_logits")
-        buf = flat.new_empty((0,) if fast else (B, K, *flat.shape[1:]))  # the variants, reused per site
+        # closed-form conditionals (resolved once per sweep, not per site update)
+        closed = energy.conditional_logits if supports(energy, SupportsConditionalLogits) else None
+        buf = flat.new_empty((0,) if closed is not None else (B, K, *flat.shape[1:]))  # the variants, reused per site
         if self.scan == "systematic":
             sites: list[int] | list[Tensor] = list(range(N))
         else:
@@ -207,8 +209,8 @@ class Gibbs(DiscreteSampler):
             sites = list(torch.randint(N, (n, B), generator=generator, device=x.device).unbind(0))
 
         def conditional(s: int | Tensor) -> Tensor:
-            if fast:
-                return site_logits(energy, space, cur, s)
+            if closed is not None:
+                return check_site_logits(closed(cur, s), (B, K))
             v = space.site_variants(cur, s, out=buf).view(B * K, *space.event_shape)
             return -evaluate(energy, v).reshape(B, K)
 

@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_finite, check_int, check_tensor
+from ebms.distributions import NormalisedModel
 from ebms.energy import EnergyLike
 from ebms.samplers._base import ChainState, StepInfo, batch_where, evaluate_states, mh_accept
 from ebms.samplers._discrete import DiscreteSampler, resolve_space, resolve_token_space, sample_categorical
@@ -285,7 +286,8 @@ class MetropolisIndependence(DiscreteSampler):
         Ou (2024), "Energy-Based Models with Applications to Speech and Language Processing", §2.2.
 
     Args:
-        proposal: object with ``sample(n, generator) -> (n, *event)`` and ``log_prob(x) -> (n,)``.
+        proposal: object with ``sample(n, generator) -> (n, *event)`` and ``log_prob(x) -> (n,)``
+            (:class:`ebms.distributions.NormalisedModel`).
         space: the discrete space; ``None`` means ``energy.space``.
 
     Example:
@@ -305,12 +307,11 @@ class MetropolisIndependence(DiscreteSampler):
 
     def __init__(self, proposal: Any, *, space: DiscreteSpace | None = None) -> None:
         super().__init__(space=space)
-        for method in ("sample", "log_prob"):
-            if not callable(getattr(proposal, method, None)):
-                raise TypeError(
-                    f"proposal: expected an object with sample(n, generator) -> x and log_prob(x) -> (n,); "
-                    f"{type(proposal).__name__} has no callable {method}"
-                )
+        if not isinstance(proposal, NormalisedModel):
+            raise TypeError(
+                "proposal: expected an object with sample(n, generator) -> x and log_prob(x) -> (n,) "
+                f"(ebms.distributions.NormalisedModel); got {type(proposal).__name__}"
+            )
         self.proposal = proposal
 
     def _log_q(self, x: Tensor, name: str, dtype: torch.dtype) -> Tensor:
@@ -326,7 +327,7 @@ class MetropolisIndependence(DiscreteSampler):
         """One independence-sampler transition of every chain; returns ``(state, info)``."""
         x = state.x
         with torch.no_grad():
-            x_prop = self.proposal.sample(x.shape[0], generator)
+            x_prop = self.proposal.sample(x.shape[0], generator=generator)
             if not isinstance(x_prop, Tensor) or x_prop.shape != x.shape:
                 shape = tuple(x_prop.shape) if isinstance(x_prop, Tensor) else type(x_prop).__name__
                 raise ValueError(f"proposal.sample(n={x.shape[0]}): expected shape {tuple(x.shape)}; got {shape}")

@@ -42,16 +42,18 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import Tensor
 
 from ebms._checks import check_finite, check_int, check_positive, check_tensor
+from ebms.capabilities import HasSpace, SupportsBlocks, supports
 from ebms.energy import EnergyLike, energy_and_grad, evaluate
 from ebms.samplers._base import ChainState, Sampler, StepInfo, _check_start, expand_to, mh_accept
-from ebms.samplers._discrete import all_site_logits, site_logits
+from ebms.samplers._discrete import DiscreteSampler, all_site_logits, site_logits
 from ebms.samplers.block_gibbs import BlockGibbs
-from ebms.spaces import DiscreteSpace, Space
+from ebms.spaces import DiscreteSpace, Space, TokenSequences
 
 __all__ = ["ParallelTempering", "TemperingInfo"]
 
@@ -81,16 +83,19 @@ class TemperingInfo(StepInfo):
 class _RowTempered:
     """``β_row · E`` for a replica-major batch of ``R*B`` rows (``betas: (R*B,)``).
 
-    Provides the energy, ``energy_and_grad``, ``conditional_logits`` and ``all_conditional_logits``
-    (from the base energy's own methods when present, else from energy differences), ``blocks()`` when
-    the base has it, and the space. Evaluating any other number of rows is an error, since the row's
-    replica (and so its ``β``) would be unknown.
+    Offers, as methods of the class (so kernels resolve them once per class, not per step), the
+    energy, ``energy_and_grad``, ``conditional_logits`` and ``all_conditional_logits`` (from the
+    base energy's own methods when offered, else from energy differences) and the space;
+    :class:`_RowTemperedBlocks` adds ``blocks()`` for a base that offers it. Evaluating any other
+    number of rows is an error, since the row's replica (and so its ``β``) would be unknown.
     """
 
-    def __init__(self, energy: EnergyLike, betas: Tensor, space: Space | None) -> None:
-        self.base, self.betas, self.space = energy, betas, space
-        if hasattr(energy, "blocks"):
-            self.blocks = energy.blocks  # type: ignore[attr-defined]
+    # built afresh every step: slots make the class decide what it offers (ebms.capabilities.supports)
+    __slots__ = ("base", "betas", "space")
+
+    def __init__(self, energy: EnergyLike, betas: Tensor, space: Space | TokenSequences | None) -> None:
+        self.base, self.betas = energy, betas
+        self.space: Space | TokenSequences | None = space
 
     def _check_rows(self, x: Tensor) -> None:
         if x.shape[0] != self.betas.shape[0]:
@@ -124,6 +129,15 @@ class _RowTempered:
     def all_conditional_logits(self, x: Tensor) -> Tensor:
         self._check_rows(x)
         return self.betas[:, None, None] * all_site_logits(self.base, self._space(), x)
+
+
+class _RowTemperedBlocks(_RowTempered):
+    """:class:`_RowTempered` of a base that offers :class:`~ebms.capabilities.SupportsBlocks` (tempering keeps them)."""
+
+    __slots__ = ()
+
+    def blocks(self) -> Sequence[Tensor]:
+        return cast(SupportsBlocks, self.base).blocks()
 
 
 def _check_betas(betas: Sequence[float]) -> list[float]:
@@ -226,11 +240,13 @@ class ParallelTempering(Sampler):
                 "single-site Gibbs kernel on the (free) energy instead"
             )
         betas = torch.tensor(self.betas, dtype=x.dtype, device=x.device).repeat_interleave(B)
-        space = self.space
-        for candidate in (getattr(self.kernel, "discrete_space", None), getattr(energy, "space", None)):
+        space: Space | TokenSequences | None = self.space
+        kernel_space = self.kernel.discrete_space if isinstance(self.kernel, DiscreteSampler) else None
+        for candidate in (kernel_space, energy.space if supports(energy, HasSpace) else None):
             if not isinstance(space, DiscreteSpace) and candidate is not None:
                 space = candidate
-        return _RowTempered(energy, betas, space)
+        wrapper = _RowTemperedBlocks if supports(energy, SupportsBlocks) else _RowTempered
+        return wrapper(energy, betas, space)
 
     # -- contract -----------------------------------------------------------------
     def init(self, energy: EnergyLike, x0: Tensor) -> ChainState:

@@ -36,12 +36,13 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
 
 from ebms._checks import check_int, check_shape, check_tensor
+from ebms.capabilities import supports
 
 __all__ = [
     "FEATURE_SETS",
@@ -83,9 +84,16 @@ def to_attributes(item: Mapping[str, Any], prefix: str = "") -> Attributes:
     return out
 
 
+@runtime_checkable
+class _HasColumns(Protocol):
+    """A sentence that gives its ``i``-th column as a list of strings (e.g. :class:`~ebms.data.conll.Sentence`)."""
+
+    def column(self, i: int) -> list[str]: ...
+
+
 def _columns(sentence: Any, names: Sequence[str]) -> list[list[str]]:
     """Columns of a :class:`~ebms.data.conll.Sentence` or of a list of token tuples."""
-    if hasattr(sentence, "column"):
+    if supports(sentence, _HasColumns):  # resolved once per class: this runs per sentence
         return [sentence.column(i) for i in range(len(names))]
     rows = list(sentence)
     for i, row in enumerate(rows):

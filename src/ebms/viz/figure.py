@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+from matplotlib.figure import Figure, SubFigure
 
 __all__ = ["new_figure", "save_figure"]
 
@@ -40,8 +40,8 @@ def axes_or_new(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, 
     if not isinstance(ax, Axes):
         raise TypeError(f"ax: expected a matplotlib Axes or None; got {type(ax).__name__}")
     fig: Any = ax.figure
-    if fig is not None and not isinstance(fig, Figure):
-        fig = getattr(fig, "figure", None)  # a SubFigure's root figure
+    if isinstance(fig, SubFigure):
+        fig = fig.figure  # a SubFigure's root figure
     if not isinstance(fig, Figure):
         raise ValueError("ax: expected an Axes that belongs to a Figure; got a detached Axes")
     return fig, ax

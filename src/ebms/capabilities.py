@@ -1,0 +1,337 @@
+r"""Typed protocols for what energies, models and paths may offer beyond ``energy(x) -> (B,)``.
+
+An energy only has to be callable. Some offer more: an analytic gradient, closed-form
+conditionals, a colouring of their sites, an exact :math:`\log Z`, an annealing path for AIS.
+Each such capability is one :class:`typing.Protocol` here, checked with ``isinstance`` (all are
+``@runtime_checkable``), never by probing attribute names. Consumers take the fast route when the
+protocol is offered and a generic one otherwise; a model offers a capability simply by defining
+the method (no registration, no base class), and mypy checks the signature wherever a model is
+used as the protocol type. ``docs/capabilities.md`` lists every protocol with the classes that
+offer it and the code that uses it.
+
+Shapes: ``B`` chains (batch rows), ``N`` sites of a discrete space, ``K`` categories per site,
+``event`` the shape of one point, ``H`` hidden units.
+
+A runtime ``isinstance`` against a protocol looks up every member by name: a few microseconds,
+too slow for code that runs every sampler step. Such code calls :func:`supports`, which gives
+the same answer and resolves it once per class (when the class decides: it defines the members,
+or its instances have ``__slots__`` only) or once per object (weakly remembered). Hence: give an
+object its capabilities before its first use; adding a method to an instance afterwards is not
+seen by per-step code. Wrappers built afresh at every step (the tempered energy of
+ParallelTempering) use ``__slots__``, so that their class decides.
+
+A runtime check sees names, not signatures or return types: an object whose ``log_partition``
+is a tensor attribute (e.g. :class:`~ebms.structured.LinearChainCRF`, per sequence) passes
+``isinstance(obj, SupportsLogPartition)`` without offering it. The docs table says which
+built-in classes do.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeGuard, TypeVar, runtime_checkable
+
+import torch
+from torch import Tensor
+
+from ebms.spaces import Space, TokenSequences
+
+__all__ = [
+    "AnnealingPath",
+    "HasSpace",
+    "SupportsAISPath",
+    "SupportsAllConditionalLogits",
+    "SupportsBipartiteSampling",
+    "SupportsBlocks",
+    "SupportsConditionalLogits",
+    "SupportsEnergyAndGrad",
+    "SupportsLogPartition",
+    "SupportsLogProb",
+    "SupportsLogProbGrad",
+    "SupportsSiteLogits",
+    "SupportsWeightIncrement",
+    "supports",
+]
+
+T = TypeVar("T")
+
+
+# -- energies ----------------------------------------------------------------------------------
+@runtime_checkable
+class SupportsEnergyAndGrad(Protocol):
+    r"""An energy that returns its value and input gradient in one call.
+
+    ``energy_and_grad(x: (B, *event)) -> (E: (B,), dE/dx: (B, *event))``, both detached.
+    Every :class:`~ebms.energy.Energy` has it (autograd by default; analytic in
+    :class:`~ebms.nets.MLPEnergy`, the RBMs, the Ising/Potts models).
+
+    Used by :func:`ebms.energy.energy_and_grad`, hence by every gradient kernel (ULA, SGLD, MALA,
+    HMC, Gibbs-with-Gradients), by :class:`~ebms.estimators.GeometricPath` and by the tempered
+    and summed energies.
+    """
+
+    def energy_and_grad(self, x: Tensor) -> tuple[Tensor, Tensor]: ...
+
+
+@runtime_checkable
+class HasSpace(Protocol):
+    """An energy or model that declares where its points live: ``space``.
+
+    ``space`` is a :class:`~ebms.spaces.Space` (``Binary``, ``Spins``, ``Categorical``,
+    ``Reals``, ...), a :class:`~ebms.spaces.TokenSequences`, or ``None`` (not declared).
+
+    Used by the discrete samplers built without ``space=`` (Gibbs, BlockGibbs, Metropolis,
+    Gibbs-with-Gradients, :func:`~ebms.samplers.model_samples`), ParallelTempering,
+    :func:`~ebms.estimators.exact_log_partition`, :func:`~ebms.estimators.log_likelihood_report`
+    (validates the test points) and :class:`~ebms.estimators.GeometricPath`.
+    """
+
+    @property
+    def space(self) -> Space | TokenSequences | None: ...
+
+
+@runtime_checkable
+class SupportsConditionalLogits(Protocol):
+    r"""Closed-form single-site conditionals of a discrete energy.
+
+    ``conditional_logits(x: (B, *event), site) -> (B, K)``: logits of
+    :math:`p(x_{site} = k \mid x_{\setminus site})` (any per-row constant may be added); ``site``
+    is one flat site index or a ``LongTensor (B,)`` with one site per chain.
+
+    Used by :class:`~ebms.samplers.Gibbs` (no energy call per site update),
+    :func:`ebms.samplers._discrete.site_logits`, ParallelTempering and GeometricPath (carried over
+    to tempered and annealed energies). Without it: ``B*K`` energy rows per site update.
+    """
+
+    def conditional_logits(self, x: Tensor, site: int | Tensor) -> Tensor: ...
+
+
+@runtime_checkable
+class SupportsAllConditionalLogits(Protocol):
+    r"""Every site's single-site conditional at once.
+
+    ``all_conditional_logits(x: (B, *event)) -> (B, N, K)``: row ``i`` are the logits of
+    :math:`p(x_i = k \mid x_{\setminus i})`, all given the same ``x``.
+
+    Used by :class:`~ebms.samplers.BlockGibbs` in colouring mode (one call per block),
+    :func:`ebms.samplers._discrete.all_site_logits`, ParallelTempering and GeometricPath.
+    Without it: ``B*N*K`` energy rows, chunked.
+    """
+
+    def all_conditional_logits(self, x: Tensor) -> Tensor: ...
+
+
+@runtime_checkable
+class SupportsBlocks(Protocol):
+    """A partition of the sites into blocks with no interaction inside a block.
+
+    ``blocks() -> sequence of LongTensor``: flat site indices of each block (e.g. the two colours
+    of a checkerboard lattice); every site in exactly one block.
+
+    Used by :class:`~ebms.samplers.BlockGibbs` built without ``blocks=`` (colouring mode),
+    :func:`~ebms.samplers.model_samples`, and carried by ParallelTempering and GeometricPath.
+    """
+
+    def blocks(self) -> Sequence[Tensor]: ...
+
+
+@runtime_checkable
+class SupportsBipartiteSampling(Protocol):
+    r"""A latent-variable model whose layers are conditionally independent given each other (RBMs).
+
+    ``sample_hidden(v: (B, *event), generator=None) -> h: (B, H)`` draws :math:`h \sim p(h \mid v)`;
+    ``sample_visible(h: (B, H), generator=None) -> v: (B, *event)`` draws :math:`v \sim p(v \mid h)`.
+    The energy is the free energy of ``v``.
+
+    Used by :class:`~ebms.samplers.BlockGibbs` (bipartite mode: one sweep is ``h`` then ``v``),
+    :func:`~ebms.samplers.model_samples`; ParallelTempering refuses block Gibbs on such a model
+    (the layer draws cannot be tempered).
+    """
+
+    def sample_hidden(self, v: Tensor, generator: torch.Generator | None = None) -> Tensor: ...
+
+    def sample_visible(self, h: Tensor, generator: torch.Generator | None = None) -> Tensor: ...
+
+
+@runtime_checkable
+class SupportsLogPartition(Protocol):
+    r"""An exact log normalising constant.
+
+    ``log_partition() -> float`` (or a 0-d tensor, kept differentiable where the model is):
+    :math:`\log Z = \log \sum_x e^{-E(x)}` (an integral for continuous ``x``). May raise
+    ``ValueError`` when the exact sum is too large (an RBM with both layers wide).
+
+    Used by :class:`~ebms.estimators.GeometricPath` (``log Z_0`` of the base), the RBM estimator
+    and the command line's evaluation (exact log Z beside AIS), :meth:`RBMBase.log_prob`.
+    """
+
+    def log_partition(self) -> float | Tensor: ...
+
+
+# -- normalised models (optional members of ebms.distributions.NormalisedModel) ----------------
+@runtime_checkable
+class SupportsLogProb(Protocol):
+    """A (normalised) log-density or log-mass: ``log_prob(x) -> (B,)``.
+
+    The half of :class:`ebms.distributions.NormalisedModel` that does not sample. Used by
+    :class:`~ebms.energy.Residual` (its base model), :func:`~ebms.estimators.true_log_likelihood`
+    (a toy data set's density).
+    """
+
+    def log_prob(self, x: Any) -> Tensor: ...
+
+
+@runtime_checkable
+class SupportsLogProbGrad(Protocol):
+    """A model that gives ``log q(x)`` ``(B,)`` and its input gradient ``(B, *event)`` in one call.
+
+    Used by :class:`~ebms.estimators.GeometricPath` (the base term of the annealed energies'
+    gradient; autograd otherwise).
+    """
+
+    def log_prob_and_grad(self, x: Tensor) -> tuple[Tensor, Tensor]: ...
+
+
+@runtime_checkable
+class SupportsSiteLogits(Protocol):
+    """A factorised discrete model that lists its per-site category log-probabilities ``(N, K)``.
+
+    ``site_logits() -> (N, K)``. Used by :class:`~ebms.estimators.GeometricPath` to mix the base
+    into the target's closed-form conditionals.
+    """
+
+    def site_logits(self) -> Tensor: ...
+
+
+# -- annealed importance sampling ----------------------------------------------------------------
+@runtime_checkable
+class AnnealingPath(Protocol):
+    r"""A path of unnormalised densities :math:`f_\beta`, :math:`\beta \in [0, 1]`, for AIS.
+
+    * ``sample_base(n, generator=None) -> (n, *event)``: exact draws from :math:`p_0 = f_0 / Z_0`;
+    * ``base_log_partition``: :math:`\log Z_0`, a number (or a method returning one);
+    * ``log_density(x: (B, *event), beta) -> (B,)``: :math:`\log f_\beta(x)`, with :math:`f_1 = e^{-E}`;
+    * ``transition(x, beta, generator=None) -> x``: a Markov step leaving :math:`f_\beta` invariant.
+
+    Optional: :class:`SupportsWeightIncrement`. Offered by :class:`~ebms.estimators.GeometricPath`
+    and :class:`~ebms.models.BernoulliRBMAISPath`; used by :func:`~ebms.estimators.ais`,
+    :func:`~ebms.estimators.reverse_ais`, :func:`~ebms.estimators.ais_bracket`.
+    """
+
+    @property
+    def base_log_partition(self) -> float | Callable[[], float]: ...
+
+    def sample_base(self, n: int, generator: torch.Generator | None = None) -> Tensor: ...
+
+    def log_density(self, x: Tensor, beta: float) -> Tensor: ...
+
+    def transition(self, x: Tensor, beta: float, generator: torch.Generator | None = None) -> Tensor: ...
+
+
+@runtime_checkable
+class SupportsWeightIncrement(Protocol):
+    r"""The AIS weight increment in one call (cheaper and more accurate than two densities).
+
+    ``log_weight_increment(x: (B, *event), beta_from, beta_to) -> (B,)`` =
+    :math:`\log f_{to}(x) - \log f_{from}(x)`. Used by :func:`~ebms.estimators.ais` and
+    :func:`~ebms.estimators.reverse_ais` when the path offers it.
+    """
+
+    def log_weight_increment(self, x: Tensor, beta_from: float, beta_to: float) -> Tensor: ...
+
+
+@runtime_checkable
+class SupportsAISPath(Protocol):
+    """A model that builds its own (faster) annealing path.
+
+    ``ais_path(...) -> AnnealingPath``; the arguments are the model's (a :class:`BernoulliRBM`
+    takes the base model's logits ``(D,)``). Used by the RBM estimator and the command line's
+    ``ebms eval --ais``; other energies get a :class:`~ebms.estimators.GeometricPath`.
+    """
+
+    def ais_path(self, *args: Any, **kwargs: Any) -> AnnealingPath: ...
+
+
+# -- resolution for per-step code ----------------------------------------------------------------
+_MISSING = object()
+_MEMBERS: dict[type, tuple[tuple[str, bool], ...]] = {}
+_BY_CLASS: dict[tuple[type, type], Any] = {}
+_BY_OBJECT: weakref.WeakKeyDictionary[Any, dict[type, bool]] = weakref.WeakKeyDictionary()
+
+
+def _members(protocol: type) -> tuple[tuple[str, bool], ...]:
+    """``(name, is_method)`` of each member a protocol declares (its own and its protocol bases')."""
+    found = _MEMBERS.get(protocol)
+    if found is None:
+        names: dict[str, bool] = {}
+        for base in reversed(protocol.__mro__):
+            if base in (object, Protocol) or not base.__dict__.get("_is_protocol", False):
+                continue
+            for name in base.__dict__.get("__annotations__", {}):
+                names[name] = False
+            for name, value in base.__dict__.items():
+                if not name.startswith("_"):
+                    names[name] = callable(value)
+        found = _MEMBERS[protocol] = tuple(names.items())
+    return found
+
+
+def _lookup(cls: type, name: str) -> Any:
+    """``name`` as the class defines it (first in its MRO), or ``_MISSING``."""
+    return next((c.__dict__[name] for c in cls.__mro__ if name in c.__dict__), _MISSING)
+
+
+def _class_offers(cls: type, protocol: type) -> bool:
+    """Whether the class itself defines every member (methods not set to ``None``)."""
+    for name, is_method in _members(protocol):
+        value = _lookup(cls, name)
+        if value is _MISSING or (is_method and value is None):
+            return False
+    return True
+
+
+def _by_class(cls: type, protocol: type) -> bool | None:
+    """The answer for every instance of ``cls``, or ``None`` when it depends on the instance.
+
+    The class decides when it defines every member, or when its instances can hold nothing it
+    does not define (``__slots__`` without ``__dict__``, and no ``__getattr__``).
+    """
+    if _class_offers(cls, protocol):
+        return True
+    if cls.__dictoffset__ == 0 and _lookup(cls, "__getattr__") is _MISSING:
+        return False
+    return None
+
+
+def supports(obj: object, protocol: Callable[..., T]) -> TypeGuard[T]:
+    """``isinstance(obj, protocol)``, resolved once per class or object: cheap enough for per-step code.
+
+    When the class decides (it defines every member, or its instances have ``__slots__`` only),
+    the answer is remembered for the class; otherwise (members set on the instance, or missing)
+    it is computed with ``isinstance`` once and remembered for the object, weakly (objects that
+    cannot be weakly referenced or hashed are checked every time). Narrows ``obj`` to the
+    protocol for type checkers, like ``isinstance``.
+
+    Example:
+        >>> from ebms.capabilities import SupportsConditionalLogits, supports
+        >>> supports(lambda x: x.sum(-1), SupportsConditionalLogits)
+        False
+    """
+    proto: type = protocol  # type: ignore[assignment]
+    key = (type(obj), proto)
+    by_class = _BY_CLASS.get(key, _MISSING)
+    if by_class is _MISSING:
+        by_class = _BY_CLASS[key] = _by_class(type(obj), proto)
+    if by_class is not None:
+        return by_class
+    try:
+        memo = _BY_OBJECT.get(obj)
+        if memo is None:
+            memo = _BY_OBJECT[obj] = {}
+    except TypeError:  # not weakly referenceable, or unhashable
+        return isinstance(obj, proto)
+    found = memo.get(proto)
+    if found is None:
+        found = memo[proto] = isinstance(obj, proto)
+    return found
