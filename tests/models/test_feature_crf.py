@@ -254,3 +254,86 @@ def test_fit_on_an_encoded_corpus_equals_the_fit_on_padded_tensors(method):
     torch.testing.assert_close(fits[0][1], fits[1][1], rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError, match=r"weights, lengths: expected None with an EncodedCorpus"):
         fit_feature_crf(FeatureCRF(len(vocab), C), flat, w, None, tags, progress=False)
+
+
+# -- the objective and the driver -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_the_objective_is_the_same_loss_on_the_whole_corpus_and_on_any_batch_of_it(masked):
+    from ebms.objectives.feature_crf import FeatureCRFLikelihood
+
+    ids, w, lengths, tags = _data(seed=5, n=7)
+    kw = {}
+    if masked:
+        kw = {"observed": observed_pairs(ids, tags, lengths, A, C), "observed_transitions": observed_transitions(tags, lengths, C)}
+    m = _random_model(seed=6, **kw)
+    params = (m.state_values, m.transition_values)
+    l2 = 0.3
+    ref = -m(ids, w, lengths).log_prob(tags).sum() + l2 * sum((p * p).sum() for p in params)
+    g_ref = torch.autograd.grad(ref, params)
+    for reduction, scale in (("sum", 1.0), ("mean", 7.0)):
+        obj = FeatureCRFLikelihood.from_padded(ids, w, lengths, tags, n_attributes=A, l2=l2 / scale,
+                                               reduction=reduction, bucket_size=3)
+        full = obj(m, torch.randperm(7, generator=torch.Generator().manual_seed(0)))  # any order: cached CSR pass
+        assert obj.corpus is not None
+        torch.testing.assert_close(full.loss * scale, ref)
+        torch.testing.assert_close([g * scale for g in torch.autograd.grad(full.loss, params)], list(g_ref))
+        half = obj(m, (torch.tensor([0, 2, 4]), None))  # a tuple batch: its first element holds the ids
+        nll3 = -m(ids[[0, 2, 4]], w[[0, 2, 4]], lengths[[0, 2, 4]]).log_prob(tags[[0, 2, 4]]).sum().detach()
+        want = (nll3 if reduction == "sum" else nll3 / 3) + l2 / scale * sum((p * p).sum() for p in params)
+        torch.testing.assert_close(half.loss, want)
+        assert half.metrics["nll"] == pytest.approx(float(nll3) / 3)
+        assert half.metrics["nll_token"] == pytest.approx(float(nll3) / float(lengths[[0, 2, 4]].sum()))
+
+
+def test_the_objective_names_bad_arguments():
+    from ebms.objectives.feature_crf import FeatureCRFLikelihood
+
+    ids, w, lengths, tags = _data()
+    with pytest.raises(ValueError, match=r"reduction: expected 'mean' or 'sum'; got 'max'"):
+        FeatureCRFLikelihood.from_padded(ids, w, lengths, tags, n_attributes=A, reduction="max")
+    with pytest.raises(ValueError, match=r"tags: expected shape \(4, >= 4\); got \(4, 2\)"):
+        FeatureCRFLikelihood.from_padded(ids, w, lengths, tags[:, :2], n_attributes=A)
+    with pytest.raises(ValueError, match=r"l2: expected a finite number >= 0"):
+        FeatureCRFLikelihood.from_padded(ids, w, lengths, tags, n_attributes=A, l2=-1.0)
+    obj = FeatureCRFLikelihood.from_padded(ids, w, lengths, tags, n_attributes=A)
+    with pytest.raises(ValueError, match=r"batch: expected sentence ids, a non-empty 1-d long tensor"):
+        obj(FeatureCRF(A, C), torch.tensor([0.0, 1.0]))
+
+
+def test_fit_feature_crf_runs_the_trainer_in_memory_and_writes_nothing(tmp_path, monkeypatch):
+    from ebms.train import Trainer
+
+    monkeypatch.chdir(tmp_path)
+    made = []
+    real_init = Trainer.__init__
+
+    def spy(self, *args, **kw):
+        made.append(kw)
+        real_init(self, *args, **kw)
+
+    monkeypatch.setattr(Trainer, "__init__", spy)
+    ids, w, lengths, tags = _data(seed=8, n=6)
+    state = torch.random.get_rng_state()
+    for method in ("lbfgs", "adam"):
+        fit_feature_crf(FeatureCRF(A, C), ids, w, lengths, tags, method=method, max_iterations=3, batch_size=2,
+                        progress=False, generator=torch.Generator().manual_seed(0))
+    assert [kw["run_dir"] for kw in made] == [None, None] and [kw["batch_size"] for kw in made] == [6, None]
+    assert torch.equal(torch.random.get_rng_state(), state)  # the caller's global RNG is left alone
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_minibatch_epochs_log_the_size_weighted_mean_objective():
+    from ebms.objectives.feature_crf import FeatureCRFLikelihood
+
+    ids, w, lengths, tags = _data(seed=8, n=6)
+    m = FeatureCRF(A, C)
+    losses = []
+    res = fit_feature_crf(m, ids, w, lengths, tags, method="sgd", c2=0.2, lr=0.0, max_iterations=2, batch_size=4,
+                          progress=False, callback=lambda e: losses.append(e["loss"]))
+    # lr = 0: the weights stay at 0, so each epoch's mean is the objective of the whole set at w = 0
+    obj = FeatureCRFLikelihood.from_padded(ids, w, lengths, tags, n_attributes=A, l2=0.2 / 6)
+    want = float(obj(m, torch.arange(6)).loss.detach())
+    assert losses == pytest.approx([want, want], rel=1e-12) and res.loss == pytest.approx(want, rel=1e-12)
+    assert res.iterations == 2 and res.stop_reason == "max_iterations" and len(res.log) == 2

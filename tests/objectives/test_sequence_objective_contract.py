@@ -10,6 +10,7 @@ need (``log_prob`` / ``score``), not only CRFs: checked with a non-CRF model at 
 
 from __future__ import annotations
 
+import copy
 import inspect
 import math
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from torch import Tensor, nn
 
 import ebms.objectives as objectives_pkg
 from ebms._numerics import softplus
+from ebms.models import BernoulliRBM, FeatureCRF
 from ebms.models.crf_tagger import NeuralCRFTagger
 from ebms.models.crf_transducer import CRFTransducer
 from ebms.models.rnnt_aligned import AlignedRNNT
@@ -29,7 +31,9 @@ from ebms.objectives import (
     ConditionalML,
     ConditionalNCE,
     CTCObjective,
+    FeatureCRFLikelihood,
     LossOutput,
+    RBMContrastiveDivergence,
     TagBigramNoise,
     TransducerML,
 )
@@ -72,7 +76,24 @@ def _ctc_crf() -> CTCObjective:
     return CTCObjective(DenominatorGraph.from_ngram(LabelNGram.fit([[1, 2, 3], [2, 2], [3, 1]], 4, 2)), ctc_weight=0.1)
 
 
-Case = Callable[[], tuple[nn.Module, nn.Module, tuple[Tensor, ...]]]
+def _feature_crf() -> tuple[nn.Module, nn.Module, tuple[Tensor, ...]]:
+    """A feature CRF over 6 sentences of 2 random attributes per position (ids into 7 attributes)."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 7, (B, T, 2), generator=g)
+    values = torch.rand(B, T, 2, generator=g, dtype=torch.float64)
+    tags, lengths = _tagging()[1:]
+    objective = FeatureCRFLikelihood.from_padded(ids, values, lengths, tags, n_attributes=7, l2=0.01)
+    torch.manual_seed(0)
+    return objective, FeatureCRF(7, C).double(), (torch.arange(B),)
+
+
+def _rbm(*, persistent: bool) -> tuple[nn.Module, nn.Module, Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return (RBMContrastiveDivergence(persistent=persistent), BernoulliRBM(6, 3, generator=g),
+            torch.bernoulli(torch.full((B, 6), 0.3), generator=g))
+
+
+Case = Callable[[], tuple[nn.Module, nn.Module, Any]]
 
 #: name -> () -> (objective, model, training data)
 CASES: dict[str, Case] = {
@@ -85,6 +106,9 @@ CASES: dict[str, Case] = {
                                                                   label_hidden=3), _tagging()),
     "CTCObjective": lambda: (CTCObjective(), _Frames(), _speech()),
     "CTCObjective-crf": lambda: (_ctc_crf(), _Frames(), _speech()),
+    "FeatureCRFLikelihood": lambda: _feature_crf(),
+    "RBMContrastiveDivergence": lambda: _rbm(persistent=False),
+    "RBMContrastiveDivergence-pcd": lambda: _rbm(persistent=True),
 }
 
 
@@ -104,11 +128,18 @@ def test_signature_and_output_follow_the_contract(name):
     params = inspect.signature(objective.forward).parameters
     assert list(params)[:2] == ["model", "batch"]
     assert params["generator"].kind is inspect.Parameter.KEYWORD_ONLY
+    twin = copy.deepcopy(objective)  # stateful objectives (PCD chains) repeat from the same state
     out = objective(model, data, generator=torch.Generator().manual_seed(0))
-    assert isinstance(out, LossOutput) and out.negatives is None
-    assert out.loss.dim() == 0 and out.loss.requires_grad and bool(torch.isfinite(out.loss))
+    assert isinstance(out, LossOutput) and out.loss.dim() == 0 and bool(torch.isfinite(out.loss))
+    if getattr(type(objective), "sets_gradients", False):  # analytic gradients written into .grad
+        assert all(p.grad is not None and bool(torch.isfinite(p.grad).all()) for p in model.parameters())
+        assert not out.loss.requires_grad and out.negatives is not None
+        for p in model.parameters():
+            p.grad = None
+    else:
+        assert out.loss.requires_grad and out.negatives is None
     assert out.metrics and all(isinstance(v, float) for v in out.metrics.values())
-    again = objective(model, data, generator=torch.Generator().manual_seed(0))
+    again = twin(model, data, generator=torch.Generator().manual_seed(0))
     assert torch.equal(out.loss, again.loss) and out.metrics == again.metrics
 
 

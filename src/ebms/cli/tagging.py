@@ -64,6 +64,7 @@ from ebms.data.vocab import WordVocabulary
 from ebms.metrics.chunking import conlleval
 from ebms.models.crf_tagger import NeuralCRFTagger
 from ebms.objectives import ConditionalML, ConditionalNCE, LossOutput, TagBigramNoise, scalar_metrics
+from ebms.objectives.feature_crf import FeatureCRFLikelihood
 from ebms.structured.features import EncodedCorpus
 from ebms.structured.linear_chain import bio_allowed_transitions
 
@@ -298,6 +299,10 @@ class TaggingTask(StructuredTask[TaggingSettings]):
             inner = ConditionalML(l2=self.settings(cfg).c2 / data.size, chunk_size=chunk)
         if cfg.model.kind != "feature-crf":
             return inner
+        if cfg.objective.kind == "crf":  # the library's feature-CRF likelihood (full batch: cached CSR pass)
+            return FeatureCRFLikelihood.from_corpus(data.info["corpus"], data.train[1],
+                                                    n_attributes=data.info["n_attributes"],
+                                                    l2=self.settings(cfg).c2 / data.size, bucket_size=FULL_BATCH_CHUNK)
         return _FeatureRows(data.info["corpus"], data.train[1], inner, full_batch_ml=cfg.objective.kind == "crf",
                             l2=self.settings(cfg).c2 / data.size, n_attributes=data.info["n_attributes"])
 

@@ -7,9 +7,12 @@
   Boltzmann machines as free energies of the visible units, with layer conditionals (block
   Gibbs), exact log Z over the smaller layer and the Salakhutdinov–Murray AIS path.
 * :class:`RBMEstimator` — a scikit-learn-style RBM (``fit``/``transform``/``score_samples`` with
-  real log-likelihoods), trained by fast analytic CD-k / PCD (:func:`cd_update`).
+  real log-likelihoods), trained by fast analytic CD-k / PCD: the objective
+  :class:`ebms.objectives.rbm_cd.RBMContrastiveDivergence` with ``torch.optim.SGD`` in an in-memory
+  :class:`ebms.train.Trainer`; :func:`cd_update` is the same update as one call.
 * :class:`FeatureCRF` / :func:`fit_feature_crf` — the CRFsuite-style feature CRF tagger, trained by
-  L-BFGS / OWL-QN (L1 + L2) or SGD/Adam.
+  L-BFGS / OWL-QN (L1 + L2) or SGD/Adam: the objective
+  :class:`ebms.objectives.feature_crf.FeatureCRFLikelihood` in an in-memory trainer.
 * :class:`NeuralCRFTagger` — a BiLSTM/CNN encoder with a CRF output layer (BIO-constrained decoding).
 * :class:`CRFTransducer` and its locally normalised baseline :class:`AlignedRNNT` — tagging with
   the whole label history (beam search; beam search with early update).

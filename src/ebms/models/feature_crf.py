@@ -21,6 +21,11 @@ over the last ``period`` iterations below ``delta``, or ``max_iterations``. Mini
 ``"adam"`` minimise ``F / N`` by stochastic steps on ``mean_i -log p + (c2 / N) ||w||^2`` followed
 by the L1 proximal step ``w <- sign(w) max(|w| - lr c1 / N, 0)``.
 
+:func:`fit_feature_crf` is a thin driver: the loss is the objective
+:class:`ebms.objectives.feature_crf.FeatureCRFLikelihood` (the same one the command line trains),
+run by :class:`ebms.train.Trainer` in memory (no run folder); L-BFGS / OWL-QN take one trainer
+step per iteration through the trainer's closure path, SGD / Adam one step per minibatch.
+
 Cost: emissions by one ``embedding_bag`` over the tokens (``O(tokens * F * C)``), or in a
 full-batch pass one CSR product ``X @ W`` (gradient ``X^T G``), the forward-backward of
 :class:`ebms.structured.LinearChainCRF` on length-sorted buckets (``O(tokens * C^2)``), so padding
@@ -32,21 +37,27 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ebms._checks import check_bool_mask, check_int, check_positive, check_shape, check_tensor
+from ebms.objectives.feature_crf import (
+    BucketedCorpus,
+    FeatureCRFLikelihood,
+    attribute_emissions,
+    corpus_from_padded,
+)
 from ebms.structured.features import EncodedCorpus
 from ebms.structured.linear_chain import LinearChainCRF
+from ebms.train import Callback, DistributedContext, Trainer
 from ebms.train.owlqn import OWLQN
 
-__all__ = ["BucketedCorpus", "FeatureCRF", "FitResult", "fit_feature_crf"]
+# BucketedCorpus and corpus_from_padded live in ebms.objectives.feature_crf (re-exported here)
+__all__ = ["BucketedCorpus", "FeatureCRF", "FitResult", "corpus_from_padded", "fit_feature_crf"]
 
 
 class FeatureCRF(nn.Module):
@@ -146,7 +157,7 @@ class FeatureCRF(nn.Module):
 
     def emissions(self, ids: Tensor, weights: Tensor) -> Tensor:
         """Node potentials ``(..., C)`` of tokens ``ids, weights (..., F)`` (no input checks)."""
-        return _emit(self.effective_weights()[0], ids, weights)
+        return attribute_emissions(self.effective_weights()[0], ids, weights)
 
     def forward(self, ids: Tensor, weights: Tensor, lengths: Tensor) -> LinearChainCRF:
         """Distribution over tags of ``ids, weights (B, T, F)`` with ``lengths (B,)``."""
@@ -173,16 +184,19 @@ def _dense_checkpoint_to_compact(module: nn.Module, state_dict: dict[str, Any], 
                                  *args: Any) -> None:
     """Read checkpoints written before the compact layout: dense ``state_weights (A, C)`` and
     ``transitions (C, C)`` become the observed values (the masks come with the checkpoint)."""
-    for dense_key, values_key, mask_key in (("state_weights", "state_values", "state_mask"),
-                                            ("transitions", "transition_values", "transition_mask")):
+    assert isinstance(module, FeatureCRF)
+    for dense_key, values_key, mask_key, own_mask in (
+            ("state_weights", "state_values", "state_mask", module.state_mask),
+            ("transitions", "transition_values", "transition_mask", module.transition_mask)):
         dense = state_dict.get(prefix + dense_key)
         if dense is None or prefix + values_key in state_dict:
             continue
-        mask = state_dict.get(prefix + mask_key, getattr(module, mask_key))
+        mask = state_dict.get(prefix + mask_key, own_mask)
         flat = state_dict.pop(prefix + dense_key).reshape(-1)
         if mask is not None and mask.numel() == flat.numel():
             flat = flat[mask.reshape(-1).nonzero().squeeze(1)]
         state_dict[prefix + values_key] = flat
+
 
 
 @dataclass
@@ -210,111 +224,104 @@ class FitResult:
     log: list[dict[str, float]] = field(default_factory=list)
 
 
-def _emit(w: Tensor, ids: Tensor, weights: Tensor) -> Tensor:
-    """``sum_f weights[..., f] * w[ids[..., f]]``: ``(..., C)``."""
-    flat = ids.reshape(-1, ids.shape[-1])
-    em = F.embedding_bag(flat, w, per_sample_weights=weights.reshape(flat.shape).to(w.dtype),
-                         mode="sum")
-    return em.view(*ids.shape[:-1], w.shape[1])
+class _Log:
+    """The per-iteration log of a fit: clocks, active features, the user's callback."""
+
+    def __init__(self, params: list[Tensor], callback: Callable[[dict[str, float]], None] | None) -> None:
+        self.params, self.callback = params, callback
+        self.entries: list[dict[str, float]] = []
+        self.t0, self.c0 = time.perf_counter(), time.process_time()
+
+    def record(self, entry: dict[str, float]) -> None:
+        if "active_features" not in entry:
+            entry["active_features"] = float(sum(int((p != 0).sum()) for p in self.params))
+        entry["seconds"] = time.perf_counter() - self.t0
+        entry["cpu_seconds"] = time.process_time() - self.c0
+        self.entries.append(entry)
+        if self.callback is not None:
+            self.callback(entry)
+
+    def result(self, loss: float, reason: str, evaluations: int = 0, iterations: int | None = None) -> FitResult:
+        return FitResult(len(self.entries) if iterations is None else iterations, loss, reason,
+                         time.perf_counter() - self.t0, evaluations, time.process_time() - self.c0, self.entries)
 
 
-def _buckets(lengths: Tensor, size: int) -> list[Tensor]:
-    order = torch.argsort(lengths, stable=True)
-    return list(order.split(size))
+class _QuasiNewtonLog(Callback):
+    """After each OWL-QN iteration: log it and apply liblbfgs' stopping rules (module docstring)."""
+
+    def __init__(self, log: _Log, *, epsilon: float, period: int, delta: float) -> None:
+        self.log, self.epsilon, self.period, self.delta = log, epsilon, period, delta
+        self.losses: list[float] = []  # F before the first iteration, then after each one
+        self.evaluations, self.reason, self.final = 0, "max_iterations", math.nan
+
+    def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, float]) -> None:
+        assert isinstance(trainer.optimizer, OWLQN)
+        info: dict[str, Any] = trainer.optimizer.info
+        if step == 1:
+            self.losses.append(float(info.get("start_loss", math.nan)))
+        self.evaluations += int(info["evaluations"])
+        self.final = float(info["loss"])
+        if info["linesearch_failed"]:  # the trainer stops after this step itself
+            self.reason = "linesearch"
+            return
+        f = float(info["loss"])
+        self.losses.append(f)
+        params = self.log.params
+        self.log.record({"iteration": float(step), "loss": info["loss"], "grad_norm": info["grad_norm"],
+                         "param_norm": info["param_norm"], "step": info["step"],
+                         "evaluations": float(info["evaluations"]),
+                         "active_features": float(sum(int((p != 0).sum()) for p in params))})
+        if info["grad_norm"] / max(1.0, info["param_norm"]) <= self.epsilon:
+            self.reason = "epsilon"
+        elif self.period and step >= self.period and (self.losses[step - self.period] - f) / f < self.delta:
+            self.reason = "delta"
+        else:
+            return
+        trainer.request_stop(f"converged ({self.reason})")
 
 
-class _SparseEmit(torch.autograd.Function):
-    """Bucket emissions ``X @ W`` for a fixed CSR design matrix ``X (rows, A)``, returned as one
-    ``(n, t, C)`` tensor per bucket ``(n, t)``; backward ``X^T @ G`` with ``X^T`` in CSR too."""
+class _Minibatches:
+    """Data stream of a SGD/Adam fit: length-sorted buckets of sentence ids, in a new random order
+    (from ``generator``; ``None``: torch's global RNG) every epoch. Called as ``(None, g)``."""
 
-    @staticmethod
-    def forward(ctx, w: Tensor, x: Tensor, xt: Tensor,  # type: ignore[override]
-                shapes: list[tuple[int, int]]) -> tuple[Tensor, ...]:
-        ctx.xt, ctx.shapes = xt, shapes
-        em = x @ w
-        parts = em.split([n * t for n, t in shapes])
-        return tuple(p.view(n, t, -1) for p, (n, t) in zip(parts, shapes))
+    def __init__(self, buckets: list[Tensor], generator: torch.Generator | None) -> None:
+        self.buckets, self.generator = buckets, generator
+        self.order: list[int] = []
+        self.size = 0  # sentences in the batch handed out last
 
-    @staticmethod
-    def backward(ctx, *grads: Tensor):  # type: ignore[override]
-        g = torch.cat([gi.reshape(n * t, -1) for gi, (n, t) in zip(grads, ctx.shapes)])
-        return ctx.xt @ g, None, None, None
-
-
-class BucketedCorpus:
-    """A training set laid out for full-batch passes: sentences sorted by length and cut into
-    buckets, each bucket padded to its own longest sentence; one CSR matrix ``X`` holds the
-    attribute values of every (bucket row, position), so ``X @ W`` gives every bucket's
-    emissions as contiguous slices (padding rows are empty).
-
-    ``rows(b) -> (ids, values)`` gives the padded ``(n, >= t, F)`` attributes of the sentences
-    ``b`` (a slice of padded tensors, or :meth:`~ebms.structured.features.EncodedCorpus.padded`),
-    so the corpus is never padded to its longest sentence as a whole. Memory: ``X`` and ``X^T``,
-    ``2 (16 M + 8 R)`` bytes for ``M`` attribute values on ``R`` bucket rows.
-    """
-
-    def __init__(self, rows: Callable[[Tensor], tuple[Tensor, Tensor]], lengths: Tensor, tags: Tensor,
-                 n_attributes: int, bucket_size: int, dtype: torch.dtype) -> None:
-        r_parts, c_parts, v_parts = [], [], []
-        self.buckets: list[tuple[int, int, int, Tensor, Tensor]] = []
-        start = 0
-        for b in _buckets(lengths, bucket_size):
-            ln = lengths[b]
-            n, t = len(b), int(ln.max())
-            bi, bw = rows(b)
-            bi, bw = bi[:, :t], bw[:, :t].to(dtype)  # (n, t, F)
-            keep = (bi > 0) & (bw != 0) & (torch.arange(t)[:, None] < ln[:, None, None])
-            r = start + torch.arange(n * t).view(n, t, 1).expand_as(bi)
-            r_parts.append(r[keep])
-            c_parts.append(bi[keep])
-            v_parts.append(bw[keep])
-            self.buckets.append((start, n, t, ln, tags[b, :t]))
-            start += n * t
-        r, c, v = torch.cat(r_parts), torch.cat(c_parts), torch.cat(v_parts)
-        del r_parts, c_parts, v_parts
-        with warnings.catch_warnings():  # CSR support is labelled beta; the ops used are stable
-            warnings.simplefilter("ignore", UserWarning)
-            self.x = _csr(r, c, v, (start, n_attributes))
-            self.xt = _csr(c, r, v, (n_attributes, start))
-
-    def nll(self, w: Tensor, a: Tensor) -> Tensor:
-        """``sum_i -log p(y_i | x_i)`` with state weights ``w (A, C)``, transitions ``a (C, C)``."""
-        shapes = [(n, t) for _, n, t, _, _ in self.buckets]
-        ems = _SparseEmit.apply(w, self.x, self.xt, shapes)
-        total = w.new_zeros(())
-        for em_b, (_, _, _, ln, y) in zip(ems, self.buckets):
-            total = total - LinearChainCRF(em_b, a, ln).log_prob(y).sum()
-        return total
+    def __call__(self, batch_size: Any, g: torch.Generator) -> Tensor:
+        if not self.order:
+            self.order = torch.randperm(len(self.buckets), generator=self.generator).tolist()[::-1]
+        b = self.buckets[self.order.pop()]
+        self.size = len(b)
+        return b
 
 
-def _csr(rows: Tensor, cols: Tensor, values: Tensor, shape: tuple[int, int]) -> Tensor:
-    """CSR matrix of the entries ``(rows, cols, values)`` (repeated entries are summed)."""
-    coo = torch.sparse_coo_tensor(torch.stack([rows, cols]), values, shape, check_invariants=False)
-    return coo.coalesce().to_sparse_csr()
+class _L1Proximal(Callback):
+    """After each SGD/Adam step: ``w <- sign(w) max(|w| - strength, 0)`` (ISTA's step for an L1 term)."""
+
+    def __init__(self, params: list[Tensor], strength: float) -> None:
+        self.params, self.strength = params, strength
+
+    def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, float]) -> None:
+        with torch.no_grad():
+            for p in self.params:
+                p.copy_(p.sign() * (p.abs() - self.strength).clamp_min(0))
 
 
-def corpus_from_padded(ids: Tensor, weights: Tensor, lengths: Tensor, tags: Tensor, n_attributes: int,
-                       bucket_size: int, dtype: torch.dtype) -> BucketedCorpus:
-    """The full-batch corpus of padded ``ids, weights (N, T, F)``."""
-    return BucketedCorpus(lambda b: (ids[b], weights[b]), lengths, tags, n_attributes, bucket_size, dtype)
+class _EpochLog(Callback):
+    """Logs the size-weighted mean minibatch objective of every epoch."""
 
+    def __init__(self, log: _Log, stream: _Minibatches, *, n: int, per_epoch: int) -> None:
+        self.log, self.stream, self.n, self.per_epoch = log, stream, n, per_epoch
+        self.loss_sum, self.last = 0.0, 0.0
 
-def _nll(model: FeatureCRF, rows: Callable[[Tensor], tuple[Tensor, Tensor]], lengths: Tensor,
-         tags: Tensor, buckets: list[Tensor]) -> Tensor:
-    """``sum_i -log p(y_i | x_i)`` over the sentences in ``buckets``."""
-    w, a = model.effective_weights()
-    total = w.new_zeros(())
-    for b in buckets:
-        ln = lengths[b]
-        t = int(ln.max())
-        ids, weights = rows(b)
-        crf = LinearChainCRF(_emit(w, ids[:, :t], weights[:, :t]), a, ln)
-        total = total - crf.log_prob(tags[b, :t]).sum()
-    return total
-
-
-def _l2(model: FeatureCRF) -> Tensor:
-    return (model.state_values ** 2).sum() + (model.transition_values ** 2).sum()
+    def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, float]) -> None:
+        self.loss_sum += metrics["loss"] * self.stream.size
+        if step % self.per_epoch == 0:
+            self.last = self.loss_sum / self.n
+            self.log.record({"iteration": float(step // self.per_epoch), "loss": self.last})
+            self.loss_sum = 0.0
 
 
 def fit_feature_crf(model: FeatureCRF, ids: Tensor | EncodedCorpus, weights: Tensor | None,
@@ -331,6 +338,12 @@ def fit_feature_crf(model: FeatureCRF, ids: Tensor | EncodedCorpus, weights: Ten
     ``weights`` and ``lengths`` ``None``: every pass then pads one bucket at a time, so a corpus
     with a few very long sentences (CoNLL-2002 Spanish: 1,238 tokens) never costs ``N T F``.
 
+    The loss is :class:`~ebms.objectives.feature_crf.FeatureCRFLikelihood` (``reduction="sum"``,
+    ``l2=c2`` for L-BFGS; ``"mean"``, ``l2=c2/N`` for SGD/Adam), run by an in-memory
+    :class:`~ebms.train.Trainer` (no files, no divergence guard): with ``"lbfgs"`` one trainer step
+    per OWL-QN iteration over the whole set, else one step per minibatch (an L1 term is then the
+    proximal step of the module docstring, after each step).
+
     Args:
         method: ``"lbfgs"`` (full batch; OWL-QN when ``c1 > 0``), ``"sgd"`` or ``"adam"``.
         c1, c2: L1 and squared-L2 coefficients of the objective (module docstring).
@@ -339,12 +352,10 @@ def fit_feature_crf(model: FeatureCRF, ids: Tensor | EncodedCorpus, weights: Ten
         history: L-BFGS memory ``m``.
         lr, batch_size: step size and sentences per minibatch (SGD/Adam).
         bucket_size: sentences per length-sorted bucket in a full-batch pass.
-        progress: show a tqdm bar.
+        progress: show the trainer's tqdm bar (one tick per trainer step).
         callback: called with each iteration's log dict.
         generator: shuffles the minibatch order (SGD/Adam).
     """
-    from tqdm.auto import tqdm
-
     if method not in ("lbfgs", "sgd", "adam"):
         raise ValueError(f"method: expected 'lbfgs', 'sgd' or 'adam'; got {method!r}")
     rows: Callable[[Tensor], tuple[Tensor, Tensor]]
@@ -379,89 +390,24 @@ def fit_feature_crf(model: FeatureCRF, ids: Tensor | EncodedCorpus, weights: Ten
     check_int(batch_size, "batch_size", minimum=1)
     n = int(lengths.shape[0])
     params: list[Tensor] = [model.state_values, model.transition_values]
-    log: list[dict[str, float]] = []
-    bar = tqdm(total=max_iterations, desc=f"feature-crf {method}", disable=not progress,
-               dynamic_ncols=True)
-    t0, c0 = time.perf_counter(), time.process_time()
+    log = _Log(params, callback)
+    common: dict[str, Any] = dict(run_dir=None, guard=None, progress=progress, log_every=1,
+                                  device=model.state_values.device, distributed=DistributedContext())
+    if method == "lbfgs":
+        objective = FeatureCRFLikelihood(rows, lengths, tags, model.n_attributes, l2=c2, reduction="sum",
+                                         bucket_size=bucket_size)
+        monitor = _QuasiNewtonLog(log, epsilon=epsilon, period=period, delta=delta)
+        Trainer(objective, model, torch.arange(n), optimizer=lambda groups: OWLQN(groups, l1=c1, history=history),
+                steps=max_iterations, batch_size=n, callbacks=[monitor], **common).fit()
+        return log.result(monitor.final, monitor.reason, monitor.evaluations)
+    objective = FeatureCRFLikelihood(rows, lengths, tags, model.n_attributes, l2=c2 / n, reduction="mean")
+    stream = _Minibatches(list(torch.argsort(lengths, stable=True).split(batch_size)), generator)
+    epochs = _EpochLog(log, stream, n=n, per_epoch=len(stream.buckets))
+    callbacks: list[Callback] = ([_L1Proximal(params, lr * c1 / n)] if c1 else []) + [epochs]
 
-    def record(entry: dict[str, float]) -> None:
-        if "active_features" not in entry:
-            entry["active_features"] = float(sum(int((p != 0).sum()) for p in params))
-        entry["seconds"] = time.perf_counter() - t0
-        entry["cpu_seconds"] = time.process_time() - c0
-        log.append(entry)
-        bar.update(1)
-        bar.set_postfix(loss=f"{entry['loss']:.4g}")
-        if callback is not None:
-            callback(entry)
+    def make(groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
+        return torch.optim.SGD(groups, lr=lr) if method == "sgd" else torch.optim.Adam(groups, lr=lr)
 
-    try:
-        if method == "lbfgs":
-            return _fit_lbfgs(model, BucketedCorpus(rows, lengths, tags, model.n_attributes, bucket_size,
-                                             model.state_values.dtype), params, record, log, (t0, c0),
-                              c1=c1, c2=c2, max_iterations=max_iterations, epsilon=epsilon,
-                              period=period, delta=delta, history=history, bucket_size=bucket_size)
-        buckets = _buckets(lengths, batch_size)
-        opt: torch.optim.Optimizer = (torch.optim.SGD(params, lr=lr) if method == "sgd"
-                                      else torch.optim.Adam(params, lr=lr))
-        loss_sum = 0.0
-        for epoch in range(max_iterations):
-            loss_sum = 0.0
-            for j in torch.randperm(len(buckets), generator=generator).tolist():
-                b = buckets[j]
-                opt.zero_grad()
-                loss = _nll(model, rows, lengths, tags, [b]) / len(b) + c2 / n * _l2(model)
-                loss.backward()
-                opt.step()
-                if c1:
-                    with torch.no_grad():
-                        for p in params:
-                            p.copy_(p.sign() * (p.abs() - lr * c1 / n).clamp_min(0))
-                loss_sum += float(loss.detach()) * len(b)
-            record({"iteration": float(epoch + 1), "loss": loss_sum / n})
-        return FitResult(max_iterations, loss_sum / n, "max_iterations",
-                         time.perf_counter() - t0, 0, time.process_time() - c0, log)
-    finally:
-        bar.close()
-
-
-def _fit_lbfgs(model: FeatureCRF, corpus: BucketedCorpus, params: list[Tensor], record: Callable[[dict[str, float]], None],
-               log: list[dict[str, float]], clocks: tuple[float, float], *, c1: float, c2: float,
-               max_iterations: int, epsilon: float, period: int, delta: float, history: int,
-               bucket_size: int) -> FitResult:
-    # The model's parameters are already compact (observed weights only): L-BFGS works on them.
-    opt = OWLQN(params, l1=c1, history=history)
-
-    def closure() -> Tensor:
-        opt.zero_grad()
-        loss = corpus.nll(*model.effective_weights())
-        if c2:
-            loss = loss + c2 * _l2(model)
-        loss.backward()
-        return loss
-
-    losses: list[float] = []
-    evaluations, reason = 0, "max_iterations"
-    for k in range(1, max_iterations + 1):
-        opt.step(closure)
-        info: dict[str, Any] = opt.info
-        if k == 1:
-            losses.append(float(info.get("start_loss", math.nan)))
-        evaluations += int(info["evaluations"])
-        if info["linesearch_failed"]:
-            reason = "linesearch"
-            break
-        losses.append(float(info["loss"]))
-        record({"iteration": float(k), "loss": info["loss"], "grad_norm": info["grad_norm"],
-                "param_norm": info["param_norm"], "step": info["step"],
-                "evaluations": float(info["evaluations"]),
-                "active_features": float(sum(int((p != 0).sum()) for p in params))})
-        f = info["loss"]
-        if info["grad_norm"] / max(1.0, info["param_norm"]) <= epsilon:
-            reason = "epsilon"
-            break
-        if period and k >= period and (losses[k - period] - f) / f < delta:
-            reason = "delta"
-            break
-    return FitResult(len(log), float(opt.info["loss"]), reason, time.perf_counter() - clocks[0],
-                     evaluations, time.process_time() - clocks[1], log)
+    Trainer(objective, model, stream, optimizer=make, steps=max_iterations * len(stream.buckets), batch_size=None,
+            callbacks=callbacks, **common).fit()
+    return log.result(epochs.last, "max_iterations", iterations=max_iterations)

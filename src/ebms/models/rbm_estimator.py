@@ -1,6 +1,7 @@
 r"""Fast CD-k / PCD training of RBMs and a scikit-learn-style estimator with real log-likelihoods.
 
-:func:`cd_update` is one contrastive-divergence step with analytic gradients (no autograd):
+Training is contrastive divergence with analytic gradients (no autograd), the objective
+:class:`ebms.objectives.rbm_cd.RBMContrastiveDivergence`:
 
 .. math::
     \theta \leftarrow \theta + \eta\Big(\tfrac1{B}\textstyle\sum_{b} \nabla_\theta\big(-F(v_b)\big)
@@ -9,15 +10,22 @@ r"""Fast CD-k / PCD training of RBMs and a scikit-learn-style estimator with rea
 where the positive phase uses the data ``v`` with hidden *probabilities*, and the negatives
 :math:`\tilde v` come from ``k`` block Gibbs sweeps started at the data (CD-k; Hinton, 2002) or at
 persistent chains carried between updates (PCD; Tieleman, 2008, "Training restricted Boltzmann
-machines using approximations to the likelihood gradient"). With ``momentum`` ``mu`` the step is
-taken through a velocity :math:`u \leftarrow \mu u + \eta g`. The learning rate multiplies the
+machines using approximations to the likelihood gradient"). The learning rate multiplies the
 batch-*mean* gradient, as in scikit-learn's ``BernoulliRBM`` (which runs PCD-1 with ``C = B`` chains
 that store hidden states, as ``persistent=True`` does here). Cost per update: ``2k + 1``
-``B x D x H`` products for the sampling plus two for the statistics; parameters change in place.
+``B x D x H`` products for the sampling plus two for the statistics (one fused product for float32
+CPU Bernoulli RBMs, :func:`rbm_products`); parameters change in place.
 
-:class:`RBMEstimator` wraps it: ``fit``, ``partial_fit``, ``transform``, ``gibbs``, and
-``score_samples`` returning true log-likelihoods ``-F(x) - log Z`` with ``log Z`` exact (smaller
-layer summed out) or estimated by AIS (:mod:`ebms.estimators.ais`).
+:class:`RBMEstimator` wraps it for scikit-learn: ``fit`` and ``partial_fit`` run the objective
+with ``torch.optim.SGD`` (momentum, weight decay on ``W`` only) in an in-memory
+:class:`ebms.train.Trainer`; ``transform``, ``gibbs``, and ``score_samples`` returning true
+log-likelihoods ``-F(x) - log Z`` with ``log Z`` exact (smaller layer summed out) or estimated by
+AIS (:mod:`ebms.estimators.ais`).
+
+:func:`cd_update` is the same update as one function call on a batch (same sampling and
+statistics code), with its own velocity :math:`u \leftarrow \mu u + \eta g`,
+:math:`\theta \leftarrow \theta + u`: equal to SGD's ``buf = mu buf + g``, ``theta -= eta buf`` for
+a constant ``eta``, and the right rule when ``eta`` changes between calls (a learning-rate curve).
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import copy
 import inspect
 import math
 import numbers
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,10 +48,12 @@ from ebms.estimators import Estimate
 from ebms.models._rbm_layers import MAX_EXACT_STATES, RBMBase, bernoulli
 from ebms.models.rbm import BernoulliRBM, GaussianBernoulliRBM, check_binary
 from ebms.nets import onednn_linear, onednn_pays, onednn_usable
+from ebms.objectives.rbm_cd import BlockProducts, ModelProducts, RBMContrastiveDivergence, negative_phase
+from ebms.train import Callback, DistributedContext, Trainer
 
 _ONEDNN = onednn_linear()
 
-__all__ = ["CDState", "RBMEstimator", "cd_update", "sklearn_expected_failed_checks"]
+__all__ = ["CDState", "RBMEstimator", "cd_update", "rbm_products", "sklearn_expected_failed_checks"]
 
 
 @dataclass
@@ -73,6 +84,11 @@ def cd_update(
 ) -> CDState:
     r"""One CD-k (or PCD-k) update of ``model`` on the batch ``v: (B, *event)``, in place.
 
+    The sampling and the statistics are :func:`ebms.objectives.rbm_cd.negative_phase` and the
+    model's :func:`rbm_products`, as in :class:`~ebms.objectives.rbm_cd.RBMContrastiveDivergence`;
+    the step is :math:`u \leftarrow \mu u + \eta g` (``g``: the batch-mean log-likelihood gradient
+    estimate minus ``weight_decay * W``), :math:`\theta \leftarrow \theta + u`.
+
     Args:
         model: an RBM (:class:`~ebms.models.rbm.BernoulliRBM`, Gaussian or categorical).
         v: data batch; not validated here (call ``model.check_input`` once on the data set).
@@ -100,36 +116,17 @@ def cd_update(
     elif mean_field and persistent:
         raise ValueError("mean_field: expected False (or None) with persistent=True: PCD chains must hold samples")
     state = state if state is not None else CDState()
-    g = generator
-    fast = _fast_products(model, v)
+    products = rbm_products(model, v)
+    phase = negative_phase(model, v, k=k, persistent=persistent, chain=state.chain, mean_field=mean_field,
+                           products=products, generator=generator)
+    ph_pos, v_neg, ph_neg = phase.ph_pos, phase.v_neg, phase.ph_neg
     with torch.no_grad():
-        hidden_probs = fast.hidden_probs if fast is not None else model.hidden_probs
-        visible_mean = fast.visible_mean if fast is not None else model.visible_mean
-        ph_pos = hidden_probs(v)
-        h = state.chain if persistent and state.chain is not None else bernoulli(ph_pos, g)
-        for step in range(k):
-            last = step == k - 1
-            mean = visible_mean(h)
-            v_neg = mean if last and mean_field else _sample_visible(model, mean, h, g)
-            ph_neg = hidden_probs(v_neg)
-            if not last:
-                h = bernoulli(ph_neg, g)
-        chain = bernoulli(ph_neg, g) if persistent else None
         params = model.cd_parameters()
         a_pos, a_neg = 1.0 / v.shape[0], -1.0 / v_neg.shape[0]
         if momentum == 0.0 and weight_decay == 0.0 and not model.grad_uses_params:
-            if fast is not None:
-                fast.add_grad_(params, v, ph_pos, v_neg, ph_neg, learning_rate * a_pos, learning_rate * a_neg)
-            else:
-                model.add_loglik_grad_(params, v, ph_pos, learning_rate * a_pos)
-                model.add_loglik_grad_(params, v_neg, ph_neg, learning_rate * a_neg)
-            return CDState(chain=chain, velocity=state.velocity)
-        grads = [torch.zeros_like(p) for p in params]
-        if fast is not None:
-            fast.add_grad_(grads, v, ph_pos, v_neg, ph_neg, a_pos, a_neg)
-        else:
-            model.add_loglik_grad_(grads, v, ph_pos, a_pos)
-            model.add_loglik_grad_(grads, v_neg, ph_neg, a_neg)
+            products.add_grad_(params, v, ph_pos, v_neg, ph_neg, learning_rate * a_pos, learning_rate * a_neg)
+            return CDState(chain=phase.chain, velocity=state.velocity)
+        grads = products.statistics(v, ph_pos, v_neg, ph_neg, a_pos, a_neg)
         if weight_decay:
             grads[0].add_(params[0], alpha=-weight_decay)
         velocity = state.velocity
@@ -143,24 +140,47 @@ def cd_update(
             step_size = learning_rate
         for p, gr in zip(params, grads):
             p.add_(gr, alpha=step_size)
-    return CDState(chain=chain, velocity=velocity)
+    return CDState(chain=phase.chain, velocity=velocity)
 
 
-def _sample_visible(model: RBMBase, mean: Tensor, h: Tensor, generator: torch.Generator | None) -> Tensor:
-    """``v ~ p(v | h)`` reusing the already computed means of a Bernoulli RBM (one product saved)."""
+def rbm_products(model: RBMBase, v: Tensor) -> BlockProducts:
+    """The fastest :class:`~ebms.objectives.rbm_cd.BlockProducts` for ``model`` on the batch ``v``.
+
+    oneDNN's linear kernel for a float32 CPU :class:`BernoulliRBM` batch large enough to gain
+    (:class:`_OneDNNProducts`); for any other Bernoulli RBM its own methods with the visible draw
+    reusing the means already computed; else :class:`~ebms.objectives.rbm_cd.ModelProducts`.
+    """
+    fast = _fast_products(model, v)
+    if fast is not None:
+        return fast
     if isinstance(model, BernoulliRBM):
+        return _BernoulliProducts(model)
+    return ModelProducts(model)
+
+
+class _BernoulliProducts(ModelProducts):
+    """A Bernoulli RBM's own methods; ``v ~ p(v | h)`` reuses the computed means (one product saved),
+    and the statistics are :meth:`BernoulliRBM.add_loglik_grad_`'s arithmetic without first
+    zero-filling a ``D x H`` buffer (the first product is written with ``beta = 0``)."""
+
+    def sample_visible(self, mean: Tensor, h: Tensor, generator: torch.Generator | None) -> Tensor:
         return bernoulli(mean, generator)
-    return model.sample_visible(h, generator)
+
+    def statistics(self, v: Tensor, ph: Tensor, vn: Tensor, phn: Tensor, alpha_pos: float,
+                   alpha_neg: float) -> list[Tensor]:
+        gw = torch.addmm(v.new_zeros(()), v.T, ph, beta=0, alpha=alpha_pos).addmm_(vn.T, phn, alpha=alpha_neg)
+        gb = v.sum(0).mul_(alpha_pos).add_(vn.sum(0), alpha=alpha_neg)
+        return [gw, gb, ph.sum(0).mul_(alpha_pos).add_(phn.sum(0), alpha=alpha_neg)]
 
 
 class _OneDNNProducts:
     r"""The three products of a float32 CPU :class:`BernoulliRBM` update through oneDNN's linear kernel.
 
     ``torch.addmm`` on the CPU runs MKL, which on some CPUs (AVX-512 parts) is about half as fast as
-    oneDNN (:func:`ebms.nets.onednn_linear`). Per update: :math:`\sigma(a + vW)` for the data and the
+    oneDNN (:func:`ebms.nets.onednn_linear`). Per update: :math:`a + vW` for the data and the
     negatives, :math:`\sigma(b + hW^\top)`, and one fused product for both weight statistics,
     :math:`[v; \tilde v]^\top [\alpha_+ p_+; \alpha_- p_-]` (``(D, 2B) x (2B, H)``), instead of two.
-    Same arithmetic as :meth:`BernoulliRBM.hidden_probs` / ``visible_mean`` / ``add_loglik_grad_``
+    Same arithmetic as :meth:`BernoulliRBM.hidden_input` / ``visible_mean`` / ``add_loglik_grad_``
     up to float32 round-off.
     """
 
@@ -169,18 +189,35 @@ class _OneDNNProducts:
         self.linear = _ONEDNN
         self.w, self.b, self.a = model.weight.detach(), model.visible_bias.detach(), model.hidden_bias.detach()
 
-    def hidden_probs(self, v: Tensor) -> Tensor:
-        return self.linear(v, self.w.T, self.a, "none", [], "").sigmoid_()
+    def hidden_input(self, v: Tensor) -> Tensor:
+        return self.linear(v, self.w.T, self.a, "none", [], "")
+
+    def visible_term(self, v: Tensor) -> Tensor:
+        return v @ self.b
 
     def visible_mean(self, h: Tensor) -> Tensor:
         return self.linear(h, self.w, self.b, "none", [], "").sigmoid_()
 
-    def add_grad_(self, out: list[Tensor], v: Tensor, ph: Tensor, vn: Tensor, phn: Tensor,
-                  alpha_pos: float, alpha_neg: float) -> None:
-        """``out += alpha_pos * stats(v, ph) + alpha_neg * stats(vn, phn)`` for (W, b, a)."""
+    def sample_visible(self, mean: Tensor, h: Tensor, generator: torch.Generator | None) -> Tensor:
+        return bernoulli(mean, generator)
+
+    def _weighted(self, v: Tensor, ph: Tensor, vn: Tensor, phn: Tensor, alpha_pos: float,
+                  alpha_neg: float) -> tuple[Tensor, Tensor]:
         x_t = torch.cat([v, vn]).T.contiguous()  # (D, 2B): oneDNN runs faster on a row-major input
         y = torch.cat([ph * alpha_pos, phn * alpha_neg])  # (2B, H)
-        out[0].add_(self.linear(x_t, y.T, None, "none", [], ""))
+        return self.linear(x_t, y.T, None, "none", [], ""), y
+
+    def statistics(self, v: Tensor, ph: Tensor, vn: Tensor, phn: Tensor, alpha_pos: float,
+                   alpha_neg: float) -> list[Tensor]:
+        """``alpha_pos * stats(v, ph) + alpha_neg * stats(vn, phn)`` for (W, b, a), as new tensors."""
+        gw, y = self._weighted(v, ph, vn, phn, alpha_pos, alpha_neg)
+        return [gw, v.sum(0).mul_(alpha_pos).add_(vn.sum(0), alpha=alpha_neg), y.sum(0)]
+
+    def add_grad_(self, out: Sequence[Tensor], v: Tensor, ph: Tensor, vn: Tensor, phn: Tensor,
+                  alpha_pos: float, alpha_neg: float) -> None:
+        """``out += alpha_pos * stats(v, ph) + alpha_neg * stats(vn, phn)`` for (W, b, a)."""
+        gw, y = self._weighted(v, ph, vn, phn, alpha_pos, alpha_neg)
+        out[0].add_(gw)
         out[1].add_(v.sum(0), alpha=alpha_pos).add_(vn.sum(0), alpha=alpha_neg)
         out[2].add_(y.sum(0))
 
@@ -223,7 +260,9 @@ def _sklearn_validate_data() -> Callable[..., Any] | None:
 
 
 def _is_sparse(x: Any) -> bool:
-    return hasattr(x, "nnz") and callable(getattr(x, "tocsr", None))
+    """A scipy sparse matrix or array (scipy is not imported here: without it loaded, ``x`` is none)."""
+    sparse = sys.modules.get("scipy.sparse")
+    return sparse is not None and bool(sparse.issparse(x))
 
 
 def _plain_validate(est: Any, X: Any, *, reset: bool) -> Any:
@@ -301,6 +340,44 @@ class _Rows:
         if self.sparse:
             return torch.from_numpy(np.asarray(self.csr.sum(0), dtype=np.float32).ravel())
         return self.dense.sum(0)
+
+
+class _Epochs:
+    """The estimator's data stream: ``n_batches`` near-equal batches per epoch, rows in a new random
+    order each epoch (drawn from the trainer's generator, i.e. the estimator's) or in stored order."""
+
+    def __init__(self, rows: _Rows, n_batches: int, *, shuffle: bool) -> None:
+        self.rows, self.n_batches, self.shuffle = rows, n_batches, shuffle
+        self.parts: list[Tensor] = []
+
+    def __call__(self, batch_size: Any, generator: torch.Generator) -> Tensor:
+        if not self.parts:  # a new epoch; gather each batch from a permutation: cache-sized copies
+            n = self.rows.n
+            order = torch.randperm(n, generator=generator) if self.shuffle else torch.arange(n)
+            self.parts = list(torch.tensor_split(order, self.n_batches))[::-1]
+        idx = self.parts.pop()
+        return self.rows.take(idx) if self.shuffle else self.rows.span(int(idx[0]), int(idx[-1]) + 1)
+
+
+class _EpochBar(Callback):
+    """``verbose=True``: a tqdm bar over epochs with the reconstruction error of the first 1000 rows."""
+
+    def __init__(self, est: RBMEstimator, rows: _Rows, n_batches: int, n_iter: int) -> None:
+        self.est, self.rows, self.n_batches, self.n_iter = est, rows, n_batches, n_iter
+        self.bar: Any = None
+
+    def on_fit_start(self, trainer: Trainer) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=self.n_iter, desc="RBM", unit="epoch")
+
+    def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, float]) -> None:
+        if step % self.n_batches == 0:
+            self.bar.update(1)
+            self.bar.set_postfix(recon_error=f"{self.est._recon_error(self.rows.span(0, 1000)):.4f}")
+
+    def on_fit_end(self, trainer: Trainer) -> None:
+        self.bar.close()
 
 
 class RBMEstimator:
@@ -394,7 +471,7 @@ class RBMEstimator:
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         """Constructor arguments by name (scikit-learn's ``clone``/grid-search protocol; no sub-estimators)."""
-        return {n: getattr(self, n) for n in self._param_names()}
+        return {n: vars(self)[n] for n in self._param_names()}
 
     def set_params(self, **params: Any) -> RBMEstimator:
         """Set constructor arguments (checked at the next ``fit``); returns ``self``. Fitted state is kept."""
@@ -423,7 +500,7 @@ class RBMEstimator:
         defaults = inspect.signature(type(self).__init__).parameters
         changed = []
         for n in self._param_names():
-            v, d = getattr(self, n), defaults[n].default
+            v, d = vars(self)[n], defaults[n].default
             same = v is d or (type(v) is type(d) and isinstance(v, (int, float, str)) and v == d)
             if not same:
                 changed.append(f"{n}={v!r}")
@@ -507,7 +584,12 @@ class RBMEstimator:
         if self.init_visible_from_data:
             with torch.no_grad():
                 model.visible_bias.copy_(logits if self.visible == "bernoulli" else sums / rows.n)
-        self.model_, self.cd_state_ = model, CDState()
+        self.model_ = model
+        # the chains (PCD) and the velocities persist across partial_fit calls
+        self.objective_ = RBMContrastiveDivergence(energies=False, products=rbm_products)
+        weight, *rest = model.cd_parameters()
+        groups: list[dict[str, Any]] = [{"params": [weight]}, {"params": rest, "weight_decay": 0.0}]
+        self.optimizer_ = torch.optim.SGD(groups, lr=float(self.learning_rate))
         # AIS base-rate model: the training data's pixel marginals (Salakhutdinov & Murray, 2008)
         self.base_logits_ = logits if self.visible == "bernoulli" else None
         self._forget_log_z()
@@ -516,19 +598,16 @@ class RBMEstimator:
         self.log_partition_: float | None = None
         self.log_partition_estimate_: Estimate | None = None
 
-    def _update(self, batch: Tensor) -> None:
-        self.cd_state_ = cd_update(
-            self.model_,
-            batch,
-            learning_rate=float(self.learning_rate),
-            k=int(self.cd_k),
-            persistent=bool(self.persistent),
-            state=self.cd_state_,
-            momentum=float(self.momentum),
-            weight_decay=float(self.weight_decay),
-            mean_field=self.mean_field,
-            generator=self.generator_,
-        )
+    def _train(self, data: Callable[[Any, torch.Generator], Tensor], steps: int, callbacks: list[Callback]) -> None:
+        """``steps`` CD updates on the batches ``data`` hands out, with the current hyper-parameters."""
+        obj, opt = self.objective_, self.optimizer_
+        obj.k, obj.persistent, obj.mean_field = int(self.cd_k), bool(self.persistent), self.mean_field
+        lr, weight_decay = float(self.learning_rate), float(self.weight_decay)
+        for i, group in enumerate(opt.param_groups):  # set_params between partial_fit calls takes effect
+            group.update(lr=lr, initial_lr=lr, momentum=float(self.momentum), weight_decay=weight_decay if i == 0 else 0.0)
+        Trainer(obj, self.model_, data, optimizer=opt, steps=steps, batch_size=None, run_dir=None, guard=None,
+                progress=False, log_every=steps, callbacks=callbacks, device=self.model_.weight.device,
+                distributed=DistributedContext(), generator=self.generator_).fit()
 
     # -- training ----------------------------------------------------------------------------------
     def fit(self, X: Any, y: Any = None) -> RBMEstimator:
@@ -541,22 +620,12 @@ class RBMEstimator:
         x, _ = self._input(X, reset=True)
         rows = _Rows(x)
         self._start(rows)
-        n = rows.n
-        n_batches = math.ceil(n / min(int(self.batch_size), n))
-        epochs: Any = range(int(self.n_iter))
-        if self.verbose:
-            from tqdm.auto import tqdm
-
-            epochs = tqdm(epochs, desc="RBM", unit="epoch")
-        for _ in epochs:
-            if self.shuffle:  # gather each batch from a permutation: cache-sized copies
-                for idx in torch.tensor_split(torch.randperm(n, generator=self.generator_), n_batches):
-                    self._update(rows.take(idx))
-            else:
-                for idx in torch.tensor_split(torch.arange(n), n_batches):
-                    self._update(rows.span(int(idx[0]), int(idx[-1]) + 1))
-            if self.verbose:
-                epochs.set_postfix(recon_error=f"{self._recon_error(rows.span(0, 1000)):.4f}")
+        n_batches = math.ceil(rows.n / min(int(self.batch_size), rows.n))
+        if int(self.n_iter) == 0:
+            return self
+        epochs = _Epochs(rows, n_batches, shuffle=bool(self.shuffle))
+        callbacks: list[Callback] = [_EpochBar(self, rows, n_batches, int(self.n_iter))] if self.verbose else []
+        self._train(epochs, int(self.n_iter) * n_batches, callbacks)
         return self
 
     def partial_fit(self, X: Any, y: Any = None) -> RBMEstimator:
@@ -568,7 +637,8 @@ class RBMEstimator:
         rows = _Rows(x)
         if first:
             self._start(rows)
-        self._update(rows.span(0, rows.n))
+        batch = rows.span(0, rows.n)
+        self._train(lambda size, g: batch, 1, [])
         self._forget_log_z()
         return self
 
@@ -741,7 +811,7 @@ def sklearn_expected_failed_checks(estimator: RBMEstimator) -> dict[str, str]:
     binary nor Bernoulli means. ``tests/models/test_rbm_sklearn.py`` runs the same checks on the same
     data clipped to [0, 1], where all of them pass.
     """
-    if getattr(estimator, "visible", None) != "bernoulli":
+    if not isinstance(estimator, RBMEstimator) or estimator.visible != "bernoulli":
         return {}
     reason = "fits on data with values above 1, which visible='bernoulli' rejects by design (ValueError)"
     return dict.fromkeys(_CHECKS_WITH_DATA_ABOVE_ONE, reason)

@@ -70,7 +70,9 @@ from ebms.objectives.conditional import (
     TagBigramNoise,
 )
 from ebms.objectives.ctc import CTCObjective
+from ebms.objectives.feature_crf import FeatureCRFLikelihood
 from ebms.objectives.nce import NCE, GaussianNoise
+from ebms.objectives.rbm_cd import RBMContrastiveDivergence
 from ebms.objectives.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
 from ebms.objectives.transducer import BeamEarlyUpdate, TeacherForcedLogProb, TransducerML
 
@@ -83,10 +85,12 @@ __all__ = [
     "ConditionalScore",
     "ContrastiveDivergence",
     "DenoisingScoreMatching",
+    "FeatureCRFLikelihood",
     "GaussianNoise",
     "LossOutput",
     "NCE",
     "PersistentContrastiveDivergence",
+    "RBMContrastiveDivergence",
     "ReplayBuffer",
     "ScoreMatching",
     "SlicedScoreMatching",

@@ -24,7 +24,11 @@ good state and lowers the learning rate when training diverges
 (:class:`DivergenceGuard`), and runs unchanged under ``torchrun``
 (:class:`DistributedContext`). Callbacks add evaluation, sample pictures and
 early stopping. Quasi-Newton optimizers (:class:`OWLQN`, ``torch.optim.LBFGS``)
-take one iteration per step through a closure over the batch.
+take one iteration per step through a closure over the batch. With
+``run_dir=None`` the trainer runs in memory (no files): the driver behind
+library calls such as :func:`ebms.models.fit_feature_crf` and
+:class:`ebms.models.RBMEstimator`. What the trainer may be told about an
+optimizer or an objective is declared, not probed: :mod:`ebms.train.protocols`.
 """
 
 from ebms.train.callbacks import Callback, EarlyStopping, PeriodicEval, SampleSnapshot
@@ -32,17 +36,21 @@ from ebms.train.checkpoint import Checkpoint, CheckpointStore
 from ebms.train.distributed import DistributedContext
 from ebms.train.guard import DivergenceGuard, TrainingDiverged
 from ebms.train.owlqn import OWLQN
-from ebms.train.trainer import Trainer, TrainResult, needs_closure
+from ebms.train.protocols import ClosureOptimizer, GradientObjective, ReportsStep, needs_closure
+from ebms.train.trainer import Trainer, TrainResult
 
 __all__ = [
     "Callback",
     "Checkpoint",
     "CheckpointStore",
+    "ClosureOptimizer",
     "DistributedContext",
     "DivergenceGuard",
     "EarlyStopping",
+    "GradientObjective",
     "OWLQN",
     "PeriodicEval",
+    "ReportsStep",
     "SampleSnapshot",
     "TrainResult",
     "Trainer",

@@ -8,7 +8,9 @@
   ``(epoch, batch index)``, so resuming needs no extra RNG state, and every rank
   agrees on the permutation without communicating.
 * **A stream** ``fn(batch_size, generator) -> batch``: called with the
-  trainer's generator (per-rank seeds, so ranks draw different data).
+  trainer's generator (per-rank seeds, so ranks draw different data). With
+  ``batch_size=None`` the stream chooses the size of each batch (it is called
+  with ``None``), e.g. near-equal splits of an epoch.
 """
 
 from __future__ import annotations
@@ -97,9 +99,13 @@ class TensorBatches:
 
 
 class StreamBatches:
-    """Batches drawn by ``fn(batch_size, generator)``; its state is the generator's."""
+    """Batches drawn by ``fn(batch_size, generator)``; its state is the generator's.
 
-    def __init__(self, fn: Stream, batch_size: int, generator: torch.Generator) -> None:
+    ``batch_size=None``: the stream picks each batch's size (any number of rows >= 1).
+    """
+
+    def __init__(self, fn: Callable[[Any, torch.Generator], Batch], batch_size: int | None,
+                 generator: torch.Generator) -> None:
         self.fn, self.b, self.generator = fn, batch_size, generator
 
     def describe(self) -> dict[str, Any]:
@@ -108,7 +114,9 @@ class StreamBatches:
     def next(self) -> Batch:
         batch = self.fn(self.b, self.generator)
         rows = _batch_rows(batch, "data(batch_size, generator)")
-        if rows != self.b:
+        if rows == 0:
+            raise ValueError("data(batch_size, generator): expected at least one row; got 0")
+        if self.b is not None and rows != self.b:
             raise ValueError(f"data(batch_size, generator): expected {self.b} rows; got {rows}")
         return batch
 

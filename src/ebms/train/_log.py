@@ -20,16 +20,17 @@ def jsonable(obj: Any) -> Any:
 
 
 class MetricsLog:
-    """Appends records to ``path`` (only when ``enabled``: rank 0), flushing every line."""
+    """Appends records to ``path`` (only when ``enabled``: rank 0 of a run with a folder), flushing
+    every line. ``path=None`` (an in-memory run) writes nothing."""
 
-    def __init__(self, path: Path, *, enabled: bool) -> None:
+    def __init__(self, path: Path | None, *, enabled: bool) -> None:
         self.path = path
-        self.enabled = enabled
+        self.enabled = enabled and path is not None
         self._f: IO[str] | None = None
 
     def open(self, *, truncate_to: int | None = None) -> None:
         """Open for appending; with ``truncate_to``, first drop bytes written after that offset."""
-        if not self.enabled:
+        if not self.enabled or self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if truncate_to is not None and self.path.exists() and self.path.stat().st_size > truncate_to:
@@ -53,7 +54,7 @@ class MetricsLog:
 
         Event lines (``{"event": ...}``, e.g. earlier restores) are kept, in order.
         """
-        if self._f is None or self._f.tell() <= offset:
+        if self._f is None or self.path is None or self._f.tell() <= offset:
             return
         self._f.flush()
         with open(self.path, "rb") as f:

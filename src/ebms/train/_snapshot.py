@@ -55,10 +55,7 @@ def _tree(t: Trainer) -> dict[str, Any]:
 def capture(t: Trainer) -> Snapshot:
     """Copy the current local state."""
     skeleton, tensors = flatten_state(_tree(t), "")
-    cbs = [
-        {"type": type(cb).__name__, "state": cb.state_dict() if hasattr(cb, "state_dict") else None}
-        for cb in t.callbacks
-    ]
+    cbs = [{"type": type(cb).__name__, "state": cb.state_dict()} for cb in t.callbacks]
     try:
         cbs = json.loads(json.dumps(cbs, allow_nan=False))
     except (TypeError, ValueError) as err:
@@ -114,7 +111,7 @@ def apply(t: Trainer, snap: Snapshot, where: str) -> None:
     except (ValueError, KeyError, TypeError) as err:
         raise CheckpointError(f"{where}: {err}") from None
     for cb, saved in zip(t.callbacks, snap.callbacks):
-        if saved.get("type") == type(cb).__name__ and saved.get("state") is not None and hasattr(cb, "load_state_dict"):
+        if saved.get("type") == type(cb).__name__ and saved.get("state") is not None:
             cb.load_state_dict(saved["state"])
     if snap.guard is not None:
         t._guard_history = {k: list(v) for k, v in snap.guard.items()}

@@ -1,11 +1,11 @@
 """Hooks into the training loop: evaluation, sample snapshots, early stopping.
 
-A callback is any object with some of these methods (:class:`Callback` gives
-no-op defaults to subclass)::
+A callback is a subclass of :class:`Callback`, whose hooks are no-ops to override::
 
     on_fit_start(trainer)                 once, after any resume
     on_step_end(trainer, step, metrics)   after every optimizer step
     on_fit_end(trainer)                   once, after the exit checkpoint
+    state_dict() / load_state_dict(d)     state kept across steps (None: none)
 
 ``metrics`` is one flat dict per step — ``loss``, ``grad_norm``, ``lr`` and the
 objective's metrics (``e_pos``, ``e_neg``, ``gap``, ...). The same dict is
@@ -15,8 +15,9 @@ later one (:class:`PeriodicEval` adds ``eval/<name>``, which
 
 Callbacks run on every rank under ``torchrun``; guard side effects (files,
 plots) with ``trainer.is_main``. A callback that keeps state across steps
-should define ``state_dict() -> dict`` (JSON-able) and ``load_state_dict(d)``:
-the trainer stores it in checkpoints and snapshots so resumes stay exact.
+returns it from ``state_dict()`` (JSON-able) and takes it back in
+``load_state_dict(d)``: the trainer stores it in checkpoints and snapshots so
+resumes stay exact.
 """
 
 from __future__ import annotations
@@ -37,7 +38,11 @@ __all__ = ["Callback", "EarlyStopping", "PeriodicEval", "SampleSnapshot"]
 
 
 class Callback:
-    """Base class with no-op hooks (subclass and override what you need)."""
+    """Base class of the trainer's callbacks: every hook is a no-op (override what you need).
+
+    The trainer calls all of them on every callback, so they are the declared protocol: no
+    hook is looked up by name.
+    """
 
     def on_fit_start(self, trainer: Trainer) -> None:
         """Called once when :meth:`Trainer.fit` starts (after resuming)."""
@@ -47,6 +52,16 @@ class Callback:
 
     def on_fit_end(self, trainer: Trainer) -> None:
         """Called once when :meth:`Trainer.fit` ends normally."""
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """JSON-able state to checkpoint (``None``: the callback keeps no state)."""
+        return None
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Take back what :meth:`state_dict` returned (called only for a non-``None`` state)."""
+        raise TypeError(
+            f"{type(self).__name__}: state_dict() returned state but load_state_dict() is not overridden"
+        )
 
 
 class PeriodicEval(Callback):
@@ -115,8 +130,12 @@ class SampleSnapshot(Callback):
         self.every = check_int(every, "every", minimum=1)
         self.folder = folder
 
+    def on_fit_start(self, trainer: Trainer) -> None:
+        if trainer.run_dir is None:
+            raise ValueError("SampleSnapshot: expected a trainer with a run_dir to write pictures into; got run_dir=None")
+
     def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, float]) -> None:
-        if step % self.every or not trainer.is_main:
+        if step % self.every or not trainer.is_main or trainer.run_dir is None:
             return
         target = trainer.run_dir / self.folder / f"step_{step:09d}.png"
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -98,8 +98,7 @@ class DivergenceGuard:
         check_int(self.max_retries, "max_retries", minimum=0)
         if self.snapshot_every is not None:
             check_int(self.snapshot_every, "snapshot_every", minimum=1)
-        for name in ("energy_keys", "scale_keys"):
-            keys = getattr(self, name)
+        for name, keys in (("energy_keys", self.energy_keys), ("scale_keys", self.scale_keys)):
             if not isinstance(keys, tuple) or not all(isinstance(k, str) for k in keys):
                 raise TypeError(f"{name}: expected a tuple of metric names; got {keys!r}")
         if self.explode_factor is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import numbers
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from tqdm.auto import tqdm
 
 from ebms._checks import check_int, check_positive
 from ebms.errors import RunFolderError
+from ebms.objectives import LossOutput
 from ebms.train import _snapshot
 from ebms.train._data import Batch, StreamBatches, TensorBatches, mix_seed, to_device
 from ebms.train._interrupt import DeferredInterrupt
@@ -26,6 +28,7 @@ from ebms.train.callbacks import Callback
 from ebms.train.checkpoint import CheckpointStore
 from ebms.train.distributed import DistributedContext
 from ebms.train.guard import ADVICE, DivergenceGuard, TrainingDiverged
+from ebms.train.protocols import ReportsStep, needs_closure, sets_gradients
 
 __all__ = ["TrainResult", "Trainer", "needs_closure"]
 
@@ -36,15 +39,8 @@ logger = logging.getLogger("ebms.train")
 
 OptimizerSpec = torch.optim.Optimizer | Callable[[list[dict[str, Any]]], torch.optim.Optimizer] | None
 HEALTH = ("loss", "e_pos", "e_neg", "gap", "grad_norm")
-
-
-def needs_closure(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether ``optimizer.step`` must be given a closure: L-BFGS-type optimizers, which
-    re-evaluate the loss during their line search (``torch.optim.LBFGS``, or any optimizer
-    whose class sets ``needs_closure = True``). The trainer then evaluates the objective only
-    through a closure over the current batch and skips ``grad_clip`` (a line search needs the
-    true gradient)."""
-    return isinstance(optimizer, torch.optim.LBFGS) or bool(getattr(optimizer, "needs_closure", False))
+#: where an in-memory run (``run_dir=None``) names itself in error messages
+IN_MEMORY = "<in-memory run>"
 
 
 @dataclass(frozen=True)
@@ -73,6 +69,9 @@ class Trainer:
     ``out.loss.backward()``, average gradients over ranks, check health with the
     :class:`DivergenceGuard` (restore + smaller learning rate on failure), clip
     (``grad_clip``), ``optimizer.step()``, log, run callbacks, checkpoint.
+    An objective declaring ``sets_gradients = True``
+    (:class:`~ebms.train.protocols.GradientObjective`) fills ``.grad`` itself and
+    gets no ``backward()``.
 
     **Optimizer.** ``optimizer`` is either a ready ``torch.optim.Optimizer``
     covering exactly the trainable parameters of ``model`` and ``objective``, or
@@ -88,15 +87,32 @@ class Trainer:
     **Data.** A tensor ``(N, *event)`` or tuple of tensors sharing ``N``
     (shuffled each epoch from ``seed``; last partial batch dropped), or a
     callable ``(batch_size, generator) -> batch`` drawing from the trainer's
-    generator. ``batch_size`` is per process; under ``torchrun`` each global
-    batch has ``world_size * batch_size`` rows.
+    generator (``batch_size=None``: the callable picks each batch's size and
+    is called with ``None``). ``batch_size`` is per process; under
+    ``torchrun`` each global batch has ``world_size * batch_size`` rows.
 
     **Randomness.** One ``torch.Generator`` on ``device`` (seed ``seed`` on rank
-    0, a derived seed on other ranks) feeds the objective and data streams.
-    A fresh fit also seeds torch's global RNG (CPU and devices) from ``seed``
-    and the rank, so modules that draw from it (dropout) repeat from run to run.
-    Checkpoints also store torch's global CPU/CUDA, Python and NumPy RNG states,
-    so a resumed run reproduces the uninterrupted one bit for bit.
+    0, a derived seed on other ranks, or the ``generator`` given) feeds the
+    objective and data streams. A fresh fit with a run folder also seeds
+    torch's global RNG (CPU and devices) from ``seed`` and the rank, so modules
+    that draw from it (dropout) repeat from run to run. Checkpoints also store
+    torch's global CPU/CUDA, Python and NumPy RNG states, so a resumed run
+    reproduces the uninterrupted one bit for bit.
+
+    **In memory** (``run_dir=None``): for library calls that train a model
+    and return it (:func:`ebms.models.fit_feature_crf`,
+    :class:`ebms.models.RBMEstimator`). Nothing is written (no metrics log,
+    no checkpoints; ``checkpoint_every`` and ``keep_checkpoints`` are unused),
+    ``fit`` cannot resume or overwrite, and torch's global RNG is left as the
+    caller has it. The divergence guard still works (its snapshots are in
+    memory).
+
+    **Cost per step.** The loss, the gradient norm and the metrics are turned
+    into host numbers (one device sync, plus a pass over the gradients for
+    the norm) only on steps that need them: every step when the guard is on
+    or callbacks are given (they receive the step's metrics), else only on
+    log steps, checkpoint steps and the last step. :attr:`metrics` holds
+    the last numbers computed.
 
     **Files** (rank 0): ``run_dir/metrics.jsonl`` — one JSON object per logged
     step ``{"step", "loss", "grad_norm", "lr", "metrics": {...}, "time": {...}}``
@@ -126,8 +142,8 @@ class Trainer:
         data: tensor data or a stream (see above).
         optimizer: optimizer or factory (see above).
         steps: total optimizer steps (a resumed run continues up to it).
-        batch_size: rows per step per process.
-        run_dir: output folder.
+        batch_size: rows per step per process (``None``: a data stream picks them).
+        run_dir: output folder, or ``None`` to train in memory (see above).
         seed: base seed.
         log_every: write a metrics line every this many steps.
         checkpoint_every: checkpoint every this many steps (``None``: at exit only).
@@ -149,6 +165,10 @@ class Trainer:
             objective are always part of it (``trainer.model_class``,
             ``trainer.objective_class``).
         distributed: default :meth:`DistributedContext.from_env`.
+        generator: use this ``torch.Generator`` (on ``device``, in its current
+            state) instead of a new one seeded from ``seed``: for library calls
+            that own a generator and must continue its stream (its state is
+            still checkpointed and restored).
 
     Example::
 
@@ -160,12 +180,12 @@ class Trainer:
         self,
         objective: Callable[..., Any],
         model: nn.Module,
-        data: Batch | Callable[[int, torch.Generator], Batch],
+        data: Batch | Callable[[Any, torch.Generator], Batch],
         *,
         optimizer: OptimizerSpec = None,
         steps: int,
-        batch_size: int,
-        run_dir: str | Path,
+        batch_size: int | None,
+        run_dir: str | Path | None,
         seed: int = 0,
         log_every: int = 10,
         checkpoint_every: int | None = 1000,
@@ -179,13 +199,14 @@ class Trainer:
         config: Mapping[str, Any] | None = None,
         identity: Mapping[str, Any] | None = None,
         distributed: DistributedContext | None = None,
+        generator: torch.Generator | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model: expected a torch.nn.Module; got {type(model).__name__}")
         if not callable(objective):
             raise TypeError(f"objective: expected an nn.Module returning LossOutput; got {type(objective).__name__}")
         self.steps = check_int(steps, "steps", minimum=1)
-        self.batch_size = check_int(batch_size, "batch_size", minimum=1)
+        self.batch_size = None if batch_size is None else check_int(batch_size, "batch_size", minimum=1)
         self.seed = check_int(seed, "seed", minimum=0)
         self.log_every = check_int(log_every, "log_every", minimum=1)
         self.checkpoint_every = None if checkpoint_every is None else check_int(checkpoint_every, "checkpoint_every", minimum=1)
@@ -198,8 +219,9 @@ class Trainer:
         self.guard = guard
         self.callbacks = list(callbacks)
         for i, cb in enumerate(self.callbacks):
-            if not any(hasattr(cb, h) for h in ("on_fit_start", "on_step_end", "on_fit_end")):
-                raise TypeError(f"callbacks[{i}]: expected an object with on_step_end/on_fit_start/on_fit_end; got {cb!r}")
+            if not isinstance(cb, Callback):
+                raise TypeError(f"callbacks[{i}]: expected an object with on_step_end/on_fit_start/on_fit_end: "
+                                f"an ebms.train.Callback (subclass it; its hooks are no-ops); got {cb!r}")
         try:
             self.user_config = json.loads(json.dumps(dict(config or {}), allow_nan=False))
         except (TypeError, ValueError) as err:
@@ -217,12 +239,21 @@ class Trainer:
         self.dist = distributed if distributed is not None else DistributedContext.from_env()
         self.device = torch.device(device) if device is not None else self.dist.default_device()
         self.dist.setup(self.device)
-        self.run_dir = Path(run_dir)
+        self.run_dir = None if run_dir is None else Path(run_dir)
         self.model = model.to(self.device)
         self.objective = objective.to(self.device) if isinstance(objective, nn.Module) else objective
-        self.generator = torch.Generator(device=self.device)
-        self.generator.manual_seed(self.seed if self.dist.rank == 0 else mix_seed(self.seed, self.dist.rank))
+        if generator is None:
+            self.generator = torch.Generator(device=self.device)
+            self.generator.manual_seed(self.seed if self.dist.rank == 0 else mix_seed(self.seed, self.dist.rank))
+        elif not isinstance(generator, torch.Generator) or generator.device != self.device:
+            got = f"one on {generator.device}" if isinstance(generator, torch.Generator) else type(generator).__name__
+            raise TypeError(f"generator: expected a torch.Generator on {self.device} or None; got {got}")
+        else:
+            self.generator = generator
         if isinstance(data, (Tensor, tuple)):
+            if self.batch_size is None:
+                raise ValueError("batch_size: expected an int >= 1 with tensor data (None is for a data stream "
+                                 "that picks its batch sizes); got None")
             self._batches: TensorBatches | StreamBatches = TensorBatches(
                 data, self.batch_size, seed=self.seed, rank=self.dist.rank, world_size=self.dist.world_size
             )
@@ -231,9 +262,11 @@ class Trainer:
         else:
             raise TypeError(f"data: expected a Tensor, a tuple of Tensors or a callable (batch_size, generator); got {type(data).__name__}")
         self.optimizer = self._build_optimizer(optimizer)
-        if needs_closure(self.optimizer):
+        self._closure = needs_closure(self.optimizer)
+        self._sets_gradients = sets_gradients(self.objective)
+        if self._closure:
             n = self._batches.n if isinstance(self._batches, TensorBatches) else None
-            if n is None or self.batch_size * self.dist.world_size != n:
+            if n is None or self.batch_size is None or self.batch_size * self.dist.world_size != n:
                 raise ValueError(
                     f"batch_size: a quasi-Newton optimizer ({type(self.optimizer).__name__}) steps on the whole "
                     f"training set (its line search compares losses of one fixed objective, and OWL-QN carries "
@@ -253,8 +286,8 @@ class Trainer:
         for group in self.optimizer.param_groups:  # the schedule scales this; saved with the optimizer state
             group.setdefault("initial_lr", group["lr"])
         self._params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        self.store = CheckpointStore(self.run_dir / "checkpoints", keep=keep_checkpoints)
-        self._log = MetricsLog(self.run_dir / "metrics.jsonl", enabled=self.is_main)
+        self.store = None if self.run_dir is None else CheckpointStore(self.run_dir / "checkpoints", keep=keep_checkpoints)
+        self._log = MetricsLog(None if self.run_dir is None else self.run_dir / "metrics.jsonl", enabled=self.is_main)
         self.step = 0
         self.metrics: dict[str, float] = {}
         self._stop_reason: str | None = None
@@ -331,6 +364,7 @@ class Trainer:
                 a fresh start into a folder holding a run is refused.
 
         Raises:
+            ValueError: ``resume`` or ``overwrite`` in an in-memory run (``run_dir=None``).
             RunFolderError: a fresh start into a folder that holds a run
                 (checkpoints or metrics) without ``overwrite``.
             CheckpointError: no valid checkpoint to resume from, or one from
@@ -351,6 +385,12 @@ class Trainer:
 
     def _open_run(self, resume: bool | str | Path, overwrite: bool) -> int | None:
         """Resume or check the folder for a fresh start; the offset metrics.jsonl is cut to."""
+        if self.store is None or self.run_dir is None:
+            if resume is not False or overwrite:
+                what = f"resume={resume!r}" if resume is not False else "overwrite=True"
+                raise ValueError(f"{what}: an in-memory run (run_dir=None) keeps nothing to resume or overwrite; "
+                                 "give the Trainer a run_dir")
+            return None
         if resume is True or (isinstance(resume, (str, Path)) and resume != "auto"):
             self.restore(None if resume is True else resume)
         elif resume == "auto" and self.store.has_any():
@@ -391,7 +431,7 @@ class Trainer:
         stopped_before = self._stop_reason  # a resumed run that had stopped early stays stopped
         self._restores, self._snapshot, self._pending = 0, None, None
         for cb in self.callbacks:
-            getattr(cb, "on_fit_start", lambda t: None)(self)
+            cb.on_fit_start(self)
         bar = tqdm(total=self.steps, initial=self.step, desc="train", disable=not (self.progress and self.is_main), dynamic_ncols=True)
         at_boundary = True  # between two complete steps: the state, the log and the callbacks agree
         try:
@@ -406,7 +446,7 @@ class Trainer:
             saved = at_boundary and not self.dist.enabled
             reason = "interrupted" if saved else "interrupted during a step (not saved)"
             self.log_event("stop", reason=reason)
-            if saved and self.step != self._saved_step:
+            if saved and self.step != self._saved_step and self.store is not None:
                 self.save_checkpoint()
             self._log.close()
             raise
@@ -417,9 +457,12 @@ class Trainer:
             bar.close()
         if self._stop_reason is not None and stopped_before is None:
             self.log_event("stop", reason=self._stop_reason)
-        path = self.save_checkpoint() if self.step != self._saved_step else self.store.latest()
+        if self.store is None:
+            path = None
+        else:
+            path = self.save_checkpoint() if self.step != self._saved_step else self.store.latest()
         for cb in self.callbacks:
-            getattr(cb, "on_fit_end", lambda t: None)(self)
+            cb.on_fit_end(self)
         self._log.close()
         return TrainResult(self.step, dict(self.metrics), self._stop_reason, path if self.is_main else None, self._restores)
 
@@ -428,45 +471,66 @@ class Trainer:
         if self._snapshot_due():
             self._pending = _snapshot.capture(self)
         batch = to_device(self._batches.next(), self.device)
-        if needs_closure(self.optimizer):
+        if self._closure:
             return self._quasi_newton_step(batch)
-        loss, metrics = self._evaluate(batch)
-        loss_f, gnorm, norm, grads, metrics = self._health(loss, metrics)
-        if not self._healthy(loss_f, metrics, gnorm):
-            return False
-        if self.grad_clip is not None and grads:
+        loss, raw = self._evaluate(batch)
+        health = self._health_due()
+        grads: list[Tensor] = []
+        norm = None
+        if health or self.grad_clip is not None:
+            grads = [p.grad for p in self._params if p.grad is not None]
+            norm = self._grad_norm(grads) if grads else torch.zeros((), device=self.device)
+        host = None
+        if health:
+            assert norm is not None
+            host = self._health(loss, raw, norm)
+            if not self._healthy(*host):
+                return False
+        if self.grad_clip is not None and grads and norm is not None:
             coef = (self.grad_clip / (norm + 1e-6)).clamp(max=1.0)
             for g in grads:
                 g.mul_(coef.to(g.dtype))
         self._apply_lr_schedule()
         self.optimizer.step()
-        self._finish_step(loss_f, gnorm, metrics)
+        self._finish_step(host)
         return True
 
-    def _evaluate(self, batch: Batch) -> tuple[Tensor, dict[str, float]]:
-        """Objective, backward and rank-averaged gradients on ``batch``."""
+    def _evaluate(self, batch: Batch) -> tuple[Tensor, dict[str, Any]]:
+        """Objective, backward (unless the objective sets its gradients) and rank-averaged gradients on
+        ``batch``. Gradients are set to ``None`` first (``zero_grad(set_to_none=True)``, without the
+        optimizer's profiling context)."""
+        for p in self._params:
+            p.grad = None
         out = self.objective(self.model, batch, generator=self.generator)
         loss, metrics = self._check_output(out)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        if not self._sets_gradients:
+            loss.backward()
         self.dist.average_gradients(self._params)
         return loss, metrics
 
-    def _health(self, loss: Tensor, metrics: dict[str, float]
-                ) -> tuple[float, float, Tensor, list[Tensor], dict[str, float]]:
-        """Loss, gradient norm and metrics as host numbers (averaged over ranks), for the guard and the log."""
-        grads = [p.grad for p in self._params if p.grad is not None]
-        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.detach().float()) for g in grads])) if grads else torch.zeros((), device=self.device)
+    def _health_due(self) -> bool:
+        """Whether the step about to finish needs host numbers (see "Cost per step")."""
+        if self.guard is not None or self.callbacks:
+            return True
+        step = self.step + 1
+        at_ckpt = self.checkpoint_every is not None and self.store is not None and step % self.checkpoint_every == 0
+        return step % self.log_every == 0 or step >= self.steps or at_ckpt
+
+    @staticmethod
+    def _grad_norm(grads: list[Tensor]) -> Tensor:
+        return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.detach().float()) for g in grads]))
+
+    def _health(self, loss: Tensor, raw: dict[str, Any], norm: Tensor) -> tuple[float, dict[str, float], float]:
+        """Loss, metrics and gradient norm as host numbers (averaged over ranks), for the guard and the log."""
+        metrics = self._metric_numbers(raw)
         if self.dist.enabled:
             keys = sorted(metrics)
             vec = torch.tensor([metrics[k] for k in keys], dtype=torch.float64, device=self.device)
             vec = self.dist.mean(torch.cat([loss.detach().double().reshape(1), vec]))
             loss_f, *vals = vec.tolist()
-            metrics = dict(zip(keys, vals))
-            gnorm = float(norm)
-        else:
-            loss_f, gnorm = torch.stack([loss.detach().double(), norm.double()]).tolist()
-        return loss_f, gnorm, norm, grads, metrics
+            return loss_f, dict(zip(keys, vals)), float(norm)
+        loss_f, gnorm = torch.stack([loss.detach().double().reshape(()), norm.double()]).tolist()
+        return loss_f, metrics, gnorm
 
     def _healthy(self, loss_f: float, metrics: dict[str, float], gnorm: float) -> bool:
         """The divergence guard's verdict; on failure the last good state is restored (``False``),
@@ -490,8 +554,12 @@ class Trainer:
             for g in self.optimizer.param_groups:
                 g["lr"] = g["initial_lr"] * scale
 
-    def _finish_step(self, loss_f: float, gnorm: float, metrics: dict[str, float]) -> None:
+    def _finish_step(self, host: tuple[float, dict[str, float], float] | None) -> None:
+        """Count the step; with its ``host`` numbers (loss, metrics, grad norm), record them."""
         self.step += 1
+        if host is None:
+            return
+        loss_f, metrics, gnorm = host
         lr = float(self.optimizer.param_groups[0]["lr"])
         self._record = {"step": self.step, "loss": loss_f, "grad_norm": gnorm, "lr": lr, "metrics": metrics}
         if len(self.optimizer.param_groups) > 1:
@@ -518,18 +586,20 @@ class Trainer:
         self.optimizer.step(closure)  # type: ignore[arg-type]
         if not last:  # the optimizer reused its cached point and found it stationary
             closure()
-        loss_f, gnorm, _, _, metrics = self._health(last["loss"], last["metrics"])
-        info = getattr(self.optimizer, "info", None)
-        if isinstance(info, Mapping) and "loss" in info:
+        grads = [p.grad for p in self._params if p.grad is not None]
+        norm = self._grad_norm(grads) if grads else torch.zeros((), device=self.device)
+        loss_f, metrics, gnorm = self._health(last["loss"], last["metrics"], norm)
+        info = self.optimizer.info if isinstance(self.optimizer, ReportsStep) else None
+        if info is not None and "loss" in info:
             # the optimizer's own account of the point it kept: its full objective (OWL-QN: with
             # the L1 term) there, not the last line-search trial, which may have been rejected
             metrics = {**metrics, "smooth_loss": loss_f}
             loss_f = float(info["loss"])
             gnorm = float(info.get("grad_norm", gnorm))
-        failed = isinstance(info, Mapping) and bool(info.get("linesearch_failed", False))
+        failed = info is not None and bool(info.get("linesearch_failed", False))
         if not self._healthy(loss_f, metrics, gnorm):
             return False
-        self._finish_step(loss_f, gnorm, metrics)
+        self._finish_step((loss_f, metrics, gnorm))
         if failed:  # no trial step decreased the objective: converged to rounding, or a bad direction
             self.log_event("linesearch_failed", loss=loss_f)
             self.request_stop(f"line search found no decrease at step {self.step} (loss {loss_f:.6g}): "
@@ -542,30 +612,37 @@ class Trainer:
             bar.set_postfix({k: f"{self.metrics[k]:.4g}" for k in HEALTH if k in self.metrics}, refresh=False)
         bar.update(1)
         for cb in self.callbacks:
-            if hasattr(cb, "on_step_end"):
-                cb.on_step_end(self, self.step, self.metrics)
-        if self.checkpoint_every is not None and self.step % self.checkpoint_every == 0:
+            cb.on_step_end(self, self.step, self.metrics)
+        if self.checkpoint_every is not None and self.store is not None and self.step % self.checkpoint_every == 0:
             self.save_checkpoint()
         if self.dist.enabled:  # every rank stops at the same step, whichever asked
             flag = torch.tensor([float(self._stop_reason is not None)], device=self.device)
             if float(self.dist.mean(flag)) > 0 and self._stop_reason is None:
                 self._stop_reason = "stop requested on another rank"
 
-    def _check_output(self, out: Any) -> tuple[Tensor, dict[str, float]]:
-        loss, metrics = getattr(out, "loss", None), getattr(out, "metrics", None)
-        if not isinstance(loss, Tensor) or not isinstance(metrics, Mapping):
+    def _check_output(self, out: Any) -> tuple[Tensor, dict[str, Any]]:
+        """The loss and the raw metrics (numbers or one-element tensors; made host numbers only on
+        steps that need them, :meth:`_metric_numbers`)."""
+        if not isinstance(out, LossOutput) or not isinstance(out.loss, Tensor) or not isinstance(out.metrics, Mapping):
             raise TypeError(f"objective: expected a LossOutput(loss, metrics, negatives); got {type(out).__name__}")
+        loss, metrics = out.loss, out.metrics
         if loss.dim() != 0:
             raise ValueError(f"objective: expected LossOutput.loss to be a 0-d tensor; got shape {tuple(loss.shape)}")
-        if not loss.requires_grad:
+        if not loss.requires_grad and not self._sets_gradients:
             raise ValueError("objective: LossOutput.loss does not require grad (computed under no_grad or detached?)")
-        clean: dict[str, float] = {}
+        raw: dict[str, Any] = {}
         for k, v in metrics.items():
-            try:
-                clean[str(k)] = float(v.detach()) if isinstance(v, Tensor) else float(v)
-            except (TypeError, ValueError, RuntimeError):
-                raise TypeError(f"objective: metric {k!r} must be a number; got {v!r}") from None
-        return loss, clean
+            if isinstance(v, Tensor) and v.numel() == 1:
+                raw[k] = v.detach().clone()  # the value now, not after the optimizer step (a parameter's)
+            elif isinstance(v, numbers.Real):
+                raw[k] = v
+            else:
+                raise TypeError(f"objective: metric {k!r} must be a number; got {v!r}")
+        return loss, raw
+
+    @staticmethod
+    def _metric_numbers(raw: Mapping[str, Any]) -> dict[str, float]:
+        return {str(k): float(v.detach()) if isinstance(v, Tensor) else float(v) for k, v in raw.items()}
 
     # ------------------------------------------------------------------ divergence
 
@@ -602,7 +679,7 @@ class Trainer:
                 )
             raise TrainingDiverged(msg)
         self._pending = None
-        _snapshot.apply(self, self._snapshot, str(self.run_dir))
+        _snapshot.apply(self, self._snapshot, IN_MEMORY if self.run_dir is None else str(self.run_dir))
         self._log.rewind(self._snapshot.log_offset)  # the undone steps leave the log too
         factor = self.guard.lr_factor**self._retries
         for g in self.optimizer.param_groups:
@@ -627,6 +704,9 @@ class Trainer:
 
         Returns the JSON record's path on rank 0, else ``None``.
         """
+        if self.store is None:
+            raise ValueError("save_checkpoint: an in-memory run (run_dir=None) writes no checkpoints; give the "
+                             "Trainer a run_dir")
         tensors, meta = _snapshot.checkpoint_payload(self)
         meta["trainer"]["metrics_offset"] = self._log.offset()
         meta["metrics"] = jsonable(self.metrics)
@@ -648,6 +728,8 @@ class Trainer:
                 one whose identity or batch size, seed, world size or data
                 differ from this trainer's.
         """
+        if self.store is None:
+            raise ValueError("restore: an in-memory run (run_dir=None) has no checkpoints; give the Trainer a run_dir")
         ckpt = self.store.load(which, identity=self.identity)
         _snapshot.apply_checkpoint(self, ckpt)
         self._saved_step = self.step

@@ -1,0 +1,72 @@
+"""What the trainer may be told about an optimizer or an objective, declared as typed protocols.
+
+The :class:`~ebms.train.Trainer` takes any ``torch.optim.Optimizer`` and any objective
+``objective(model, batch, generator=g) -> LossOutput``. A few of them need to be driven
+differently; they say so by *declaring* an attribute, which the trainer reads through an
+``isinstance`` check against one of these :func:`typing.runtime_checkable` protocols, once, when
+it is built:
+
+* :class:`ClosureOptimizer`: ``needs_closure = True`` (a class attribute) — ``step`` takes a
+  closure that re-evaluates the loss (L-BFGS-type line searches). ``torch.optim.LBFGS`` is
+  recognised by its type. The trainer then evaluates the objective only through that closure
+  and skips ``grad_clip`` (see :func:`needs_closure`).
+* :class:`ReportsStep`: an ``info`` mapping the optimizer rewrites after each ``step`` — its own
+  account of the point it kept (``loss``: the full objective there, e.g. OWL-QN's with its L1
+  term; optional ``grad_norm``; ``linesearch_failed``). The trainer logs ``info["loss"]`` instead
+  of its last closure value (which may be a rejected line-search trial) and stops when the line
+  search failed.
+* :class:`GradientObjective`: ``sets_gradients = True`` — the objective fills the ``.grad`` of
+  the parameters it trains itself, during its call (analytic gradients, e.g.
+  :class:`ebms.objectives.rbm_cd.RBMContrastiveDivergence`); the trainer then calls no
+  ``backward()``, and the returned loss needs no graph. The trainer sets every ``.grad`` to
+  ``None`` before calling the objective, so the objective may assign or accumulate.
+
+Nothing here is discovered by ``hasattr`` at every step: a class that lacks the attribute is
+simply an ordinary optimizer or objective.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+__all__ = ["ClosureOptimizer", "GradientObjective", "ReportsStep", "needs_closure", "sets_gradients"]
+
+
+@runtime_checkable
+class ClosureOptimizer(Protocol):
+    """An optimizer whose ``step(closure)`` re-evaluates the loss (declares ``needs_closure``)."""
+
+    needs_closure: bool
+
+
+@runtime_checkable
+class ReportsStep(Protocol):
+    """An optimizer reporting on its last step in ``info`` (``loss``, ``grad_norm``, ``linesearch_failed``)."""
+
+    info: Mapping[str, Any]
+
+
+@runtime_checkable
+class GradientObjective(Protocol):
+    """An objective that fills parameter ``.grad`` itself (declares ``sets_gradients``)."""
+
+    sets_gradients: bool
+
+
+def needs_closure(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer.step`` must be given a closure: L-BFGS-type optimizers, which
+    re-evaluate the loss during their line search (``torch.optim.LBFGS``, or any optimizer
+    declaring ``needs_closure = True``: :class:`ClosureOptimizer`). The trainer then evaluates
+    the objective only through a closure over the current batch and skips ``grad_clip`` (a line
+    search needs the true gradient)."""
+    if isinstance(optimizer, torch.optim.LBFGS):
+        return True
+    return isinstance(optimizer, ClosureOptimizer) and bool(optimizer.needs_closure)
+
+
+def sets_gradients(objective: object) -> bool:
+    """Whether ``objective`` fills parameter ``.grad`` itself (:class:`GradientObjective`)."""
+    return isinstance(objective, GradientObjective) and bool(objective.sets_gradients)
