@@ -232,48 +232,4 @@ def test_metropolis_independence_is_reproducible_with_a_seeded_generator():
     assert torch.equal(a, b)
 
 
-# -- IndependentCategorical proposal ------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("space", [Spins((2, 3)), Binary(5), Categorical((2, 2), 3)], ids=repr)
-def test_independent_categorical_log_prob_is_normalised_and_matches_its_samples(space):
-    g = torch.Generator().manual_seed(9)
-    q = IndependentCategorical(space, torch.randn(space.num_sites, space.num_categories, generator=g))
-    log_q = torch.cat([q.log_prob(x) for x in space.enumerate()])
-    torch.testing.assert_close(log_q.exp().sum(), torch.tensor(1.0))
-    x = q.sample(20000, g)
-    space.validate(x)
-    # per-site marginals: |freq - p| < 4.5 binomial standard errors (z = 4.5 for all N*K cells together)
-    freq = torch.nn.functional.one_hot(space.indices(x), space.num_categories).double().mean(0)
-    p = q.log_probs.double().exp()
-    assert bool(((freq - p).abs() < 4.5 * (p * (1 - p) / 20000).sqrt()).all())
-
-
-def test_independent_categorical_fit_uses_smoothed_marginals():
-    space = Categorical(2, 3)
-    data = space.one_hot(torch.tensor([[0, 1], [0, 2], [2, 2], [0, 2]]))
-    q = IndependentCategorical(space).fit(data, pseudocount=0.5)
-    expected = torch.tensor([[3.5, 0.5, 1.5], [0.5, 1.5, 3.5]]) / 5.5  # (count + c) / (B + K c)
-    torch.testing.assert_close(q.log_probs.exp(), expected)
-
-
-def test_independent_categorical_accepts_bernoulli_logits_for_two_valued_spaces():
-    space = Spins((2, 2))
-    logits = torch.tensor([[0.3, -1.0], [2.0, 0.0]])
-    q = IndependentCategorical(space, logits)
-    x = torch.tensor([[[1.0, -1.0], [1.0, -1.0]]])
-    expected = torch.nn.functional.logsigmoid(torch.tensor([0.3, 1.0, 2.0, -0.0])).sum()
-    torch.testing.assert_close(q.log_prob(x), expected.reshape(1))
-
-
-def test_independent_categorical_validates_its_arguments():
-    with pytest.raises(TypeError, match="space: expected an ebms.spaces.DiscreteSpace; got Box"):
-        IndependentCategorical(Box(3))
-    with pytest.raises(ValueError, match=r"logits: expected shape \(4, 3\) or \(\*\(4,\), 3\); got \(4, 2\)"):
-        IndependentCategorical(Categorical(4, 3), torch.zeros(4, 2))
-    with pytest.raises(ValueError, match="logits"):
-        IndependentCategorical(Binary(2), torch.tensor([0.0, float("nan")]))
-    with pytest.raises(ValueError, match=r"x: expected values in \{0, 1\}"):
-        IndependentCategorical(Binary(2)).fit(torch.full((3, 2), 0.5))
-    with pytest.raises(ValueError, match="pseudocount"):
-        IndependentCategorical(Binary(2)).fit(torch.zeros(3, 2), pseudocount=0.0)
+# The IndependentCategorical proposal's own tests live in tests/distributions/test_dist_categorical.py.
