@@ -25,7 +25,7 @@ from ebms.cli._config_rules import NONNEG, POS, Rule
 from ebms.cli.build import build, build_sampler
 from ebms.cli.config import Config, ConfigError
 from ebms.cli.energy import EnergyTask
-from ebms.cli.tasks import S, check_batch_size, register
+from ebms.cli.tasks import S, register
 from ebms.data import TOY_NAMES, PointCloud, ToyDataset, get_toy, load_points
 from ebms.data.binary_images import IMAGE_SETS
 from ebms.estimators.evaluation import GridEvalReport, grid_evaluation
@@ -147,15 +147,8 @@ class PointFileTask(_ContinuousTask[None]):
         return build("data", d, load_points, d.path, test_fraction=d.test_fraction, seed=cfg.run.seed, key=d.key,
                      **limit)
 
-    def fit_points(self, data: PointCloud) -> Tensor:
-        return data.train
-
-    def test_points(self, cfg: Config, data: PointCloud) -> Tensor:
-        return data.test
-
-    def training_data(self, cfg: Config, data: PointCloud) -> Tensor:
-        check_batch_size(cfg, data.train.shape[0], f"training points of {cfg.data.path}")
-        return data.train
+    def data_label(self, cfg: Config) -> str:
+        return str(cfg.data.path)
 
 
 register(ToyTask())

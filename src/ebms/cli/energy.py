@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from ebms.cli.build import OBJECTIVES, build, build_mlp, build_sampler, resolve
 from ebms.cli.config import Config
-from ebms.cli.tasks import S, Task
+from ebms.cli.tasks import S, Task, check_batch_size
 from ebms.samplers import Sampler
 from ebms.spaces import Space
 
@@ -45,13 +45,24 @@ class EnergyTask(Task[S]):
         """The space the training kernel moves in (``None``: unconstrained)."""
         return None
 
-    @abc.abstractmethod
+    # The defaults below serve data sets with fixed splits (``data.train``, ``data.test``): point
+    # files and binary images. A task that draws its data (the toys) overrides all three.
     def fit_points(self, data: Any) -> Tensor:
-        """Points to fit auxiliary models on (NCE's noise)."""
+        """Points to fit auxiliary models on (NCE's noise): the training split."""
+        return data.train
 
-    @abc.abstractmethod
     def test_points(self, cfg: Config, data: Any) -> Tensor:
-        """The held-out points."""
+        """The held-out points: the test split."""
+        return data.test
+
+    def training_data(self, cfg: Config, data: Any) -> Any:
+        """The training split, after checking ``train.batch_size`` against its size."""
+        check_batch_size(cfg, data.train.shape[0], f"training points of {self.data_label(cfg)}")
+        return data.train
+
+    def data_label(self, cfg: Config) -> str:
+        """How messages name the data set."""
+        return str(cfg.data.name)
 
     def build_model(self, cfg: Config, data: Any) -> nn.Module:
         return build_mlp(cfg, (data.dim,))

@@ -27,7 +27,7 @@ from ebms.cli._config_rules import COUNT, SEED, Rule
 from ebms.cli.build import build, build_mlp, build_sampler
 from ebms.cli.config import Config, ConfigError, ModelConfig
 from ebms.cli.energy import EnergyTask
-from ebms.cli.tasks import check_batch_size, register
+from ebms.cli.tasks import register
 from ebms.data.binary_images import IMAGE_SETS, BinaryImages, load_binary_images
 from ebms.distributions import IndependentBernoulli
 from ebms.estimators import Estimate, GeometricPath
@@ -96,15 +96,6 @@ class ImagesTask(EnergyTask[ImagesSettings]):
     def training_space(self, data: BinaryImages) -> Binary:
         return data.space
 
-    def fit_points(self, data: BinaryImages) -> Tensor:
-        return data.train
-
-    def test_points(self, cfg: Config, data: BinaryImages) -> Tensor:
-        return data.test
-
-    def training_data(self, cfg: Config, data: BinaryImages) -> Tensor:
-        check_batch_size(cfg, data.train.shape[0], f"training points of {cfg.data.name}")
-        return data.train
 
     def report(self, cfg: Config, model: nn.Module, data: BinaryImages, step: int, *,
                use_ais: bool = False) -> DiscreteEvalReport:

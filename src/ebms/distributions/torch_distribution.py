@@ -41,7 +41,7 @@ def _space(dist: D.Distribution, shape: tuple[int, ...]) -> Space | None:
 def _entropy_defined(dist: D.Distribution) -> bool:
     try:
         dist.entropy()
-    except NotImplementedError:
+    except NotImplementedError:  # torch's way of saying a law has no closed-form entropy (not a stub here)
         return False
     return True
 
