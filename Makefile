@@ -21,9 +21,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/ebms demo
 
-# the default suite: everything not marked slow (kept under 4 minutes on 2 idle cores)
+# the default suite: everything not marked slow, on TEST_WORKERS pytest-xdist processes (kept under
+# 4 minutes on 2 idle cores; TEST_WORKERS=0 runs it in one process)
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS)
 
 # only the tests marked slow; pytest's exit status 5 ("no tests collected") counts as success here
 test-slow: $(STAMP)

@@ -21,6 +21,8 @@ from ebms.data.conll import (
     parse_tag,
     read_conll,
     spans_to_tags,
+    tag_names,
+    to_iob2,
 )
 from ebms.data.mnist import ChecksumError
 from ebms.data.paths import DATA_ENV_VAR, data_root
@@ -221,6 +223,26 @@ def test_scheme_conversions_keep_the_chunks_and_round_trip_iob2():
         iob2 = iobes_to_iob(iobes)
         assert iob2 == spans_to_tags(spans, len(seq))
         assert iobes_to_iob(iob_to_iobes(iob2)) == iob2
+
+
+def test_to_iob2_rewrites_iob1_and_iobes_and_keeps_iob2():
+    assert to_iob2(["I-NP", "I-NP", "O", "I-VP", "I-NP"]) == ["B-NP", "I-NP", "O", "B-VP", "B-NP"]  # IOB1
+    assert to_iob2(["S-PER", "B-LOC", "E-LOC", "O"]) == ["B-PER", "B-LOC", "I-LOC", "O"]  # IOBES
+    rng = random.Random(1)
+    tags = ["O", "B-A", "I-A", "B-B", "I-B", "E-A", "S-B"]
+    for _ in range(300):  # any input: strict IOB2 with the chunks conlleval reads, and a fixed point
+        seq = [rng.choice(tags) for _ in range(rng.randint(0, 9))]
+        iob2 = to_iob2(seq)
+        assert bio_to_spans(iob2) == bio_to_spans(seq) and to_iob2(iob2) == iob2 == iobes_to_iob(seq)
+        assert all(not t.startswith("I-") or prev[2:] == t[2:] and prev != "O" for prev, t in zip(["O", *iob2], iob2))
+
+
+def test_tag_names_lists_distinct_tags_outside_first_then_sorted():
+    assert tag_names([["B-NP", "O", "I-NP"], ["B-VP", "B-ADJP"], []]) == ["O", "B-ADJP", "B-NP", "B-VP", "I-NP"]
+    assert tag_names(iter([("I-X", "B-X")])) == ["B-X", "I-X"]  # no "O": just sorted; any iterable of sequences
+    assert tag_names([]) == []
+    with pytest.raises(TypeError, match="tag_seqs\\[1\\]: expected a sequence of tags; got the string 'B-NP'"):
+        tag_names([["O"], "B-NP"])
 
 
 def test_spans_to_tags_rejects_overlaps_and_bad_scheme():

@@ -142,3 +142,20 @@ def test_bad_input_messages_name_x():
         net(torch.zeros(2, 3, 8, 6, dtype=torch.uint8))
     with pytest.raises(TypeError, match=r"x: expected a torch.Tensor; got tuple"):
         net((1, 2))
+
+
+def test_conv_energy_does_not_claim_site_blocks_and_loads_old_state_dicts() -> None:
+    # a `blocks` attribute would read as ebms.capabilities.SupportsBlocks (a site partition for
+    # block Gibbs); the residual stages are called `stages`, and state dicts saved under the old
+    # key names still load into them
+    from ebms.capabilities import SupportsBlocks, supports
+
+    torch.manual_seed(0)
+    net = ConvEnergy(1, 8, channels=(8, 8), groups=4)
+    assert not supports(net, SupportsBlocks)
+    old = {k.replace("stages.", "blocks.", 1): v.clone() for k, v in net.state_dict().items()}
+    assert any(k.startswith("blocks.") for k in old)
+    fresh = ConvEnergy(1, 8, channels=(8, 8), groups=4)
+    fresh.load_state_dict(old)
+    x = torch.randn(3, 1, 8, 8)
+    torch.testing.assert_close(fresh(x), net(x), rtol=0, atol=0)

@@ -25,11 +25,14 @@ from ebms._numerics import softplus
 from ebms.models import BernoulliRBM, FeatureCRF
 from ebms.models.crf_tagger import NeuralCRFTagger
 from ebms.models.crf_transducer import CRFTransducer
+from ebms.models.lm import LSTMLM
 from ebms.models.rnnt_aligned import AlignedRNNT
 from ebms.objectives import (
+    AutoregressiveNLL,
     BeamEarlyUpdate,
     ConditionalML,
     ConditionalNCE,
+    CorpusRowsObjective,
     CTCObjective,
     FeatureCRFLikelihood,
     LossOutput,
@@ -39,6 +42,7 @@ from ebms.objectives import (
 )
 from ebms.sequences import Sequences
 from ebms.structured import DenominatorGraph, LabelNGram
+from ebms.structured.features import AttributeVocabulary
 from ebms.train import Trainer
 
 B, T, V, C = 6, 5, 9, 3
@@ -87,6 +91,24 @@ def _feature_crf() -> tuple[nn.Module, nn.Module, tuple[Tensor, ...]]:
     return objective, FeatureCRF(7, C).double(), (torch.arange(B),)
 
 
+def _corpus_rows() -> tuple[nn.Module, nn.Module, tuple[Tensor, ...]]:
+    """Conditional NCE over the rows of an unpadded corpus of 6 sentences (2 attributes per token)."""
+    g = torch.Generator().manual_seed(0)
+    tags, lengths = _tagging()[1:]
+    seqs = [[{f"a{int(a)}": 1.0 for a in torch.randint(0, 7, (2,), generator=g)} for _ in range(int(n))]
+            for n in lengths]
+    vocab = AttributeVocabulary.fit(seqs)
+    inner = ConditionalNCE(TagBigramNoise.fit(tags, lengths, C), nu=2)
+    torch.manual_seed(0)
+    return CorpusRowsObjective(vocab.encode_flat(seqs), inner), FeatureCRF(len(vocab), C).double(), (
+        torch.arange(B), tags, lengths)
+
+
+def _lm() -> nn.Module:
+    torch.manual_seed(0)
+    return LSTMLM(V, embedding_dim=4, hidden_size=3, num_layers=1)
+
+
 def _rbm(*, persistent: bool) -> tuple[nn.Module, nn.Module, Tensor]:
     g = torch.Generator().manual_seed(0)
     return (RBMContrastiveDivergence(persistent=persistent), BernoulliRBM(6, 3, generator=g),
@@ -107,6 +129,10 @@ CASES: dict[str, Case] = {
     "CTCObjective": lambda: (CTCObjective(), _Frames(), _speech()),
     "CTCObjective-crf": lambda: (_ctc_crf(), _Frames(), _speech()),
     "FeatureCRFLikelihood": lambda: _feature_crf(),
+    "CorpusRowsObjective": lambda: _corpus_rows(),
+    "AutoregressiveNLL": lambda: (AutoregressiveNLL(), _lm(), (_tagging()[0], _tagging()[2])),
+    "AutoregressiveNLL-bptt": lambda: (AutoregressiveNLL(carry_state=True), _lm(),
+                                       (_tagging()[0][:, :-1], _tagging()[0][:, 1:])),
     "RBMContrastiveDivergence": lambda: _rbm(persistent=False),
     "RBMContrastiveDivergence-pcd": lambda: _rbm(persistent=True),
 }

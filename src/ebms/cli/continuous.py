@@ -69,29 +69,17 @@ class _ContinuousTask(EnergyTask[S]):
 
     def plot(self, x: Tensor, data: ToyDataset | PointCloud, title: str, ax: Any = None) -> Any:
         """A scatter in 2-D (the first two coordinates above), a histogram in 1-D."""
-        from ebms.viz import plot_samples
-        from ebms.viz.figure import axes_or_new
+        from ebms.viz import plot_points
 
-        if data.dim == 1:
-            fig, ax = axes_or_new(ax, (5.0, 4.0))
-            ax.hist(x[:, 0].detach().cpu().numpy(), bins=60, range=data.bounds[0], density=True)
-            ax.set_title(title)
-            return fig
-        suffix = " (first 2 coordinates)" if data.dim > 2 else ""
-        return plot_samples(x[:, :2], ax=ax, bounds=data.bounds[:2], title=title + suffix)
+        return plot_points(x, data.bounds, ax=ax, title=title)
 
     def more_plots(self, run_dir: Path, model: nn.Module, data: ToyDataset | PointCloud) -> list[Path]:
         """``energy.png`` for 2-D data: the energy and the normalised density."""
-        from ebms.viz import new_figure, plot_energy, save_figure
+        from ebms.viz import plot_energy_and_density, save_figure
 
         if data.dim != 2:
             return []
-        fig = new_figure(figsize=(9, 4.5))
-        ax_e, ax_p = fig.subplots(1, 2)
-        plot_energy(model, data.bounds, ax=ax_e, kind="energy", title="energy E(x)")
-        plot_energy(model, data.bounds, ax=ax_p, kind="density", title="density exp(-E)/Z")
-        save_figure(fig, run_dir / "energy.png")
-        return [run_dir / "energy.png"]
+        return [save_figure(plot_energy_and_density(model, data.bounds), run_dir / "energy.png")]
 
 
 @dataclass

@@ -10,8 +10,9 @@ training images; ``rbm_hidden`` is the hidden layer of ``model.kind = "rbm"``. `
 ``model.kind``: ``mlp`` (a deep binary EBM, ``model.hidden``) or ``rbm``
 (:class:`~ebms.models.BernoulliRBM`, visible biases started at the data's log-odds). Chains use
 the discrete kernels of ``sampler.kind``. ``eval`` reports the test log-likelihood with an exact
-log Z where one is feasible (the RBM's smaller layer, or enumeration) and by AIS with
-``ebms eval --ais`` (:func:`ebms.estimators.evaluation.binary_log_likelihood`).
+log Z where one is feasible (:func:`ebms.estimators.evaluation.exact_log_z`) and by AIS along
+:func:`~ebms.estimators.evaluation.ais_path` with ``ebms eval --ais``
+(:func:`~ebms.estimators.evaluation.binary_log_likelihood`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from typing import Any, ClassVar, cast
 import torch
 from torch import Tensor, nn
 
-from ebms.capabilities import SupportsAISPath, SupportsLogPartition
 from ebms.cli._config_rules import COUNT, SEED, Rule
 from ebms.cli.build import build, build_mlp, build_sampler
 from ebms.cli.config import Config, ConfigError, ModelConfig
@@ -30,8 +30,7 @@ from ebms.cli.energy import EnergyTask
 from ebms.cli.tasks import register
 from ebms.data.binary_images import IMAGE_SETS, BinaryImages, load_binary_images
 from ebms.distributions import IndependentBernoulli
-from ebms.estimators import Estimate, GeometricPath
-from ebms.estimators.evaluation import DiscreteEvalReport, ais_schedule, binary_log_likelihood, enumerated_log_z
+from ebms.estimators.evaluation import DiscreteEvalReport, ais_path, ais_schedule, binary_log_likelihood, exact_log_z
 from ebms.models import BernoulliRBM
 from ebms.models.rbm import marginal_logits
 from ebms.spaces import Binary
@@ -96,40 +95,26 @@ class ImagesTask(EnergyTask[ImagesSettings]):
     def training_space(self, data: BinaryImages) -> Binary:
         return data.space
 
-
     def report(self, cfg: Config, model: nn.Module, data: BinaryImages, step: int, *,
                use_ais: bool = False) -> DiscreteEvalReport:
         """Test log-likelihood of ``data.n_test`` test images: exact log Z when feasible, AIS when
         asked for (``eval.ais_chains``, ``eval.ais_temperatures``; with ``eval.reverse_ais`` a
         reverse-AIS bracket from model chains started at test images)."""
         x_test = data.test[: cfg.data.n_test]
-        exact = self._exact_log_z(cfg, model, data)
         path: Any = None
         reverse_from = None
-        if use_ais:
-            if isinstance(model, SupportsAISPath):  # an RBM's own path: hidden units summed out
-                path = model.ais_path(marginal_logits(data.train))
-            else:
-                path = GeometricPath(model, IndependentBernoulli.from_data(data.train), build_sampler(cfg, data.space))
+        if use_ais:  # an RBM's own path (hidden units summed out) starts at the data's log-odds
+            path = ais_path(model, IndependentBernoulli.from_data(data.train), build_sampler(cfg, data.space),
+                            own_path_args=(marginal_logits(data.train),))
             if cfg.eval.reverse_ais:
                 n_rev = min(cfg.eval.ais_chains, x_test.shape[0])
                 with torch.no_grad():
                     reverse_from = self.sample(cfg, model, data, n=n_rev, start=x_test[:n_rev],
                                                seed=cfg.run.seed + REVERSE_SEED_OFFSET)
         return binary_log_likelihood(
-            model, x_test, step=step, exact=exact, path=path, betas=ais_schedule(cfg.eval.ais_temperatures),
-            chains=cfg.eval.ais_chains, reverse_from=reverse_from,
+            model, x_test, step=step, exact=exact_log_z(model, data.space), path=path,
+            betas=ais_schedule(cfg.eval.ais_temperatures), chains=cfg.eval.ais_chains, reverse_from=reverse_from,
             generator=torch.Generator().manual_seed(cfg.run.seed + AIS_SEED_OFFSET), progress=cfg.run.progress)
-
-    def _exact_log_z(self, cfg: Config, model: nn.Module, data: BinaryImages) -> Estimate | None:
-        """A model's own log Z (an RBM sums its smaller layer), else enumeration of small spaces."""
-        if not isinstance(model, SupportsLogPartition):
-            return enumerated_log_z(model, data.space)
-        try:
-            value = float(model.log_partition())
-        except ValueError:  # both layers too wide to sum
-            return None
-        return Estimate(value, exact=True, settings={"method": "exact"})
 
     def plot(self, x: Tensor, data: BinaryImages, title: str, ax: Any = None) -> Any:
         """The first 100 images of ``x`` in a 10-column grid."""

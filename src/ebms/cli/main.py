@@ -119,18 +119,23 @@ def _config_arg(args: argparse.Namespace) -> str | None:
     return cfg
 
 
-def _report_and_plots(run_dir: Path, overrides: list[str], use_ais: bool = False) -> None:
+def _report_and_plots(run_dir: Path, overrides: list[str], use_ais: bool = False, *, plots: bool = True) -> None:
+    """The test figures of a trained run (printed, and written to ``eval.json``) and, with ``plots``, its plots."""
     from ebms.cli.run import load_run, serving_task, write_eval
 
     cfg, model, data, step = load_run(run_dir, overrides)
     task = serving_task(cfg)
+    if use_ais and not task.supports_ais:
+        raise ConfigError(f"--ais: AIS estimates log Z of models of binary data (data.name = mnist, fashion-mnist, "
+                          f"digits); the run in {str(run_dir)!r} has data.name={cfg.data.name!r}: drop --ais")
     t0 = time.perf_counter()
     report = task.report(cfg, model, data, step, use_ais=use_ais)
-    plots = task.write_plots(run_dir, cfg, model, data)
+    written = task.write_plots(run_dir, cfg, model, data) if plots else []
     write_eval(run_dir, report)
     for line in report.lines():
         print(line)
-    print(f"wrote {', '.join(str(p) for p in [*plots, run_dir / 'eval.json'])} ({time.perf_counter() - t0:.1f} s)")
+    if plots:
+        print(f"wrote {', '.join(str(p) for p in [*written, run_dir / 'eval.json'])} ({time.perf_counter() - t0:.1f} s)")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -189,18 +194,7 @@ def _run_folder(args: argparse.Namespace) -> Path:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """``ebms eval``: the test figures of a trained run, printed and written to ``eval.json``."""
-    from ebms.cli.run import load_run, serving_task, write_eval
-
-    run_dir = _run_folder(args)
-    cfg, model, data, step = load_run(run_dir, args.overrides)
-    task = serving_task(cfg)
-    if args.ais and not task.supports_ais:
-        raise ConfigError(f"--ais: AIS estimates log Z of models of binary data (data.name = mnist, fashion-mnist, "
-                          f"digits); the run in {str(run_dir)!r} has data.name={cfg.data.name!r}: drop --ais")
-    report = task.report(cfg, model, data, step, use_ais=args.ais)
-    write_eval(run_dir, report)
-    for line in report.lines():
-        print(line)
+    _report_and_plots(_run_folder(args), args.overrides, args.ais, plots=False)
     return 0
 
 
@@ -219,6 +213,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
     ``samples-n<N>-steps<S>-seed<K>.{safetensors,png}`` (never over the training ``samples.png``)."""
     from safetensors.torch import save_file
 
+    from ebms.cli.energy import SAMPLE_SEED_OFFSET
     from ebms.cli.run import load_run, serving_task
     from ebms.viz import save_figure
 
@@ -230,7 +225,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
     task = serving_task(cfg)
     n = cfg.eval.n_samples if args.n is None else args.n
     steps = cfg.eval.sample_steps if args.steps is None else args.steps
-    seed = cfg.run.seed + 7 if args.seed is None else args.seed
+    seed = cfg.run.seed + SAMPLE_SEED_OFFSET if args.seed is None else args.seed
     stem = f"samples-n{n}-steps{steps}-seed{seed}"
     files = [out / f"{stem}.safetensors", out / f"{stem}.png"]
     taken = [str(f) for f in files if f.exists()]

@@ -14,9 +14,9 @@ concatenated from one FSDD speaker's takes, 40 log-mels + global CMVN, speaker-d
   transcripts and the auxiliary CTC weight ``speech.ctc_weight``
   (:class:`ebms.objectives.CTCObjective`).
 
-``evaluate`` reports the test label error rate (percent) of greedy (best-path) decoding with its
-substitutions / deletions / insertions and the sentence error rate; for ``ctc-crf`` also
-``ler_lm``: decoding with the denominator n-gram (:func:`ebms.structured.ctc_crf.ctc_crf_decode`).
+``evaluate`` (:func:`ebms.metrics.ctc_eval.evaluate_ctc`) reports the test label error rate (percent)
+of greedy (best-path) decoding with its substitutions / deletions / insertions and the sentence
+error rate; for ``ctc-crf`` also ``ler_lm``: decoding with the denominator n-gram.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import torch
 from torch import nn
 
 from ebms.cli._config_rules import COUNT, DROPOUT, NONNEG, Rule
@@ -123,37 +122,11 @@ class SpeechTask(StructuredTask[SpeechSettings]):
         return CTCObjective(graph, ctc_weight=self.settings(cfg).ctc_weight if graph is not None else 0.0)
 
     def evaluate(self, cfg: Config, model: nn.Module, data: TaskData) -> dict[str, float]:
-        from ebms.metrics.error_rate import error_rate
-        from ebms.structured.ctc import greedy_decode
+        from ebms.metrics.ctc_eval import evaluate_ctc
 
         test = data.test
-        graph = data.info.get("den_graph")
-        refs = test.transcripts()
-        greedy: list[list[int]] = []
-        with_lm: list[list[int]] = []
-        was_training = model.training
-        model.eval()
-        device = next(model.parameters()).device
-        with torch.no_grad():
-            for i in range(0, len(test), EVAL_BATCH):
-                lengths = test.lengths[i:i + EVAL_BATCH]
-                x = test.features[i:i + EVAL_BATCH, :int(lengths.max())].to(device)
-                log_probs, out_lengths = model(x, lengths.to(device))
-                greedy += greedy_decode(log_probs, out_lengths).sequences()
-                if graph is not None:
-                    from ebms.structured.ctc_crf import ctc_crf_decode
-
-                    with_lm += ctc_crf_decode(log_probs.cpu(), out_lengths.cpu(), graph).sequences()
-        model.train(was_training)
-        er = error_rate(refs, greedy)
-        figures = {
-            "ler": er.percent, "substitutions": er.substitutions, "deletions": er.deletions,
-            "insertions": er.insertions, "ser": 100.0 * er.sentence_error_rate, "ref_labels": er.ref_length,
-            "utterances": er.sentences,
-        }
-        if graph is not None:
-            figures["ler_lm"] = error_rate(refs, with_lm).percent
-        return figures
+        return evaluate_ctc(model, test.features, test.lengths, test.transcripts(),
+                            den_graph=data.info.get("den_graph"), batch_size=EVAL_BATCH)
 
 
 register(SpeechTask())

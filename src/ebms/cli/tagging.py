@@ -36,7 +36,7 @@ which then runs OWL-QN with ``l1 = c1 / N`` (one trainer step = one quasi-Newton
 Test figures (``eval.json``): chunk ``precision``, ``recall``, ``f1`` (conlleval, percent) and
 token ``accuracy`` (percent); for NER also ``token_f1``: the support-weighted token F1 over the
 training tags but ``O`` (:func:`ebms.metrics.tagging.token_f1`), in percent, i.e. 100 x the
-sklearn-crfsuite tutorial's figure.
+sklearn-crfsuite tutorial's figure (:func:`ebms.metrics.tagger_eval.evaluate_tagger`).
 """
 
 from __future__ import annotations
@@ -52,20 +52,14 @@ from ebms.cli._config_rules import COUNT, DROPOUT, NONNEG, Rule
 from ebms.cli.build import resolve
 from ebms.cli.config import Config, ConfigError, ModelConfig
 from ebms.cli.tasks import StructuredTask, TaskData, register
-from ebms.data.conll import (
-    MAX_CONLL_BYTES,
-    Sentence,
-    bio_to_spans,
-    load_conll2000,
-    load_conll2002,
-    spans_to_tags,
-)
+from ebms.data.conll import MAX_CONLL_BYTES, Sentence, load_conll2000, load_conll2002, tag_names, to_iob2
 from ebms.data.vocab import WordVocabulary
-from ebms.metrics.chunking import conlleval
+from ebms.metrics.tagger_eval import evaluate_tagger
 from ebms.models.crf_tagger import NeuralCRFTagger
-from ebms.objectives import ConditionalML, ConditionalNCE, LossOutput, TagBigramNoise, scalar_metrics
+from ebms.objectives import ConditionalML, ConditionalNCE, TagBigramNoise
+from ebms.objectives.conditional_rows import CorpusRowsObjective
 from ebms.objectives.feature_crf import FeatureCRFLikelihood
-from ebms.structured.features import EncodedCorpus
+from ebms.structured.features import AttributeVocabulary, EncodedCorpus
 from ebms.structured.linear_chain import bio_allowed_transitions
 
 __all__ = ["TaggingSettings", "TaggingTask"]
@@ -80,71 +74,20 @@ DEFAULT_FEATURES = {"conll2000": "crfsuite-chunking", "conll2002-esp": "crfsuite
 FULL_BATCH_CHUNK = 2048
 #: sentences per length-sorted chunk when decoding.
 DECODE_CHUNK = 512
+
+
 @dataclass
 class _Split:
     """A test split: padded inputs ``(N, T, ...)`` (neural taggers), or the attribute vectors
-    without padding (feature CRF; padded per decoding chunk)."""
+    without padding (feature CRF; padded per decoding chunk), with the lengths and gold tags."""
 
     inputs: tuple[Tensor, ...] | EncodedCorpus
     lengths: Tensor
     gold: list[list[str]]
 
-    def rows(self, idx: Tensor, t: int) -> list[Tensor]:
-        if isinstance(self.inputs, EncodedCorpus):
-            return list(self.inputs.padded(idx)[:2])
-        return [x[idx, :t] for x in self.inputs]
 
-
-class _FeatureRows(nn.Module):
-    """The feature CRF's objective over training rows: ``objective(model, (rows, tags, lengths))``.
-
-    The trainer's data are ``(rows (N,), tags (N, T), lengths (N,))``, where ``rows`` index the
-    training set's :class:`~ebms.structured.features.EncodedCorpus` (attribute vectors without
-    padding: the corpus is never padded to its longest sentence). A batch holding every row once
-    (full-batch L-BFGS / OWL-QN) with ``objective.kind = crf`` takes the path of
-    :func:`ebms.models.feature_crf.fit_feature_crf`: one cached CSR design matrix over
-    length-sorted buckets, emissions ``X @ W`` and their gradient ``X^T G`` as two sparse products
-    per pass, no per-call masking of the ``(A, C)`` weights. Any other batch is padded to its
-    own longest sentence and passed to ``inner`` (:class:`ConditionalML` or
-    :class:`ConditionalNCE`, a submodule), as before. Both give the same loss:
-    ``sum -log p / B + l2 ||w||^2``.
-    """
-
-    def __init__(self, corpus: EncodedCorpus, tags: Tensor, inner: nn.Module, *,
-                 full_batch_ml: bool, l2: float, n_attributes: int) -> None:
-        super().__init__()
-        self.corpus, self.tags, self.inner, self.full_batch_ml = corpus, tags, inner, full_batch_ml
-        self.l2, self.n_attributes = l2, n_attributes
-        self._full: Any = None
-
-    def forward(self, model: nn.Module, batch: Any, *, generator: torch.Generator | None = None) -> LossOutput:
-        rows, tags, lengths = batch
-        n = len(self.corpus)
-        if self.full_batch_ml and rows.shape[0] == n and bool((torch.bincount(rows, minlength=n) == 1).all()):
-            return self._full_batch(model, lengths)
-        ids, values, _ = self.corpus.padded(rows)
-        return self.inner(model, (ids, values, tags[:, : ids.shape[1]], lengths), generator=generator)
-
-    def _full_batch(self, model: nn.Module, lengths: Tensor) -> LossOutput:
-        from ebms.models.feature_crf import BucketedCorpus, FeatureCRF
-
-        if not isinstance(model, FeatureCRF):
-            raise TypeError(f"model: expected a FeatureCRF; got {type(model).__name__}")
-        if self._full is None:  # built once: the rows of a full batch are always the whole set
-            c = self.corpus
-            self._full = BucketedCorpus(lambda b: c.padded(b)[:2], c.lengths, self.tags, self.n_attributes,
-                                 FULL_BATCH_CHUNK, model.state_values.dtype)
-        nll = self._full.nll(*model.effective_weights())
-        n = len(self.corpus)
-        loss = nll / n
-        if self.l2:
-            loss = loss + self.l2 * sum((p * p).sum() for p in model.parameters() if p.requires_grad)
-        return LossOutput(loss, scalar_metrics(nll=nll.detach() / n, nll_token=nll.detach() / lengths.sum()))
-
-
-def _iob2(tags: list[str]) -> list[str]:
-    """Tags rewritten as strict IOB2 with the chunks conlleval reads from them."""
-    return spans_to_tags(bio_to_spans(tags), len(tags), scheme="iob")
+def _split(sents: list[Sentence], inputs: tuple[Tensor, ...] | EncodedCorpus) -> _Split:
+    return _Split(inputs, torch.tensor([len(s) for s in sents], dtype=torch.long), [s.tags for s in sents])
 
 
 def _load_split(cfg: Config, split: str, limit: int | None) -> list[Sentence]:
@@ -158,13 +101,6 @@ def _load_split(cfg: Config, split: str, limit: int | None) -> list[Sentence]:
     except FileNotFoundError as e:
         raise ConfigError(f"data.name={name!r}: {e}") from None
     return sents if limit is None else sents[:limit]
-
-
-def _tag_tensor(tag_lists: list[list[str]], index: dict[str, int], t: int) -> Tensor:
-    out = torch.zeros(len(tag_lists), t, dtype=torch.long)
-    for i, tags in enumerate(tag_lists):
-        out[i, : len(tags)] = torch.tensor([index[x] for x in tags])
-    return out
 
 
 @dataclass
@@ -239,19 +175,18 @@ class TaggingTask(StructuredTask[TaggingSettings]):
         splits = {"test": _load_split(cfg, "test" if cfg.data.name == "conll2000" else "testb", s.limit)}
         if cfg.data.name != "conll2000":
             splits["testa"] = _load_split(cfg, "testa", s.limit)
-        gold_train = [_iob2(s.tags) for s in train]
-        tags = sorted({t for g in gold_train for t in g}, key=lambda t: (t != "O", t))
-        index = {t: i for i, t in enumerate(tags)}
+        gold_train = [to_iob2(s.tags) for s in train]
+        tags = tag_names(gold_train)
         lengths = torch.tensor([len(s) for s in train], dtype=torch.long)
-        y = _tag_tensor(gold_train, index, int(lengths.max()))
+        y = AttributeVocabulary([], tags).encode_tags(gold_train)  # (N, max length), padded with 0
         info: dict[str, Any] = {"tags": tags, "n_train": len(train)}
         if cfg.model.kind == "feature-crf":
-            from ebms.structured.features import FEATURE_SETS, AttributeVocabulary, observed_transitions
+            from ebms.structured.features import FEATURE_SETS, observed_transitions
 
             extract: Callable[[Sentence], list[dict[str, float]]] = FEATURE_SETS[
                 s.features or DEFAULT_FEATURES[cfg.data.name]]
             # One pass, one sentence at a time: the attribute dicts are never all held in memory,
-            # and the corpus is kept without padding (see _FeatureRows).
+            # and the corpus is kept without padding (see CorpusRowsObjective).
             vocab = AttributeVocabulary([])
             corpus = vocab.encode_flat((extract(s) for s in train), grow=True)
             info.update(n_attributes=len(vocab), observed=corpus.observed_pairs(y, len(vocab), len(tags)),
@@ -259,20 +194,13 @@ class TaggingTask(StructuredTask[TaggingSettings]):
                                               if cfg.data.name == "conll2000" else None),
                         corpus=corpus)
             x: tuple[Tensor, ...] = (torch.arange(len(train)),)
-            test = {k: _Split(vocab.encode_flat(extract(s) for s in v),
-                              torch.tensor([len(s) for s in v], dtype=torch.long), [s.tags for s in v])
-                    for k, v in splits.items() if v}
+            test = {k: _split(v, vocab.encode_flat(extract(s) for s in v)) for k, v in splits.items() if v}
             return TaskData(train=(*x, y, lengths), test=test, info=info, name=cfg.data.name)
         words = WordVocabulary(train)
         use_chars = s.char_dim > 0
         info.update(vocab_size=len(words.words), char_vocab_size=len(words.chars) if use_chars else None)
         x = words.encode(train, chars=use_chars)
-
-        def encode(sents: list[Sentence]) -> tuple[Tensor, ...]:
-            return words.encode(sents, chars=use_chars)
-
-        test = {k: _Split(encode(v), torch.tensor([len(s) for s in v], dtype=torch.long), [s.tags for s in v])
-                for k, v in splits.items() if v}
+        test = {k: _split(v, words.encode(v, chars=use_chars)) for k, v in splits.items() if v}
         return TaskData(train=(*x, y, lengths), test=test, info=info, name=cfg.data.name)
 
     def build_model(self, cfg: Config, data: TaskData) -> nn.Module:
@@ -289,22 +217,19 @@ class TaggingTask(StructuredTask[TaggingSettings]):
                                allowed=allowed, allowed_start=allowed_start)
 
     def build_objective(self, cfg: Config, data: TaskData) -> nn.Module:
+        s, info, feature_crf = self.settings(cfg), data.info, cfg.model.kind == "feature-crf"
+        if feature_crf and cfg.objective.kind == "crf":  # the feature-CRF likelihood (full batch: cached CSR pass)
+            return FeatureCRFLikelihood.from_corpus(info["corpus"], data.train[1], n_attributes=info["n_attributes"],
+                                                    l2=s.c2 / data.size, bucket_size=FULL_BATCH_CHUNK)
         chunk = FULL_BATCH_CHUNK if cfg.train.optimizer == "lbfgs" else None
         inner: nn.Module
         if cfg.objective.kind == "crf-nce":
             *_, y, lengths = data.train
-            noise = TagBigramNoise.fit(y, lengths, len(data.info["tags"]))
-            inner = ConditionalNCE(noise, nu=int(cfg.objective.nu), chunk_size=chunk)
+            inner = ConditionalNCE(TagBigramNoise.fit(y, lengths, len(info["tags"])), nu=int(cfg.objective.nu),
+                                   chunk_size=chunk)
         else:
-            inner = ConditionalML(l2=self.settings(cfg).c2 / data.size, chunk_size=chunk)
-        if cfg.model.kind != "feature-crf":
-            return inner
-        if cfg.objective.kind == "crf":  # the library's feature-CRF likelihood (full batch: cached CSR pass)
-            return FeatureCRFLikelihood.from_corpus(data.info["corpus"], data.train[1],
-                                                    n_attributes=data.info["n_attributes"],
-                                                    l2=self.settings(cfg).c2 / data.size, bucket_size=FULL_BATCH_CHUNK)
-        return _FeatureRows(data.info["corpus"], data.train[1], inner, full_batch_ml=cfg.objective.kind == "crf",
-                            l2=self.settings(cfg).c2 / data.size, n_attributes=data.info["n_attributes"])
+            inner = ConditionalML(l2=s.c2 / data.size, chunk_size=chunk)
+        return CorpusRowsObjective(info["corpus"], inner) if feature_crf else inner  # feature CRF: pad rows per batch
 
     def build_optimizer(self, cfg: Config,
                         data: TaskData) -> Callable[[list[dict[str, Any]]], torch.optim.Optimizer] | None:
@@ -321,49 +246,15 @@ class TaggingTask(StructuredTask[TaggingSettings]):
 
     def evaluate(self, cfg: Config, model: nn.Module, data: TaskData) -> dict[str, float]:
         tags = data.info["tags"]
+        labels = None if cfg.data.name == "conll2000" else [t for t in tags if t != "O"]
+        kw = {"constrained": True} if isinstance(model, NeuralCRFTagger) else {}  # BIO-constrained Viterbi
         out: dict[str, float] = {}
-        was_training = model.training
-        model.eval()  # no dropout while decoding
-        try:
-            preds = {name: _decode(model, split, tags) for name, split in data.test.items()}
-        finally:
-            model.train(was_training)
         for name, split in data.test.items():
-            pred = preds[name]
-            scores = conlleval(split.gold, pred)
             prefix = "" if name == "test" else f"{name}_"
-            out.update({f"{prefix}precision": scores.precision, f"{prefix}recall": scores.recall,
-                        f"{prefix}f1": scores.f1, f"{prefix}accuracy": scores.accuracy})
-            if cfg.data.name != "conll2000":
-                token_f1 = _token_f1(split.gold, pred, [t for t in tags if t != "O"])
-                if token_f1 is not None:
-                    out[f"{prefix}token_f1"] = token_f1
+            figures = evaluate_tagger(model, split.inputs, split.lengths, split.gold, tags, token_f1_labels=labels,
+                                      chunk_size=DECODE_CHUNK, model_kwargs=kw)
+            out.update({f"{prefix}{k}": v for k, v in figures.items()})
         return out
-
-
-def _decode(model: nn.Module, split: _Split, tags: list[str]) -> list[list[str]]:
-    """Viterbi tag names of a split, in length-sorted chunks (BIO-constrained for neural taggers)."""
-    lengths = split.lengths
-    pred: list[list[str]] = [[] for _ in range(lengths.shape[0])]
-    with torch.no_grad():
-        for idx in torch.argsort(lengths, stable=True).split(DECODE_CHUNK):
-            ln = lengths[idx]
-            t = int(ln.max())
-            inputs = split.rows(idx, t)
-            kw = {"constrained": True} if isinstance(model, NeuralCRFTagger) else {}
-            best = model(*inputs, ln, **kw).argmax
-            for row, i, n in zip(best.tolist(), idx.tolist(), ln.tolist()):
-                pred[i] = [tags[k] for k in row[:n]]
-    return pred
-
-
-def _token_f1(gold: list[list[str]], pred: list[list[str]], labels: list[str]) -> float | None:
-    """Support-weighted token F1 over ``labels`` in percent (the sklearn-crfsuite tutorial's score x 100)."""
-    try:
-        from ebms.metrics.tagging import token_f1
-    except ImportError:
-        return None
-    return 100.0 * float(token_f1(gold, pred, labels=labels, average="weighted"))
 
 
 register(TaggingTask())

@@ -18,6 +18,14 @@
 * :func:`load_fsdd` / :func:`connected_digits` — the Free Spoken Digit recordings and the
   connected-digit task built from them (fixed seed, speaker-disjoint test set).
 * :func:`lag_copy_tagging` — a synthetic tagging task with long-range label dependencies.
+* :mod:`ebms.data.text` — language-model text: :func:`ptb`, :func:`tiny_shakespeare`, a user's
+  files (:func:`read_sentences`, streamed by :func:`iter_sentences`), the LM
+  :class:`Vocabulary` (``0`` = the sentence boundary ``</s>``/``<s>``, ``1`` = ``<unk>``; not the
+  tagger's :class:`WordVocabulary`, where ``0`` is padding), length-bucketed
+  :func:`sentence_batches` and the truncated-BPTT stream :func:`bptt_batches`.
+* :class:`NBest` — n-best lists of a recogniser in Kaldi's text + cost files
+  (:func:`read_kaldi_nbest`) or a TSV (:func:`read_nbest_tsv`), with reference transcripts
+  (:func:`read_references`); rescored by :mod:`ebms.metrics.rescoring`.
 
 Randomness comes only from the ``generator`` argument.
 """
@@ -29,13 +37,49 @@ from ebms.data.conll import Sentence, load_conll2000, load_conll2002, read_conll
 from ebms.data.digits import binarized_digits
 from ebms.data.fsdd import ConnectedDigits, connected_digits, load_fsdd
 from ebms.data.mnist import ChecksumError, ImageDataset, load_mnist, read_idx
+from ebms.data.nbest import (
+    TSV_HEADER,
+    NBest,
+    read_kaldi_nbest,
+    read_nbest_tsv,
+    read_references,
+    write_kaldi_nbest,
+    write_nbest_tsv,
+    write_references,
+)
 from ebms.data.paths import DATA_ENV_VAR, data_path, data_root
 from ebms.data.points import POINT_SUFFIXES, PointCloud, load_points, read_points
 from ebms.data.synthetic_tagging import SyntheticTagging, lag_copy_tagging
+from ebms.data.text import (
+    Vocabulary,
+    bptt_batches,
+    iter_sentences,
+    ptb,
+    read_sentences,
+    sentence_batches,
+    split_sentences,
+    tiny_shakespeare,
+)
 from ebms.data.toy import TOY_NAMES, ToyDataset, get_toy
 from ebms.data.vocab import WordVocabulary
 
 __all__ = [
+    "NBest",
+    "TSV_HEADER",
+    "read_kaldi_nbest",
+    "write_kaldi_nbest",
+    "read_nbest_tsv",
+    "write_nbest_tsv",
+    "read_references",
+    "write_references",
+    "tiny_shakespeare",
+    "split_sentences",
+    "sentence_batches",
+    "read_sentences",
+    "ptb",
+    "iter_sentences",
+    "bptt_batches",
+    "Vocabulary",
     "BinaryImages",
     "CMVNStats",
     "ChecksumError",

@@ -26,7 +26,9 @@ Tag schemes (chunk = ``(type, start, end)``, ``end`` exclusive, token indices):
 
 :func:`bio_to_spans` reads chunks with the boundary rules of the ``conlleval``
 script, so loose IOB1 input is accepted: an ``I-T`` after ``O`` or after a
-chunk of another type starts a new chunk. Cost: O(L) per sentence.
+chunk of another type starts a new chunk. Cost: O(L) per sentence. :func:`to_iob2` rewrites any
+of the schemes as strict IOB2, and :func:`tag_names` lists a corpus's tags with ``O`` first (the
+order a tagger's tag ids follow: id 0 is ``O``).
 
 References:
     Tjong Kim Sang & Buchholz (2000), "Introduction to the CoNLL-2000 Shared Task: Chunking".
@@ -66,6 +68,8 @@ __all__ = [
     "parse_tag",
     "read_conll",
     "spans_to_tags",
+    "tag_names",
+    "to_iob2",
 ]
 
 #: md5 of the NLTK zips (``nltk_data`` ``index.xml``; checked in ``shared/data/README.md``).
@@ -382,6 +386,29 @@ def iob_to_iobes(tags: Sequence[str]) -> list[str]:
     return spans_to_tags(bio_to_spans(tags), len(tags), scheme="iobes")
 
 
-def iobes_to_iob(tags: Sequence[str]) -> list[str]:
-    """IOBES tags to IOB2 (``B-`` at every chunk start), keeping the chunks conlleval reads from them."""
+def to_iob2(tags: Sequence[str]) -> list[str]:
+    """IOB1, IOB2 or IOBES tags as strict IOB2 (``B-`` at every chunk start), keeping the chunks
+    conlleval reads from them (:func:`bio_to_spans`); IOB2 input comes back unchanged."""
     return spans_to_tags(bio_to_spans(tags), len(tags), scheme="iob")
+
+
+def iobes_to_iob(tags: Sequence[str]) -> list[str]:
+    """IOBES tags to IOB2 (``B-`` at every chunk start), keeping the chunks conlleval reads from them
+    (the same conversion as :func:`to_iob2`)."""
+    return to_iob2(tags)
+
+
+def tag_names(tag_seqs: Iterable[Sequence[str]]) -> list[str]:
+    """The distinct tags of ``tag_seqs``, ``"O"`` first (when present), the others sorted.
+
+    A tagger built on this list gives ``O`` id 0, so padding with 0 pads with "outside".
+
+    Raises:
+        TypeError: a sequence is a bare string rather than a sequence of tags (names it).
+    """
+    found: set[str] = set()
+    for i, seq in enumerate(tag_seqs):
+        if isinstance(seq, str):
+            raise TypeError(f"tag_seqs[{i}]: expected a sequence of tags; got the string {seq!r}")
+        found.update(seq)
+    return sorted(found, key=lambda t: (t != "O", t))

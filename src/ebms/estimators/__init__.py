@@ -40,9 +40,11 @@ from ebms.estimators.diagnostics import autocorrelation, effective_sample_size, 
 from ebms.estimators.evaluation import (
     DiscreteEvalReport,
     GridEvalReport,
+    ais_path,
     ais_schedule,
     binary_log_likelihood,
     enumerated_log_z,
+    exact_log_z,
     grid_evaluation,
 )
 from ebms.estimators.exact import exact_log_partition, exact_log_prob
@@ -57,6 +59,8 @@ from ebms.estimators.importance import (
 from ebms.estimators.likelihood import LogLikelihoodReport, log_likelihood_report
 
 __all__ = [
+    "ais_path",
+    "exact_log_z",
     "AISResult",
     "BernoulliBase",
     "CategoricalBase",

@@ -11,13 +11,14 @@ report holds the mean test and train energies (an overfitting check, not a likel
 
 **Binary data.** :func:`binary_log_likelihood` takes :math:`\log Z` from one or two sources:
 
-* **exact**: a model's closed form (an RBM's sum over its smaller layer) or enumeration of at
-  most :data:`~ebms.spaces.MAX_EXACT_STATES` states (:func:`enumerated_log_z`);
-* **AIS** (Neal, 2001) along a path from a tractable base to the model — an RBM's own base-rate
-  path (Salakhutdinov & Murray, 2008), or a :class:`~ebms.estimators.GeometricPath` from the data's
-  independent-pixel marginals with a discrete kernel — over the schedule of
-  :func:`ais_schedule`; with model samples to start from, **reverse AIS** as well (Burda, Grosse &
-  Salakhutdinov, 2015), whose estimate is a stochastic upper bound: the two give a bracket.
+* **exact** (:func:`exact_log_z`): a model's closed form (an RBM's sum over its smaller layer)
+  or enumeration of at most :data:`~ebms.spaces.MAX_EXACT_STATES` states (:func:`enumerated_log_z`);
+* **AIS** (Neal, 2001) along the path :func:`ais_path` picks from a tractable base to the model —
+  the model's own path where it has one (an RBM's base-rate path, Salakhutdinov & Murray, 2008),
+  else a :class:`~ebms.estimators.GeometricPath` from the data's independent-pixel marginals with a
+  discrete kernel — over the schedule of :func:`ais_schedule`; with model samples to start from,
+  **reverse AIS** as well (Burda, Grosse & Salakhutdinov, 2015), whose estimate is a stochastic
+  upper bound: the two give a bracket.
 
 With both, the exact value is the one reported and AIS is printed beside it (a check of the
 estimator). The result is a :class:`DiscreteEvalReport`, whose :meth:`~DiscreteEvalReport.lines`
@@ -38,18 +39,22 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from ebms.capabilities import AnnealingPath, SupportsAISPath, SupportsLogPartition
+from ebms.distributions import NormalisedModel
 from ebms.estimators._base import Estimate
 from ebms.estimators.ais import ais, ais_bracket, salakhutdinov_betas, sigmoid_betas
 from ebms.estimators.exact import exact_log_partition
 from ebms.estimators.grid import EDGE_TOL, grid_log_likelihood, true_log_likelihood
 from ebms.estimators.likelihood import log_likelihood_report
+from ebms.estimators.paths import GeometricPath
+from ebms.samplers import Sampler
 from ebms.spaces import MAX_EXACT_STATES, DiscreteSpace
 
 if TYPE_CHECKING:
     from ebms.data import ToyDataset
 
-__all__ = ["DiscreteEvalReport", "GridEvalReport", "ais_schedule", "binary_log_likelihood", "enumerated_log_z",
-           "grid_evaluation"]
+__all__ = ["DiscreteEvalReport", "GridEvalReport", "ais_path", "ais_schedule", "binary_log_likelihood",
+           "enumerated_log_z", "exact_log_z", "grid_evaluation"]
 
 #: the length of Salakhutdinov & Murray's published MNIST schedule (:func:`ais_schedule`).
 PUBLISHED_TEMPERATURES = 14500
@@ -195,6 +200,65 @@ def enumerated_log_z(model: nn.Module, space: DiscreteSpace) -> Estimate | None:
     if space.num_states > MAX_EXACT_STATES:
         return None
     return exact_log_partition(model, space)
+
+
+def exact_log_z(model: nn.Module, space: DiscreteSpace) -> Estimate | None:
+    r"""The exact :math:`\log Z` of ``model`` on ``space`` where one is feasible, else ``None``.
+
+    A model with its own closed form (:class:`~ebms.capabilities.SupportsLogPartition`, e.g. a
+    :class:`~ebms.models.BernoulliRBM` summing its smaller layer) gives it, or ``None`` when it
+    refuses with ``ValueError`` (both layers too wide to sum). Any other model is enumerated
+    (:func:`enumerated_log_z`): ``None`` beyond :data:`~ebms.spaces.MAX_EXACT_STATES` states.
+
+    Args:
+        model: the energy ``E(x) -> (B,)``.
+        space: the discrete space ``x`` lives in (enumerated only for a model without a closed form).
+
+    Returns:
+        An exact :class:`~ebms.estimators.Estimate` (``stderr`` 0, ``settings["method"]`` ``"exact"``
+        for a closed form), or ``None``.
+
+    Cost: the model's closed form (``2^min(D, H)`` terms for an RBM), else ``|space|`` energies.
+    """
+    if not isinstance(space, DiscreteSpace):
+        raise TypeError(f"space: expected a DiscreteSpace (e.g. ebms.spaces.Binary); got {type(space).__name__}")
+    if not isinstance(model, SupportsLogPartition):
+        return enumerated_log_z(model, space)
+    try:
+        value = float(model.log_partition())
+    except ValueError:  # too many terms to sum (an RBM with both layers wide)
+        return None
+    return Estimate(value, exact=True, settings={"method": "exact"})
+
+
+def ais_path(model: nn.Module, base: NormalisedModel, kernel: Sampler, *,
+             own_path_args: tuple[Any, ...] = ()) -> AnnealingPath:
+    r"""The path AIS anneals along from a tractable base to ``model``.
+
+    A model that builds its own path (:class:`~ebms.capabilities.SupportsAISPath`) gets it:
+    ``model.ais_path(*own_path_args)`` (a :class:`~ebms.models.BernoulliRBM` sums its hidden
+    units out analytically, Salakhutdinov & Murray, 2008, and takes the base logits ``(D,)``,
+    best the training data's :func:`~ebms.models.rbm.marginal_logits`). Any other energy gets the
+    geometric path :math:`\log f_\beta = (1-\beta)\log p_0 - \beta E` from ``base`` with
+    ``kernel`` as the transition (:class:`~ebms.estimators.GeometricPath`).
+
+    Args:
+        model: the target energy.
+        base: the normalised start :math:`p_0` of a geometric path, e.g. the data's
+            independent-pixel marginals ``IndependentBernoulli.from_data(x_train)``.
+        kernel: the Markov kernel of a geometric path (a discrete one for binary data).
+        own_path_args: the arguments of the model's own ``ais_path`` (ignored without one).
+
+    Returns:
+        An :class:`~ebms.capabilities.AnnealingPath` for :func:`~ebms.estimators.ais` and
+        :func:`binary_log_likelihood`.
+    """
+    if not isinstance(own_path_args, tuple):
+        raise TypeError(f"own_path_args: expected a tuple of arguments for the model's ais_path; "
+                        f"got {type(own_path_args).__name__}")
+    if isinstance(model, SupportsAISPath):
+        return model.ais_path(*own_path_args)
+    return GeometricPath(model, base, kernel)
 
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:

@@ -6,11 +6,57 @@
   (scikit-learn's ``f1_score`` definitions; the sklearn-crfsuite tutorial's figure).
 * :func:`edit_distance`, :func:`error_rate` / :class:`ErrorRate` — Levenshtein alignment counts
   and label/word error rates (substitutions, deletions, insertions, sentence errors).
+* :func:`decode_tags`, :func:`evaluate_tagger` — a CRF tagger's Viterbi tags over a test set in
+  length-sorted chunks, and its chunk and token figures.
+* :func:`ctc_transcripts`, :func:`evaluate_ctc` — a CTC acoustic model's best-path (and CTC-CRF
+  n-gram) transcripts of a test set, and its label error figures.
 """
 
 from ebms.metrics.chunking import ChunkScores, TypeScores, conlleval
+from ebms.metrics.ctc_eval import ctc_transcripts, evaluate_ctc
 from ebms.metrics.error_rate import ErrorRate, edit_distance, error_rate
+from ebms.metrics.rescoring import (
+    BootstrapInterval,
+    PairedBootstrap,
+    RescoringResult,
+    TuningResult,
+    bootstrap_wer,
+    cmu_pronunciations,
+    combined_scores,
+    evaluate_rescoring,
+    hypothesis_errors,
+    lm_scores,
+    paired_bootstrap,
+    simulate_nbest,
+    tune_weights,
+)
+from ebms.metrics.tagger_eval import decode_tags, evaluate_tagger
 from ebms.metrics.tagging import token_accuracy, token_f1
 
-__all__ = ["ChunkScores", "ErrorRate", "TypeScores", "conlleval", "edit_distance", "error_rate", "token_accuracy",
-           "token_f1"]
+__all__ = [
+    "BootstrapInterval",
+    "ChunkScores",
+    "ErrorRate",
+    "PairedBootstrap",
+    "RescoringResult",
+    "TuningResult",
+    "TypeScores",
+    "bootstrap_wer",
+    "cmu_pronunciations",
+    "combined_scores",
+    "conlleval",
+    "ctc_transcripts",
+    "decode_tags",
+    "edit_distance",
+    "error_rate",
+    "evaluate_ctc",
+    "evaluate_rescoring",
+    "evaluate_tagger",
+    "hypothesis_errors",
+    "lm_scores",
+    "paired_bootstrap",
+    "simulate_nbest",
+    "token_accuracy",
+    "token_f1",
+    "tune_weights",
+]

@@ -14,6 +14,10 @@
   L-BFGS / OWL-QN (L1 + L2) or SGD/Adam: the objective
   :class:`ebms.objectives.feature_crf.FeatureCRFLikelihood` in an in-memory trainer.
 * :class:`NeuralCRFTagger` — a BiLSTM/CNN encoder with a CRF output layer (BIO-constrained decoding).
+* :class:`LSTMLM`, :class:`TransformerLM` — autoregressive sentence LMs over :class:`~ebms.sequences.Sequences`
+  (``</s>`` = id 0), normalised models of :mod:`ebms.distributions` with exact ``log_prob``,
+  sampling with temperature / top-k / top-p, continuation scores and a stateful forward for
+  truncated BPTT; :func:`perplexity` counts ``</s>`` as a token.
 * :class:`CRFTransducer` and its locally normalised baseline :class:`AlignedRNNT` — tagging with
   the whole label history (beam search; beam search with early update).
 """
@@ -22,12 +26,18 @@ from ebms.models.crf_tagger import NeuralCRFTagger
 from ebms.models.crf_transducer import CRFTransducer
 from ebms.models.feature_crf import FeatureCRF, FitResult, fit_feature_crf
 from ebms.models.ising import IsingModel
+from ebms.models.lm import LSTMLM, AutoregressiveLM, Perplexity, TransformerLM, perplexity
 from ebms.models.potts import PottsModel
 from ebms.models.rbm import BernoulliRBM, CategoricalRBM, GaussianBernoulliRBM, RBMBase
 from ebms.models.rbm_estimator import CDState, RBMEstimator, cd_update
 from ebms.models.rnnt_aligned import AlignedRNNT
 
 __all__ = [
+    "AutoregressiveLM",
+    "LSTMLM",
+    "Perplexity",
+    "TransformerLM",
+    "perplexity",
     "AlignedRNNT",
     "BernoulliRBM",
     "CDState",

@@ -25,6 +25,7 @@ function in both modes.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from torch import Tensor, nn
 from torch.nn.utils.parametrizations import spectral_norm as _spectral_norm
@@ -139,7 +140,10 @@ class ConvEnergy(Energy):
         for k, c in enumerate(self.channels):
             blocks.append(_Block(c_prev, c, 1 if k == 0 else 2, groups, self.activation, residual, wrap))
             c_prev = c
-        self.blocks = nn.Sequential(*blocks)
+        # ``stages``, not ``blocks``: a ``blocks`` attribute would claim the site-partition capability
+        # (ebms.capabilities.SupportsBlocks) that block Gibbs reads; checkpoints written under the old
+        # name still load (see _load_from_state_dict)
+        self.stages = nn.Sequential(*blocks)
         self.norm = nn.GroupNorm(groups, c_prev)
         self.head = wrap(nn.Linear(c_prev, 1))
 
@@ -152,8 +156,14 @@ class ConvEnergy(Energy):
             raise ValueError(f"x: expected shape (B, {shown}); got {tuple(x.shape)}")
         if not x.is_floating_point():
             raise TypeError(f"x: expected a floating-point tensor; got dtype {x.dtype}")
-        h = self.activation.fn(self.norm(self.blocks(self.stem(x))))
+        h = self.activation.fn(self.norm(self.stages(self.stem(x))))
         return self.head(h.mean(dim=(2, 3))).squeeze(-1)
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+        old = prefix + "blocks."
+        for key in [k for k in state_dict if k.startswith(old)]:
+            state_dict[prefix + "stages." + key[len(old):]] = state_dict.pop(key)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
         return (

@@ -49,10 +49,15 @@ Conditional and sequence objectives ``p(y | x)`` have the same call and output, 
   CRF taggers), batch ``(*inputs, tags, lengths)``.
 * :class:`ConditionalNCE` — Ma & Collins' conditional NCE against a tag-sequence noise law such
   as :class:`TagBigramNoise`; needs the unnormalised ``score(tags)`` (:class:`ConditionalScore`).
+* :class:`CorpusRowsObjective` — either of the two above over the rows of an unpadded feature
+  corpus (pads only each batch), batch ``(rows, tags, lengths)``.
 * :class:`TransducerML` — teacher-forced ML of a locally normalised transducer (aligned RNN-T).
 * :class:`BeamEarlyUpdate` — beam search with early updates for a CRF transducer.
 * :class:`CTCObjective` — CTC and CTC-CRF for acoustic models,
   batch ``(features, lengths, targets, target_lengths)``.
+* :class:`AutoregressiveNLL` — teacher-forced maximum likelihood of an autoregressive LM
+  (:mod:`ebms.models.lm`), mean NLL per token with ``</s>``; sentence batches (``Sequences`` or
+  ``(tokens, lengths)``) or running-text chunks ``(inputs, targets)`` with truncated BPTT.
 
 :func:`nce_logits` and :func:`nce_loss` are the logistic core every NCE variant shares, with
 ``log Z`` as ``None`` (self-normalised), a scalar, a per-length table or one value per condition.
@@ -60,6 +65,7 @@ Conditional and sequence objectives ``p(y | x)`` have the same call and output, 
 
 from ebms.objectives._base import LossOutput, scalar_metrics
 from ebms.objectives._nce_core import nce_logits, nce_loss
+from ebms.objectives.autoregressive import AutoregressiveNLL
 from ebms.objectives.buffer import ReplayBuffer
 from ebms.objectives.cd import ContrastiveDivergence, PersistentContrastiveDivergence
 from ebms.objectives.conditional import (
@@ -69,6 +75,7 @@ from ebms.objectives.conditional import (
     ConditionalScore,
     TagBigramNoise,
 )
+from ebms.objectives.conditional_rows import CorpusRowsObjective
 from ebms.objectives.ctc import CTCObjective
 from ebms.objectives.feature_crf import FeatureCRFLikelihood
 from ebms.objectives.nce import NCE, GaussianNoise
@@ -77,6 +84,8 @@ from ebms.objectives.score_matching import DenoisingScoreMatching, ScoreMatching
 from ebms.objectives.transducer import BeamEarlyUpdate, TeacherForcedLogProb, TransducerML
 
 __all__ = [
+    "CorpusRowsObjective",
+    "AutoregressiveNLL",
     "BeamEarlyUpdate",
     "CTCObjective",
     "ConditionalLogProb",

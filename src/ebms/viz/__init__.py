@@ -7,12 +7,13 @@ matplotlib backend is left alone. :func:`save_figure` writes a file
 atomically (temporary file, then rename).
 
 * :func:`plot_energy` — ``exp(-E)/Z``, ``-E - log Z`` or ``E`` on a 2-D grid.
-* :func:`plot_samples` — scatter of ``(N, 2)`` points.
+* :func:`plot_samples` — scatter of ``(N, 2)`` points; :func:`plot_points` — ``(N, D)`` points in
+  one panel (a histogram in 1-D); :func:`plot_energy_and_density` — energy beside density.
 * :func:`image_grid` / :func:`tile_images` — ``(N, C, H, W)`` or ``(N, H, W)`` tiled.
 * :func:`plot_traces` — ``(S, C)`` or ``(S, C, D)`` chains with running means.
 """
 
-from ebms.viz.density import PLOT_KINDS, plot_energy, plot_samples
+from ebms.viz.density import PLOT_KINDS, plot_energy, plot_energy_and_density, plot_points, plot_samples
 from ebms.viz.figure import new_figure, save_figure
 from ebms.viz.images import image_grid, tile_images
 from ebms.viz.traces import plot_traces
@@ -22,6 +23,8 @@ __all__ = [
     "image_grid",
     "new_figure",
     "plot_energy",
+    "plot_energy_and_density",
+    "plot_points",
     "plot_samples",
     "plot_traces",
     "save_figure",

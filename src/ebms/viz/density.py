@@ -4,7 +4,9 @@ r"""Pictures of 2-D energies and of 2-D samples.
 :func:`ebms.estimators.grid.grid_energy` and shows the density
 :math:`\exp(-E)/Z` (``Z`` by the midpoint rule over the shown box), the
 log-density, or the raw energy. :func:`plot_samples` is a scatter plot with the
-same axes conventions, so the two overlay on one ``ax``.
+same axes conventions, so the two overlay on one ``ax``. :func:`plot_points` shows points of
+any dimension in one panel (a histogram in 1-D, the first two coordinates otherwise), and
+:func:`plot_energy_and_density` puts a 2-D energy beside its normalised density.
 """
 
 from __future__ import annotations
@@ -12,14 +14,15 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from ebms.energy import EnergyLike
 from ebms.estimators.grid import as_bounds, grid_energy
-from ebms.viz.figure import as_float64, axes_or_new
+from ebms.viz.figure import as_float64, axes_or_new, new_figure
 
-__all__ = ["PLOT_KINDS", "plot_energy", "plot_samples"]
+__all__ = ["PLOT_KINDS", "plot_energy", "plot_energy_and_density", "plot_points", "plot_samples"]
 
 #: Valid ``kind`` values for :func:`plot_energy`.
 PLOT_KINDS = ("density", "energy", "log_density")
@@ -125,3 +128,57 @@ def plot_samples(
     if title is not None:
         ax.set_title(title)
     return fig
+
+
+def plot_energy_and_density(energy: EnergyLike, bounds: Any, *, resolution: int = 200) -> Figure:
+    r"""Two panels side by side: the energy :math:`E(x)` and the density :math:`e^{-E}/Z` on a 2-D grid.
+
+    Args:
+        energy: ``(B, 2) -> (B,)``.
+        bounds: the box shown (see :func:`plot_energy`); ``Z`` is taken over it.
+        resolution: cells per axis of each panel (cost: ``2 resolution^2`` energy evaluations).
+
+    Returns:
+        A new 9 x 4.5 inch figure (``plot_energy(kind="energy")`` left, ``kind="density"`` right).
+    """
+    fig = new_figure(figsize=(9, 4.5))
+    ax_e, ax_p = fig.subplots(1, 2)
+    plot_energy(energy, bounds, resolution=resolution, ax=ax_e, kind="energy", title="energy E(x)")
+    plot_energy(energy, bounds, resolution=resolution, ax=ax_p, kind="density", title="density exp(-E)/Z")
+    return fig
+
+
+def plot_points(x: Any, bounds: Any, *, ax: Axes | None = None, title: str = "", bins: int = 60) -> Figure:
+    """Points of any dimension ``D >= 1`` in one panel.
+
+    ``D = 1``: a density histogram of ``bins`` bins over ``bounds[0]`` (values outside it, NaN
+    included, are not drawn). ``D >= 2``: a scatter of the first two coordinates
+    (:func:`plot_samples` with ``bounds[:2]``; non-finite rows are an error); for ``D > 2`` the
+    title says ``(first 2 coordinates)``.
+
+    Args:
+        x: ``(N, D)`` tensor or array.
+        bounds: the per-coordinate ranges ``((low, high), ...)``, at least ``min(D, 2)`` of them
+            (e.g. a data set's ``bounds``).
+        ax: draw into this axes; a new figure otherwise.
+        title: the panel's title.
+        bins: histogram bins in 1-D.
+
+    Returns:
+        The figure holding the axes.
+    """
+    if not isinstance(x, (torch.Tensor, np.ndarray)):
+        raise TypeError(f"x: expected a torch.Tensor or numpy array of shape (N, D); got {type(x).__name__}")
+    if x.ndim != 2 or x.shape[1] < 1:
+        raise ValueError(f"x: expected shape (N, D) with D >= 1; got {tuple(x.shape)}")
+    if len(bounds) < min(x.shape[1], 2):
+        raise ValueError(f"bounds: expected a (low, high) range for each of the first {min(x.shape[1], 2)} "
+                         f"coordinates; got {len(bounds)}")
+    if x.shape[1] == 1:
+        fig, ax = axes_or_new(ax, (5.0, 4.0))
+        first = x[:, 0].detach().cpu().numpy() if isinstance(x, torch.Tensor) else x[:, 0]
+        ax.hist(first, bins=bins, range=bounds[0], density=True)
+        ax.set_title(title)
+        return fig
+    suffix = " (first 2 coordinates)" if x.shape[1] > 2 else ""
+    return plot_samples(x[:, :2], ax=ax, bounds=bounds[:2], title=title + suffix)

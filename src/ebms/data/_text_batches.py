@@ -1,0 +1,90 @@
+"""Private: batching encoded text (re-exported by :mod:`ebms.data.text`)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ebms._checks import check_int
+from ebms.sequences import Sequences, length_buckets
+
+__all__ = ["bptt_batches", "sentence_batches"]
+
+
+def sentence_batches(data: Sequences, batch_size: int, *, shuffle: bool = True,
+                     generator: torch.Generator | None = None) -> list[Sequences]:
+    """Cut encoded sentences into length-bucketed batches (:func:`~ebms.sequences.length_buckets`).
+
+    Sentences are sorted by length (ties in random order when ``shuffle``), cut into runs of
+    ``batch_size``, and the runs are put in random order (from ``generator``), so each batch
+    holds sentences of similar length and carries little padding. Each batch is trimmed to its
+    longest sentence with padding set to ``0`` (:meth:`~ebms.sequences.Sequences.canonical`).
+    Every sentence appears in exactly one batch; the same generator seed gives the same batches.
+    Cost: one sort, ``O(B log B)``, and one copy of the data.
+
+    Args:
+        data: all the sentences, ``(B, T)``.
+        batch_size: sentences per batch (the last of a length run may be smaller).
+        shuffle: randomise tie order and batch order; ``False`` gives shortest-first batches.
+        generator: the source of randomness (CPU).
+
+    Returns:
+        A list of :class:`~ebms.sequences.Sequences` batches.
+    """
+    if not isinstance(data, Sequences):
+        raise TypeError(f"data: expected a Sequences batch (Vocabulary.encode); got {type(data).__name__}")
+    check_int(batch_size, "batch_size", minimum=1)
+    groups = length_buckets(data.lengths, batch_size, shuffle=shuffle, generator=generator)
+    return [data[idx.to(data.device)].canonical() for idx in groups]
+
+
+def bptt_batches(ids: Tensor, batch_size: int, bptt: int, *, drop_last: bool = False) -> list[tuple[Tensor, Tensor]]:
+    r"""Cut one token stream into ``(inputs, targets)`` batches for truncated back-propagation through time.
+
+    The classic contiguous-stream layout (Zaremba, Sutskever & Vinyals, 2014; batch first): the
+    stream of ``N`` ids is cut into ``B = batch_size`` rows of ``C = N // B`` consecutive ids
+    (the last ``N mod B`` ids are dropped), ``rows[b] = ids[b C : (b + 1) C]``. Batch ``k``
+    holds columns ``[k T, k T + t_k)`` of the rows as inputs and the same columns shifted by one
+    as targets, with ``T = bptt`` and ``t_k = min(T, C - 1 - k T)``:
+
+    .. math:: x_k[b, j] = \mathrm{ids}[b C + k T + j], \qquad y_k[b, j] = \mathrm{ids}[b C + k T + j + 1].
+
+    Row ``b`` of batch ``k + 1`` continues row ``b`` of batch ``k``, so a recurrent state carried
+    (detached) across batches sees one unbroken text per row. Every id except each row's first is
+    a target exactly once. The batches are views of one ``(B, C)`` tensor (no copy).
+
+    Args:
+        ids: ``(N,)`` integer token stream (e.g. ``Vocabulary.encode_stream``).
+        batch_size: ``B``, the number of parallel rows.
+        bptt: ``T``, the columns per batch (the truncation length).
+        drop_last: drop a final batch shorter than ``T``.
+
+    Returns:
+        A list of ``(inputs, targets)``, each ``(B, t_k)`` int64.
+
+    Raises:
+        ValueError: a stream too short for two columns (``N < 2 B``), or bad sizes.
+        TypeError: a non-integer or non-tensor ``ids``.
+
+    Example:
+        >>> [(x.tolist(), y.tolist()) for x, y in bptt_batches(torch.arange(10), 2, 3)]
+        [([[0, 1, 2], [5, 6, 7]], [[1, 2, 3], [6, 7, 8]]), ([[3], [8]], [[4], [9]])]
+    """
+    if not isinstance(ids, Tensor) or ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise TypeError(f"ids: expected an integer tensor of token ids; got {getattr(ids, 'dtype', type(ids).__name__)}")
+    if ids.dim() != 1:
+        raise ValueError(f"ids: expected a 1-D stream (N,); got shape {tuple(ids.shape)}")
+    check_int(batch_size, "batch_size", minimum=1)
+    check_int(bptt, "bptt", minimum=1)
+    cols = ids.shape[0] // batch_size
+    if cols < 2:
+        raise ValueError(f"ids: a stream of {ids.shape[0]} tokens is too short for batch_size={batch_size} (needs at "
+                         f"least {2 * batch_size}: two columns per row); use a smaller batch_size")
+    rows = ids[: cols * batch_size].long().view(batch_size, cols)
+    out = []
+    for start in range(0, cols - 1, bptt):
+        width = min(bptt, cols - 1 - start)
+        if drop_last and width < bptt:
+            break
+        out.append((rows[:, start:start + width], rows[:, start + 1:start + 1 + width]))
+    return out

@@ -1,0 +1,267 @@
+"""Tests for ebms.data.text: the Vocabulary (ids, cut-offs, encode/decode, files) and the batchers."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from ebms.data.text import Vocabulary, bptt_batches, sentence_batches
+from ebms.errors import DataError
+from ebms.sequences import Sequences
+
+CORPUS = [["b", "a", "c"], ["a", "b"], ["d", "a"]]  # counts: a 3, b 2, c 1, d 1
+
+
+# --- ids ------------------------------------------------------------------------------------
+
+
+def test_ids_are_boundary_unk_then_decreasing_count_with_ties_by_string():
+    v = Vocabulary.build(CORPUS)
+    assert v.tokens == ("</s>", "<unk>", "a", "b", "c", "d")
+    assert v.counts == (3, 0, 3, 2, 1, 1)  # counts[0]: sentences, counts[1]: tokens folded into <unk>
+    assert len(v) == 6 and v.level == "word"
+    assert v.index["a"] == 2 and v.index["<s>"] == v.index["</s>"] == 0 and v.index["<unk>"] == 1
+    assert "c" in v and "z" not in v
+    assert repr(v) == "Vocabulary(level='word', size=6)"
+
+
+def test_ids_do_not_depend_on_the_order_of_sentences_or_tokens():
+    rng = random.Random(0)
+    words = [f"w{rng.randrange(40)}" for _ in range(600)]
+    sentences = [words[i:i + rng.randrange(1, 9)] for i in range(0, 600, 7)]
+    ref = Vocabulary.build(sentences, min_count=2)
+    for _ in range(3):
+        shuffled = [rng.sample(s, len(s)) for s in rng.sample(sentences, len(sentences))]
+        assert Vocabulary.build(shuffled, min_count=2) == ref
+
+
+def test_min_count_and_max_size_fold_the_rare_tokens_into_unk():
+    v = Vocabulary.build(CORPUS + [["<unk>", "a"]], min_count=2)
+    assert v.tokens == ("</s>", "<unk>", "a", "b")
+    assert v.counts == (4, 3, 4, 2)  # <unk>: the literal one + c + d
+    v = Vocabulary.build(CORPUS, max_size=3)  # max_size counts </s> and <unk>
+    assert v.tokens == ("</s>", "<unk>", "a") and v.counts == (3, 4, 3)
+    assert Vocabulary.build(CORPUS, max_size=2).tokens == ("</s>", "<unk>")
+    # a tie at the cut goes by string: c before d
+    assert Vocabulary.build(CORPUS, max_size=5).tokens[-1] == "c"
+
+
+def test_encode_pads_with_zero_and_maps_unknown_tokens_to_one():
+    v = Vocabulary.build(CORPUS)
+    batch = v.encode([["a", "z", "d"], [], ["<unk>"], ["c"]])
+    assert batch.tokens.tolist() == [[2, 1, 5], [0, 0, 0], [1, 0, 0], [4, 0, 0]]
+    assert batch.lengths.tolist() == [3, 0, 1, 1]
+    assert batch.tokens.dtype == torch.long and isinstance(batch, Sequences)
+    assert v.encode([]).tokens.shape == (0, 0)
+
+
+def test_encode_then_decode_gives_the_sentences_back_with_unknowns_as_unk():
+    v = Vocabulary.build(CORPUS)
+    sents = [["a", "b", "c", "d"], ["d"], ["x", "a"]]
+    assert v.decode(v.encode(sents)) == [["a", "b", "c", "d"], ["d"], ["<unk>", "a"]]
+    assert v.to_text(v.encode(sents)) == ["a b c d", "d", "<unk> a"]
+    assert v.decode(v.encode(sents)[1:]) == [["d"], ["<unk>", "a"]]
+
+
+def test_char_level_keeps_the_space_as_a_token_and_joins_without_separators():
+    v = Vocabulary.build(["ab a", "b"], level="char")  # a str is a sequence of characters
+    assert v.tokens == ("</s>", "<unk>", "a", "b", " ") and v.counts == (2, 0, 2, 2, 1)
+    batch = v.encode(["a b", list("ba?")])
+    assert batch.tokens.tolist() == [[2, 4, 3], [3, 2, 1]]
+    assert v.to_text(batch) == ["a b", "ba<unk>"]
+    assert v.decode(batch)[0] == ["a", " ", "b"]
+    assert "<s>" not in v  # no marker strings at character level
+
+
+def test_encode_stream_puts_the_boundary_after_every_sentence():
+    v = Vocabulary.build(CORPUS)
+    ids = v.encode_stream([["a", "b"], [], ["d", "x"]])
+    assert ids.tolist() == [2, 3, 0, 0, 5, 1, 0]
+    assert v.encode_stream([["a", "b"], ["d"]], boundary=False).tolist() == [2, 3, 5]
+    assert v.decode_stream(ids) == ["a", "b", "</s>", "</s>", "d", "<unk>", "</s>"]
+    assert v.encode_stream([]).tolist() == []
+
+
+def test_from_file_builds_the_same_vocabulary_as_build(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("b a c\n\na b\nd a\n", encoding="utf-8")
+    assert Vocabulary.from_file(path) == Vocabulary.build(CORPUS)
+    assert Vocabulary.from_file(path, level="char", min_count=2).tokens == ("</s>", "<unk>", " ", "a", "b")
+
+
+# --- files ----------------------------------------------------------------------------------
+
+
+def test_save_then_load_round_trips_words_with_counts(tmp_path):
+    v = Vocabulary.build(CORPUS + [["back\\slash", "tab\tin", "ünï"]])
+    path = v.save(tmp_path / "vocab.txt")
+    assert Vocabulary.load(path) == v
+    lines = path.read_text(encoding="utf-8").split("\n")
+    assert lines[0] == f"#ebms-vocabulary version=1 level=word size={len(v)} counts=yes"
+    assert lines[1:4] == ["</s>\t4", "<unk>\t0", "a\t3"] and "back\\\\slash\t1" in lines
+    assert not list(tmp_path.glob("*.part"))
+
+
+def test_save_then_load_round_trips_characters_including_newline(tmp_path):
+    v = Vocabulary.build(["a\nb\r\t\\ c"], level="char")
+    assert Vocabulary.load(v.save(tmp_path / "chars.txt")) == v
+    bare = Vocabulary(["x", "\n"], level="char")  # no counts
+    back = Vocabulary.load(bare.save(tmp_path / "bare.txt"))
+    assert back == bare and back.counts is None and back.tokens[3] == "\n"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("hello\nworld\n", r"not an ebms vocabulary file: line 1 is 'hello'"),
+        ("", r"not an ebms vocabulary file: line 1 is ''"),
+        ("#ebms-vocabulary version=2 level=word size=2 counts=no\n</s>\n<unk>\n", r"unsupported vocabulary header"),
+        ("#ebms-vocabulary version=1 level=word size=4 counts=no\n</s>\n<unk>\na\n", r"size=4 but the file holds 3"),
+        ("#ebms-vocabulary version=1 level=word size=3 counts=yes\n</s>\t1\n<unk>\t0\na\tmany\n",
+         r"line 4 'a\\tmany': expected 'token<TAB>count'"),
+        ("#ebms-vocabulary version=1 level=word size=3 counts=no\n</s>\n<unk>\na\\q\n", r"line 4 .*unknown escape \\q"),
+        ("#ebms-vocabulary version=1 level=word size=2 counts=no\n<unk>\n</s>\n", r"lines 2-3 must hold '</s>'"),
+        ("#ebms-vocabulary version=1 level=word size=4 counts=no\n</s>\n<unk>\na\na\n", r"'a' appears twice"),
+        ("#ebms-vocabulary version=1 level=char size=3 counts=no\n</s>\n<unk>\nab\n", r"single characters"),
+    ],
+)
+def test_load_refuses_a_wrong_or_damaged_file_naming_it(tmp_path, content, message):
+    path = tmp_path / "v.txt"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(DataError, match=r"v\.txt: .*" + message):
+        Vocabulary.load(path)
+
+
+def test_load_names_a_missing_or_binary_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"nope\.txt: no such vocabulary file; write one with Vocabulary.save"):
+        Vocabulary.load(tmp_path / "nope.txt")
+    (tmp_path / "bin").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(DataError, match=r"bin: not a vocabulary file \(not UTF-8 text"):
+        Vocabulary.load(tmp_path / "bin")
+
+
+# --- argument checks ------------------------------------------------------------------------
+
+
+def test_build_rejects_bad_arguments_with_messages():
+    with pytest.raises(ValueError, match=r"min_count: expected an int >= 1; got 0"):
+        Vocabulary.build(CORPUS, min_count=0)
+    with pytest.raises(ValueError, match=r"min_count: expected an int >= 1; got 0"):
+        Vocabulary.from_file("unused.txt", min_count=0)
+    with pytest.raises(ValueError, match=r"max_size: expected an int >= 2; got 1"):
+        Vocabulary.build(CORPUS, max_size=1)
+    with pytest.raises(ValueError, match=r"level: expected 'word' or 'char'; got 'words'"):
+        Vocabulary.build(CORPUS, level="words")
+    with pytest.raises(ValueError, match=r"sentences: no tokens to build a vocabulary from \(2 sentences\)"):
+        Vocabulary.build([[], []])
+    with pytest.raises(TypeError, match=r"got a str at sentence 1 \(split it first"):
+        Vocabulary.build([["a"], "b c"])
+    with pytest.raises(ValueError, match=r"'</s>' occurs 2 times inside sentences; it is the boundary"):
+        Vocabulary.build([["a", "</s>"], ["</s>"]])
+    with pytest.raises(ValueError, match=r"'<s>' occurs 1 times"):
+        Vocabulary.build([["<s>", "a"]])
+    with pytest.raises(ValueError, match=r"level='char' takes single characters; got the token 'ab'"):
+        Vocabulary.build([["ab"]], level="char")
+
+
+def test_encode_and_decode_reject_bad_input_with_messages():
+    v = Vocabulary.build(CORPUS)
+    with pytest.raises(ValueError, match=r"sentence 1, position 2 is a boundary marker \(</s> or <s>, id 0\)"):
+        v.encode([["a"], ["a", "b", "<s>"]])
+    with pytest.raises(ValueError, match=r"sentence 0, position 1 is a boundary marker"):
+        v.encode_stream([["a", "</s>"]])
+    with pytest.raises(TypeError, match=r"got a str at sentence 0"):
+        v.encode(["a b"])
+    with pytest.raises(ValueError, match=r"batch: token ids must be in \[0, 5\] for this vocabulary; got min 2, max 9"):
+        v.decode(Sequences.from_lists([[2, 9]]))
+    with pytest.raises(TypeError, match=r"batch: expected a Sequences; got list"):
+        v.decode([[2]])
+    with pytest.raises(ValueError, match=r"ids: expected a 1-D integer tensor"):
+        v.decode_stream(torch.zeros(2, 2, dtype=torch.long))
+
+
+def test_constructor_rejects_bad_tokens_and_counts_with_messages():
+    with pytest.raises(ValueError, match=r"tokens: 'a' appears twice \(ids 2 and 3\)"):
+        Vocabulary(["a", "a"])
+    with pytest.raises(ValueError, match=r"tokens: '<unk>' is reserved \(id 1\); got it again for id 2"):
+        Vocabulary(["<unk>"])
+    with pytest.raises(ValueError, match=r"tokens: expected non-empty strings; got '' for id 3"):
+        Vocabulary(["a", ""])
+    with pytest.raises(ValueError, match=r"tokens: level='char' takes single characters; got 'ab' for id 2"):
+        Vocabulary(["ab"], level="char")
+    with pytest.raises(ValueError, match=r"counts: expected one count per id \(3\); got 1"):
+        Vocabulary(["a"], counts=[1])
+    with pytest.raises(ValueError, match=r"counts\[2\]: expected an int >= 0; got -1"):
+        Vocabulary(["a"], counts=[1, 0, -1])
+
+
+# --- batching -------------------------------------------------------------------------------
+
+
+def _toy_batch() -> Sequences:
+    lengths = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
+    return Sequences.from_lists([[i + 1] * n for i, n in enumerate(lengths)])
+
+
+def test_sentence_batches_hold_every_sentence_once_with_similar_lengths():
+    data = _toy_batch()
+    batches = sentence_batches(data, 3, generator=torch.Generator().manual_seed(0))
+    seen = sorted(tuple(row) for b in batches for row in b.tolist())
+    assert seen == sorted(tuple(row) for row in data.tolist())
+    runs = [sorted(b.lengths.tolist()) for b in batches]
+    assert sorted(r for run in runs for r in run) == sorted(data.lengths.tolist())
+    for b in batches:  # trimmed to the longest, padding zero
+        assert b.max_length == int(b.lengths.max()) and int(b.tokens[~b.mask()].abs().sum()) == 0
+    # buckets are runs of the sorted lengths: [1 1 2] [3 3 4] [5 5 5] [6 9]
+    assert sorted(runs) == [[1, 1, 2], [3, 3, 4], [5, 5, 5], [6, 9]]
+
+
+def test_sentence_batches_are_reproducible_and_unshuffled_is_shortest_first():
+    data = _toy_batch()
+    one = sentence_batches(data, 4, generator=torch.Generator().manual_seed(3))
+    two = sentence_batches(data, 4, generator=torch.Generator().manual_seed(3))
+    assert [b.tolist() for b in one] == [b.tolist() for b in two]
+    plain = sentence_batches(data, 4, shuffle=False)
+    assert [b.lengths.tolist() for b in plain] == [[1, 1, 2, 3], [3, 4, 5, 5], [5, 6, 9]]
+    with pytest.raises(TypeError, match=r"data: expected a Sequences batch"):
+        sentence_batches([[1]], 2)
+    with pytest.raises(ValueError, match=r"batch_size: expected an int >= 1; got 0"):
+        sentence_batches(data, 0)
+
+
+def test_bptt_batches_cut_the_stream_into_contiguous_rows_exactly():
+    out = bptt_batches(torch.arange(21), 2, 4)  # 21 // 2 = 10 columns, id 20 dropped
+    assert [(x.tolist(), y.tolist()) for x, y in out] == [
+        ([[0, 1, 2, 3], [10, 11, 12, 13]], [[1, 2, 3, 4], [11, 12, 13, 14]]),
+        ([[4, 5, 6, 7], [14, 15, 16, 17]], [[5, 6, 7, 8], [15, 16, 17, 18]]),
+        ([[8], [18]], [[9], [19]]),
+    ]
+    assert len(bptt_batches(torch.arange(21), 2, 4, drop_last=True)) == 2
+    assert bptt_batches(torch.arange(6, dtype=torch.int32), 3, 5)[0][0].tolist() == [[0], [2], [4]]
+
+
+def test_bptt_targets_cover_every_id_but_each_rows_first_exactly_once():
+    n, b, t = 1000, 7, 13
+    out = bptt_batches(torch.arange(n), b, t)
+    targets = torch.cat([y.reshape(-1) for _, y in out])
+    cols = n // b
+    expected = torch.arange(b * cols).view(b, cols)[:, 1:].reshape(-1)
+    assert torch.equal(targets.sort().values, expected.sort().values)
+    for x, y in out:
+        assert x.shape == y.shape and x.dtype == torch.long
+        assert torch.equal(y[:, :-1], x[:, 1:])
+
+
+def test_bptt_batches_reject_bad_arguments_with_messages():
+    with pytest.raises(ValueError, match=r"ids: a stream of 5 tokens is too short for batch_size=3 \(needs at least 6"):
+        bptt_batches(torch.arange(5), 3, 2)
+    with pytest.raises(ValueError, match=r"ids: expected a 1-D stream \(N,\); got shape \(2, 3\)"):
+        bptt_batches(torch.zeros(2, 3, dtype=torch.long), 1, 2)
+    with pytest.raises(TypeError, match=r"ids: expected an integer tensor of token ids; got torch.float32"):
+        bptt_batches(torch.zeros(8), 2, 2)
+    with pytest.raises(ValueError, match=r"bptt: expected an int >= 1; got 0"):
+        bptt_batches(torch.arange(8), 2, 0)
+    with pytest.raises(ValueError, match=r"batch_size: expected an int >= 1; got 0"):
+        bptt_batches(torch.arange(8), 0, 2)
