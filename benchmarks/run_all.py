@@ -30,6 +30,7 @@ RESULTS = HERE / "results"
 PEER_MODULES = {
     "torchebm": "torchebm", "ebmkit": "ebmkit", "sklearn": "scikit-learn", "torchcrf": "pytorch-crf",
     "torch_struct": "torch-struct", "pycrfsuite": "python-crfsuite",
+    "kenlm": "kenlm", "nltk": "nltk",
 }
 _NO_MODULE = re.compile(r"No module named '([\w.]+)'")
 _NO_DATA = re.compile(r"data not found|not found under \$EBMS_DATA|EBMS_DATA")

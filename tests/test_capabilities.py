@@ -18,9 +18,12 @@ from ebms.capabilities import (
     SupportsBlocks,
     SupportsConditionalLogits,
     SupportsEnergyAndGrad,
+    SupportsTokenLogits,
+    TransDimensionalTarget,
     supports,
 )
 from ebms.distributions import (
+    BackoffNGram,
     Gaussian,
     GaussianMixture,
     IndependentBernoulli,
@@ -29,15 +32,40 @@ from ebms.distributions import (
     TorchDistribution,
 )
 from ebms.energy import energy_and_grad, from_fn
-from ebms.estimators import GeometricPath, ais, linear_betas
-from ebms.models import BernoulliRBM, CategoricalRBM, GaussianBernoulliRBM, IsingModel, PottsModel
+from ebms.estimators import GeometricPath, LengthConditionalLM, ais, linear_betas
+from ebms.models import (
+    LSTMLM,
+    BernoulliRBM,
+    CategoricalRBM,
+    GaussianBernoulliRBM,
+    IsingModel,
+    PottsModel,
+    TransformerLM,
+)
+from ebms.models.trf import GNELM, TRF, DiscreteFeatures, MixedEnergy, feature_templates
 from ebms.nets import ConvEnergy, GaussianEnergy, MLPEnergy
-from ebms.samplers import MALA, ULA, BlockGibbs, Gibbs, GibbsWithGradients, ParallelTempering, Sampler
+from ebms.samplers import (
+    MALA,
+    ULA,
+    BlockGibbs,
+    Gibbs,
+    GibbsWithGradients,
+    ParallelTempering,
+    Sampler,
+    TransDimensional,
+)
+from ebms.sequences import Sequences
 from ebms.spaces import Categorical, Spins
 from ebms.structured import LinearChainCRF
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "capabilities.md"
 PROTOCOLS = {n: getattr(caps, n) for n in caps.__all__ if inspect.isclass(getattr(caps, n))}
+CORPUS = Sequences.from_lists([[1, 2], [2, 1, 1]])  # sentences over tokens 1..2 (0 is the boundary)
+
+
+def _features() -> DiscreteFeatures:
+    return DiscreteFeatures.fit(CORPUS, 3, feature_templates(("w",), order=2))
+
 
 #: one small instance of every class the docs name; "Energy" and "Distribution" stand for every subclass.
 FACTORIES = {
@@ -56,6 +84,14 @@ FACTORIES = {
     "IndependentBernoulli": lambda: IndependentBernoulli(torch.zeros(3)),
     "IndependentCategorical": lambda: IndependentCategorical(Categorical(2, 3), torch.zeros(2, 3)),
     "NGram": lambda: NGram.fit([[1, 2], [2, 2, 1]], 3, 2),
+    "BackoffNGram": lambda: BackoffNGram.fit(Sequences.from_lists([[1, 2], [2, 2, 1]]), 3, 2, smoothing="witten_bell"),
+    "LSTMLM": lambda: LSTMLM(4, embedding_dim=3, hidden_size=3, num_layers=1),
+    "TransformerLM": lambda: TransformerLM(4, d_model=4, num_heads=1, num_layers=1, dim_feedforward=4),
+    "LengthConditionalLM": lambda: LengthConditionalLM(LSTMLM(4, embedding_dim=3, hidden_size=3, num_layers=1)),
+    "DiscreteFeatures": _features,
+    "MixedEnergy": lambda: MixedEnergy(_features()),
+    "TRF": lambda: TRF.from_corpus(_features(), CORPUS, vocab_size=3),
+    "GNELM": lambda: GNELM(_features(), vocab_size=3, max_length=3),
     "TorchDistribution": lambda: TorchDistribution(torch.distributions.Normal(torch.zeros(2), 1.0)),
     "LinearChainCRF": lambda: LinearChainCRF(torch.zeros(2, 3, 2), torch.zeros(2, 2)),
     "GeometricPath": lambda: GeometricPath(IsingModel.lattice(2, 2), IndependentBernoulli(torch.zeros(2, 2)), Gibbs()),
@@ -127,6 +163,12 @@ def test_no_built_in_class_offers_a_protocol_the_docs_do_not_claim(instances):
                 assert cls not in claims[name]
             elif isinstance(obj, proto):
                 assert cls in claims[name], f"{cls} offers {name}: add it to docs/capabilities.md"
+
+
+def test_the_sampler_module_re_exports_the_sentence_protocols():
+    import ebms.samplers.trans_dimensional as td
+
+    assert td.TransDimensionalTarget is TransDimensionalTarget and td.SupportsTokenLogits is SupportsTokenLogits
 
 
 def test_supports_agrees_with_isinstance(instances):
@@ -247,6 +289,8 @@ CASES = {
                                 LATTICE.random(4)),
     "tempering-block-gibbs": lambda: (ParallelTempering(BlockGibbs(), n_replicas=3), IsingModel.lattice(3, 3),
                                       LATTICE.random(4)),
+    "trans-dimensional-trf": lambda: (TransDimensional(token_probs=torch.tensor([0.0, 1.0, 1.0])),
+                                      TRF.from_corpus(MixedEnergy(_features()), CORPUS, vocab_size=3), CORPUS),
 }
 
 

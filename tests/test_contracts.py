@@ -4,6 +4,10 @@ Each entry is a tiny-config factory; the generic tests below pin the shared
 signatures of DESIGN.md so a later addition cannot drift from them. A
 completeness test fails when a public ``Sampler`` subclass or objective is
 added to the package without an entry here.
+
+Samplers run on a small MLP energy (continuous), a 6-spin Ising model (``DISCRETE``) or a
+tiny TRF language model over token sequences (``SEQUENCE``: states are ``Sequences``); every
+generic sampler check runs on each, with the start/energy faults phrased for its state type.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from ebms.estimators import (
     mcmc_mean,
 )
 from ebms.models import BernoulliRBM, IsingModel
+from ebms.models.trf import TRF, DiscreteFeatures, feature_templates
 from ebms.nets import GaussianEnergy, MLPEnergy
 from ebms.objectives import (
     NCE,
@@ -59,14 +64,21 @@ from ebms.samplers import (
     Sampler,
     StepInfo,
     StepSizeAdaptation,
+    TransDimensional,
 )
-from ebms.spaces import Binary, Reals, Spins
+from ebms.sequences import Sequences
+from ebms.spaces import Binary, Reals, Spins, TokenSequences
 
 D = 2
 B = 16
 #: discrete samplers run on a learnable 6-spin Ising model
 N_SPINS = 6
 SPINS = Spins(N_SPINS)
+#: samplers over sentences (states are Sequences) run on a tiny TRF language model: tokens 1..3
+#: (id 0 is the sentence boundary, never proposed), lengths 1..4
+VOCAB, MAX_LENGTH = 4, 4
+TOKENS = TokenSequences(VOCAB, MAX_LENGTH)
+NO_BOUNDARY = torch.tensor([0.0, 1.0, 1.0, 1.0])
 
 SAMPLERS: dict[str, Callable[[], Sampler]] = {
     "ULA": lambda: ULA(0.05),
@@ -80,8 +92,11 @@ SAMPLERS: dict[str, Callable[[], Sampler]] = {
     "MetropolisHastings": lambda: MetropolisHastings(2, space=SPINS),
     "MetropolisIndependence": lambda: MetropolisIndependence(IndependentCategorical(SPINS), space=SPINS),
     "GibbsWithGradients": lambda: GibbsWithGradients(space=SPINS),
+    "TransDimensional": lambda: TransDimensional(space=TOKENS, token_probs=NO_BOUNDARY),
 }
 DISCRETE = {"Gibbs", "BlockGibbs", "MetropolisHastings", "MetropolisIndependence", "GibbsWithGradients"}
+#: samplers that need a target over token sequences (length and tokens), not fixed-size tensors
+SEQUENCE = {"TransDimensional"}
 #: wrappers whose state stacks R replicas per chain (R*B rows) and caches tempered energies beta_r * E
 REPLICATED = {"ParallelTempering": 2}
 
@@ -131,8 +146,19 @@ ESTIMATORS: dict[str, Callable[[], Estimate]] = {
 }
 
 
+def _trf() -> TRF:
+    """Bigram-feature TRF with random weights and a length prior over 1..4 (every length possible)."""
+    corpus = Sequences.from_lists([[1, 2, 3], [2, 3], [3, 1, 1, 2], [1]])
+    feats = DiscreteFeatures.fit(corpus, VOCAB, feature_templates(("w",), order=2))
+    with torch.no_grad():
+        feats.weight.copy_(torch.randn(feats.num_features, generator=torch.Generator().manual_seed(0)))
+    return TRF(feats, torch.tensor([0.2, 0.3, 0.3, 0.2]), VOCAB)
+
+
 def _energy(name: str = "") -> nn.Module:
     torch.manual_seed(0)
+    if name in SEQUENCE:
+        return _trf()
     if name in DISCRETE:
         J = 0.3 * torch.randn(N_SPINS, N_SPINS)
         J = torch.triu(J, 1) + torch.triu(J, 1).T
@@ -140,8 +166,11 @@ def _energy(name: str = "") -> nn.Module:
     return MLPEnergy(D, (16,))
 
 
-def _x0(seed: int = 0, name: str = "") -> torch.Tensor:
+def _x0(seed: int = 0, name: str = "") -> torch.Tensor | Sequences:
     g = torch.Generator().manual_seed(seed)
+    if name in SEQUENCE:  # random lengths, token ids 1..V-1 inside sentences
+        x = TokenSequences(VOCAB - 1, MAX_LENGTH).random(B, generator=g)
+        return Sequences(x.tokens + x.mask(), x.lengths)
     if name in DISCRETE:
         return SPINS.random(B, generator=g)
     return torch.randn(B, D, generator=g)
@@ -149,6 +178,18 @@ def _x0(seed: int = 0, name: str = "") -> torch.Tensor:
 
 def _rows(name: str) -> int:
     return B * REPLICATED.get(name, 1)
+
+
+def _shape(x: torch.Tensor | Sequences) -> tuple[int, ...]:
+    """``(B, *event)`` of a tensor state; ``(B, T)`` (padded width) of a Sequences state."""
+    return (x.batch_size, x.max_length) if isinstance(x, Sequences) else tuple(x.shape)
+
+
+def _same(a: torch.Tensor | Sequences, b: torch.Tensor | Sequences) -> bool:
+    if isinstance(a, Sequences) and isinstance(b, Sequences):
+        return a.equal(b)
+    assert isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+    return torch.equal(a, b)
 
 
 # ---------------------------------------------------------------- completeness
@@ -200,7 +241,9 @@ def test_sampler_step_returns_state_and_info_with_batch_shapes(name):
     state, info = s.step(e, state, generator=torch.Generator().manual_seed(1))
     assert isinstance(state, ChainState) and isinstance(info, StepInfo)
     rows = _rows(name)
-    assert state.x.shape == (rows, *x0.shape[1:]) and state.energy.shape == (rows,) and state.t == 1
+    assert _shape(state.x) == (rows, *_shape(x0)[1:]) and state.energy.shape == (rows,) and state.t == 1
+    if name in SEQUENCE:
+        assert state.x.lengths.shape == (rows,) and TOKENS.validate(state.x) is state.x
     for field in ("accept_prob", "energy", "accepted", "nonfinite"):
         assert getattr(info, field).shape == (rows,), field
     assert info.acceptance_rate.dim() == 0 and info.mean_energy.dim() == 0
@@ -214,7 +257,7 @@ def test_sampler_cached_energy_equals_fresh_evaluation(name):
     g = torch.Generator().manual_seed(2)
     for _ in range(3):
         state, _ = s.step(e, state, generator=g)
-    beta = torch.ones(state.x.shape[0])
+    beta = torch.ones(_shape(state.x)[0])
     if isinstance(s, ParallelTempering):  # cached energies are tempered: beta_r * E for replica r
         beta = torch.tensor(s.betas).repeat_interleave(B)
     with torch.no_grad():
@@ -228,8 +271,8 @@ def test_sampler_same_generator_seed_gives_same_chain(name):
         SAMPLERS[name]().sample(e, _x0(name=name), 4, generator=torch.Generator().manual_seed(seed))
         for seed in (3, 3, 4)
     ]
-    assert torch.equal(runs[0], runs[1])
-    assert not torch.equal(runs[0], runs[2])
+    assert _same(runs[0], runs[1])
+    assert not _same(runs[0], runs[2])
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLERS))
@@ -246,17 +289,24 @@ def test_sampler_leaves_parameters_untouched(name):
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLERS))
-def test_sampler_rejects_nan_start_with_named_argument(name):
+def test_sampler_rejects_invalid_start_with_named_argument(name):
     x0 = _x0(name=name)
-    x0[3, 1] = float("nan")
-    msg = r"x0: expected values in \{-1, 1\}; got 1 other value" if name in DISCRETE else r"x0: expected a finite tensor; got 1 NaN"
+    if name in SEQUENCE:  # integer states cannot hold NaN: a token id outside the vocabulary instead
+        x0.tokens[3, 0] = VOCAB
+        msg = r"x0.tokens: expected token ids in \[0, 3\] \(vocab_size 4\); got 4 at sequence 3, position 0"
+    else:
+        x0[3, 1] = float("nan")
+        msg = r"x0: expected values in \{-1, 1\}; got 1 other value" if name in DISCRETE else r"x0: expected a finite tensor; got 1 NaN"
     with pytest.raises(ValueError, match=msg):
         SAMPLERS[name]().init(_energy(name), x0)
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLERS))
 def test_sampler_rejects_energy_of_wrong_shape(name):
-    bad = lambda x: (x**2).sum(-1, keepdim=True)  # (B, 1) instead of (B,)  # noqa: E731
+    if name in SEQUENCE:
+        bad = lambda s: torch.zeros(s.batch_size, 1)  # noqa: E731
+    else:
+        bad = lambda x: (x**2).sum(-1, keepdim=True)  # (B, 1) instead of (B,)  # noqa: E731
     with pytest.raises(ValueError, match=r"energy\(x\): expected shape \(16,\); got \(16, 1\)"):
         SAMPLERS[name]().init(bad, _x0(name=name))
 
@@ -335,7 +385,12 @@ def test_estimator_returns_estimate_with_uncertainty_and_settings(name):
 
 @pytest.mark.parametrize("name", sorted(SAMPLERS))
 def test_sampler_refuses_to_start_where_the_energy_is_nan(name):
-    if name in DISCRETE:
+    x0: torch.Tensor | Sequences
+    if name in SEQUENCE:
+        bad = lambda s: torch.where(s.tokens[:, 0] == 2, torch.nan, s.lengths.float())  # noqa: E731
+        x0 = Sequences(torch.ones(B, MAX_LENGTH, dtype=torch.long))
+        x0.tokens[2, 0] = 2
+    elif name in DISCRETE:
         bad = lambda x: torch.where(x[:, 0] > 0.0, torch.nan, (x**2).sum(-1))  # noqa: E731
         x0 = -torch.ones(B, N_SPINS)
         x0[2, 0] = 1.0

@@ -10,7 +10,8 @@ used as the protocol type. ``docs/capabilities.md`` lists every protocol with th
 offer it and the code that uses it.
 
 Shapes: ``B`` chains (batch rows), ``N`` sites of a discrete space, ``K`` categories per site,
-``event`` the shape of one point, ``H`` hidden units.
+``event`` the shape of one point, ``H`` hidden units; sentences are
+:class:`~ebms.sequences.Sequences` (``tokens (B, T)``, ``lengths (B,)``) of length up to ``L``.
 
 A runtime ``isinstance`` against a protocol looks up every member by name: a few microseconds,
 too slow for code that runs every sampler step. Such code calls :func:`supports`, which gives
@@ -35,6 +36,7 @@ from typing import Any, Protocol, TypeGuard, TypeVar, runtime_checkable
 import torch
 from torch import Tensor
 
+from ebms.sequences import Sequences
 from ebms.spaces import Space, TokenSequences
 
 __all__ = [
@@ -50,7 +52,9 @@ __all__ = [
     "SupportsLogProb",
     "SupportsLogProbGrad",
     "SupportsSiteLogits",
+    "SupportsTokenLogits",
     "SupportsWeightIncrement",
+    "TransDimensionalTarget",
     "supports",
 ]
 
@@ -251,6 +255,49 @@ class SupportsAISPath(Protocol):
     """
 
     def ais_path(self, *args: Any, **kwargs: Any) -> AnnealingPath: ...
+
+
+# -- sentences (energy-based language models) ----------------------------------------------------
+@runtime_checkable
+class TransDimensionalTarget(Protocol):
+    r"""A law over (length, tokens) of sentences: :math:`p(l, x) \propto \exp(a_l - E(x))`.
+
+    ``energy(x: Sequences) -> (B,)`` is :math:`E` (without the length term);
+    ``length_log_weights() -> (L + 1,)`` holds :math:`a_l` at index ``l`` (``-inf`` where a length is
+    impossible, e.g. 0), such as :math:`\log\pi^0_l - \zeta_l` of a TRF (sampling length prior
+    :math:`\pi^0`, log normalisers :math:`\zeta`), or zeros for a GN-ELM, whose energy carries the length.
+
+    Offered by :class:`~ebms.models.trf.TRF` and :class:`~ebms.models.trf.GNELM`. Used by
+    :class:`~ebms.samplers.TransDimensional` (a plain callable ``E(Sequences) -> (B,)`` is read as the
+    joint energy, :math:`a = 0`), :func:`~ebms.models.trf.exact_log_z` and the per-length
+    log-normaliser estimators of :mod:`ebms.estimators.sequence_log_z` (which take its ``energy``).
+    """
+
+    def energy(self, x: Sequences) -> Tensor: ...
+
+    def length_log_weights(self) -> Tensor: ...
+
+
+@runtime_checkable
+class SupportsTokenLogits(Protocol):
+    r"""Scores of single-position substitutions of sentences, without evaluating whole sentences.
+
+    ``token_logits(x: Sequences (B, T), position: LongTensor (B,), candidates: LongTensor (B, K)) ->
+    (B, K)``: :math:`-E(x^{position_b \to candidates_{bk}}) + c_b`, with :math:`c_b` any per-row
+    constant. Entries ``-1`` of ``candidates`` are absent (any finite score may be returned there), so
+    ragged candidate sets come padded; rows whose ``position`` is at or beyond their length may return
+    anything finite. Worth offering when the energy is local (n-gram features: only the windows
+    through ``position`` change).
+
+    Offered by :class:`~ebms.models.trf.DiscreteFeatures` (local windows),
+    :class:`~ebms.models.trf.MixedEnergy`, :class:`~ebms.models.trf.TRF` and
+    :class:`~ebms.models.trf.GNELM` (their field's, or whole-sentence variants). Used by
+    :class:`~ebms.samplers.TransDimensional` (token proposals and within-length moves; otherwise one
+    energy call over ``B K`` substituted sentences), :class:`~ebms.models.trf.MixedEnergy` (per term),
+    and the annealed energies of :func:`~ebms.estimators.ais_log_z_per_length`.
+    """
+
+    def token_logits(self, x: Sequences, position: Tensor, candidates: Tensor) -> Tensor: ...
 
 
 # -- resolution for per-step code ----------------------------------------------------------------

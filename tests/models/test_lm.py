@@ -228,7 +228,7 @@ def test_log_prob_gradients_pass_gradcheck(name):
     lm = make(name, sharpen=1.0)
     x = Sequences.from_lists([[1, 2], [3], []])
     names = ["embedding.weight", "decoder.bias"] + (["lstm.weight_hh_l0"] if "lstm" in name else
-                                                    ["blocks.0.qkv.weight"])
+                                                    ["layers.0.qkv.weight"])
     params = {n: p.detach().clone().requires_grad_(True) for n, p in lm.named_parameters() if n in names}
     assert len(params) == 3
 

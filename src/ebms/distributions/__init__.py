@@ -16,7 +16,8 @@ also give ``log_prob_and_grad`` (:class:`SupportsLogProbGrad`) and discrete ones
 Members: :class:`Gaussian` (full or diagonal covariance), :class:`IndependentBernoulli`
 (Binary/Spins sites), :class:`IndependentCategorical` (any discrete space), :class:`NGram`
 (dense n-gram LMs over :class:`~ebms.sequences.Sequences`, smoothed by :class:`WittenBell` or
-:class:`AddK`), and :class:`TorchDistribution` (any ``torch.distributions`` law, its whole shape
+:class:`AddK`), :class:`BackoffNGram` (sparse backoff n-gram LMs for real vocabularies: modified
+Kneser–Ney, Witten–Bell, add-k, count pruning, ARPA files), and :class:`TorchDistribution` (any ``torch.distributions`` law, its whole shape
 taken as the event). The first three also convert the other way with ``to_torch()``.
 
 Consumers accept any object that satisfies :class:`NormalisedModel`, and wrap
@@ -25,6 +26,7 @@ Consumers accept any object that satisfies :class:`NormalisedModel`, and wrap
 
 from ebms.distributions._base import Distribution, NormalisedModel, SupportsLogProbGrad, SupportsSiteLogits
 from ebms.distributions._sampling import sample_categorical
+from ebms.distributions.backoff import BackoffNGram
 from ebms.distributions.bernoulli import IndependentBernoulli
 from ebms.distributions.categorical import IndependentCategorical
 from ebms.distributions.gaussian import Gaussian
@@ -35,6 +37,7 @@ from ebms.distributions.torch_distribution import TorchDistribution, as_distribu
 
 __all__ = [
     "AddK",
+    "BackoffNGram",
     "Distribution",
     "Gaussian",
     "GaussianMixture",

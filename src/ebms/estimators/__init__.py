@@ -57,6 +57,12 @@ from ebms.estimators.importance import (
     importance_log_partition,
 )
 from ebms.estimators.likelihood import LogLikelihoodReport, log_likelihood_report
+from ebms.estimators.sequence_log_z import (
+    LengthConditionalLM,
+    LengthLogZ,
+    ais_log_z_per_length,
+    importance_log_z_per_length,
+)
 
 __all__ = [
     "ais_path",
@@ -69,9 +75,12 @@ __all__ = [
     "GaussianBase",
     "GeometricPath",
     "GridEvalReport",
+    "LengthConditionalLM",
+    "LengthLogZ",
     "LogLikelihoodReport",
     "ais",
     "ais_bracket",
+    "ais_log_z_per_length",
     "ais_schedule",
     "autocorrelation",
     "binary_log_likelihood",
@@ -85,6 +94,7 @@ __all__ = [
     "grid_log_partition",
     "importance_ess",
     "importance_log_partition",
+    "importance_log_z_per_length",
     "linear_betas",
     "log_likelihood_report",
     "mcmc_mean",

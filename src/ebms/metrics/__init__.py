@@ -15,6 +15,7 @@
 from ebms.metrics.chunking import ChunkScores, TypeScores, conlleval
 from ebms.metrics.ctc_eval import ctc_transcripts, evaluate_ctc
 from ebms.metrics.error_rate import ErrorRate, edit_distance, error_rate
+from ebms.metrics.lm_eval import PerplexityRow, TRFPerplexity, trf_perplexity
 from ebms.metrics.rescoring import (
     BootstrapInterval,
     PairedBootstrap,
@@ -34,6 +35,9 @@ from ebms.metrics.tagger_eval import decode_tags, evaluate_tagger
 from ebms.metrics.tagging import token_accuracy, token_f1
 
 __all__ = [
+    "PerplexityRow",
+    "TRFPerplexity",
+    "trf_perplexity",
     "BootstrapInterval",
     "ChunkScores",
     "ErrorRate",

@@ -18,6 +18,11 @@
   (``</s>`` = id 0), normalised models of :mod:`ebms.distributions` with exact ``log_prob``,
   sampling with temperature / top-k / top-p, continuation scores and a stateful forward for
   truncated BPTT; :func:`perplexity` counts ``</s>`` as a token.
+* :class:`TRF` (trans-dimensional random field LM: length prior, per-length log normalisers) and
+  :class:`GNELM` (one global normaliser), with sentence energies :class:`DiscreteFeatures` (the
+  monograph's n-gram, class and skip templates; :class:`WordClasses` by exchange clustering),
+  :class:`Hidden2Scalar`, :class:`SumTargetLogit` and their sum :class:`MixedEnergy`; exact log Z
+  per length on tiny vocabularies in :func:`ebms.models.trf.exact_log_z`.
 * :class:`CRFTransducer` and its locally normalised baseline :class:`AlignedRNNT` — tagging with
   the whole label history (beam search; beam search with early update).
 """
@@ -31,8 +36,16 @@ from ebms.models.potts import PottsModel
 from ebms.models.rbm import BernoulliRBM, CategoricalRBM, GaussianBernoulliRBM, RBMBase
 from ebms.models.rbm_estimator import CDState, RBMEstimator, cd_update
 from ebms.models.rnnt_aligned import AlignedRNNT
+from ebms.models.trf import GNELM, TRF, DiscreteFeatures, Hidden2Scalar, MixedEnergy, SumTargetLogit, WordClasses
 
 __all__ = [
+    "GNELM",
+    "TRF",
+    "DiscreteFeatures",
+    "Hidden2Scalar",
+    "MixedEnergy",
+    "SumTargetLogit",
+    "WordClasses",
     "AutoregressiveLM",
     "LSTMLM",
     "Perplexity",

@@ -24,6 +24,11 @@ closed-form conditionals), :class:`BlockGibbs` (RBM layers, or colour classes of
 :class:`MetropolisHastings` (random flips / category changes), :class:`MetropolisIndependence`
 (a proposal model such as :class:`IndependentCategorical`), :class:`GibbsWithGradients`
 (gradient-informed flips). :class:`ParallelTempering` wraps any kernel, discrete or continuous.
+
+Token sequences (:class:`~ebms.spaces.TokenSequences`, states are :class:`~ebms.sequences.Sequences`):
+Gibbs and MetropolisHastings move tokens within fixed lengths; :class:`TransDimensional` also jumps
+between lengths, for targets ``p(l, x) ∝ exp(a_l - E(x))`` such as TRF language models
+(:class:`~ebms.capabilities.TransDimensionalTarget`).
 """
 
 from ebms.samplers._base import ChainResult, ChainState, Sampler, StepInfo, mh_accept
@@ -38,6 +43,7 @@ from ebms.samplers.metropolis import MetropolisHastings, MetropolisIndependence
 from ebms.samplers.model_samples import ModelSamples, model_samples
 from ebms.samplers.proposals import IndependentCategorical
 from ebms.samplers.tempering import ParallelTempering, TemperingInfo
+from ebms.samplers.trans_dimensional import TransDimensional, TransDimensionalInfo
 
 __all__ = [
     "ModelSamples",
@@ -61,6 +67,8 @@ __all__ = [
     "StepSizeAdaptationState",
     "TemperingInfo",
     "Trajectory",
+    "TransDimensional",
+    "TransDimensionalInfo",
     "ULA",
     "leapfrog",
     "mh_accept",

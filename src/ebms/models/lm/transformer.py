@@ -147,7 +147,7 @@ class TransformerLM(AutoregressiveLM):
         self.position_embedding = nn.Embedding(max_length + 1, d_model) if positions == "learned" else None
         self.register_buffer("sinusoids", _sinusoids(max_length + 1, d_model) if positions == "sinusoidal" else None,
                              persistent=False)
-        self.blocks = nn.ModuleList(_Block(d_model, num_heads, dim_feedforward, self.dropout)
+        self.layers = nn.ModuleList(_Block(d_model, num_heads, dim_feedforward, self.dropout)
                                     for _ in range(num_layers))
         self.ln = nn.LayerNorm(d_model)
         self.drop = nn.Dropout(self.dropout)
@@ -189,7 +189,7 @@ class TransformerLM(AutoregressiveLM):
                              "0..max_length); use shorter sequences or chunks, or a model with a larger max_length")
         x = self.drop(self.embedding(inputs) + self._position_vectors(pos))
         keys, values = [], []
-        for i, block in enumerate(self.blocks):
+        for i, block in enumerate(self.layers):
             past = None if state is None else (state.keys[i], state.values[i])
             x, k, v = block(x, mask, past)
             keys.append(k)

@@ -1,0 +1,338 @@
+r"""Sparse backoff n-gram language models for real vocabularies (PTB: 10k words, order 5).
+
+A :class:`BackoffNGram` stores, for each order ``m``, only the ``m``-grams seen in training, with
+:math:`\log p(w \mid h)` and the backoff weight :math:`\log b(h)` of each row used as a context.
+The probability of ``w`` after the history ``h = w_{i-n+1} .. w_{i-1}`` (ARPA semantics, as SRILM
+and KenLM read it) is
+
+.. math::  p(w \mid h) = \begin{cases} P(h w) & h w \text{ stored} \\
+                                       b(h)\, p(w \mid h') & \text{otherwise} \end{cases}
+
+with ``h'`` the history without its oldest word and :math:`b(h) = 1` for an unstored ``h``. Ids
+follow :class:`~ebms.distributions.NGram`'s ``boundary=0`` contract: id 0 is ``<s>`` in histories
+and ``</s>`` as an outcome, id 1 is ``<unk>`` (an ordinary word), ``V = vocab_size`` outcomes.
+Sentences are read as ``<s> y_1 .. y_L </s>``; a history reaching before the start is cut at
+``<s>`` (padding with ``n - 1`` boundaries gives the same numbers, as no stored n-gram holds two).
+
+* :meth:`BackoffNGram.fit` estimates interpolated modified Kneser–Ney (default), Kneser–Ney,
+  Witten–Bell or add-k tables, optionally pruned by count (see :mod:`ebms.distributions._kneser_ney`
+  for the formulas); every distribution sums to 1 over the ``V`` outcomes;
+* :meth:`to_arpa` / :meth:`from_arpa` move models to and from SRILM and KenLM;
+* scoring is vectorised: the row of every n-gram of a batch is found with ``torch.searchsorted``
+  in the sorted int64 keys ``parent_row * V + w`` of each order (``n - 1`` searches per
+  position), and the backoff sums are tensor ops. Cost ``O(B T n log N)``; memory ``O(B T n)``.
+
+Differences from the dense :class:`~ebms.distributions.NGram` with the same smoothing: that one
+treats ``<s> <s>`` (the padded history of the first word when ``n >= 3``) as a context of its own
+and its add-k does not back off (an unseen history is uniform); the two agree on every position
+whose history holds at most one ``<s>`` (``t >= n - 2``) for Witten–Bell, and on the seen n-grams
+and on unigrams for add-k.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from ebms._checks import check_int, check_positive
+from ebms.distributions import _arpa, _kneser_ney
+from ebms.distributions._base import Distribution
+from ebms.distributions._sampling import sample_categorical
+from ebms.distributions.ngram import _as_sequences, _check_tokens
+from ebms.sequences import Sequences
+
+__all__ = ["BackoffNGram"]
+
+
+class BackoffNGram(Distribution):
+    """Sparse backoff n-gram over token sequences (see the module docstring).
+
+    Args:
+        vocab_size: ``V``, the number of ids (id 0 is ``<s>``/``</s>``).
+        ngrams: per order ``m = 1..n``, an ``(N_m, m)`` int64 tensor of n-grams (order 1: every
+            id exactly once); id 0 only first (``<s>``) or last (``</s>``); every n-gram's
+            context (its first ``m - 1`` ids) must be an ``(m-1)``-gram of the table.
+        log_probs: per order, ``(N_m,)`` natural-log probabilities (row 0 of order 1: ``</s>``).
+        backoffs: per order, ``(N_m,)`` natural-log backoff weights (row 0 of order 1: ``<s>``);
+            ``None``: all 0.
+
+    Example:
+        >>> from ebms.sequences import Sequences
+        >>> corpus = Sequences.from_lists([[2, 3], [2, 2, 3], [3], [2, 4, 3]])
+        >>> lm = BackoffNGram.fit(corpus, vocab_size=5, order=2, discounts=[0.5, 0.5])
+        >>> lm.next_log_probs(Sequences.from_lists([[2]])).exp().sum().item()  # doctest: +ELLIPSIS
+        1.0...
+
+    Attributes:
+        vocab_size, order: ``V`` and ``n``.
+        discounts: Kneser–Ney's ``[D1, D2, D3+]`` per order used by :meth:`fit` (else ``None``).
+        words: the vocabulary read by :meth:`from_arpa` (else ``None``).
+    """
+
+    discounts: list[list[float]] | None = None
+    words: list[str] | None = None
+    log_probs_1: Tensor  # (V,) the unigram table; the other tables are buffers named <kind>_<m>
+
+    def __init__(self, vocab_size: int, ngrams: Sequence[Tensor], log_probs: Sequence[Tensor],
+                 backoffs: Sequence[Tensor] | None = None) -> None:
+        super().__init__()
+        check_int(vocab_size, "vocab_size", minimum=2)
+        backoffs = _arpa.check_rows(vocab_size, ngrams, log_probs, backoffs)
+        try:
+            tables = _arpa.tables_from_ngrams(vocab_size, ngrams, [t.double() for t in log_probs],
+                                              [t.double() for t in backoffs])
+        except _arpa.TableError as err:
+            raise ValueError(f"ngrams[{err.order - 1}] row {err.row}: {err}") from None
+        self._install(vocab_size, tables)
+
+    def _install(self, vocab_size: int, tables: _kneser_ney.Tables) -> None:
+        self.vocab_size, self.order = vocab_size, len(tables.log_probs)
+        for m in range(1, self.order + 1):
+            if m > 1:
+                self.register_buffer(f"keys_{m}", tables.keys[m - 1])
+            self.register_buffer(f"log_probs_{m}", tables.log_probs[m - 1])
+            self.register_buffer(f"backoffs_{m}", tables.backoffs[m - 1])
+
+    @classmethod
+    def _from_tables(cls, vocab_size: int, tables: _kneser_ney.Tables) -> BackoffNGram:
+        model = cls.__new__(cls)
+        Distribution.__init__(model)
+        model._install(vocab_size, tables)
+        return model
+
+    def _tables(self) -> _kneser_ney.Tables:
+        t = _kneser_ney.Tables([None], [], [])
+        for m in range(1, self.order + 1):
+            if m > 1:
+                t.keys.append(self._table("keys", m))
+            t.log_probs.append(self._table("log_probs", m))
+            t.backoffs.append(self._table("backoffs", m))
+        return t
+
+    @property
+    def num_ngrams(self) -> tuple[int, ...]:
+        """Stored n-grams per order (order 1: ``V``, ``</s>`` included, ``<s>`` not)."""
+        return tuple(int(self._table("log_probs", m).numel()) for m in range(1, self.order + 1))
+
+    def ngrams(self, order: int) -> tuple[Tensor, Tensor, Tensor]:
+        """``(ids (N, order), log_probs (N,), backoffs (N,))`` of one order, in table order."""
+        check_int(order, "order", minimum=1)
+        if order > self.order:
+            raise ValueError(f"order: expected at most the model's order {self.order}; got {order}")
+        t = self._tables()
+        return _arpa.ngram_ids(t, self.vocab_size)[order - 1], t.log_probs[order - 1], t.backoffs[order - 1]
+
+    # --- construction -------------------------------------------------------------------------
+    @classmethod
+    def fit(cls, corpus: Sequences | Sequence[Sequence[int]], vocab_size: int, order: int = 3, *,
+            smoothing: str = "modified_kneser_ney", discounts: Sequence[float | Sequence[float]] | None = None,
+            k: float = 1.0, prune: Sequence[int] | None = None) -> BackoffNGram:
+        """Count ``corpus`` (token ids in ``[1, V - 1]``) and estimate the tables.
+
+        Args:
+            corpus: a :class:`~ebms.sequences.Sequences` or lists of token ids.
+            vocab_size: ``V``; ids never seen get their share of the unigram smoothing mass.
+            order: ``n >= 1``.
+            smoothing: ``"modified_kneser_ney"`` (interpolated, three discounts per order, as SRILM's
+                ``-kndiscount -interpolate`` and KenLM's ``lmplz``), ``"kneser_ney"`` (one
+                discount per order), ``"witten_bell"`` (interpolated) or ``"add_k"`` (backoff).
+            discounts: Kneser–Ney only: per order one number or ``(D1, D2, D3+)`` with
+                ``0 <= D_k <= k``; ``None`` estimates them from the counts-of-counts (Chen &
+                Goodman, 1998, eq. 26), which needs n-grams seen once, twice and three times
+                at every order (a tiny corpus raises and asks for explicit discounts).
+            k: add-k's pseudo-count (``> 0``).
+            prune: raw-count thresholds per order, unigrams first (``prune[0] = 0``,
+                non-decreasing; a shorter list repeats its last value): an ``m``-gram seen at most
+                ``prune[m-1]`` times is dropped and its mass moves to its context's backoff
+                weight (KenLM's ``--prune``). Normalisation is kept.
+
+        Raises:
+            ValueError: a bad order, smoothing name, discounts, prune list or token id; discounts
+                that cannot be estimated.
+        """
+        check_int(vocab_size, "vocab_size", minimum=2)
+        check_int(order, "order", minimum=1)
+        if smoothing not in _kneser_ney.SMOOTHINGS:
+            raise ValueError(f"smoothing: expected one of {', '.join(map(repr, _kneser_ney.SMOOTHINGS))}; "
+                             f"got {smoothing!r}")
+        k = check_positive(k, "k")
+        if discounts is not None and smoothing not in ("modified_kneser_ney", "kneser_ney"):
+            raise ValueError(f"discounts: only Kneser-Ney smoothing takes discounts; got discounts with "
+                             f"smoothing={smoothing!r}")
+        seqs = _as_sequences(corpus, "corpus")
+        _check_tokens(seqs, vocab_size, 0, "corpus")
+        tables, used = _kneser_ney.estimate(seqs, vocab_size, order, smoothing, discounts, k, prune)
+        model = cls._from_tables(vocab_size, tables)
+        model.discounts = used
+        return model
+
+    @classmethod
+    def from_arpa(cls, path: str | os.PathLike[str], vocab: Sequence[str] | None = None) -> BackoffNGram:
+        """Read an ARPA file (log10 in the file, natural logs inside).
+
+        Args:
+            path: the file.
+            vocab: the id -> word list (``vocab[0] = "</s>"``; an :class:`ebms.data.text.Vocabulary`
+                works too): every word must have a unigram entry and every word of the file must
+                be in it. ``None``: the file's own, ``</s>``, ``<unk>`` (when listed), then the
+                unigrams in file order; it is kept as ``model.words``.
+
+        Raises:
+            ValueError: a malformed file, naming the file and the line.
+        """
+        words = _arpa.check_words(vocab, None, "vocab") if vocab is not None else None
+        words, ngrams, lps, bows, lines = _arpa.read_arpa(path, words)
+        try:
+            tables = _arpa.tables_from_ngrams(len(words), ngrams, lps, bows)
+        except _arpa.TableError as err:
+            raise ValueError(f"{os.fspath(path)}:{lines[err.order - 1][err.row]}: {err}") from None
+        model = cls._from_tables(len(words), tables)
+        model.words = words
+        return model
+
+    def to_arpa(self, path: str | os.PathLike[str], words: Sequence[str], *, digits: int = 7) -> None:
+        """Write the model as an ARPA file that KenLM and SRILM read.
+
+        Args:
+            path: the file to write.
+            words: the id -> word list (``V`` strings without whitespace, ``words[0] = "</s>"``,
+                no ``<s>``), e.g. ``Vocabulary.tokens``.
+            digits: significant digits of each log10 value (7 matches KenLM's float32).
+        """
+        check_int(digits, "digits", minimum=1)
+        _arpa.write_arpa(path, _arpa.check_words(words, self.vocab_size), self._tables(), digits)
+
+    # --- scoring ------------------------------------------------------------------------------
+    def _walk(self, z: Tensor) -> list[Tensor]:
+        """Rows of the ``m``-gram starting at each position of ``z (B, K)`` (``-1``: not stored or
+        crossing a ``-1``), ``m = 1..n``; ``rows[m-1]`` has shape ``(B, K - m + 1)``."""
+        rows = [z]
+        for m in range(2, self.order + 1):
+            prev, nxt = rows[-1][:, :-1], z[:, m - 1 :]
+            live = (prev >= 0) & (nxt >= 0)  # only the windows whose prefix is stored are searched
+            row = torch.full_like(prev, -1)
+            row[live] = _arpa.find(self._table("keys", m), prev[live] * self.vocab_size + nxt[live])
+            rows.append(row)
+        return rows
+
+    def _table(self, kind: str, m: int) -> Tensor:
+        """The buffer ``<kind>_<m>`` (``kind``: keys, log_probs or backoffs)."""
+        table: Tensor = getattr(self, f"{kind}_{m}")
+        return table
+
+    def _gather(self, m: int, kind: str, rows: Tensor, missing: float) -> Tensor:
+        """``table[rows]`` of order ``m`` (``kind``: log_probs or backoffs), ``missing`` where ``rows < 0``."""
+        table = self._table(kind, m)
+        if table.numel() == 0:
+            return torch.full(rows.shape, missing, dtype=table.dtype, device=rows.device)
+        return torch.where(rows >= 0, table[rows.clamp(min=0)], missing)
+
+    def token_log_probs(self, x: Sequences) -> Tensor:
+        """``(B, T + 1)``: ``log p(y_t | y_<t)`` at ``t < L``, ``log p(</s> | y)`` at ``t = L``, 0 after.
+
+        Float64 on ``x``'s device; the work runs on the model's device over the packed sentences
+        (padding costs nothing). One host sync (the token check).
+        """
+        x = self._checked(x, "x")
+        dev = self.log_probs_1.device
+        seq = x.to(dev)
+        n, (B, T) = self.order, seq.tokens.shape
+        lead = n - 1  # n - 2 "nothing" marks (-1), then <s>: histories never reach the previous sentence
+        y = torch.cat([seq.tokens.masked_fill(~seq.mask(), 0), seq.tokens.new_zeros(B, 1)], 1)  # </s> at L
+        z = torch.cat([y.new_full((B, max(n - 2, 0)), -1), y.new_zeros(B, min(lead, 1)), y], 1)
+        cols = torch.arange(lead + T + 1, device=dev)
+        inside = cols < (seq.lengths + lead + 1).unsqueeze(1)
+        flat = z[inside].unsqueeze(0)  # (1, N): the sentences one after another
+        at = (cols >= lead).expand(B, -1)[inside].nonzero().squeeze(1)  # outcome positions in flat
+        rows = [r.squeeze(0) for r in self._walk(flat)]
+        # tail[m-1]: sum over j >= m of the backoff weight of the j-gram context before each outcome
+        tail = [torch.zeros(at.numel(), dtype=self.log_probs_1.dtype, device=dev)]
+        for j in range(n - 1, 0, -1):
+            c = rows[j - 1][at - j]
+            tail.insert(0, tail[0] + self._gather(j, "backoffs", c, 0.0))
+        out = self.log_probs_1[flat[0, at]] + tail[0]
+        for m in range(2, n + 1):
+            e = rows[m - 1][at - m + 1]
+            out = torch.where(e >= 0, self._gather(m, "log_probs", e, 0.0) + tail[m - 1], out)
+        keep = torch.arange(T + 1, device=dev) <= seq.lengths.unsqueeze(1)
+        return torch.zeros(B, T + 1, dtype=out.dtype, device=dev).masked_scatter_(keep, out).to(x.device)
+
+    def log_prob(self, x: Sequences) -> Tensor:
+        """``log p(y)`` of each sentence, ``</s>`` included, ``(B,)`` (float64 unless the tables were converted)."""
+        return self.token_log_probs(x).sum(-1)
+
+    def next_log_probs(self, prefixes: Sequences) -> Tensor:
+        """``(B, V)``: :math:`\\log p(w \\mid <s>\\, y)` of every outcome after each prefix (column 0: ``</s>``)."""
+        seq = self._checked(prefixes, "prefixes").to(self.log_probs_1.device)
+        n, B = self.order, seq.batch_size
+        y = seq.tokens.masked_fill(~seq.mask(), 0)
+        hist = y.new_zeros(B, 0)
+        if n > 1:  # the last n - 1 symbols of [-1 ... -1, <s>, y_1 .. y_L]
+            full = torch.cat([y.new_full((B, n - 2), -1), y.new_zeros(B, 1), y], 1)
+            hist = full.gather(1, seq.lengths.unsqueeze(1) + torch.arange(n - 1, device=y.device))
+        return self._next_from_history(hist).to(prefixes.device)
+
+    def _next_from_history(self, hist: Tensor) -> Tensor:
+        """``(B, V)`` next-outcome log-probabilities after the last ``n - 1`` symbols ``hist`` (``-1``: none)."""
+        n, V, B = self.order, self.vocab_size, hist.shape[0]
+        rows = self._walk(hist)
+        ctx = [rows[j - 1][:, n - 1 - j] for j in range(1, n)]  # the j-gram ending at the last symbol
+        bows = [self._gather(j, "backoffs", c, 0.0) for j, c in enumerate(ctx, 1)]
+        tails = [torch.zeros(B, dtype=self.log_probs_1.dtype, device=hist.device)]
+        for bow in reversed(bows):  # tails[m-1]: the backoff weights of the contexts longer than m - 1
+            tails.insert(0, tails[0] + bow)
+        out = self.log_probs_1.unsqueeze(0) + tails[0].unsqueeze(1)
+        for m in range(2, n + 1):
+            keys, c = self._table("keys", m), ctx[m - 2]
+            lo = torch.where(c >= 0, torch.searchsorted(keys, c * V), 0)
+            hi = torch.where(c >= 0, torch.searchsorted(keys, (c + 1) * V), 0)
+            sizes = hi - lo
+            b = torch.repeat_interleave(torch.arange(B, device=hist.device), sizes)
+            at = lo[b] + torch.arange(b.numel(), device=hist.device) - (torch.cumsum(sizes, 0) - sizes)[b]
+            out[b, keys[at] - torch.div(keys[at], V, rounding_mode="floor") * V] = (
+                self._table("log_probs", m)[at] + tails[m - 1][b])
+        return out
+
+    def _checked(self, x: Sequences, name: str) -> Sequences:
+        if not isinstance(x, Sequences):
+            raise TypeError(f"{name}: expected an ebms.sequences.Sequences (tokens (B, T), lengths (B,)); "
+                            f"got {type(x).__name__}")
+        _check_tokens(x, self.vocab_size, 0, name)
+        return x
+
+    # --- sampling -----------------------------------------------------------------------------
+    def sample(self, n: int, generator: torch.Generator | None = None, *, max_length: int = 1024) -> Sequences:
+        """``n`` ancestral draws (until ``</s>``) as :class:`~ebms.sequences.Sequences`, padding 0.
+
+        Each step scores the ``V`` outcomes of the live draws (:meth:`next_log_probs`),
+        ``O(n V)`` per token. A draw still running after ``max_length`` tokens raises.
+        """
+        check_int(n, "n", minimum=1)
+        check_int(max_length, "max_length", minimum=0)
+        dev, order = self.log_probs_1.device, self.order
+        hist = torch.full((n, order - 1), -1, dtype=torch.long, device=dev)
+        if order > 1:
+            hist[:, -1] = 0
+        tokens = torch.zeros(n, max_length, dtype=torch.long, device=dev)
+        lengths = torch.zeros(n, dtype=torch.long, device=dev)
+        alive = torch.arange(n, device=dev)
+        for t in range(max_length + 1):
+            w = sample_categorical(self._next_from_history(hist[alive]), generator)
+            ended = w == 0
+            lengths[alive[ended]] = t
+            alive, w = alive[~ended], w[~ended]
+            if alive.numel() == 0:
+                break
+            if t == max_length:
+                raise ValueError(f"max_length: {alive.numel()} of {n} draws had not ended after {max_length} tokens; "
+                                 "raise max_length")
+            tokens[alive, t] = w
+            if order > 1:
+                hist[alive] = torch.cat([hist[alive, 1:], w.unsqueeze(1)], 1)
+        return Sequences(tokens[:, : int(lengths.max())], lengths, validate=False)
+
+    def extra_repr(self) -> str:
+        return f"vocab_size={self.vocab_size}, order={self.order}, ngrams={list(self.num_ngrams)}"

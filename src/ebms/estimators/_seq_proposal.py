@@ -1,0 +1,119 @@
+r"""A length-conditional proposal from an autoregressive LM, for per-length :math:`\log Z_l` estimation.
+
+An autoregressive LM ``p`` (LSTM, Transformer: ``lm(inputs, state) -> (logits, state)``, the
+:class:`~ebms.models.lm.AutoregressiveLM` contract) is a law over all lengths. At a fixed length
+:math:`l` the proposal takes its next-token law with ``</s>`` removed:
+
+.. math::  q(x \mid l) = \prod_{t=1}^{l} \frac{p(x_t \mid x_{<t})}{1 - p(\texttt{</s>} \mid x_{<t})},
+
+which is normalised over :math:`\{1..V-1\}^l` for every :math:`l`, is sampled token by token with
+the boundary logit masked, and keeps the LM's shape inside a sentence (a good importance proposal
+when the LM is close to the TRF). It is not :math:`p(x \mid |x| = l)`, which would need the mass of
+all completions of each prefix; it does not need to be: any normalised :math:`q(\cdot \mid l)`
+gives unbiased :math:`\hat Z_l`.
+
+Cost: ``log_prob`` one LM pass over ``B`` sentences; ``sample`` one incremental LM step per
+position (``max(lengths)`` steps for the whole batch).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ebms._checks import check_int
+from ebms.distributions import sample_categorical
+from ebms.sequences import Sequences
+
+
+class LengthConditionalLM:
+    r"""Length-conditional proposal :math:`q(x \mid l)` from an autoregressive LM (module docstring).
+
+    Args:
+        lm: an autoregressive LM with ``vocab_size`` and ``lm(inputs (B, S), state) -> (logits (B, S, V),
+            state)`` (e.g. :class:`~ebms.models.lm.LSTMLM`, :class:`~ebms.models.lm.TransformerLM`);
+            used in its current mode (call ``eval()`` first for its law without dropout).
+        boundary: the id of ``<s>``/``</s>`` (0 by the token contract).
+
+    Example:
+        >>> import torch
+        >>> from ebms.models.lm import LSTMLM
+        >>> from ebms.sequences import Sequences
+        >>> q = LengthConditionalLM(LSTMLM(5, embedding_dim=4, hidden_size=8).eval())
+        >>> x = q.sample(3, lengths=torch.tensor([1, 2, 4]), generator=torch.Generator().manual_seed(0))
+        >>> x.lengths.tolist(), bool((x.tokens[x.mask()] > 0).all()), q.log_prob(x).shape
+        ([1, 2, 4], True, torch.Size([3]))
+    """
+
+    conditional_on_length = True
+
+    def __init__(self, lm: Any, *, boundary: int = 0) -> None:
+        if not callable(lm) or not isinstance(getattr(lm, "vocab_size", None), int):
+            raise TypeError(f"lm: expected an autoregressive LM with vocab_size and lm(inputs, state) -> (logits, "
+                            f"state); got {type(lm).__name__}")
+        self.lm = lm
+        self.vocab_size = lm.vocab_size
+        self.boundary = check_int(boundary, "boundary", minimum=0)
+        if self.boundary >= self.vocab_size:
+            raise ValueError(f"boundary: expected an id in [0, {self.vocab_size - 1}]; got {boundary}")
+
+    def _device(self) -> torch.device:
+        if isinstance(self.lm, nn.Module):
+            for p in self.lm.parameters():
+                return p.device
+        return torch.device("cpu")
+
+    def _log_softmax(self, logits: Tensor) -> Tensor:
+        """Next-token log-probabilities without ``</s>``, float64 ``(..., V)``."""
+        z = logits.double().clone()
+        z[..., self.boundary] = -math.inf
+        return torch.log_softmax(z, -1)
+
+    def log_prob(self, x: Sequences) -> Tensor:
+        r""":math:`\log q(x \mid |x|)`, float64 ``(B,)`` (one LM pass)."""
+        if not isinstance(x, Sequences):
+            raise TypeError(f"x: expected an ebms.sequences.Sequences; got {type(x).__name__}")
+        real = x.mask()
+        tok = (x.tokens * real).to(self._device())
+        bad = real & ((x.tokens == self.boundary) | (x.tokens < 0) | (x.tokens >= self.vocab_size))
+        if bool(bad.any()):
+            i, t = (int(v) for v in bad.nonzero()[0])
+            raise ValueError(f"x: expected token ids in [0, {self.vocab_size}) other than the boundary {self.boundary} "
+                             f"within lengths; sentence {i} has {int(x.tokens[i, t])} at position {t}")
+        if tok.shape[1] == 0:
+            return torch.zeros(x.batch_size, dtype=torch.float64, device=tok.device)
+        start = torch.full((x.batch_size, 1), self.boundary, dtype=torch.long, device=tok.device)
+        with torch.no_grad():
+            logits, _ = self.lm(torch.cat([start, tok[:, :-1]], 1), None)
+        lp = self._log_softmax(logits).gather(-1, tok.unsqueeze(-1)).squeeze(-1)
+        return torch.where(real.to(lp.device), lp, lp.new_zeros(())).sum(1)
+
+    def sample(self, n: int, generator: torch.Generator | None = None, *, lengths: int | Tensor) -> Sequences:
+        """``n`` draws of :math:`q(\\cdot \\mid l)`, ``lengths`` an int or an integer tensor ``(n,)``."""
+        check_int(n, "n", minimum=1)
+        dev = self._device()
+        if isinstance(lengths, Tensor):
+            if lengths.dtype.is_floating_point or lengths.dtype == torch.bool or tuple(lengths.shape) != (n,):
+                raise ValueError(f"lengths: expected an int or an integer tensor ({n},); got {lengths.dtype} "
+                                 f"{tuple(lengths.shape)}")
+            ls = lengths.to(dev, torch.long)
+        else:
+            ls = torch.full((n,), check_int(lengths, "lengths", minimum=0), dtype=torch.long, device=dev)
+        if int(ls.min()) < 0:
+            raise ValueError(f"lengths: expected values >= 0; got min {int(ls.min())}")
+        T = int(ls.max())
+        tokens = torch.zeros(n, T, dtype=torch.long, device=dev)
+        w = torch.full((n,), self.boundary, dtype=torch.long, device=dev)
+        state = None
+        with torch.no_grad():
+            for t in range(T):
+                logits, state = self.lm(w.unsqueeze(1), state)
+                w = sample_categorical(self._log_softmax(logits[:, -1]), generator)
+                tokens[:, t] = torch.where(t < ls, w, 0)
+        return Sequences(tokens, ls, validate=False)
+
+    def __repr__(self) -> str:
+        return f"LengthConditionalLM({type(self.lm).__name__}, vocab_size={self.vocab_size})"

@@ -1,0 +1,175 @@
+"""Feature templates and the discrete feature energy: Table 3.2 verbatim, hand-counted features for
+every template group, energy = -λ·f, local scores = energy differences, padding, errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ebms.models.trf import DiscreteFeatures, Template, feature_templates
+from ebms.sequences import Sequences
+
+SENT = [1, 2, 3, 1, 2]  # classes 1 -> 0, 2 -> 1, 3 -> 0: class sequence 0 1 0 0 1
+LONG = [1, 2, 3, 1, 2, 3, 1, 2]
+CLASSES = torch.tensor([0, 0, 1, 0, 0])  # entry 0 (the boundary) unused; V = 5
+
+
+def observed(feats: DiscreteFeatures, sentence: list[int]) -> dict[tuple[str, tuple[int, ...]], int]:
+    counts = feats.counts(Sequences.from_lists([sentence]))
+    ids = counts.nonzero().squeeze(1)
+    return {key: int(counts[i]) for key, i in zip(feats.decode(ids), ids.tolist())}
+
+
+def test_order_four_templates_are_table_3_2():
+    table = {
+        "w": ["w0", "w-1 w0", "w-2 w-1 w0", "w-3 w-2 w-1 w0"],
+        "c": ["c0", "c-1 c0", "c-2 c-1 c0", "c-3 c-2 c-1 c0"],
+        "ws": ["w-2 w0", "w-3 w-1 w0", "w-3 w0", "w-3 w-2 w0"],
+        "cs": ["c-2 c0", "c-3 c-1 c0", "c-3 c0", "c-3 c-2 c0"],
+        "wsh": ["w-4 w0", "w-5 w0"],
+        "csh": ["c-4 c0", "c-5 c0"],
+        "cpw": ["c-1 w0", "c-2 c-1 w0", "c-3 c-2 c-1 w0"],
+        "tied": ["w[-9:-6] w0", "c[-9:-6] c0"],
+    }
+    for group, names in table.items():
+        assert [str(t) for t in feature_templates((group,), order=4)] == names
+    tied = feature_templates(("tied",))[0]
+    assert tied.offsets == ((-6, 0), (-7, 0), (-8, 0), (-9, 0)) and tied.span == 9
+
+
+HAND = {  # group, order, sentence -> {(template, values): count}; <s> is word 0 / class -1
+    ("w", 2, "s"): {("w0", (1,)): 2, ("w0", (2,)): 2, ("w0", (3,)): 1, ("w-1 w0", (0, 1)): 1,
+                    ("w-1 w0", (1, 2)): 2, ("w-1 w0", (2, 3)): 1, ("w-1 w0", (3, 1)): 1},
+    ("c", 2, "s"): {("c0", (0,)): 3, ("c0", (1,)): 2, ("c-1 c0", (-1, 0)): 1, ("c-1 c0", (0, 1)): 2,
+                    ("c-1 c0", (1, 0)): 1, ("c-1 c0", (0, 0)): 1},
+    ("ws", 3, "s"): {("w-2 w0", (0, 2)): 1, ("w-2 w0", (1, 3)): 1, ("w-2 w0", (2, 1)): 1, ("w-2 w0", (3, 2)): 1},
+    ("cs", 3, "s"): {("c-2 c0", (-1, 1)): 1, ("c-2 c0", (0, 0)): 1, ("c-2 c0", (1, 0)): 1, ("c-2 c0", (0, 1)): 1},
+    ("wsh", 2, "s"): {("w-2 w0", (0, 2)): 1, ("w-2 w0", (1, 3)): 1, ("w-2 w0", (2, 1)): 1, ("w-2 w0", (3, 2)): 1,
+                      ("w-3 w0", (0, 3)): 1, ("w-3 w0", (1, 1)): 1, ("w-3 w0", (2, 2)): 1},
+    ("csh", 2, "s"): {("c-2 c0", (-1, 1)): 1, ("c-2 c0", (0, 0)): 1, ("c-2 c0", (1, 0)): 1, ("c-2 c0", (0, 1)): 1,
+                      ("c-3 c0", (-1, 0)): 1, ("c-3 c0", (0, 0)): 1, ("c-3 c0", (1, 1)): 1},
+    ("cpw", 3, "s"): {("c-1 w0", (-1, 1)): 1, ("c-1 w0", (0, 2)): 2, ("c-1 w0", (1, 3)): 1, ("c-1 w0", (0, 1)): 1,
+                      ("c-2 c-1 w0", (-1, 0, 2)): 1, ("c-2 c-1 w0", (0, 1, 3)): 1, ("c-2 c-1 w0", (1, 0, 1)): 1,
+                      ("c-2 c-1 w0", (0, 0, 2)): 1},
+    ("tied", 4, "l"): {("w[-9:-6] w0", (0, 3)): 1, ("w[-9:-6] w0", (1, 1)): 1, ("w[-9:-6] w0", (2, 2)): 1,
+                       ("w[-9:-6] w0", (0, 1)): 1, ("w[-9:-6] w0", (1, 2)): 1, ("w[-9:-6] w0", (0, 2)): 1,
+                       ("c[-9:-6] c0", (-1, 0)): 2, ("c[-9:-6] c0", (0, 0)): 1, ("c[-9:-6] c0", (1, 1)): 1,
+                       ("c[-9:-6] c0", (0, 1)): 1, ("c[-9:-6] c0", (-1, 1)): 1},
+}
+
+
+@pytest.mark.parametrize("case", list(HAND), ids=[c[0] for c in HAND])
+def test_features_match_a_hand_count_for_every_template_group(case):
+    group, order, which = case
+    sentence = SENT if which == "s" else LONG
+    corpus = Sequences.from_lists([sentence])
+    feats = DiscreteFeatures.fit(corpus, 5, feature_templates((group,), order), classes=CLASSES)
+    assert observed(feats, sentence) == HAND[case]
+    assert feats.num_features == len(HAND[case])  # only observed features exist
+    torch.testing.assert_close(feats.observed_counts, feats.counts(corpus))
+
+
+def test_boundaries_eos_adds_end_windows_and_no_bos_drops_start_windows():
+    corpus = Sequences.from_lists([SENT])
+    bigrams = feature_templates(("w",), order=2)
+    with_eos = observed(DiscreteFeatures.fit(corpus, 5, bigrams, eos=True), SENT)
+    assert with_eos == {**HAND[("w", 2, "s")], ("w-1 w0", (2, 0)): 1}  # (2 </s>), and no (</s>) unigram
+    no_bos = observed(DiscreteFeatures.fit(corpus, 5, bigrams, bos=False), SENT)
+    assert no_bos == {k: v for k, v in HAND[("w", 2, "s")].items() if k != ("w-1 w0", (0, 1))}
+
+
+def corpus_and_features(eos: bool = False, bos: bool = True) -> tuple[Sequences, DiscreteFeatures]:
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(1, 9, (40,), generator=g)
+    tokens = torch.randint(1, 7, (40, 8), generator=g)
+    corpus = Sequences(tokens, lengths)
+    classes = torch.tensor([0, 0, 1, 2, 0, 1, 2])
+    feats = DiscreteFeatures.fit(corpus, 7, feature_templates(("w", "c", "ws", "cs", "wsh", "csh", "cpw", "tied"), 3),
+                                 classes=classes, bos=bos, eos=eos)
+    with torch.no_grad():
+        feats.weight.copy_(torch.randn(feats.num_features, generator=g))
+    return corpus, feats
+
+
+@pytest.mark.parametrize(("bos", "eos"), [(True, False), (False, True), (True, True)])
+def test_energy_is_minus_weights_dot_counts_and_its_gradient_is_minus_counts(bos, eos):
+    corpus, feats = corpus_and_features(eos=eos, bos=bos)
+    e = feats(corpus)
+    per_sentence = torch.stack([feats.counts(corpus[i]) for i in range(corpus.batch_size)])
+    torch.testing.assert_close(e.double(), -(per_sentence * feats.weight.detach().double()).sum(1), atol=1e-5, rtol=1e-6)
+    e.sum().backward()
+    torch.testing.assert_close(feats.weight.grad.double(), -feats.counts(corpus))
+
+
+@pytest.mark.parametrize(("bos", "eos"), [(True, False), (False, True)])
+def test_token_logits_are_energy_differences_of_the_substituted_sentences(bos, eos):
+    corpus, feats = corpus_and_features(eos=eos, bos=bos)
+    g = torch.Generator().manual_seed(1)
+    x = corpus[:20]
+    pos = (torch.rand(20, generator=g) * x.lengths).long()
+    cand = torch.randint(1, 7, (20, 5), generator=g)
+    s = feats.token_logits(x, pos, cand)
+    tok = x.tokens.unsqueeze(1).expand(20, 5, -1).clone()
+    tok.scatter_(2, pos.view(20, 1, 1).expand(20, 5, 1), cand.unsqueeze(2))
+    full = -feats(Sequences(tok.view(100, -1), x.lengths.repeat_interleave(5))).view(20, 5)
+    diff = (s - full).detach()
+    torch.testing.assert_close(diff, diff[:, :1].expand_as(diff), atol=1e-5, rtol=0)
+    absent = cand.clone()
+    absent[:, 1::2] = -1  # absent entries score 0 and leave the others alone
+    s_absent = feats.token_logits(x, pos, absent).detach()
+    assert bool((s_absent[:, 1::2] == 0).all())
+    torch.testing.assert_close(s_absent[:, ::2], s[:, ::2].detach())
+
+
+def test_energy_ignores_padding_and_unseen_ngrams_score_zero():
+    corpus, feats = corpus_and_features()
+    padded = Sequences(torch.cat([corpus.tokens.masked_fill(~corpus.mask(), 6), torch.full((40, 3), 5)], 1),
+                       corpus.lengths)
+    torch.testing.assert_close(feats(padded), feats(corpus))
+    fresh = DiscreteFeatures.fit(Sequences.from_lists([[1, 2]]), 7, feature_templates(("w",), 2))
+    with torch.no_grad():
+        fresh.weight.fill_(1.0)
+    assert fresh(Sequences.from_lists([[3, 4], [1, 2]])).tolist() == [0.0, -4.0]  # (1)(2)(<s> 1)(1 2)
+
+
+def test_fit_in_chunks_and_min_count():
+    corpus, _ = corpus_and_features()
+    templates = feature_templates(("w",), 2)
+    a = DiscreteFeatures.fit(corpus, 7, templates, chunk_size=3)
+    b = DiscreteFeatures.fit(corpus, 7, templates)
+    assert torch.equal(a.keys, b.keys) and torch.equal(a.observed_counts, b.observed_counts)
+    c = DiscreteFeatures.fit(corpus, 7, templates, min_count=3)
+    assert bool((c.observed_counts >= 3).all()) and c.num_features == int((b.observed_counts >= 3).sum())
+    assert sum(b.template_sizes()) == b.num_features
+
+
+def test_default_templates_follow_the_classes_argument():
+    corpus, _ = corpus_and_features()
+    words_only = DiscreteFeatures.fit(corpus, 7)
+    assert all(not t.uses_classes for t in words_only.templates)
+    with_classes = DiscreteFeatures.fit(corpus, 7, classes=torch.zeros(7, dtype=torch.long))
+    assert any(t.uses_classes for t in with_classes.templates) and len(with_classes.templates) == 23
+
+
+def test_errors_name_the_argument():
+    corpus = Sequences.from_lists([[1, 2]])
+    with pytest.raises(ValueError, match="groups: unknown template group 'x'; expected some of w, c"):
+        feature_templates(("x",))
+    with pytest.raises(ValueError, match="order"):
+        feature_templates(("w",), order=0)
+    with pytest.raises(ValueError, match="offsets: expected increasing offsets ending at 0"):
+        Template(("w", "w"), ((0, -1),))
+    with pytest.raises(ValueError, match="layers: expected a non-empty tuple of 'w'/'c'"):
+        Template(("x",), ((0,),))
+    with pytest.raises(ValueError, match=r"classes: class templates \(c0\) need a class per token"):
+        DiscreteFeatures.fit(corpus, 3, feature_templates(("c",), 1))
+    with pytest.raises(ValueError, match=r"classes: expected a LongTensor \(3,\)"):
+        DiscreteFeatures.fit(corpus, 3, classes=torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="x: token ids must be below the vocabulary size 3; got 5 at sequence 0"):
+        DiscreteFeatures.fit(corpus, 3)(Sequences.from_lists([[5]]))
+    with pytest.raises(ValueError, match="keys: expected sorted distinct keys"):
+        DiscreteFeatures(feature_templates(("w",), 1), torch.tensor([2, 1]), 3)
+    with pytest.raises(ValueError, match=r"templates: the feature keys need \d+ bits, more than int64 holds"):
+        DiscreteFeatures(feature_templates(("w",), 5), torch.zeros(0, dtype=torch.long), 10**6)
+    with pytest.raises(TypeError, match="corpus: expected an ebms.sequences.Sequences; got list"):
+        DiscreteFeatures.fit([[1, 2]], 3)

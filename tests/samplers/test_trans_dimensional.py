@@ -1,0 +1,361 @@
+"""Trans-dimensional sampler: exact transition matrices by enumeration, invariance in distribution,
+the protocol/callable/token-logits routes, edges and validation.
+
+Exact kernels. Every random choice of the kernel goes through two module functions, ``_draw`` (one
+category per row) and ``_accept`` (the MH decision). A *scripted* replacement returns chosen options
+and records their probabilities, so running one step on a batch that holds every state of a tiny
+space once per combination of choices gives the exact transition matrix ``P`` of the code itself
+(a choice of probability 0 is replaced by a valid one and its branch weighs 0). Then: rows of ``P``
+sum to 1, ``π P = π`` for the exact target ``π``, and reversible kernels (a jump, one position)
+satisfy detailed balance ``π_s P_st = π_t P_ts``, to 1e-12 in float64.
+
+In distribution. ``S = 20000`` independent chains start at length 1; after ``N`` steps each final
+state is one exact draw from ``μ_N = μ_0 P^N`` (``P`` enumerated as above; the chains share nothing,
+so the effective sample size is ``S``). The empirical joint of (length, tokens) is compared with
+``μ_N`` and with ``π`` by the total-variation bound of ``_token_targets`` (``z = 4.3``, failure rate
+below 1e-4 for exact draws), the latter widened by the exact bias ``TV(μ_N, π)`` (< 1e-3 here).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+
+import pytest
+import torch
+from _token_targets import MAX_LENGTH, V, tv_and_bound
+
+import ebms.samplers.trans_dimensional as td
+from ebms.samplers.trans_dimensional import (
+    SupportsTokenLogits,
+    TransDimensional,
+    TransDimensionalInfo,
+    TransDimensionalTarget,
+)
+from ebms.sequences import Sequences
+from ebms.spaces import TokenSequences
+
+TWO_CLASSES = torch.tensor([0, 0, 1])
+ONE_CLASS = torch.zeros(V, dtype=torch.long)
+
+
+class Field:
+    """``E(x) = sum_t u[t, x_t] + sum_t W[x_{t-1}, x_t]`` (float64), length log weights ``a_l = -c[l]``."""
+
+    def __init__(self, scale: float = 1.0, seed: int = 3, max_length: int = MAX_LENGTH) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.u = torch.randn(MAX_LENGTH, V, generator=g, dtype=torch.float64) * scale
+        self.w = torch.randn(V, V, generator=g, dtype=torch.float64) * scale
+        self.c = torch.tensor([0.4, 0.0, 0.6, -0.2, 0.3], dtype=torch.float64)[: max_length + 1] * scale
+        self.space = TokenSequences(V, max_length)
+
+    def energy(self, x: Sequences) -> torch.Tensor:
+        real = x.mask()
+        tok = x.tokens * real
+        e = (self.u[torch.arange(x.max_length), tok] * real).sum(1)
+        if x.max_length > 1:
+            e = e + (self.w[tok[:, :-1], tok[:, 1:]] * real[:, 1:]).sum(1)
+        return e
+
+    def length_log_weights(self) -> torch.Tensor:
+        return torch.cat([torch.tensor([-math.inf], dtype=torch.float64), -self.c[1:]])
+
+    def joint(self, x: Sequences) -> torch.Tensor:
+        return self.energy(x) - self.length_log_weights()[x.lengths]
+
+
+class LocalField(Field):
+    """Offers ``token_logits`` with a deliberate per-row constant (the sampler must calibrate it)."""
+
+    def token_logits(self, x: Sequences, position: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+        B, K = candidates.shape
+        tok = x.tokens.unsqueeze(1).expand(B, K, x.max_length).clone()
+        tok.scatter_(2, position.view(B, 1, 1).expand(B, K, 1), candidates.clamp(min=0).unsqueeze(2))
+        e = self.energy(Sequences(tok.view(B * K, -1), x.lengths.repeat_interleave(K), validate=False)).view(B, K)
+        return -e + 0.37 * x.lengths[:, None] + 1.1 * x.tokens[:, :1]
+
+
+def exact(field: Field) -> tuple[Sequences, torch.Tensor]:
+    """Every state of the field's space and its exact probability (enumeration order)."""
+    states = Sequences.cat(list(field.space.enumerate()))
+    return states, torch.softmax(-field.joint(states), 0)
+
+
+class Script:
+    """Scripted ``_draw``/``_accept``: option ``choices[:, d]`` at the ``d``-th decision, probabilities logged."""
+
+    def __init__(self, choices: torch.Tensor | None) -> None:
+        self.choices, self.d, self.logp, self.options = choices, 0, None, []
+
+    def _take(self, logp: torch.Tensor) -> torch.Tensor:
+        self.options.append(logp.shape[1])
+        if self.choices is None:  # dry run: record the number of options
+            return logp.argmax(1)
+        c = self.choices[:, self.d]
+        self.d += 1
+        lp = logp.gather(1, c[:, None]).squeeze(1)
+        assert not bool(torch.isnan(lp).any()), "a scripted decision met NaN probabilities"
+        self.logp = lp if self.logp is None else self.logp + lp
+        return torch.where(lp > -math.inf, c, logp.argmax(1))  # impossible choices: a valid stand-in
+
+    def draw(self, logits: torch.Tensor, generator) -> torch.Tensor:
+        return self._take(torch.log_softmax(logits.double(), 1))
+
+    def accept(self, log_ratio: torch.Tensor, generator) -> tuple[torch.Tensor, torch.Tensor]:
+        prob = torch.exp(torch.nan_to_num(log_ratio.double(), nan=-math.inf).clamp(max=0.0))
+        taken = self._take(torch.stack([torch.log1p(-prob), prob.log()], 1))
+        return taken == 1, prob.to(log_ratio.dtype)
+
+
+def _run(script: Script, sampler: TransDimensional, target, x: Sequences):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(td, "_draw", script.draw)
+        mp.setattr(td, "_accept", script.accept)
+        return sampler.step(target, sampler.init(target, x))[0]
+
+
+def kernel(sampler: TransDimensional, target, states: Sequences) -> torch.Tensor:
+    """The exact transition matrix ``(N, N)`` of one ``sampler.step`` over ``states`` (all of a space)."""
+    dry = Script(None)
+    _run(dry, sampler, target, states)
+    branches = torch.tensor(list(itertools.product(*[range(k) for k in dry.options])), dtype=torch.long)
+    N, nb = states.batch_size, branches.shape[0]
+    script = Script(branches.repeat(N, 1))
+    out = _run(script, sampler, target, states[torch.arange(N).repeat_interleave(nb)])
+    assert script.d == len(dry.options)  # the same decisions as the dry run
+    dst = sampler.token_space.state_index(out.x)
+    P = torch.zeros(N, N, dtype=torch.float64)
+    P.index_put_((torch.arange(N).repeat_interleave(nb), dst), script.logp.exp(), accumulate=True)
+    return P
+
+
+@functools.cache
+def class_kernels() -> tuple[torch.Tensor, torch.Tensor]:
+    """``(P_jump, P_sweep)`` of the two-class proposal on the V = 3, L <= 4 field (computed once)."""
+    field = Field()
+    states, _ = exact(field)
+    return (kernel(TransDimensional(space=field.space, sweeps=0, classes=TWO_CLASSES), field, states),
+            kernel(TransDimensional(space=field.space, jump=False, classes=TWO_CLASSES), field, states))
+
+
+def check_invariant(P: torch.Tensor, pi: torch.Tensor, *, reversible: bool) -> None:
+    torch.testing.assert_close(P.sum(1), torch.ones_like(pi), atol=1e-12, rtol=0)
+    torch.testing.assert_close(pi @ P, pi, atol=1e-12, rtol=0)
+    if reversible:
+        flow = pi[:, None] * P
+        torch.testing.assert_close(flow, flow.T, atol=1e-12, rtol=0)
+
+
+JUMP_KERNELS = {
+    "uniform": dict(),
+    "unigram-mtm3": dict(token_probs=torch.tensor([0.2, 0.5, 0.3]), trials=3),
+    "classes": dict(classes=TWO_CLASSES),
+    "classes-mtm2": dict(classes=TWO_CLASSES, trials=2),
+    "gibbs-proposal": dict(classes=ONE_CLASS),
+}
+
+
+@pytest.mark.parametrize("name", JUMP_KERNELS)
+def test_length_jump_satisfies_detailed_balance_exactly(name):
+    field = Field()
+    states, pi = exact(field)
+    P = kernel(TransDimensional(space=field.space, sweeps=0, **JUMP_KERNELS[name]), field, states)
+    check_invariant(P, pi, reversible=True)
+    assert float(P.diagonal().min()) < 1  # the jump does move
+
+
+def test_token_logits_route_is_calibrated_to_the_exact_energy():
+    """A target whose token scores carry an arbitrary per-row constant gives the same exact jump kernel."""
+    field, local = Field(), LocalField()
+    assert isinstance(local, SupportsTokenLogits) and not isinstance(field, SupportsTokenLogits)
+    states, pi = exact(field)
+    for kw in (dict(classes=TWO_CLASSES, trials=2), dict(trials=2)):
+        P_local = kernel(TransDimensional(space=field.space, sweeps=0, **kw), local, states)
+        P_plain = kernel(TransDimensional(space=field.space, sweeps=0, **kw), field, states)
+        torch.testing.assert_close(P_local, P_plain, atol=1e-12, rtol=0)
+        check_invariant(P_local, pi, reversible=True)
+    short, short_local = Field(max_length=3), LocalField(max_length=3)
+    states, pi = exact(short)
+    sweep = dict(classes=TWO_CLASSES, jump=False)
+    P_local = kernel(TransDimensional(space=short.space, **sweep), short_local, states)
+    P_plain = kernel(TransDimensional(space=short.space, **sweep), short, states)
+    torch.testing.assert_close(P_local, P_plain, atol=1e-12, rtol=0)
+    check_invariant(P_local, pi, reversible=False)
+
+
+@pytest.mark.parametrize("kw", [dict(classes=ONE_CLASS), dict(classes=TWO_CLASSES), dict(trials=1)],
+                         ids=["gibbs", "classes", "independent"])
+def test_within_length_sweep_leaves_the_target_invariant(kw):
+    field = Field()
+    states, pi = exact(field)
+    if "classes" in kw and kw["classes"] is TWO_CLASSES:
+        P = class_kernels()[1]
+    else:
+        P = kernel(TransDimensional(space=field.space, jump=False, **kw), field, states)
+    check_invariant(P, pi, reversible=False)
+    lengths = states.lengths
+    assert bool((P[lengths[:, None] != lengths[None, :]] == 0).all())  # lengths stay fixed
+
+
+def test_multiple_trial_position_move_satisfies_detailed_balance():
+    """One position (max_length 1) is one MTM update: reversible; two positions: a sweep, invariant."""
+    for max_length in (1, 2):
+        field = Field(max_length=max_length)
+        states, pi = exact(field)
+        for kw in (dict(classes=TWO_CLASSES, trials=2), dict(trials=3)):
+            P = kernel(TransDimensional(space=field.space, jump=False, **kw), field, states)
+            check_invariant(P, pi, reversible=max_length == 1)
+
+
+def test_full_step_is_the_jump_then_the_sweep():
+    field = Field(max_length=3)
+    states, pi = exact(field)
+    kw = dict(classes=TWO_CLASSES)
+    P = kernel(TransDimensional(space=field.space, **kw), field, states)
+    P_jump = kernel(TransDimensional(space=field.space, sweeps=0, **kw), field, states)
+    P_sweep = kernel(TransDimensional(space=field.space, jump=False, **kw), field, states)
+    torch.testing.assert_close(P, P_jump @ P_sweep, atol=1e-12, rtol=0)
+    check_invariant(P, pi, reversible=False)
+
+
+def test_chains_match_the_exact_law_in_distribution():
+    field, S, N = Field(), 20000, 30
+    states, pi = exact(field)
+    kw = dict(classes=TWO_CLASSES)
+    P_jump, P_sweep = class_kernels()
+    P = P_jump @ P_sweep
+    mu = (states.lengths == 1).double() / V  # start: length 1, uniform token
+    mu_n = mu @ torch.linalg.matrix_power(P, N)
+    bias = 0.5 * float((mu_n - pi).abs().sum())
+    assert bias < 1e-3
+    g = torch.Generator().manual_seed(0)
+    x0 = field.space.random(S, generator=g, lengths=torch.ones(S, dtype=torch.long))
+    x = TransDimensional(space=field.space, **kw).sample(field, x0, N, generator=g)
+    tv, bound = tv_and_bound(x, mu_n, field.space)
+    assert tv < bound, f"TV to the exact N-step law {tv:.4f} exceeds its sampling bound {bound:.4f}"
+    tv_pi, bound_pi = tv_and_bound(x, pi, field.space)
+    assert tv_pi < bound_pi + bias
+
+
+def test_check_rejects_chains_of_a_wrong_target():
+    """Chains targeting 1.5 E fail the comparison with E (a negative control for the bound)."""
+    field, wrong, S = Field(), Field(scale=1.5), 20000
+    _, pi = exact(field)
+    g = torch.Generator().manual_seed(1)
+    x0 = field.space.random(S, generator=g, lengths=torch.ones(S, dtype=torch.long))
+    x = TransDimensional(space=field.space, classes=TWO_CLASSES).sample(wrong, x0, 15, generator=g)
+    tv, bound = tv_and_bound(x, pi, field.space)
+    assert tv > bound
+
+
+def test_protocol_target_and_joint_energy_callable_give_the_same_chain():
+    field = Field()
+    assert isinstance(field, TransDimensionalTarget)
+    x0 = field.space.random(64, generator=torch.Generator().manual_seed(2))
+    runs = []
+    for target in (field, field.joint):
+        sampler = TransDimensional(space=field.space, classes=TWO_CLASSES, trials=2)
+        runs.append(sampler.sample(target, x0, 10, generator=torch.Generator().manual_seed(3)))
+    assert runs[0].equal(runs[1])
+
+
+def test_cached_energy_matches_a_fresh_evaluation_and_lengths_stay_in_range():
+    field = LocalField()
+    sampler = TransDimensional(space=field.space, classes=TWO_CLASSES, trials=2)
+    g = torch.Generator().manual_seed(4)
+    state = sampler.init(field, field.space.random(200, generator=g))
+    for _ in range(5):
+        state, info = sampler.step(field, state, generator=g)
+    torch.testing.assert_close(state.energy, field.joint(state.x), atol=1e-10, rtol=0)
+    assert state.x.tokens.shape == (200, MAX_LENGTH)
+    assert int(state.x.lengths.min()) >= 1 and int(state.x.lengths.max()) <= MAX_LENGTH
+    assert isinstance(info, TransDimensionalInfo) and state.t == 5
+    for f in (info.accept_prob, info.jump_accept_prob, info.move_accept_prob, info.energy):
+        assert f.shape == (200,) and bool(((f >= 0) | (f == info.energy)).all())
+    assert 0 < float(info.jump_accept_prob.mean()) < 1 and bool(info.jumped.any())
+
+
+def test_same_generator_same_chain_and_x0_left_untouched():
+    field = Field()
+    x0 = field.space.random(32, generator=torch.Generator().manual_seed(5))
+    before = x0.tokens.clone()
+    a = TransDimensional(space=field.space).sample(field, x0, 5, generator=torch.Generator().manual_seed(6))
+    b = TransDimensional(space=field.space).sample(field, x0, 5, generator=torch.Generator().manual_seed(6))
+    assert a.equal(b) and torch.equal(x0.tokens, before)
+
+
+def test_fixed_length_space_makes_no_jump():
+    field = Field()
+    space = TokenSequences(V, 3, min_length=3)
+    sampler = TransDimensional(space=space)
+    state, info = sampler.step(field.joint, sampler.init(field.joint, space.random(16)))
+    assert bool((state.x.lengths == 3).all()) and not bool(info.jumped.any())
+
+
+def test_zero_proposal_tokens_are_never_proposed_and_refused_at_the_start():
+    field = Field()
+    probs = torch.tensor([0.0, 1.0, 1.0])
+    sampler = TransDimensional(space=field.space, token_probs=probs, classes=TWO_CLASSES)
+    g = torch.Generator().manual_seed(7)
+    x0 = Sequences(torch.ones(50, 1, dtype=torch.long))
+    x = sampler.sample(field, x0, 20, generator=g)
+    assert bool((x.tokens[x.mask()] != 0).all())
+    with pytest.raises(ValueError, match=r"x0: token 0 at sequence 0, position 0 has proposal probability 0"):
+        sampler.init(field, Sequences(torch.zeros(2, 1, dtype=torch.long)))
+
+
+def test_nonfinite_proposals_are_rejected_and_flagged():
+    field = Field()
+
+    def energy(x: Sequences) -> torch.Tensor:  # NaN on every sentence longer than 1
+        e = field.joint(x)
+        return torch.where(x.lengths > 1, torch.full_like(e, math.nan), e)
+
+    sampler = TransDimensional(space=field.space, trials=2)
+    state = sampler.init(energy, Sequences(torch.ones(100, 1, dtype=torch.long)))
+    state, info = sampler.step(energy, state, generator=torch.Generator().manual_seed(8))
+    assert bool((state.x.lengths == 1).all()) and bool(info.nonfinite.any())
+    assert not bool(torch.isnan(state.energy).any())
+
+
+def test_empty_batch_steps():
+    field = Field()
+    sampler = TransDimensional(space=field.space)
+    state, info = sampler.step(field, sampler.init(field, field.space.random(0)))
+    assert state.x.batch_size == 0 and info.accept_prob.shape == (0,)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        (dict(trials=0), ValueError, "trials"),
+        (dict(sweeps=-1), ValueError, "sweeps"),
+        (dict(jump=1), TypeError, "jump: expected a bool; got int"),
+        (dict(space=object()), TypeError, "space: expected an ebms.spaces.TokenSequences or None; got object"),
+        (dict(token_probs=torch.tensor([1.0, -1.0, 1.0])), ValueError, "token_probs: expected finite non-negative"),
+        (dict(token_probs=torch.ones(2, 2)), ValueError, r"token_probs: expected a 1-D tensor \(V,\); got shape"),
+        (dict(classes=torch.zeros(3)), TypeError, "classes: expected a LongTensor"),
+        (dict(classes=torch.tensor([0, -1, 1])), ValueError, "classes: expected indices >= 0; got -1"),
+        (dict(token_probs=torch.ones(3), classes=torch.zeros(4, dtype=torch.long)), ValueError,
+         r"classes: expected shape \(3,\) like token_probs; got \(4,\)"),
+    ],
+)
+def test_bad_configuration_messages(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        TransDimensional(**kwargs)
+
+
+def test_bad_inputs_messages():
+    field = Field()
+    with pytest.raises(ValueError, match=r"token_probs: expected 3 entries \(the space's vocab_size\); got 4"):
+        TransDimensional(space=field.space, token_probs=torch.ones(4)).init(field, field.space.random(2))
+    with pytest.raises(TypeError, match="x0: expected an ebms.sequences.Sequences batch; got Tensor"):
+        TransDimensional(space=field.space).init(field, torch.zeros(2, 3, dtype=torch.long))
+
+    class Short(Field):
+        def length_log_weights(self) -> torch.Tensor:
+            return torch.zeros(3)
+
+    with pytest.raises(ValueError, match=r"length_log_weights\(\): expected shape \(5,\)"):
+        TransDimensional(space=field.space).init(Short(), field.space.random(2))
