@@ -303,18 +303,18 @@ def test_bad_inputs_and_log_z_are_errors():
 def test_onednn_fast_path_matches_the_generic_update(kw):
     # 600 x 64 x 64 products (2.5M multiply-adds) take cd_update's oneDNN path for float32 BernoulliRBMs;
     # with oneDNN disabled the same update runs through the model's own methods: equal up to round-off
-    from ebms.models import rbm_estimator
+    from ebms.models import _rbm_cd  # where rbm_estimator's CD update lives
 
     g = _gen(0)
     x = (torch.rand(600, 64, generator=g) < 0.3).float()
     ref = BernoulliRBM(64, 64, generator=_gen(1))
     fast = copy.deepcopy(ref)
-    assert rbm_estimator._fast_products(fast, x) is not None or not torch.backends.mkldnn.is_available()
+    assert _rbm_cd._fast_products(fast, x) is not None or not torch.backends.mkldnn.is_available()
     s_fast, s_ref = CDState(), CDState()
     for seed in (5, 6):
         s_fast = cd_update(fast, x, learning_rate=0.1, state=s_fast, generator=_gen(seed), **kw)
         with torch.backends.mkldnn.flags(enabled=False):
-            assert rbm_estimator._fast_products(ref, x) is None
+            assert _rbm_cd._fast_products(ref, x) is None
             s_ref = cd_update(ref, x, learning_rate=0.1, state=s_ref, generator=_gen(seed), **kw)
     for a, b in zip(fast.cd_parameters(), ref.cd_parameters()):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)

@@ -480,3 +480,22 @@ def test_weights_metadata_has_one_key_so_its_order_cannot_vary():
     _, data, _ = encode(7, {"w": torch.zeros(2)}, {}, {})
     (n,) = struct.unpack("<Q", data[:8])
     assert json.loads(data[8 : 8 + n])["__metadata__"] == {"format": "pt"}
+
+
+def test_weights_of_a_first_checkpoint_killed_before_its_record_are_kept_but_not_resumed(tmp_path: Path) -> None:
+    # kill -9 between the weights file and the JSON record of the FIRST checkpoint: nothing was committed,
+    # so resume="auto" has nothing to continue from; a fresh start must not wipe the folder unasked
+    from ebms.errors import RunFolderError
+
+    run = tmp_path / "run"
+    record = _save(CheckpointStore(run / "checkpoints"), 10)
+    weights = _weights(record)
+    record.unlink()
+    (run / "checkpoints" / checkpoint.POINTER).unlink()
+    store = CheckpointStore(run / "checkpoints")
+    assert store.has_any() and not store.has_checkpoint()
+    with pytest.raises(RunFolderError, match=r"the weights of an unfinished first checkpoint.*overwrite=True"):
+        make_trainer(NoisyNCE(), run).fit(resume="auto")
+    assert weights.is_file()  # kept
+    result = make_trainer(NoisyNCE(), run).fit(overwrite=True)
+    assert result.step == 40 and store.has_checkpoint()

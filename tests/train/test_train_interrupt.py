@@ -110,9 +110,10 @@ def test_ctrl_c_at_a_random_moment_saves_the_step_it_was_in(tmp_path: Path, refe
 def test_kill_9_at_a_random_moment_resumes_exactly(tmp_path: Path, reference: list[dict], seed: int) -> None:
     _trial(tmp_path, signal.SIGKILL, seed)
     run = tmp_path / "run"
-    if CheckpointStore(run / "checkpoints").has_any():
+    if CheckpointStore(run / "checkpoints").has_checkpoint():
         make_trainer(NoisyNCE(), run, **KW).fit(resume="auto")
-    else:  # killed before the first checkpoint: nothing to resume, and a fresh start must be asked for
+    else:  # killed before the first checkpoint committed (perhaps while writing its weights): nothing to
+        # resume, and a fresh start must be asked for
         with pytest.raises(RunFolderError, match=r"a metrics log but no checkpoint yet"):
             make_trainer(NoisyNCE(), run, **KW).fit(resume="auto")
         make_trainer(NoisyNCE(), run, **KW).fit(overwrite=True)

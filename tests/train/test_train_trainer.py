@@ -250,9 +250,11 @@ def test_optimizer_instance_must_cover_objective_parameters(tmp_path: Path) -> N
 
 
 def test_optimizer_validation_messages(tmp_path: Path) -> None:
-    with pytest.raises(TypeError, match=r"optimizer factory: expected a torch.optim.Optimizer; got str"):
+    with pytest.raises(TypeError, match=r"optimizer factory: expected a torch.optim.Optimizer or an object with "
+                                        r"param_groups, step, zero_grad, state_dict and load_state_dict.*got str"):
         make_trainer(GaussianML(), tmp_path, optimizer=lambda g: "adam")
-    with pytest.raises(TypeError, match=r"optimizer: expected an Optimizer or a factory.*got int"):
+    with pytest.raises(TypeError, match=r"optimizer: expected an optimizer \(a torch.optim.Optimizer or an "
+                                        r"ebms.train.protocols.OptimizerLike\) or a factory.*got int"):
         make_trainer(GaussianML(), tmp_path, optimizer=3)
     with pytest.raises(ValueError, match=r"no trainable parameters"):
         make_trainer(lambda e, x, generator: None, tmp_path, model=GaussianEnergy(2, learnable=False))

@@ -71,11 +71,13 @@ def clear_run(run_dir: Path) -> None:
 
 
 def run_state(run_dir: Path) -> str:
-    """``"empty"``, ``"checkpoints"`` (any checkpoint file) or ``"log"`` (a metrics log, no checkpoint)."""
-    if CheckpointStore(run_dir / "checkpoints").has_any():
+    """``"empty"``, ``"checkpoints"`` (a committed checkpoint) or ``"log"`` (a metrics log or the weights of
+    a first checkpoint killed before it committed: something to keep, nothing to continue from)."""
+    store = CheckpointStore(run_dir / "checkpoints")
+    if store.has_checkpoint():
         return "checkpoints"
     log = run_dir / "metrics.jsonl"
-    return "log" if log.is_file() and log.stat().st_size > 0 else "empty"
+    return "log" if store.has_any() or (log.is_file() and log.stat().st_size > 0) else "empty"
 
 
 #: keys that may change when a run is resumed; every other difference would silently
@@ -238,7 +240,7 @@ def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()
         raise RunFolderError(f"run folder {str(run_dir)!r}: no config.toml (is it a run folder made by `ebms train`?)")
     cfg = validate_config(load_config(cfg_path, overrides), device=False)
     store = CheckpointStore(run_dir / "checkpoints")
-    if not store.has_any():
+    if not store.has_checkpoint():
         raise RunFolderError(f"run folder {str(run_dir)!r}: no checkpoint yet (train first)")
     ckpt = store.load()
     _check_model_identity(ckpt, cfg, overrides)

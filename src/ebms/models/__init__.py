@@ -8,7 +8,7 @@
   Gibbs), exact log Z over the smaller layer and the Salakhutdinov–Murray AIS path.
 * :class:`RBMEstimator` — a scikit-learn-style RBM (``fit``/``transform``/``score_samples`` with
   real log-likelihoods), trained by fast analytic CD-k / PCD: the objective
-  :class:`ebms.objectives.rbm_cd.RBMContrastiveDivergence` with ``torch.optim.SGD`` in an in-memory
+  :class:`ebms.objectives.rbm_cd.RBMContrastiveDivergence` with :class:`ebms.train.LeanSGD` in an in-memory
   :class:`ebms.train.Trainer`; :func:`cd_update` is the same update as one call.
 * :class:`FeatureCRF` / :func:`fit_feature_crf` — the CRFsuite-style feature CRF tagger, trained by
   L-BFGS / OWL-QN (L1 + L2) or SGD/Adam: the objective

@@ -10,7 +10,6 @@ other Bernoulli RBMs, else the model's own methods.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -130,7 +129,8 @@ def rbm_products(model: RBMBase, v: Tensor) -> BlockProducts:
 class _BernoulliProducts(ModelProducts):
     """A Bernoulli RBM's own methods; ``v ~ p(v | h)`` reuses the computed means (one product saved),
     and the statistics are :meth:`BernoulliRBM.add_loglik_grad_`'s arithmetic without first
-    zero-filling a ``D x H`` buffer (``W``'s statistic is one product scaled in place by the next).
+    zero-filling a ``D x H`` buffer (``W``'s statistic is one product scaled in place by the next;
+    ``add_grad_`` is the model's, in place).
 
     For a plain :class:`BernoulliRBM` the conditionals are direct ``addmm`` calls (what
     :func:`ebms.nets.linear` runs when oneDNN does not pay, which :func:`rbm_products` has already
@@ -139,7 +139,7 @@ class _BernoulliProducts(ModelProducts):
     """
 
     def __init__(self, model: BernoulliRBM) -> None:
-        super().__init__(model)
+        self.model = model
         self.direct = type(model) is BernoulliRBM
         self.w, self.b, self.a = model.weight, model.visible_bias, model.hidden_bias
 
@@ -155,64 +155,54 @@ class _BernoulliProducts(ModelProducts):
     def statistics(self, v: Tensor, ph: Tensor, vn: Tensor, phn: Tensor, alpha_pos: float,
                    alpha_neg: float) -> list[Tensor]:
         gw = torch.mm(v.T, ph).addmm_(vn.T, phn, beta=alpha_pos, alpha=alpha_neg)
+        if alpha_neg == -alpha_pos and v.shape == vn.shape:  # CD, and PCD with as many chains as rows
+            # alpha (sum vn - sum v) as one reduction of differences: three operations instead of four
+            # (at batch size 10 each costs about as much as its arithmetic)
+            return [gw, torch.sub(vn, v).sum(0).mul_(alpha_neg), torch.sub(phn, ph).sum(0).mul_(alpha_neg)]
         gb = v.sum(0).mul_(alpha_pos).add_(vn.sum(0), alpha=alpha_neg)
         return [gw, gb, ph.sum(0).mul_(alpha_pos).add_(phn.sum(0), alpha=alpha_neg)]
 
 
-class _OneDNNProducts:
-    r"""The three products of a float32 CPU :class:`BernoulliRBM` update through oneDNN's linear kernel.
+class _OneDNNProducts(_BernoulliProducts):
+    r"""A float32 CPU :class:`BernoulliRBM` update with its conditionals through oneDNN's linear kernel.
 
-    ``torch.addmm`` on the CPU runs MKL, which on some CPUs (AVX-512 parts) is about half as fast as
-    oneDNN (:func:`ebms.nets.onednn_linear`). Per update: :math:`a + vW` for the data and the
-    negatives, :math:`\sigma(b + hW^\top)`, and one fused product for both weight statistics,
-    :math:`[v; \tilde v]^\top [\alpha_+ p_+; \alpha_- p_-]` (``(D, 2B) x (2B, H)``), instead of two.
-    Same arithmetic as :meth:`BernoulliRBM.hidden_input` / ``visible_mean`` / ``add_loglik_grad_``
-    up to float32 round-off.
+    ``torch.addmm`` on the CPU runs MKL, which on some CPUs (AVX-512 parts) is slower than oneDNN
+    for the conditionals (:func:`ebms.nets.onednn_linear`): :math:`a + vW` for the data and the
+    negatives, and :math:`\sigma(b + hW^\top)`. The weight statistics stay two accumulating MKL
+    products (:class:`_BernoulliProducts`): on the development machine (AVX-512) they were faster
+    than one oneDNN product over the stacked batch :math:`[v; \tilde v]^\top [\alpha_+ p_+;
+    \alpha_- \tilde p]` at every shape tried (5% at ``B, D, H = 100, 784, 256``, 30% at ``B = 500``,
+    4x at ``H = 8``) except ``H >= 1000`` (within 5%), because stacking costs a transposing copy;
+    in place (``add_grad_``) they need no ``D x H`` temporary either. Same arithmetic as
+    :meth:`BernoulliRBM.hidden_input` / ``visible_mean`` up to float32 round-off.
     """
 
     def __init__(self, model: BernoulliRBM) -> None:
+        super().__init__(model)
         assert _ONEDNN is not None  # _fast_products builds this class only when oneDNN is present
         self.linear = _ONEDNN
-        self.w, self.b, self.a = model.weight.detach(), model.visible_bias.detach(), model.hidden_bias.detach()
+        self.wd, self.bd, self.ad = model.weight.detach(), model.visible_bias.detach(), model.hidden_bias.detach()
 
     def hidden_input(self, v: Tensor) -> Tensor:
-        return self.linear(v, self.w.T, self.a, "none", [], "")
-
-    def visible_term(self, v: Tensor) -> Tensor:
-        return v @ self.b
+        return self.linear(v, self.wd.T, self.ad, "none", [], "")
 
     def visible_mean(self, h: Tensor) -> Tensor:
-        return self.linear(h, self.w, self.b, "none", [], "").sigmoid_()
-
-    def sample_visible(self, mean: Tensor, h: Tensor, generator: torch.Generator | None) -> Tensor:
-        return bernoulli(mean, generator)
-
-    def _weighted(self, v: Tensor, ph: Tensor, vn: Tensor, phn: Tensor, alpha_pos: float,
-                  alpha_neg: float) -> tuple[Tensor, Tensor]:
-        x_t = torch.cat([v, vn]).T.contiguous()  # (D, 2B): oneDNN runs faster on a row-major input
-        y = torch.cat([ph * alpha_pos, phn * alpha_neg])  # (2B, H)
-        return self.linear(x_t, y.T, None, "none", [], ""), y
+        return self.linear(h, self.wd, self.bd, "none", [], "").sigmoid_()
 
     def statistics(self, v: Tensor, ph: Tensor, vn: Tensor, phn: Tensor, alpha_pos: float,
                    alpha_neg: float) -> list[Tensor]:
-        """``alpha_pos * stats(v, ph) + alpha_neg * stats(vn, phn)`` for (W, b, a), as new tensors."""
-        gw, y = self._weighted(v, ph, vn, phn, alpha_pos, alpha_neg)
-        return [gw, v.sum(0).mul_(alpha_pos).add_(vn.sum(0), alpha=alpha_neg), y.sum(0)]
-
-    def add_grad_(self, out: Sequence[Tensor], v: Tensor, ph: Tensor, vn: Tensor, phn: Tensor,
-                  alpha_pos: float, alpha_neg: float) -> None:
-        """``out += alpha_pos * stats(v, ph) + alpha_neg * stats(vn, phn)`` for (W, b, a)."""
-        gw, y = self._weighted(v, ph, vn, phn, alpha_pos, alpha_neg)
-        out[0].add_(gw)
-        out[1].add_(v.sum(0), alpha=alpha_pos).add_(vn.sum(0), alpha=alpha_neg)
-        out[2].add_(y.sum(0))
+        # at these sizes scaling the first product by beta costs a pass over D x H: both scaled by alpha
+        gw = torch.addmm(v.new_zeros(()), v.T, ph, beta=0, alpha=alpha_pos).addmm_(vn.T, phn, alpha=alpha_neg)
+        gb = v.sum(0).mul_(alpha_pos).add_(vn.sum(0), alpha=alpha_neg)
+        return [gw, gb, ph.sum(0).mul_(alpha_pos).add_(phn.sum(0), alpha=alpha_neg)]
 
 
 def _fast_products(model: RBMBase, v: Tensor) -> _OneDNNProducts | None:
     """The oneDNN products for a float32 CPU BernoulliRBM batch large enough to gain, else ``None``."""
-    if _ONEDNN is None or type(model) is not BernoulliRBM or v.dim() != 2 or not onednn_usable(v):
+    if _ONEDNN is None or type(model) is not BernoulliRBM or v.dim() != 2:
         return None
     w = model.weight
-    if w.dtype != torch.float32 or w.device != v.device or not onednn_pays(True, w, v.shape[0]):
+    # the size test first: it is arithmetic, while onednn_usable asks torch about its modes
+    if not onednn_pays(True, w, v.shape[0]) or w.device != v.device or not onednn_usable(v):
         return None
     return _OneDNNProducts(model)

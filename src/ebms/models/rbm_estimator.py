@@ -13,11 +13,12 @@ persistent chains carried between updates (PCD; Tieleman, 2008, "Training restri
 machines using approximations to the likelihood gradient"). The learning rate multiplies the
 batch-*mean* gradient, as in scikit-learn's ``BernoulliRBM`` (which runs PCD-1 with ``C = B`` chains
 that store hidden states, as ``persistent=True`` does here). Cost per update: ``2k + 1``
-``B x D x H`` products for the sampling plus two for the statistics (one fused product for float32
-CPU Bernoulli RBMs, :func:`rbm_products`); parameters change in place.
+``B x D x H`` products for the sampling plus two for the statistics (the fastest kernels for the
+model and batch: :func:`rbm_products`); parameters change in place.
 
 :class:`RBMEstimator` wraps it for scikit-learn: ``fit`` and ``partial_fit`` run the objective
-with ``torch.optim.SGD`` (momentum, weight decay on ``W`` only) in an in-memory
+with :class:`ebms.train.LeanSGD` (``torch.optim.SGD``'s rule without its per-step hooks; momentum,
+weight decay on ``W`` only) in an in-memory
 :class:`ebms.train.Trainer`; ``transform``, ``gibbs``, and ``score_samples`` returning true
 log-likelihoods ``-F(x) - log Z`` with ``log Z`` exact (smaller layer summed out) or estimated by
 AIS (:mod:`ebms.estimators.ais`).
@@ -31,356 +32,43 @@ a constant ``eta``, and the right rule when ``eta`` changes between calls (a lea
 from __future__ import annotations
 
 import copy
-import inspect
 import math
-import numbers
-import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from ebms._checks import check_in_range, check_int, check_positive, check_shape
+from ebms._checks import check_in_range, check_positive
 from ebms.estimators import Estimate
-from ebms.models._rbm_layers import MAX_EXACT_STATES, RBMBase, bernoulli
+from ebms.models._rbm_cd import CDState, cd_update, rbm_products
+from ebms.models._rbm_layers import MAX_EXACT_STATES, RBMBase
+from ebms.models._rbm_sklearn import (
+    ConstructorParams,
+    _check_unit_interval,
+    _EpochBar,
+    _Epochs,
+    _int_param,
+    _is_sparse,
+    _not_fitted_error,
+    _plain_validate,
+    _Rows,
+    _sklearn_validate_data,
+    sklearn_expected_failed_checks,
+)
 from ebms.models.rbm import BernoulliRBM, GaussianBernoulliRBM, check_binary
-from ebms.nets import onednn_linear, onednn_pays, onednn_usable
-from ebms.objectives.rbm_cd import BlockProducts, ModelProducts, RBMContrastiveDivergence, negative_phase
-from ebms.train import Callback, DistributedContext, Trainer
-
-_ONEDNN = onednn_linear()
+from ebms.objectives.rbm_cd import RBMContrastiveDivergence
+from ebms.train import Callback, DistributedContext, LeanSGD, Trainer
 
 __all__ = ["CDState", "RBMEstimator", "cd_update", "rbm_products", "sklearn_expected_failed_checks"]
-
-
-@dataclass
-class CDState:
-    """What :func:`cd_update` carries from one update to the next.
-
-    Attributes:
-        chain: PCD persistent hidden states ``(C, H)`` in {0, 1} (``None`` for CD-k or before the first update).
-        velocity: momentum buffers aligned with ``model.cd_parameters()`` (``None`` without momentum).
-    """
-
-    chain: Tensor | None = None
-    velocity: list[Tensor] | None = None
-
-
-def cd_update(
-    model: RBMBase,
-    v: Tensor,
-    *,
-    learning_rate: float,
-    k: int = 1,
-    persistent: bool = False,
-    state: CDState | None = None,
-    momentum: float = 0.0,
-    weight_decay: float = 0.0,
-    mean_field: bool | None = None,
-    generator: torch.Generator | None = None,
-) -> CDState:
-    r"""One CD-k (or PCD-k) update of ``model`` on the batch ``v: (B, *event)``, in place.
-
-    The sampling and the statistics are :func:`ebms.objectives.rbm_cd.negative_phase` and the
-    model's :func:`rbm_products`, as in :class:`~ebms.objectives.rbm_cd.RBMContrastiveDivergence`;
-    the step is :math:`u \leftarrow \mu u + \eta g` (``g``: the batch-mean log-likelihood gradient
-    estimate minus ``weight_decay * W``), :math:`\theta \leftarrow \theta + u`.
-
-    Args:
-        model: an RBM (:class:`~ebms.models.rbm.BernoulliRBM`, Gaussian or categorical).
-        v: data batch; not validated here (call ``model.check_input`` once on the data set).
-        learning_rate: ``eta`` applied to the batch-mean gradient.
-        k: Gibbs sweeps of the negative phase.
-        persistent: PCD: start from ``state.chain`` (the data's hidden sample on the first call).
-        state: the previous update's :class:`CDState` (``None`` on the first call).
-        momentum: ``mu`` in [0, 1).
-        weight_decay: L2 coefficient ``lambda`` on the weights (not the biases).
-        mean_field: use the visible *means* :math:`E[v \mid h]` instead of a sample in the last sweep
-            (Hinton, 2010, "A practical guide to training restricted Boltzmann machines", sec. 3.3:
-            less sampling noise, one ``B x D`` draw fewer). ``None``: on for CD-k with binary or
-            categorical visibles; off for PCD (a persistent chain must hold samples; ``True`` with
-            ``persistent=True`` is an error) and for Gaussian visibles (the means lack the visible
-            noise, which biases the ``sigma`` and bias statistics).
-        generator: the only source of randomness.
-
-    Returns:
-        The :class:`CDState` to pass to the next call.
-    """
-    check_int(k, "k", minimum=1)
-    check_shape(v, (None, *model.space.event_shape), "v")
-    if mean_field is None:
-        mean_field = not persistent and not isinstance(model, GaussianBernoulliRBM)
-    elif mean_field and persistent:
-        raise ValueError("mean_field: expected False (or None) with persistent=True: PCD chains must hold samples")
-    state = state if state is not None else CDState()
-    products = rbm_products(model, v)
-    phase = negative_phase(model, v, k=k, persistent=persistent, chain=state.chain, mean_field=mean_field,
-                           products=products, generator=generator)
-    ph_pos, v_neg, ph_neg = phase.ph_pos, phase.v_neg, phase.ph_neg
-    with torch.no_grad():
-        params = model.cd_parameters()
-        a_pos, a_neg = 1.0 / v.shape[0], -1.0 / v_neg.shape[0]
-        if momentum == 0.0 and weight_decay == 0.0 and not model.grad_uses_params:
-            products.add_grad_(params, v, ph_pos, v_neg, ph_neg, learning_rate * a_pos, learning_rate * a_neg)
-            return CDState(chain=phase.chain, velocity=state.velocity)
-        grads = products.statistics(v, ph_pos, v_neg, ph_neg, a_pos, a_neg)
-        if weight_decay:
-            grads[0].add_(params[0], alpha=-weight_decay)
-        velocity = state.velocity
-        if momentum:
-            if velocity is None:
-                velocity = [torch.zeros_like(p) for p in params]
-            for u, gr in zip(velocity, grads):
-                u.mul_(momentum).add_(gr, alpha=learning_rate)
-            grads, step_size = velocity, 1.0
-        else:
-            step_size = learning_rate
-        for p, gr in zip(params, grads):
-            p.add_(gr, alpha=step_size)
-    return CDState(chain=phase.chain, velocity=velocity)
-
-
-def rbm_products(model: RBMBase, v: Tensor) -> BlockProducts:
-    """The fastest :class:`~ebms.objectives.rbm_cd.BlockProducts` for ``model`` on the batch ``v``.
-
-    oneDNN's linear kernel for a float32 CPU :class:`BernoulliRBM` batch large enough to gain
-    (:class:`_OneDNNProducts`); for any other Bernoulli RBM its own methods with the visible draw
-    reusing the means already computed; else :class:`~ebms.objectives.rbm_cd.ModelProducts`.
-    """
-    fast = _fast_products(model, v)
-    if fast is not None:
-        return fast
-    if isinstance(model, BernoulliRBM):
-        return _BernoulliProducts(model)
-    return ModelProducts(model)
-
-
-class _BernoulliProducts(ModelProducts):
-    """A Bernoulli RBM's own methods; ``v ~ p(v | h)`` reuses the computed means (one product saved),
-    and the statistics are :meth:`BernoulliRBM.add_loglik_grad_`'s arithmetic without first
-    zero-filling a ``D x H`` buffer (the first product is written with ``beta = 0``)."""
-
-    def sample_visible(self, mean: Tensor, h: Tensor, generator: torch.Generator | None) -> Tensor:
-        return bernoulli(mean, generator)
-
-    def statistics(self, v: Tensor, ph: Tensor, vn: Tensor, phn: Tensor, alpha_pos: float,
-                   alpha_neg: float) -> list[Tensor]:
-        gw = torch.addmm(v.new_zeros(()), v.T, ph, beta=0, alpha=alpha_pos).addmm_(vn.T, phn, alpha=alpha_neg)
-        gb = v.sum(0).mul_(alpha_pos).add_(vn.sum(0), alpha=alpha_neg)
-        return [gw, gb, ph.sum(0).mul_(alpha_pos).add_(phn.sum(0), alpha=alpha_neg)]
-
-
-class _OneDNNProducts:
-    r"""The three products of a float32 CPU :class:`BernoulliRBM` update through oneDNN's linear kernel.
-
-    ``torch.addmm`` on the CPU runs MKL, which on some CPUs (AVX-512 parts) is about half as fast as
-    oneDNN (:func:`ebms.nets.onednn_linear`). Per update: :math:`a + vW` for the data and the
-    negatives, :math:`\sigma(b + hW^\top)`, and one fused product for both weight statistics,
-    :math:`[v; \tilde v]^\top [\alpha_+ p_+; \alpha_- p_-]` (``(D, 2B) x (2B, H)``), instead of two.
-    Same arithmetic as :meth:`BernoulliRBM.hidden_input` / ``visible_mean`` / ``add_loglik_grad_``
-    up to float32 round-off.
-    """
-
-    def __init__(self, model: BernoulliRBM) -> None:
-        assert _ONEDNN is not None  # _fast_products builds this class only when oneDNN is present
-        self.linear = _ONEDNN
-        self.w, self.b, self.a = model.weight.detach(), model.visible_bias.detach(), model.hidden_bias.detach()
-
-    def hidden_input(self, v: Tensor) -> Tensor:
-        return self.linear(v, self.w.T, self.a, "none", [], "")
-
-    def visible_term(self, v: Tensor) -> Tensor:
-        return v @ self.b
-
-    def visible_mean(self, h: Tensor) -> Tensor:
-        return self.linear(h, self.w, self.b, "none", [], "").sigmoid_()
-
-    def sample_visible(self, mean: Tensor, h: Tensor, generator: torch.Generator | None) -> Tensor:
-        return bernoulli(mean, generator)
-
-    def _weighted(self, v: Tensor, ph: Tensor, vn: Tensor, phn: Tensor, alpha_pos: float,
-                  alpha_neg: float) -> tuple[Tensor, Tensor]:
-        x_t = torch.cat([v, vn]).T.contiguous()  # (D, 2B): oneDNN runs faster on a row-major input
-        y = torch.cat([ph * alpha_pos, phn * alpha_neg])  # (2B, H)
-        return self.linear(x_t, y.T, None, "none", [], ""), y
-
-    def statistics(self, v: Tensor, ph: Tensor, vn: Tensor, phn: Tensor, alpha_pos: float,
-                   alpha_neg: float) -> list[Tensor]:
-        """``alpha_pos * stats(v, ph) + alpha_neg * stats(vn, phn)`` for (W, b, a), as new tensors."""
-        gw, y = self._weighted(v, ph, vn, phn, alpha_pos, alpha_neg)
-        return [gw, v.sum(0).mul_(alpha_pos).add_(vn.sum(0), alpha=alpha_neg), y.sum(0)]
-
-    def add_grad_(self, out: Sequence[Tensor], v: Tensor, ph: Tensor, vn: Tensor, phn: Tensor,
-                  alpha_pos: float, alpha_neg: float) -> None:
-        """``out += alpha_pos * stats(v, ph) + alpha_neg * stats(vn, phn)`` for (W, b, a)."""
-        gw, y = self._weighted(v, ph, vn, phn, alpha_pos, alpha_neg)
-        out[0].add_(gw)
-        out[1].add_(v.sum(0), alpha=alpha_pos).add_(vn.sum(0), alpha=alpha_neg)
-        out[2].add_(y.sum(0))
-
-
-def _fast_products(model: RBMBase, v: Tensor) -> _OneDNNProducts | None:
-    """The oneDNN products for a float32 CPU BernoulliRBM batch large enough to gain, else ``None``."""
-    if _ONEDNN is None or type(model) is not BernoulliRBM or v.dim() != 2 or not onednn_usable(v):
-        return None
-    w = model.weight
-    if w.dtype != torch.float32 or w.device != v.device or not onednn_pays(True, w, v.shape[0]):
-        return None
-    return _OneDNNProducts(model)
-
 
 _VISIBLE = ("bernoulli", "gaussian")
 #: rows per chunk of the inference methods (bounded float64 temporaries; sparse rows densified per chunk)
 _CHUNK_ROWS = 4096
 
 
-class _NotFittedError(ValueError, AttributeError):
-    """Raised by an unfitted :class:`RBMEstimator` when scikit-learn (and its ``NotFittedError``) is absent."""
-
-
-def _not_fitted_error(est: object) -> Exception:
-    msg = f"This {type(est).__name__} instance is not fitted yet: call fit(X) or partial_fit(X) first"
-    try:
-        from sklearn.exceptions import NotFittedError
-    except ImportError:
-        return _NotFittedError(msg)
-    return NotFittedError(msg)
-
-
-def _sklearn_validate_data() -> Callable[..., Any] | None:
-    """scikit-learn's ``validate_data`` (>= 1.6) when installed, else ``None`` (imported on first use only)."""
-    try:
-        from sklearn.utils.validation import validate_data
-    except ImportError:
-        return None
-    return validate_data
-
-
-def _is_sparse(x: Any) -> bool:
-    """A scipy sparse matrix or array (scipy is not imported here: without it loaded, ``x`` is none)."""
-    sparse = sys.modules.get("scipy.sparse")
-    return sparse is not None and bool(sparse.issparse(x))
-
-
-def _plain_validate(est: Any, X: Any, *, reset: bool) -> Any:
-    """What scikit-learn's ``validate_data`` checks here, for use without scikit-learn (same messages)."""
-    if _is_sparse(X):
-        x = X.tocsr()
-        values = x.data
-    else:
-        x = np.asarray(X)
-        values = x
-    if x.dtype.kind not in "biuf":
-        raise ValueError(f"X: expected a real numeric array; got dtype {x.dtype}")
-    x = x.astype(np.float32 if x.dtype == np.float32 else np.float64, copy=False)
-    if x.ndim != 2:
-        raise ValueError(f"X: expected a 2-D array (n_samples, n_features); got shape {tuple(x.shape)}")
-    if x.shape[0] < 1 or x.shape[1] < 1:
-        raise ValueError(f"X: expected at least one sample and one feature; got shape {tuple(x.shape)}")
-    if not np.isfinite(values).all():
-        raise ValueError("X: expected finite values; got NaN or infinity")
-    if reset:
-        est.n_features_in_ = x.shape[1]
-    elif x.shape[1] != est.n_features_in_:
-        raise ValueError(
-            f"X has {x.shape[1]} features, but {type(est).__name__} is expecting {est.n_features_in_} features as input."
-        )
-    return x
-
-
-def _check_unit_interval(x: Any) -> None:
-    """Bernoulli visibles take binary data or Bernoulli means: every value in [0, 1]."""
-    values = x.data if _is_sparse(x) else x
-    if values.size == 0:
-        return
-    lo, hi = float(values.min()), float(values.max())
-    if lo < 0:
-        raise ValueError(
-            f"X: Negative values in data passed to RBMEstimator: visible='bernoulli' needs values in [0, 1] "
-            f"(binary, or Bernoulli means); got min {lo:.4g}; rescale X to [0, 1] or use visible='gaussian'"
-        )
-    if hi > 1:
-        raise ValueError(
-            f"X: expected values in [0, 1] for visible='bernoulli' (binary, or Bernoulli means); got max {hi:.4g}; "
-            f"rescale X to [0, 1] (e.g. divide by its maximum) or use visible='gaussian'"
-        )
-
-
-def _int_param(value: Any, name: str, minimum: int) -> int:
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        value = int(value)  # numpy integers from a parameter grid
-    return check_int(value, name, minimum=minimum)
-
-
-class _Rows:
-    """A validated dense array or CSR matrix as float32 training rows (sparse rows densified per batch)."""
-
-    def __init__(self, x: Any) -> None:
-        self.sparse = _is_sparse(x)
-        self.n, self.n_features = x.shape
-        if self.sparse:
-            self.csr = x.astype(np.float32)
-            self.dense = torch.empty(0)
-        else:
-            arr = np.ascontiguousarray(x, dtype=np.float32)
-            self.dense = torch.from_numpy(arr if arr.flags.writeable else arr.copy())
-
-    def take(self, idx: Tensor) -> Tensor:
-        if self.sparse:
-            return torch.from_numpy(self.csr[idx.numpy()].toarray())
-        return self.dense.index_select(0, idx)
-
-    def span(self, start: int, stop: int) -> Tensor:
-        return torch.from_numpy(self.csr[start:stop].toarray()) if self.sparse else self.dense[start:stop]
-
-    def column_sums(self) -> Tensor:
-        if self.sparse:
-            return torch.from_numpy(np.asarray(self.csr.sum(0), dtype=np.float32).ravel())
-        return self.dense.sum(0)
-
-
-class _Epochs:
-    """The estimator's data stream: ``n_batches`` near-equal batches per epoch, rows in a new random
-    order each epoch (drawn from the trainer's generator, i.e. the estimator's) or in stored order."""
-
-    def __init__(self, rows: _Rows, n_batches: int, *, shuffle: bool) -> None:
-        self.rows, self.n_batches, self.shuffle = rows, n_batches, shuffle
-        self.parts: list[Tensor] = []
-
-    def __call__(self, batch_size: Any, generator: torch.Generator) -> Tensor:
-        if not self.parts:  # a new epoch; gather each batch from a permutation: cache-sized copies
-            n = self.rows.n
-            order = torch.randperm(n, generator=generator) if self.shuffle else torch.arange(n)
-            self.parts = list(torch.tensor_split(order, self.n_batches))[::-1]
-        idx = self.parts.pop()
-        return self.rows.take(idx) if self.shuffle else self.rows.span(int(idx[0]), int(idx[-1]) + 1)
-
-
-class _EpochBar(Callback):
-    """``verbose=True``: a tqdm bar over epochs with the reconstruction error of the first 1000 rows."""
-
-    def __init__(self, est: RBMEstimator, rows: _Rows, n_batches: int, n_iter: int) -> None:
-        self.est, self.rows, self.n_batches, self.n_iter = est, rows, n_batches, n_iter
-        self.bar: Any = None
-
-    def on_fit_start(self, trainer: Trainer) -> None:
-        from tqdm.auto import tqdm
-
-        self.bar = tqdm(total=self.n_iter, desc="RBM", unit="epoch")
-
-    def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, float]) -> None:
-        if step % self.n_batches == 0:
-            self.bar.update(1)
-            self.bar.set_postfix(recon_error=f"{self.est._recon_error(self.rows.span(0, 1000)):.4f}")
-
-    def on_fit_end(self, trainer: Trainer) -> None:
-        self.bar.close()
-
-
-class RBMEstimator:
+class RBMEstimator(ConstructorParams):
     r"""scikit-learn estimator for RBMs: CD-k/PCD training, hidden features, log-likelihoods with a real ``log Z``.
 
     A transformer in scikit-learn's sense (``fit`` returns ``self``; ``transform``, ``fit_transform``,
@@ -465,23 +153,6 @@ class RBMEstimator:
         self.ais_chains, self.ais_betas = ais_chains, ais_betas
 
     # -- scikit-learn protocol -------------------------------------------------------------------
-    @classmethod
-    def _param_names(cls) -> list[str]:
-        return [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """Constructor arguments by name (scikit-learn's ``clone``/grid-search protocol; no sub-estimators)."""
-        return {n: vars(self)[n] for n in self._param_names()}
-
-    def set_params(self, **params: Any) -> RBMEstimator:
-        """Set constructor arguments (checked at the next ``fit``); returns ``self``. Fitted state is kept."""
-        valid = self._param_names()
-        for key, value in params.items():
-            if key not in valid:
-                raise ValueError(f"set_params: unknown parameter {key!r} for RBMEstimator; valid: {', '.join(valid)}")
-            setattr(self, key, value)
-        return self
-
     def __sklearn_tags__(self) -> Any:
         """scikit-learn tags: a transformer taking sparse input; Bernoulli visibles take values in [0, 1] only."""
         from sklearn.utils import InputTags, Tags, TargetTags, TransformerTags
@@ -495,16 +166,6 @@ class RBMEstimator:
 
     def __sklearn_is_fitted__(self) -> bool:
         return "model_" in vars(self)
-
-    def __repr__(self) -> str:
-        defaults = inspect.signature(type(self).__init__).parameters
-        changed = []
-        for n in self._param_names():
-            v, d = vars(self)[n], defaults[n].default
-            same = v is d or (type(v) is type(d) and isinstance(v, (int, float, str)) and v == d)
-            if not same:
-                changed.append(f"{n}={v!r}")
-        return f"{type(self).__name__}({', '.join(changed)})"
 
     def _check_params(self) -> None:
         _int_param(self.n_components, "n_components", 1)
@@ -589,7 +250,7 @@ class RBMEstimator:
         self.objective_ = RBMContrastiveDivergence(energies=False, products=rbm_products)
         weight, *rest = model.cd_parameters()
         groups: list[dict[str, Any]] = [{"params": [weight]}, {"params": rest, "weight_decay": 0.0}]
-        self.optimizer_ = torch.optim.SGD(groups, lr=float(self.learning_rate))
+        self.optimizer_ = LeanSGD(groups, lr=float(self.learning_rate))
         # AIS base-rate model: the training data's pixel marginals (Salakhutdinov & Murray, 2008)
         self.base_logits_ = logits if self.visible == "bernoulli" else None
         self._forget_log_z()
@@ -772,46 +433,3 @@ class RBMEstimator:
     def intercept_visible_(self) -> np.ndarray:
         """Visible biases ``(n_features,)`` (a copy)."""
         return self._fitted_model().visible_bias.detach().numpy().copy()
-
-
-#: scikit-learn checks whose data leave [0, 1] (see :func:`sklearn_expected_failed_checks`)
-_CHECKS_WITH_DATA_ABOVE_ONE = (
-    "check_dict_unchanged",
-    "check_dont_overwrite_parameters",
-    "check_estimators_dtypes",
-    "check_estimators_fit_returns_self",
-    "check_estimators_overwrite_params",
-    "check_estimators_pickle",
-    "check_f_contiguous_array_estimator",
-    "check_fit2d_1feature",
-    "check_fit2d_1sample",
-    "check_fit2d_predict1d",
-    "check_fit_check_is_fitted",
-    "check_fit_idempotent",
-    "check_methods_sample_order_invariance",
-    "check_methods_subset_invariance",
-    "check_n_features_in",
-    "check_n_features_in_after_fitting",
-    "check_pipeline_consistency",
-    "check_readonly_memmap_input",
-    "check_transformer_data_not_an_array",
-    "check_transformer_general",
-    "check_transformer_preserve_dtypes",
-)
-
-
-def sklearn_expected_failed_checks(estimator: RBMEstimator) -> dict[str, str]:
-    """The scikit-learn ``check_estimator`` checks that do not apply to ``estimator``, with the reason.
-
-    Pass it as ``expected_failed_checks`` to ``sklearn.utils.estimator_checks.check_estimator`` /
-    ``parametrize_with_checks``. Empty for ``visible="gaussian"`` (every check applies and passes). For
-    Bernoulli visibles, the checks that fit on data with values above 1 (random uniforms times 3, iris,
-    blobs: scikit-learn shifts data to a minimum of 0 for ``positive_only`` estimators but does not scale
-    it), which the estimator rejects with a one-line ``ValueError`` by design: values above 1 are neither
-    binary nor Bernoulli means. ``tests/models/test_rbm_sklearn.py`` runs the same checks on the same
-    data clipped to [0, 1], where all of them pass.
-    """
-    if not isinstance(estimator, RBMEstimator) or estimator.visible != "bernoulli":
-        return {}
-    reason = "fits on data with values above 1, which visible='bernoulli' rejects by design (ValueError)"
-    return dict.fromkeys(_CHECKS_WITH_DATA_ABOVE_ONE, reason)

@@ -21,13 +21,14 @@ Boltzmann machines using approximations to the likelihood gradient"; scikit-lear
 :class:`RBMContrastiveDivergence` is the objective: it declares ``sets_gradients = True``
 (:class:`ebms.train.protocols.GradientObjective`) and writes ``g`` into the ``.grad`` of
 ``model.cd_parameters()``, so the :class:`~ebms.train.Trainer` runs no ``backward()`` and any
-``torch.optim`` optimizer takes the step (SGD with momentum, and weight decay on ``W`` only through
-a parameter group, is the classic recipe). :func:`negative_phase` is the sampling half, shared with
+optimizer takes the step (SGD with momentum, and weight decay on ``W`` only through a parameter
+group, is the classic recipe; :class:`ebms.train.LeanSGD` runs it without ``torch.optim``'s
+per-step overhead). :func:`negative_phase` is the sampling half, shared with
 :func:`ebms.models.rbm_estimator.cd_update`.
 
-Cost per call: ``2k + 1`` ``B x D x H`` products for the conditionals plus the statistics (one
-``D x 2B x H`` product when the model's :class:`BlockProducts` fuses them); the free energies for
-the metrics (``energies=True``) add ``2 (B x H)`` softplus and one ``B x D`` product per phase.
+Cost per call: ``2k + 1`` ``B x D x H`` products for the conditionals plus two for the statistics;
+the free energies for the metrics (``energies=True``) add ``2 (B x H)`` softplus and one ``B x D``
+product per phase.
 """
 
 from __future__ import annotations
@@ -157,25 +158,32 @@ def negative_phase(model: RBMLike, v: Tensor, *, k: int, persistent: bool, chain
     order: the start (if drawn), per sweep the visible draw then (except the last) the hidden one,
     the next chain.
     """
-    bern = _bernoulli
     with torch.no_grad():
-        ph_pos, f_pos = _probs(products, v, energies)
-        h = chain if persistent and chain is not None else bern(ph_pos, generator)
-        ph_neg, f_neg, v_neg = ph_pos, None, v
-        for step in range(k):
-            last = step == k - 1
-            mean = products.visible_mean(h)
-            v_neg = mean if last and mean_field else products.sample_visible(mean, h, generator)
-            ph_neg, f_neg = _probs(products, v_neg, energies and last)
-            if not last:
-                h = bern(ph_neg, generator)
-        nxt = bern(ph_neg, generator) if persistent else None
+        return _sweeps(v, k, persistent, chain, mean_field, products, generator, energies)
+
+
+def _sweeps(v: Tensor, k: int, persistent: bool, chain: Tensor | None, mean_field: bool, products: BlockProducts,
+            generator: torch.Generator | None, energies: bool) -> NegativePhase:
+    """:func:`negative_phase`'s work; the caller has switched autograd off."""
+    bern = _bernoulli
+    ph_pos, f_pos = _probs(products, v, energies)
+    h = chain if persistent and chain is not None else bern(ph_pos, generator)
+    ph_neg, f_neg, v_neg = ph_pos, None, v
+    for step in range(k):
+        last = step == k - 1
+        mean = products.visible_mean(h)
+        v_neg = mean if last and mean_field else products.sample_visible(mean, h, generator)
+        ph_neg, f_neg = _probs(products, v_neg, energies and last)
+        if not last:
+            h = bern(ph_neg, generator)
+    nxt = bern(ph_neg, generator) if persistent else None
     return NegativePhase(ph_pos, v_neg, ph_neg, nxt, products, f_pos, f_neg)
 
 
 def _bernoulli(p: Tensor, generator: torch.Generator | None) -> Tensor:
-    """``u < p`` with ``u ~ U[0, 1)``, as floats (the RBMs' own Bernoulli draw)."""
-    return torch.rand(p.shape, generator=generator, dtype=p.dtype, device=p.device).lt_(p)
+    """``u < p`` with ``u ~ U[0, 1)``, as floats (the RBMs' own Bernoulli draw: the same stream as
+    the RBM modules' ``bernoulli``, whose ``torch.rand(shape, ...)`` parses its arguments slower)."""
+    return torch.rand_like(p, generator=generator, memory_format=torch.contiguous_format).lt_(p)
 
 
 class RBMContrastiveDivergence(nn.Module):
@@ -228,16 +236,16 @@ class RBMContrastiveDivergence(nn.Module):
         v = check_shape(batch, (None, *model.space.event_shape), "batch")
         if v.shape[0] == 0:
             raise ValueError(f"batch: expected at least one row; got shape {tuple(v.shape)}")
-        mean_field = self.mean_field
+        persistent, mean_field = self.persistent, self.mean_field
         if mean_field is None:
-            mean_field = not self.persistent and isinstance(model.space, DiscreteSpace)
+            mean_field = not persistent and isinstance(model.space, DiscreteSpace)
         products = ModelProducts(model) if self.products is None else self.products(model, v)
-        chain = self.chain if self.persistent and self.chain.numel() else None
-        phase = negative_phase(model, v, k=self.k, persistent=self.persistent, chain=chain, mean_field=mean_field,
-                               products=products, generator=generator, energies=self.energies)
-        if phase.chain is not None:
-            self.chain = phase.chain
-        with torch.no_grad():
+        chain = None
+        if persistent:
+            chain = self.chain
+            chain = chain if chain.numel() else None
+        with torch.no_grad():  # one context for the sweeps and the statistics (a context costs µs)
+            phase = _sweeps(v, self.k, persistent, chain, mean_field, products, generator, self.energies)
             grads = products.statistics(v, phase.ph_pos, phase.v_neg, phase.ph_neg,
                                         -1.0 / v.shape[0], 1.0 / phase.v_neg.shape[0])
             for p, g in zip(model.cd_parameters(), grads):
@@ -245,8 +253,10 @@ class RBMContrastiveDivergence(nn.Module):
                     p.grad = g
                 else:
                     p.grad.add_(g)
+        if phase.chain is not None:
+            self._buffers["chain"] = phase.chain  # the buffer's new value, without Module.__setattr__'s hooks (µs)
         if phase.f_pos is None or phase.f_neg is None:
-            return LossOutput(torch.zeros((), dtype=v.dtype, device=v.device), {}, phase.v_neg)
+            return LossOutput(v.new_zeros(()), {}, phase.v_neg)
         gap = phase.f_neg - phase.f_pos
         return LossOutput(-gap, scalar_metrics(e_pos=phase.f_pos, e_neg=phase.f_neg, gap=gap), phase.v_neg)
 

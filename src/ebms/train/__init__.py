@@ -36,7 +36,8 @@ from ebms.train.checkpoint import Checkpoint, CheckpointStore
 from ebms.train.distributed import DistributedContext
 from ebms.train.guard import DivergenceGuard, TrainingDiverged
 from ebms.train.owlqn import OWLQN
-from ebms.train.protocols import ClosureOptimizer, GradientObjective, ReportsStep, needs_closure
+from ebms.train.protocols import ClosureOptimizer, GradientObjective, OptimizerLike, ReportsStep, needs_closure
+from ebms.train.sgd import LeanSGD
 from ebms.train.trainer import Trainer, TrainResult
 
 __all__ = [
@@ -48,7 +49,9 @@ __all__ = [
     "DivergenceGuard",
     "EarlyStopping",
     "GradientObjective",
+    "LeanSGD",
     "OWLQN",
+    "OptimizerLike",
     "PeriodicEval",
     "ReportsStep",
     "SampleSnapshot",

@@ -36,7 +36,7 @@ def mix_seed(seed: int, *salt: int) -> int:
 
 def to_device(batch: Batch, device: torch.device) -> Batch:
     if isinstance(batch, Tensor):
-        return batch.to(device, non_blocking=True)
+        return batch if batch.device == device else batch.to(device, non_blocking=True)
     return tuple(t.to(device, non_blocking=True) for t in batch)
 
 

@@ -198,6 +198,17 @@ class CheckpointStore:
             for p in self.folder.iterdir()
         )
 
+    def has_checkpoint(self) -> bool:
+        """Whether the folder holds a committed checkpoint (a JSON record or the ``latest`` pointer).
+
+        Weights without a record are the remains of a write that was killed before it committed
+        (the record is written last): they count for :meth:`has_any` (a fresh start refuses to wipe
+        them) but give nothing to resume from.
+        """
+        if not self.folder.is_dir():
+            return False
+        return any(_JSON_RE.match(p.name) or p.name == POINTER for p in self.folder.iterdir())
+
     def latest(self) -> Path | None:
         """The JSON record ``latest`` points to, or ``None`` when there is no pointer.
 

@@ -1,10 +1,11 @@
 """What the trainer may be told about an optimizer or an objective, declared as typed protocols.
 
-The :class:`~ebms.train.Trainer` takes any ``torch.optim.Optimizer`` and any objective
-``objective(model, batch, generator=g) -> LossOutput``. A few of them need to be driven
-differently; they say so by *declaring* an attribute, which the trainer reads through an
-``isinstance`` check against one of these :func:`typing.runtime_checkable` protocols, once, when
-it is built:
+The :class:`~ebms.train.Trainer` takes any optimizer following :class:`OptimizerLike` (every
+``torch.optim.Optimizer``, and lean ones such as :class:`ebms.train.LeanSGD` that skip
+``torch.optim``'s per-step hooks) and any objective ``objective(model, batch, generator=g) ->
+LossOutput``. A few of them need to be driven differently; they say so by *declaring* an
+attribute, which the trainer reads through an ``isinstance`` check against one of these
+:func:`typing.runtime_checkable` protocols, once, when it is built:
 
 * :class:`ClosureOptimizer`: ``needs_closure = True`` (a class attribute) — ``step`` takes a
   closure that re-evaluates the loss (L-BFGS-type line searches). ``torch.optim.LBFGS`` is
@@ -32,7 +33,31 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["ClosureOptimizer", "GradientObjective", "ReportsStep", "needs_closure", "sets_gradients"]
+__all__ = ["ClosureOptimizer", "GradientObjective", "OptimizerLike", "ReportsStep", "needs_closure", "sets_gradients"]
+
+
+@runtime_checkable
+class OptimizerLike(Protocol):
+    """What the trainer needs from an optimizer (``torch.optim.Optimizer`` has all of it).
+
+    * ``param_groups``: a list of dicts, each with ``"params"`` (a list of tensors) and ``"lr"``
+      (a number); the trainer adds ``"initial_lr"`` and rewrites ``"lr"`` (schedule, divergence
+      guard), and the optimizer must read ``"lr"`` afresh at every ``step``;
+    * ``step(closure=None)``: update the parameters from their ``.grad`` (a quasi-Newton optimizer,
+      :class:`ClosureOptimizer`, gets a closure);
+    * ``zero_grad(set_to_none=True)``;
+    * ``state_dict()`` / ``load_state_dict(state)``: the complete state (options and buffers) as
+      tensors, numbers, strings, lists, tuples and dicts, which checkpoints and the guard's
+      snapshots store and load back.
+    """
+
+    param_groups: list[dict[str, Any]]
+
+    # loose signatures, so that torch.optim's own (overloaded, differently annotated) methods match
+    def step(self, *args: Any, **kwargs: Any) -> Any: ...
+    def zero_grad(self, *args: Any, **kwargs: Any) -> Any: ...
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any: ...
+    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
 @runtime_checkable
@@ -56,7 +81,7 @@ class GradientObjective(Protocol):
     sets_gradients: bool
 
 
-def needs_closure(optimizer: torch.optim.Optimizer) -> bool:
+def needs_closure(optimizer: OptimizerLike) -> bool:
     """Whether ``optimizer.step`` must be given a closure: L-BFGS-type optimizers, which
     re-evaluate the loss during their line search (``torch.optim.LBFGS``, or any optimizer
     declaring ``needs_closure = True``: :class:`ClosureOptimizer`). The trainer then evaluates
