@@ -22,18 +22,23 @@ from torch import Tensor, nn
 
 import ebms.objectives as objectives_pkg
 from ebms._numerics import softplus
+from ebms.distributions import NGram
 from ebms.models import BernoulliRBM, FeatureCRF
 from ebms.models.crf_tagger import NeuralCRFTagger
 from ebms.models.crf_transducer import CRFTransducer
 from ebms.models.lm import LSTMLM
 from ebms.models.rnnt_aligned import AlignedRNNT
+from ebms.models.trf import TRF, DiscreteFeatures, feature_templates
 from ebms.objectives import (
+    TRFNCE,
+    AugSA,
     AutoregressiveNLL,
     BeamEarlyUpdate,
     ConditionalML,
     ConditionalNCE,
     CorpusRowsObjective,
     CTCObjective,
+    DynamicNCE,
     FeatureCRFLikelihood,
     LossOutput,
     RBMContrastiveDivergence,
@@ -115,6 +120,14 @@ def _rbm(*, persistent: bool) -> tuple[nn.Module, nn.Module, Tensor]:
             torch.bernoulli(torch.full((B, 6), 0.3), generator=g))
 
 
+def _trf_case(objective: nn.Module) -> tuple[nn.Module, nn.Module, tuple[Tensor, Tensor]]:
+    """A TRF LM with bigram features over the 6 tagging sentences (ids 1..V-1, lengths 1..5)."""
+    words, _, lengths = _tagging()
+    corpus = Sequences(words, lengths)
+    feats = DiscreteFeatures.fit(corpus, V, feature_templates(("w",), order=2))
+    return objective, TRF.from_corpus(feats, corpus, vocab_size=V), (words, lengths)
+
+
 Case = Callable[[], tuple[nn.Module, nn.Module, Any]]
 
 #: name -> () -> (objective, model, training data)
@@ -135,6 +148,9 @@ CASES: dict[str, Case] = {
                                        (_tagging()[0][:, :-1], _tagging()[0][:, 1:])),
     "RBMContrastiveDivergence": lambda: _rbm(persistent=False),
     "RBMContrastiveDivergence-pcd": lambda: _rbm(persistent=True),
+    "AugSA": lambda: _trf_case(AugSA(chains=4)),
+    "TRFNCE": lambda: _trf_case(TRFNCE(NGram.fit(Sequences(_tagging()[0], _tagging()[2]), V, order=1), nu=2)),
+    "DynamicNCE": lambda: _trf_case(DynamicNCE(_lm(), nu=1)),
 }
 
 

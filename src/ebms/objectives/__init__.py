@@ -58,6 +58,10 @@ Conditional and sequence objectives ``p(y | x)`` have the same call and output, 
 * :class:`AutoregressiveNLL` — teacher-forced maximum likelihood of an autoregressive LM
   (:mod:`ebms.models.lm`), mean NLL per token with ``</s>``; sentence batches (``Sequences`` or
   ``(tokens, lengths)``) or running-text chunks ``(inputs, targets)`` with truncated BPTT.
+* :class:`AugSA` — stochastic approximation for TRF language models (persistent
+  trans-dimensional chains, per-length ``log Z`` updated by the objective at the rate of
+  :class:`SAGain`); :class:`TRFNCE` and :class:`DynamicNCE` — NCE of a TRF against a fixed or a
+  jointly trained noise LM. With ``trace=W`` each reports its ``log Z`` as a :class:`ZetaEstimate`.
 
 :func:`nce_logits` and :func:`nce_loss` are the logistic core every NCE variant shares, with
 ``log Z`` as ``None`` (self-normalised), a scalar, a per-length table or one value per condition.
@@ -65,6 +69,8 @@ Conditional and sequence objectives ``p(y | x)`` have the same call and output, 
 
 from ebms.objectives._base import LossOutput, scalar_metrics
 from ebms.objectives._nce_core import nce_logits, nce_loss
+from ebms.objectives._trf_gain import SAGain
+from ebms.objectives._trf_trace import ZetaEstimate
 from ebms.objectives.autoregressive import AutoregressiveNLL
 from ebms.objectives.buffer import ReplayBuffer
 from ebms.objectives.cd import ContrastiveDivergence, PersistentContrastiveDivergence
@@ -82,8 +88,11 @@ from ebms.objectives.nce import NCE, GaussianNoise
 from ebms.objectives.rbm_cd import RBMContrastiveDivergence
 from ebms.objectives.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
 from ebms.objectives.transducer import BeamEarlyUpdate, TeacherForcedLogProb, TransducerML
+from ebms.objectives.trf_augsa import AugSA
+from ebms.objectives.trf_nce import TRFNCE, DynamicNCE
 
 __all__ = [
+    "AugSA",
     "CorpusRowsObjective",
     "AutoregressiveNLL",
     "BeamEarlyUpdate",
@@ -94,6 +103,7 @@ __all__ = [
     "ConditionalScore",
     "ContrastiveDivergence",
     "DenoisingScoreMatching",
+    "DynamicNCE",
     "FeatureCRFLikelihood",
     "GaussianNoise",
     "LossOutput",
@@ -101,11 +111,14 @@ __all__ = [
     "PersistentContrastiveDivergence",
     "RBMContrastiveDivergence",
     "ReplayBuffer",
+    "SAGain",
     "ScoreMatching",
     "SlicedScoreMatching",
     "TagBigramNoise",
+    "TRFNCE",
     "TeacherForcedLogProb",
     "TransducerML",
+    "ZetaEstimate",
     "nce_logits",
     "nce_loss",
     "scalar_metrics",

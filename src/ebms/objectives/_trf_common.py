@@ -1,0 +1,105 @@
+"""Private: what the TRF training objectives (:mod:`~ebms.objectives.trf_augsa`,
+:mod:`~ebms.objectives.trf_nce`) need from a model, and the checks they share.
+
+The objectives sit below :mod:`ebms.models` in the layer order, so they see the TRF only through
+the protocol :class:`TRFLike` (which :class:`ebms.models.trf.TRF` follows).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from torch import Tensor, nn
+
+from ebms._checks import check_energy_output
+from ebms.sequences import Sequences
+from ebms.spaces import TokenSequences
+
+
+@runtime_checkable
+class TRFLike(Protocol):
+    r"""A trans-dimensional random field :math:`p(l, x) = \pi_l e^{-E(x)} / Z_l` with learned
+    :math:`\zeta_l \approx \log Z_l` (:class:`ebms.models.trf.TRF` follows it).
+
+    * ``energy(x: Sequences) -> (B,)``: :math:`E`;
+    * ``log_z``: the parameter :math:`\zeta` ``(L,)`` for lengths ``1..L``;
+    * ``log_pi`` / ``log_pi0``: :math:`\log\pi` and the sampling prior :math:`\log\pi^0`, ``(L,)``;
+    * ``log_normalisers() -> (L,)``: :math:`\log Z_l` as the model uses it (:math:`\zeta`, or
+      anchored at the exact :math:`\log Z_1` when ``anchor_first``);
+    * ``length_log_weights() -> (L + 1,)``: :math:`\log\pi^0_l - \zeta_l` (the sampler's target);
+    * ``space``: the :class:`~ebms.spaces.TokenSequences` of sentences; ``vocab_size``.
+    """
+
+    log_z: Tensor
+    log_pi: Tensor
+    log_pi0: Tensor
+    anchor_first: bool
+    vocab_size: int
+
+    @property
+    def space(self) -> TokenSequences: ...
+
+    def energy(self, x: Sequences) -> Tensor: ...
+
+    def log_normalisers(self) -> Tensor: ...
+
+    def length_log_weights(self) -> Tensor: ...
+
+
+def check_trf(model: Any) -> TRFLike:
+    if not isinstance(model, TRFLike) or not isinstance(getattr(model, "log_z", None), nn.Parameter):
+        raise TypeError("model: expected a TRF (ebms.models.trf.TRF or any model with energy, log_z parameter, "
+                        f"log_pi, log_pi0, log_normalisers, length_log_weights, space); got {type(model).__name__}")
+    return model
+
+
+def sentences(batch: Any, name: str = "batch") -> Sequences:
+    """``batch`` as :class:`Sequences` (a ``(tokens (B, T), lengths (B,))`` tuple is wrapped), non-empty."""
+    if isinstance(batch, tuple) and len(batch) == 2 and all(isinstance(t, Tensor) for t in batch):
+        batch = Sequences(batch[0], batch[1])
+    if not isinstance(batch, Sequences):
+        raise TypeError(f"{name}: expected Sequences or a (tokens (B, T), lengths (B,)) tuple of sentences; "
+                        f"got {type(batch).__name__}")
+    if batch.batch_size == 0:
+        raise ValueError(f"{name}: expected at least one sentence; got an empty batch {batch!r}")
+    return batch
+
+
+def check_in_space(x: Sequences, space: TokenSequences, name: str) -> Sequences:
+    """Lengths in ``[1, L]`` and ids in ``[1, V)`` (id 0 is the boundary), cut to width ``L``."""
+    space.validate(x, name)
+    zero = x.mask() & (x.tokens == 0)
+    if bool(zero.any()):
+        b, t = (int(i) for i in zero.nonzero()[0])
+        raise ValueError(f"{name}.tokens: id 0 is the sentence boundary and cannot occur inside a sentence; "
+                         f"got it at sequence {b}, position {t}")
+    return Sequences(x.tokens[:, : space.max_length], x.lengths, validate=False)
+
+
+def single_token_log_z(model: TRFLike) -> Tensor:
+    """:math:`\\log Z_1` exactly: log-sum-exp of :math:`-E` over the ``V - 1`` one-token sentences (0-d)."""
+    V = model.vocab_size
+    ones = Sequences(torch.arange(1, V, device=model.log_z.device)[:, None], validate=False)
+    return torch.logsumexp(-check_energy_output(model.energy(ones), V - 1, "model.energy(x)"), 0)
+
+
+def padded_log_z(model: TRFLike) -> Tensor:
+    """``(L + 1,)``: 0 then :math:`\\log Z_l` as the model uses it, indexed by length (for ``nce_logits``)."""
+    z = model.log_normalisers()
+    return torch.cat([z.new_zeros(1), z])
+
+
+def log_prior(model: TRFLike, lengths: Tensor) -> Tensor:
+    """:math:`\\log\\pi_l` of each length ``(B,)`` in ``[1, L]``."""
+    return model.log_pi[lengths - 1]
+
+
+def distributed_sum(t: Tensor) -> Tensor:
+    """``t`` summed over the ranks of an initialised process group (unchanged otherwise)."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        t = t.clone()
+        dist.all_reduce(t)
+    return t
+
