@@ -250,6 +250,30 @@ def _moved() -> dict[str, list[str]]:
 MOVED = [Bad(f"old spelling {old}", (*TRAIN, f"{old}=1"), f"{old}: renamed; use {new[0]}")
          for old, new in sorted(_moved().items())]
 
+
+# language corpora (issue 11): tiny text files and runs trained in the row's folder
+LM_TEXT = "the cat sat\nthe dog ran\n"
+LM = ("train", "run.out_dir={tmp}/runs", "run.progress=false", "data.name=text", "language.train_path={tmp}/train.txt",
+      "--no-eval")
+LM_FILES: dict[str, str | bytes] = {"train.txt": LM_TEXT}
+
+
+def _lm_run(*extra: str) -> Callable[[Path, Path, pytest.MonkeyPatch], object]:
+    """A tiny language run in ``{tmp}/runs/lm`` (Witten-Bell trigram unless ``extra`` says otherwise)."""
+
+    def setup(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
+        (tmp / "train.txt").write_text(LM_TEXT * 5 + "a cat ran on the mat\n")
+        argv = [a.format(tmp=tmp) for a in LM] + ["run.name=lm", "language.smoothing=witten_bell", *extra]
+        assert main(argv) == 0
+
+    return setup
+
+
+def _fake_ptb(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
+    (tmp / "ptb").mkdir()
+    for split in ("train", "valid", "test"):
+        (tmp / "ptb" / f"ptb.{split}.txt").write_text(LM_TEXT)
+
 # -------------------------------------------------------------------------------- hand-written rows
 
 HAND = [
@@ -308,8 +332,13 @@ HAND = [
     # names that mislead (issue 9, section 3)
     Bad("bilstm-crf on toy data", (*TRAIN, "model.kind=bilstm-crf"),
         "model.kind: unknown value 'bilstm-crf' for data.name='eight_gaussians' (a toy set); expected one of mlp, rbm; "
-        "'bilstm-crf' belongs to the structured tasks data.name = conll2000, conll2002-esp, conll2002-ned"),
-    Bad("ctc on toy data", (*TRAIN, "objective.kind=ctc"), "'ctc' belongs to the structured tasks data.name = fsdd-digits"),
+        "'bilstm-crf' belongs to a structured task (data.name = conll2000, conll2002-esp, conll2002-ned)"),
+    Bad("ctc on toy data", (*TRAIN, "objective.kind=ctc"), "'ctc' belongs to a structured task (data.name = fsdd-digits)"),
+    Bad("lstm on toy data", (*TRAIN, "model.kind=lstm"),
+        "'lstm' belongs to a language corpus (data.name = ptb, text, tiny-shakespeare): set data.name"),
+    Bad("lstm on a tagging task", (*TRAIN, "data.name=conll2000", "model.kind=lstm"),
+        "expected one of bilstm-crf, cnn-crf, feature-crf; 'lstm' belongs to a language corpus"),
+    Bad("dnce on toy data", (*TRAIN, "objective.kind=dnce"), "'dnce' belongs to a language corpus (data.name = ptb"),
     Bad("conll2001", (*TRAIN, "data.name=conll2001"), "a structured task (conll2000, conll2002-esp, conll2002-ned, "
         "fsdd-digits)"),
     Bad("conll2001 did you mean", (*TRAIN, "data.name=conll2001"), "did you mean 'conll2000'?"),
@@ -414,6 +443,79 @@ HAND = [
         "toy.scale: the [toy] section is read by data.name = checkerboard"),
     Bad("a section as a key", (*TRAIN, "speech=3"), "override 'speech=3': expected section.key=value; did you mean 'speech'?"),
     Bad("unknown key of a task section", (*TRAIN, "tagging.hiden=3"), "did you mean 'tagging.hidden'?"),
+    # language corpora (issue 11): files, names and combinations of the [language] section
+    Bad("text without train_path", ("train", "run.out_dir={tmp}/runs", "data.name=text"),
+        "language.train_path: data.name='text' trains on your own file; expected a text file"),
+    Bad("text: missing train file", (*LM[:4], "language.train_path={tmp}/missing.txt", "--no-eval"),
+        "language.train_path: " ),
+    Bad("text: missing train file names it", (*LM[:4], "language.train_path={tmp}/missing.txt", "--no-eval"),
+        "missing.txt: no such file"),
+    Bad("text: train_path is a folder", (*LM[:4], "language.train_path={tmp}", "--no-eval"), "is a folder"),
+    Bad("text: not UTF-8 text", LM, "language.train_path: ", files={"train.txt": _random_bytes(3000)}),
+    Bad("text: Latin-1 text", LM, "expected UTF-8 text: convert the file",
+        files={"train.txt": "caf\xe9 au lait\n".encode("latin-1")}),
+    Bad("text: empty file", LM, "train.txt: no sentences", files={"train.txt": ""}),
+    Bad("text: missing test file", (*LM, "language.test_path={tmp}/nope.txt"), "language.test_path: ",
+        files=LM_FILES),
+    Bad("text: file above data.max_mb", (*LM, "data.max_mb=1"), "(data.max_mb=2 on the command line)",
+        setup=_sparse(2 << 20, "train.txt", b"the cat sat\n")),
+    Bad("own files with ptb", ("train", "run.out_dir={tmp}/runs", "data.name=ptb", "language.train_path={tmp}/t.txt"),
+        "language.train_path: your own files are read with data.name='text'; data.name='ptb' has its own splits"),
+    Bad("ptb not found", ("train", "run.out_dir={tmp}/runs", "data.name=ptb", "data.root={tmp}"),
+        "ptb.train.txt: not found; set data.root to the folder holding it"),
+    Bad("ptb damaged", ("train", "run.out_dir={tmp}/runs", "data.name=ptb", "data.root={tmp}/ptb"),
+        "the published ptb/ptb.train.txt has", setup=_fake_ptb),
+    Bad("ptb damaged: what to do", ("train", "run.out_dir={tmp}/runs", "data.name=ptb", "data.root={tmp}/ptb"),
+        "use data.name=text with language.train_path", setup=_fake_ptb),
+    Bad("tiny-shakespeare not found", ("train", "run.out_dir={tmp}/runs", "data.name=tiny-shakespeare",
+                                       "data.root={tmp}"), "input.txt: not found"),
+    Bad("unknown language model", (*LM, "model.kind=rnn"),
+        "model.kind: unknown value 'rnn' for data.name='text' (a language corpus); expected one of kn, lstm",
+        files=LM_FILES),
+    Bad("energy objective on text", (*LM, "objective.kind=pcd"),
+        "objective.kind: unknown value 'pcd' for data.name='text' (a language corpus); expected one of dnce, ml, nce",
+        files=LM_FILES),
+    Bad("nce for an lstm", (*LM, "model.kind=lstm", "objective.kind=nce"),
+        "objective.kind: 'nce' trains a TRF (model.kind = trf, trf-cnn, trf-bilstm); model.kind='lstm'",
+        files=LM_FILES),
+    Bad("model.hidden of a language model", (*LM, "model.kind=lstm", "model.hidden=[64]"),
+        "model.hidden: the MLP's hidden widths; a language model's sizes are language.embedding_dim", files=LM_FILES),
+    Bad("transformer heads", (*LM, "model.kind=transformer", "language.embedding_dim=10", "language.heads=4"),
+        "language.heads: expected a divisor of language.embedding_dim=10; got 4", files=LM_FILES),
+    Bad("class features without classes", (*LM, "model.kind=trf", 'language.features=["w", "c"]'),
+        "language.features: the class templates c need word classes; set language.classes >= 1", files=LM_FILES),
+    Bad("unknown feature group", (*LM, "model.kind=trf", 'language.features=["w", "x"]'),
+        "language.features: expected a list of TRF feature template groups (w, c, ws", files=LM_FILES),
+    Bad("lbfgs for a TRF", (*LM, "model.kind=trf", "train.optimizer=lbfgs"),
+        "train.optimizer: TRF objectives draw fresh samples", files=LM_FILES),
+    Bad("max_length below every sentence", (*LM, "model.kind=lstm", "language.max_length=2"),
+        "language.max_length: every training sentence is longer than 2 tokens", files=LM_FILES),
+    Bad("batch larger than the sentences", (*LM, "model.kind=lstm", "train.batch_size=3"),
+        "train.batch_size: expected at most the 2 training sentences of text; got 3", files=LM_FILES),
+    Bad("min_count leaves no vocabulary", (*LM, "model.kind=lstm", "language.min_count=9"), "", files=LM_FILES,
+        absent="Traceback"),
+    Bad("modified KN on a tiny text", (*LM, "model.kind=kn"),
+        "language.smoothing: 'modified_kneser_ney' cannot be estimated at language.order=3", files=LM_FILES),
+    Bad("nce noise on a tiny text", (*LM, "model.kind=trf", "objective.kind=nce"),
+        "lower language.noise_order or use language.smoothing='witten_bell'", files=LM_FILES),
+    Bad("language keys on toy data", (*TRAIN, "language.order=4"),
+        "language.order: the [language] section is read by data.name = ptb, text, tiny-shakespeare; this run has "
+        "data.name='eight_gaussians' (a toy set)"),
+    Bad("language section typo", (*TRAIN, "language.oder=4"), "did you mean 'language.order'?"),
+    Bad("eval --ais of an n-gram", ("eval", "--run", "{tmp}/runs/lm", "--ais"),
+        "--ais: AIS estimates the normalisers of a TRF; model.kind='kn' is normalised", setup=_lm_run()),
+    Bad("eval without held-out text", ("eval", "{tmp}/runs/lm"), "language.test_path: nothing to evaluate",
+        setup=_lm_run()),
+    Bad("eval with a missing test file", ("eval", "{tmp}/runs/lm", "language.test_path={tmp}/gone.txt"),
+        "language.test_path: ", setup=_lm_run()),
+    Bad("eval of a TRF on longer sentences", ("eval", "{tmp}/runs/lm", "language.test_path={tmp}/long.txt"),
+        "language.max_length: the held-out text has a sentence of 6 tokens; this trf covers lengths up to 5",
+        files={"long.txt": "the cat sat on the mat\n"},
+        setup=_lm_run("model.kind=trf", "language.max_length=5", "train.steps=2", "train.batch_size=2",
+                      "language.chains=4")),
+    Bad("sample of an n-gram twice", ("sample", "{tmp}/runs/lm", "--n", "2", "--seed", "3"),
+        "exists (same --n, --steps and --seed); pass --overwrite",
+        setup=lambda tmp, run, mp: (_lm_run()(tmp, run, mp), (tmp / "runs/lm/samples-n2-steps500-seed3.txt").write_text("x"))),
     *MOVED,
 ]
 

@@ -206,13 +206,16 @@ def _unknown_data_name(name: str) -> ConfigError:
 
 
 def _served_by(task: Task[Any], kind: str, kinds: Callable[[Task[Any]], tuple[str, ...]]) -> str:
-    """For an unconditional task: which conditional tasks take ``kind`` (a model or objective name)."""
-    if task.conditional:
+    """Which other tasks take ``kind`` (a model or objective name): the hint of an unknown kind
+    (none for ``ml``, which names a principle every task trains by, not a model family)."""
+    if kind == "ml":
         return ""
-    names = sorted(n for t in registered() if t.conditional and kind in kinds(t) for n in t.data_names)
-    if not names:
+    others = [t for t in registered() if t is not task and t.data_names and kind in kinds(t)]
+    if not others:
         return ""
-    return f"{kind!r} belongs to the structured tasks data.name = {', '.join(names)}: set data.name to one of them"
+    names = sorted(n for t in others for n in t.data_names)
+    what = " / ".join(sorted({t.what for t in others}))
+    return f"{kind!r} belongs to {what} (data.name = {', '.join(names)}): set data.name to one of them"
 
 
 def _check_other_sections(cfg: Config, task: Task[Any]) -> None:

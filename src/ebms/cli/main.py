@@ -175,6 +175,9 @@ def _run_folder(args: argparse.Namespace) -> Path:
 
     if args.run is None:
         cfg_file = _config_arg(args)
+        if cfg_file is not None and Path(cfg_file).is_dir():  # `ebms eval runs/NAME`: a run folder without --run
+            args.run, cfg_file = cfg_file, None
+    if args.run is None:
         if cfg_file is None:
             raise ConfigError(f"{args.command}: expected --run DIR or a config (FILE.toml / --config FILE)")
         from ebms.cli.run import run_dir_of
@@ -227,7 +230,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
     steps = cfg.eval.sample_steps if args.steps is None else args.steps
     seed = cfg.run.seed + SAMPLE_SEED_OFFSET if args.seed is None else args.seed
     stem = f"samples-n{n}-steps{steps}-seed{seed}"
-    files = [out / f"{stem}.safetensors", out / f"{stem}.png"]
+    files = [out / f"{stem}.safetensors", out / f"{stem}.{task.sample_format}"]
     taken = [str(f) for f in files if f.exists()]
     if taken and not args.overwrite:
         raise RunFolderError(f"--out: {taken[0]!r} exists (same --n, --steps and --seed); pass --overwrite to "
@@ -235,6 +238,12 @@ def cmd_sample(args: argparse.Namespace) -> int:
     x = task.sample(cfg, model, data, n=n, steps=steps, seed=seed)
     out.mkdir(parents=True, exist_ok=True)
     _save_atomic(lambda tmp: save_file({"samples": x.contiguous()}, str(tmp)), files[0])
+    if task.sample_format == "txt":  # sentences: printed, and written one per line
+        lines = task.sample_text(x, data)
+        _save_atomic(lambda tmp: tmp.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8"), files[1])
+        print("\n".join(lines))
+        print(f"wrote {files[0]} and {files[1]} ({x.shape[0]} samples, seed {seed})")
+        return 0
     save_figure(task.plot(x, data, f"{x.shape[0]} samples, step {step}"), files[1])  # atomic itself
     print(f"wrote {files[0]} and {files[1]} ({x.shape[0]} samples, {steps} steps, seed {seed}; "
           f"the training plot samples.png is kept)")
@@ -337,8 +346,8 @@ def build_parser() -> _Parser:
                        help="test NLL of a trained run (grid-normalised in 2-D; exact or AIS log Z on binary data)")
     s.add_argument("--run", help="run folder (runs/<name>)")
     s.add_argument("--ais", action="store_true",
-                   help="binary data: estimate log Z by AIS (eval.ais_chains, eval.ais_temperatures) and, with "
-                        "eval.reverse_ais, a reverse-AIS bracket; printed beside the exact value when that exists")
+                   help="estimate log Z by AIS (eval.ais_chains, eval.ais_temperatures): binary data (with "
+                        "eval.reverse_ais, a reverse-AIS bracket), a TRF's per-length log Z_l (language corpora)")
     s.add_argument("--config", "-c", help="or: the TOML config the run was trained with")
     s.add_argument("overrides", nargs="*", help="[FILE.toml] section.key=value (e.g. eval.resolution=600)")
     s.set_defaults(fn=cmd_eval)

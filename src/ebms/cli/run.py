@@ -89,7 +89,8 @@ RESUMABLE_CHANGES = (
 
 
 #: settings that say where files are, not what is trained: never part of a checkpoint's identity.
-LOCATION_KEYS = ("data.path", "data.root", "images.download")
+LOCATION_KEYS = ("data.path", "data.root", "images.download", "language.train_path", "language.valid_path",
+                 "language.test_path")
 
 
 def _flat(cfg: Config) -> dict[str, Any]:
@@ -176,6 +177,9 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
     task = serving_task(cfg)
     data = task.load(cfg)
     model = build_seeded_model(cfg, task, data)
+    if task.fitted(cfg):
+        _save_fitted(cfg, run_dir, task, model, data, clear=state != "empty" and overwrite)
+        return run_dir
     objective = task.build_objective(cfg, data)
     source = task.training_data(cfg, data)
     make_optimizer = task.build_optimizer(cfg, data) or _optimizer_factory(cfg)
@@ -222,6 +226,20 @@ def _fit(cfg: Config, run_dir: Path, objective: Any, model: nn.Module, source: A
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.toml").write_text(config_toml)
     trainer.fit(overwrite=clear)
+
+
+def _save_fitted(cfg: Config, run_dir: Path, task: Task[Any], model: nn.Module, data: Any, *, clear: bool) -> None:
+    """A model estimated when it was built (n-gram counts): no optimizer steps; ``config.toml``, the
+    task's files and one checkpoint of step 0 (what ``eval`` and ``sample`` load)."""
+    config_toml = to_toml(cfg)
+    if clear:
+        clear_run(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.toml").write_text(config_toml)
+    task.write_model_files(run_dir, cfg, model, data)
+    identity = {"trainer.model_class": type(model).__qualname__, **run_identity(cfg)}
+    tensors = {f"model/{k}": v for k, v in model.state_dict().items()}
+    CheckpointStore(run_dir / "checkpoints").save(0, tensors, {"config": config_to_dict(cfg)}, identity=identity)
 
 
 def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()

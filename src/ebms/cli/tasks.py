@@ -51,7 +51,8 @@ __all__ = [
 ]
 
 #: modules whose import registers the packaged tasks (in this order: their sections' order).
-BUILTIN_TASK_MODULES = ("ebms.cli.continuous", "ebms.cli.images", "ebms.cli.tagging", "ebms.cli.speech")
+BUILTIN_TASK_MODULES = ("ebms.cli.continuous", "ebms.cli.images", "ebms.cli.tagging", "ebms.cli.speech",
+                        "ebms.cli.language")
 
 S = TypeVar("S")
 
@@ -83,8 +84,11 @@ class Task(abc.ABC, Generic[S]):
     defaults: ClassVar[dict[str, Any]] = {}
     #: a conditional task ``p(y | x)``: no unconditional samples.
     conditional: ClassVar[bool] = False
-    #: ``ebms eval --ais`` applies (log Z of a model of binary data).
+    #: ``ebms eval --ais`` applies (log Z of a model of binary data, a TRF's per-length log Z).
     supports_ais: ClassVar[bool] = False
+    #: what ``ebms sample`` writes beside the samples' tensor: ``"png"`` (:meth:`plot`) or ``"txt"``
+    #: (:meth:`sample_text`, also printed).
+    sample_format: ClassVar[str] = "png"
 
     def settings(self, cfg: Config) -> S:
         """This task's section of ``cfg``."""
@@ -109,6 +113,15 @@ class Task(abc.ABC, Generic[S]):
 
     def check(self, cfg: Config) -> None:
         """Check the combinations of a config this task serves, before anything is built."""
+
+    def fitted(self, cfg: Config) -> bool:
+        """``build_model`` returns the model already estimated (counts, closed form): ``ebms train`` saves
+        it as the step-0 checkpoint and writes :meth:`write_model_files` instead of running the Trainer."""
+        return False
+
+    def write_model_files(self, run_dir: Path, cfg: Config, model: nn.Module, data: Any) -> list[Path]:
+        """Files a :meth:`fitted` model leaves in its run folder beside the checkpoint (e.g. an ARPA file)."""
+        return []
 
     @abc.abstractmethod
     def load(self, cfg: Config) -> Any:
@@ -144,6 +157,10 @@ class Task(abc.ABC, Generic[S]):
         """Fresh samples of the model, ``(n, *event)``."""
         raise ConfigError(f"sample: data.name={cfg.data.name!r} is a conditional task (p(y|x)); "
                           f"it has no unconditional samples: use `ebms eval` for its test figures")
+
+    def sample_text(self, x: Tensor, data: Any) -> list[str]:
+        """Samples ``x`` as lines of text (tasks with :attr:`sample_format` ``"txt"``)."""
+        raise ConfigError(f"sample: {type(self).__name__} draws no samples written as text")
 
     def plot(self, x: Tensor, data: Any, title: str, ax: Any = None) -> Any:
         """A figure of samples ``x`` (the task's :meth:`sample`)."""

@@ -121,8 +121,8 @@ class AugSA(nn.Module):
             source's).
         cap: cap the per-length rate at :math:`L\pi^0_l` (the source's guard for rare lengths).
         anchor: fix the level of :math:`\zeta` after each step (see the module docstring).
-        trace: keep the last ``trace`` values of the model's :math:`\log Z_l` (after each update)
-            for :meth:`zeta_estimate` (0: none).
+        trace: keep the last ``trace`` values of the model's :math:`\log Z_l` — the values each call
+            samples with, after the previous step is applied — for :meth:`zeta_estimate` (0: none).
 
     Example:
         >>> import torch

@@ -42,6 +42,11 @@ and the likelihood term only the noise (:math:`\phi`); one ``backward`` of ``Los
 fills both. The optimum is :math:`p_{\theta} = p_{int}` for the current noise; as :math:`q_\phi`
 reaches the data law both equal it (monograph Thm 2.5) — when the noise family cannot represent
 the data law, :math:`p_\theta` keeps the share :math:`(1-\alpha)(q_\phi - p_{data})` of its error.
+**What DNCE's ζ estimate.** The TRF keeps its own length law :math:`\pi`, so at that optimum
+:math:`\zeta_l = \log Z_l + \log\pi_l - \log\pi^{int}_l` with :math:`\pi^{int}` the length law of
+:math:`p_{int}` (tested at the exact optimum to 1e-8): :math:`\log Z_l` itself only once the
+noise's length law is the data's. Re-estimate :math:`\zeta` (or finish with NCE / AugSA) before
+reporting a perplexity.
 
 **Trainer.** :math:`\zeta` is a model parameter: the optimizer trains it with :math:`\theta`.
 The noise is a submodule of the objective, so the trainer's default factory puts its parameters
@@ -86,7 +91,7 @@ from ebms.sequences import Sequences
 
 __all__ = ["DynamicNCE", "TRFNCE"]
 
-_MAX_ROUNDS = 100
+_MAX_ROUNDS = 20
 
 
 class TRFNCE(nn.Module):
@@ -167,7 +172,7 @@ class TRFNCE(nn.Module):
         parts, kept, drawn = [], 0, 0
         for _ in range(_MAX_ROUNDS):
             need = n - kept
-            m = need if kept == 0 else min(math.ceil(need * drawn / kept * 1.2), 64 * n)
+            m = need if kept == 0 else min(math.ceil(need * drawn / kept * 1.2), 16 * n)
             y, _ = self._inside(model, self._sample(m, generator))
             parts.append(y)
             kept, drawn = kept + y.batch_size, drawn + m
@@ -175,7 +180,8 @@ class TRFNCE(nn.Module):
                 out = Sequences.cat(parts)
                 return out[torch.arange(n, device=out.device)]
         raise ValueError(f"noise: {kept} of {drawn} draws had lengths in [1, {model.space.max_length}] after "
-                         f"{_MAX_ROUNDS} rounds; the noise puts too little mass on the TRF's lengths")
+                         f"{_MAX_ROUNDS} rounds; the noise puts too little mass on the TRF's lengths (pre-train it "
+                         "by maximum likelihood, e.g. with AutoregressiveNLL)")
 
     def _logits(self, model: TRFLike, x: Sequences, log_q: Tensor, table: Tensor) -> tuple[Tensor, Tensor]:
         """``G`` and ``E`` of sentences inside the TRF's lengths ``(B,)``."""
@@ -222,7 +228,10 @@ class DynamicNCE(TRFNCE):
 
     Args:
         noise: a trainable sentence LM (an ``nn.Module`` with parameters, ``sample`` and a
-            differentiable ``log_prob``), e.g. :class:`~ebms.models.lm.LSTMLM` without dropout.
+            differentiable ``log_prob``), e.g. :class:`~ebms.models.lm.LSTMLM` without dropout,
+            pre-trained by maximum likelihood: the fake data :math:`B_1` are drawn by rejection
+            from its sentences of lengths ``1..L``, which an untrained LM over a large vocabulary
+            almost never ends in time (after 20 rounds of draws the call raises).
         nu: noise draws per positive sentence (data or fake data) :math:`\nu > 0`.
         alpha: the data's share :math:`\alpha \in (0, 1]` of the positive law :math:`p_{int}`
             (1: no fake data, plain NCE against the moving noise).

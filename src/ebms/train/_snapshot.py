@@ -69,8 +69,13 @@ def capture(t: Trainer) -> Snapshot:
 def load_module(module: nn.Module, state: Mapping[str, Tensor], what: str, where: str) -> None:
     """``module.load_state_dict`` with key and shape checks that name the file.
 
-    A buffer that is currently empty (``numel() == 0``, a placeholder for
-    state created on first use) takes the stored shape.
+    Buffers created on first use (persistent chains, replay memories: an empty
+    placeholder until the first step fills it) may differ in shape between the
+    state and the module when one side is still the placeholder: a buffer that
+    is currently empty (``numel() == 0``) takes the stored shape, and an empty
+    stored buffer (a snapshot or checkpoint taken before the first step) makes
+    the module's buffer empty again, so the objective creates it afresh on its
+    next call exactly as it did then. Other shape differences are errors.
     """
     current = module.state_dict()
     missing = sorted(set(current) - set(state))
@@ -82,7 +87,7 @@ def load_module(module: nn.Module, state: Mapping[str, Tensor], what: str, where
         have = current[key]
         if tuple(have.shape) == tuple(value.shape):
             continue
-        if key in buffers and have.numel() == 0:
+        if key in buffers and (have.numel() == 0 or value.numel() == 0):
             owner, _, name = key.rpartition(".")
             module.get_submodule(owner)._buffers[name] = torch.empty(value.shape, dtype=have.dtype, device=have.device)
             continue

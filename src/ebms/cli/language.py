@@ -1,0 +1,290 @@
+"""``ebms train`` for sentence language models: n-gram, LSTM, Transformer and TRF (issue 11).
+
+``data.name``: ``ptb`` (Penn Treebank, Mikolov's splits, under ``data.root`` or ``$EBMS_DATA/ptb``),
+``tiny-shakespeare`` (one sentence per non-blank line, 90/5/5 split) or ``text`` (your files:
+``language.train_path``, optional ``valid_path`` and ``test_path``, one sentence per line or running
+text with ``language.sentence_split``). Tokens are words or characters (``language.level``); the
+vocabulary keeps training tokens seen ``language.min_count`` times (at most ``max_vocab``), the
+rest is ``<unk>``. ``language.max_length`` leaves longer training sentences out and bounds the TRF's
+lengths and the Transformer's positions (unset: the longest training sentence).
+
+``model.kind`` and ``objective.kind``:
+
+* ``kn``: :class:`~ebms.distributions.BackoffNGram` of order ``language.order`` with
+  ``language.smoothing``, fitted by counting when ``train`` builds it: no optimizer steps; the run
+  folder gets ``model.arpa`` (SRILM/KenLM format) and ``vocab.txt``. ``objective.kind = "ml"``.
+* ``lstm`` / ``transformer``: :class:`~ebms.models.lm.LSTMLM` (``embedding_dim``, ``hidden`` units,
+  ``layers``, ``dropout``, ``tie_weights``) / :class:`~ebms.models.lm.TransformerLM` (width
+  ``embedding_dim``, ``heads``, ``layers``, feed-forward ``hidden``), trained with
+  :class:`~ebms.objectives.AutoregressiveNLL` (``ml``) under the Trainer.
+* ``trf`` (discrete n-gram features of ``language.features`` up to ``language.order``, word classes
+  by exchange clustering when ``language.classes > 0``), ``trf-cnn`` / ``trf-bilstm``
+  (:class:`~ebms.models.trf.Hidden2Scalar` with ``embedding_dim``, ``hidden``, ``layers``): a
+  :class:`~ebms.models.trf.TRF` trained by AugSA (``ml``: ``language.chains`` chains of the
+  trans-dimensional sampler, ``language.trials`` trials, ``sampler.sweeps`` sweeps), NCE (``nce``:
+  noise a KN n-gram of order ``language.noise_order``, ``objective.nu`` draws per sentence) or
+  dynamic NCE (``dnce``: noise an LSTM of ``language.noise_hidden`` units trained jointly).
+
+``eval``: exact perplexity for the normalised models; for a TRF the training-:math:`\\zeta` and the
+re-estimated perplexity with its interval (:mod:`ebms.cli._language_eval`). ``sample``: sentences,
+printed and written as text (AR models: ancestral draws; TRF: ``--steps`` sampler steps from
+training sentences).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from ebms.cli._config_rules import COUNT, DROPOUT, NONNEG, Rule
+from ebms.cli._language_data import LanguageData, length_windows, load_language_data, unigram_probs
+from ebms.cli._language_eval import LanguageReport, normalised_report, trf_report
+from ebms.cli.config import Config, ConfigError, ModelConfig
+from ebms.cli.tasks import Task, check_batch_size, register
+from ebms.distributions import BackoffNGram
+from ebms.models.lm import LSTMLM, TransformerLM
+from ebms.models.trf import TEMPLATE_GROUPS, TRF, DiscreteFeatures, Hidden2Scalar, WordClasses, feature_templates
+from ebms.objectives import AutoregressiveNLL
+from ebms.objectives.trf_augsa import AugSA
+from ebms.objectives.trf_nce import TRFNCE, DynamicNCE
+from ebms.samplers.trans_dimensional import TransDimensional
+from ebms.sequences import Sequences
+
+__all__ = ["LanguageSettings", "LanguageTask"]
+
+AR_KINDS = ("kn", "lstm", "transformer")
+TRF_KINDS = ("trf", "trf-cnn", "trf-bilstm")
+SMOOTHINGS = ("modified_kneser_ney", "kneser_ney", "witten_bell", "add_k")
+#: seed offsets of the noise LM's initial weights (dnce) and of training chains for ``sample``.
+NOISE_SEED_OFFSET = 19
+#: longest draw of an autoregressive model in ``ebms sample`` (longer draws are cut).
+SAMPLE_LIMIT = 1024
+
+
+def _path(v: str) -> bool:
+    return v.strip() != "" and "\0" not in v
+
+
+@dataclass
+class LanguageSettings:
+    """``[language]``: the language task's own keys (module docstring)."""
+
+    level: str = "word"
+    lower: bool = False
+    sentence_split: bool = False
+    train_path: str | None = None
+    valid_path: str | None = None
+    test_path: str | None = None
+    limit: int | None = None
+    min_count: int = 1
+    max_vocab: int | None = None
+    max_length: int | None = None
+    order: int = 3
+    smoothing: str = "modified_kneser_ney"
+    embedding_dim: int = 256
+    hidden: int = 256
+    layers: int = 2
+    heads: int = 4
+    dropout: float = 0.0
+    tie_weights: bool = False
+    classes: int = 0
+    features: list[str] = field(default_factory=list)
+    chains: int = 100
+    trials: int = 1
+    noise_order: int = 2
+    noise_hidden: int = 200
+    logz_samples: int = 1000
+
+
+PATH = Rule(text="a file path (not empty)", check=_path)
+
+
+def _ngram(data: LanguageData, order: int, smoothing: str, key: str) -> BackoffNGram:
+    """The backoff n-gram of the training sentences; a corpus too small for the smoothing is a config error."""
+    try:
+        return BackoffNGram.fit(data.train, len(data.vocab), order=order, smoothing=smoothing)
+    except ValueError as e:
+        reason = str(e).split("; pass discounts=")[0]
+        raise ConfigError(f"language.smoothing: {smoothing!r} cannot be estimated at language.{key}={order} on this "
+                          f"training text ({reason}); lower language.{key} or use language.smoothing='witten_bell'"
+                          ) from None
+
+
+class LanguageTask(Task[LanguageSettings]):
+    """Sentence language models on PTB, Tiny Shakespeare or your text (module docstring)."""
+
+    data_names = ("ptb", "tiny-shakespeare", "text")
+    what = "a language corpus"
+    section = "language"
+    settings_type = LanguageSettings
+    model_kinds = (*AR_KINDS, *TRF_KINDS)
+    objective_kinds = ("ml", "nce", "dnce")
+    rules: ClassVar[dict[str, Rule]] = {
+        "level": Rule(choices=("word", "char")), "lower": Rule(), "sentence_split": Rule(),
+        "train_path": PATH, "valid_path": PATH, "test_path": PATH, "limit": COUNT, "min_count": COUNT,
+        "max_vocab": Rule(low=2), "max_length": COUNT, "order": COUNT, "smoothing": Rule(choices=SMOOTHINGS),
+        "embedding_dim": COUNT, "hidden": COUNT, "layers": COUNT, "heads": COUNT, "dropout": DROPOUT,
+        "tie_weights": Rule(), "classes": NONNEG,
+        "features": Rule(text=f"a list of TRF feature template groups ({', '.join(TEMPLATE_GROUPS)}); empty: the "
+                              "default ones", check=lambda v: all(g in TEMPLATE_GROUPS for g in v)),
+        "chains": COUNT, "trials": COUNT, "noise_order": COUNT, "noise_hidden": COUNT, "logz_samples": Rule(low=2),
+    }
+    defaults: ClassVar[dict[str, Any]] = {"eval.n_samples": 10, "eval.ais_temperatures": 200}
+    supports_ais = True
+    sample_format = "txt"
+
+    # -- configuration ------------------------------------------------------------------------
+    def check(self, cfg: Config) -> None:
+        s, kind, obj = self.settings(cfg), cfg.model.kind, cfg.objective.kind
+        if cfg.model.hidden != ModelConfig().hidden:
+            raise ConfigError(f"model.hidden: the MLP's hidden widths; a language model's sizes are "
+                              f"language.embedding_dim and language.hidden; got model.hidden={cfg.model.hidden}")
+        paths = {"train_path": s.train_path, "valid_path": s.valid_path, "test_path": s.test_path}
+        given = [k for k, v in paths.items() if v is not None]
+        if cfg.data.name == "text" and s.train_path is None:
+            raise ConfigError("language.train_path: data.name='text' trains on your own file; expected a text file "
+                              "(one sentence per line); got none: set language.train_path=FILE")
+        if cfg.data.name != "text" and given:
+            raise ConfigError(f"language.{given[0]}: your own files are read with data.name='text'; "
+                              f"data.name={cfg.data.name!r} has its own splits: drop it or set data.name=text")
+        if kind in AR_KINDS and obj != "ml":
+            raise ConfigError(f"objective.kind: {obj!r} trains a TRF (model.kind = {', '.join(TRF_KINDS)}); "
+                              f"model.kind={kind!r} is trained by maximum likelihood: expected 'ml'")
+        if kind == "transformer" and s.embedding_dim % s.heads:
+            raise ConfigError(f"language.heads: expected a divisor of language.embedding_dim={s.embedding_dim}; "
+                              f"got {s.heads}")
+        class_groups = [g for g in s.features if g.startswith("c")]
+        if kind == "trf" and class_groups and s.classes == 0:
+            raise ConfigError(f"language.features: the class templates {', '.join(class_groups)} need word "
+                              f"classes; set language.classes >= 1 or drop them")
+        if kind in TRF_KINDS and cfg.train.optimizer == "lbfgs":
+            raise ConfigError("train.optimizer: TRF objectives draw fresh samples at every evaluation, so a line "
+                              "search would compare different objectives; expected 'adam' or 'sgd'; got 'lbfgs'")
+
+    def fitted(self, cfg: Config) -> bool:
+        return cfg.model.kind == "kn"
+
+    # -- data, model, objective ----------------------------------------------------------------
+    def load(self, cfg: Config) -> LanguageData:
+        self.check(cfg)
+        return load_language_data(cfg)
+
+    def _classes(self, cfg: Config, data: LanguageData) -> Tensor | None:
+        n = self.settings(cfg).classes
+        if n == 0 or cfg.model.kind != "trf":
+            return None
+        if ("classes", n) not in data.cache:
+            data.cache["classes", n] = WordClasses.fit(data.train, len(data.vocab), n).classes
+        return data.cache["classes", n]
+
+    def build_model(self, cfg: Config, data: LanguageData) -> nn.Module:
+        s, kind, V = self.settings(cfg), cfg.model.kind, len(data.vocab)
+        if kind == "kn":
+            return _ngram(data, s.order, s.smoothing, "order")
+        if kind == "lstm":
+            return LSTMLM(V, embedding_dim=s.embedding_dim, hidden_size=s.hidden, num_layers=s.layers,
+                          dropout=s.dropout, tie_weights=s.tie_weights)
+        if kind == "transformer":
+            return TransformerLM(V, d_model=s.embedding_dim, num_heads=s.heads, num_layers=s.layers,
+                                 dim_feedforward=s.hidden, dropout=s.dropout, max_length=data.max_length,
+                                 tie_weights=s.tie_weights)
+        energy: nn.Module
+        if kind == "trf":
+            classes = self._classes(cfg, data)
+            groups = s.features or [g for g in ("w", "c", "ws", "cs", "wsh", "csh") if classes is not None or g[0] == "w"]
+            energy = DiscreteFeatures.fit(data.train, V, feature_templates(groups, s.order), classes=classes)
+        else:
+            make = Hidden2Scalar.cnn if kind == "trf-cnn" else Hidden2Scalar.bilstm
+            energy = make(V, s.embedding_dim, s.hidden, layers=s.layers, dropout=s.dropout)
+        # add-one over lengths 1..L: a held-out length unseen in training keeps a probability > 0
+        return TRF.from_corpus(energy, data.train, V, max_length=data.max_length, smoothing=1.0)
+
+    def kernel(self, cfg: Config, data: LanguageData, *, jump: bool = True) -> TransDimensional:
+        """The trans-dimensional sampler of the TRF runs (unigram proposals, class proposals with classes)."""
+        return TransDimensional(token_probs=unigram_probs(data), classes=self._classes(cfg, data),
+                                trials=self.settings(cfg).trials, sweeps=cfg.sampler.sweeps, jump=jump)
+
+    def build_objective(self, cfg: Config, data: LanguageData) -> nn.Module:
+        s, obj, V = self.settings(cfg), cfg.objective.kind, len(data.vocab)
+        if cfg.model.kind in AR_KINDS:
+            return AutoregressiveNLL()
+        if obj == "ml":
+            return AugSA(self.kernel(cfg, data), chains=s.chains)
+        if obj == "nce":
+            return TRFNCE(_ngram(data, s.noise_order, s.smoothing, "noise_order"), nu=cfg.objective.nu)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.run.seed + NOISE_SEED_OFFSET)
+            lstm = LSTMLM(V, embedding_dim=s.noise_hidden, hidden_size=s.noise_hidden, num_layers=1)
+        # the noise starts near the training unigram, </s> included (output bias = log frequency): with
+        # a zero bias its first draws would run for about V tokens before they end
+        counts = torch.bincount(data.train.tokens[data.train.mask()], minlength=V).double() + 1.0
+        counts[0] = data.size + 1.0
+        with torch.no_grad():
+            lstm.decoder.bias.copy_((counts / counts.sum()).log())
+        return DynamicNCE(lstm, nu=cfg.objective.nu)
+
+    def training_data(self, cfg: Config, data: LanguageData) -> Callable[[int, torch.Generator], tuple[Tensor, Tensor]]:
+        """Batches of sentences of similar length (:func:`~ebms.cli._language_data.length_windows`)."""
+        check_batch_size(cfg, data.size, f"training sentences of {cfg.data.name}")
+        return length_windows(data.train, cfg.run.seed)
+
+    # -- files, figures, samples ---------------------------------------------------------------
+    def write_model_files(self, run_dir: Path, cfg: Config, model: nn.Module, data: LanguageData) -> list[Path]:
+        """``vocab.txt`` and, for ``kn``, ``model.arpa``."""
+        out = [data.vocab.save(run_dir / "vocab.txt")]
+        if isinstance(model, BackoffNGram):
+            model.to_arpa(run_dir / "model.arpa", data.vocab.tokens)
+            out.append(run_dir / "model.arpa")
+        return out
+
+    def report(self, cfg: Config, model: nn.Module, data: LanguageData, step: int, *,
+               use_ais: bool = False) -> LanguageReport:
+        if use_ais and cfg.model.kind in AR_KINDS:
+            raise ConfigError(f"--ais: AIS estimates the normalisers of a TRF; model.kind={cfg.model.kind!r} is "
+                              f"normalised and its perplexity exact: drop --ais")
+        if not data.held_out:
+            raise ConfigError("language.test_path: nothing to evaluate: data.name='text' without valid_path or "
+                              "test_path; set language.test_path=FILE")
+        longest = max(int(x.lengths.max()) for x in data.held_out.values())
+        if cfg.model.kind in ("transformer", *TRF_KINDS) and longest > data.max_length:
+            raise ConfigError(f"language.max_length: the held-out text has a sentence of {longest} tokens; this "
+                              f"{cfg.model.kind} covers lengths up to {data.max_length} (the longest training sentence "
+                              f"unless language.max_length says more): train with language.max_length >= {longest}")
+        if cfg.model.kind in AR_KINDS:
+            return normalised_report(cfg, model, data, step)
+        if "test" not in data.held_out:
+            raise ConfigError("language.test_path: a TRF is evaluated on a test set; set language.test_path=FILE")
+        return trf_report(cfg, model, data, step, kernel=self.kernel(cfg, data, jump=False), use_ais=use_ais)
+
+    def sample(self, cfg: Config, model: nn.Module, data: LanguageData, *, n: int | None = None,
+               steps: int | None = None, seed: int | None = None) -> Tensor:
+        """``n`` sentences as token ids ``(n, T)``, padding 0: ancestral draws of a normalised model (cut at
+        :data:`SAMPLE_LIMIT` tokens), or ``steps`` trans-dimensional steps of a TRF from training sentences."""
+        n = cfg.eval.n_samples if n is None else n
+        g = torch.Generator().manual_seed(cfg.run.seed if seed is None else seed)
+        with torch.no_grad():
+            if isinstance(model, BackoffNGram):
+                x = model.sample(n, g, max_length=SAMPLE_LIMIT)
+            elif isinstance(model, (LSTMLM, TransformerLM)):
+                limit = min(SAMPLE_LIMIT, model.max_length or SAMPLE_LIMIT)
+                x = model.sample(n, g, max_length=limit, truncate=True)
+            else:
+                sampler = self.kernel(cfg, data)
+                start = data.train[torch.arange(n) % data.size].canonical()
+                state = sampler.init(model, start.pad_to(model.max_length))  # type: ignore[arg-type]
+                for _ in range(cfg.eval.sample_steps if steps is None else steps):
+                    state, _ = sampler.step(model, state, generator=g)
+                x = state.x
+        return x.canonical().tokens
+
+    def sample_text(self, x: Tensor, data: LanguageData) -> list[str]:
+        """The sentences of ``x`` (token ids, padding 0) as text."""
+        return data.vocab.to_text(Sequences(x, (x > 0).sum(1)))
+
+
+register(LanguageTask())
