@@ -59,8 +59,8 @@ import _common as C
 import torch
 
 from ebms.data.text import Vocabulary, ptb
-from ebms.distributions import BackoffNGram, sample_categorical
-from ebms.estimators import importance_log_z_per_length
+from ebms.distributions import BackoffNGram
+from ebms.estimators import LengthConditionalLM, importance_log_z_per_length
 from ebms.metrics import trf_perplexity
 from ebms.models.trf import TRF, DiscreteFeatures, WordClasses, feature_templates
 from ebms.objectives import AugSA, SAGain
@@ -85,39 +85,6 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--raised-prior", action="store_true",
                    help="sample lengths from the source's raised prior pi0 (default: pi0 = pi, the chains' start)")
     p.add_argument("--seed", type=int, default=0)
-
-
-class KNLengthProposal:
-    """``q(x | l)``: a backoff n-gram's next-word laws with ``</s>`` removed, normalised at every length."""
-
-    conditional_on_length = True
-
-    def __init__(self, lm: BackoffNGram, *, chunk: int = 1024) -> None:
-        self.lm, self.chunk = lm, chunk
-        self.start_end = float(lm.next_log_probs(Sequences(torch.zeros(1, 1, dtype=torch.long),
-                                                           torch.zeros(1, dtype=torch.long)))[0, 0])
-
-    def sample(self, n: int, *, lengths: torch.Tensor, generator: torch.Generator | None = None) -> Sequences:
-        out = torch.zeros(n, int(lengths.max()), dtype=torch.long)
-        for a in range(0, n, self.chunk):
-            ls = lengths[a:a + self.chunk]
-            tok = out[a:a + self.chunk]
-            for t in range(int(ls.max())):
-                rows = (ls > t).nonzero().squeeze(1)
-                logits = self.lm.next_log_probs(Sequences(tok[rows, :max(t, 1)], torch.full_like(rows, t)))
-                logits[:, 0] = -math.inf
-                tok[rows, t] = sample_categorical(logits, generator)
-        return Sequences(out, lengths.clone())
-
-    def log_prob(self, x: Sequences) -> torch.Tensor:
-        tl = self.lm.token_log_probs(x)  # (B, T + 1): log p(x_t | h_t) for t < l
-        end = torch.full_like(tl, self.start_end)  # end[:, t] = log p(</s> | x_<t)
-        for t in range(1, x.max_length):
-            rows = (x.lengths > t).nonzero().squeeze(1)
-            if rows.numel():
-                end[rows, t] = self.lm.token_log_probs(Sequences(x.tokens[rows, :t], torch.full_like(rows, t)))[:, t]
-        keep = torch.arange(tl.shape[1]) < x.lengths[:, None]
-        return ((tl - torch.log1p(-end.exp())) * keep).sum(1)
 
 
 def kn_weights(feats: DiscreteFeatures, kn: BackoffNGram) -> tuple[torch.Tensor, int]:
@@ -203,7 +170,7 @@ def main() -> None:
     L = max(int(train.lengths.max()), int(test.lengths.max()))
     pi = torch.bincount(train.lengths, minlength=L + 1)[1:].double() + 1.0
     trf = TRF(feats, pi, V, sampling_length_probs=TRF.raised_length_prior(pi) if args.raised_prior else None)
-    proposal = KNLengthProposal(kn_init)
+    proposal = LengthConditionalLM(kn_init)  # q(x | l): KN4's next-word laws without </s>
     with torch.no_grad():
         start = importance_log_z_per_length(trf, proposal, init_draws, generator=g, batch_size=4096)
         trf.log_z.copy_(torch.tensor([e.estimate for e in start.estimates]))

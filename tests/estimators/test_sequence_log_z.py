@@ -17,7 +17,7 @@ import math
 import pytest
 import torch
 
-from ebms.distributions import NGram
+from ebms.distributions import BackoffNGram, NGram
 from ebms.estimators import (
     Estimate,
     LengthConditionalLM,
@@ -246,18 +246,29 @@ def small_lstm() -> LSTMLM:
     return LSTMLM(V, embedding_dim=4, hidden_size=8).eval()
 
 
-def test_length_conditional_lm_is_normalised_at_every_length():
-    q = LengthConditionalLM(small_lstm())
+def small_kn() -> BackoffNGram:
+    """A Witten-Bell trigram of a tiny corpus (next_log_probs, no lm(inputs, state) call)."""
+    corpus = [[1, 2, 3], [2, 2], [3, 1, 1, 2], [1], [2, 3, 3, 1]]
+    return BackoffNGram.fit(Sequences.from_lists(corpus), V, order=3, smoothing="witten_bell")
+
+
+PROPOSAL_LMS = {"lstm": small_lstm, "kn": small_kn}
+
+
+@pytest.mark.parametrize("lm", sorted(PROPOSAL_LMS))
+def test_length_conditional_lm_is_normalised_at_every_length(lm):
+    q = LengthConditionalLM(PROPOSAL_LMS[lm]())
     for n in range(1, L + 1):
         block = next(TokenSequences(V - 1, n, min_length=n).enumerate(1 << 16))
         lp = q.log_prob(Sequences(block.tokens + 1, block.lengths))
         assert float(torch.logsumexp(lp, 0)) == pytest.approx(0.0, abs=1e-9)
 
 
-def test_length_conditional_lm_draws_follow_its_log_prob():
+@pytest.mark.parametrize("lm", sorted(PROPOSAL_LMS))
+def test_length_conditional_lm_draws_follow_its_log_prob(lm):
     """S = 20000 draws at length 2 (9 sentences) against exp(log_prob): TV within
     1/2 sum sqrt(p(1-p)/S) + z/(2 sqrt S), z = 4.3 (McDiarmid, failure < 1e-4)."""
-    q = LengthConditionalLM(small_lstm())
+    q = LengthConditionalLM(PROPOSAL_LMS[lm]())
     S = 20000
     x = q.sample(S, lengths=2, generator=torch.Generator().manual_seed(8))
     block = next(TokenSequences(V - 1, 2, min_length=2).enumerate(1 << 16))
@@ -269,16 +280,33 @@ def test_length_conditional_lm_draws_follow_its_log_prob():
     assert x.lengths.tolist() == [2] * S and bool((x.tokens > 0).all())
 
 
-def test_importance_with_an_lstm_proposal_matches_exact_log_z():
+def test_length_conditional_ngram_is_the_ngram_without_the_boundary():
+    # q(x | l) = prod_t p(x_t | h_t) / (1 - p(</s> | h_t)), from the n-gram's own token_log_probs
+    kn = small_kn()
+    rows = [[1, 2, 3], [3], [2, 2, 1, 3]]
+    x = Sequences.from_lists(rows)
+    want = []
+    for row in rows:
+        total = 0.0
+        for t in range(len(row)):
+            prefix = Sequences(torch.tensor([row[:t] or [0]]), torch.tensor([t]))
+            nxt = kn.next_log_probs(prefix)[0].double()
+            total += float(nxt[row[t]] - torch.log1p(-nxt[0].exp()))
+        want.append(total)
+    torch.testing.assert_close(LengthConditionalLM(kn).log_prob(x), torch.tensor(want, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("lm", sorted(PROPOSAL_LMS))
+def test_importance_with_an_lm_proposal_matches_exact_log_z(lm):
     model, exact, _ = setup()
-    q = LengthConditionalLM(small_lstm())
+    q = LengthConditionalLM(PROPOSAL_LMS[lm]())
     est = importance_log_z_per_length(model, q, 3000, generator=torch.Generator().manual_seed(9))
     assert_within(est, exact)
     assert est.estimates[0].settings["proposal"] == "LengthConditionalLM"
 
 
 def test_length_conditional_lm_validation():
-    with pytest.raises(TypeError, match="lm: expected an autoregressive LM with vocab_size"):
+    with pytest.raises(TypeError, match="lm: expected an autoregressive LM with vocab_size.* or an n-gram"):
         LengthConditionalLM(object())
     q = LengthConditionalLM(small_lstm())
     with pytest.raises(ValueError, match="x: expected token ids in .* other than the boundary 0"):

@@ -1,7 +1,8 @@
 r"""A length-conditional proposal from an autoregressive LM, for per-length :math:`\log Z_l` estimation.
 
 An autoregressive LM ``p`` (LSTM, Transformer: ``lm(inputs, state) -> (logits, state)``, the
-:class:`~ebms.models.lm.AutoregressiveLM` contract) is a law over all lengths. At a fixed length
+:class:`~ebms.models.lm.AutoregressiveLM` contract; or an n-gram with ``next_log_probs(prefixes)``,
+e.g. :class:`~ebms.distributions.BackoffNGram`) is a law over all lengths. At a fixed length
 :math:`l` the proposal takes its next-token law with ``</s>`` removed:
 
 .. math::  q(x \mid l) = \prod_{t=1}^{l} \frac{p(x_t \mid x_{<t})}{1 - p(\texttt{</s>} \mid x_{<t})},
@@ -13,7 +14,8 @@ all completions of each prefix; it does not need to be: any normalised :math:`q(
 gives unbiased :math:`\hat Z_l`.
 
 Cost: ``log_prob`` one LM pass over ``B`` sentences; ``sample`` one incremental LM step per
-position (``max(lengths)`` steps for the whole batch).
+position (``max(lengths)`` steps for the whole batch). An n-gram scores the ``V`` outcomes after
+every prefix: ``O(B T V)`` time for both, in ``max(lengths)`` calls of ``(B, V)`` each.
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ class LengthConditionalLM:
 
     Args:
         lm: an autoregressive LM with ``vocab_size`` and ``lm(inputs (B, S), state) -> (logits (B, S, V),
-            state)`` (e.g. :class:`~ebms.models.lm.LSTMLM`, :class:`~ebms.models.lm.TransformerLM`);
-            used in its current mode (call ``eval()`` first for its law without dropout).
+            state)`` (e.g. :class:`~ebms.models.lm.LSTMLM`, :class:`~ebms.models.lm.TransformerLM`),
+            used in its current mode (call ``eval()`` first for its law without dropout); or an
+            n-gram with ``vocab_size`` and ``next_log_probs(prefixes: Sequences) -> (B, V)``
+            (:class:`~ebms.distributions.BackoffNGram`).
         boundary: the id of ``<s>``/``</s>`` (0 by the token contract).
 
     Example:
@@ -51,9 +55,10 @@ class LengthConditionalLM:
     conditional_on_length = True
 
     def __init__(self, lm: Any, *, boundary: int = 0) -> None:
-        if not callable(lm) or not isinstance(getattr(lm, "vocab_size", None), int):
+        self.ngram = callable(getattr(lm, "next_log_probs", None))
+        if not (callable(lm) or self.ngram) or not isinstance(getattr(lm, "vocab_size", None), int):
             raise TypeError(f"lm: expected an autoregressive LM with vocab_size and lm(inputs, state) -> (logits, "
-                            f"state); got {type(lm).__name__}")
+                            f"state), or an n-gram with vocab_size and next_log_probs; got {type(lm).__name__}")
         self.lm = lm
         self.vocab_size = lm.vocab_size
         self.boundary = check_int(boundary, "boundary", minimum=0)
@@ -62,9 +67,15 @@ class LengthConditionalLM:
 
     def _device(self) -> torch.device:
         if isinstance(self.lm, nn.Module):
-            for p in self.lm.parameters():
+            for p in (*self.lm.parameters(), *self.lm.buffers()):
                 return p.device
         return torch.device("cpu")
+
+    def _ngram_next(self, tokens: Tensor, rows: Tensor, t: int) -> Tensor:
+        """Next-token log-probabilities without ``</s>`` after the prefixes ``tokens[rows, :t]``, ``(R, V)``."""
+        prefix = tokens[rows, : max(t, 1)] if t > 0 else tokens.new_zeros(rows.numel(), 1)
+        lengths = torch.full((rows.numel(),), t, dtype=torch.long, device=tokens.device)
+        return self._log_softmax(self.lm.next_log_probs(Sequences(prefix, lengths, validate=False)))
 
     def _log_softmax(self, logits: Tensor) -> Tensor:
         """Next-token log-probabilities without ``</s>``, float64 ``(..., V)``."""
@@ -85,6 +96,15 @@ class LengthConditionalLM:
                              f"within lengths; sentence {i} has {int(x.tokens[i, t])} at position {t}")
         if tok.shape[1] == 0:
             return torch.zeros(x.batch_size, dtype=torch.float64, device=tok.device)
+        if self.ngram:
+            out = torch.zeros(x.batch_size, dtype=torch.float64, device=tok.device)
+            lengths = x.lengths.to(tok.device)
+            with torch.no_grad():
+                for t in range(tok.shape[1]):
+                    rows = (lengths > t).nonzero().squeeze(1)
+                    lp = self._ngram_next(tok, rows, t).to(out.device)
+                    out[rows] += lp.gather(1, tok[rows, t].unsqueeze(1)).squeeze(1)
+            return out
         start = torch.full((x.batch_size, 1), self.boundary, dtype=torch.long, device=tok.device)
         with torch.no_grad():
             logits, _ = self.lm(torch.cat([start, tok[:, :-1]], 1), None)
@@ -108,6 +128,12 @@ class LengthConditionalLM:
         tokens = torch.zeros(n, T, dtype=torch.long, device=dev)
         w = torch.full((n,), self.boundary, dtype=torch.long, device=dev)
         state = None
+        if self.ngram:
+            with torch.no_grad():
+                for t in range(T):
+                    rows = (ls > t).nonzero().squeeze(1)
+                    tokens[rows, t] = sample_categorical(self._ngram_next(tokens, rows, t), generator).to(dev)
+            return Sequences(tokens, ls, validate=False)
         with torch.no_grad():
             for t in range(T):
                 logits, state = self.lm(w.unsqueeze(1), state)
