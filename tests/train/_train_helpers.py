@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -128,3 +132,25 @@ def events(run_dir, kind: str | None = None) -> list[dict]:
 
     recs = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
     return [r for r in recs if "event" in r and (kind is None or r["event"] == kind)]
+
+
+#: messages of a lost port race between torchrun and other processes on the machine
+PORT_RACE = ("EADDRINUSE", "Address already in use", "address already in use")
+
+
+def run_torchrun(worker: Path, *args: str, nproc: int = 2) -> None:
+    """Run ``worker args`` on ``nproc`` gloo ranks (CPU; torchrun --standalone picks a free port).
+
+    One retry, only for a lost port race; a failure asserts with the end of the log.
+    """
+    drop = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["OMP_NUM_THREADS"] = "1"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
+           str(worker), *args]
+    for attempt in range(2):
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+        log = proc.stdout[-4000:] + proc.stderr[-4000:]
+        if proc.returncode == 0 or attempt == 1 or not any(m in log for m in PORT_RACE):
+            break
+    assert proc.returncode == 0, log

@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import safetensors.torch
 import torch
-from _train_helpers import GaussianML, events, make_trainer, metric_lines
+from _train_helpers import GaussianML, events, make_trainer, metric_lines, run_torchrun
 
 from ebms.train import DistributedContext
 
 WORKER = Path(__file__).with_name("_ddp_worker.py")
-PORT_RACE = ("EADDRINUSE", "Address already in use", "address already in use")
 
 
 
@@ -24,16 +20,7 @@ PORT_RACE = ("EADDRINUSE", "Address already in use", "address already in use")
 def ddp_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Run the two-rank worker once (CPU, gloo, torchrun --standalone picks a free port)."""
     out = tmp_path_factory.mktemp("ddp")
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env["OMP_NUM_THREADS"] = "1"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(WORKER), str(out)]
-    for attempt in range(2):
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
-        log = proc.stdout[-4000:] + proc.stderr[-4000:]
-        # one retry only for a lost port race with other processes on the machine
-        if proc.returncode == 0 or attempt == 1 or not any(m in log for m in PORT_RACE):
-            break
-    assert proc.returncode == 0, log
+    run_torchrun(WORKER, str(out))
     return out
 
 

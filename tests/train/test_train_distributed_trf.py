@@ -25,39 +25,24 @@ different realisation of the same random algorithm: equal to one process in law,
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import safetensors.torch
 import torch
 from _ddp_trf_worker import BATCH, NU, SEEDS, SETTINGS, ShardNoise, noise_lm, parameters, trainer
-from _train_helpers import metric_lines
+from _train_helpers import metric_lines, run_torchrun
 
 from ebms.objectives.trf_nce import TRFNCE
 from ebms.train import DistributedContext
 
 WORKER = Path(__file__).with_name("_ddp_trf_worker.py")
-PORT_RACE = ("EADDRINUSE", "Address already in use", "address already in use")
 ONE = DistributedContext()
 
 
 def _run_worker(out: Path, mode: str) -> None:
-    """Run the two-rank worker in ``mode`` (CPU, gloo, torchrun --standalone picks a free port)."""
-    drop = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    env["OMP_NUM_THREADS"] = "1"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(WORKER),
-           str(out), mode]
-    for attempt in range(2):
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
-        log = proc.stdout[-4000:] + proc.stderr[-4000:]
-        # one retry only for a lost port race with other processes on the machine
-        if proc.returncode == 0 or attempt == 1 or not any(m in log for m in PORT_RACE):
-            break
-    assert proc.returncode == 0, log
+    """Run the two-rank worker in ``mode``."""
+    run_torchrun(WORKER, str(out), mode)
 
 
 @pytest.fixture(scope="module")
