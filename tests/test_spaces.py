@@ -215,3 +215,16 @@ def test_position_variants_messages_name_argument_and_value():
         space.position_variants(x, True)
     with pytest.raises(ValueError, match=r"position: expected an int or a LongTensor \(2,\); got torch.int32 \(2,\)"):
         space.position_variants(x, torch.tensor([0, 1], dtype=torch.int32))
+
+
+def test_token_sequences_validate_sentences_refuses_the_boundary_inside_a_sentence():
+    space = TokenSequences(4, 3, min_length=1)
+    ok = Sequences(torch.tensor([[1, 2, 0], [3, 0, 0]]), torch.tensor([2, 1]))  # 0s only in the padding
+    assert space.validate_sentences(ok) is ok
+    bad = Sequences(torch.tensor([[1, 2, 0], [3, 0, 0]]), torch.tensor([2, 2]))
+    with pytest.raises(ValueError, match=r"batch.tokens: id 0 is the sentence boundary .* sequence 1, position 1"):
+        space.validate_sentences(bad, "batch")
+    with pytest.raises(ValueError, match="id 3 is the sentence boundary"):
+        space.validate_sentences(ok, boundary=3)
+    with pytest.raises(ValueError, match=r"x.lengths: expected lengths in \[1, 3\]"):  # validate's checks first
+        space.validate_sentences(Sequences(torch.tensor([[1, 2, 3, 1]]), torch.tensor([4])))

@@ -68,12 +68,7 @@ def sentences(batch: Any, name: str = "batch") -> Sequences:
 
 def check_in_space(x: Sequences, space: TokenSequences, name: str) -> Sequences:
     """Lengths in ``[1, L]`` and ids in ``[1, V)`` (id 0 is the boundary), cut to width ``L``."""
-    space.validate(x, name)
-    zero = x.mask() & (x.tokens == 0)
-    if bool(zero.any()):
-        b, t = (int(i) for i in zero.nonzero()[0])
-        raise ValueError(f"{name}.tokens: id 0 is the sentence boundary and cannot occur inside a sentence; "
-                         f"got it at sequence {b}, position {t}")
+    space.validate_sentences(x, name)
     return Sequences(x.tokens[:, : space.max_length], x.lengths, validate=False)
 
 

@@ -109,6 +109,21 @@ class TokenSequences:
             )
         return x
 
+    def validate_sentences(self, x: Any, name: str = "x", *, boundary: int = 0) -> Sequences:
+        """:meth:`validate`, and no ``boundary`` id (``</s>``/``<s>``, 0 by the LM token contract)
+        inside a sentence: the check of a sentence model's input (one more host sync).
+
+        Returns:
+            ``x`` itself.
+        """
+        self.validate(x, name)
+        inside = x.mask() & (x.tokens == boundary)
+        if bool(inside.any()):
+            b, t = (int(i) for i in inside.nonzero()[0])
+            raise ValueError(f"{name}.tokens: id {boundary} is the sentence boundary and cannot occur inside a "
+                             f"sentence; got it at sequence {b}, position {t}")
+        return x
+
     # --- random starts ------------------------------------------------------------------------
     def random(
         self,

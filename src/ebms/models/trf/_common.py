@@ -46,14 +46,8 @@ def variant_scores(energy: object, x: Sequences, position: Tensor, candidates: T
 
 
 def check_sentences(x: Sequences, space: TokenSequences, name: str = "x") -> Sequences:
-    """Lengths in ``[1, max_length]``, ids in ``[1, V)`` (one host sync)."""
-    space.validate(x, name)
-    zero = x.mask() & (x.tokens == 0)
-    if bool(zero.any()):
-        b, t = (int(i) for i in zero.nonzero()[0])
-        raise ValueError(f"{name}.tokens: id 0 is the sentence boundary and cannot occur inside a sentence; "
-                         f"got it at sequence {b}, position {t}")
-    return x
+    """Lengths in ``[1, max_length]``, ids in ``[1, V)`` (:meth:`TokenSequences.validate_sentences`)."""
+    return space.validate_sentences(x, name)
 
 
 def single_token_log_z(energy: object, vocab_size: int, device: torch.device) -> Tensor:
