@@ -22,7 +22,12 @@ Workload:
     training    AugSA (``ebms.objectives.AugSA``): ``--chains`` persistent chains of the class-based
                 trans-dimensional sampler (``TransDimensional``: unigram proposals, class proposals,
                 one sweep per step), one move per step, batches of ``--batch`` training sentences
-                (shuffled epochs), Adam at constant ``--lr`` on the feature weights, zeta by the SA rule
+                (shuffled epochs). The feature weights move by ``--optimizer``: ``sa`` (default) is the
+                source's update (``ebms.train.ScaledSGD``): the gradient divided by each feature's
+                within-length empirical variance (``feature_moments``), plus L2 ``--l2`` (4e-5, the
+                source's PTB recipe), each coordinate's step clipped to +-1, at the rate
+                ``SAGain(3000, 0, 2000)`` (1/3001 for 2,000 steps, then 1/t); ``adam`` is Adam at constant
+                ``--lr`` (session 4's run: it moved the weights faster than zeta could follow). Zeta by the SA rule
                 with rate ``SAGain(0, 0.6, 500, scale=--zeta-scale)`` and the exact ``log Z_1`` anchor;
                 stopped after ``--minutes`` of training or ``--steps`` steps, whichever comes first.
     evaluation  ``ebms.metrics.trf_perplexity`` with the training zeta and with ``log Z_l`` re-estimated
@@ -53,6 +58,7 @@ import argparse
 import math
 import resource
 import time
+from pathlib import Path
 from typing import Any
 
 import _common as C
@@ -62,10 +68,13 @@ from ebms.data.text import Vocabulary, ptb
 from ebms.distributions import BackoffNGram
 from ebms.estimators import LengthConditionalLM, importance_log_z_per_length
 from ebms.metrics import trf_perplexity
-from ebms.models.trf import TRF, DiscreteFeatures, WordClasses, feature_templates
+from ebms.models.trf import TRF, DiscreteFeatures, WordClasses, feature_moments, feature_templates
 from ebms.objectives import AugSA, SAGain
 from ebms.samplers.trans_dimensional import TransDimensional
 from ebms.sequences import Sequences
+from ebms.train import ScaledSGD
+
+WEIGHT_GAIN = SAGain(3000.0, 0.0, 2000)  # the source's PTB recipe: gamma_lambda = "3000,0", t0 = 2000
 
 BENCH = "repro_trf_ptb"
 GROUPS = ("w", "c", "ws", "cs", "wsh", "csh")
@@ -78,7 +87,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=None, help="most AugSA steps (default unlimited; quick: 5)")
     p.add_argument("--chains", type=int, default=None, help="AugSA chains (default 100; quick 20)")
     p.add_argument("--batch", type=int, default=100, help="training sentences per step")
+    p.add_argument("--optimizer", choices=("sa", "adam"), default="sa",
+                   help="the weights' update: the source's variance-scaled SGD (sa) or Adam")
     p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate of the feature weights")
+    p.add_argument("--l2", type=float, default=4e-5, help="L2 of the sa update (the source's reg)")
+    p.add_argument("--save-model", default="runs/benchmarks/repro_trf_ptb/trf.pt",
+                   help="where the trained TRF is saved for benchmarks/trf_logz_ais.py ('' or --no-save: not saved)")
     p.add_argument("--zeta-scale", type=float, default=0.1, help="scale of zeta's SA rate")
     p.add_argument("--logz-draws", type=int, default=None, help="IS draws per test length (default 500; quick 20)")
     p.add_argument("--init-draws", type=int, default=None, help="IS draws per length for zeta's start (100; 10)")
@@ -183,7 +197,14 @@ def main() -> None:
     unigram[0] = 0.0
     sampler = TransDimensional(token_probs=unigram / unigram.sum(), classes=classes, sweeps=1)
     objective = AugSA(sampler, chains=chains, zeta_gain=SAGain(0.0, 0.6, 500, scale=args.zeta_scale))
-    opt = torch.optim.Adam(trf.field.parameters(), lr=args.lr)
+    t1 = time.perf_counter()
+    if args.optimizer == "sa":
+        _, variance = feature_moments(feats, train)
+        opt: torch.optim.Optimizer = ScaledSGD(trf.field.parameters(), lr=WEIGHT_GAIN(0),
+                                               scales={feats.weight: variance}, l2=args.l2, clip=1.0)
+    else:
+        opt = torch.optim.Adam(trf.field.parameters(), lr=args.lr)
+    moments_s = time.perf_counter() - t1
     perm, at, step, last = torch.randperm(train.batch_size, generator=g), 0, 0, {}
     t0 = time.perf_counter()
     while (max_steps is None or step < max_steps) and (minutes is None or time.perf_counter() - t0 < 60 * minutes):
@@ -194,6 +215,8 @@ def main() -> None:
         out = objective(trf, batch, generator=g)
         opt.zero_grad()
         out.loss.backward()
+        if args.optimizer == "sa":
+            opt.param_groups[0]["lr"] = WEIGHT_GAIN(step)
         opt.step()
         step += 1
         last = {k: float(v) for k, v in out.metrics.items()}
@@ -249,6 +272,7 @@ def main() -> None:
          steps_per_epoch * s_per_step],
         ["training steps / sentences seen / epochs", f"{step} / {step * args.batch} / {step / steps_per_epoch:.2f}"],
         [f"recipe {RECIPE_STEPS} steps, extrapolated h", RECIPE_STEPS * s_per_step / 3600],
+        ["feature variances s" if args.optimizer == "sa" else "optimizer set-up s", moments_s],
         ["log Z re-estimation s", eval_s], ["peak RSS MB", rss], ["wall s", wall]]))
     detail = (f"TRF {re.perplexity:.2f} vs KN5 {kn5_ppl:.2f} ({100 * gap:+.1f} %) after {train_s / 60:.1f} min "
               f"({step / steps_per_epoch:.2f} epochs); the monograph's ~10 % reduction (~{target:.0f}) comes after "
@@ -275,7 +299,8 @@ def main() -> None:
               "workload": {"train_sentences": train.batch_size, "test_sentences": test.batch_size,
                            "test_tokens": test_tokens, "vocab": V, "groups": GROUPS, "order": order,
                            "classes": n_classes, "features": feats.num_features, "kn_init_weights": n_init,
-                           "max_length": L, "chains": chains, "batch": args.batch, "lr": args.lr,
+                           "max_length": L, "chains": chains, "batch": args.batch, "optimizer": args.optimizer,
+                           "lr": args.lr if args.optimizer == "adam" else repr(WEIGHT_GAIN), "l2": args.l2,
                            "zeta_scale": args.zeta_scale, "raised_prior": args.raised_prior, "minutes": minutes,
                            "max_steps": max_steps, "logz_draws": logz_draws, "init_draws": init_draws,
                            "seed": args.seed},
@@ -288,6 +313,12 @@ def main() -> None:
                         "zeta": dict(zip(lengths, [float(trf.log_normalisers().detach()[n - 1]) for n in lengths])),
                         "last_metrics": last, "eval_s": eval_s},
               "speed": {"sampler_step_s": sampler_s, "s_per_step": s_per_step, "steps_per_epoch": steps_per_epoch}}
+    if args.save_model and not args.no_save and not q:
+        out = Path(args.save_model)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"trf": trf, "classes": classes, "vocab_size": V, "order": order, "unigram": unigram,
+                    "steps": step}, out)
+        C.note(f"[{BENCH}] saved the trained TRF to {out} (for benchmarks/trf_logz_ais.py --model)")
     path = C.save_results(("quick/" if q else "") + BENCH, record, enabled=not args.no_save)
     if path is not None:
         C.note(f"[{BENCH}] wrote {path}")

@@ -160,3 +160,29 @@ def test_dnce_noise_starts_at_the_unigram_so_its_draws_end(tmp_path: Path) -> No
     assert float(end) == pytest.approx(rate, rel=0.5)
     draws = noise.sample(50, generator=torch.Generator().manual_seed(1), max_length=200)
     assert int(draws.lengths.max()) < 200
+
+
+def test_feature_scaling_builds_scaled_sgd_with_the_training_variances(tmp_path: Path) -> None:
+    from ebms.models.trf import feature_moments
+    from ebms.train import ScaledSGD
+
+    cfg = validate_config(load_config(None, [*_files(tmp_path), "model.kind=trf", "train.optimizer=sgd",
+                                             "train.lr=0.1", "train.weight_decay=0.01", "language.feature_scaling=true",
+                                             "language.step_clip=0.5"]), device=False)
+    task = task_for(cfg)
+    data = task.load(cfg)
+    model = task.build_model(cfg, data)
+    make = task.build_optimizer(cfg, data)
+    assert make is not None
+    opt = make([{"params": list(model.parameters())}])
+    assert isinstance(opt, ScaledSGD) and opt.defaults == {"lr": 0.1, "l2": 0.01, "clip": 0.5}
+    # one step on a known gradient is the source's: -lr clip((g + l2 w) / (v + l2), +-clip)
+    _, var = feature_moments(model.field, data.train)
+    w = model.field.weight
+    g = torch.linspace(-1.0, 1.0, w.numel(), dtype=w.dtype)
+    w.grad = g.clone()
+    opt.step()
+    want = -0.1 * ((g.double() / (var + 0.01)).clamp(-0.5, 0.5))
+    torch.testing.assert_close(w.detach().double(), want, rtol=1e-6, atol=1e-7)
+    plain = validate_config(load_config(None, [*_files(tmp_path), "model.kind=trf"]), device=False)
+    assert task.build_optimizer(plain, task.load(plain)) is None  # train.optimizer decides

@@ -24,6 +24,10 @@ lengths and the Transformer's positions (unset: the longest training sentence).
   trans-dimensional sampler, ``language.trials`` trials, ``sampler.sweeps`` sweeps), NCE (``nce``:
   noise a KN n-gram of order ``language.noise_order``, ``objective.nu`` draws per sentence) or
   dynamic NCE (``dnce``: noise an LSTM of ``language.noise_hidden`` units trained jointly).
+  ``language.feature_scaling`` (``trf`` with ``train.optimizer = "sgd"``): the authors' update of
+  the feature weights, :class:`~ebms.train.ScaledSGD` with each feature's gradient divided by its
+  within-length empirical variance, ``train.weight_decay`` as the L2 term and each step clipped to
+  ``language.step_clip`` (the recipe ``trf-ptb``).
 
 ``eval``: exact perplexity for the normalised models; for a TRF the training-:math:`\\zeta` and the
 re-estimated perplexity with its interval (:mod:`ebms.cli._language_eval`). ``sample``: sentences,
@@ -41,7 +45,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from ebms.cli._config_rules import COUNT, DROPOUT, NONNEG, Rule
+from ebms.cli._config_rules import COUNT, DROPOUT, NONNEG, POS, Rule
 from ebms.cli._language_data import LanguageData, length_windows, load_language_data, unigram_probs
 from ebms.cli._language_eval import LanguageReport, normalised_report, trf_report
 from ebms.cli.config import Config, ConfigError, ModelConfig
@@ -49,6 +53,7 @@ from ebms.cli.tasks import Task, check_batch_size, register
 from ebms.distributions import BackoffNGram
 from ebms.models.lm import LSTMLM, TransformerLM
 from ebms.models.trf import TEMPLATE_GROUPS, TRF, DiscreteFeatures, Hidden2Scalar, WordClasses, feature_templates
+from ebms.models.trf.moments import feature_moments
 from ebms.objectives import AutoregressiveNLL
 from ebms.objectives.trf_augsa import AugSA
 from ebms.objectives.trf_nce import TRFNCE, DynamicNCE
@@ -99,6 +104,8 @@ class LanguageSettings:
     noise_order: int = 2
     noise_hidden: int = 200
     logz_samples: int = 1000
+    feature_scaling: bool = False
+    step_clip: float = 1.0
 
 
 PATH = Rule(text="a file path (not empty)", check=_path)
@@ -133,6 +140,7 @@ class LanguageTask(Task[LanguageSettings]):
         "features": Rule(text=f"a list of TRF feature template groups ({', '.join(TEMPLATE_GROUPS)}); empty: the "
                               "default ones", check=lambda v: all(g in TEMPLATE_GROUPS for g in v)),
         "chains": COUNT, "trials": COUNT, "noise_order": COUNT, "noise_hidden": COUNT, "logz_samples": Rule(low=2),
+        "feature_scaling": Rule(), "step_clip": POS,
     }
     defaults: ClassVar[dict[str, Any]] = {"eval.n_samples": 10, "eval.ais_temperatures": 200}
     supports_ais = True
@@ -162,6 +170,11 @@ class LanguageTask(Task[LanguageSettings]):
         if kind == "trf" and class_groups and s.classes == 0:
             raise ConfigError(f"language.features: the class templates {', '.join(class_groups)} need word "
                               f"classes; set language.classes >= 1 or drop them")
+        if s.feature_scaling and (kind != "trf" or cfg.train.optimizer != "sgd" or cfg.train.momentum != 0):
+            raise ConfigError(f"language.feature_scaling: the source's variance-scaled steps are for the discrete TRF "
+                              f"with plain SGD; expected model.kind='trf', train.optimizer='sgd' and train.momentum=0; "
+                              f"got model.kind={kind!r}, train.optimizer={cfg.train.optimizer!r}, "
+                              f"train.momentum={cfg.train.momentum}")
         if kind in TRF_KINDS and cfg.train.optimizer == "lbfgs":
             raise ConfigError("train.optimizer: TRF objectives draw fresh samples at every evaluation, so a line "
                               "search would compare different objectives; expected 'adam' or 'sgd'; got 'lbfgs'")
@@ -198,6 +211,7 @@ class LanguageTask(Task[LanguageSettings]):
             classes = self._classes(cfg, data)
             groups = s.features or [g for g in ("w", "c", "ws", "cs", "wsh", "csh") if classes is not None or g[0] == "w"]
             energy = DiscreteFeatures.fit(data.train, V, feature_templates(groups, s.order), classes=classes)
+            data.cache["features"] = energy  # build_optimizer's feature variances
         else:
             make = Hidden2Scalar.cnn if kind == "trf-cnn" else Hidden2Scalar.bilstm
             energy = make(V, s.embedding_dim, s.hidden, layers=s.layers, dropout=s.dropout)
@@ -227,6 +241,25 @@ class LanguageTask(Task[LanguageSettings]):
         with torch.no_grad():
             lstm.decoder.bias.copy_((counts / counts.sum()).log())
         return DynamicNCE(lstm, nu=cfg.objective.nu)
+
+    def build_optimizer(self, cfg: Config, data: LanguageData) -> Callable[[list[dict[str, Any]]], torch.optim.Optimizer] | None:
+        """With ``language.feature_scaling``: :class:`~ebms.train.ScaledSGD` on the discrete TRF's weights,
+        each feature's step divided by its within-length variance on the training sentences
+        (:func:`~ebms.models.trf.feature_moments`), L2 ``train.weight_decay`` (added to the gradient and
+        to the variance, as in the source), steps clipped to ``language.step_clip``."""
+        s = self.settings(cfg)
+        if not s.feature_scaling:
+            return None
+        feats = data.cache["features"]
+        _, variance = feature_moments(feats, data.train)
+        t = cfg.train
+
+        def make(groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
+            from ebms.train import ScaledSGD
+
+            return ScaledSGD(groups, lr=t.lr, scales={feats.weight: variance}, l2=t.weight_decay, clip=s.step_clip)
+
+        return make
 
     def training_data(self, cfg: Config, data: LanguageData) -> Callable[[int, torch.Generator], tuple[Tensor, Tensor]]:
         """Batches of sentences of similar length (:func:`~ebms.cli._language_data.length_windows`)."""

@@ -37,6 +37,7 @@ from ebms.train.distributed import DistributedContext
 from ebms.train.guard import DivergenceGuard, TrainingDiverged
 from ebms.train.owlqn import OWLQN
 from ebms.train.protocols import ClosureOptimizer, GradientObjective, OptimizerLike, ReportsStep, needs_closure
+from ebms.train.scaled_sgd import ScaledSGD
 from ebms.train.sgd import LeanSGD
 from ebms.train.trainer import Trainer, TrainResult
 
@@ -55,6 +56,7 @@ __all__ = [
     "PeriodicEval",
     "ReportsStep",
     "SampleSnapshot",
+    "ScaledSGD",
     "TrainResult",
     "Trainer",
     "TrainingDiverged",

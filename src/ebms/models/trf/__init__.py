@@ -6,6 +6,8 @@ r"""Energy-based language models over sentences: TRF and GN-ELM (monograph chapt
   templates, :func:`feature_templates`), :class:`Hidden2Scalar` (CNN / BiLSTM encoders),
   :class:`SumTargetLogit` (causal logits), :class:`MixedEnergy` (their sum).
 * :class:`WordClasses` — exchange clustering for class features and class-based proposals.
+* :func:`feature_moments` — data means and within-length variances of discrete features (the
+  per-feature step scales of :class:`~ebms.train.ScaledSGD`).
 * :func:`exact_log_z` — per-length :math:`\log Z_l` by enumeration on tiny vocabularies.
 
 Token id 0 is the sentence boundary: sentences hold ids ``1..V-1``. Sampling over lengths is
@@ -19,6 +21,7 @@ from ebms.models.trf.gnelm import GNELM
 from ebms.models.trf.hidden2scalar import Hidden2Scalar
 from ebms.models.trf.mixed import MixedEnergy
 from ebms.models.trf.model import TRF
+from ebms.models.trf.moments import feature_moments
 from ebms.models.trf.sum_target_logit import SumTargetLogit
 from ebms.models.trf.templates import DEFAULT_GROUPS, TEMPLATE_GROUPS, Template, feature_templates
 
@@ -34,5 +37,6 @@ __all__ = [
     "Template",
     "WordClasses",
     "exact_log_z",
+    "feature_moments",
     "feature_templates",
 ]
