@@ -91,13 +91,16 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="the weights' update: the source's variance-scaled SGD (sa) or Adam")
     p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate of the feature weights")
     p.add_argument("--l2", type=float, default=4e-5, help="L2 of the sa update (the source's reg)")
-    p.add_argument("--save-model", default="runs/benchmarks/repro_trf_ptb/trf.pt",
-                   help="where the trained TRF is saved for benchmarks/trf_logz_ais.py ('' or --no-save: not saved)")
+    p.add_argument("--save-model", default="runs/benchmarks/repro_trf_ptb",
+                   help="folder where the trained TRF is saved as trf-stepN.pt, for benchmarks/trf_logz_ais.py and "
+                        "--init-model ('' or --no-save: not saved)")
     p.add_argument("--zeta-scale", type=float, default=0.1, help="scale of zeta's SA rate")
     p.add_argument("--logz-draws", type=int, default=None, help="IS draws per test length (default 500; quick 20)")
     p.add_argument("--init-draws", type=int, default=None, help="IS draws per length for zeta's start (100; 10)")
     p.add_argument("--raised-prior", action="store_true",
                    help="sample lengths from the source's raised prior pi0 (default: pi0 = pi, the chains' start)")
+    p.add_argument("--init-model", default="",
+                   help="continue the run saved at this path (--save-model of an earlier run): weights, zeta, chains")
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -176,27 +179,40 @@ def main() -> None:
     C.note(f"[{BENCH}] V = {V}; KN5 test ppl {kn5_ppl:.2f}, KN{order} {kn_init_ppl:.2f}")
 
     t0 = time.perf_counter()
-    classes = WordClasses.fit(train, V, n_classes).classes
-    feats = DiscreteFeatures.fit(train, V, feature_templates(GROUPS, order), classes=classes)
-    weights, n_init = kn_weights(feats, kn_init)
-    with torch.no_grad():
-        feats.weight.copy_(weights)
     L = max(int(train.lengths.max()), int(test.lengths.max()))
-    pi = torch.bincount(train.lengths, minlength=L + 1)[1:].double() + 1.0
-    trf = TRF(feats, pi, V, sampling_length_probs=TRF.raised_length_prior(pi) if args.raised_prior else None)
     proposal = LengthConditionalLM(kn_init)  # q(x | l): KN4's next-word laws without </s>
+    unigram = torch.bincount(train.tokens[train.mask()], minlength=V).double() + 1.0
+    unigram[0] = 0.0
+    start_step, objective = 0, None
+    if args.init_model:  # continue a saved run: its weights, zeta, chains and SA step counts
+        saved = torch.load(args.init_model, weights_only=False)
+        trf, classes, start_step = saved["trf"], saved["classes"], int(saved["steps"])
+        objective = saved.get("objective")
+        feats, n_init = trf.field, 0
+        if saved["vocab_size"] != V or trf.max_length != L or saved["order"] != order:
+            raise SystemExit(f"--init-model: {args.init_model} was trained on another set-up (V, L, order)")
+    else:
+        classes = WordClasses.fit(train, V, n_classes).classes
+        feats = DiscreteFeatures.fit(train, V, feature_templates(GROUPS, order), classes=classes)
+        weights, n_init = kn_weights(feats, kn_init)
+        with torch.no_grad():
+            feats.weight.copy_(weights)
+        pi = torch.bincount(train.lengths, minlength=L + 1)[1:].double() + 1.0
+        trf = TRF(feats, pi, V, sampling_length_probs=TRF.raised_length_prior(pi) if args.raised_prior else None)
     with torch.no_grad():
         start = importance_log_z_per_length(trf, proposal, init_draws, generator=g, batch_size=4096)
-        trf.log_z.copy_(torch.tensor([e.estimate for e in start.estimates]))
+        if not args.init_model:
+            trf.log_z.copy_(torch.tensor([e.estimate for e in start.estimates]))
         ppl0 = trf_perplexity(trf, test, log_z=start)
     build_s = time.perf_counter() - t0
     C.note(f"[{BENCH}] {feats.num_features} features ({n_init} set from KN{order}), classes {n_classes}, L = {L}; "
-           f"start ppl {ppl0.reestimated.perplexity:.2f} (IS, {init_draws}/length); built in {build_s:.0f} s")
+           f"start ppl {ppl0.reestimated.perplexity:.2f} (IS, {init_draws}/length; training zeta "
+           f"{ppl0.training.perplexity:.2f}) after {start_step} earlier steps; built in {build_s:.0f} s")
 
-    unigram = torch.bincount(train.tokens[train.mask()], minlength=V).double() + 1.0
-    unigram[0] = 0.0
     sampler = TransDimensional(token_probs=unigram / unigram.sum(), classes=classes, sweeps=1)
-    objective = AugSA(sampler, chains=chains, zeta_gain=SAGain(0.0, 0.6, 500, scale=args.zeta_scale))
+    if objective is None:
+        objective = AugSA(sampler, chains=chains, zeta_gain=SAGain(0.0, 0.6, 500, scale=args.zeta_scale))
+    sampler = objective.sampler
     t1 = time.perf_counter()
     if args.optimizer == "sa":
         _, variance = feature_moments(feats, train)
@@ -216,7 +232,7 @@ def main() -> None:
         opt.zero_grad()
         out.loss.backward()
         if args.optimizer == "sa":
-            opt.param_groups[0]["lr"] = WEIGHT_GAIN(step)
+            opt.param_groups[0]["lr"] = WEIGHT_GAIN(start_step + step)
         opt.step()
         step += 1
         last = {k: float(v) for k, v in out.metrics.items()}
@@ -290,7 +306,8 @@ def main() -> None:
                "trf_ppl_reestimated_stderr": round(re.stderr, 3),
                "trf_ppl_start": round(ppl0.reestimated.perplexity, 3),
                "rel_gap_vs_kn5": round(gap, 4), "below_kn5": below, "reestimate_min_ess": round(min(ess), 1),
-               "reestimate_low_ess_lengths": len(result.low_ess_lengths), "steps": step, "train_s": round(train_s, 1),
+               "reestimate_low_ess_lengths": len(result.low_ess_lengths), "steps": step, "steps_total": start_step + step,
+               "train_s": round(train_s, 1),
                "augsa_steps_per_s": round(1 / s_per_step, 3), "sampler_sentences_per_s": round(chains / sampler_s, 1),
                "epoch_s": round(steps_per_epoch * s_per_step, 1),
                "recipe_hours_extrapolated": round(RECIPE_STEPS * s_per_step / 3600, 2),
@@ -302,7 +319,7 @@ def main() -> None:
                            "max_length": L, "chains": chains, "batch": args.batch, "optimizer": args.optimizer,
                            "lr": args.lr if args.optimizer == "adam" else repr(WEIGHT_GAIN), "l2": args.l2,
                            "zeta_scale": args.zeta_scale, "raised_prior": args.raised_prior, "minutes": minutes,
-                           "max_steps": max_steps, "logz_draws": logz_draws, "init_draws": init_draws,
+                           "max_steps": max_steps, "logz_draws": logz_draws, "init_draws": init_draws, "init_model": args.init_model,
                            "seed": args.seed},
               "kn": {"kn5_ppl": kn5_ppl, f"kn{order}_ppl": kn_init_ppl},
               "start": {"reestimated": row(ppl0.reestimated), "build_s": build_s},
@@ -313,11 +330,11 @@ def main() -> None:
                         "zeta": dict(zip(lengths, [float(trf.log_normalisers().detach()[n - 1]) for n in lengths])),
                         "last_metrics": last, "eval_s": eval_s},
               "speed": {"sampler_step_s": sampler_s, "s_per_step": s_per_step, "steps_per_epoch": steps_per_epoch}}
-    if args.save_model and not args.no_save and not q:
-        out = Path(args.save_model)
+    if args.save_model and not args.no_save:
+        out = Path(args.save_model) / ("quick" if q else "") / f"trf-step{start_step + step}.pt"
         out.parent.mkdir(parents=True, exist_ok=True)
         torch.save({"trf": trf, "classes": classes, "vocab_size": V, "order": order, "unigram": unigram,
-                    "steps": step}, out)
+                    "steps": start_step + step, "objective": objective}, out)
         C.note(f"[{BENCH}] saved the trained TRF to {out} (for benchmarks/trf_logz_ais.py --model)")
     path = C.save_results(("quick/" if q else "") + BENCH, record, enabled=not args.no_save)
     if path is not None:
