@@ -9,13 +9,18 @@ Workload:
                 ``benchmarks/ngram.py``), and the KN4 the TRF starts from.
     model       ``TRF`` (Wang, Ou & Tan 2018) with ``DiscreteFeatures`` of the groups w, c, ws, cs, wsh, csh
                 at order 4 (the recipe ``trf-ptb``'s set, 5,734,482 observed features), 200 exchange word
-                classes (``WordClasses``), lengths 1..82 with add-one ``pi``; the sampler's length prior
+                classes (``WordClasses``), read over ``<s> x </s>`` so that windows may end at ``</s>`` as
+                in the source's feature tables (``--no-eos``: without, session 4's set: 5,734,482 features),
+                lengths 1..82 with add-one ``pi``; the sampler's length prior
                 ``pi0 = pi`` (the chains start from training sentences, so their lengths start in
                 equilibrium), or the source's ``TRF.raised_length_prior(pi)`` with ``--raised-prior``.
     init        the word n-gram weights are set from the KN4 of the training sentences so that
-                ``-E(x) = sum_i log p_KN4(x_i | h_i) + c + bow(h_l)`` (the backoff form of the ARPA tables:
-                ``lambda(g) = log P(g) - log P(suffix) - bow(prefix) + bow(g)``); class and skip weights
-                start at 0. ``zeta`` starts from an importance-sampling estimate of ``log Z_l`` for every
+                ``-E(x) = log p_KN4(x) + c`` with ``</s>`` included (the backoff form of the ARPA tables:
+                ``lambda(g) = log P(g) - log P(suffix) - bow(prefix) + bow(g)``; the constant ``c`` is the
+                unigram ``</s>`` term, which has no feature; the printout checks that ``-E - log p_KN4`` is
+                constant over the test sentences), so within each length the starting TRF is KN4 and only
+                the length law differs (``pi`` instead of KN4's). Without ``</s>`` features KN's
+                end-of-sentence term is missing. Class and skip weights start at 0. ``zeta`` starts from an importance-sampling estimate of ``log Z_l`` for every
                 length (``--init-draws`` draws per length, default 100, from the KN4 proposal below).
                 The likelihood is concave in the weights, so the start changes the path, not the
                 optimum; it only makes a short run meaningful.
@@ -99,6 +104,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--init-draws", type=int, default=None, help="IS draws per length for zeta's start (100; 10)")
     p.add_argument("--raised-prior", action="store_true",
                    help="sample lengths from the source's raised prior pi0 (default: pi0 = pi, the chains' start)")
+    p.add_argument("--no-eos", action="store_true",
+                   help="features without </s> windows (session 4's set; the source's features include </s>)")
     p.add_argument("--init-model", default="",
                    help="continue the run saved at this path (--save-model of an earlier run): weights, zeta, chains")
     p.add_argument("--seed", type=int, default=0)
@@ -126,15 +133,17 @@ def kn_weights(feats: DiscreteFeatures, kn: BackoffNGram) -> tuple[torch.Tensor,
     done = 0
     for k in range(1, kn.order + 1):
         ids, lp, bow = kn.ngrams(k)
-        ok = ids[:, -1] > 0
-        ids, lam = ids[ok], (lp[ok] + bow[ok]).float()
+        ends = ids[:, -1] == 0  # (h, </s>): a feature only with eos, and only with a real token in h
+        ok = ~ends | (feats.eos and k > 1) & (ids[:, :-1] > 0).any(1)
+        ids, ends, lam = ids[ok], ends[ok], (lp[ok] + bow[ok]).float()
         if k > 1:
             lam = lam - look(k - 1, ids[:, 1:], 0) - look(k - 1, ids[:, :-1], 1)
         bos = ids[:, 0] == 0
         tok = torch.where(bos[:, None], torch.roll(ids, -1, 1) * (torch.arange(k) < k - 1), ids)
-        x = Sequences(tok, k - bos.long(), validate=False)
+        lengths = k - bos.long() - ends.long()
+        x = Sequences(tok * (torch.arange(k) < lengths[:, None]), lengths, validate=False)
         fid = feats.feature_ids(x).view(ids.shape[0], -1, k + 1)[:, k - 1]  # pattern k-1 = the w order-k template
-        fid = fid.gather(1, (x.lengths - 1)[:, None]).squeeze(1)
+        fid = fid.gather(1, (x.lengths - 1 + ends.long())[:, None]).squeeze(1)  # its window at the last token / </s>
         hit = fid >= 0
         w[fid[hit]] = lam[hit]
         done += int(hit.sum())
@@ -183,7 +192,7 @@ def main() -> None:
     proposal = LengthConditionalLM(kn_init)  # q(x | l): KN4's next-word laws without </s>
     unigram = torch.bincount(train.tokens[train.mask()], minlength=V).double() + 1.0
     unigram[0] = 0.0
-    start_step, objective = 0, None
+    start_step, objective, init_spread = 0, None, math.nan
     if args.init_model:  # continue a saved run: its weights, zeta, chains and SA step counts
         saved = torch.load(args.init_model, weights_only=False)
         trf, classes, start_step = saved["trf"], saved["classes"], int(saved["steps"])
@@ -193,10 +202,16 @@ def main() -> None:
             raise SystemExit(f"--init-model: {args.init_model} was trained on another set-up (V, L, order)")
     else:
         classes = WordClasses.fit(train, V, n_classes).classes
-        feats = DiscreteFeatures.fit(train, V, feature_templates(GROUPS, order), classes=classes)
+        feats = DiscreteFeatures.fit(train, V, feature_templates(GROUPS, order), classes=classes, eos=not args.no_eos)
         weights, n_init = kn_weights(feats, kn_init)
         with torch.no_grad():
             feats.weight.copy_(weights)
+        with torch.no_grad():  # -E(x) - log p_KN(x): constant over sentences iff the features reproduce KN
+            diff = (-feats(test).double()) - kn_init.log_prob(test)
+        init_spread = float(diff.std())
+        C.note(f"[{BENCH}] KN{order} start: -E(x) - log p_KN{order}(x) over the test sentences: mean "
+               f"{float(diff.mean()):.4f}, std {init_spread:.2e} (0 up to rounding: the TRF is KN{order} within "
+               "each length)" if feats.eos else "(no </s> features: KN's end-of-sentence term is missing)")
         pi = torch.bincount(train.lengths, minlength=L + 1)[1:].double() + 1.0
         trf = TRF(feats, pi, V, sampling_length_probs=TRF.raised_length_prior(pi) if args.raised_prior else None)
     with torch.no_grad():
@@ -320,6 +335,7 @@ def main() -> None:
                            "lr": args.lr if args.optimizer == "adam" else repr(WEIGHT_GAIN), "l2": args.l2,
                            "zeta_scale": args.zeta_scale, "raised_prior": args.raised_prior, "minutes": minutes,
                            "max_steps": max_steps, "logz_draws": logz_draws, "init_draws": init_draws, "init_model": args.init_model,
+                           "eos_features": bool(feats.eos), "kn_init_spread": init_spread,
                            "seed": args.seed},
               "kn": {"kn5_ppl": kn5_ppl, f"kn{order}_ppl": kn_init_ppl},
               "start": {"reestimated": row(ppl0.reestimated), "build_s": build_s},

@@ -17,7 +17,8 @@ lengths and the Transformer's positions (unset: the longest training sentence).
   ``layers``, ``dropout``, ``tie_weights``) / :class:`~ebms.models.lm.TransformerLM` (width
   ``embedding_dim``, ``heads``, ``layers``, feed-forward ``hidden``), trained with
   :class:`~ebms.objectives.AutoregressiveNLL` (``ml``) under the Trainer.
-* ``trf`` (discrete n-gram features of ``language.features`` up to ``language.order``, word classes
+* ``trf`` (discrete n-gram features of ``language.features`` up to ``language.order``, read over
+  ``<s> x </s>`` as in the source, word classes
   by exchange clustering when ``language.classes > 0``), ``trf-cnn`` / ``trf-bilstm``
   (:class:`~ebms.models.trf.Hidden2Scalar` with ``embedding_dim``, ``hidden``, ``layers``): a
   :class:`~ebms.models.trf.TRF` trained by AugSA (``ml``: ``language.chains`` chains of the
@@ -210,7 +211,7 @@ class LanguageTask(Task[LanguageSettings]):
         if kind == "trf":
             classes = self._classes(cfg, data)
             groups = s.features or [g for g in ("w", "c", "ws", "cs", "wsh", "csh") if classes is not None or g[0] == "w"]
-            energy = DiscreteFeatures.fit(data.train, V, feature_templates(groups, s.order), classes=classes)
+            energy = DiscreteFeatures.fit(data.train, V, feature_templates(groups, s.order), classes=classes, eos=True)
             data.cache["features"] = energy  # build_optimizer's feature variances
         else:
             make = Hidden2Scalar.cnn if kind == "trf-cnn" else Hidden2Scalar.bilstm
