@@ -15,10 +15,10 @@ Workload:
                 ``pi0 = pi`` (the chains start from training sentences, so their lengths start in
                 equilibrium), or the source's ``TRF.raised_length_prior(pi)`` with ``--raised-prior``.
     init        the word n-gram weights are set from the KN4 of the training sentences so that
-                ``-E(x) = log p_KN4(x) + c`` with ``</s>`` included (the backoff form of the ARPA tables:
-                ``lambda(g) = log P(g) - log P(suffix) - bow(prefix) + bow(g)``; the constant ``c`` is the
-                unigram ``</s>`` term, which has no feature; the printout checks that ``-E - log p_KN4`` is
-                constant over the test sentences), so within each length the starting TRF is KN4 and only
+                ``-E(x) = log p_KN4(x) + c`` with ``</s>`` included (``ebms.models.trf.ngram_weights``: the
+                backoff form of the ARPA tables, ``lambda(g) = log P(g) + bow(g) - log P(suffix) -
+                bow(prefix)``; ``c`` collects the two terms no window holds; the printout checks that
+                ``-E - log p_KN4`` is constant over the test sentences), so within each length the starting TRF is KN4 and only
                 the length law differs (``pi`` instead of KN4's). Without ``</s>`` features KN's
                 end-of-sentence term is missing. Class and skip weights start at 0. ``zeta`` starts from an importance-sampling estimate of ``log Z_l`` for every
                 length (``--init-draws`` draws per length, default 100, from the KN4 proposal below).
@@ -73,7 +73,7 @@ from ebms.data.text import Vocabulary, ptb
 from ebms.distributions import BackoffNGram
 from ebms.estimators import LengthConditionalLM, importance_log_z_per_length
 from ebms.metrics import trf_perplexity
-from ebms.models.trf import TRF, DiscreteFeatures, WordClasses, feature_moments, feature_templates
+from ebms.models.trf import TRF, DiscreteFeatures, WordClasses, feature_moments, feature_templates, ngram_weights
 from ebms.objectives import AugSA, SAGain
 from ebms.samplers.trans_dimensional import TransDimensional
 from ebms.sequences import Sequences
@@ -85,6 +85,7 @@ BENCH = "repro_trf_ptb"
 GROUPS = ("w", "c", "ws", "cs", "wsh", "csh")
 MONOGRAPH_REL_REDUCTION = 0.10
 RECIPE_STEPS = 20000  # src/ebms/recipes/trf-ptb.toml
+kn_weights = ngram_weights  # the name benchmarks/trf_logz_ais.py imports
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -109,45 +110,6 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--init-model", default="",
                    help="continue the run saved at this path (--save-model of an earlier run): weights, zeta, chains")
     p.add_argument("--seed", type=int, default=0)
-
-
-def kn_weights(feats: DiscreteFeatures, kn: BackoffNGram) -> tuple[torch.Tensor, int]:
-    """Word n-gram weights reproducing KN's backoff form (module docstring); returns (weights, n set)."""
-    V = kn.vocab_size
-    w = torch.zeros(feats.num_features)
-    tables = []
-    for k in range(1, kn.order + 1):
-        ids, lp, bow = kn.ngrams(k)
-        key = (ids * V ** torch.arange(k - 1, -1, -1)).sum(1)
-        order = key.argsort()
-        tables.append((key[order], lp[order].float(), bow[order].float()))
-
-    def look(k: int, ids: torch.Tensor, what: int) -> torch.Tensor:
-        keys, *vals = tables[k - 1]
-        q = (ids * V ** torch.arange(k - 1, -1, -1)).sum(1)
-        i = torch.searchsorted(keys, q).clamp(max=keys.numel() - 1)
-        if not bool((keys[i] == q).all()):
-            raise RuntimeError(f"order {k}: a suffix or context is missing from the KN tables")
-        return vals[what][i]
-
-    done = 0
-    for k in range(1, kn.order + 1):
-        ids, lp, bow = kn.ngrams(k)
-        ends = ids[:, -1] == 0  # (h, </s>): a feature only with eos, and only with a real token in h
-        ok = ~ends | (feats.eos and k > 1) & (ids[:, :-1] > 0).any(1)
-        ids, ends, lam = ids[ok], ends[ok], (lp[ok] + bow[ok]).float()
-        if k > 1:
-            lam = lam - look(k - 1, ids[:, 1:], 0) - look(k - 1, ids[:, :-1], 1)
-        bos = ids[:, 0] == 0
-        tok = torch.where(bos[:, None], torch.roll(ids, -1, 1) * (torch.arange(k) < k - 1), ids)
-        lengths = k - bos.long() - ends.long()
-        x = Sequences(tok * (torch.arange(k) < lengths[:, None]), lengths, validate=False)
-        fid = feats.feature_ids(x).view(ids.shape[0], -1, k + 1)[:, k - 1]  # pattern k-1 = the w order-k template
-        fid = fid.gather(1, (x.lengths - 1 + ends.long())[:, None]).squeeze(1)  # its window at the last token / </s>
-        hit = fid >= 0
-        w[fid[hit]] = lam[hit]
-        done += int(hit.sum())
-    return w, done
 
 
 def perplexity(lm: BackoffNGram, data: Sequences) -> float:
@@ -203,7 +165,7 @@ def main() -> None:
     else:
         classes = WordClasses.fit(train, V, n_classes).classes
         feats = DiscreteFeatures.fit(train, V, feature_templates(GROUPS, order), classes=classes, eos=not args.no_eos)
-        weights, n_init = kn_weights(feats, kn_init)
+        weights, n_init = ngram_weights(feats, kn_init)
         with torch.no_grad():
             feats.weight.copy_(weights)
         with torch.no_grad():  # -E(x) - log p_KN(x): constant over sentences iff the features reproduce KN
