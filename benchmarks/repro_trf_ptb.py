@@ -85,7 +85,6 @@ BENCH = "repro_trf_ptb"
 GROUPS = ("w", "c", "ws", "cs", "wsh", "csh")
 MONOGRAPH_REL_REDUCTION = 0.10
 RECIPE_STEPS = 20000  # src/ebms/recipes/trf-ptb.toml
-kn_weights = ngram_weights  # the name benchmarks/trf_logz_ais.py imports
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
