@@ -33,7 +33,11 @@ Workload:
                 source's PTB recipe), each coordinate's step clipped to +-1, at the rate
                 ``SAGain(3000, 0, 2000)`` (1/3001 for 2,000 steps, then 1/t); ``adam`` is Adam at constant
                 ``--lr`` (session 4's run: it moved the weights faster than zeta could follow). Zeta by the SA rule
-                with rate ``SAGain(0, 0.6, 500, scale=--zeta-scale)`` and the exact ``log Z_1`` anchor;
+                with rate ``SAGain(--zeta-tc, 0.6, --zeta-t0, scale=--zeta-scale)`` (default ``SAGain(10, 0.6,
+                2000)``: the source's PTB schedule, ``t^-0.6`` for 2,000 steps, delayed by ``tc = 10`` so that
+                the first 100-sample length histograms do not kick an IS-initialised zeta by nats; session
+                4's ``SAGain(0, 0.6, 500, scale=0.1)`` fell to 1e-4 by step 1,500, below the weights' rate,
+                and zeta stopped following log Z_l) and the exact ``log Z_1`` anchor;
                 stopped after ``--minutes`` of training or ``--steps`` steps, whichever comes first.
     evaluation  ``ebms.metrics.trf_perplexity`` with the training zeta and with ``log Z_l`` re-estimated
                 for each of the 60 test lengths by importance sampling (``importance_log_z_per_length``,
@@ -79,7 +83,8 @@ from ebms.samplers.trans_dimensional import TransDimensional
 from ebms.sequences import Sequences
 from ebms.train import ScaledSGD
 
-WEIGHT_GAIN = SAGain(3000.0, 0.0, 2000)  # the source's PTB recipe: gamma_lambda = "3000,0", t0 = 2000
+WEIGHT_GAIN = SAGain(3000.0, 0.0, 2000)
+ZETA_GAIN = lambda a: SAGain(a.zeta_tc, 0.6, a.zeta_t0, scale=a.zeta_scale)  # noqa: E731  # the source's PTB recipe: gamma_lambda = "3000,0", t0 = 2000
 
 BENCH = "repro_trf_ptb"
 GROUPS = ("w", "c", "ws", "cs", "wsh", "csh")
@@ -99,7 +104,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--save-model", default="runs/benchmarks/repro_trf_ptb",
                    help="folder where the trained TRF is saved as trf-stepN.pt, for benchmarks/trf_logz_ais.py and "
                         "--init-model ('' or --no-save: not saved)")
-    p.add_argument("--zeta-scale", type=float, default=0.1, help="scale of zeta's SA rate")
+    p.add_argument("--zeta-scale", type=float, default=1.0, help="scale of zeta's SA rate")
+    p.add_argument("--zeta-tc", type=float, default=10.0, help="offset tc of zeta's SA rate")
+    p.add_argument("--zeta-t0", type=int, default=2000, help="length t0 of the first stage of zeta's SA rate")
     p.add_argument("--logz-draws", type=int, default=None, help="IS draws per test length (default 500; quick 20)")
     p.add_argument("--init-draws", type=int, default=None, help="IS draws per length for zeta's start (100; 10)")
     p.add_argument("--raised-prior", action="store_true",
@@ -187,8 +194,9 @@ def main() -> None:
 
     sampler = TransDimensional(token_probs=unigram / unigram.sum(), classes=classes, sweeps=1)
     if objective is None:
-        objective = AugSA(sampler, chains=chains, zeta_gain=SAGain(0.0, 0.6, 500, scale=args.zeta_scale))
+        objective = AugSA(sampler, chains=chains, zeta_gain=ZETA_GAIN(args))
     sampler = objective.sampler
+    objective.zeta_gain = ZETA_GAIN(args)  # a continued run takes this run's schedule (the step count goes on)
     t1 = time.perf_counter()
     if args.optimizer == "sa":
         _, variance = feature_moments(feats, train)
@@ -294,7 +302,7 @@ def main() -> None:
                            "classes": n_classes, "features": feats.num_features, "kn_init_weights": n_init,
                            "max_length": L, "chains": chains, "batch": args.batch, "optimizer": args.optimizer,
                            "lr": args.lr if args.optimizer == "adam" else repr(WEIGHT_GAIN), "l2": args.l2,
-                           "zeta_scale": args.zeta_scale, "raised_prior": args.raised_prior, "minutes": minutes,
+                           "zeta_gain": repr(ZETA_GAIN(args)), "raised_prior": args.raised_prior, "minutes": minutes,
                            "max_steps": max_steps, "logz_draws": logz_draws, "init_draws": init_draws, "init_model": args.init_model,
                            "eos_features": bool(feats.eos), "kn_init_spread": init_spread,
                            "seed": args.seed},
