@@ -17,7 +17,11 @@ Workload (identical data and budget for every model):
                 ``nce``: ``TRF`` with a ``Hidden2Scalar.bilstm`` energy (embedding 256, BiLSTM 256 units, one
                 layer; the ``trf-nce-ptb`` recipe), ``TRFNCE`` with nu = 1 against a FIXED noise: the KN
                 bigram (``BackoffNGram`` order 2, modified KN) of the training sentences, whose ancestral
-                sampling is vectorised over the draws (0.09 s per 32 draws at V = 10k).
+                sampling is vectorised over the draws (0.09 s per 32 draws at V = 10k). With ``--noise-mix EPS``
+                the noise is ``MixtureLM([KN bigram, unigram], [1 - EPS, EPS])``, the unigram an add-1
+                ``BackoffNGram`` of order 1 (every token sequence, geometric lengths): NCE then also sees
+                random-looking sentences, where the KN bigram puts almost no mass (``--mix-component uniform``:
+                uniform words instead, with the unigram's ``</s>`` probability, so the same length law).
                 ``dnce``: the same TRF trained by ``DynamicNCE`` (nu = 1, alpha = 0.5) with a noise
                 ``LSTMLM`` 1 x 200 trained jointly, its output bias set to the training unigram (as
                 ``ebms train`` does), draws cut at L + 1 tokens. Both TRFs: Adam lr 1e-3 for the network
@@ -34,12 +38,19 @@ Workload (identical data and budget for every model):
                 the re-estimated log Z_l are biased low (so is that perplexity) and the stderr is meaningless.
     memory      the process's peak resident memory (``ru_maxrss``) after each model.
 
+``--proposal FILE``: load the re-estimation proposal from an ``lstm.pt`` written by ``--save`` instead of
+training the LSTM (its record is copied), so that runs that differ only in the TRF share one proposal.
+``--noise-mix`` (also ``--noise-mix 0``) writes ``neural_trf_lstm_mix<EPS>[_uniform].json`` and saves to
+``..._mix<EPS>[_uniform]`` instead of the default record and folder. ``--max-steps N`` also stops each TRF after
+``N`` steps, so that runs on a loaded machine compare at equal steps.
+
 ``--quick``: 5 s budgets, 2 draws per length, the first 300 test sentences: the same code path, under a
 minute on an idle machine. ``--save DIR`` (default ``runs/benchmarks/neural_trf_lstm``, ``..._quick`` with
 ``--quick``) writes ``lstm.pt``, ``nce.pt``, ``dnce.pt`` (state dicts, settings, re-estimated log Z_l) for
 ``benchmarks/rescoring_lms.py --models DIR``; ``--no-save`` writes neither the models nor the JSON. Run:
 ``python benchmarks/neural_trf_lstm.py [--quick] [--budget S] [--logz-samples N] [--models lstm,nce,dnce]
-[--zeta-lr LR] [--threads N]``.
+[--zeta-lr LR] [--noise-mix EPS] [--mix-component unigram|uniform] [--proposal FILE] [--max-steps N]
+[--threads N]``.
 """
 
 from __future__ import annotations
@@ -59,6 +70,7 @@ from torch import nn
 
 from ebms.data.text import Vocabulary, ptb, sentence_batches
 from ebms.distributions import BackoffNGram
+from ebms.distributions.mixture_lm import MixtureLM
 from ebms.estimators import importance_log_z_per_length
 from ebms.estimators.sequence_log_z import LengthConditionalLM
 from ebms.metrics import trf_perplexity
@@ -85,6 +97,14 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--logz-samples", type=int, default=None, help="importance draws per length (default 40; 2 quick)")
     p.add_argument("--test-sentences", type=int, default=None, help="first N test sentences (default all; 300 quick)")
     p.add_argument("--zeta-lr", type=float, default=1e-2, help="Adam learning rate of the TRFs' zeta (default 1e-2)")
+    p.add_argument("--noise-mix", type=float, default=None, help="weight EPS in [0, 1) of a unigram component in "
+                                                                  "the NCE noise (default: none, the KN bigram alone)")
+    p.add_argument("--mix-component", choices=("unigram", "uniform"), default="unigram",
+                   help="the component that --noise-mix weights: the add-1 unigram or uniform words (same lengths)")
+    p.add_argument("--proposal", type=Path, default=None, help="lstm.pt to load as the re-estimation proposal "
+                                                               "instead of training the LSTM")
+    p.add_argument("--max-steps", type=int, default=None, help="also stop each TRF after this many steps (runs "
+                                                                "that differ in the noise then compare at equal steps)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save", type=Path, default=None, help=f"folder for the trained models (default {DEFAULT_SAVE}, "
                                                            f"with --quick {DEFAULT_SAVE}_quick)")
@@ -125,12 +145,14 @@ def length_windows(x: Sequences, seed: int) -> Callable[[torch.Generator], Seque
     return draw
 
 
-def run_for(budget: float, step: Callable[[], dict[str, float]], name: str, t0: float | None = None) -> dict[str, Any]:
-    """Call ``step`` until ``budget`` wall seconds (from ``t0``) are spent; steps, rates and last metrics."""
+def run_for(budget: float, step: Callable[[], dict[str, float]], name: str, t0: float | None = None, *,
+            max_steps: int | None = None) -> dict[str, Any]:
+    """Call ``step`` until ``budget`` wall seconds (from ``t0``) are spent or ``max_steps`` steps are done; steps,
+    rates and last metrics."""
     t0 = time.perf_counter() if t0 is None else t0
     c0, steps, tail, marks = time.process_time(), 0, [], []
     next_mark = budget / 5
-    while time.perf_counter() - t0 < budget:
+    while time.perf_counter() - t0 < budget and (max_steps is None or steps < max_steps):
         m = step()
         steps += 1
         tail = (tail + [m])[-50:]
@@ -174,17 +196,31 @@ def train_lstm(data: PTBData, budget: float, seed: int) -> tuple[LSTMLM, dict[st
     return lm.eval(), rec
 
 
-def train_trf(data: PTBData, kind: str, budget: float, seed: int, *, zeta_lr: float = 1e-2
+def train_trf(data: PTBData, kind: str, budget: float, seed: int, *, zeta_lr: float = 1e-2,
+              noise_mix: float = 0.0, mix_component: str = "unigram", max_steps: int | None = None
               ) -> tuple[TRF, dict[str, Any]]:
-    """A TRF by NCE (fixed KN bigram noise) or DNCE (joint LSTM noise) for ``budget`` wall seconds."""
+    """A TRF by NCE (fixed KN bigram noise, mixed with a unigram of weight ``noise_mix`` when > 0) or DNCE
+    (joint LSTM noise) for ``budget`` wall seconds."""
     t0 = time.perf_counter()
     torch.manual_seed(seed)
     V, L = len(data.vocab), data.max_length
     trf = new_trf(data).train()
     objective: TRFNCE
     if kind == "nce":
-        objective = TRFNCE(BackoffNGram.fit(data.train, V, order=2), nu=1.0)
-        noise = "KN bigram (BackoffNGram order 2, fixed)"
+        bigram = BackoffNGram.fit(data.train, V, order=2)
+        if noise_mix > 0:
+            other = BackoffNGram.fit(data.train, V, order=1, smoothing="add_k")
+            if mix_component == "uniform":  # words uniform, </s> as likely as under the unigram
+                end = other.log_probs_1[0]
+                words = (1.0 - end.exp()).log() - math.log(V - 1)
+                other = BackoffNGram(V, [torch.arange(V).unsqueeze(1)],
+                                     [torch.cat([end.reshape(1), words.expand(V - 1)])])
+            objective = TRFNCE(MixtureLM([bigram, other], [1.0 - noise_mix, noise_mix]), nu=1.0)
+            label = "add-1 unigram" if mix_component == "unigram" else "uniform words"
+            noise = f"MixtureLM(KN bigram, {label}), weights [{1.0 - noise_mix:g}, {noise_mix:g}] (fixed)"
+        else:
+            objective = TRFNCE(bigram, nu=1.0)
+            noise = "KN bigram (BackoffNGram order 2, fixed)"
     else:
         lstm = LSTMLM(V, embedding_dim=NOISE_HIDDEN, hidden_size=NOISE_HIDDEN, num_layers=1)
         counts = torch.bincount(data.train.tokens[data.train.mask()], minlength=V).double() + 1.0
@@ -208,7 +244,7 @@ def train_trf(data: PTBData, kind: str, budget: float, seed: int, *, zeta_lr: fl
         keys = ("loss", "accuracy", "gap", "noise_outside", "noise_ppl")
         return {k: float(out.metrics[k]) for k in keys if k in out.metrics}
 
-    rec = run_for(budget, step, kind, t0)
+    rec = run_for(budget, step, kind, t0, max_steps=max_steps)
     rec["noise"] = noise
     return trf.eval(), rec
 
@@ -255,7 +291,8 @@ def evaluate_trf(trf: TRF, test: Sequences, est: Any) -> dict[str, Any]:
     re = est.as_log_z(trf.max_length)
     used = sorted(set(test.lengths.tolist()))
     diff = (zeta - re)[torch.tensor(used) - 1]
-    return {"training_zeta": _row(res.training), "reestimated": _row(res.reestimated),
+    ess = torch.tensor([e.ess or 0.0 for e in est.estimates])
+    return {"ess_min": float(ess.min()), "training_zeta": _row(res.training), "reestimated": _row(res.reestimated),
             "low_ess_lengths": list(res.low_ess_lengths), "zeta_minus_logz_mean": float(diff.mean()),
             "zeta_minus_logz_range": [float(diff.min()), float(diff.max())],
             "ess_median": float(torch.tensor([e.ess or 0.0 for e in est.estimates]).median())}
@@ -284,21 +321,39 @@ def load_models(folder: Path, data: PTBData) -> dict[str, Any]:
     return out
 
 
+def load_proposal(path: Path, data: PTBData) -> tuple[LSTMLM, dict[str, Any]]:
+    """The LSTM and its record from an ``lstm.pt`` written by :func:`save_model`."""
+    blob = torch.load(path, weights_only=False)
+    if blob.get("kind") != "lstm" or blob.get("vocab_size") != len(data.vocab):
+        raise SystemExit(f"--proposal: expected an lstm.pt of this benchmark (vocab_size {len(data.vocab)}); got {path}")
+    lm = new_lstm(len(data.vocab))
+    lm.load_state_dict(blob["state_dict"])
+    return lm.eval(), {**blob["record"], "loaded_from": str(path)}
+
+
 def train_all(data: PTBData, kinds: list[str], budget: float, n_logz: int, test: Sequences, seed: int,
-              save: Path | None, *, zeta_lr: float = 1e-2) -> dict[str, Any]:
+              save: Path | None, *, zeta_lr: float = 1e-2, noise_mix: float = 0.0,
+              mix_component: str = "unigram", proposal: Path | None = None, max_steps: int | None = None
+              ) -> dict[str, Any]:
     """Train and evaluate every model; the records and the models (for the rescoring benchmark)."""
     V = len(data.vocab)
-    lm, rec = train_lstm(data, budget, seed)
-    p = perplexity(lm, sentence_batches(test, 64, shuffle=False))
-    rec.update(test_perplexity=p.perplexity, tokens=p.tokens, peak_rss_mb=peak_rss_mb())
-    C.note(f"[{BENCH}] lstm: {rec['steps']} steps ({rec['steps_per_s']:.2f}/s), test ppl {p.perplexity:.2f}")
+    if proposal is not None:
+        lm, rec = load_proposal(proposal, data)
+        C.note(f"[{BENCH}] lstm: loaded from {proposal} ({rec['steps']} steps, test ppl {rec['test_perplexity']:.2f})")
+    else:
+        lm, rec = train_lstm(data, budget, seed)
+        p = perplexity(lm, sentence_batches(test, 64, shuffle=False))
+        rec.update(test_perplexity=p.perplexity, tokens=p.tokens, peak_rss_mb=peak_rss_mb())
+        C.note(f"[{BENCH}] lstm: {rec['steps']} steps ({rec['steps_per_s']:.2f}/s), test ppl {p.perplexity:.2f}")
     records, models = {"lstm": rec}, {"lstm": lm}
     if save is not None:
         save_model(save, "lstm", lm, {"vocab_size": V, "config": LSTM_CFG, "record": rec})
     for kind in kinds:
         if kind == "lstm":
             continue
-        trf, rec = train_trf(data, kind, budget, seed, zeta_lr=zeta_lr)
+        trf, rec = train_trf(data, kind, budget, seed, zeta_lr=zeta_lr,
+                             noise_mix=noise_mix if kind == "nce" else 0.0, mix_component=mix_component,
+                             max_steps=max_steps)
         t0 = time.perf_counter()
         est = reestimate(trf, lm, n_logz, seed)
         rec["reestimate_s"] = time.perf_counter() - t0
@@ -307,7 +362,8 @@ def train_all(data: PTBData, kinds: list[str], budget: float, n_logz: int, test:
         rec["logz_stderr"] = est.stderrs().tolist()
         C.note(f"[{BENCH}] {kind}: {rec['steps']} steps ({rec['steps_per_s']:.2f}/s), test ppl training zeta "
                f"{rec['training_zeta']['perplexity']:.2f}, re-estimated {rec['reestimated']['perplexity']:.2f} "
-               f"+- {rec['reestimated']['stderr']:.2f} (re-estimation {rec['reestimate_s']:.0f} s)")
+               f"+- {rec['reestimated']['stderr']:.2f} (re-estimation {rec['reestimate_s']:.0f} s, ESS median "
+               f"{rec['ess_median']:.2f}, min {rec['ess_min']:.2f} of {n_logz})")
         records[kind], models[kind] = rec, (trf, log_z, rec)
         if save is not None:
             save_model(save, kind, trf, {"vocab_size": V, "config": TRF_CFG, "reestimated_log_z": log_z,
@@ -321,6 +377,11 @@ def main() -> None:
     bad = [k for k in kinds if k not in KINDS]
     if bad:
         raise SystemExit(f"--models: expected a comma list of {', '.join(KINDS)}; got {bad}")
+    if args.noise_mix is not None and not 0.0 <= args.noise_mix < 1.0:
+        raise SystemExit(f"--noise-mix: expected a weight in [0, 1); got {args.noise_mix}")
+    noise_mix = args.noise_mix or 0.0
+    if args.max_steps is not None and args.max_steps < 1:
+        raise SystemExit(f"--max-steps: expected an int >= 1; got {args.max_steps}")
     budget = args.budget if args.budget is not None else (5.0 if args.quick else 480.0)
     n_logz = args.logz_samples or (2 if args.quick else 40)
     n_test = args.test_sentences if args.test_sentences is not None else (300 if args.quick else 0)
@@ -328,10 +389,12 @@ def main() -> None:
     data = load_ptb()
     test = data.test if n_test <= 0 else data.test[torch.arange(min(n_test, data.test.batch_size))]
     test = Sequences(test.tokens[:, : int(test.lengths.max())], test.lengths)
-    save = None if args.no_save else args.save or Path(f"{DEFAULT_SAVE}{'_quick' if args.quick else ''}")
+    mix = "" if args.noise_mix is None else f"_mix{noise_mix:g}" + ("_uniform" if args.mix_component == "uniform" else "")
+    save = None if args.no_save else args.save or Path(f"{DEFAULT_SAVE}{'_quick' if args.quick else ''}{mix}")
     C.note(f"[{BENCH}] V = {len(data.vocab)}, L = {data.max_length}, budget {budget:.0f} s per model, "
            f"{torch.get_num_threads()} thread(s), test {test.batch_size} sentences")
-    out = train_all(data, kinds, budget, n_logz, test, args.seed, save, zeta_lr=args.zeta_lr)
+    out = train_all(data, kinds, budget, n_logz, test, args.seed, save, zeta_lr=args.zeta_lr, noise_mix=noise_mix,
+                    mix_component=args.mix_component, proposal=args.proposal, max_steps=args.max_steps)
     records = out["records"]
     rows = []
     for k, r in records.items():
@@ -349,10 +412,11 @@ def main() -> None:
                           "stderr", "peak_MB"], rows))
     record = {"bench": BENCH, "quick": args.quick, "machine": info, "budget_s": budget, "threads": args.threads,
               "batch_size": BATCH, "vocab_size": len(data.vocab), "max_length": data.max_length,
-              "logz_samples_per_length": n_logz, "zeta_lr": args.zeta_lr, "test_sentences": test.batch_size,
+              "logz_samples_per_length": n_logz, "zeta_lr": args.zeta_lr, "noise_mix": noise_mix,
+              "max_steps": args.max_steps, "mix_component": args.mix_component if noise_mix > 0 else None, "test_sentences": test.batch_size,
               "test_tokens": int(test.lengths.sum()) + test.batch_size, "models": records,
               "saved_to": None if save is None else str(save)}
-    name = BENCH + ("_quick" if args.quick else "")
+    name = BENCH + ("_quick" if args.quick else "") + mix
     path = C.save_results(name, record, enabled=not args.no_save)
     if path is not None:
         C.note(f"[{BENCH}] wrote {path}")

@@ -28,7 +28,7 @@ def test_scaled_sgd_takes_the_scaled_clipped_regularised_step(dtype, lr, l2, cli
     v = torch.rand(50, generator=g, dtype=torch.float64) * 3 + 1e-3
     p0, q0 = p.detach().clone(), q.detach().clone()
     opt = ScaledSGD([p, q], lr=lr, scales={p: v}, l2=l2, clip=clip)
-    for step in range(3):
+    for _ in range(3):
         p.grad = torch.randn(50, generator=g, dtype=dtype)
         q.grad = torch.randn(4, 3, generator=g, dtype=dtype)
         want_p = _reference(p0, p.grad, v, lr, l2, clip)

@@ -17,7 +17,8 @@ Members: :class:`Gaussian` (full or diagonal covariance), :class:`IndependentBer
 (Binary/Spins sites), :class:`IndependentCategorical` (any discrete space), :class:`NGram`
 (dense n-gram LMs over :class:`~ebms.sequences.Sequences`, smoothed by :class:`WittenBell` or
 :class:`AddK`), :class:`BackoffNGram` (sparse backoff n-gram LMs for real vocabularies: modified
-Kneser–Ney, Witten–Bell, add-k, count pruning, ARPA files), and :class:`TorchDistribution` (any ``torch.distributions`` law, its whole shape
+Kneser–Ney, Witten–Bell, add-k, count pruning, ARPA files), :class:`MixtureLM` (mixtures of
+sentence LMs, e.g. NCE noise with a heavy-tailed component), and :class:`TorchDistribution` (any ``torch.distributions`` law, its whole shape
 taken as the event). The first three also convert the other way with ``to_torch()``.
 
 Consumers accept any object that satisfies :class:`NormalisedModel`, and wrap
@@ -31,6 +32,7 @@ from ebms.distributions.bernoulli import IndependentBernoulli
 from ebms.distributions.categorical import IndependentCategorical
 from ebms.distributions.gaussian import Gaussian
 from ebms.distributions.mixture import GaussianMixture
+from ebms.distributions.mixture_lm import MixtureLM
 from ebms.distributions.ngram import NGram
 from ebms.distributions.smoothing import AddK, Smoothing, WittenBell
 from ebms.distributions.torch_distribution import TorchDistribution, as_distribution
@@ -43,6 +45,7 @@ __all__ = [
     "GaussianMixture",
     "IndependentBernoulli",
     "IndependentCategorical",
+    "MixtureLM",
     "NGram",
     "NormalisedModel",
     "Smoothing",
