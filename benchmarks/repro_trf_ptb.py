@@ -118,6 +118,35 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
+def ptb_data(quick: bool) -> tuple[Sequences, Sequences, int]:
+    """Training and test sentences of PTB (``quick``: the first 2,000 / 200) over the training vocabulary."""
+    train_words, test_words = ptb("train"), ptb("test")
+    if quick:
+        train_words, test_words = train_words[:2000], test_words[:200]
+    vocab = Vocabulary.build(train_words)
+    return vocab.encode(train_words), vocab.encode(test_words), len(vocab)
+
+
+def unigram_counts(train: Sequences, V: int) -> torch.Tensor:
+    """Add-one training counts of the ids ``1..V-1`` (``(V,)`` float64, entry 0 = 0): the sampler's proposals."""
+    counts = torch.bincount(train.tokens[train.mask()], minlength=V).double() + 1.0
+    counts[0] = 0.0
+    return counts
+
+
+def kn_started_trf(train: Sequences, L: int, V: int, kn: BackoffNGram, n_classes: int, *, eos: bool = True,
+                   raised_prior: bool = False) -> tuple[TRF, torch.Tensor, int]:
+    """The TRF with the GROUPS features and KN word weights (module docstring): ``(trf, classes, n set)``."""
+    classes = WordClasses.fit(train, V, n_classes).classes
+    feats = DiscreteFeatures.fit(train, V, feature_templates(GROUPS, kn.order), classes=classes, eos=eos)
+    weights, n_init = ngram_weights(feats, kn)
+    with torch.no_grad():
+        feats.weight.copy_(weights)
+    pi = torch.bincount(train.lengths, minlength=L + 1)[1:].double() + 1.0
+    prior = TRF.raised_length_prior(pi) if raised_prior else None
+    return TRF(feats, pi, V, sampling_length_probs=prior), classes, n_init
+
+
 def perplexity(lm: BackoffNGram, data: Sequences) -> float:
     tl = lm.token_log_probs(data)
     return math.exp(-float(tl.sum()) / (int(data.lengths.sum()) + data.batch_size))
@@ -143,12 +172,7 @@ def main() -> None:
     torch.manual_seed(args.seed)
     g = torch.Generator().manual_seed(args.seed)
 
-    train_words, test_words = ptb("train"), ptb("test")
-    if q:
-        train_words, test_words = train_words[:2000], test_words[:200]
-    vocab = Vocabulary.build(train_words)
-    V = len(vocab)
-    train, test = vocab.encode(train_words), vocab.encode(test_words)
+    train, test, V = ptb_data(q)
     test_tokens = int(test.lengths.sum()) + test.batch_size
     kn5 = BackoffNGram.fit(train, V, 5)
     kn_init = BackoffNGram.fit(train, V, order)
@@ -158,8 +182,7 @@ def main() -> None:
     t0 = time.perf_counter()
     L = max(int(train.lengths.max()), int(test.lengths.max()))
     proposal = LengthConditionalLM(kn_init)  # q(x | l): KN4's next-word laws without </s>
-    unigram = torch.bincount(train.tokens[train.mask()], minlength=V).double() + 1.0
-    unigram[0] = 0.0
+    unigram = unigram_counts(train, V)
     start_step, objective, init_spread = 0, None, math.nan
     if args.init_model:  # continue a saved run: its weights, zeta, chains and SA step counts
         saved = torch.load(args.init_model, weights_only=False)
@@ -169,19 +192,15 @@ def main() -> None:
         if saved["vocab_size"] != V or trf.max_length != L or saved["order"] != order:
             raise SystemExit(f"--init-model: {args.init_model} was trained on another set-up (V, L, order)")
     else:
-        classes = WordClasses.fit(train, V, n_classes).classes
-        feats = DiscreteFeatures.fit(train, V, feature_templates(GROUPS, order), classes=classes, eos=not args.no_eos)
-        weights, n_init = ngram_weights(feats, kn_init)
-        with torch.no_grad():
-            feats.weight.copy_(weights)
+        trf, classes, n_init = kn_started_trf(train, L, V, kn_init, n_classes, eos=not args.no_eos,
+                                              raised_prior=args.raised_prior)
+        feats = trf.field
         with torch.no_grad():  # -E(x) - log p_KN(x): constant over sentences iff the features reproduce KN
             diff = (-feats(test).double()) - kn_init.log_prob(test)
         init_spread = float(diff.std())
         C.note(f"[{BENCH}] KN{order} start: -E(x) - log p_KN{order}(x) over the test sentences: mean "
                f"{float(diff.mean()):.4f}, std {init_spread:.2e} (0 up to rounding: the TRF is KN{order} within "
                "each length)" if feats.eos else "(no </s> features: KN's end-of-sentence term is missing)")
-        pi = torch.bincount(train.lengths, minlength=L + 1)[1:].double() + 1.0
-        trf = TRF(feats, pi, V, sampling_length_probs=TRF.raised_length_prior(pi) if args.raised_prior else None)
     with torch.no_grad():
         start = importance_log_z_per_length(trf, proposal, init_draws, generator=g, batch_size=4096)
         if not args.init_model:

@@ -53,9 +53,8 @@ from typing import Any
 
 import _common as C
 import torch
-from repro_trf_ptb import GROUPS
+from repro_trf_ptb import kn_started_trf, ptb_data, unigram_counts
 
-from ebms.data.text import Vocabulary, ptb
 from ebms.distributions import BackoffNGram
 from ebms.estimators import (
     LengthConditionalLM,
@@ -66,7 +65,7 @@ from ebms.estimators import (
     sigmoid_betas,
 )
 from ebms.metrics import trf_perplexity
-from ebms.models.trf import TRF, DiscreteFeatures, WordClasses, feature_templates, ngram_weights
+from ebms.models.trf import TRF
 from ebms.samplers.trans_dimensional import TransDimensional
 from ebms.sequences import Sequences
 
@@ -92,12 +91,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 def build(quick: bool, path: str | None) -> dict[str, Any]:
     """Data, KN proposal and the TRF (loaded, or KN-initialised as in repro_trf_ptb)."""
-    train_words, test_words = ptb("train"), ptb("test")
-    if quick:
-        train_words, test_words = train_words[:2000], test_words[:200]
-    vocab = Vocabulary.build(train_words)
-    V = len(vocab)
-    train, test = vocab.encode(train_words), vocab.encode(test_words)
+    train, test, V = ptb_data(quick)
     if path is not None:
         saved = torch.load(path, weights_only=False)
         if saved["vocab_size"] != V:
@@ -106,15 +100,9 @@ def build(quick: bool, path: str | None) -> dict[str, Any]:
         return {**saved, "train": train, "test": test}
     n_classes, order = (20, 3) if quick else (200, 4)
     kn = BackoffNGram.fit(train, V, order)
-    classes = WordClasses.fit(train, V, n_classes).classes
-    feats = DiscreteFeatures.fit(train, V, feature_templates(GROUPS, order), classes=classes, eos=True)
-    with torch.no_grad():
-        feats.weight.copy_(ngram_weights(feats, kn)[0])
     L = max(int(train.lengths.max()), int(test.lengths.max()))
-    pi = torch.bincount(train.lengths, minlength=L + 1)[1:].double() + 1.0
-    unigram = torch.bincount(train.tokens[train.mask()], minlength=V).double() + 1.0
-    unigram[0] = 0.0
-    return {"trf": TRF(feats, pi, V), "classes": classes, "vocab_size": V, "order": order, "unigram": unigram,
+    trf, classes, _ = kn_started_trf(train, L, V, kn, n_classes)
+    return {"trf": trf, "classes": classes, "vocab_size": V, "order": order, "unigram": unigram_counts(train, V),
             "steps": 0, "kn": kn, "train": train, "test": test}
 
 
