@@ -130,6 +130,19 @@ def test_the_generator_alone_decides_the_draws(name):
     assert c.batch_size == 50 and int(c.tokens.max()) < V
 
 
+@pytest.mark.parametrize("name", ["lstm", "transformer"])
+@pytest.mark.parametrize("truncate", [False, True])
+def test_draws_per_prefix_equal_draws_from_repeated_prefixes(name, truncate):
+    # encoding each prefix once and repeating its state is the same law and the same random stream
+    lm = make(name)
+    c = Sequences.from_lists([[1, 2], [], [2, 2, 1]])
+    rep = Sequences(c.tokens.repeat_interleave(4, 0), c.lengths.repeat_interleave(4))
+    limit = 3 if truncate else 30
+    a = lm.sample(12, torch.Generator().manual_seed(7), prefix=rep, max_length=limit, truncate=truncate)
+    b = lm.sample(12, torch.Generator().manual_seed(7), prefix=c, per_prefix=4, max_length=limit, truncate=truncate)
+    assert a.equal(b) and torch.equal(a.lengths, b.lengths)
+
+
 def test_unfinished_draws_raise_unless_truncated():
     lm = make("lstm")
     with torch.no_grad():
@@ -163,12 +176,16 @@ def test_transformer_draws_fit_its_positions():
     ({"max_length": -1}, ValueError, r"^max_length: expected an int >= 0; got -1"),
     ({"prefix": Sequences.from_lists([[1]])}, ValueError, r"^prefix: expected n=2 prefixes \(one per draw\); got 1"),
     ({"prefix": Sequences.from_lists([[1], [0]])}, ValueError, r"^prefix: expected token ids in \[1, 2\]"),
+    ({"prefix": Sequences.from_lists([[1], [2]]), "per_prefix": 2}, ValueError,
+     r"^prefix: expected n / per_prefix = 2 / 2 prefixes \(per_prefix draws each\); got 2"),
+    ({"per_prefix": 2}, ValueError, r"^per_prefix: 2 draws per prefix needs prefix=; got no prefix"),
+    ({"per_prefix": 0}, ValueError, r"^per_prefix: expected an int >= 1; got 0"),
 ])
 def test_bad_sampling_settings_are_named(kw, error, message):
     lm = make("lstm")
     with pytest.raises(error, match=message):
         lm.sample(2, torch.Generator().manual_seed(0), **kw)
-    if "prefix" not in kw and "max_length" not in kw:
+    if not {"prefix", "max_length", "per_prefix"} & kw.keys():
         with pytest.raises(error, match=message):
             lm.log_prob(Sequences.from_lists([[1]]), **kw)
 

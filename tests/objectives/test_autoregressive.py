@@ -133,3 +133,111 @@ def test_bad_batches_and_models_are_named():
         objective(torch.nn.Linear(2, 2), Sequences.from_lists([[1]]))
     with pytest.raises(TypeError, match=r"^carry_state: expected a bool; got 1"):
         AutoregressiveNLL(carry_state=1)
+
+
+# --- label smoothing and scheduled sampling (off by default) ----------------------------------------------
+class _Successor(torch.nn.Module):
+    """A causal 'LM' whose next token is deterministic: after input ``v`` it puts a large logit on
+    ``v % (V - 1) + 1``; it records the inputs of every forward pass."""
+
+    vocab_size = V
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.tensor(5.0, dtype=torch.float64))
+        self.seen: list[torch.Tensor] = []
+
+    def forward(self, inputs, state=None):
+        self.seen.append(inputs.clone())
+        return self.scale * F.one_hot(inputs % (V - 1) + 1, V).double(), None
+
+    def logits(self, x):
+        return self(F.pad(x.tokens.masked_fill(~x.mask(), 0), (1, 0)))[0]
+
+    def token_log_probs(self, x):
+        targets = F.pad(x.tokens.masked_fill(~x.mask(), 0), (0, 1))
+        per = self.logits(x).log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        return torch.where(torch.arange(targets.shape[1]) <= x.lengths.unsqueeze(1), per, 0.0)
+
+
+def test_options_off_leave_the_loss_bit_for_bit_unchanged():
+    lm, x = _lstm(), Sequences.from_lists(CORPUS)
+    plain = AutoregressiveNLL()(lm, x)
+    off = AutoregressiveNLL(label_smoothing=0.0, scheduled_sampling=0.0)(lm, x, generator=torch.Generator())
+    torch.testing.assert_close(off.loss, plain.loss, rtol=0, atol=0)
+    assert off.metrics == plain.metrics and AutoregressiveNLL(label_smoothing=0.1).state_dict() == {}
+    ss = AutoregressiveNLL(scheduled_sampling=0.7).eval()  # scheduled sampling is for training only
+    torch.testing.assert_close(ss(lm, x).loss, plain.loss, rtol=0, atol=0)
+
+
+def test_label_smoothing_mixes_each_target_with_the_uniform_law():
+    lm, x, eps = _lstm(), Sequences.from_lists(CORPUS), 0.1
+    out = AutoregressiveNLL(label_smoothing=eps)(lm, x)
+    log_p = lm.logits(x).detach().log_softmax(-1)  # (B, T + 1, V)
+    total, tokens = 0.0, 0
+    for b, sentence in enumerate(CORPUS):
+        for t, y in enumerate(sentence + [0]):
+            row = log_p[b, t]
+            total += (1 - eps) * -float(row[y]) + eps * -float(row.mean())
+            tokens += 1
+    assert float(out.loss.detach()) == pytest.approx(total / tokens, rel=1e-12)
+    assert out.metrics["nll"] == pytest.approx(float(AutoregressiveNLL()(lm, x).loss.detach()), rel=1e-6)
+    stream = torch.randint(0, V, (2, 7), generator=torch.Generator().manual_seed(4))
+    running = AutoregressiveNLL(label_smoothing=eps)(lm, (stream[:, :-1], stream[:, 1:]))
+    lp = lm(stream[:, :-1])[0].log_softmax(-1)
+    want = ((1 - eps) * -lp.gather(-1, stream[:, 1:].unsqueeze(-1)).squeeze(-1) + eps * -lp.mean(-1)).mean()
+    torch.testing.assert_close(running.loss, want, rtol=0, atol=1e-12)
+
+
+def test_scheduled_sampling_at_one_feeds_only_the_models_own_tokens():
+    model, x = _Successor(), Sequences.from_lists([[3, 1, 4], [2], []])
+    out = AutoregressiveNLL(scheduled_sampling=1.0, scheduled_sampling_decode="argmax")(
+        model, x, generator=torch.Generator().manual_seed(0))
+    first, second = model.seen
+    assert first.tolist() == [[0, 3, 1, 4], [0, 2, 0, 0], [0, 0, 0, 0]]  # pass 1: teacher-forced
+    # pass 2: every real input after <s> is the argmax after the gold input before it: v -> v % 5 + 1
+    assert second.tolist() == [[0, 1, 4, 2], [0, 1, 0, 0], [0, 0, 0, 0]]
+    log_p = model(second)[0].log_softmax(-1)
+    targets = torch.tensor([[3, 1, 4, 0], [2, 0, 0, 0], [0, 0, 0, 0]])
+    keep = torch.arange(4) <= x.lengths.unsqueeze(1)
+    want = -log_p.gather(-1, targets.unsqueeze(-1)).squeeze(-1)[keep].sum() / 7
+    torch.testing.assert_close(out.loss, want, rtol=0, atol=1e-12)
+    assert out.metrics["nll"] == pytest.approx(float(AutoregressiveNLL()(model, x).loss.detach()), rel=1e-6)
+    model.seen.clear()
+    AutoregressiveNLL(scheduled_sampling=1e-12)(model, x, generator=torch.Generator().manual_seed(0))
+    assert model.seen[1].tolist() == model.seen[0].tolist()  # (almost) never replaced: the gold inputs
+
+
+def test_scheduled_sampling_draws_real_tokens_and_keeps_the_gradient_of_the_second_pass():
+    lm, x = _lstm(), Sequences.from_lists(CORPUS)
+    out = AutoregressiveNLL(scheduled_sampling=0.5)(lm, x, generator=torch.Generator().manual_seed(1))
+    out.loss.backward()
+    assert all(p.grad is not None for p in lm.parameters()) and math.isfinite(float(out.loss.detach()))
+    assert out.metrics["nll"] == pytest.approx(float(AutoregressiveNLL()(lm, x).loss.detach()), rel=1e-6)
+    torch.manual_seed(0)
+    fed: list[torch.Tensor] = []
+    hook = lm.register_forward_pre_hook(lambda module, args: fed.append(args[0].clone()))
+    AutoregressiveNLL(scheduled_sampling=1.0)(lm, x, generator=torch.Generator().manual_seed(2))
+    hook.remove()
+    real = torch.arange(x.max_length) < x.lengths.unsqueeze(1)
+    assert bool((fed[-1][:, 1:][real] >= 1).all())  # </s> is never fed inside a sentence
+
+
+class _NoLogits(torch.nn.Module):
+    def token_log_probs(self, x):
+        return torch.zeros(x.batch_size, x.max_length + 1)
+
+
+def test_bad_option_values_are_named():
+    with pytest.raises(ValueError, match=r"^label_smoothing: expected a number in \[0, 1\); got 1"):
+        AutoregressiveNLL(label_smoothing=1)
+    with pytest.raises(ValueError, match=r"^scheduled_sampling: expected a number in \[0, 1\]; got 1.5"):
+        AutoregressiveNLL(scheduled_sampling=1.5)
+    with pytest.raises(ValueError, match=r"^scheduled_sampling_decode: expected 'sample' or 'argmax'; got 'beam'"):
+        AutoregressiveNLL(scheduled_sampling_decode="beam")
+    with pytest.raises(ValueError, match=r"^scheduled_sampling: supported for sentence batches only; got a "
+                                         r"running-text chunk with scheduled_sampling=0.5"):
+        AutoregressiveNLL(scheduled_sampling=0.5)(_lstm(), (torch.ones(1, 2).long(), torch.ones(1, 2).long()))
+    with pytest.raises(TypeError, match=r"^model: label_smoothing and scheduled_sampling need an autoregressive LM "
+                                        r"with logits\(Sequences\) -> \(B, T \+ 1, V\) \(ebms.models.lm\); got _NoLogits"):
+        AutoregressiveNLL(label_smoothing=0.1)(_NoLogits(), Sequences.from_lists([[1]]))

@@ -23,13 +23,15 @@ from torch import Tensor, nn
 import ebms.objectives as objectives_pkg
 from ebms._numerics import softplus
 from ebms.distributions import NGram
-from ebms.models import BernoulliRBM, FeatureCRF
+from ebms.models import BernoulliRBM, ElectricCloze, FeatureCRF, ResidualLM
 from ebms.models.crf_tagger import NeuralCRFTagger
 from ebms.models.crf_transducer import CRFTransducer
 from ebms.models.lm import LSTMLM
 from ebms.models.rnnt_aligned import AlignedRNNT
 from ebms.models.trf import TRF, DiscreteFeatures, feature_templates
+from ebms.nets import TextEnergy, TwoTowerCloze
 from ebms.objectives import (
+    EARM,
     TRFNCE,
     AugSA,
     AutoregressiveNLL,
@@ -39,9 +41,11 @@ from ebms.objectives import (
     CorpusRowsObjective,
     CTCObjective,
     DynamicNCE,
+    ElectricNCE,
     FeatureCRFLikelihood,
     LossOutput,
     RBMContrastiveDivergence,
+    ResidualNCE,
     TagBigramNoise,
     TransducerML,
 )
@@ -128,6 +132,24 @@ def _trf_case(objective: nn.Module) -> tuple[nn.Module, nn.Module, tuple[Tensor,
     return objective, TRF.from_corpus(feats, corpus, vocab_size=V), (words, lengths)
 
 
+def _residual_case() -> tuple[nn.Module, nn.Module, tuple[Tensor, ...]]:
+    """A residual EBM over the LSTM LM: prefixes are the tagging sentences' first two tokens."""
+    words, _, lengths = _tagging()
+    prefix = Sequences(words[:, :2], lengths.clamp(max=2))
+    positive = Sequences(words[:, 2:], (lengths - 2).clamp(min=0))
+    torch.manual_seed(0)
+    model = ResidualLM(_lm(), TextEnergy(V, kind="bilstm", dim=4, layers=1), horizon=3)
+    negatives = model.sample_base(prefix, 2, generator=torch.Generator().manual_seed(1))
+    return ResidualNCE(nu=2), model, ResidualNCE.pack(prefix, positive, negatives)
+
+
+def _electric_case() -> tuple[nn.Module, nn.Module, tuple[Tensor, Tensor]]:
+    words, _, lengths = _tagging()
+    torch.manual_seed(0)
+    model = ElectricCloze(V, dim=8, layers=1, heads=2, max_length=T, noise=TwoTowerCloze(V, dim=8, layers=1, heads=2))
+    return ElectricNCE(mask_rate=0.3), model, (words, lengths)
+
+
 Case = Callable[[], tuple[nn.Module, nn.Module, Any]]
 
 #: name -> () -> (objective, model, training data)
@@ -151,6 +173,10 @@ CASES: dict[str, Case] = {
     "AugSA": lambda: _trf_case(AugSA(chains=4)),
     "TRFNCE": lambda: _trf_case(TRFNCE(NGram.fit(Sequences(_tagging()[0], _tagging()[2]), V, order=1), nu=2)),
     "DynamicNCE": lambda: _trf_case(DynamicNCE(_lm(), nu=1)),
+    "EARM": lambda: (EARM(), _lm(), (_tagging()[0], _tagging()[2])),
+    "EARM-active": lambda: (EARM(weight=0.5, truncate=1), _lm(), (_tagging()[0], _tagging()[2])),
+    "ResidualNCE": lambda: _residual_case(),
+    "ElectricNCE": lambda: _electric_case(),
 }
 
 
@@ -178,8 +204,8 @@ def test_signature_and_output_follow_the_contract(name):
         assert not out.loss.requires_grad and out.negatives is not None
         for p in model.parameters():
             p.grad = None
-    else:
-        assert out.loss.requires_grad and out.negatives is None
+    else:  # negatives, when returned, are the samples the loss contrasted (Electric's noised tokens)
+        assert out.loss.requires_grad and (out.negatives is None or isinstance(out.negatives, Tensor))
     assert out.metrics and all(isinstance(v, float) for v in out.metrics.values())
     again = twin(model, data, generator=torch.Generator().manual_seed(0))
     assert torch.equal(out.loss, again.loss) and out.metrics == again.metrics

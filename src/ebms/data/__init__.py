@@ -30,6 +30,7 @@
 Randomness comes only from the ``generator`` argument.
 """
 
+from ebms.data.addition import AdditionTask, addition_corpus, corrupted_corpus
 from ebms.data.audio import CMVNStats, cmvn, log_mel, mel_filterbank, read_wav
 from ebms.data.binarize import binarize, binarized_mnist
 from ebms.data.binary_images import IMAGE_SETS, BinaryImages, load_binary_images
@@ -47,6 +48,7 @@ from ebms.data.nbest import (
     write_nbest_tsv,
     write_references,
 )
+from ebms.data.negative_cache import NegativeCache
 from ebms.data.paths import DATA_ENV_VAR, data_path, data_root
 from ebms.data.points import POINT_SUFFIXES, PointCloud, load_points, read_points
 from ebms.data.synthetic_tagging import SyntheticTagging, lag_copy_tagging
@@ -61,6 +63,7 @@ from ebms.data.text import (
     tiny_shakespeare,
 )
 from ebms.data.toy import TOY_NAMES, ToyDataset, get_toy
+from ebms.data.toy_translation import TranslationPairs, TranslationSplits, toy_translation, toy_translation_splits
 from ebms.data.vocab import WordVocabulary
 
 __all__ = [
@@ -115,4 +118,12 @@ __all__ = [
     "read_idx",
     "read_points",
     "read_wav",
+    "AdditionTask",
+    "NegativeCache",
+    "addition_corpus",
+    "corrupted_corpus",
+    "TranslationPairs",
+    "TranslationSplits",
+    "toy_translation",
+    "toy_translation_splits",
 ]

@@ -57,6 +57,17 @@ from ebms.estimators.importance import (
     importance_log_partition,
 )
 from ebms.estimators.likelihood import LogLikelihoodReport, log_likelihood_report
+from ebms.estimators.residual_log_z import (
+    ExactLastStep,
+    LogZBounds,
+    ResidualPerplexity,
+    StepwiseBounds,
+    exact_last_step,
+    log_z_bounds,
+    residual_log_z,
+    residual_perplexity,
+    stepwise_log_prob_bounds,
+)
 from ebms.estimators.sequence_log_z import (
     LengthConditionalLM,
     LengthLogZ,
@@ -103,4 +114,13 @@ __all__ = [
     "sigmoid_betas",
     "split_rhat",
     "true_log_likelihood",
+    "ExactLastStep",
+    "LogZBounds",
+    "ResidualPerplexity",
+    "StepwiseBounds",
+    "exact_last_step",
+    "log_z_bounds",
+    "residual_log_z",
+    "residual_perplexity",
+    "stepwise_log_prob_bounds",
 ]

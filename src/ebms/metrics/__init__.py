@@ -12,9 +12,20 @@
   n-gram) transcripts of a test set, and its label error figures.
 """
 
+from ebms.metrics.bleu import LengthBucketBLEU, bleu_by_length, corpus_bleu
 from ebms.metrics.chunking import ChunkScores, TypeScores, conlleval
 from ebms.metrics.ctc_eval import ctc_transcripts, evaluate_ctc
 from ebms.metrics.error_rate import ErrorRate, edit_distance, error_rate
+from ebms.metrics.exposure_bias import ExposureBiasRatio, exposure_bias_ratio
+from ebms.metrics.generation import (
+    LogProbGap,
+    PreferenceTest,
+    distinct_n,
+    log_prob_gap,
+    oracle_preference,
+    repetition_rate,
+    unique_ngram_fraction,
+)
 from ebms.metrics.lm_eval import PerplexityRow, TRFPerplexity, trf_perplexity
 from ebms.metrics.rescoring import (
     BootstrapInterval,
@@ -63,4 +74,16 @@ __all__ = [
     "token_accuracy",
     "token_f1",
     "tune_weights",
+    "LengthBucketBLEU",
+    "LogProbGap",
+    "PreferenceTest",
+    "bleu_by_length",
+    "corpus_bleu",
+    "distinct_n",
+    "log_prob_gap",
+    "oracle_preference",
+    "repetition_rate",
+    "unique_ngram_fraction",
+    "ExposureBiasRatio",
+    "exposure_bias_ratio",
 ]

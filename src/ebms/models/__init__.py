@@ -29,13 +29,17 @@
 
 from ebms.models.crf_tagger import NeuralCRFTagger
 from ebms.models.crf_transducer import CRFTransducer
+from ebms.models.electric import ElectricCloze
 from ebms.models.feature_crf import FeatureCRF, FitResult, fit_feature_crf
 from ebms.models.ising import IsingModel
 from ebms.models.lm import LSTMLM, AutoregressiveLM, Perplexity, TransformerLM, perplexity
+from ebms.models.pixelcnn import PixelCNNAdapter, PixelCNNModel, PixelNLL
 from ebms.models.potts import PottsModel
 from ebms.models.rbm import BernoulliRBM, CategoricalRBM, GaussianBernoulliRBM, RBMBase
 from ebms.models.rbm_estimator import CDState, RBMEstimator, cd_update
+from ebms.models.residual_lm import NGramContinuations, ResidualLM
 from ebms.models.rnnt_aligned import AlignedRNNT
+from ebms.models.seq2seq import Seq2SeqAdapter, Seq2SeqNLL, Seq2SeqTransformer
 from ebms.models.trf import GNELM, TRF, DiscreteFeatures, Hidden2Scalar, MixedEnergy, SumTargetLogit, WordClasses
 
 __all__ = [
@@ -66,4 +70,13 @@ __all__ = [
     "RBMEstimator",
     "cd_update",
     "fit_feature_crf",
+    "ElectricCloze",
+    "NGramContinuations",
+    "PixelCNNAdapter",
+    "PixelCNNModel",
+    "PixelNLL",
+    "ResidualLM",
+    "Seq2SeqAdapter",
+    "Seq2SeqNLL",
+    "Seq2SeqTransformer",
 ]

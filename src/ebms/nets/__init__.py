@@ -28,7 +28,9 @@ from ebms.nets.acoustic import ConvBiLSTM
 from ebms.nets.conv import ConvEnergy
 from ebms.nets.gaussian import GaussianEnergy, GaussianMixtureEnergy
 from ebms.nets.mlp import MLPEnergy
+from ebms.nets.pixelcnn import PixelCNN
 from ebms.nets.sequence import SequenceEncoder
+from ebms.nets.text_energy import TextEnergy
 from ebms.nets.transducer import (
     AlignedTransducer,
     BeamSearchResult,
@@ -36,6 +38,7 @@ from ebms.nets.transducer import (
     TranscriptionNet,
     transducer_beam_search,
 )
+from ebms.nets.two_tower import TwoTowerCloze
 
 __all__ = [
     "ACTIVATIONS",
@@ -58,4 +61,7 @@ __all__ = [
     "onednn_usable",
     "resolve_activation",
     "transducer_beam_search",
+    "PixelCNN",
+    "TextEnergy",
+    "TwoTowerCloze",
 ]

@@ -83,9 +83,12 @@ from ebms.objectives.conditional import (
 )
 from ebms.objectives.conditional_rows import CorpusRowsObjective
 from ebms.objectives.ctc import CTCObjective
+from ebms.objectives.earm import EARM, EARMModel, EARMTerms, LMAdapter
+from ebms.objectives.electric import ElectricNCE
 from ebms.objectives.feature_crf import FeatureCRFLikelihood
 from ebms.objectives.nce import NCE, GaussianNoise
 from ebms.objectives.rbm_cd import RBMContrastiveDivergence
+from ebms.objectives.residual_nce import ResidualNCE
 from ebms.objectives.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
 from ebms.objectives.transducer import BeamEarlyUpdate, TeacherForcedLogProb, TransducerML
 from ebms.objectives.trf_augsa import AugSA
@@ -122,4 +125,10 @@ __all__ = [
     "nce_logits",
     "nce_loss",
     "scalar_metrics",
+    "ElectricNCE",
+    "ResidualNCE",
+    "EARM",
+    "EARMModel",
+    "EARMTerms",
+    "LMAdapter",
 ]

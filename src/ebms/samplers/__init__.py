@@ -37,6 +37,13 @@ from ebms.samplers.block_gibbs import BlockGibbs
 from ebms.samplers.gibbs import Gibbs
 from ebms.samplers.gwg import GibbsWithGradients
 from ebms.samplers.hmc import HMC, HMCInfo, Trajectory, leapfrog
+from ebms.samplers.joint_resampling import (
+    JointSample,
+    TokenLevelSample,
+    resample,
+    token_level_joint_sample,
+    top_k_joint_sample,
+)
 from ebms.samplers.langevin import SGLD, ULA
 from ebms.samplers.mala import MALA
 from ebms.samplers.metropolis import MetropolisHastings, MetropolisIndependence
@@ -73,4 +80,9 @@ __all__ = [
     "leapfrog",
     "mh_accept",
     "warmup",
+    "JointSample",
+    "TokenLevelSample",
+    "resample",
+    "token_level_joint_sample",
+    "top_k_joint_sample",
 ]

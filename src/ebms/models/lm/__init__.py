@@ -24,6 +24,7 @@ base :class:`AutoregressiveLM` (:class:`LMState`), :func:`filter_logits` (temper
 
 from ebms.models.lm._base import AutoregressiveLM, LMState
 from ebms.models.lm._filter import filter_logits
+from ebms.models.lm.huggingface import HFState, HuggingFaceLM
 from ebms.models.lm.lstm import LSTMLM, LSTMState
 from ebms.models.lm.perplexity import Perplexity, perplexity
 from ebms.models.lm.transformer import KVCache, TransformerLM
@@ -38,4 +39,6 @@ __all__ = [
     "TransformerLM",
     "filter_logits",
     "perplexity",
+    "HFState",
+    "HuggingFaceLM",
 ]

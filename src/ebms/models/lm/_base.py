@@ -220,7 +220,7 @@ class AutoregressiveLM(Distribution):
     # --- sampling -----------------------------------------------------------------------------
     def sample(self, n: int, generator: torch.Generator | None = None, *, max_length: int | None = None,
                temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-               prefix: Sequences | Tensor | None = None, truncate: bool = False) -> Sequences:
+               prefix: Sequences | Tensor | None = None, truncate: bool = False, per_prefix: int = 1) -> Sequences:
         r"""``n`` sentences drawn ancestrally until ``</s>``, as :class:`~ebms.sequences.Sequences`
         on the model's device (padding 0).
 
@@ -236,6 +236,9 @@ class AutoregressiveLM(Distribution):
             prefix: ``n`` prefixes ``c`` (Sequences of ``n`` rows); the draws are continuations
                 ``x ~ p(x | c)`` (without the prefix).
             truncate: return unfinished draws cut at ``max_length`` (no longer draws from the law).
+            per_prefix: ``m >= 1`` draws per prefix row: ``prefix`` then has ``n / m`` rows, and draws
+                ``b m .. b m + m - 1`` continue prefix ``b``. Each prefix is encoded once and its state
+                repeated (as many draws from ``n`` copies of the prefixes, without the copies' encoding).
 
         Cost: the prefixes in one pass, then one incremental step per generated position for
         the rows still running (finished rows leave the batch): the LSTM carries its hidden state
@@ -243,6 +246,9 @@ class AutoregressiveLM(Distribution):
         position ``t``, cache memory ``2 L_layers B t d``). One host sync per step.
         """
         n = check_int(n, "n", minimum=0)
+        per_prefix = check_int(per_prefix, "per_prefix", minimum=1)
+        if per_prefix > 1 and prefix is None:
+            raise ValueError(f"per_prefix: {per_prefix} draws per prefix needs prefix=; got no prefix")
         temperature, top_k, top_p = check_filter(temperature, top_k, top_p)
         device = self._device()
         if prefix is None:
@@ -250,8 +256,10 @@ class AutoregressiveLM(Distribution):
                                                                                              device=device)
         else:
             c = self._sequences(prefix, "prefix")
-            if c.batch_size != n:
-                raise ValueError(f"prefix: expected n={n} prefixes (one per draw); got {c.batch_size}")
+            if c.batch_size * per_prefix != n:
+                want = (f"n={n} prefixes (one per draw)" if per_prefix == 1 else
+                        f"n / per_prefix = {n} / {per_prefix} prefixes (per_prefix draws each)")
+                raise ValueError(f"prefix: expected {want}; got {c.batch_size}")
             pw = int(c.lengths.max()) if n else 0
             hist, hist_len = F.pad(self._real(c, pw), (1, 0), value=self.boundary), c.lengths + 1
         longest_prefix = hist.shape[1] - 1
@@ -269,15 +277,18 @@ class AutoregressiveLM(Distribution):
             return Sequences(torch.zeros(0, 0, dtype=torch.long, device=device),
                              torch.zeros(0, dtype=torch.long, device=device), validate=False)
         with torch.no_grad():
-            return self._draw(hist, hist_len, limit, generator, (temperature, top_k, top_p), truncate)
+            return self._draw(hist, hist_len, limit, generator, (temperature, top_k, top_p), truncate, per_prefix)
 
     def _draw(self, hist: Tensor, hist_len: Tensor, limit: int, generator: torch.Generator | None,
-              law: tuple[float, int | None, float | None], truncate: bool) -> Sequences:
-        n, device = hist.shape[0], hist.device
+              law: tuple[float, int | None, float | None], truncate: bool, per_prefix: int = 1) -> Sequences:
+        n, device = hist.shape[0] * per_prefix, hist.device
         tokens = torch.zeros(n, limit, dtype=torch.long, device=device)
         lengths = torch.full((n,), limit, dtype=torch.long, device=device)
         rows = torch.arange(n, device=device)  # the draw each running row belongs to
         logits, state = self._encode(hist, hist_len)
+        if per_prefix > 1:  # each prefix encoded once, its state repeated for its draws
+            copies = torch.arange(hist.shape[0], device=device).repeat_interleave(per_prefix)
+            logits, state = logits[copies], state.select(copies)
         for t in range(limit + 1):
             if t == limit and truncate:
                 break
@@ -292,6 +303,8 @@ class AutoregressiveLM(Distribution):
                                      "raise max_length, or pass truncate=True to keep them cut")
                 break
             tokens[rows, t] = w
+            if truncate and t == limit - 1:  # the next logits would only decide a cut draw's </s>
+                break
             if bool(ended.any()):
                 keep = (~ended).nonzero().squeeze(1)
                 if keep.numel() == 0:

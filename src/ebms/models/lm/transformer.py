@@ -173,6 +173,11 @@ class TransformerLM(AutoregressiveLM):
         Raises:
             ValueError: a position beyond ``max_length``.
         """
+        x, cache = self._hidden(inputs, state)
+        return self.decoder(self.ln(x)), cache
+
+    def _hidden(self, inputs: Tensor, state: LMState | None) -> tuple[Tensor, KVCache]:
+        """The last block's outputs ``(B, S, d)`` (before the final layer norm) and the cache."""
         B, S = inputs.shape
         dev = inputs.device
         steps = torch.arange(S, device=dev)
@@ -201,15 +206,15 @@ class TransformerLM(AutoregressiveLM):
             after = pos[:, -1] + 1
         else:
             after = inputs.new_zeros(B) if state is None else state.positions
-        cache = KVCache(tuple(keys), tuple(values), valid, after, horizon)
-        return self.decoder(self.ln(x)), cache
+        return x, KVCache(tuple(keys), tuple(values), valid, after, horizon)
 
     def _encode(self, histories: Tensor, lengths: Tensor) -> tuple[Tensor, KVCache]:
-        logits, cache = self(histories)
+        x, cache = self._hidden(histories, None)
         S = histories.shape[1]
         valid = torch.arange(S, device=histories.device) < lengths.unsqueeze(1)
-        last = logits.gather(1, (lengths - 1).view(-1, 1, 1).expand(-1, 1, logits.shape[-1])).squeeze(1)
-        return last, KVCache(cache.keys, cache.values, valid, lengths.clone(), int(lengths.max()))
+        last = x.gather(1, (lengths - 1).view(-1, 1, 1).expand(-1, 1, x.shape[-1])).squeeze(1)  # (B, d)
+        # the output layer only at each history's last input (not at every position)
+        return self.decoder(self.ln(last)), KVCache(cache.keys, cache.values, valid, lengths.clone(), int(lengths.max()))
 
     def extra_repr(self) -> str:
         return (f"vocab_size={self.vocab_size}, max_length={self.max_length}, positions={self.positions!r}, "
