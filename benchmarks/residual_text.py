@@ -1,0 +1,286 @@
+"""Residual EBM on real text at CPU scale: held-out perplexity of the joint model vs its base LM.
+
+Workload (Deng et al. 2020, "Residual energy-based models for text generation", Table 1 and Fig. 2
+left, shrunk to one CPU core; the digest's B.9 analogue on real corpora):
+    corpora     ``--corpus shakespeare|ptb|both`` (default both), read by ``ebms.data.text``.
+                Tiny Shakespeare, character level: windows cut from the running text (newlines are
+                characters), prefix ``c`` = 32 characters, continuation horizon K = 16 characters.
+                Training windows start at random offsets of the train split; held-out windows are
+                ``--test`` evenly spaced, non-overlapping windows of the test split (disjoint text).
+                PTB, word level (10,000 words): prefix = a sentence's first 10 words, continuation =
+                the next at most K = 6 words (the horizon law: a sentence ending sooner keeps its
+                ``</s>``); only sentences of more than 10 words. Training prefixes come from the train
+                split, the ``--test`` held-out ones (evenly spaced) from the test split.
+    base LM     ``LSTMLM`` (1 layer; characters: embedding 64, hidden 256; words: embedding 128,
+                hidden 128) trained by ``AutoregressiveNLL`` (sentence mode: 64-character windows, or
+                whole PTB sentences) for ``--base-steps`` steps (batch 32, Adam 3e-3, gradient norm
+                clipped at 1): deliberately modest.
+    energy      ``TextEnergy(kind=--energy)`` (default ``"bilstm"``, dim 64, 1 layer; ``"transformer"``
+                = the BIT analogue, dim 64, 2 layers, 4 heads) over ``<s> c x``; joint model
+                ``p(x | c) ∝ p_LM(x | c) exp(-E(c, x))`` with horizon K (``ResidualLM``).
+    training    ``ResidualNCE`` (nu = 1) against an offline ``NegativeCache`` of S = ``--cache`` (8) base
+                draws of each of ``--train-prefixes`` (8000) training prefixes (untruncated base law),
+                ``--energy-steps`` steps (batch 32, Adam 1e-3, gradient norm clipped at 1).
+    evaluation  on the held-out prefixes: the base LM's exact perplexity of the true continuations
+                (horizon law, ``</s>`` counted when scored) and the joint model's [lower, upper]
+                interval from ``residual_perplexity`` with n = 10, 100, 1000 fresh base draws per
+                prefix (Theorem 2: lower/upper estimates of log Z(c)); gap = upper - lower. Also the
+                held-out NCE accuracy (truth vs one base draw per prefix) and the median ESS of the
+                n = 1000 importance weights.
+    seeds       ``--seeds`` (default 0 1; the recorded runs used ``--seeds 0 1 2``): every stage re-seeded
+                (data order, weights, draws); the held-out prefixes are the same for every seed.
+                Tables give mean ± std over seeds.
+    budget      per seed: 600 base steps, 1500 energy steps, 64k cached draws, 100 test prefixes x 1110
+                eval draws. Measured on one core with 1 thread (2-core machine shared with other jobs;
+                CPU seconds = what an idle core needs): Tiny Shakespeare about 250 CPU s per seed (base 15 %,
+                cache 15 %, energy 30 %, eval 40 %), PTB about 370 s per seed on a nearly idle core
+                (base LM 55 %: the 10,000-way softmax). Two seeds: about 8 and 12 minutes.
+
+What held at this scale (``--seeds 0 1 2``, recorded in ``benchmarks/results/residual_text_<corpus>.json``;
+nothing was tuned after seeing these):
+    Tiny Shakespeare: base PPL 6.531 ± 0.105; joint n = 1000 [6.484, 6.484] ± 0.113: the paper's
+        ordering holds for every seed (joint upper below base, about -0.7 %); gap 0.0102 / 0.0010 /
+        0.0001 at n = 10 / 100 / 1000 (shrinks about 10x per 10x draws, as Theorem 2's 1/n);
+        held-out NCE accuracy 0.57, median ESS 805 of 1000: a weak but real residual.
+    PTB: base PPL 319.0 ± 11.5; joint n = 1000 [335.85, 335.99] ± 7.9: the ordering FAILS for every
+        seed (the joint model is about 5 % worse); the gap still shrinks (11.1 / 1.41 / 0.14). The
+        energy overfits its 8000 training prefixes (last-batch NCE accuracy 0.66-0.81, energy gap
+        1.1-1.8 on training pairs vs 0.51-0.58 and 0.1-0.4 held out): with a 10,000-word embedding
+        and each positive seen about 6 times it memorises training continuations, and the
+        bound is tight, so the loss is the energy's, not the estimator's.
+
+``--quick``: 1 seed, 80 base steps, 150 energy steps, 1000 training prefixes, 40 test prefixes,
+n = 10 and 100: the same code path in about half a minute per corpus. Run:
+``python benchmarks/residual_text.py [--quick] [--corpus C] [--energy KIND] [--base-steps N]
+[--energy-steps N] [--train-prefixes N] [--cache S] [--test N] [--seeds S ...] [--threads N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import time
+from typing import Any
+
+import _common as C
+import torch
+
+from ebms.data.negative_cache import NegativeCache
+from ebms.data.text import Vocabulary, ptb, tiny_shakespeare
+from ebms.estimators.residual_log_z import residual_perplexity
+from ebms.models.lm import LSTMLM
+from ebms.models.residual_lm import ResidualLM
+from ebms.nets.text_energy import TextEnergy
+from ebms.objectives import AutoregressiveNLL
+from ebms.objectives.residual_nce import ResidualNCE
+from ebms.sequences import Sequences
+from ebms.train import Trainer
+
+BENCH = "residual_text"
+
+#: per corpus: prefix length, horizon K, LM training window (chars) or None (whole sentences), LM sizes
+SETUP: dict[str, dict[str, Any]] = {
+    "shakespeare": {"prefix": 32, "horizon": 16, "window": 64, "emb": 64, "hidden": 256},
+    "ptb": {"prefix": 10, "horizon": 6, "window": None, "emb": 128, "hidden": 128},
+}
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--corpus", choices=["shakespeare", "ptb", "both"], default="both")
+    p.add_argument("--energy", choices=["bilstm", "transformer"], default="bilstm",
+                   help="TextEnergy kind (default bilstm; transformer = the BIT analogue)")
+    p.add_argument("--base-steps", type=int, default=600, help="base LM training steps (default 600)")
+    p.add_argument("--energy-steps", type=int, default=1500, help="residual energy NCE steps (default 1500)")
+    p.add_argument("--train-prefixes", type=int, default=8000, help="training prefixes in the cache (default 8000)")
+    p.add_argument("--cache", type=int, default=8, help="base draws per training prefix (default 8)")
+    p.add_argument("--test", type=int, default=100, help="held-out prefixes (default 100)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="default 0 1 (budget)")
+
+
+class Corpus:
+    """Token ids of one corpus and the (prefix, continuation) pairs cut from them."""
+
+    def __init__(self, name: str, n_test: int) -> None:
+        self.name, s = name, SETUP[name]
+        self.p, self.K, self.window = s["prefix"], s["horizon"], s["window"]
+        if name == "shakespeare":
+            train_chars = tiny_shakespeare("train", level="char", form="text")[0]
+            test_chars = tiny_shakespeare("test", level="char", form="text")[0]
+            self.vocab = Vocabulary.build([train_chars], level="char")
+            self.train_stream = self.vocab.encode_stream([train_chars], boundary=False)
+            test_stream = self.vocab.encode_stream([test_chars], boundary=False)
+            w = self.p + self.K
+            if n_test * w > test_stream.numel():
+                raise SystemExit(f"--test: at most {test_stream.numel() // w} disjoint windows in the test split")
+            starts = torch.linspace(0, test_stream.numel() - w, n_test).long()
+            self.test = self._windows(test_stream, starts)
+        else:
+            train = ptb("train")
+            self.vocab = Vocabulary.build(train)
+            self.train_sents = self.vocab.encode(train)
+            self.train_long = self.train_sents[self.train_sents.lengths > self.p]
+            test = self.vocab.encode(ptb("test"))
+            test = test[test.lengths > self.p]
+            idx = torch.linspace(0, test.batch_size - 1, n_test).long()
+            self.test = self._split(test[idx])
+        self.V = len(self.vocab)
+
+    def _windows(self, stream: torch.Tensor, starts: torch.Tensor) -> tuple[Sequences, Sequences]:
+        w = starts.unsqueeze(1) + torch.arange(self.p + self.K)
+        rows = stream[w]
+        return Sequences(rows[:, : self.p]), Sequences(rows[:, self.p:])
+
+    def _split(self, sents: Sequences) -> tuple[Sequences, Sequences]:
+        """Prefix = first p tokens, continuation = the next at most K (sentences longer than p)."""
+        x_len = (sents.lengths - self.p).clamp(max=self.K)
+        toks = torch.nn.functional.pad(sents.tokens, (0, self.p + self.K))[:, self.p: self.p + self.K]
+        toks = toks.masked_fill(torch.arange(self.K) >= x_len.unsqueeze(1), 0)
+        return Sequences(sents.tokens[:, : self.p].contiguous()), Sequences(toks, x_len)
+
+    def lm_batch(self, batch_size: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """A batch of LM training rows: random text windows or random whole sentences."""
+        if self.window is not None:
+            starts = torch.randint(self.train_stream.numel() - self.window, (batch_size,), generator=g)
+            rows = self.train_stream[starts.unsqueeze(1) + torch.arange(self.window)]
+            return rows, torch.full((batch_size,), self.window, dtype=torch.long)
+        s = self.train_sents[torch.randint(self.train_sents.batch_size, (batch_size,), generator=g)]
+        width = int(s.lengths.max())
+        return s.tokens[:, :width], s.lengths
+
+    def train_pairs(self, n: int, g: torch.Generator) -> tuple[Sequences, Sequences]:
+        """``n`` training (prefix, true continuation) pairs at random offsets / from random long sentences."""
+        if self.window is not None:
+            return self._windows(self.train_stream, torch.randint(self.train_stream.numel() - self.p - self.K,
+                                                                  (n,), generator=g))
+        return self._split(self.train_long[torch.randint(self.train_long.batch_size, (n,), generator=g)])
+
+
+def train_base(corpus: Corpus, steps: int, seed: int) -> LSTMLM:
+    torch.manual_seed(seed)
+    s = SETUP[corpus.name]
+    lm = LSTMLM(corpus.V, embedding_dim=s["emb"], hidden_size=s["hidden"], num_layers=1)
+    Trainer(AutoregressiveNLL(), lm, corpus.lm_batch, optimizer=lambda groups: torch.optim.Adam(groups, lr=3e-3),
+            steps=steps, batch_size=32, run_dir=None, seed=seed, progress=False, checkpoint_every=None,
+            grad_clip=1.0, guard=None).fit()
+    return lm.eval()
+
+
+def make_energy(kind: str, V: int, max_length: int) -> TextEnergy:
+    if kind == "bilstm":
+        return TextEnergy(V, kind="bilstm", dim=64, layers=1)
+    return TextEnergy(V, kind="transformer", dim=64, layers=2, heads=4, max_length=max_length)
+
+
+def train_energy(corpus: Corpus, lm: LSTMLM, args: argparse.Namespace, seed: int) -> tuple[ResidualLM, dict]:
+    g = torch.Generator().manual_seed(1000 + seed)
+    prefix, cont = corpus.train_pairs(args.train_prefixes, g)
+    t0 = time.perf_counter()
+    cache = NegativeCache.build(lm, prefix, args.cache, horizon=corpus.K, generator=g, progress=False)
+    t_cache = time.perf_counter() - t0
+    torch.manual_seed(seed)
+    model = ResidualLM(lm, make_energy(args.energy, corpus.V, corpus.p + corpus.K + 1), horizon=corpus.K)
+    nce = ResidualNCE(nu=1)
+
+    def data(batch_size: int, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+        idx = torch.randint(prefix.batch_size, (batch_size,), generator=gen)
+        return nce.pack(prefix[idx], cont[idx], cache.draw(idx, 1, gen))
+
+    t0 = time.perf_counter()
+    result = Trainer(nce, model, data, optimizer=lambda groups: torch.optim.Adam(groups, lr=1e-3),
+                     steps=args.energy_steps, batch_size=32, run_dir=None, seed=seed, progress=False,
+                     checkpoint_every=None, grad_clip=1.0).fit()
+    t_train = time.perf_counter() - t0
+    final = {f"train_{k}": float(v) for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}
+    return model.eval(), {"cache_s": t_cache, "energy_train_s": t_train, **final}
+
+
+def one_seed(corpus: Corpus, args: argparse.Namespace, seed: int, ns: list[int]) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    lm = train_base(corpus, args.base_steps, seed)
+    rec: dict[str, Any] = {"seed": seed, "base_train_s": time.perf_counter() - t0}
+    model, energy_rec = train_energy(corpus, lm, args, seed)
+    rec.update(energy_rec)
+    prefix, truth = corpus.test
+    g = torch.Generator().manual_seed(2000 + seed)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        neg = model.sample_base(prefix, 1, generator=g)
+        e_pos, e_neg = model.energy(prefix, truth), model.energy(prefix, neg)
+        rec["heldout_nce_accuracy"] = float(((e_pos < 0).double().mean() + (e_neg > 0).double().mean()) / 2)
+        rec["heldout_energy_gap"] = float(e_neg.mean() - e_pos.mean())
+        for n in ns:
+            t1 = time.perf_counter()
+            rp = residual_perplexity(model, prefix, truth, n, generator=g, progress=False)
+            rec["base_ppl"], rec["tokens"] = rp.base, rp.tokens
+            rec[f"n{n}"] = {"lower": rp.lower, "upper": rp.upper, "gap": rp.upper - rp.lower,
+                            "ess_median": float(rp.log_z.ess.median()), "seconds": time.perf_counter() - t1}
+    rec["eval_s"] = time.perf_counter() - t0
+    return rec
+
+
+def spread(xs: list[float]) -> str:
+    if len(xs) == 1:
+        return f"{xs[0]:.3f}"
+    return f"{statistics.mean(xs):.3f} ± {statistics.stdev(xs):.3f}"
+
+
+def report(name: str, recs: list[dict], ns: list[int]) -> dict[str, Any]:
+    """Print one corpus's table; return its summary (ordering verdicts included)."""
+    rows = [["base LM PPL (exact, horizon law)", spread([r["base_ppl"] for r in recs]), "", ""]]
+    for n in ns:
+        rows.append([f"joint PPL n={n}", spread([r[f"n{n}"]["lower"] for r in recs]),
+                     spread([r[f"n{n}"]["upper"] for r in recs]), spread([r[f"n{n}"]["gap"] for r in recs])])
+    rows.append(["held-out NCE accuracy", spread([r["heldout_nce_accuracy"] for r in recs]), "", ""])
+    rows.append([f"median ESS at n={ns[-1]}", spread([r[f"n{ns[-1]}"]["ess_median"] for r in recs]), "", ""])
+    seeds = " ".join(str(r["seed"]) for r in recs)
+    print(f"\n{name} (seeds {seeds}; {recs[0]['tokens']} held-out tokens)")
+    print(C.format_table(["figure", "lower / value", "upper", "gap"], rows))
+    top = f"n{ns[-1]}"
+    upper_below = all(r[top]["upper"] < r["base_ppl"] for r in recs)
+    gaps = [statistics.mean(r[f"n{n}"]["gap"] for r in recs) for n in ns]
+    shrinks = all(a > b for a, b in zip(gaps, gaps[1:]))
+    print(f"ordering: joint upper (n={ns[-1]}) < base PPL for every seed: {upper_below}; "
+          f"mean gap shrinks with n: {shrinks}")
+    return {"base_ppl": statistics.mean(r["base_ppl"] for r in recs),
+            "joint_upper": statistics.mean(r[top]["upper"] for r in recs),
+            "joint_lower": statistics.mean(r[top]["lower"] for r in recs),
+            "gaps": dict(zip((f"n{n}" for n in ns), gaps)), "upper_below_base": upper_below, "gap_shrinks": shrinks}
+
+
+def main() -> None:
+    args = C.parse_args(__doc__.splitlines()[0], add_args)
+    if args.quick:
+        args.seeds, args.base_steps, args.energy_steps = args.seeds[:1], 80, 150
+        args.train_prefixes, args.test = 1000, 40
+    ns = [10, 100] if args.quick else [10, 100, 1000]
+    corpora = ["shakespeare", "ptb"] if args.corpus == "both" else [args.corpus]
+    info = C.machine_info()
+    t_all = time.perf_counter()
+    record: dict[str, Any] = {"bench": BENCH, "machine": info, "settings": dict(vars(args)), "ns": ns}
+    summary: dict[str, Any] = {"bench": BENCH, "seeds": len(args.seeds)}
+    for name in corpora:
+        t_c = time.perf_counter()
+        corpus = Corpus(name, args.test)
+        recs = []
+        for seed in args.seeds:
+            C.note(f"[{BENCH}] {name} seed {seed}: base {args.base_steps} steps, energy {args.energy_steps} steps")
+            recs.append(one_seed(corpus, args, seed, ns))
+            r = recs[-1]
+            C.note(f"[{BENCH}] {name} seed {seed}: base PPL {r['base_ppl']:.3f}, joint n={ns[-1]} "
+                   f"[{r[f'n{ns[-1]}']['lower']:.3f}, {r[f'n{ns[-1]}']['upper']:.3f}]; seconds: base "
+                   f"{r['base_train_s']:.0f}, cache {r['cache_s']:.0f}, energy {r['energy_train_s']:.0f}, "
+                   f"eval {r['eval_s']:.0f} (" + ", ".join(f"n={n} {r[f'n{n}']['seconds']:.0f}" for n in ns) + ")")
+        summary[name] = report(name, recs, ns)
+        record[name] = {"vocab_size": corpus.V, "prefix": corpus.p, "horizon": corpus.K, "seeds": recs,
+                        "summary": summary[name], "wall_s": time.perf_counter() - t_c}
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    record.update(wall_s=time.perf_counter() - t_all, peak_rss_mb=peak)
+    file = BENCH if args.corpus == "both" else f"{BENCH}_{args.corpus}"
+    C.save_results(("quick/" if args.quick else "") + file, record, enabled=not args.no_save)
+    summary.update(wall_s=round(record["wall_s"], 1), peak_rss_mb=round(peak))
+    C.emit_final_line(summary)
+
+
+if __name__ == "__main__":
+    main()
