@@ -17,7 +17,7 @@ EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.py"
 #: smaller settings for the default suite (the scripts' defaults run in the slow set)
 QUICK_ARGS = {
     "discrete_ising_tempering.py": ["--sweeps", "100", "--chains", "8"],
-    "earm_pixelcnn.py": ["--steps", "20", "--earm-start", "10"],
+    "earm_pixelcnn.py": ["--steps", "8", "--earm-start", "5"],
     "electric_cloze.py": ["--steps", "20", "--pairs", "50"],
     "rbm_digits.py": ["--epochs", "3", "--temperatures", "1000", "--chains", "20", "--no-sklearn"],
     "residual_addition.py": ["--base-steps", "20", "--energy-steps", "20", "--n", "10", "--train", "200", "--test", "100"],

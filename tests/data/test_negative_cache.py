@@ -101,6 +101,19 @@ def test_build_with_a_neural_lm_batches_whole_prefixes_and_shows_progress(capsys
     assert unbounded.horizon is None and unbounded.samples.batch_size == 10
 
 
+def test_a_neural_lm_encodes_each_prefix_once_with_the_same_draws_as_copies():
+    # AutoregressiveLM declares per_prefix_sampling: the cache asks for S draws per prefix in one call,
+    # which must equal drawing from S explicit copies of each prefix with the same generator
+    torch.manual_seed(0)
+    lm = LSTMLM(V, embedding_dim=4, hidden_size=4, num_layers=1).eval()
+    assert LSTMLM.per_prefix_sampling is True
+    prefixes = Sequences.from_lists([[1], [2, 3], [], [1, 1]])
+    cache = NegativeCache.build(lm, prefixes, 3, horizon=3, generator=torch.Generator().manual_seed(4))
+    rep = Sequences(prefixes.tokens.repeat_interleave(3, 0), prefixes.lengths.repeat_interleave(3))
+    copies = lm.sample(12, torch.Generator().manual_seed(4), prefix=rep, max_length=3, truncate=True)
+    assert cache.samples.equal(copies) and torch.equal(cache.samples.lengths, copies.lengths)
+
+
 def test_errors_name_the_argument(tmp_path: Path):
     cache = labelled_cache()
     with pytest.raises(ValueError, match="^nu: "):

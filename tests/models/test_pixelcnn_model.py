@@ -145,7 +145,7 @@ def _bernoulli_bits_per_dim(x: torch.Tensor) -> float:
     return float(h.mean()) / math.log(2.0)
 
 
-@pytest.mark.parametrize(("gated", "steps"), [(False, 400), (True, 200)])
+@pytest.mark.parametrize(("gated", "steps"), [(False, 400), pytest.param(True, 200, marks=pytest.mark.slow)])
 def test_training_on_binarised_digits_beats_the_independent_bernoulli_baseline(gated, steps):
     pytest.importorskip("sklearn")
     from ebms.data.digits import binarized_digits

@@ -178,6 +178,25 @@ def test_full_scheduled_sampling_feeds_the_first_pass_predictions() -> None:
     assert float(half(m, (SOURCES, y), generator=g1).loss) == float(half(m, (SOURCES, y), generator=g2).loss)
 
 
+def test_four_tensor_batches_equal_sequence_pairs_and_run_under_the_trainer() -> None:
+    from ebms.objectives import EARM
+    from ebms.train import Trainer
+
+    m = _model()
+    y = Sequences.from_lists([[1, 4], [3, 3, 2], [], [4]])
+    flat = (SOURCES.tokens, SOURCES.lengths, y.tokens, y.lengths)
+    with torch.no_grad():
+        assert torch.equal(Seq2SeqNLL()(m, flat).loss, Seq2SeqNLL()(m, (SOURCES, y)).loss)
+    adapter = Seq2SeqAdapter(m)
+    drawn = adapter.draw(flat, torch.Generator().manual_seed(0))
+    assert len(drawn) == 4 and torch.equal(drawn[0], SOURCES.tokens)
+    same = adapter.draw((SOURCES, y), torch.Generator().manual_seed(0))
+    assert torch.equal(drawn[2], same[1].tokens) and torch.equal(drawn[3], same[1].lengths)
+    for objective, model in ((Seq2SeqNLL(label_smoothing=0.1), m), (EARM(weight=0.2), adapter)):
+        result = Trainer(objective, model.train(), flat, steps=2, batch_size=2, run_dir=None, progress=False).fit()
+        assert result.step == 2 and all(v == v for v in result.metrics.values())
+
+
 def test_a_short_training_run_lowers_the_held_out_loss() -> None:
     torch.manual_seed(0)
     data = toy_translation(288, generator=torch.Generator().manual_seed(0), min_len=3, max_len=8)
@@ -276,7 +295,8 @@ def test_bad_arguments_are_named() -> None:
         m.sample(SOURCES, max_length=7)
     with pytest.raises(TypeError, match="truncate: expected a bool; got 1"):
         m.sample(SOURCES, truncate=1)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="batch: expected a pair \\(src, tgt\\) of Sequences; got list"):
+    with pytest.raises(TypeError, match=r"batch: expected a pair \(src, tgt\) of Sequences, or four tensors "
+                                        r"\(src tokens, src lengths, tgt tokens, tgt lengths\); got list"):
         Seq2SeqNLL()(m, [SOURCES, y])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="batch: expected at least one pair"):
         Seq2SeqNLL()(m, (SOURCES[:0], y[:0]))

@@ -119,10 +119,15 @@ class NegativeCache:
         parts = []
         for start in tqdm(starts, desc="negatives", unit="batch", disable=not show):
             chunk = prefixes[start:start + per_call]
-            rep = Sequences(chunk.tokens.repeat_interleave(S, 0), chunk.lengths.repeat_interleave(S), validate=False)
+            law = dict(generator=generator, max_length=horizon, temperature=temperature, top_k=top_k, top_p=top_p,
+                       truncate=horizon is not None)
             with torch.no_grad():
-                draws = lm.sample(rep.batch_size, generator=generator, max_length=horizon, temperature=temperature,
-                                  top_k=top_k, top_p=top_p, prefix=rep, truncate=horizon is not None)
+                if getattr(lm, "per_prefix_sampling", False):  # declared: each prefix encoded once for its S draws
+                    draws = lm.sample(chunk.batch_size * S, prefix=chunk, per_prefix=S, **law)
+                else:
+                    rep = Sequences(chunk.tokens.repeat_interleave(S, 0), chunk.lengths.repeat_interleave(S),
+                                    validate=False)
+                    draws = lm.sample(rep.batch_size, prefix=rep, **law)
             parts.append(draws.to("cpu"))
         empty = Sequences(torch.zeros(0, 0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
         samples = Sequences.cat(parts) if parts else empty

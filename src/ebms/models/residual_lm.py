@@ -173,7 +173,7 @@ class ResidualLM(nn.Module):
         law = dict(generator=generator, max_length=self.horizon, temperature=temperature, top_k=top_k, top_p=top_p,
                    truncate=self.horizon is not None)
         with torch.no_grad():
-            if isinstance(self.base, NGram):
+            if not getattr(self._law, "per_prefix_sampling", False):  # e.g. an n-gram: n copies of each prefix
                 rep = Sequences(prefix.tokens.repeat_interleave(n, 0), prefix.lengths.repeat_interleave(n),
                                 validate=False)
                 return self._law.sample(rep.batch_size, prefix=rep, **law)

@@ -232,8 +232,13 @@ class Seq2SeqTransformer(nn.Module):
 
 
 def _pair(batch: Any) -> tuple[Sequences, Sequences]:
+    """``(src, tgt)`` Sequences, or the four tensors ``(src tokens, src lengths, tgt tokens, tgt lengths)``
+    that the :class:`~ebms.train.Trainer` streams (every tensor has ``B`` rows)."""
+    if isinstance(batch, (tuple, list)) and len(batch) == 4 and all(isinstance(b, Tensor) for b in batch):
+        batch = (Sequences(batch[0], batch[1]), Sequences(batch[2], batch[3]))
     if not (isinstance(batch, tuple) and len(batch) == 2 and all(isinstance(b, Sequences) for b in batch)):
-        raise TypeError(f"batch: expected a pair (src, tgt) of Sequences; got {type(batch).__name__}")
+        raise TypeError(f"batch: expected a pair (src, tgt) of Sequences, or four tensors (src tokens, src lengths, "
+                        f"tgt tokens, tgt lengths); got {type(batch).__name__}")
     if batch[0].batch_size == 0:
         raise ValueError("batch: expected at least one pair; got an empty batch")
     return batch
@@ -262,7 +267,8 @@ class Seq2SeqNLL(nn.Module):
     Mihaylova & Martins 2019 of Bengio et al. 2015. With ``epsilon = p = 0`` it is the plain
     teacher-forced NLL ``-sum log p(y | x) / sum (L + 1)`` (one pass).
 
-    Batch: ``(src, tgt)`` Sequences. Randomness (scheduled sampling only) from ``generator``;
+    Batch: ``(src, tgt)`` Sequences, or the four tensors ``(src tokens, src lengths, tgt tokens, tgt
+    lengths)`` a :class:`~ebms.train.Trainer` streams. Randomness (scheduled sampling only) from ``generator``;
     dropout from torch's global RNG. Metrics: ``nll`` (unsmoothed, nats per token, of the pass
     the loss uses), ``ppl = exp(nll)``, ``tokens``, ``replaced`` (fraction of inputs replaced).
     Cost: one forward and backward pass, plus one forward pass when ``p > 0``.
@@ -359,8 +365,9 @@ class Seq2SeqAdapter(nn.Module):
         mask = mask & ~((torch.arange(mask.shape[1], device=mask.device) == lengths) & (lengths >= H))
         return logits, targets, mask
 
-    def draw(self, batch: tuple[Sequences, Sequences], generator: torch.Generator | None) -> tuple[Sequences, Sequences]:
-        """``(src, y)``: the same sources and one draw ``y ~ p(. | src)`` per row (cut at the cap above)."""
+    def draw(self, batch: Any, generator: torch.Generator | None) -> Any:
+        """``(src, y)``: the same sources and one draw ``y ~ p(. | src)`` per row (cut at the cap above),
+        as four tensors when ``batch`` was four tensors."""
         src, tgt = _pair(batch)
         cap = self.max_length if self.max_length is not None else min(int(tgt.lengths.max()) + 1, self.horizon)
         was_training = self.model.training
@@ -369,6 +376,8 @@ class Seq2SeqAdapter(nn.Module):
             drawn = self.model.sample(src, generator, cap, truncate=True)
         finally:
             self.model.train(was_training)
+        if not isinstance(batch[0], Sequences):
+            return src.tokens, src.lengths, drawn.tokens, drawn.lengths
         return src, drawn
 
     def extra_repr(self) -> str:

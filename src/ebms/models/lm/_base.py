@@ -65,6 +65,8 @@ class AutoregressiveLM(Distribution):
     """
 
     boundary: ClassVar[int] = 0
+    #: declared capability: ``sample(n, prefix=c, per_prefix=m)`` encodes each prefix once for its ``m`` draws
+    per_prefix_sampling: ClassVar[bool] = True
     vocab_size: int
     max_length: int | None = None
 
