@@ -160,6 +160,7 @@ def test_parameter_gradient_is_data_minus_reweighted_sample_features():
 # --- training against exact log Z -----------------------------------------------------------------
 
 
+@pytest.mark.slow  # 11-14 s: runs in the slow set (CI), keeping `make test` under 4 minutes
 def test_zeta_after_training_matches_exact_log_z_of_the_trained_model():
     """Joint AugSA training (300 steps: SGD with a decaying rate, one sweep per move), then the
     parameters stay fixed while AugSA continues with a constant zeta rate 0.05 and 4 sweeps per

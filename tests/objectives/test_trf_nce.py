@@ -264,6 +264,7 @@ def _train_and_compare(objective: TRFNCE, trf: TRF, noise_params: list[Tensor], 
     assert bool((z.abs() <= T4).all()), (est.log_z - ref.log_z, se)
 
 
+@pytest.mark.slow  # 11-14 s: runs in the slow set (CI), keeping `make test` under 4 minutes
 def test_nce_zeta_matches_exact_log_z_of_the_trained_model():
     """Calibration (not tuning): over 8 other seeds, |error| / stderr had a root mean square of 0.77
     and a largest value of 2.1."""
@@ -276,6 +277,7 @@ def test_nce_zeta_matches_exact_log_z_of_the_trained_model():
                        target=lambda: exact_log_z(trf, V, 3))
 
 
+@pytest.mark.slow  # 11-14 s: runs in the slow set (CI), keeping `make test` under 4 minutes
 def test_dnce_zeta_matches_the_exact_normaliser_of_the_interpolated_law():
     """DNCE's optimum for a noise q is p_theta = p_int = (p + q) / 2 (where the family holds it); a
     TRF keeps its length law pi, so its zeta_l become log Z_l + log pi_l - log pi_int,l, pi_int the
