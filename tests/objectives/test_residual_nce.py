@@ -91,7 +91,7 @@ def test_the_loss_and_metrics_match_the_formula_by_hand(nu):
         torch.testing.assert_close(want, want_1)
     torch.testing.assert_close(out.loss.detach(), want, rtol=1e-12, atol=1e-12)
     acc = (int((-e_pos - ln > 0).sum()) + int((-e_neg - ln < 0).sum())) / (6 * (1 + nu))
-    assert out.metrics == pytest.approx({"energy_pos": float(e_pos.mean()), "energy_neg": float(e_neg.mean()),
+    assert out.metrics == pytest.approx({"e_pos": float(e_pos.mean()), "e_neg": float(e_neg.mean()),
                                          "gap": float(e_neg.mean() - e_pos.mean()), "accuracy": acc})
     packed = ResidualNCE(nu=nu)(m, ResidualNCE.pack(prefix, pos, neg))  # the Trainer's six-tensor form
     assert torch.equal(packed.loss, out.loss)
@@ -273,4 +273,4 @@ def test_trainer_lowers_the_loss_and_resumes_bit_for_bit(tmp_path: Path):
         assert torch.equal(a, b)
     lines = [json.loads(s) for s in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in lines if "step" in r and "metrics" in r]
-    assert set(steps[-1]["metrics"]) >= {"energy_pos", "energy_neg", "gap", "accuracy"}
+    assert set(steps[-1]["metrics"]) >= {"e_pos", "e_neg", "gap", "accuracy"}

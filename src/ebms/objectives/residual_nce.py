@@ -56,7 +56,8 @@ class ResidualNCE(nn.Module):
     ``energy(prefix, x) -> (B,)`` (a :class:`~ebms.models.residual_lm.ResidualLM`); ``generator``
     is unused (the negatives come with the batch).
 
-    Metrics: ``energy_pos`` and ``energy_neg`` (mean energies), ``gap = energy_neg - energy_pos``
+    Metrics: ``e_pos`` and ``e_neg`` (mean energies, the names the Trainer's progress bar shows),
+    ``gap = e_neg - e_pos``
     (grows as the energy separates data from base samples), ``accuracy`` (fraction of the
     ``(1 + nu) B`` samples the classifier ``G > 0`` labels correctly).
     """
@@ -122,7 +123,7 @@ class ResidualNCE(nn.Module):
         with torch.no_grad():
             correct = (g_pos > 0).sum() + (g_neg < 0).sum()
             ep, en = e_pos.mean(), e_neg.mean()
-            metrics = scalar_metrics(energy_pos=ep, energy_neg=en, gap=en - ep,
+            metrics = scalar_metrics(e_pos=ep, e_neg=en, gap=en - ep,
                                      accuracy=correct.to(e_pos.dtype) / (B + nu * B))
         return LossOutput(loss, metrics)
 
