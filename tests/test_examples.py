@@ -20,6 +20,7 @@ QUICK_ARGS = {
     "earm_pixelcnn.py": ["--steps", "8", "--earm-start", "5"],
     "electric_cloze.py": ["--steps", "20", "--pairs", "50"],
     "rbm_digits.py": ["--epochs", "3", "--temperatures", "1000", "--chains", "20", "--no-sklearn"],
+    "rescoring.py": ["--sentences", "50", "--samples", "200"],
     "residual_addition.py": ["--base-steps", "20", "--energy-steps", "20", "--n", "10", "--train", "200", "--test", "100"],
     "sample_gaussian.py": ["--chains", "100"],
     "toy_gallery.py": ["--n", "500"],

@@ -89,6 +89,33 @@ def test_corruption_changes_exactly_one_digit_at_the_stated_rate():
         AdditionTask(2).is_correct(corrupted_corpus(50, 1.0, digits=2, generator=_g(3))).any())
 
 
+@pytest.mark.parametrize("digits", [1, 2, 4])
+def test_disjoint_samples_are_correct_and_never_share_an_operand_pair(digits):
+    task = AdditionTask(digits)
+    sizes = [60, 0, 40] if digits == 1 else [700, 300]  # d = 1: all 100 pairs; d = 4: the redraw path
+    groups = task.disjoint_samples(sizes, generator=_g(4))
+    assert [g.batch_size for g in groups] == sizes
+    prefixes = [p for g in groups for p in task.split(task.decode(g))[0]]
+    assert len(set(prefixes)) == sum(sizes)
+    assert all(bool(task.is_correct(g).all()) for g in groups)
+    again = task.disjoint_samples(sizes, generator=_g(4))
+    assert all(torch.equal(a.tokens, b.tokens) for a, b in zip(groups, again))
+
+
+def test_corrupt_changes_exactly_one_sum_digit_at_the_stated_rate():
+    task, n, eps = AdditionTask(2), 4000, 0.3
+    (clean,) = task.disjoint_samples([n], generator=_g(5))
+    dirty = task.corrupt(clean, eps, generator=_g(6))
+    P = task.prefix_length
+    assert torch.equal(dirty.tokens[:, :P], clean.tokens[:, :P]) and torch.equal(dirty.lengths, clean.lengths)
+    changed = (dirty.tokens != clean.tokens).sum(1)
+    assert set(changed.tolist()) <= {0, 1}
+    assert torch.equal(changed.bool(), ~task.is_correct(dirty))
+    assert abs(int(changed.sum()) - n * eps) < 4 * math.sqrt(n * eps * (1 - eps))
+    assert torch.equal(task.corrupt(clean, 0.0, generator=_g(6)).tokens, clean.tokens)
+    assert not bool(task.is_correct(task.corrupt(clean[:50], 1.0, generator=_g(7))).any())
+
+
 def test_encode_decode_round_trip_and_the_id_layout():
     task = AdditionTask(2)
     corpus = addition_corpus(20, digits=2, generator=_g(4)) + ["1+", ""]
@@ -139,6 +166,13 @@ def test_repr_and_reverse_layout():
      r"^prefix: row 0 is not 'a\+b=' with 1-digit operands"),
     (lambda: AdditionTask(1).log_prob(["1+2=03"], error_rate=-0.1), ValueError,
      r"^error_rate: expected a number in \[0, 1\]; got -0.1"),
+    (lambda: AdditionTask(1).disjoint_samples([60, 41]), ValueError,
+     r"^sizes: 101 sentences with distinct operands asked; 1-digit operands give only 100 pairs"),
+    (lambda: AdditionTask(1).disjoint_samples([-1]), ValueError, r"^sizes: expected an int >= 0; got -1"),
+    (lambda: AdditionTask(1).corrupt(AdditionTask(1).encode(["1+2=3"]), 0.5), ValueError,
+     r"^x: row 0 is not a\+b=s with 1-digit operands"),
+    (lambda: AdditionTask(1).corrupt(AdditionTask(1).encode(["1+2=03"]), 2.0), ValueError,
+     r"^error_rate: expected a number in \[0, 1\]; got 2.0"),
 ])
 def test_bad_arguments_are_named(call, error, message):
     with pytest.raises(error, match=message):

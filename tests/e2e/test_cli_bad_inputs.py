@@ -274,6 +274,17 @@ def _fake_ptb(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
     for split in ("train", "valid", "test"):
         (tmp / "ptb" / f"ptb.{split}.txt").write_text(LM_TEXT)
 
+# addition strings (issue 12): a tiny base LM trained in the row's folder
+ADD = ("train", "run.out_dir={tmp}/runs", "run.progress=false", "data.name=addition", "generation.digits=1",
+       "generation.n_train=40", "data.n_test=20", "generation.dim=8", "generation.hidden=8", "generation.heads=2",
+       "train.steps=2", "train.batch_size=8", "--no-eval")
+RESIDUAL = (*ADD, "model.kind=residual", "objective.kind=nce")
+
+
+def _addition_base(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
+    assert main([a.format(tmp=tmp) for a in ADD] + ["run.name=base"]) == 0
+
+
 # -------------------------------------------------------------------------------- hand-written rows
 
 HAND = [
@@ -335,7 +346,7 @@ HAND = [
         "'bilstm-crf' belongs to a structured task (data.name = conll2000, conll2002-esp, conll2002-ned)"),
     Bad("ctc on toy data", (*TRAIN, "objective.kind=ctc"), "'ctc' belongs to a structured task (data.name = fsdd-digits)"),
     Bad("lstm on toy data", (*TRAIN, "model.kind=lstm"),
-        "'lstm' belongs to a language corpus (data.name = ptb, text, tiny-shakespeare): set data.name"),
+        "'lstm' belongs to a language corpus / a text-generation task (data.name = addition, ptb, text, tiny-shakespeare): set data.name"),
     Bad("lstm on a tagging task", (*TRAIN, "data.name=conll2000", "model.kind=lstm"),
         "expected one of bilstm-crf, cnn-crf, feature-crf; 'lstm' belongs to a language corpus"),
     Bad("dnce on toy data", (*TRAIN, "objective.kind=dnce"), "'dnce' belongs to a language corpus (data.name = ptb"),
@@ -530,6 +541,35 @@ HAND = [
     Bad("sample of an n-gram twice", ("sample", "{tmp}/runs/lm", "--n", "2", "--seed", "3"),
         "exists (same --n, --steps and --seed); pass --overwrite",
         setup=lambda tmp, run, mp: (_lm_run()(tmp, run, mp), (tmp / "runs/lm/samples-n2-steps500-seed3.txt").write_text("x"))),
+    Bad("residual without a base run", (*RESIDUAL, "run.name=r"),
+        "generation.base_run: a residual model corrects a trained base LM; expected its run folder"),
+    Bad("residual with a missing base run", (*RESIDUAL, "generation.base_run={tmp}/runs/nope"),
+        "generation.base_run: '", absent="Traceback"),
+    Bad("residual on a toy-density run", (*RESIDUAL, "generation.base_run={run}"),
+        "generation.base_run: '", absent="Traceback"),
+    Bad("residual base of other digits", (*RESIDUAL, "generation.base_run={tmp}/runs/base", "generation.digits=2"),
+        "generation.digits: the base run", setup=_addition_base),
+    Bad("residual base of other sentences", (*RESIDUAL, "generation.base_run={tmp}/runs/base", "generation.n_train=30"),
+        "generation.n_train: the base run", setup=_addition_base),
+    Bad("residual trained by ml", (*ADD, "model.kind=residual", "generation.base_run={tmp}/runs/base"),
+        "objective.kind: model.kind='residual' is trained by nce; got 'ml'"),
+    Bad("base LM trained by nce", (*ADD, "objective.kind=nce"),
+        "objective.kind: model.kind='transformer' is trained by 'ml' or 'earm'; got 'nce'"),
+    Bad("base LM given a base run", (*ADD, "generation.base_run={tmp}/runs/base"),
+        "generation.base_run: only model.kind='residual' reads a base run"),
+    Bad("addition: heads", (*ADD, "generation.heads=3"), "generation.heads: expected a divisor of generation.dim=8; got 3"),
+    Bad("addition: too many sentences", (*ADD, "generation.n_train=90"),
+        "generation.n_train: 90 training + data.n_test=20 test sentences need distinct operand pairs; 1-digit "
+        "operands give 100"),
+    Bad("addition: batch too large", (*ADD, "train.batch_size=41"),
+        "train.batch_size: expected at most the 40 training sentences of addition; got 41"),
+    Bad("addition: fractional nu", (*RESIDUAL, "generation.base_run={tmp}/runs/base", "objective.nu=1.5"),
+        "objective.nu: expected a whole number >= 1 of negatives per prefix; got 1.5"),
+    Bad("addition: model.hidden", (*ADD, "model.hidden=[4]"), "model.hidden: the MLP's hidden widths; this task's"),
+    Bad("addition: eval --ais", ("eval", "{tmp}/runs/base", "--ais"), "has data.name='addition': drop --ais",
+        setup=_addition_base),
+    Bad("generation keys on toy data", (*TRAIN, "generation.digits=3"),
+        "generation.digits: the [generation] section is read by data.name = addition"),
     *MOVED,
 ]
 

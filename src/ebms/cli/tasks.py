@@ -52,7 +52,7 @@ __all__ = [
 
 #: modules whose import registers the packaged tasks (in this order: their sections' order).
 BUILTIN_TASK_MODULES = ("ebms.cli.continuous", "ebms.cli.images", "ebms.cli.tagging", "ebms.cli.speech",
-                        "ebms.cli.language")
+                        "ebms.cli.language", "ebms.cli.generation")
 
 S = TypeVar("S")
 

@@ -106,6 +106,62 @@ class AdditionTask:
                             self._operand_digits(ab[:, 1]), torch.full((n, 1), _EQUALS - _ZERO), digits], 1) + _ZERO
         return Sequences(tokens, torch.full((n,), self.length), validate=False)
 
+    def disjoint_samples(self, sizes: Sequence[int], *, generator: torch.Generator | None = None) -> list[Sequences]:
+        """Correct sentences in groups of ``sizes`` whose operand pairs are all distinct (drawn without
+        replacement), e.g. ``train, test = task.disjoint_samples([4000, 500])``: no test prefix is a
+        training prefix, so test figures measure generalisation, not recall.
+
+        Cost: a permutation of the ``10^{2d}`` pairs when there are at most a million, else uniform
+        draws with duplicates redrawn.
+
+        Raises:
+            ValueError: a negative size, or more sentences than the ``10^{2d}`` operand pairs.
+        """
+        sizes = [check_int(n, "sizes", minimum=0) for n in sizes]
+        total, half = sum(sizes), 10 ** self.digits
+        if total > half * half:
+            raise ValueError(f"sizes: {total} sentences with distinct operands asked; {self.digits}-digit "
+                             f"operands give only {half * half} pairs")
+        if half * half <= 10**6:
+            ids = torch.randperm(half * half, generator=generator)[:total]
+            a, b = ids // half, ids % half
+        else:
+            seen: dict[tuple[int, int], None] = {}
+            while len(seen) < total:
+                ab = torch.randint(0, half, (total - len(seen), 2), generator=generator)
+                seen.update(dict.fromkeys(map(tuple, ab.tolist())))
+            a, b = torch.tensor(list(seen), dtype=torch.long).reshape(-1, 2).unbind(1)
+        tokens = torch.cat([self._operand_digits(a), torch.full((total, 1), _PLUS - _ZERO),
+                            self._operand_digits(b), torch.full((total, 1), _EQUALS - _ZERO),
+                            self._sum_digits(a, b)], 1) + _ZERO
+        x = Sequences(tokens, torch.full((total,), self.length), validate=False)
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        return [x[s:s + n] for s, n in zip(starts, sizes)]
+
+    def corrupt(self, x: Sequences, error_rate: float, *, generator: torch.Generator | None = None) -> Sequences:
+        """``x`` with each sum, with probability ``error_rate``, given one wrong digit (position uniform
+        among the ``d + 1``, new digit uniform among the 9 others): the corruption of
+        :meth:`sample_ids`, applied to given sentences (e.g. the training half of
+        :meth:`disjoint_samples`) to train a base LM that is imperfect in a known way.
+
+        Raises:
+            ValueError: a row that is not ``a+b=s`` with ``d``-digit operands and a ``d + 1``-digit sum.
+        """
+        error_rate = check_probability(error_rate, "error_rate")
+        ids = self._ids(x, "x")
+        bad = self._mismatches(ids) < 0
+        if bool(bad.any()):
+            raise ValueError(f"x: row {int(bad.nonzero()[0])} is not a+b=s with {self.digits}-digit operands")
+        n, d = ids.batch_size, self.digits
+        flip = torch.rand(n, generator=generator, dtype=torch.float64) < error_rate
+        where = torch.randint(0, d + 1, (n,), generator=generator)
+        shift = torch.randint(1, 10, (n,), generator=generator)
+        rows = flip.nonzero().squeeze(1)
+        tokens = ids.tokens[:, :self.length].clone()
+        pos = self.prefix_length + where[rows]
+        tokens[rows, pos] = (tokens[rows, pos] - _ZERO + shift[rows]) % 10 + _ZERO
+        return Sequences(tokens, ids.lengths.clone(), validate=False)
+
     def corpus(self, n: int, *, generator: torch.Generator | None = None, error_rate: float = 0.0) -> list[str]:
         """The same draws as :meth:`sample_ids`, as strings."""
         return self.decode(self.sample_ids(n, generator=generator, error_rate=error_rate))

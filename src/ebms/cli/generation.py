@@ -1,0 +1,321 @@
+"""``ebms train`` for text generation with energies, on addition strings (issue 12).
+
+``data.name = "addition"``: sentences ``a+b=s`` with ``generation.digits``-digit operands
+(:class:`~ebms.data.AdditionTask`), the prefix ``a+b=`` and the continuation the ``d + 1`` sum
+digits, so a generated sum is exactly right or wrong. ``generation.n_train`` training and
+``data.n_test`` test sentences have distinct operand pairs (no test prefix is seen in training);
+they depend on the digits and the two sizes only, not on ``run.seed``, so a residual run and its
+base run share them.
+
+``model.kind`` and ``objective.kind``:
+
+* ``transformer`` / ``lstm``: the base LM (:class:`~ebms.models.lm.TransformerLM` of width
+  ``generation.dim``, ``heads``, ``layers``, feed-forward ``hidden``; or
+  :class:`~ebms.models.lm.LSTMLM` with ``dim``-wide embeddings and ``hidden`` units), trained on the
+  training sentences with a share ``generation.error_rate`` of their sums given one wrong digit:
+  imperfect by construction (the "deliberately imperfect base" of the issue). ``ml``:
+  :class:`~ebms.objectives.AutoregressiveNLL`; ``earm``: :class:`~ebms.objectives.EARM` (surrogate
+  weight ``generation.earm_weight``, switched on after ``generation.earm_start`` steps, gradient
+  through the last ``generation.earm_truncate`` conditionals).
+* ``residual``: :class:`~ebms.models.ResidualLM` on the base of the run folder
+  ``generation.base_run`` (frozen; a path as given, relative to the current folder) with a :class:`~ebms.nets.TextEnergy` (``generation.energy``:
+  ``transformer`` or ``bilstm``, same sizes), horizon ``d + 1``, trained by
+  :class:`~ebms.objectives.ResidualNCE` (``nce``) on the clean training sentences against
+  ``objective.nu`` negatives per prefix from a :class:`~ebms.data.NegativeCache` of
+  ``generation.negatives`` base draws per training prefix (drawn from ``run.seed`` when training
+  starts or resumes).
+
+``eval``: the share of correct sums from one base draw per test prefix, the base's exact perplexity
+of the true sums; for ``residual`` also the share from top-k joint sampling (Algorithm 1 of Deng et
+al. 2020, ``generation.joint_samples`` base draws, ``generation.top_k`` restricting them; 0: none),
+the joint model's exact perplexity (``log Z`` by enumerating every continuation, when the ``13^(d+1)``
+digit strings are at most :data:`EXACT_LIMIT`: ``d <= 2``) and the ``[lower, upper]`` interval from ``joint_samples``
+base draws per prefix. ``sample``: test prefixes completed by the model, each marked right or wrong.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from ebms.cli._config_rules import COUNT, DROPOUT, NONNEG, POS, Rule
+from ebms.cli.config import Config, ConfigError, ModelConfig, load_config
+from ebms.cli.tasks import Task, check_batch_size, register
+from ebms.data.addition import MAX_DIGITS, AdditionTask
+from ebms.data.negative_cache import NegativeCache
+from ebms.errors import CheckpointError, RunFolderError
+from ebms.estimators.residual_log_z import residual_perplexity
+from ebms.models.lm import LSTMLM, TransformerLM
+from ebms.models.residual_lm import ResidualLM, exact_log_z
+from ebms.nets.text_energy import TextEnergy
+from ebms.objectives import EARM, AutoregressiveNLL
+from ebms.objectives.residual_nce import ResidualNCE
+from ebms.samplers.joint_resampling import top_k_joint_sample
+from ebms.sequences import Sequences
+
+__all__ = ["EXACT_LIMIT", "AdditionData", "GenerationReport", "GenerationSettings", "GenerationTask"]
+
+BASE_KINDS = ("transformer", "lstm")
+#: the joint model's perplexity is exact when ``13^(d+1)`` is at most this (``d <= 2``).
+EXACT_LIMIT = 5000
+#: the seed of the training/test sentences (a fixed data set, as PTB's splits are).
+SPLIT_SEED = 1234
+#: offsets from ``run.seed``: the corruption of the base's sums, the negative cache, eval draws.
+CORRUPT_SEED_OFFSET, CACHE_SEED_OFFSET, EVAL_SEED_OFFSET = 23, 29, 31
+
+
+@dataclass
+class GenerationSettings:
+    """``[generation]``: the addition task's own keys (module docstring)."""
+
+    digits: int = 2
+    n_train: int = 4000
+    error_rate: float = 0.3
+    dim: int = 64
+    hidden: int = 128
+    layers: int = 2
+    heads: int = 4
+    dropout: float = 0.0
+    base_run: str | None = None
+    energy: str = "transformer"
+    negatives: int = 16
+    joint_samples: int = 100
+    top_k: int = 0
+    earm_weight: float = 1.0
+    earm_start: int = 0
+    earm_truncate: int = 2
+
+
+@dataclass
+class AdditionData:
+    """The sentences of one run: ``train`` and ``test`` (clean), and the task that reads them."""
+
+    task: AdditionTask
+    train: Sequences
+    test: Sequences
+    cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def size(self) -> int:
+        return self.train.batch_size
+
+
+@dataclass(frozen=True)
+class GenerationReport:
+    """``eval`` of an addition run (``eval.json``): shares of correct test sums and perplexities of the true sums."""
+
+    step: int
+    task: str
+    figures: dict[str, float]
+    joint_samples: int = 0
+
+    def lines(self) -> list[str]:
+        f, n = self.figures, self.joint_samples
+        lm = "base LM" if "joint_correct" in f else "LM"
+        right = f"correct test sums, step {self.step}: {lm} {f['base_correct']:.3f} (one draw per prefix)"
+        ppl = f"perplexity of the true sums: {lm} {f['base_ppl']:.4f} (exact)"
+        if "joint_correct" in f:
+            right += f", joint model {f['joint_correct']:.3f} (top-k joint sampling, n = {n}, median ESS {f['ess_median']:.1f})"
+            exact = f" {f['joint_ppl_exact']:.4f} (exact)," if "joint_ppl_exact" in f else ""
+            ppl += f", joint model{exact} [{f['joint_ppl_lower']:.4f}, {f['joint_ppl_upper']:.4f}] from n = {n} base draws"
+        return [f"{self.task}: {right}", f"{self.task}: {ppl}"]
+
+
+class _NoEnergy(nn.Module):
+    """``E = 0``: a :class:`ResidualLM` around a plain LM is its horizon law (same figures, same code)."""
+
+    def forward(self, prefix: Sequences, x: Sequences) -> Tensor:
+        return torch.zeros(x.batch_size)
+
+
+def _base_run_config(s: GenerationSettings) -> Config:
+    path = Path(str(s.base_run)) / "config.toml"
+    if not path.is_file():
+        raise ConfigError(f"generation.base_run: {str(s.base_run)!r} is not a run folder (no config.toml); train "
+                          f"a base first (model.kind = 'transformer' or 'lstm' on data.name='addition')")
+    return load_config(path)
+
+
+class GenerationTask(Task[GenerationSettings]):
+    """Base LMs, E-ARM and residual EBMs on addition strings (module docstring)."""
+
+    data_names = ("addition",)
+    what = "a text-generation task"
+    section = "generation"
+    settings_type = GenerationSettings
+    model_kinds = (*BASE_KINDS, "residual")
+    objective_kinds = ("ml", "earm", "nce")
+    rules: ClassVar[dict[str, Rule]] = {
+        "digits": Rule(low=1, high=MAX_DIGITS), "n_train": COUNT, "error_rate": Rule(low=0, high=1),
+        "dim": COUNT, "hidden": COUNT, "layers": COUNT, "heads": COUNT, "dropout": DROPOUT,
+        "base_run": Rule(text="a run folder path (not empty)", check=lambda v: v.strip() != "" and "\0" not in v),
+        "energy": Rule(choices=("transformer", "bilstm")), "negatives": COUNT, "joint_samples": COUNT,
+        "top_k": NONNEG, "earm_weight": POS, "earm_start": NONNEG, "earm_truncate": COUNT,
+    }
+    defaults: ClassVar[dict[str, Any]] = {"data.n_test": 300, "eval.n_samples": 10}
+    sample_format = "txt"
+
+    # -- configuration ------------------------------------------------------------------------
+    def check(self, cfg: Config) -> None:
+        s, kind, obj = self.settings(cfg), cfg.model.kind, cfg.objective.kind
+        if cfg.model.hidden != ModelConfig().hidden:
+            raise ConfigError(f"model.hidden: the MLP's hidden widths; this task's sizes are generation.dim and "
+                              f"generation.hidden; got model.hidden={cfg.model.hidden}")
+        pairs = 10 ** (2 * s.digits)
+        if s.n_train + cfg.data.n_test > pairs:
+            raise ConfigError(f"generation.n_train: {s.n_train} training + data.n_test={cfg.data.n_test} test sentences "
+                              f"need distinct operand pairs; {s.digits}-digit operands give {pairs}: ask for fewer")
+        want = "nce" if kind == "residual" else "'ml' or 'earm'"
+        if (kind == "residual") != (obj == "nce") or (kind != "residual" and obj not in ("ml", "earm")):
+            raise ConfigError(f"objective.kind: model.kind={kind!r} is trained by {want}; got {obj!r}")
+        if kind == "residual" and s.base_run is None:
+            raise ConfigError("generation.base_run: a residual model corrects a trained base LM; expected its run "
+                              "folder (e.g. runs/addition-base); got none")
+        if kind != "residual" and s.base_run is not None:
+            raise ConfigError(f"generation.base_run: only model.kind='residual' reads a base run; model.kind={kind!r} "
+                              f"is a base itself: drop it")
+        if (kind == "transformer" or (kind == "residual" and s.energy == "transformer")) and s.dim % s.heads:
+            raise ConfigError(f"generation.heads: expected a divisor of generation.dim={s.dim}; got {s.heads}")
+        if kind == "residual" and cfg.objective.nu != int(cfg.objective.nu):
+            raise ConfigError(f"objective.nu: expected a whole number >= 1 of negatives per prefix; got {cfg.objective.nu}")
+
+    def _check_base(self, cfg: Config) -> None:
+        """The base run is an addition base LM on the same sentences."""
+        s = self.settings(cfg)
+        b = _base_run_config(s)
+        if b.data.name != "addition" or b.model.kind not in BASE_KINDS:
+            raise ConfigError(f"generation.base_run: {s.base_run!r} holds a {b.model.kind!r} run on "
+                              f"data.name={b.data.name!r}; expected a base LM (model.kind = 'transformer' or "
+                              f"'lstm') on data.name='addition'")
+        bs = b.sections["generation"]
+        for key, mine, theirs in (("generation.digits", s.digits, bs.digits), ("generation.n_train", s.n_train,
+                                  bs.n_train), ("data.n_test", cfg.data.n_test, b.data.n_test)):
+            if mine != theirs:
+                raise ConfigError(f"{key}: the base run {s.base_run!r} has {key}={theirs}; got {mine}: the residual "
+                                  f"model is trained and tested on the base's sentences, set {key} = {theirs}")
+
+    # -- data, model, objective ----------------------------------------------------------------
+    def load(self, cfg: Config) -> AdditionData:
+        self.check(cfg)
+        s = self.settings(cfg)
+        if cfg.model.kind == "residual":
+            self._check_base(cfg)
+        task = AdditionTask(s.digits)
+        train, test = task.disjoint_samples([s.n_train, cfg.data.n_test],
+                                            generator=torch.Generator().manual_seed(SPLIT_SEED))
+        return AdditionData(task, train, test)
+
+    def build_model(self, cfg: Config, data: AdditionData) -> nn.Module:
+        s, V = self.settings(cfg), data.task.vocab_size
+        if cfg.model.kind == "transformer":
+            return TransformerLM(V, d_model=s.dim, num_heads=s.heads, num_layers=s.layers, dim_feedforward=s.hidden,
+                                 dropout=s.dropout, max_length=data.task.length + 1)
+        if cfg.model.kind == "lstm":
+            return LSTMLM(V, embedding_dim=s.dim, hidden_size=s.hidden, num_layers=s.layers, dropout=s.dropout)
+        from ebms.cli.run import load_run  # the run module imports the task registry
+
+        try:
+            _, base, _, _ = load_run(str(s.base_run))
+        except (RunFolderError, CheckpointError) as e:
+            raise ConfigError(f"generation.base_run: {e}") from None
+        data.cache["base"] = base  # training_data draws its negative cache
+        energy = TextEnergy(V, kind=s.energy, dim=s.dim, layers=s.layers, heads=s.heads, dropout=s.dropout)
+        return ResidualLM(base, energy, horizon=data.task.continuation_length)
+
+    def build_objective(self, cfg: Config, data: AdditionData) -> nn.Module:
+        s, obj = self.settings(cfg), cfg.objective.kind
+        if obj == "ml":
+            return AutoregressiveNLL()
+        if obj == "earm":
+            return EARM(weight=s.earm_weight, start_step=s.earm_start, truncate=s.earm_truncate)
+        return ResidualNCE(nu=int(cfg.objective.nu))
+
+    def training_data(self, cfg: Config, data: AdditionData) -> Any:
+        """Base kinds: rows of the corrupted training sentences. ``residual``: ``ResidualNCE.pack`` batches
+        of training (prefix, sum) pairs with ``objective.nu`` cached base draws of each prefix."""
+        s = self.settings(cfg)
+        check_batch_size(cfg, data.size, "training sentences of addition")
+        if cfg.model.kind in BASE_KINDS:
+            train = data.task.corrupt(data.train, s.error_rate,
+                                      generator=torch.Generator().manual_seed(cfg.run.seed + CORRUPT_SEED_OFFSET))
+            return train.tokens, train.lengths
+        base, nu = data.cache["base"], int(cfg.objective.nu)
+        prefix, cont = data.task.split(data.train)
+        cache = NegativeCache.build(base, prefix, s.negatives, horizon=data.task.continuation_length,
+                                    generator=torch.Generator().manual_seed(cfg.run.seed + CACHE_SEED_OFFSET),
+                                    progress=cfg.run.progress)
+        nce = ResidualNCE(nu=nu)
+
+        def batches(batch_size: int, g: torch.Generator) -> tuple[Tensor, ...]:
+            i = torch.randint(prefix.batch_size, (batch_size,), generator=g)
+            return nce.pack(prefix[i], cont[i], cache.draw(i, nu, g))
+
+        return batches
+
+    # -- figures and samples -------------------------------------------------------------------
+    def _joint(self, model: nn.Module, data: AdditionData) -> ResidualLM:
+        """The model as a :class:`ResidualLM` (a base LM with ``E = 0``)."""
+        if isinstance(model, ResidualLM):
+            return model
+        return ResidualLM(model, _NoEnergy(), horizon=data.task.continuation_length)
+
+    def _correct(self, data: AdditionData, prefix: Sequences, cont: Sequences) -> Tensor:
+        return data.task.is_correct(_joined(prefix, cont))
+
+    def report(self, cfg: Config, model: nn.Module, data: AdditionData, step: int, *,
+               use_ais: bool = False) -> GenerationReport:
+        s, joint = self.settings(cfg), self._joint(model, data)
+        prefix, truth = data.task.split(data.test)
+        g = torch.Generator().manual_seed(cfg.run.seed + EVAL_SEED_OFFSET)
+        tokens = truth.batch_size * data.task.continuation_length
+        with torch.no_grad():
+            base_lp = joint.base_log_prob(prefix, truth).double()
+            figures = {"base_correct": float(self._correct(data, prefix, joint.sample_base(prefix, 1, generator=g))
+                                             .double().mean()),
+                       "base_ppl": math.exp(-float(base_lp.sum()) / tokens)}
+            if isinstance(model, ResidualLM):
+                n, top_k = s.joint_samples, s.top_k or None
+                draw = top_k_joint_sample(model, prefix, n, generator=g, top_k=top_k, progress=cfg.run.progress)
+                figures["joint_correct"] = float(self._correct(data, prefix, draw.continuations).double().mean())
+                figures["ess_median"] = float(draw.ess.median())
+                if (data.task.vocab_size - 1) ** data.task.continuation_length <= EXACT_LIMIT:
+                    joint_lp = base_lp - model.energy(prefix, truth).double() - exact_log_z(model, prefix)
+                    figures["joint_ppl_exact"] = math.exp(-float(joint_lp.sum()) / tokens)
+                bounds = residual_perplexity(model, prefix, truth, n, generator=g, progress=cfg.run.progress)
+                figures["joint_ppl_lower"], figures["joint_ppl_upper"] = bounds.lower, bounds.upper
+        return GenerationReport(step, f"addition ({data.task.digits}-digit)", figures, s.joint_samples)
+
+    def sample(self, cfg: Config, model: nn.Module, data: AdditionData, *, n: int | None = None,
+               steps: int | None = None, seed: int | None = None) -> Tensor:
+        """``n`` test prefixes (cycled) completed by one base draw, or by top-k joint sampling for a
+        residual model: token ids ``(n, 3d + 3)``."""
+        n = cfg.eval.n_samples if n is None else n
+        g = torch.Generator().manual_seed(cfg.run.seed if seed is None else seed)
+        prefix, _ = data.task.split(data.test[torch.arange(n) % data.test.batch_size])
+        s = self.settings(cfg)
+        with torch.no_grad():
+            if isinstance(model, ResidualLM):
+                cont = top_k_joint_sample(model, prefix, s.joint_samples, generator=g, top_k=s.top_k or None,
+                                          progress=False).continuations
+            else:
+                cont = self._joint(model, data).sample_base(prefix, 1, generator=g)
+        return _joined(prefix, cont).pad_to(data.task.length).tokens
+
+    def sample_text(self, x: Tensor, data: AdditionData) -> list[str]:
+        """Each sentence, then ``right`` or ``wrong``."""
+        seqs = Sequences(x, (x > 0).sum(1))
+        return [f"{text}  {'right' if ok else 'wrong'}"
+                for text, ok in zip(data.task.decode(seqs), data.task.is_correct(seqs).tolist())]
+
+
+def _joined(prefix: Sequences, cont: Sequences) -> Sequences:
+    """Each prefix followed by its continuation."""
+    return Sequences.from_lists([p + c for p, c in zip(prefix.tolist(), cont.tolist())])
+
+
+register(GenerationTask())

@@ -1,0 +1,105 @@
+"""End-to-end: text generation with energies on the command line (``ebms.cli.generation``).
+
+The packaged recipes ``addition-base``, ``residual-addition`` and ``earm-addition`` run on 1-digit
+sums with small overrides. ``eval``'s exact perplexities equal the library's enumeration on the
+loaded run, ``sample`` marks each sum right or wrong as integer arithmetic says, the residual run
+leaves its base untouched, a resumed residual run equals an uninterrupted one, and E-ARM switches
+on at ``generation.earm_start``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from ebms.cli.main import main
+from ebms.cli.run import load_run
+from ebms.models.residual_lm import ResidualLM, enumerate_continuations, exact_joint_log_probs
+
+SMALL = ["run.progress=false", "generation.digits=1", "generation.n_train=60", "data.n_test=30", "generation.dim=16",
+         "generation.hidden=32", "generation.heads=2", "train.batch_size=16", "train.log_every=10",
+         "train.checkpoint_every=20"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``addition-base`` (60 steps) and ``residual-addition`` on it (40 steps) in one folder."""
+    root = tmp_path_factory.mktemp("generation")
+    assert main(["train", "addition-base", f"run.out_dir={root}", *SMALL, "train.steps=60"]) == 0
+    assert main(["train", "residual-addition", f"run.out_dir={root}", f"generation.base_run={root}/addition-base",
+                 *SMALL, "train.steps=40", "generation.negatives=4", "generation.joint_samples=20"]) == 0
+    return root
+
+
+def _eval(run: Path) -> dict:
+    return json.loads((run / "eval.json").read_text())
+
+
+def test_eval_perplexities_equal_the_enumerated_laws_of_the_loaded_runs(runs: Path) -> None:
+    cfg, model, data, step = load_run(runs / "residual-addition")
+    assert isinstance(model, ResidualLM) and step == 40
+    prefix, truth = data.task.split(data.test)
+    K = data.task.continuation_length
+    table = enumerate_continuations(model.vocab_size, K)
+    index = [int((table.tokens == t).all(1).nonzero()) for t in truth.tokens]  # each true sum's row
+    with torch.no_grad():
+        joint = exact_joint_log_probs(model, prefix)[torch.arange(truth.batch_size), index]
+        base = model.base.continuation_token_log_probs(prefix, truth)[:, :K].double().sum(1)
+    tokens = truth.batch_size * K
+    got = _eval(runs / "residual-addition")["figures"]
+    assert got["joint_ppl_exact"] == pytest.approx(math.exp(-float(joint.sum()) / tokens), rel=1e-9)
+    assert got["base_ppl"] == pytest.approx(math.exp(-float(base.sum()) / tokens), rel=1e-6)
+    assert _eval(runs / "addition-base")["figures"]["base_ppl"] == pytest.approx(got["base_ppl"], rel=1e-9)
+    # the [lower, upper] estimate from 20 base draws: ordered, and about the exact value (1 %)
+    assert got["joint_ppl_lower"] <= got["joint_ppl_upper"]
+    assert 0.99 * got["joint_ppl_lower"] <= got["joint_ppl_exact"] <= 1.01 * got["joint_ppl_upper"]
+    for key in ("base_correct", "joint_correct"):
+        assert 0.0 <= got[key] <= 1.0
+
+
+def test_eval_prints_both_figures_and_sample_marks_sums_by_integer_arithmetic(
+        runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert main(["eval", str(runs / "residual-addition")]) == 0
+    out = capsys.readouterr().out
+    assert "correct test sums, step 40: base LM " in out and "joint model " in out and "(exact)" in out
+    for run in ("addition-base", "residual-addition"):
+        assert main(["sample", str(runs / run), "--n", "12", "--seed", "5"]) == 0
+        lines = capsys.readouterr().out.splitlines()[:-1]
+        assert len(lines) == 12
+        for line in lines:
+            text, verdict = line.split("  ")
+            a, b, s = text[0], text[2], text[4:]  # 1-digit operands: "a+b=" then what the model wrote
+            assert text[1] + text[3] == "+="
+            right = len(s) == 2 and s.isdigit() and int(a) + int(b) == int(s)
+            assert verdict == ("right" if right else "wrong"), line
+
+
+def test_the_residual_run_keeps_its_base_frozen(runs: Path) -> None:
+    _, base, _, _ = load_run(runs / "addition-base")
+    _, model, _, _ = load_run(runs / "residual-addition")
+    for name, value in base.state_dict().items():
+        assert torch.equal(model.base.state_dict()[name], value), name
+
+
+def test_a_resumed_residual_run_equals_an_uninterrupted_one(runs: Path, tmp_path: Path) -> None:
+    common = ["residual-addition", f"run.out_dir={tmp_path}", f"generation.base_run={runs}/addition-base", *SMALL,
+              "generation.negatives=4", "generation.joint_samples=20", "--no-eval"]
+    assert main(["train", *common, "train.steps=20"]) == 0
+    assert main(["train", *common, "train.steps=40", "--resume"]) == 0
+    _, resumed, _, _ = load_run(tmp_path / "residual-addition")
+    _, whole, _, _ = load_run(runs / "residual-addition")
+    for name, value in whole.state_dict().items():
+        assert torch.equal(resumed.state_dict()[name], value), name
+
+
+def test_earm_switches_on_at_its_start_step(tmp_path: Path) -> None:
+    assert main(["train", "earm-addition", f"run.out_dir={tmp_path}", *SMALL, "train.steps=40",
+                 "generation.earm_start=20", "train.log_every=1", "--no-eval"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "earm-addition" / "metrics.jsonl").read_text().splitlines()]
+    active = {r["step"]: r["metrics"]["active"] for r in rows if "active" in r.get("metrics", {})}
+    assert active and len(active) == 40 and all(v == (1.0 if s > 20 else 0.0) for s, v in active.items()), active
