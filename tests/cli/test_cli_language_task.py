@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from ebms.cli._language_data import length_windows, load_language_data, unigram_probs
+from ebms.cli._language_data import load_language_data
 from ebms.cli._language_eval import normalised_report
 from ebms.cli.build import validate_config
 from ebms.cli.config import ConfigError, load_config
 from ebms.cli.language import LanguageSettings, LanguageTask
 from ebms.cli.main import recipe_path
 from ebms.cli.tasks import task_for
+from ebms.data.text import length_windows, unigram_probs
 from ebms.models.lm import perplexity
 from ebms.sequences import Sequences
 
@@ -106,7 +107,7 @@ def test_length_windows_repeat_with_the_generator_state() -> None:
 
 def test_unigram_proposal_never_proposes_the_boundary(tmp_path: Path) -> None:
     data = load_language_data(validate_config(load_config(None, _files(tmp_path)), device=False))
-    q = unigram_probs(data)
+    q = unigram_probs(data.train, len(data.vocab))
     assert q[0] == 0 and float(q.sum()) == pytest.approx(1.0) and bool((q[1:] > 0).all())
     assert float(q[2]) > float(q[1])  # "a" (4 times) above <unk> (never seen in training)
 

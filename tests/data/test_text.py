@@ -265,3 +265,15 @@ def test_bptt_batches_reject_bad_arguments_with_messages():
         bptt_batches(torch.arange(8), 2, 0)
     with pytest.raises(ValueError, match=r"batch_size: expected an int >= 1; got 0"):
         bptt_batches(torch.arange(8), 0, 2)
+
+
+def test_continuation_pairs_cut_each_longer_sentence_after_its_prefix() -> None:
+    from ebms.data.text import continuation_pairs
+
+    x = Sequences.from_lists([[5, 6], [5, 6, 7], [1, 2, 3, 4, 5, 6], [9, 8, 7, 6]])
+    prefix, cont = continuation_pairs(x, 2, 3)
+    assert prefix.tolist() == [[5, 6], [1, 2], [9, 8]]  # the sentence of length 2 has no continuation
+    assert cont.tolist() == [[7], [3, 4, 5], [7, 6]]  # at most 3 tokens; shorter where the sentence ends
+    assert cont.lengths.tolist() == [1, 3, 2] and int(cont.tokens[0, 1:].abs().sum()) == 0
+    with pytest.raises(ValueError, match="^horizon: expected an int >= 1; got 0"):
+        continuation_pairs(x, 2, 0)

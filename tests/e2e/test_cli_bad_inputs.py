@@ -258,6 +258,10 @@ LM = ("train", "run.out_dir={tmp}/runs", "run.progress=false", "data.name=text",
 LM_FILES: dict[str, str | bytes] = {"train.txt": LM_TEXT}
 
 
+#: a tiny neural LM for the rows that need one trained
+LM_TINY = ("language.embedding_dim=8", "language.hidden=8", "language.layers=1", "train.steps=2", "train.batch_size=2")
+
+
 def _lm_run(*extra: str) -> Callable[[Path, Path, pytest.MonkeyPatch], object]:
     """A tiny language run in ``{tmp}/runs/lm`` (Witten-Bell trigram unless ``extra`` says otherwise)."""
 
@@ -481,10 +485,10 @@ HAND = [
     Bad("tiny-shakespeare not found", ("train", "run.out_dir={tmp}/runs", "data.name=tiny-shakespeare",
                                        "data.root={tmp}"), "input.txt: not found"),
     Bad("unknown language model", (*LM, "model.kind=rnn"),
-        "model.kind: unknown value 'rnn' for data.name='text' (a language corpus); expected one of kn, lstm",
+        "model.kind: unknown value 'rnn' for data.name='text' (a language corpus); expected one of electric, kn, lstm, residual",
         files=LM_FILES),
     Bad("energy objective on text", (*LM, "objective.kind=pcd"),
-        "objective.kind: unknown value 'pcd' for data.name='text' (a language corpus); expected one of dnce, ml, nce",
+        "objective.kind: unknown value 'pcd' for data.name='text' (a language corpus); expected one of dnce, earm, ml, nce",
         files=LM_FILES),
     Bad("nce for an lstm", (*LM, "model.kind=lstm", "objective.kind=nce"),
         "objective.kind: 'nce' trains a TRF (model.kind = trf, trf-cnn, trf-bilstm); model.kind='lstm'",
@@ -570,6 +574,43 @@ HAND = [
         setup=_addition_base),
     Bad("generation keys on toy data", (*TRAIN, "generation.digits=3"),
         "generation.digits: the [generation] section is read by data.name = addition"),
+    # residual EBMs, E-ARM and Electric on a corpus (issue 12)
+    Bad("text residual without a base run", (*LM, "model.kind=residual", "objective.kind=nce"),
+        "language.base_run: a residual model corrects a trained base LM", files=LM_FILES),
+    Bad("text residual on a toy run", (*LM, "model.kind=residual", "objective.kind=nce", "language.base_run={run}"),
+        "language.base_run: '", files=LM_FILES),
+    Bad("text residual on an n-gram run", (*LM, "model.kind=residual", "objective.kind=nce",
+                                           "language.base_run={tmp}/runs/lm"),
+        "holds a 'kn' run on data.name='text'; expected an 'lstm' or 'transformer' run", setup=_lm_run()),
+    Bad("text residual with another vocabulary", (*LM, "model.kind=residual", "objective.kind=nce",
+                                                  "language.base_run={tmp}/runs/lm", "language.min_count=2"),
+        "language.min_count: the base run", setup=_lm_run("model.kind=lstm", *LM_TINY)),
+    Bad("text residual trained by ml", (*LM, "model.kind=residual", "language.base_run={tmp}/runs/lm"),
+        "objective.kind: model.kind='residual' is trained by 'nce'; got 'ml'", files=LM_FILES),
+    Bad("text residual: prefix longer than every sentence", (*LM, "model.kind=residual", "objective.kind=nce",
+                                                             "language.base_run={tmp}/runs/lm", "language.prefix_length=9"),
+        "language.prefix_length: no training sentence is longer than 9 tokens", setup=_lm_run("model.kind=lstm", *LM_TINY)),
+    Bad("text residual: horizon beyond a transformer base", (*LM, "model.kind=residual", "objective.kind=nce",
+                                                             "language.base_run={tmp}/runs/lm", "language.horizon=9"),
+        "language.horizon: the base covers 6 tokens", setup=_lm_run("model.kind=transformer", "language.heads=2", *LM_TINY)),
+    Bad("text residual: fractional nu", (*LM, "model.kind=residual", "objective.kind=nce", "objective.nu=0.5",
+                                         "language.base_run={tmp}/runs/lm"),
+        "objective.nu: expected a whole number >= 1 of negatives per prefix; got 0.5",
+        setup=_lm_run("model.kind=lstm", *LM_TINY)),
+    Bad("earm for an n-gram", (*LM, "model.kind=kn", "objective.kind=earm"),
+        "objective.kind: 'earm' trains an lstm or transformer LM; model.kind='kn' is trained by 'ml'", files=LM_FILES),
+    Bad("earm for a TRF", (*LM, "model.kind=trf", "objective.kind=earm"),
+        "objective.kind: 'earm' trains an lstm or transformer LM; model.kind='trf' is trained by 'ml', 'nce' or 'dnce'",
+        files=LM_FILES),
+    Bad("electric trained by ml", (*LM, "model.kind=electric"),
+        "objective.kind: model.kind='electric' is trained by 'nce'; got 'ml'", files=LM_FILES),
+    Bad("electric heads", (*LM, "model.kind=electric", "objective.kind=nce", "language.embedding_dim=10"),
+        "language.heads: expected a divisor of language.embedding_dim=10; got 4", files=LM_FILES),
+    Bad("sample of an electric run", ("sample", "{tmp}/runs/lm"), "sample: model.kind='electric' is a cloze model",
+        setup=_lm_run("model.kind=electric", "objective.kind=nce", "language.heads=2", *LM_TINY)),
+    Bad("eval --ais of an electric run", ("eval", "{tmp}/runs/lm", "--ais"),
+        "--ais: AIS estimates the normalisers of a TRF; model.kind='electric' has no per-length normalisers",
+        setup=_lm_run("model.kind=electric", "objective.kind=nce", "language.heads=2", *LM_TINY)),
     *MOVED,
 ]
 

@@ -103,3 +103,96 @@ def test_earm_switches_on_at_its_start_step(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in (tmp_path / "earm-addition" / "metrics.jsonl").read_text().splitlines()]
     active = {r["step"]: r["metrics"]["active"] for r in rows if "active" in r.get("metrics", {})}
     assert active and len(active) == 40 and all(v == (1.0 if s > 20 else 0.0) for s, v in active.items()), active
+
+
+# -- residual EBMs, E-ARM and Electric on a corpus (model.kind of ebms.cli.language) ------------------
+WORDS = ("the", "cat", "dog", "sat", "ran", "on", "a", "mat")
+
+
+@pytest.fixture(scope="module")
+def text_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """Tiny text files, an LSTM base run ``base`` and a residual run ``res`` on it."""
+    import random
+
+    root = tmp_path_factory.mktemp("text")
+    r = random.Random(0)
+    for split, n in (("train", 300), ("test", 40)):
+        (root / f"{split}.txt").write_text("".join(" ".join(r.choice(WORDS) for _ in range(r.randint(2, 8))) + "\n"
+                                                   for _ in range(n)))
+    common = ["data.name=text", f"language.train_path={root}/train.txt", f"language.test_path={root}/test.txt",
+              f"run.out_dir={root}/runs", "run.progress=false", "language.embedding_dim=16", "language.hidden=16",
+              "language.layers=1", "train.batch_size=16"]
+    assert main(["train", *common, "model.kind=lstm", "train.steps=150", "run.name=base"]) == 0
+    assert main(["train", *common, "model.kind=residual", "objective.kind=nce", f"language.base_run={root}/runs/base",
+                 "language.prefix_length=2", "language.horizon=3", "language.negatives=4", "language.joint_samples=30",
+                 "train.steps=60", "run.name=res"]) == 0
+    return root, common
+
+
+def test_text_residual_eval_gives_the_base_perplexity_of_the_continuations_exactly(text_runs) -> None:
+    from ebms.data.text import continuation_pairs
+
+    root, _ = text_runs
+    _, base, data, _ = load_run(root / "runs" / "base")
+    prefix, cont = continuation_pairs(data.held_out["test"], 2, 3)
+    with torch.no_grad():
+        steps = base.continuation_token_log_probs(prefix, cont).double()  # (B, 4): 3 tokens, then </s>
+    total, tokens = 0.0, 0
+    for b, length in enumerate(cont.lengths.tolist()):  # the horizon law: </s> only where the sentence ended
+        total += float(steps[b, :length].sum()) + (float(steps[b, length]) if length < 3 else 0.0)
+        tokens += length + (length < 3)
+    got = _eval(root / "runs" / "res")["figures"]["test"]
+    assert got["tokens"] == tokens and got["pairs"] == prefix.batch_size
+    assert got["base"] == pytest.approx(math.exp(-total / tokens), rel=1e-6)
+    assert got["lower"] <= got["upper"]
+
+
+def test_text_residual_samples_continue_held_out_prefixes(text_runs, capsys: pytest.CaptureFixture[str]) -> None:
+    root, _ = text_runs
+    test = [line.split() for line in (root / "test.txt").read_text().splitlines()]
+    starts = {tuple(words[:2]) for words in test if len(words) > 2}
+    capsys.readouterr()
+    assert main(["sample", str(root / "runs" / "res"), "--n", "8"]) == 0
+    lines = capsys.readouterr().out.splitlines()[:-1]
+    assert len(lines) == 8
+    for line in lines:
+        words = line.split()
+        assert tuple(words[:2]) in starts and 2 <= len(words) <= 5, line
+
+
+def test_text_earm_and_electric_train_and_report(text_runs, capsys: pytest.CaptureFixture[str]) -> None:
+    root, common = text_runs
+    assert main(["train", *common, "model.kind=lstm", "objective.kind=earm", "language.earm_start=10",
+                 "train.steps=20", "train.log_every=1", "run.name=earm"]) == 0
+    rows = [json.loads(line) for line in (root / "runs" / "earm" / "metrics.jsonl").read_text().splitlines()]
+    active = {r["step"]: r["metrics"]["active"] for r in rows if "active" in r.get("metrics", {})}
+    assert len(active) == 20 and all(v == (1.0 if s > 10 else 0.0) for s, v in active.items()), active
+    capsys.readouterr()
+    assert main(["train", *common, "model.kind=electric", "objective.kind=nce", "language.heads=2", "train.steps=30",
+                 "run.name=electric"]) == 0
+    assert "pseudo-log-likelihood per token, step 30: Electric " in capsys.readouterr().out
+    _, model, data, _ = load_run(root / "runs" / "electric")
+    x = data.held_out["test"]
+    with torch.no_grad():
+        pll = float(model.pseudo_log_likelihood(x).sum()) / int(x.lengths.sum())
+    got = _eval(root / "runs" / "electric")["figures"]["test"]
+    assert got["pll"] == pytest.approx(pll, rel=1e-6) and got["sentences"] == x.batch_size
+    assert 0.0 <= got["prefers"] <= 1.0 and got["noise_pll"] < 0.0
+
+
+def test_the_shakespeare_recipes_run_on_tiny_text(text_runs, tmp_path: Path) -> None:
+    root, _ = text_runs
+    common = ["data.name=text", f"language.train_path={root}/train.txt", f"language.test_path={root}/test.txt",
+              f"run.out_dir={tmp_path}", "run.progress=false", "train.steps=4", "train.batch_size=8",
+              "train.log_every=2", "train.checkpoint_every=2"]
+    assert main(["train", "char-lstm-shakespeare", *common, "language.embedding_dim=4", "language.hidden=8"]) == 0
+    assert main(["train", "residual-shakespeare", *common, f"language.base_run={tmp_path}/char-lstm-shakespeare",
+                 "language.prefix_length=4", "language.horizon=3", "language.embedding_dim=8", "language.negatives=2",
+                 "language.joint_samples=5"]) == 0
+    assert main(["train", "earm-shakespeare", *common, "language.embedding_dim=4", "language.hidden=8",
+                 "language.earm_start=2"]) == 0
+    assert main(["train", "electric-shakespeare", *common, "language.embedding_dim=8", "language.heads=2"]) == 0
+    figures = {name: _eval(tmp_path / name)["figures"]["test"] for name in
+               ("residual-shakespeare", "earm-shakespeare", "electric-shakespeare")}
+    assert figures["residual-shakespeare"]["lower"] <= figures["residual-shakespeare"]["upper"]
+    assert 1.0 < figures["earm-shakespeare"]["perplexity"] and figures["electric-shakespeare"]["pll"] < 0.0

@@ -14,15 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from ebms.cli.config import Config, ConfigError
 from ebms.data.mnist import ChecksumError
 from ebms.data.text import MAX_TEXT_BYTES, Vocabulary, ptb, read_sentences, tiny_shakespeare
 from ebms.errors import DataError
 from ebms.sequences import Sequences
 
-__all__ = ["LanguageData", "length_windows", "load_language_data", "unigram_probs"]
+__all__ = ["LanguageData", "load_language_data"]
 
 #: the held-out splits, in the order ``eval`` reports them.
 HELD_OUT = ("valid", "test")
@@ -138,32 +136,3 @@ def load_language_data(cfg: Config) -> LanguageData:
     kept = encoded[keep.nonzero().squeeze(1)].canonical() if not bool(keep.all()) else encoded
     return LanguageData(vocab, kept, held, L, int((~keep).sum()), cfg.data.name)
 
-
-def unigram_probs(data: LanguageData) -> torch.Tensor:
-    """Training token frequencies ``(V,)`` with the boundary id at 0 and every token at least once
-    (add-one), the proposal of the trans-dimensional sampler."""
-    counts = torch.bincount(data.train.tokens[data.train.mask()], minlength=len(data.vocab)).double() + 1.0
-    counts[0] = 0.0
-    return counts / counts.sum()
-
-
-def length_windows(x: Sequences, seed: int) -> Callable[[int, torch.Generator], tuple[torch.Tensor, torch.Tensor]]:
-    """The trainer's batches: ``batch_size`` sentences of similar length, cut to the longest of them.
-
-    The sentences are ordered by length (ties in a random order fixed by ``seed``); a batch is the
-    cyclic window of ``batch_size`` consecutive sentences from a start drawn uniformly from the
-    trainer's generator, so every sentence is in a batch with probability ``B / N`` and a resumed run
-    draws the same batches. Padding is about ``mean length / longest in a random batch`` of the work
-    of uniform batches (half on PTB).
-    """
-    order = torch.randperm(x.batch_size, generator=torch.Generator().manual_seed(seed))
-    order = order[torch.argsort(x.lengths[order], stable=True)]
-    tokens, lengths, n = x.tokens[order], x.lengths[order], x.batch_size
-
-    def draw(batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        start = int(torch.randint(n, (1,), generator=generator, device=generator.device))
-        rows = (start + torch.arange(batch_size)) % n
-        width = int(lengths[rows].max())
-        return tokens[rows, :width], lengths[rows]
-
-    return draw

@@ -109,7 +109,7 @@ def _apply_task_defaults(cfg: Config, explicit: set[str]) -> None:
 #: keys holding a path; a relative one is made absolute when the config is loaded, so the run's
 #: ``config.toml`` means the same file from any folder.
 PATH_KEYS = ("data.path", "data.root", "language.train_path", "language.valid_path", "language.test_path",
-             "generation.base_run")
+             "generation.base_run", "language.base_run")
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:

@@ -133,12 +133,21 @@ class _NoEnergy(nn.Module):
         return torch.zeros(x.batch_size)
 
 
-def _base_run_config(s: GenerationSettings) -> Config:
-    path = Path(str(s.base_run)) / "config.toml"
+def _base_run_config(run: str | None, key: str = "generation.base_run", data: str = "data.name='addition'") -> Config:
+    path = Path(str(run)) / "config.toml"
     if not path.is_file():
-        raise ConfigError(f"generation.base_run: {str(s.base_run)!r} is not a run folder (no config.toml); train "
-                          f"a base first (model.kind = 'transformer' or 'lstm' on data.name='addition')")
+        raise ConfigError(f"{key}: {str(run)!r} is not a run folder (no config.toml); train a base first "
+                          f"(model.kind = 'transformer' or 'lstm' on {data})")
     return load_config(path)
+
+
+def _load_base(run: str | None, key: str) -> nn.Module:
+    from ebms.cli.run import load_run  # the run module imports the task registry
+
+    try:
+        return load_run(str(run))[1]
+    except (RunFolderError, CheckpointError) as e:
+        raise ConfigError(f"{key}: {e}") from None
 
 
 class GenerationTask(Task[GenerationSettings]):
@@ -187,7 +196,7 @@ class GenerationTask(Task[GenerationSettings]):
     def _check_base(self, cfg: Config) -> None:
         """The base run is an addition base LM on the same sentences."""
         s = self.settings(cfg)
-        b = _base_run_config(s)
+        b = _base_run_config(s.base_run)
         if b.data.name != "addition" or b.model.kind not in BASE_KINDS:
             raise ConfigError(f"generation.base_run: {s.base_run!r} holds a {b.model.kind!r} run on "
                               f"data.name={b.data.name!r}; expected a base LM (model.kind = 'transformer' or "
@@ -217,13 +226,7 @@ class GenerationTask(Task[GenerationSettings]):
                                  dropout=s.dropout, max_length=data.task.length + 1)
         if cfg.model.kind == "lstm":
             return LSTMLM(V, embedding_dim=s.dim, hidden_size=s.hidden, num_layers=s.layers, dropout=s.dropout)
-        from ebms.cli.run import load_run  # the run module imports the task registry
-
-        try:
-            _, base, _, _ = load_run(str(s.base_run))
-        except (RunFolderError, CheckpointError) as e:
-            raise ConfigError(f"generation.base_run: {e}") from None
-        data.cache["base"] = base  # training_data draws its negative cache
+        base = data.cache["base"] = _load_base(s.base_run, "generation.base_run")  # training_data draws its negative cache
         energy = TextEnergy(V, kind=s.energy, dim=s.dim, layers=s.layers, heads=s.heads, dropout=s.dropout)
         return ResidualLM(base, energy, horizon=data.task.continuation_length)
 
@@ -244,18 +247,8 @@ class GenerationTask(Task[GenerationSettings]):
             train = data.task.corrupt(data.train, s.error_rate,
                                       generator=torch.Generator().manual_seed(cfg.run.seed + CORRUPT_SEED_OFFSET))
             return train.tokens, train.lengths
-        base, nu = data.cache["base"], int(cfg.objective.nu)
         prefix, cont = data.task.split(data.train)
-        cache = NegativeCache.build(base, prefix, s.negatives, horizon=data.task.continuation_length,
-                                    generator=torch.Generator().manual_seed(cfg.run.seed + CACHE_SEED_OFFSET),
-                                    progress=cfg.run.progress)
-        nce = ResidualNCE(nu=nu)
-
-        def batches(batch_size: int, g: torch.Generator) -> tuple[Tensor, ...]:
-            i = torch.randint(prefix.batch_size, (batch_size,), generator=g)
-            return nce.pack(prefix[i], cont[i], cache.draw(i, nu, g))
-
-        return batches
+        return nce_batches(cfg, data.cache["base"], prefix, cont, s.negatives, data.task.continuation_length)
 
     # -- figures and samples -------------------------------------------------------------------
     def _joint(self, model: nn.Module, data: AdditionData) -> ResidualLM:
@@ -311,6 +304,23 @@ class GenerationTask(Task[GenerationSettings]):
         seqs = Sequences(x, (x > 0).sum(1))
         return [f"{text}  {'right' if ok else 'wrong'}"
                 for text, ok in zip(data.task.decode(seqs), data.task.is_correct(seqs).tolist())]
+
+
+def nce_batches(cfg: Config, base: nn.Module, prefix: Sequences, cont: Sequences, negatives: int,
+                horizon: int) -> Any:
+    """The trainer's batches of a residual run: ``ResidualNCE.pack`` of random training (prefix,
+    continuation) pairs with ``objective.nu`` draws from a :class:`NegativeCache` of ``negatives``
+    base continuations per prefix (drawn from ``run.seed`` when training starts or resumes)."""
+    nu = int(cfg.objective.nu)
+    cache = NegativeCache.build(base, prefix, negatives, horizon=horizon, progress=cfg.run.progress,
+                                generator=torch.Generator().manual_seed(cfg.run.seed + CACHE_SEED_OFFSET))
+    nce = ResidualNCE(nu=nu)
+
+    def batches(batch_size: int, g: torch.Generator) -> tuple[Tensor, ...]:
+        i = torch.randint(prefix.batch_size, (batch_size,), generator=g)
+        return nce.pack(prefix[i], cont[i], cache.draw(i, nu, g))
+
+    return batches
 
 
 def _joined(prefix: Sequences, cont: Sequences) -> Sequences:

@@ -30,6 +30,9 @@ lengths and the Transformer's positions (unset: the longest training sentence).
   within-length empirical variance, ``train.weight_decay`` as the L2 term and each step clipped to
   ``language.step_clip`` (the recipe ``trf-ptb``).
 
+``lstm``/``transformer`` with ``earm``: :class:`~ebms.objectives.EARM` (``language.earm_weight``, ``earm_start``,
+``earm_truncate``). ``residual``, ``electric``: residual EBMs and Electric (:mod:`ebms.cli._generation_text`).
+
 ``eval``: exact perplexity for the normalised models; for a TRF the training-:math:`\\zeta` and the
 re-estimated perplexity with its interval (:mod:`ebms.cli._language_eval`). ``sample``: sentences,
 printed and written as text (AR models: ancestral draws; TRF: ``--steps`` sampler steps from
@@ -46,16 +49,18 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from ebms.cli._config_rules import COUNT, DROPOUT, NONNEG, POS, Rule
-from ebms.cli._language_data import LanguageData, length_windows, load_language_data, unigram_probs
-from ebms.cli._language_eval import LanguageReport, normalised_report, trf_report
+from ebms.cli import _generation_text as gen
+from ebms.cli._config_rules import COUNT, DROPOUT, FRACTION, NONNEG, POS, Rule
+from ebms.cli._language_data import LanguageData, load_language_data
+from ebms.cli._language_eval import normalised_report, trf_report
 from ebms.cli.config import Config, ConfigError, ModelConfig
 from ebms.cli.tasks import Task, check_batch_size, register
+from ebms.data.text import length_windows, unigram_probs
 from ebms.distributions import BackoffNGram
 from ebms.models.lm import LSTMLM, TransformerLM
 from ebms.models.trf import TEMPLATE_GROUPS, TRF, DiscreteFeatures, Hidden2Scalar, WordClasses, feature_templates
 from ebms.models.trf.moments import feature_moments
-from ebms.objectives import AutoregressiveNLL
+from ebms.objectives import EARM, AutoregressiveNLL
 from ebms.objectives.trf_augsa import AugSA
 from ebms.objectives.trf_nce import TRFNCE, DynamicNCE
 from ebms.samplers.trans_dimensional import TransDimensional
@@ -107,6 +112,16 @@ class LanguageSettings:
     logz_samples: int = 1000
     feature_scaling: bool = False
     step_clip: float = 1.0
+    earm_weight: float = 1.0
+    earm_start: int = 0
+    earm_truncate: int = 2
+    base_run: str | None = None
+    prefix_length: int = 10
+    horizon: int = 6
+    energy: str = "bilstm"
+    negatives: int = 16
+    joint_samples: int = 100
+    mask_rate: float = 0.15
 
 
 PATH = Rule(text="a file path (not empty)", check=_path)
@@ -130,8 +145,8 @@ class LanguageTask(Task[LanguageSettings]):
     what = "a language corpus"
     section = "language"
     settings_type = LanguageSettings
-    model_kinds = (*AR_KINDS, *TRF_KINDS)
-    objective_kinds = ("ml", "nce", "dnce")
+    model_kinds = (*AR_KINDS, *TRF_KINDS, *gen.KINDS)
+    objective_kinds = ("ml", "nce", "dnce", "earm")
     rules: ClassVar[dict[str, Rule]] = {
         "level": Rule(choices=("word", "char")), "lower": Rule(), "sentence_split": Rule(),
         "train_path": PATH, "valid_path": PATH, "test_path": PATH, "limit": COUNT, "min_count": COUNT,
@@ -141,7 +156,9 @@ class LanguageTask(Task[LanguageSettings]):
         "features": Rule(text=f"a list of TRF feature template groups ({', '.join(TEMPLATE_GROUPS)}); empty: the "
                               "default ones", check=lambda v: all(g in TEMPLATE_GROUPS for g in v)),
         "chains": COUNT, "trials": COUNT, "noise_order": COUNT, "noise_hidden": COUNT, "logz_samples": Rule(low=2),
-        "feature_scaling": Rule(), "step_clip": POS,
+        "feature_scaling": Rule(), "step_clip": POS, "earm_weight": POS, "earm_start": NONNEG, "earm_truncate": COUNT,
+        "base_run": PATH, "prefix_length": COUNT, "horizon": COUNT, "energy": Rule(choices=("bilstm", "transformer")),
+        "negatives": COUNT, "joint_samples": COUNT, "mask_rate": FRACTION,
     }
     defaults: ClassVar[dict[str, Any]] = {"eval.n_samples": 10, "eval.ais_temperatures": 200}
     supports_ais = True
@@ -161,9 +178,12 @@ class LanguageTask(Task[LanguageSettings]):
         if cfg.data.name != "text" and given:
             raise ConfigError(f"language.{given[0]}: your own files are read with data.name='text'; "
                               f"data.name={cfg.data.name!r} has its own splits: drop it or set data.name=text")
-        if kind in AR_KINDS and obj != "ml":
-            raise ConfigError(f"objective.kind: {obj!r} trains a TRF (model.kind = {', '.join(TRF_KINDS)}); "
-                              f"model.kind={kind!r} is trained by maximum likelihood: expected 'ml'")
+        if kind in gen.KINDS:
+            gen.KINDS[kind].check(cfg)
+        elif (kind in AR_KINDS and obj not in ("ml", "earm")) or (obj == "earm" and kind not in ("lstm", "transformer")):
+            what = "an lstm or transformer LM" if obj == "earm" else f"a TRF (model.kind = {', '.join(TRF_KINDS)})"
+            want = {"kn": "'ml'", "lstm": "'ml' or 'earm'", "transformer": "'ml' or 'earm'"}.get(kind, "'ml', 'nce' or 'dnce'")
+            raise ConfigError(f"objective.kind: {obj!r} trains {what}; model.kind={kind!r} is trained by {want}")
         if kind == "transformer" and s.embedding_dim % s.heads:
             raise ConfigError(f"language.heads: expected a divisor of language.embedding_dim={s.embedding_dim}; "
                               f"got {s.heads}")
@@ -200,6 +220,8 @@ class LanguageTask(Task[LanguageSettings]):
         s, kind, V = self.settings(cfg), cfg.model.kind, len(data.vocab)
         if kind == "kn":
             return _ngram(data, s.order, s.smoothing, "order")
+        if kind in gen.KINDS:
+            return gen.KINDS[kind].build_model(cfg, data)
         if kind == "lstm":
             return LSTMLM(V, embedding_dim=s.embedding_dim, hidden_size=s.hidden, num_layers=s.layers,
                           dropout=s.dropout, tie_weights=s.tie_weights)
@@ -221,13 +243,16 @@ class LanguageTask(Task[LanguageSettings]):
 
     def kernel(self, cfg: Config, data: LanguageData, *, jump: bool = True) -> TransDimensional:
         """The trans-dimensional sampler of the TRF runs (unigram proposals, class proposals with classes)."""
-        return TransDimensional(token_probs=unigram_probs(data), classes=self._classes(cfg, data),
+        return TransDimensional(token_probs=unigram_probs(data.train, len(data.vocab)), classes=self._classes(cfg, data),
                                 trials=self.settings(cfg).trials, sweeps=cfg.sampler.sweeps, jump=jump)
 
     def build_objective(self, cfg: Config, data: LanguageData) -> nn.Module:
         s, obj, V = self.settings(cfg), cfg.objective.kind, len(data.vocab)
+        if cfg.model.kind in gen.KINDS:
+            return gen.KINDS[cfg.model.kind].build_objective(cfg, data)  # type: ignore[no-any-return]
         if cfg.model.kind in AR_KINDS:
-            return AutoregressiveNLL()
+            return EARM(weight=s.earm_weight, start_step=s.earm_start, truncate=s.earm_truncate) if obj == "earm" \
+                else AutoregressiveNLL()
         if obj == "ml":
             return AugSA(self.kernel(cfg, data), chains=s.chains)
         if obj == "nce":
@@ -262,8 +287,10 @@ class LanguageTask(Task[LanguageSettings]):
 
         return make
 
-    def training_data(self, cfg: Config, data: LanguageData) -> Callable[[int, torch.Generator], tuple[Tensor, Tensor]]:
-        """Batches of sentences of similar length (:func:`~ebms.cli._language_data.length_windows`)."""
+    def training_data(self, cfg: Config, data: LanguageData) -> Callable[[int, torch.Generator], tuple[Tensor, ...]]:
+        """Batches of sentences of similar length (:func:`~ebms.data.text.length_windows`)."""
+        if cfg.model.kind in gen.KINDS:
+            return gen.KINDS[cfg.model.kind].training_data(cfg, data)  # type: ignore[no-any-return]
         check_batch_size(cfg, data.size, f"training sentences of {cfg.data.name}")
         return length_windows(data.train, cfg.run.seed)
 
@@ -277,13 +304,15 @@ class LanguageTask(Task[LanguageSettings]):
         return out
 
     def report(self, cfg: Config, model: nn.Module, data: LanguageData, step: int, *,
-               use_ais: bool = False) -> LanguageReport:
-        if use_ais and cfg.model.kind in AR_KINDS:
-            raise ConfigError(f"--ais: AIS estimates the normalisers of a TRF; model.kind={cfg.model.kind!r} is "
-                              f"normalised and its perplexity exact: drop --ais")
+               use_ais: bool = False) -> Any:
+        if use_ais and cfg.model.kind not in TRF_KINDS:
+            why = "is normalised and its perplexity exact" if cfg.model.kind in AR_KINDS else "has no per-length normalisers"
+            raise ConfigError(f"--ais: AIS estimates the normalisers of a TRF; model.kind={cfg.model.kind!r} {why}: drop --ais")
         if not data.held_out:
             raise ConfigError("language.test_path: nothing to evaluate: data.name='text' without valid_path or "
                               "test_path; set language.test_path=FILE")
+        if cfg.model.kind in gen.KINDS:
+            return gen.KINDS[cfg.model.kind].report(cfg, model, data, step)
         longest = max(int(x.lengths.max()) for x in data.held_out.values())
         if cfg.model.kind in ("transformer", *TRF_KINDS) and longest > data.max_length:
             raise ConfigError(f"language.max_length: the held-out text has a sentence of {longest} tokens; this "
@@ -301,6 +330,8 @@ class LanguageTask(Task[LanguageSettings]):
         :data:`SAMPLE_LIMIT` tokens), or ``steps`` trans-dimensional steps of a TRF from training sentences."""
         n = cfg.eval.n_samples if n is None else n
         g = torch.Generator().manual_seed(cfg.run.seed if seed is None else seed)
+        if cfg.model.kind in gen.KINDS:
+            return gen.KINDS[cfg.model.kind].sample(cfg, model, data, n, g.initial_seed())  # type: ignore[no-any-return]
         with torch.no_grad():
             if isinstance(model, BackoffNGram):
                 x = model.sample(n, g, max_length=SAMPLE_LIMIT)

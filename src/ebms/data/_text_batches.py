@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
 from ebms._checks import check_int
 from ebms.sequences import Sequences, length_buckets
 
-__all__ = ["bptt_batches", "sentence_batches"]
+__all__ = ["bptt_batches", "continuation_pairs", "length_windows", "sentence_batches", "unigram_probs"]
 
 
 def sentence_batches(data: Sequences, batch_size: int, *, shuffle: bool = True,
@@ -88,3 +90,53 @@ def bptt_batches(ids: Tensor, batch_size: int, bptt: int, *, drop_last: bool = F
             break
         out.append((rows[:, start:start + width], rows[:, start + 1:start + 1 + width]))
     return out
+
+
+def length_windows(x: Sequences, seed: int) -> Callable[[int, torch.Generator], tuple[Tensor, Tensor]]:
+    """Batches for the :class:`~ebms.train.Trainer`: ``batch_size`` sentences of similar length, cut
+    to the longest of them, as ``(tokens, lengths)``.
+
+    The sentences are ordered by length (ties in a random order fixed by ``seed``); a batch is the
+    cyclic window of ``batch_size`` consecutive sentences from a start drawn uniformly from the
+    trainer's generator, so every sentence is in a batch with probability ``B / N`` and a resumed run
+    draws the same batches. Padding is about ``mean length / longest in a random batch`` of the work
+    of uniform batches (half on PTB).
+    """
+    order = torch.randperm(x.batch_size, generator=torch.Generator().manual_seed(seed))
+    order = order[torch.argsort(x.lengths[order], stable=True)]
+    tokens, lengths, n = x.tokens[order], x.lengths[order], x.batch_size
+
+    def draw(batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        start = int(torch.randint(n, (1,), generator=generator, device=generator.device))
+        rows = (start + torch.arange(batch_size)) % n
+        width = int(lengths[rows].max())
+        return tokens[rows, :width], lengths[rows]
+
+    return draw
+
+
+def unigram_probs(x: Sequences, vocab_size: int) -> Tensor:
+    """Token frequencies of ``x``, ``(vocab_size,)`` float64, with every token counted once more
+    (add-one) and the boundary id ``0`` at probability 0: the token proposal of the
+    trans-dimensional sampler."""
+    counts = torch.bincount(x.tokens[x.mask()], minlength=vocab_size).double() + 1.0
+    counts[0] = 0.0
+    return counts / counts.sum()
+
+
+def continuation_pairs(x: Sequences, prefix_length: int, horizon: int) -> tuple[Sequences, Sequences]:
+    """``(prefixes, continuations)`` of the sentences of ``x`` longer than ``prefix_length``: each
+    prefix is the first ``prefix_length`` tokens, its continuation the next at most ``horizon``
+    (shorter where the sentence ends sooner): the ``(c, x)`` pairs of a residual EBM with horizon
+    ``K`` (:class:`~ebms.models.ResidualLM`), e.g. held-out text to score or training positives.
+
+    Raises:
+        ValueError: ``prefix_length`` or ``horizon`` below 1.
+    """
+    P, K = check_int(prefix_length, "prefix_length", minimum=1), check_int(horizon, "horizon", minimum=1)
+    rows = (x.lengths > P).nonzero().squeeze(1)
+    tokens, lengths = x.tokens[rows], x.lengths[rows]
+    cont_len = (lengths - P).clamp(max=K)
+    cont = torch.nn.functional.pad(tokens, (0, P + K))[:, P:P + K]
+    cont = cont.masked_fill(torch.arange(K, device=cont.device) >= cont_len.unsqueeze(1), 0)
+    return Sequences(tokens[:, :P].contiguous(), torch.full_like(cont_len, P)), Sequences(cont, cont_len)

@@ -23,7 +23,9 @@ What is here:
   (deterministic 90/5/5 split, character or word level, running text or lines), both located
   under ``$EBMS_DATA`` and checked by SHA-256 (:mod:`ebms.data.paths`);
 * batching — :func:`sentence_batches` (length-bucketed, shuffled by a ``torch.Generator``) and
-  :func:`bptt_batches` (the contiguous ``(B, T)`` stream layout of truncated BPTT).
+  :func:`bptt_batches` (the contiguous ``(B, T)`` stream layout of truncated BPTT),
+  :func:`length_windows` (the Trainer's batches of similar length); :func:`unigram_probs`;
+  :func:`continuation_pairs` (prefix and continuation of each sentence, for residual EBMs).
 
 Levels: ``"word"`` tokens are the whitespace-separated strings of a line (tokenise beforehand;
 PTB already is); ``"char"`` tokens are characters, the space included, so decoding joins them
@@ -43,7 +45,7 @@ Example:
 
 from __future__ import annotations
 
-from ebms.data._text_batches import bptt_batches, sentence_batches
+from ebms.data._text_batches import bptt_batches, continuation_pairs, length_windows, sentence_batches, unigram_probs
 from ebms.data._text_corpora import SHA256, SPLITS, TEXT_FORMS, URLS, ptb, tiny_shakespeare, tiny_shakespeare_bounds
 from ebms.data._text_read import (
     ABBREVIATIONS,
@@ -67,11 +69,14 @@ __all__ = [
     "URLS",
     "Vocabulary",
     "bptt_batches",
+    "continuation_pairs",
     "iter_sentences",
+    "length_windows",
     "ptb",
     "read_sentences",
     "sentence_batches",
     "split_sentences",
     "tiny_shakespeare",
     "tiny_shakespeare_bounds",
+    "unigram_probs",
 ]

@@ -1,0 +1,225 @@
+"""Private: the text-generation kinds of the language task (``ebms.cli.language``), on a corpus.
+
+* ``model.kind = "residual"`` (``objective.kind = "nce"``): a residual EBM
+  (:class:`~ebms.models.ResidualLM`) on the frozen base LM of the run folder ``language.base_run``
+  (an ``lstm`` or ``transformer`` run with the same vocabulary), a :class:`~ebms.nets.TextEnergy`
+  (``language.energy``, width ``embedding_dim``, ``layers``, ``heads``), horizon ``language.horizon``.
+  Each sentence longer than ``language.prefix_length`` gives a (prefix, continuation) pair
+  (:func:`~ebms.data.text.continuation_pairs`); training is :class:`~ebms.objectives.ResidualNCE`
+  against ``objective.nu`` of ``language.negatives`` cached base draws per prefix. ``eval``: per
+  held-out split, the base's exact perplexity of the true continuations and the joint model's
+  ``[lower, upper]`` from ``language.joint_samples`` base draws per prefix; ``sample``: held-out
+  prefixes continued by top-k joint sampling.
+* ``model.kind = "electric"`` (``objective.kind = "nce"``): the Electric cloze model
+  (:class:`~ebms.models.ElectricCloze`, width ``embedding_dim``, ``layers``, ``heads``) with a
+  :class:`~ebms.nets.TwoTowerCloze` noise of the same sizes trained jointly by
+  :class:`~ebms.objectives.ElectricNCE` (``language.mask_rate``). ``eval``: per held-out split, the
+  one-pass pseudo-log-likelihood per token (a score: the model is only trained towards
+  self-normalisation), the noise's (normalised) one, and how often the model prefers each sentence
+  over the same sentence with one token replaced at random; it draws no samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ebms.cli.config import Config, ConfigError
+from ebms.cli.generation import BASE_KINDS, EVAL_SEED_OFFSET, _base_run_config, _joined, _load_base, nce_batches
+from ebms.cli.tasks import check_batch_size
+from ebms.data.text import continuation_pairs, length_windows
+from ebms.estimators.residual_log_z import residual_perplexity
+from ebms.models.electric import ElectricCloze
+from ebms.models.residual_lm import ResidualLM
+from ebms.nets.text_energy import TextEnergy
+from ebms.nets.two_tower import TwoTowerCloze
+from ebms.objectives.electric import ElectricNCE
+from ebms.objectives.residual_nce import ResidualNCE
+from ebms.samplers.joint_resampling import top_k_joint_sample
+from ebms.sequences import Sequences
+
+__all__ = ["KINDS", "SAME_VOCABULARY", "ElectricReport", "TextElectric", "TextResidual", "TextResidualReport"]
+
+#: keys that fix a language run's vocabulary: a residual run must have its base run's values.
+SAME_VOCABULARY = ("data.name", "data.root", "language.level", "language.lower", "language.sentence_split",
+                   "language.train_path", "language.limit", "language.min_count", "language.max_vocab")
+
+
+def _value(cfg: Config, key: str) -> Any:
+    section, name = key.split(".")
+    return getattr(cfg.section(section), name)
+
+
+def _nce_only(cfg: Config) -> None:
+    if cfg.objective.kind != "nce":
+        raise ConfigError(f"objective.kind: model.kind={cfg.model.kind!r} is trained by 'nce'; got {cfg.objective.kind!r}")
+    s = cfg.sections["language"]
+    if s.embedding_dim % s.heads and (cfg.model.kind == "electric" or s.energy == "transformer"):
+        raise ConfigError(f"language.heads: expected a divisor of language.embedding_dim={s.embedding_dim}; got {s.heads}")
+
+
+@dataclass(frozen=True)
+class TextResidualReport:
+    """``eval`` of a residual run on a corpus: perplexity of each held-out split's continuations."""
+
+    step: int
+    figures: dict[str, dict[str, float]]
+
+    def lines(self) -> list[str]:
+        return [f"{split} continuation perplexity, step {self.step}: base LM {f['base']:.3f} (exact), joint model "
+                f"[{f['lower']:.3f}, {f['upper']:.3f}] from n = {int(f['n'])} base draws  [{int(f['tokens'])} tokens "
+                f"of {int(f['pairs'])} prefixes]" for split, f in self.figures.items()]
+
+
+class TextResidual:
+    """``model.kind = "residual"`` on a corpus (module docstring)."""
+
+    def check(self, cfg: Config) -> None:
+        s = cfg.sections["language"]
+        _nce_only(cfg)
+        if s.base_run is None:
+            raise ConfigError("language.base_run: a residual model corrects a trained base LM; expected its run "
+                              "folder (e.g. runs/char-lstm-shakespeare); got none")
+        if cfg.objective.nu != int(cfg.objective.nu):
+            raise ConfigError(f"objective.nu: expected a whole number >= 1 of negatives per prefix; got "
+                              f"{cfg.objective.nu}")
+        b = _base_run_config(s.base_run, "language.base_run", "data.name = ptb, tiny-shakespeare or text")
+        if b.data.name not in ("ptb", "tiny-shakespeare", "text") or b.model.kind not in BASE_KINDS:
+            raise ConfigError(f"language.base_run: {s.base_run!r} holds a {b.model.kind!r} run on data.name="
+                              f"{b.data.name!r}; expected an 'lstm' or 'transformer' run on a language corpus")
+        for key in SAME_VOCABULARY:
+            if _value(cfg, key) != _value(b, key):
+                raise ConfigError(f"{key}: the base run {s.base_run!r} has {key}={_value(b, key)!r}; got "
+                                  f"{_value(cfg, key)!r}: the residual model needs the base's vocabulary, set it "
+                                  f"the same")
+
+    def build_model(self, cfg: Config, data: Any) -> ResidualLM:
+        s = cfg.sections["language"]
+        base = data.cache["base"] = _load_base(s.base_run, "language.base_run")
+        longest = getattr(base, "max_length", None)
+        if longest is not None and s.prefix_length + s.horizon > longest:
+            raise ConfigError(f"language.horizon: the base covers {longest} tokens; language.prefix_length="
+                              f"{s.prefix_length} + language.horizon={s.horizon} is more: lower them")
+        energy = TextEnergy(len(data.vocab), kind=s.energy, dim=s.embedding_dim, layers=s.layers, heads=s.heads,
+                            dropout=s.dropout)
+        return ResidualLM(base, energy, horizon=s.horizon)
+
+    def build_objective(self, cfg: Config, data: Any) -> nn.Module:
+        return ResidualNCE(nu=int(cfg.objective.nu))
+
+    def _pairs(self, cfg: Config, x: Sequences, what: str) -> tuple[Sequences, Sequences]:
+        s = cfg.sections["language"]
+        prefix, cont = continuation_pairs(x, s.prefix_length, s.horizon)
+        if prefix.batch_size == 0:
+            raise ConfigError(f"language.prefix_length: no {what} sentence is longer than {s.prefix_length} tokens; "
+                              f"lower it")
+        return prefix, cont
+
+    def training_data(self, cfg: Config, data: Any) -> Any:
+        """``ResidualNCE.pack`` batches of training pairs with ``objective.nu`` cached base draws of each prefix."""
+        s = cfg.sections["language"]
+        prefix, cont = self._pairs(cfg, data.train, "training")
+        check_batch_size(cfg, prefix.batch_size, f"training sentences longer than language.prefix_length="
+                                                 f"{s.prefix_length}")
+        return nce_batches(cfg, data.cache["base"], prefix, cont, s.negatives, s.horizon)
+
+    def report(self, cfg: Config, model: Any, data: Any, step: int) -> TextResidualReport:
+        s, out = cfg.sections["language"], {}
+        g = torch.Generator().manual_seed(cfg.run.seed + EVAL_SEED_OFFSET)
+        for split, x in data.held_out.items():
+            prefix, cont = self._pairs(cfg, x, split)
+            with torch.no_grad():
+                r = residual_perplexity(model, prefix, cont, s.joint_samples, generator=g, progress=cfg.run.progress)
+            out[split] = {"base": r.base, "lower": r.lower, "upper": r.upper, "n": s.joint_samples,
+                          "tokens": r.tokens, "pairs": prefix.batch_size}
+        return TextResidualReport(step, out)
+
+    def sample(self, cfg: Config, model: Any, data: Any, n: int, seed: int) -> Tensor:
+        """``n`` held-out prefixes (cycled) each continued by top-k joint sampling, as token rows."""
+        s = cfg.sections["language"]
+        x = data.held_out.get("test", data.held_out.get("valid", data.train))
+        prefix, _ = self._pairs(cfg, x, "held-out")
+        prefix = prefix[torch.arange(n) % prefix.batch_size]
+        with torch.no_grad():
+            cont = top_k_joint_sample(model, prefix, s.joint_samples, generator=torch.Generator().manual_seed(seed),
+                                      progress=False).continuations
+        return _joined(prefix, cont).canonical().tokens
+
+
+@dataclass(frozen=True)
+class ElectricReport:
+    """``eval`` of an Electric run: per held-out split, PLL per token and the corruption test."""
+
+    step: int
+    figures: dict[str, dict[str, float]]
+
+    def lines(self) -> list[str]:
+        return [f"{split} pseudo-log-likelihood per token, step {self.step}: Electric {f['pll']:.3f} (one pass, "
+                f"unnormalised), two-tower noise {f['noise_pll']:.3f}; prefers the sentence over a one-token "
+                f"corruption: Electric {f['prefers']:.3f}, noise {f['noise_prefers']:.3f}  [{int(f['tokens'])} "
+                f"tokens, {int(f['sentences'])} sentences]" for split, f in self.figures.items()]
+
+
+def corrupt_one_token(x: Sequences, vocab_size: int, generator: torch.Generator) -> Sequences:
+    """``x`` with one token per sentence (position uniform) replaced by another token (uniform over the
+    ``V - 2`` others of ids ``1 .. V-1``)."""
+    rows = torch.arange(x.batch_size)
+    pos = (torch.rand(x.batch_size, generator=generator) * x.lengths).long()
+    shift = torch.randint(1, vocab_size - 1, (x.batch_size,), generator=generator)
+    tokens = x.tokens.clone()
+    tokens[rows, pos] = (tokens[rows, pos] - 1 + shift) % (vocab_size - 1) + 1
+    return Sequences(tokens, x.lengths)
+
+
+def _noise_pll(noise: TwoTowerCloze, x: Sequences) -> Tensor:
+    """``(B,)`` the two-tower cloze model's pseudo-log-likelihood (its conditionals are normalised)."""
+    lp = noise.log_probs(x).gather(2, x.tokens.unsqueeze(2)).squeeze(2)
+    return lp.masked_fill(~x.mask(), 0.0).sum(1)
+
+
+class TextElectric:
+    """``model.kind = "electric"`` on a corpus (module docstring)."""
+
+    def check(self, cfg: Config) -> None:
+        _nce_only(cfg)
+
+    def build_model(self, cfg: Config, data: Any) -> ElectricCloze:
+        s, V = cfg.sections["language"], len(data.vocab)
+        noise = TwoTowerCloze(V, dim=s.embedding_dim, layers=s.layers, heads=s.heads, dropout=s.dropout)
+        return ElectricCloze(V, dim=s.embedding_dim, layers=s.layers, heads=s.heads, dropout=s.dropout,
+                             max_length=data.max_length, noise=noise)
+
+    def build_objective(self, cfg: Config, data: Any) -> nn.Module:
+        return ElectricNCE(mask_rate=cfg.sections["language"].mask_rate)
+
+    def training_data(self, cfg: Config, data: Any) -> Any:
+        check_batch_size(cfg, data.size, f"training sentences of {cfg.data.name}")
+        return length_windows(data.train, cfg.run.seed)
+
+    def report(self, cfg: Config, model: Any, data: Any, step: int) -> ElectricReport:
+        g, out, V = torch.Generator().manual_seed(cfg.run.seed + EVAL_SEED_OFFSET), {}, len(data.vocab)
+        for split, x in data.held_out.items():
+            x = x[(x.lengths > 0) & (x.lengths <= data.max_length)]
+            if x.batch_size == 0:
+                continue
+            bad = corrupt_one_token(x, V, g)
+            with torch.no_grad():
+                pll, pll_bad = model.pseudo_log_likelihood(x), model.pseudo_log_likelihood(bad)
+                noise, noise_bad = _noise_pll(model.noise, x), _noise_pll(model.noise, bad)
+            tokens = int(x.lengths.sum())
+            out[split] = {"pll": float(pll.sum()) / tokens, "noise_pll": float(noise.sum()) / tokens,
+                          "prefers": float((pll > pll_bad).double().mean()),
+                          "noise_prefers": float((noise > noise_bad).double().mean()),
+                          "tokens": tokens, "sentences": x.batch_size}
+        return ElectricReport(step, out)
+
+    def sample(self, cfg: Config, model: Any, data: Any, n: int, seed: int) -> Tensor:
+        raise ConfigError("sample: model.kind='electric' is a cloze model that scores sentences (pseudo-log-"
+                          "likelihood); it draws none: use `ebms eval`")
+
+
+#: the kinds the language task hands over, by ``model.kind``.
+KINDS: dict[str, Any] = {"residual": TextResidual(), "electric": TextElectric()}
