@@ -18,11 +18,11 @@ import argparse
 
 import torch
 
+from ebms.data.text import replace_one_token
 from ebms.distributions import NGram
 from ebms.models import ElectricCloze
 from ebms.nets import TwoTowerCloze
 from ebms.objectives import ElectricNCE
-from ebms.sequences import Sequences
 from ebms.train import Trainer
 
 V = 8  # id 0 = <s>/</s>, tokens 1..7
@@ -52,13 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"after {fit.step} steps: loss_nce {fit.metrics['loss_nce']:.3f}, loss_noise {fit.metrics['loss_noise']:.3f}"
           f" nats, real/replaced accuracy {fit.metrics['accuracy']:.3f}")
 
-    # one token of each held-out sentence replaced by another token, uniformly
-    pos = (torch.rand(test.batch_size, generator=g) * test.lengths).long()
-    shift = torch.randint(1, V - 1, (test.batch_size,), generator=g)
-    rows = torch.arange(test.batch_size)
-    corrupted = test.tokens.clone()
-    corrupted[rows, pos] = (corrupted[rows, pos] - 1 + shift) % (V - 1) + 1
-    bad = Sequences(corrupted, test.lengths)
+    bad = replace_one_token(test, V, generator=g)  # one token of each held-out sentence replaced
     model.eval()
     with torch.no_grad():
         electric = float((model.pseudo_log_likelihood(test) > model.pseudo_log_likelihood(bad)).double().mean())

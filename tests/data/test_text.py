@@ -277,3 +277,21 @@ def test_continuation_pairs_cut_each_longer_sentence_after_its_prefix() -> None:
     assert cont.lengths.tolist() == [1, 3, 2] and int(cont.tokens[0, 1:].abs().sum()) == 0
     with pytest.raises(ValueError, match="^horizon: expected an int >= 1; got 0"):
         continuation_pairs(x, 2, 0)
+
+
+def test_replace_one_token_changes_exactly_one_token_of_each_sentence_to_another_id() -> None:
+    from ebms.data.text import replace_one_token
+
+    x = Sequences.from_lists([[1], [2, 3], [4, 5, 6, 7]] * 200)
+    bad = replace_one_token(x, 8, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(bad.lengths, x.lengths) and bool((bad.tokens[~x.mask()] == 0).all())
+    changed = bad.tokens != x.tokens
+    assert changed.sum(1).tolist() == [1] * x.batch_size
+    assert bool((bad.tokens[changed] >= 1).all() and (bad.tokens[changed] <= 7).all())
+    # every other id is reached, and the position covers the whole sentence
+    assert set(bad.tokens[2::3][changed[2::3]].tolist()) == set(range(1, 8)) and \
+        set(changed[2::3].float().argmax(1).tolist()) == {0, 1, 2, 3}
+    with pytest.raises(ValueError, match="^x: sentence 1 is empty"):
+        replace_one_token(Sequences.from_lists([[1], []]), 8)
+    with pytest.raises(ValueError, match="^vocab_size: expected an int >= 3; got 2"):
+        replace_one_token(x, 2)

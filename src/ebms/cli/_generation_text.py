@@ -16,7 +16,8 @@
   :class:`~ebms.objectives.ElectricNCE` (``language.mask_rate``). ``eval``: per held-out split, the
   one-pass pseudo-log-likelihood per token (a score: the model is only trained towards
   self-normalisation), the noise's (normalised) one, and how often the model prefers each sentence
-  over the same sentence with one token replaced at random; it draws no samples.
+  over the same sentence with one token replaced at random (:func:`~ebms.data.text.replace_one_token`);
+  it draws no samples.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ import torch
 from torch import Tensor, nn
 
 from ebms.cli.config import Config, ConfigError
-from ebms.cli.generation import BASE_KINDS, EVAL_SEED_OFFSET, _base_run_config, _joined, _load_base, nce_batches
+from ebms.cli.generation import BASE_KINDS, EVAL_SEED_OFFSET, _base_run_config, _load_base, nce_batches
 from ebms.cli.tasks import check_batch_size
-from ebms.data.text import continuation_pairs, length_windows
+from ebms.data.text import continuation_pairs, length_windows, replace_one_token
 from ebms.estimators.residual_log_z import residual_perplexity
 from ebms.models.electric import ElectricCloze
 from ebms.models.residual_lm import ResidualLM
@@ -38,7 +39,7 @@ from ebms.nets.text_energy import TextEnergy
 from ebms.nets.two_tower import TwoTowerCloze
 from ebms.objectives.electric import ElectricNCE
 from ebms.objectives.residual_nce import ResidualNCE
-from ebms.samplers.joint_resampling import top_k_joint_sample
+from ebms.samplers.joint_resampling import join_rows, top_k_joint_sample
 from ebms.sequences import Sequences
 
 __all__ = ["KINDS", "SAME_VOCABULARY", "ElectricReport", "TextElectric", "TextResidual", "TextResidualReport"]
@@ -137,16 +138,15 @@ class TextResidual:
                           "tokens": r.tokens, "pairs": prefix.batch_size}
         return TextResidualReport(step, out)
 
-    def sample(self, cfg: Config, model: Any, data: Any, n: int, seed: int) -> Tensor:
+    def sample(self, cfg: Config, model: Any, data: Any, n: int, generator: torch.Generator) -> Tensor:
         """``n`` held-out prefixes (cycled) each continued by top-k joint sampling, as token rows."""
         s = cfg.sections["language"]
         x = data.held_out.get("test", data.held_out.get("valid", data.train))
         prefix, _ = self._pairs(cfg, x, "held-out")
         prefix = prefix[torch.arange(n) % prefix.batch_size]
         with torch.no_grad():
-            cont = top_k_joint_sample(model, prefix, s.joint_samples, generator=torch.Generator().manual_seed(seed),
-                                      progress=False).continuations
-        return _joined(prefix, cont).canonical().tokens
+            cont = top_k_joint_sample(model, prefix, s.joint_samples, generator=generator, progress=False).continuations
+        return join_rows(prefix, cont).canonical().tokens
 
 
 @dataclass(frozen=True)
@@ -161,17 +161,6 @@ class ElectricReport:
                 f"unnormalised), two-tower noise {f['noise_pll']:.3f}; prefers the sentence over a one-token "
                 f"corruption: Electric {f['prefers']:.3f}, noise {f['noise_prefers']:.3f}  [{int(f['tokens'])} "
                 f"tokens, {int(f['sentences'])} sentences]" for split, f in self.figures.items()]
-
-
-def corrupt_one_token(x: Sequences, vocab_size: int, generator: torch.Generator) -> Sequences:
-    """``x`` with one token per sentence (position uniform) replaced by another token (uniform over the
-    ``V - 2`` others of ids ``1 .. V-1``)."""
-    rows = torch.arange(x.batch_size)
-    pos = (torch.rand(x.batch_size, generator=generator) * x.lengths).long()
-    shift = torch.randint(1, vocab_size - 1, (x.batch_size,), generator=generator)
-    tokens = x.tokens.clone()
-    tokens[rows, pos] = (tokens[rows, pos] - 1 + shift) % (vocab_size - 1) + 1
-    return Sequences(tokens, x.lengths)
 
 
 def _noise_pll(noise: TwoTowerCloze, x: Sequences) -> Tensor:
@@ -202,10 +191,13 @@ class TextElectric:
     def report(self, cfg: Config, model: Any, data: Any, step: int) -> ElectricReport:
         g, out, V = torch.Generator().manual_seed(cfg.run.seed + EVAL_SEED_OFFSET), {}, len(data.vocab)
         for split, x in data.held_out.items():
-            x = x[(x.lengths > 0) & (x.lengths <= data.max_length)]
-            if x.batch_size == 0:
-                continue
-            bad = corrupt_one_token(x, V, g)
+            longest = int(x.lengths.max()) if x.batch_size else 0
+            if longest > data.max_length:
+                raise ConfigError(f"language.max_length: the {split} text has a sentence of {longest} tokens; this "
+                                  f"electric model covers up to {data.max_length}: train with language.max_length >= "
+                                  f"{longest}")
+            x = x[x.lengths > 0]  # an empty line has no token to replace
+            bad = replace_one_token(x, V, generator=g)
             with torch.no_grad():
                 pll, pll_bad = model.pseudo_log_likelihood(x), model.pseudo_log_likelihood(bad)
                 noise, noise_bad = _noise_pll(model.noise, x), _noise_pll(model.noise, bad)
@@ -216,7 +208,7 @@ class TextElectric:
                           "tokens": tokens, "sentences": x.batch_size}
         return ElectricReport(step, out)
 
-    def sample(self, cfg: Config, model: Any, data: Any, n: int, seed: int) -> Tensor:
+    def sample(self, cfg: Config, model: Any, data: Any, n: int, generator: torch.Generator) -> Tensor:
         raise ConfigError("sample: model.kind='electric' is a cloze model that scores sentences (pseudo-log-"
                           "likelihood); it draws none: use `ebms eval`")
 

@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from ebms.cli._config_rules import COUNT, DROPOUT, NONNEG, POS, Rule
+from ebms.cli._config_rules import COUNT, DROPOUT, NONNEG, POS, Rule, _is_path
 from ebms.cli.config import Config, ConfigError, ModelConfig, load_config
 from ebms.cli.tasks import Task, check_batch_size, register
 from ebms.data.addition import MAX_DIGITS, AdditionTask
@@ -55,7 +55,7 @@ from ebms.models.residual_lm import ResidualLM, exact_log_z
 from ebms.nets.text_energy import TextEnergy
 from ebms.objectives import EARM, AutoregressiveNLL
 from ebms.objectives.residual_nce import ResidualNCE
-from ebms.samplers.joint_resampling import top_k_joint_sample
+from ebms.samplers.joint_resampling import join_rows, top_k_joint_sample
 from ebms.sequences import Sequences
 
 __all__ = ["EXACT_LIMIT", "AdditionData", "GenerationReport", "GenerationSettings", "GenerationTask"]
@@ -130,7 +130,7 @@ class _NoEnergy(nn.Module):
     """``E = 0``: a :class:`ResidualLM` around a plain LM is its horizon law (same figures, same code)."""
 
     def forward(self, prefix: Sequences, x: Sequences) -> Tensor:
-        return torch.zeros(x.batch_size)
+        return torch.zeros(x.batch_size, device=x.tokens.device)
 
 
 def _base_run_config(run: str | None, key: str = "generation.base_run", data: str = "data.name='addition'") -> Config:
@@ -162,7 +162,7 @@ class GenerationTask(Task[GenerationSettings]):
     rules: ClassVar[dict[str, Rule]] = {
         "digits": Rule(low=1, high=MAX_DIGITS), "n_train": COUNT, "error_rate": Rule(low=0, high=1),
         "dim": COUNT, "hidden": COUNT, "layers": COUNT, "heads": COUNT, "dropout": DROPOUT,
-        "base_run": Rule(text="a run folder path (not empty)", check=lambda v: v.strip() != "" and "\0" not in v),
+        "base_run": Rule(text="a run folder path (not empty)", check=_is_path),
         "energy": Rule(choices=("transformer", "bilstm")), "negatives": COUNT, "joint_samples": COUNT,
         "top_k": NONNEG, "earm_weight": POS, "earm_start": NONNEG, "earm_truncate": COUNT,
     }
@@ -179,9 +179,9 @@ class GenerationTask(Task[GenerationSettings]):
         if s.n_train + cfg.data.n_test > pairs:
             raise ConfigError(f"generation.n_train: {s.n_train} training + data.n_test={cfg.data.n_test} test sentences "
                               f"need distinct operand pairs; {s.digits}-digit operands give {pairs}: ask for fewer")
-        want = "nce" if kind == "residual" else "'ml' or 'earm'"
-        if (kind == "residual") != (obj == "nce") or (kind != "residual" and obj not in ("ml", "earm")):
-            raise ConfigError(f"objective.kind: model.kind={kind!r} is trained by {want}; got {obj!r}")
+        want, said = (("nce",), "nce") if kind == "residual" else (("ml", "earm"), "'ml' or 'earm'")
+        if obj not in want:
+            raise ConfigError(f"objective.kind: model.kind={kind!r} is trained by {said}; got {obj!r}")
         if kind == "residual" and s.base_run is None:
             raise ConfigError("generation.base_run: a residual model corrects a trained base LM; expected its run "
                               "folder (e.g. runs/addition-base); got none")
@@ -252,13 +252,14 @@ class GenerationTask(Task[GenerationSettings]):
 
     # -- figures and samples -------------------------------------------------------------------
     def _joint(self, model: nn.Module, data: AdditionData) -> ResidualLM:
-        """The model as a :class:`ResidualLM` (a base LM with ``E = 0``)."""
+        """The model as a :class:`ResidualLM` (a base LM with ``E = 0``; like every base, it is frozen
+        in the wrapper: this is only called to evaluate or sample)."""
         if isinstance(model, ResidualLM):
             return model
         return ResidualLM(model, _NoEnergy(), horizon=data.task.continuation_length)
 
     def _correct(self, data: AdditionData, prefix: Sequences, cont: Sequences) -> Tensor:
-        return data.task.is_correct(_joined(prefix, cont))
+        return data.task.is_correct(join_rows(prefix, cont))
 
     def report(self, cfg: Config, model: nn.Module, data: AdditionData, step: int, *,
                use_ais: bool = False) -> GenerationReport:
@@ -297,7 +298,7 @@ class GenerationTask(Task[GenerationSettings]):
                                           progress=False).continuations
             else:
                 cont = self._joint(model, data).sample_base(prefix, 1, generator=g)
-        return _joined(prefix, cont).pad_to(data.task.length).tokens
+        return join_rows(prefix, cont).pad_to(data.task.length).tokens
 
     def sample_text(self, x: Tensor, data: AdditionData) -> list[str]:
         """Each sentence, then ``right`` or ``wrong``."""
@@ -322,10 +323,6 @@ def nce_batches(cfg: Config, base: nn.Module, prefix: Sequences, cont: Sequences
 
     return batches
 
-
-def _joined(prefix: Sequences, cont: Sequences) -> Sequences:
-    """Each prefix followed by its continuation."""
-    return Sequences.from_lists([p + c for p, c in zip(prefix.tolist(), cont.tolist())])
 
 
 register(GenerationTask())

@@ -331,7 +331,7 @@ class LanguageTask(Task[LanguageSettings]):
         n = cfg.eval.n_samples if n is None else n
         g = torch.Generator().manual_seed(cfg.run.seed if seed is None else seed)
         if cfg.model.kind in gen.KINDS:
-            return gen.KINDS[cfg.model.kind].sample(cfg, model, data, n, g.initial_seed())  # type: ignore[no-any-return]
+            return gen.KINDS[cfg.model.kind].sample(cfg, model, data, n, g)  # type: ignore[no-any-return]
         with torch.no_grad():
             if isinstance(model, BackoffNGram):
                 x = model.sample(n, g, max_length=SAMPLE_LIMIT)

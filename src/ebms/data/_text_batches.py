@@ -10,7 +10,8 @@ from torch import Tensor
 from ebms._checks import check_int
 from ebms.sequences import Sequences, length_buckets
 
-__all__ = ["bptt_batches", "continuation_pairs", "length_windows", "sentence_batches", "unigram_probs"]
+__all__ = ["bptt_batches", "continuation_pairs", "length_windows", "replace_one_token", "sentence_batches",
+           "unigram_probs"]
 
 
 def sentence_batches(data: Sequences, batch_size: int, *, shuffle: bool = True,
@@ -140,3 +141,22 @@ def continuation_pairs(x: Sequences, prefix_length: int, horizon: int) -> tuple[
     cont = torch.nn.functional.pad(tokens, (0, P + K))[:, P:P + K]
     cont = cont.masked_fill(torch.arange(K, device=cont.device) >= cont_len.unsqueeze(1), 0)
     return Sequences(tokens[:, :P].contiguous(), torch.full_like(cont_len, P)), Sequences(cont, cont_len)
+
+
+def replace_one_token(x: Sequences, vocab_size: int, *, generator: torch.Generator | None = None) -> Sequences:
+    """``x`` with one token of each sentence replaced: the position uniform over the sentence, the new
+    token uniform over the ``V - 2`` other ids of ``1 .. V-1`` (a one-token corruption, to test whether a
+    scorer prefers the real sentence). Draws: ``rand(B)`` for the positions, then ``randint(B)``.
+
+    Raises:
+        ValueError: an empty sentence (nothing to replace) or ``vocab_size < 3``.
+    """
+    V = check_int(vocab_size, "vocab_size", minimum=3)
+    if x.batch_size and int(x.lengths.min()) == 0:
+        raise ValueError(f"x: sentence {int((x.lengths == 0).nonzero()[0])} is empty; it has no token to replace")
+    rows = torch.arange(x.batch_size)
+    pos = (torch.rand(x.batch_size, generator=generator) * x.lengths).long()
+    shift = torch.randint(1, V - 1, (x.batch_size,), generator=generator)
+    tokens = x.tokens.clone()
+    tokens[rows, pos] = (tokens[rows, pos] - 1 + shift) % (V - 1) + 1
+    return Sequences(tokens, x.lengths.clone(), validate=False)

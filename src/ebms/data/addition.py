@@ -94,17 +94,27 @@ class AdditionTask:
         """
         n = check_int(n, "n", minimum=0)
         error_rate = check_probability(error_rate, "error_rate")
-        d = self.digits
-        ab = torch.randint(0, 10**d, (n, 2), generator=generator)
-        digits = self._sum_digits(ab[:, 0], ab[:, 1])
+        ab = torch.randint(0, 10**self.digits, (n, 2), generator=generator)
+        return self._corrupted(self._sentences(ab[:, 0], ab[:, 1]), error_rate, generator)
+
+    def _sentences(self, a: Tensor, b: Tensor) -> Sequences:
+        """The correct sentences ``a+b=s`` of operand vectors ``a``, ``b``."""
+        n = a.numel()
+        tokens = torch.cat([self._operand_digits(a), torch.full((n, 1), _PLUS - _ZERO), self._operand_digits(b),
+                            torch.full((n, 1), _EQUALS - _ZERO), self._sum_digits(a, b)], 1) + _ZERO
+        return Sequences(tokens, torch.full((n,), self.length), validate=False)
+
+    def _corrupted(self, x: Sequences, error_rate: float, generator: torch.Generator | None) -> Sequences:
+        """:meth:`corrupt` without the checks (``x`` well formed, ``error_rate`` checked)."""
+        n, d = x.batch_size, self.digits
         flip = torch.rand(n, generator=generator, dtype=torch.float64) < error_rate
         where = torch.randint(0, d + 1, (n,), generator=generator)
         shift = torch.randint(1, 10, (n,), generator=generator)
         rows = flip.nonzero().squeeze(1)
-        digits[rows, where[rows]] = (digits[rows, where[rows]] + shift[rows]) % 10
-        tokens = torch.cat([self._operand_digits(ab[:, 0]), torch.full((n, 1), _PLUS - _ZERO),
-                            self._operand_digits(ab[:, 1]), torch.full((n, 1), _EQUALS - _ZERO), digits], 1) + _ZERO
-        return Sequences(tokens, torch.full((n,), self.length), validate=False)
+        tokens = x.tokens[:, :self.length].clone()
+        pos = self.prefix_length + where[rows]
+        tokens[rows, pos] = (tokens[rows, pos] - _ZERO + shift[rows]) % 10 + _ZERO
+        return Sequences(tokens, x.lengths.clone(), validate=False)
 
     def disjoint_samples(self, sizes: Sequence[int], *, generator: torch.Generator | None = None) -> list[Sequences]:
         """Correct sentences in groups of ``sizes`` whose operand pairs are all distinct (drawn without
@@ -131,10 +141,7 @@ class AdditionTask:
                 ab = torch.randint(0, half, (total - len(seen), 2), generator=generator)
                 seen.update(dict.fromkeys(map(tuple, ab.tolist())))
             a, b = torch.tensor(list(seen), dtype=torch.long).reshape(-1, 2).unbind(1)
-        tokens = torch.cat([self._operand_digits(a), torch.full((total, 1), _PLUS - _ZERO),
-                            self._operand_digits(b), torch.full((total, 1), _EQUALS - _ZERO),
-                            self._sum_digits(a, b)], 1) + _ZERO
-        x = Sequences(tokens, torch.full((total,), self.length), validate=False)
+        x = self._sentences(a, b)
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
         return [x[s:s + n] for s, n in zip(starts, sizes)]
 
@@ -152,15 +159,7 @@ class AdditionTask:
         bad = self._mismatches(ids) < 0
         if bool(bad.any()):
             raise ValueError(f"x: row {int(bad.nonzero()[0])} is not a+b=s with {self.digits}-digit operands")
-        n, d = ids.batch_size, self.digits
-        flip = torch.rand(n, generator=generator, dtype=torch.float64) < error_rate
-        where = torch.randint(0, d + 1, (n,), generator=generator)
-        shift = torch.randint(1, 10, (n,), generator=generator)
-        rows = flip.nonzero().squeeze(1)
-        tokens = ids.tokens[:, :self.length].clone()
-        pos = self.prefix_length + where[rows]
-        tokens[rows, pos] = (tokens[rows, pos] - _ZERO + shift[rows]) % 10 + _ZERO
-        return Sequences(tokens, ids.lengths.clone(), validate=False)
+        return self._corrupted(ids, error_rate, generator)
 
     def corpus(self, n: int, *, generator: torch.Generator | None = None, error_rate: float = 0.0) -> list[str]:
         """The same draws as :meth:`sample_ids`, as strings."""

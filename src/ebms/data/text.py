@@ -25,7 +25,8 @@ What is here:
 * batching — :func:`sentence_batches` (length-bucketed, shuffled by a ``torch.Generator``) and
   :func:`bptt_batches` (the contiguous ``(B, T)`` stream layout of truncated BPTT),
   :func:`length_windows` (the Trainer's batches of similar length); :func:`unigram_probs`;
-  :func:`continuation_pairs` (prefix and continuation of each sentence, for residual EBMs).
+  :func:`continuation_pairs` (prefix and continuation of each sentence, for residual EBMs);
+  :func:`replace_one_token` (a one-token corruption of each sentence).
 
 Levels: ``"word"`` tokens are the whitespace-separated strings of a line (tokenise beforehand;
 PTB already is); ``"char"`` tokens are characters, the space included, so decoding joins them
@@ -45,7 +46,14 @@ Example:
 
 from __future__ import annotations
 
-from ebms.data._text_batches import bptt_batches, continuation_pairs, length_windows, sentence_batches, unigram_probs
+from ebms.data._text_batches import (
+    bptt_batches,
+    continuation_pairs,
+    length_windows,
+    replace_one_token,
+    sentence_batches,
+    unigram_probs,
+)
 from ebms.data._text_corpora import SHA256, SPLITS, TEXT_FORMS, URLS, ptb, tiny_shakespeare, tiny_shakespeare_bounds
 from ebms.data._text_read import (
     ABBREVIATIONS,
@@ -74,6 +82,7 @@ __all__ = [
     "length_windows",
     "ptb",
     "read_sentences",
+    "replace_one_token",
     "sentence_batches",
     "split_sentences",
     "tiny_shakespeare",
