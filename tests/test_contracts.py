@@ -42,9 +42,11 @@ from ebms.objectives import (
     ContrastiveDivergence,
     DenoisingScoreMatching,
     GaussianNoise,
+    ImprovedCD,
     LossOutput,
     PersistentContrastiveDivergence,
     ReplayBuffer,
+    ReservoirBuffer,
     ScoreMatching,
     SlicedScoreMatching,
 )
@@ -109,8 +111,9 @@ OBJECTIVES: dict[str, Callable[[], nn.Module]] = {
     "DenoisingScoreMatching": lambda: DenoisingScoreMatching(sigma=0.1),
     "SlicedScoreMatching": lambda: SlicedScoreMatching(1),
     "NCE": lambda: NCE(GaussianNoise(torch.zeros(D), 2.0), nu=1.0),
+    "ImprovedCD": lambda: ImprovedCD(ULA(0.05), ReservoirBuffer(64, Reals(D)), k=2, entropy_weight=0.5),
 }
-CONTRASTIVE = {"ContrastiveDivergence", "PersistentContrastiveDivergence", "NCE"}
+CONTRASTIVE = {"ContrastiveDivergence", "PersistentContrastiveDivergence", "NCE", "ImprovedCD"}
 #: losses of the score only: an additive constant in E (the head's bias) cannot reach them.
 SCORE_BASED = {"ScoreMatching", "DenoisingScoreMatching", "SlicedScoreMatching"}
 

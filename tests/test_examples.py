@@ -19,6 +19,8 @@ QUICK_ARGS = {
     "discrete_ising_tempering.py": ["--sweeps", "100", "--chains", "8"],
     "earm_pixelcnn.py": ["--steps", "8", "--earm-start", "5"],
     "electric_cloze.py": ["--steps", "20", "--pairs", "50"],
+    "image_ebm_digits.py": ["--steps", "16", "--k", "2"],
+    "jem_digits.py": ["--steps", "30", "--k", "2"],
     "rbm_digits.py": ["--epochs", "3", "--temperatures", "1000", "--chains", "20", "--no-sklearn"],
     "rescoring.py": ["--sentences", "50", "--samples", "200"],
     "residual_addition.py": ["--base-steps", "20", "--energy-steps", "20", "--n", "10", "--train", "200", "--test", "100"],
@@ -28,6 +30,8 @@ QUICK_ARGS = {
 #: where each script writes by default, relative to its working folder (git ignores runs/)
 OUTPUTS = {
     "discrete_ising_tempering.py": ["runs/examples/discrete_ising_tempering.png"],
+    "image_ebm_digits.py": ["runs/examples/image_ebm_digits_chains.png", "runs/examples/image_ebm_digits_energies.png"],
+    "jem_digits.py": ["runs/examples/jem_digits_reliability.png", "runs/examples/jem_digits_chains.png"],
     "rbm_digits.py": ["runs/examples/rbm_digits_filters.png", "runs/examples/rbm_digits_samples.png"],
     "toy_gallery.py": ["runs/examples/toy_gallery.png"],
 }

@@ -19,12 +19,14 @@ MARGIN = 25
 #: tasks registered after issue 10 (issue 11's language task): their modules are not part of the
 #: comparison with the size before the registry; each new task stays under NEW_TASK_LINES lines.
 NEW_TASK_MODULES = {"language": ("language.py", "_language_data.py", "_language_eval.py"),
-                    "generation": ("generation.py", "_generation_text.py")}
+                    "generation": ("generation.py", "_generation_text.py"), "vision": ("vision.py",)}
 NEW_TASK_LINES = 600
 #: lines the new tasks added to the shared modules: the Task hooks ``fitted``,
 #: ``write_model_files``, ``sample_format``, ``sample_text``, ``run._save_fitted``, the text output
-#: of ``ebms sample`` and ``ebms eval runs/NAME`` (issue 11, helper "lmcli").
-HOOK_LINES = 45
+#: of ``ebms sample`` and ``ebms eval runs/NAME`` (issue 11, helper "lmcli"); then routing by
+#: ``(data.name, model.kind)`` (``Task.routes_by_kind``, ``kind_defaults``) and the ``Task.callbacks``
+#: hook for sample grids during training (issue 13: continuous images share the binary sets' names).
+HOOK_LINES = 60
 
 
 def _modules() -> list[Path]:

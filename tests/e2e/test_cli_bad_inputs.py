@@ -289,6 +289,9 @@ def _addition_base(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
     assert main([a.format(tmp=tmp) for a in ADD] + ["run.name=base"]) == 0
 
 
+VISION = ("train", "run.out_dir={tmp}/runs", "run.progress=false", "data.name=digits", "vision.channels=[8]",
+          "train.steps=2", "train.batch_size=8", "objective.k=1", "objective.buffer_size=64", "--no-eval")
+
 # -------------------------------------------------------------------------------- hand-written rows
 
 HAND = [
@@ -611,6 +614,36 @@ HAND = [
     Bad("eval --ais of an electric run", ("eval", "{tmp}/runs/lm", "--ais"),
         "--ais: AIS estimates the normalisers of a TRF; model.kind='electric' has no per-length normalisers",
         setup=_lm_run("model.kind=electric", "objective.kind=nce", "language.heads=2", *LM_TINY)),
+    Bad("vision: jem trained by pcd", (*VISION, "model.kind=jem", "objective.kind=pcd"),
+        "objective.kind: model.kind = 'jem' trains by jem; got 'pcd'"),
+    Bad("vision: conv trained by ce", (*VISION, "model.kind=conv", "objective.kind=ce"),
+        "objective.kind: model.kind = 'conv' trains by pcd, improved-cd, recovery; got 'ce'"),
+    Bad("vision: fashion-mnist as OOD of the digits", (*VISION, "model.kind=jem", "vision.ood=['fashion-mnist']"),
+        "vision.ood: 'fashion-mnist' is not an out-of-distribution set for data.name = 'digits'"),
+    Bad("vision: the data as its own OOD set", (*VISION, "data.name=mnist", "model.kind=jem", "vision.ood=['mnist']"),
+        "vision.ood: 'mnist' is not an out-of-distribution set for data.name = 'mnist'"),
+    Bad("vision: labels for an energy", (*VISION, "model.kind=conv", "vision.labels_per_class=5"),
+        "vision.labels_per_class: an image energy (model.kind = 'conv') uses no labels"),
+    Bad("vision: groups do not divide channels", (*VISION, "model.kind=jem", "vision.channels=[12]", "vision.groups=8"),
+        "vision.groups: expected a divisor of every entry of vision.channels [12]; got 8"),
+    Bad("vision: recovery without levels", (*VISION, "model.kind=conv", "objective.kind=recovery"),
+        "objective.sigmas: the recovery likelihood needs its noise levels"),
+    Bad("vision: recovery with spectral norm", (*VISION, "model.kind=conv", "objective.kind=recovery",
+                                                "objective.sigmas=[0.1]", "vision.spectral_norm=true"),
+        "vision.spectral_norm: the recovery likelihood's noise-conditional energy has no spectral-norm option"),
+    Bad("vision: a discrete kernel for images", (*VISION, "model.kind=conv", "sampler.kind=gibbs"),
+        "sampler.kind: images move by sgld, ula or mala; got 'gibbs'"),
+    Bad("vision: more labels than a class has", (*VISION, "model.kind=jem", "vision.labels_per_class=500"),
+        "vision.labels_per_class: "),
+    Bad("vision: a batch larger than the labelled images", (*VISION, "model.kind=classifier",
+                                                            "vision.labels_per_class=1", "train.batch_size=16"),
+        "train.batch_size: expected at most the 10 training images of digits"),
+    Bad("vision key with a binary model", ("train", "run.out_dir={tmp}/runs", "data.name=digits", "model.kind=mlp",
+                                           "vision.conditional=true"),
+        "vision.conditional: the [vision] section is read by data.name = digits, fashion-mnist, mnist with "
+        "model.kind = conv, jem, classifier; this run has data.name='digits'"),
+    Bad("vision: jem on a toy density", ("train", "run.out_dir={tmp}/runs", "model.kind=jem"),
+        "model.kind: unknown value 'jem' for data.name='eight_gaussians'"),
     *MOVED,
 ]
 

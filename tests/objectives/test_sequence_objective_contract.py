@@ -23,13 +23,13 @@ from torch import Tensor, nn
 import ebms.objectives as objectives_pkg
 from ebms._numerics import softplus
 from ebms.distributions import NGram
-from ebms.models import BernoulliRBM, ElectricCloze, FeatureCRF, ResidualLM
+from ebms.models import JEM, JRF, BernoulliRBM, ElectricCloze, FeatureCRF, ResidualLM
 from ebms.models.crf_tagger import NeuralCRFTagger
 from ebms.models.crf_transducer import CRFTransducer
 from ebms.models.lm import LSTMLM
 from ebms.models.rnnt_aligned import AlignedRNNT
 from ebms.models.trf import TRF, DiscreteFeatures, feature_templates
-from ebms.nets import TextEnergy, TwoTowerCloze
+from ebms.nets import MLPClassifier, NoiseConditionalEnergy, TextEnergy, TwoTowerCloze
 from ebms.objectives import (
     EARM,
     TRFNCE,
@@ -39,16 +39,22 @@ from ebms.objectives import (
     ConditionalML,
     ConditionalNCE,
     CorpusRowsObjective,
+    CrossEntropy,
     CTCObjective,
     DynamicNCE,
     ElectricNCE,
     FeatureCRFLikelihood,
+    JEMObjective,
+    JRFObjective,
     LossOutput,
     RBMContrastiveDivergence,
+    RecoveryLikelihood,
+    ReplayBuffer,
     ResidualNCE,
     TagBigramNoise,
     TransducerML,
 )
+from ebms.samplers import SGLD
 from ebms.sequences import Sequences
 from ebms.structured import DenominatorGraph, LabelNGram
 from ebms.structured.features import AttributeVocabulary
@@ -150,6 +156,30 @@ def _electric_case() -> tuple[nn.Module, nn.Module, tuple[Tensor, Tensor]]:
     return ElectricNCE(mask_rate=0.3), model, (words, lengths)
 
 
+def _jem_case(objective: nn.Module) -> tuple[nn.Module, nn.Module, tuple[Tensor, Tensor]]:
+    """A 3-class JEM on 4-dimensional points, half the rows unlabelled (y = -1)."""
+    g = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    y = torch.tensor([0, 1, 2, -1, -1, 1])
+    return objective, JEM(MLPClassifier(4, C, hidden=(8,)), C), (torch.randn(B, 4, generator=g), y)
+
+
+def _jrf_case() -> tuple[nn.Module, nn.Module, tuple[Tensor, Tensor, Tensor]]:
+    """A JRF on the tagging sentences, the last three unlabelled (tags -1), an LSTM noise LM."""
+    words, tags, lengths = _tagging()
+    tags = tags.clone()
+    tags[3:] = -1
+    torch.manual_seed(0)
+    model = JRF(V, C, max_length=T, embed=4, hidden=3)
+    return JRFObjective(_lm(), alpha=0.5), model, (words, tags, lengths)
+
+
+def _recovery_case() -> tuple[nn.Module, nn.Module, Tensor]:
+    torch.manual_seed(0)
+    model = NoiseConditionalEnergy(4, 3, trunk="mlp", hidden=(8,))
+    return RecoveryLikelihood([0.05, 0.1, 0.2], k=2), model, torch.randn(B, 4, generator=torch.Generator().manual_seed(0))
+
+
 Case = Callable[[], tuple[nn.Module, nn.Module, Any]]
 
 #: name -> () -> (objective, model, training data)
@@ -177,6 +207,12 @@ CASES: dict[str, Case] = {
     "EARM-active": lambda: (EARM(weight=0.5, truncate=1), _lm(), (_tagging()[0], _tagging()[2])),
     "ResidualNCE": lambda: _residual_case(),
     "ElectricNCE": lambda: _electric_case(),
+    "JEMObjective": lambda: _jem_case(JEMObjective(SGLD(0.5, 0.01), ReplayBuffer(32, 4), k=2, warmup_steps=3)),
+    "JEMObjective-conditional": lambda: _jem_case(JEMObjective(SGLD(0.5, 0.01), ReplayBuffer(33, 4, n_classes=C),
+                                                               k=2, conditional=True)),
+    "CrossEntropy": lambda: _jem_case(CrossEntropy()),
+    "RecoveryLikelihood": lambda: _recovery_case(),
+    "JRFObjective": lambda: _jrf_case(),
 }
 
 

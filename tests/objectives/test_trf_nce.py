@@ -318,7 +318,8 @@ def test_dnce_exact_optimum_has_zeta_of_the_interpolated_length_law():
 
     for _ in range(5):
         opt.step(closure)
-    assert float(trf.log_z.grad.abs().max()) < 1e-10 and float(trf.field.weight.grad.abs().max()) < 1e-10
+    # converged (L-BFGS stops near 1e-10 in float64; where exactly depends on the CPU's summation order)
+    assert float(trf.log_z.grad.abs().max()) < 1e-9 and float(trf.field.weight.grad.abs().max()) < 1e-9
     pi_int = 0.5 * EX_PI + 0.5 * torch.tensor([0.5, 0.5], dtype=torch.float64)
     want = exact_log_z(trf, V, 2) + EX_PI.log() - pi_int.log()
     torch.testing.assert_close(trf.log_z.detach(), want, rtol=0, atol=1e-8)

@@ -226,8 +226,9 @@ def _check_other_sections(cfg: Config, task: Task[Any]) -> None:
         mine, default = dataclasses.asdict(cfg.section(t.section)), dataclasses.asdict(t.settings_type())
         for key in mine:
             if mine[key] != default[key]:
+                kinds = f" with model.kind = {', '.join(t.model_kinds)}" if t.routes_by_kind else ""
                 raise ConfigError(f"{t.section}.{key}: the [{t.section}] section is read by data.name = "
-                                  f"{', '.join(sorted(t.data_names))}; this run has {task.describe(cfg)}")
+                                  f"{', '.join(sorted(t.data_names))}{kinds}; this run has {task.describe(cfg)}")
 
 
 def validate_config(cfg: Config, *, device: bool = True) -> Config:

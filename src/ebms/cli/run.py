@@ -183,13 +183,13 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
     objective = task.build_objective(cfg, data)
     source = task.training_data(cfg, data)
     make_optimizer = task.build_optimizer(cfg, data) or _optimizer_factory(cfg)
-    _fit(cfg, run_dir, objective, model, source, make_optimizer,
+    _fit(cfg, run_dir, objective, model, source, make_optimizer, task.callbacks(cfg, data),
          clear=state != "empty" and overwrite, resume=resume if state == "checkpoints" else False)
     return run_dir
 
 
-def _fit(cfg: Config, run_dir: Path, objective: Any, model: nn.Module, source: Any, make_optimizer: Any, *,
-         clear: bool, resume: bool | str) -> None:
+def _fit(cfg: Config, run_dir: Path, objective: Any, model: nn.Module, source: Any, make_optimizer: Any,
+         callbacks: list[Any], *, clear: bool, resume: bool | str) -> None:
     """Build the trainer (a batch size or learning rate the optimizer cannot use is a config error),
     load the checkpoint to resume from (checked against this configuration), then, only once all of
     that has succeeded, clear an overwritten run, write ``config.toml`` and train."""
@@ -208,6 +208,7 @@ def _fit(cfg: Config, run_dir: Path, objective: Any, model: nn.Module, source: A
             checkpoint_every=cfg.train.checkpoint_every,
             grad_clip=cfg.train.grad_clip,
             lr_schedule=build_lr_schedule(cfg),
+            callbacks=callbacks,
             progress=cfg.run.progress,
             device=cfg.run.device,
             config={"config": config_to_dict(cfg)},

@@ -52,7 +52,7 @@ __all__ = [
 
 #: modules whose import registers the packaged tasks (in this order: their sections' order).
 BUILTIN_TASK_MODULES = ("ebms.cli.continuous", "ebms.cli.images", "ebms.cli.tagging", "ebms.cli.speech",
-                        "ebms.cli.language", "ebms.cli.generation")
+                        "ebms.cli.language", "ebms.cli.generation", "ebms.cli.vision")
 
 S = TypeVar("S")
 
@@ -80,8 +80,12 @@ class Task(abc.ABC, Generic[S]):
     #: when the user sets ``data.name`` alone.
     model_kinds: ClassVar[tuple[str, ...]] = ()
     objective_kinds: ClassVar[tuple[str, ...]] = ()
-    #: further defaults (dotted key -> value) for shared keys the user did not set.
+    #: further defaults (dotted key -> value) for shared keys the user did not set, then per ``model.kind``.
     defaults: ClassVar[dict[str, Any]] = {}
+    kind_defaults: ClassVar[dict[str, dict[str, Any]]] = {}
+    #: route by ``(data.name, model.kind)``: this task serves its names only with its model kinds, ahead
+    #: of the task serving the name (continuous images share the binary sets' names).
+    routes_by_kind: ClassVar[bool] = False
     #: a conditional task ``p(y | x)``: no unconditional samples.
     conditional: ClassVar[bool] = False
     #: ``ebms eval --ais`` applies (log Z of a model of binary data, a TRF's per-length log Z).
@@ -98,15 +102,16 @@ class Task(abc.ABC, Generic[S]):
         """The data of ``cfg`` in words, e.g. ``data.name='rings' (a toy set)``."""
         return f"data.name={cfg.data.name!r} ({self.what})"
 
-    def default_settings(self) -> dict[str, Any]:
+    def default_settings(self, model_kind: str | None = None) -> dict[str, Any]:
         """Values this task gives the shared keys a config did not set (applied by
-        :func:`~ebms.cli.config.load_config`): its first model and objective kind, then :attr:`defaults`."""
+        :func:`~ebms.cli.config.load_config`): its first model and objective kind, then :attr:`defaults`
+        and :attr:`kind_defaults` of ``model_kind``."""
         out: dict[str, Any] = {}
         if self.model_kinds:
             out["model.kind"] = self.model_kinds[0]
         if self.objective_kinds:
             out["objective.kind"] = self.objective_kinds[0]
-        return {**out, **self.defaults}
+        return {**out, **self.defaults, **self.kind_defaults.get(model_kind or "", {})}
 
     def check_names(self, cfg: Config) -> None:
         """Check the name-valued keys of this task's section (called for every task, served or not)."""
@@ -170,6 +175,10 @@ class Task(abc.ABC, Generic[S]):
         """The plots ``ebms train``/``demo`` write after training; returns their paths."""
         return []
 
+    def callbacks(self, cfg: Config, data: Any) -> list[Any]:
+        """The trainer's callbacks for this task (e.g. sample grids during training); none by default."""
+        return []
+
 
 @dataclass
 class TaskData:
@@ -231,6 +240,8 @@ class StructuredTask(Task[S]):
 
 
 TASKS: dict[str, Task[Any]] = {}
+#: tasks routed by ``(data.name, model.kind)`` (:attr:`Task.routes_by_kind`), consulted first.
+KIND_TASKS: dict[tuple[str, str], Task[Any]] = {}
 #: the task a config with ``data.path`` set goes to (a file of the user's own points).
 PATH_TASK: list[Task[Any]] = []
 _loaded = False
@@ -250,6 +261,9 @@ def register(task: Task[Any], *, path: bool = False) -> Task[Any]:
         return task
     if not task.data_names:
         raise ValueError(f"task: {type(task).__name__} names no data.name values (data_names is empty)")
+    if task.routes_by_kind:
+        KIND_TASKS.update({(name, kind): task for name in task.data_names for kind in task.model_kinds})
+        return task
     for name in task.data_names:
         other = TASKS.get(name)
         if other is not None and type(other) is not type(task):
@@ -271,7 +285,7 @@ def registered() -> list[Task[Any]]:
     (whatever order they were imported in; the point-file task first), then any other."""
     _load_builtin()
     out: list[Task[Any]] = list(PATH_TASK)
-    for task in TASKS.values():
+    for task in [*TASKS.values(), *KIND_TASKS.values()]:
         if all(task is not t for t in out):
             out.append(task)
     order = {m: i for i, m in enumerate(BUILTIN_TASK_MODULES)}
@@ -286,11 +300,11 @@ def task_names() -> list[str]:
 
 def task_for(cfg: Config) -> Task[Any] | None:
     """The task serving ``cfg``: the point-file task when ``data.path`` is set, else the one
-    registered under ``data.name`` (``None`` for an unknown name)."""
+    registered under ``(data.name, model.kind)``, else under ``data.name`` (``None`` for an unknown name)."""
     _load_builtin()
     if cfg.data.path is not None and PATH_TASK:
         return PATH_TASK[0]
-    return TASKS.get(cfg.data.name)
+    return KIND_TASKS.get((cfg.data.name, cfg.model.kind)) or TASKS.get(cfg.data.name)
 
 
 def task_sections() -> dict[str, type]:

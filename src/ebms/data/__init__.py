@@ -10,6 +10,10 @@
 * :func:`load_mnist` / :func:`binarized_mnist` — MNIST and Fashion-MNIST from ``$EBMS_DATA``, a
   user's folder, Debian's ``dataset-fashion-mnist`` or a checked download; fixed-seed binarisation.
 * :func:`binarized_digits` — scikit-learn's 8x8 digits, binarised.
+* :func:`load_continuous_images` — MNIST, Fashion-MNIST and the digits as ``(N, 1, H, W)`` in
+  ``[-1, 1]``; :func:`load_image_splits` adds a seeded validation split and withheld labels
+  (semi-supervised learning); :func:`ood_images` builds out-of-distribution sets (another image
+  set, noise, flips, quarter turns); :func:`dequantize`, :func:`label_subset`.
 * :func:`read_conll` / :func:`load_conll2000` / :func:`load_conll2002` — CoNLL column files
   (chunking, NER), read from the NLTK zips with an md5 check; tag-scheme helpers in
   :mod:`ebms.data.conll`.
@@ -28,15 +32,29 @@
   (:func:`read_references`); rescored by :mod:`ebms.metrics.rescoring`.
 
 Randomness comes only from the ``generator`` argument.
+* :class:`Augment` and :func:`random_shift`, :func:`random_flip`, :func:`gaussian_noise`, :func:`color_jitter` —
+  seeded image augmentations ``(B, C, H, W)`` (improved contrastive divergence).
 """
 
 from ebms.data.addition import AdditionTask, addition_corpus, corrupted_corpus
 from ebms.data.audio import CMVNStats, cmvn, log_mel, mel_filterbank, read_wav
+from ebms.data.augment import Augment, color_jitter, gaussian_noise, random_flip, random_shift, shift_images
 from ebms.data.binarize import binarize, binarized_mnist
 from ebms.data.binary_images import IMAGE_SETS, BinaryImages, load_binary_images
 from ebms.data.conll import Sentence, load_conll2000, load_conll2002, read_conll
 from ebms.data.digits import binarized_digits
 from ebms.data.fsdd import ConnectedDigits, connected_digits, load_fsdd
+from ebms.data.image_sets import OOD_SETS, ImageSplits, load_image_splits, ood_images
+from ebms.data.images import (
+    CONTINUOUS_IMAGE_SETS,
+    ContinuousImages,
+    dequantize,
+    flip_images,
+    label_subset,
+    load_continuous_images,
+    noise_images,
+    rotate_images,
+)
 from ebms.data.mnist import ChecksumError, ImageDataset, load_mnist, read_idx
 from ebms.data.nbest import (
     TSV_HEADER,
@@ -126,4 +144,22 @@ __all__ = [
     "TranslationSplits",
     "toy_translation",
     "toy_translation_splits",
+    "OOD_SETS",
+    "ImageSplits",
+    "load_image_splits",
+    "ood_images",
+    "CONTINUOUS_IMAGE_SETS",
+    "ContinuousImages",
+    "dequantize",
+    "flip_images",
+    "label_subset",
+    "load_continuous_images",
+    "noise_images",
+    "rotate_images",
+    "Augment",
+    "color_jitter",
+    "gaussian_noise",
+    "random_flip",
+    "random_shift",
+    "shift_images",
 ]

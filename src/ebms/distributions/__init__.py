@@ -30,6 +30,7 @@ from ebms.distributions._sampling import sample_categorical
 from ebms.distributions.backoff import BackoffNGram
 from ebms.distributions.bernoulli import IndependentBernoulli
 from ebms.distributions.categorical import IndependentCategorical
+from ebms.distributions.class_gaussian import ClassConditionalGaussian
 from ebms.distributions.gaussian import Gaussian
 from ebms.distributions.mixture import GaussianMixture
 from ebms.distributions.mixture_lm import MixtureLM
@@ -40,6 +41,7 @@ from ebms.distributions.torch_distribution import TorchDistribution, as_distribu
 __all__ = [
     "AddK",
     "BackoffNGram",
+    "ClassConditionalGaussian",
     "Distribution",
     "Gaussian",
     "GaussianMixture",

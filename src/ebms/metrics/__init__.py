@@ -10,9 +10,24 @@
   length-sorted chunks, and its chunk and token figures.
 * :func:`ctc_transcripts`, :func:`evaluate_ctc` — a CTC acoustic model's best-path (and CTC-CRF
   n-gram) transcripts of a test set, and its label error figures.
+* :func:`expected_calibration_error` (class-wise, the monograph's Eq. 5.19, and top-label),
+  :class:`TemperatureScaling`, :func:`calibration_report` — calibration of a classifier.
+* :func:`auroc`, :func:`aupr`, :func:`detection_report` (bootstrap interval), :func:`ood_scores`
+  (``logp``, ``max_softmax``, ``grad_norm``) — out-of-distribution detection.
+* :func:`evaluate_image_classifier`, :func:`evaluate_image_energy` — the test figures of image
+  classifiers (JEM) and image energies.
 """
 
 from ebms.metrics.bleu import LengthBucketBLEU, bleu_by_length, corpus_bleu
+from ebms.metrics.calibration import (
+    CALIBRATION_KINDS,
+    CalibrationBins,
+    CalibrationReport,
+    TemperatureScaling,
+    calibration_bins,
+    calibration_report,
+    expected_calibration_error,
+)
 from ebms.metrics.chunking import ChunkScores, TypeScores, conlleval
 from ebms.metrics.ctc_eval import ctc_transcripts, evaluate_ctc
 from ebms.metrics.error_rate import ErrorRate, edit_distance, error_rate
@@ -26,7 +41,23 @@ from ebms.metrics.generation import (
     repetition_rate,
     unique_ngram_fraction,
 )
+from ebms.metrics.image_eval import (
+    ImageClassifierReport,
+    ImageEnergyReport,
+    evaluate_image_classifier,
+    evaluate_image_energy,
+)
 from ebms.metrics.lm_eval import PerplexityRow, TRFPerplexity, trf_perplexity
+from ebms.metrics.ood import (
+    OOD_SCORE_KINDS,
+    DetectionReport,
+    aupr,
+    auroc,
+    detection_report,
+    fpr_at_tpr,
+    ood_scores,
+    roc_curve,
+)
 from ebms.metrics.rescoring import (
     BootstrapInterval,
     PairedBootstrap,
@@ -86,4 +117,23 @@ __all__ = [
     "unique_ngram_fraction",
     "ExposureBiasRatio",
     "exposure_bias_ratio",
+    "CALIBRATION_KINDS",
+    "CalibrationBins",
+    "CalibrationReport",
+    "TemperatureScaling",
+    "calibration_bins",
+    "calibration_report",
+    "expected_calibration_error",
+    "ImageClassifierReport",
+    "ImageEnergyReport",
+    "evaluate_image_classifier",
+    "evaluate_image_energy",
+    "OOD_SCORE_KINDS",
+    "DetectionReport",
+    "aupr",
+    "auroc",
+    "detection_report",
+    "fpr_at_tpr",
+    "ood_scores",
+    "roc_curve",
 ]

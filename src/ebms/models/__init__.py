@@ -25,6 +25,14 @@
   per length on tiny vocabularies in :func:`ebms.models.trf.exact_log_z`.
 * :class:`CRFTransducer` and its locally normalised baseline :class:`AlignedRNNT` — tagging with
   the whole label history (beam search; beam search with early update).
+* :class:`JEM` — any classifier ``f: x -> logits (B, K)`` as an energy: ``E(x) = -logsumexp f(x)``,
+  ``E(x, y) = -f(x)[y]``, ``p(y | x) = softmax f(x)`` (Grathwohl et al. 2020), trained by
+  :class:`~ebms.objectives.JEMObjective`; :class:`ScalarHeadEBM` — ``E(x) = -w^T h(x)`` on a
+  classifier's trunk (pre-training for semi-supervised learning).
+* :class:`JRF` — a joint random field for sequence labelling: a neural CRF whose conditional is the CRF and
+  whose marginal (the CRF's log partition by the forward algorithm) is a TRF language model
+  (the monograph's §5.3), trained on unlabelled text by NCE/DNCE (:class:`~ebms.objectives.JRFObjective`);
+  :func:`self_train` — the self-training baseline.
 """
 
 from ebms.models.crf_tagger import NeuralCRFTagger
@@ -32,6 +40,8 @@ from ebms.models.crf_transducer import CRFTransducer
 from ebms.models.electric import ElectricCloze
 from ebms.models.feature_crf import FeatureCRF, FitResult, fit_feature_crf
 from ebms.models.ising import IsingModel
+from ebms.models.jem import JEM, ScalarHeadEBM
+from ebms.models.jrf import JRF
 from ebms.models.lm import LSTMLM, AutoregressiveLM, Perplexity, TransformerLM, perplexity
 from ebms.models.pixelcnn import PixelCNNAdapter, PixelCNNModel, PixelNLL
 from ebms.models.potts import PottsModel
@@ -39,6 +49,7 @@ from ebms.models.rbm import BernoulliRBM, CategoricalRBM, GaussianBernoulliRBM, 
 from ebms.models.rbm_estimator import CDState, RBMEstimator, cd_update
 from ebms.models.residual_lm import NGramContinuations, ResidualLM
 from ebms.models.rnnt_aligned import AlignedRNNT
+from ebms.models.self_training import SelfTrainingResult, SelfTrainingRound, self_train
 from ebms.models.seq2seq import Seq2SeqAdapter, Seq2SeqNLL, Seq2SeqTransformer
 from ebms.models.trf import GNELM, TRF, DiscreteFeatures, Hidden2Scalar, MixedEnergy, SumTargetLogit, WordClasses
 
@@ -79,4 +90,10 @@ __all__ = [
     "Seq2SeqAdapter",
     "Seq2SeqNLL",
     "Seq2SeqTransformer",
+    "JEM",
+    "ScalarHeadEBM",
+    "JRF",
+    "self_train",
+    "SelfTrainingResult",
+    "SelfTrainingRound",
 ]

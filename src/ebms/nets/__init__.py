@@ -19,15 +19,21 @@ Activations are :class:`Activation` objects; names (``"silu"``, ``"tanh"``,
 Speed paths that rely on private PyTorch APIs are checked once at import against the public route
 and switched off when missing or different: :func:`fast_paths` reports the decision,
 :func:`disabled` (or ``EBMS_DISABLE_FAST_PATHS=1``) forces the public route.
+* :class:`ConvClassifier`, :class:`MLPClassifier` — classifiers returning logits ``(B, K)`` (GroupNorm, optional
+  spectral norm), the networks of JEM (:class:`~ebms.models.JEM`).
+* :class:`NoiseConditionalEnergy` — ``E(x, t)`` with one learned embedding per noise level (diffusion
+  recovery likelihood).
 """
 
 from ebms.nets._activations import ACTIVATIONS, Activation, resolve_activation
 from ebms.nets._fastpaths import disabled, fast_paths
 from ebms.nets._linear import linear, onednn_linear, onednn_pays, onednn_usable
 from ebms.nets.acoustic import ConvBiLSTM
+from ebms.nets.classifier import ConvClassifier, MLPClassifier
 from ebms.nets.conv import ConvEnergy
 from ebms.nets.gaussian import GaussianEnergy, GaussianMixtureEnergy
 from ebms.nets.mlp import MLPEnergy
+from ebms.nets.noise_conditional import NoiseConditionalEnergy
 from ebms.nets.pixelcnn import PixelCNN
 from ebms.nets.sequence import SequenceEncoder
 from ebms.nets.text_energy import TextEnergy
@@ -64,4 +70,7 @@ __all__ = [
     "PixelCNN",
     "TextEnergy",
     "TwoTowerCloze",
+    "ConvClassifier",
+    "MLPClassifier",
+    "NoiseConditionalEnergy",
 ]

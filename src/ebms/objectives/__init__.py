@@ -38,6 +38,17 @@ Which one:
   several noise levels (NCSN), no second derivatives of the data term.
 * :class:`NCE` — classify data against a known noise model; also learns
   ``log Z`` (see :class:`GaussianNoise`).
+* :class:`ImprovedCD` — PCD plus the KL term through the last sampler step and a
+  nearest-neighbour entropy term (Du et al. 2021), with augmentation and a
+  :class:`ReservoirBuffer`.
+* :class:`RecoveryLikelihood` — diffusion recovery likelihood: short-run conditional
+  EBMs ``p(x_t | x_{t+1})`` at noise levels (Gao et al. 2021); :func:`recovery_sample`.
+* :class:`JEMObjective` — a classifier as an EBM (:class:`~ebms.models.JEM`):
+  cross-entropy on labelled rows plus PCD on ``E(x) = -logsumexp f(x)``, per-class
+  buffers, warm-up, unlabelled rows (semi-supervised); :class:`CrossEntropy` — the
+  supervised baseline on the same batches.
+* :class:`JRFObjective` — semi-supervised joint random fields: the CRF likelihood on labelled
+  sentences plus DNCE of the JRF's marginal on unlabelled ones (monograph Eq. 5.11).
 
 Conditional and sequence objectives ``p(y | x)`` have the same call and output, with
 ``objective(model, batch, generator=g)``; the batch forms each accepts are tabled in
@@ -72,8 +83,9 @@ from ebms.objectives._nce_core import nce_logits, nce_loss
 from ebms.objectives._trf_gain import SAGain
 from ebms.objectives._trf_trace import ZetaEstimate
 from ebms.objectives.autoregressive import AutoregressiveNLL
-from ebms.objectives.buffer import ReplayBuffer
+from ebms.objectives.buffer import BufferInit, ReplayBuffer
 from ebms.objectives.cd import ContrastiveDivergence, PersistentContrastiveDivergence
+from ebms.objectives.classification import CrossEntropy
 from ebms.objectives.conditional import (
     ConditionalLogProb,
     ConditionalML,
@@ -86,8 +98,13 @@ from ebms.objectives.ctc import CTCObjective
 from ebms.objectives.earm import EARM, EARMModel, EARMTerms, LMAdapter
 from ebms.objectives.electric import ElectricNCE
 from ebms.objectives.feature_crf import FeatureCRFLikelihood
+from ebms.objectives.improved_cd import ImprovedCD
+from ebms.objectives.jem import JEMObjective, JointEnergyModel
+from ebms.objectives.jrf import JRFLike, JRFObjective
 from ebms.objectives.nce import NCE, GaussianNoise
 from ebms.objectives.rbm_cd import RBMContrastiveDivergence
+from ebms.objectives.recovery import RecoveryLikelihood, RecoveryPairs, recovery_sample
+from ebms.objectives.reservoir import ReservoirBuffer
 from ebms.objectives.residual_nce import ResidualNCE
 from ebms.objectives.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
 from ebms.objectives.transducer import BeamEarlyUpdate, TeacherForcedLogProb, TransducerML
@@ -131,4 +148,15 @@ __all__ = [
     "EARMModel",
     "EARMTerms",
     "LMAdapter",
+    "JEMObjective",
+    "JointEnergyModel",
+    "CrossEntropy",
+    "BufferInit",
+    "ImprovedCD",
+    "ReservoirBuffer",
+    "RecoveryLikelihood",
+    "RecoveryPairs",
+    "recovery_sample",
+    "JRFObjective",
+    "JRFLike",
 ]

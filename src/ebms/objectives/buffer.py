@@ -23,7 +23,7 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -31,7 +31,11 @@ from torch import Tensor, nn
 from ebms._checks import check_int, check_probability, check_shape, check_tensor
 from ebms.spaces import Reals, Space
 
-__all__ = ["ReplayBuffer"]
+__all__ = ["BufferInit", "ReplayBuffer"]
+
+#: ``init(n, generator, labels) -> x (n, *event)``: fresh starting points for restarted slots;
+#: ``labels`` is the class of each drawn slot (``LongTensor (n,)``) for a buffer with classes, else ``None``.
+BufferInit = Callable[[int, torch.Generator | None, Tensor | None], Tensor]
 
 
 class ReplayBuffer(nn.Module):
@@ -48,6 +52,13 @@ class ReplayBuffer(nn.Module):
     conditional sampling of ``x | y``). ``sample(n, g, labels=y)`` then draws
     each row from its label's block; without ``labels`` it draws from all slots.
 
+    Restarted slots take their fresh point from ``space.random`` or, when
+    given, from ``init(n, generator, labels)``: e.g. the sampler of a
+    class-conditional Gaussian fitted on the data
+    (:class:`~ebms.distributions.class_gaussian.ClassConditionalGaussian`),
+    the informative initialisation of JEM++ (Yang & Ji, 2021), which makes
+    short chains start near the data instead of in uniform noise.
+
     Sampling is *without* replacement, so the ``n`` chains of one step are
     distinct and :meth:`update` never writes one slot twice (writes with
     duplicate indices would be order-dependent and break bit-exact resume).
@@ -60,6 +71,14 @@ class ReplayBuffer(nn.Module):
         reinit_prob: probability in ``[0, 1]`` of restarting a drawn slot.
         n_classes: optional number of classes ``C``; must divide ``capacity``.
         dtype: storage dtype (default float32).
+        init: optional ``init(n, generator, labels) -> (n, *event)`` used instead
+            of ``space.random`` for fresh points; ``labels`` is the class of
+            each drawn slot (``slot // slots_per_class``, ``LongTensor (n,)``)
+            when the buffer has classes, else ``None``. Its output is cast to
+            the storage dtype and device and passed through ``space.project``
+            (a :class:`~ebms.spaces.Box` clamps). A function or bound method
+            (``gaussian.sample``) is not part of ``state_dict()``: a resumed
+            run must be given the same ``init``.
 
     Shapes:
         storage ``data: (M, *event)``; ``sample`` returns ``x: (n, *event)`` and
@@ -87,6 +106,7 @@ class ReplayBuffer(nn.Module):
         reinit_prob: float = 0.05,
         n_classes: int | None = None,
         dtype: torch.dtype = torch.float32,
+        init: BufferInit | None = None,
     ) -> None:
         super().__init__()
         self.capacity = check_int(capacity, "capacity", minimum=1)
@@ -108,6 +128,9 @@ class ReplayBuffer(nn.Module):
         self.n_classes = n_classes
         if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
             raise TypeError(f"dtype: expected a floating-point torch.dtype; got {dtype!r}")
+        if init is not None and not callable(init):
+            raise TypeError(f"init: expected a callable (n, generator, labels) -> x or None; got {type(init).__name__}")
+        self.init = init
         self.register_buffer("data", torch.zeros((capacity, *space.event_shape), dtype=dtype))
         self.register_buffer("filled", torch.zeros(capacity, dtype=torch.bool))
 
@@ -171,8 +194,9 @@ class ReplayBuffer(nn.Module):
         """Draw ``n`` distinct slots and their starting points.
 
         Random draws, in this order: the slots, one uniform per row for the
-        re-initialisation coin, then ``space.random(n)`` (always drawn, so the
-        generator advances by the same amount whatever the coins say).
+        re-initialisation coin, then ``space.random(n)`` or ``init(n, generator,
+        labels)`` (always drawn, so the generator advances by the same amount
+        whatever the coins say).
 
         Args:
             n: number of chains, ``1 <= n <= capacity`` (per class when labelled).
@@ -188,11 +212,23 @@ class ReplayBuffer(nn.Module):
         idx = self._draw_slots(n, generator, labels)
         dev, dtype = self.data.device, self.data.dtype
         coin = torch.rand(n, generator=generator, device=dev) < self.reinit_prob
-        fresh = self.space.random(n, generator=generator, device=dev, dtype=dtype)
+        fresh = self._fresh(n, generator, idx) if self.init is not None else (
+            self.space.random(n, generator=generator, device=dev, dtype=dtype)
+        )
         restart = coin | ~self.filled[idx]
         mask = restart.reshape(n, *([1] * len(self.event_shape)))
         x = torch.where(mask, fresh, self.data[idx])
         return x, idx
+
+    def _fresh(self, n: int, generator: torch.Generator | None, idx: Tensor) -> Tensor:
+        """``n`` points from ``init`` for slots ``idx``, checked, cast and projected into the space."""
+        assert self.init is not None
+        labels = None if self.n_classes is None else idx // self.slots_per_class
+        x = self.init(n, generator, labels)
+        name = "init(n, generator, labels)"
+        check_tensor(x, name, floating=True, min_dim=1)
+        check_shape(x, (n, *self.event_shape), name)
+        return self.space.project(x.detach().to(device=self.data.device, dtype=self.data.dtype))
 
     def update(self, idx: Tensor, x: Tensor) -> None:
         """Write chain positions back: ``data[idx] = x`` and mark the slots filled.
@@ -226,4 +262,5 @@ class ReplayBuffer(nn.Module):
 
     def extra_repr(self) -> str:
         cls = f", n_classes={self.n_classes}" if self.n_classes is not None else ""
-        return f"capacity={self.capacity}, space={self.space!r}, reinit_prob={self.reinit_prob}{cls}"
+        init = "" if self.init is None else f", init={getattr(self.init, '__qualname__', type(self.init).__name__)}"
+        return f"capacity={self.capacity}, space={self.space!r}, reinit_prob={self.reinit_prob}{cls}{init}"

@@ -17,7 +17,7 @@ from ebms.train._interrupt import DeferredInterrupt
 if TYPE_CHECKING:
     from ebms.train.trainer import Trainer
 
-HEALTH = ("loss", "e_pos", "e_neg", "gap", "grad_norm")
+HEALTH = ("loss", "e_pos", "e_neg", "gap", "acc", "grad_norm")
 
 
 @dataclass(frozen=True)

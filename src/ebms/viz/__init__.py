@@ -11,8 +11,11 @@ atomically (temporary file, then rename).
   one panel (a histogram in 1-D); :func:`plot_energy_and_density` — energy beside density.
 * :func:`image_grid` / :func:`tile_images` — ``(N, C, H, W)`` or ``(N, H, W)`` tiled.
 * :func:`plot_traces` — ``(S, C)`` or ``(S, C, D)`` chains with running means.
+* :func:`plot_reliability` — reliability diagram of a classifier; :func:`plot_roc` — ROC curves of
+  out-of-distribution scores; :func:`plot_energy_histograms` — energies of data, samples and noise.
 """
 
+from ebms.viz.calibration import plot_energy_histograms, plot_reliability, plot_roc
 from ebms.viz.density import PLOT_KINDS, plot_energy, plot_energy_and_density, plot_points, plot_samples
 from ebms.viz.figure import new_figure, save_figure
 from ebms.viz.images import image_grid, tile_images
@@ -24,7 +27,10 @@ __all__ = [
     "new_figure",
     "plot_energy",
     "plot_energy_and_density",
+    "plot_energy_histograms",
     "plot_points",
+    "plot_reliability",
+    "plot_roc",
     "plot_samples",
     "plot_traces",
     "save_figure",

@@ -1,0 +1,346 @@
+"""Continuous images on the command line: image EBMs from scratch, JEM, and the plain classifier.
+
+``data.name`` = ``mnist``, ``fashion-mnist`` or ``digits`` (scikit-learn's 8x8) with ``model.kind``
+= ``conv``, ``jem`` or ``classifier`` is served here; the same names with ``mlp``/``rbm`` are the
+binary images of :mod:`ebms.cli.images`. Pixels are scaled to ``[-1, 1]``
+(:func:`ebms.data.images.load_continuous_images`); ``vision.val_fraction`` of the training images
+is held out (temperature scaling), ``vision.limit`` keeps the first N training images, and every
+training batch gets Gaussian noise of standard deviation ``vision.data_noise`` (the usual
+practice for image EBMs). Chains move in the box ``[-1, 1]`` (SGLD clips to it).
+
+``model.kind``:
+
+* ``conv``: :class:`~ebms.nets.ConvEnergy` (``vision.channels``, ``vision.groups``,
+  ``vision.spectral_norm``) trained by ``objective.kind`` = ``pcd`` (replay buffer of
+  ``objective.buffer_size`` chains, ``objective.k`` sampler steps per update),
+  ``improved-cd`` (:class:`~ebms.objectives.ImprovedCD`: the KL term through the sampler with
+  ``vision.kl_weight``, the entropy term ``vision.entropy_weight``, ``vision.augment``,
+  ``vision.reservoir``) or ``recovery`` (:class:`~ebms.objectives.RecoveryLikelihood` on a
+  noise-conditional energy with the levels ``objective.sigmas``).
+* ``jem``: :class:`~ebms.models.JEM` on a :class:`~ebms.nets.ConvClassifier` trained by
+  :class:`~ebms.objectives.JEMObjective` (``objective.kind = "jem"``): cross-entropy on labelled
+  images plus ``vision.generative_weight`` (ramped up over ``vision.warmup_steps``) times PCD on
+  ``E(x) = -logsumexp f(x)``; ``vision.conditional`` keeps one buffer block per class;
+  ``vision.informative_init`` restarts chains from class-conditional Gaussians fitted to the
+  labelled training images (an image energy's chains: one Gaussian fitted to all of them).
+* ``classifier``: the same network trained by cross-entropy alone (``objective.kind = "ce"``):
+  the baseline JEM is judged against.
+
+``vision.labels_per_class = n`` keeps ``n`` labels per class (balanced, seeded by ``run.seed``);
+a batch then holds ``train.batch_size`` labelled images and, for JEM, as many images of the
+whole training set whose labels are not used (semi-supervised learning).
+
+``eval`` (:func:`ebms.metrics.image_eval.evaluate_image_classifier`,
+:func:`ebms.metrics.image_eval.evaluate_image_energy`): for a classifier, accuracy, NLL,
+class-wise ECE (monograph Eq. 5.19, ``vision.ece_bins`` bins) and top-label ECE before and after
+temperature scaling fitted on the held-out split, and for every set of ``vision.ood`` and every
+score (``logp``, ``max_softmax``, ``grad_norm``) the AUROC with a 95 % bootstrap interval and the
+AUPR; for an energy, the mean energies of test images, samples and noise and the AUROC of ``-E``
+against every ``vision.ood`` set. Plots: ``samples.png``, ``energy_hist.png`` and, for a
+classifier, ``reliability.png`` and ``roc.png``; with ``vision.snapshot_every`` a grid of the
+chains every that many steps in ``samples/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, ClassVar, cast
+
+import torch
+from torch import Tensor, nn
+
+from ebms.cli._config_rules import COUNT, FRACTION, NONNEG, Rule
+from ebms.cli.build import build, build_sampler
+from ebms.cli.config import Config, ConfigError
+from ebms.cli.tasks import Task, check_batch_size, register
+from ebms.data.augment import Augment, random_shift
+from ebms.data.image_sets import OOD_SETS, ImageSplits, load_image_splits, ood_images
+from ebms.distributions.class_gaussian import ClassConditionalGaussian
+from ebms.metrics.image_eval import batched, evaluate_image_classifier, evaluate_image_energy
+from ebms.metrics.ood import ood_scores
+from ebms.models.jem import JEM
+from ebms.nets import ConvEnergy
+from ebms.nets.classifier import ConvClassifier
+from ebms.nets.noise_conditional import NoiseConditionalEnergy
+from ebms.objectives import PersistentContrastiveDivergence, ReplayBuffer
+from ebms.objectives.classification import CrossEntropy
+from ebms.objectives.improved_cd import ImprovedCD
+from ebms.objectives.jem import JEMObjective
+from ebms.objectives.recovery import RecoveryLikelihood, recovery_sample
+from ebms.objectives.reservoir import ReservoirBuffer
+from ebms.samplers import Sampler
+from ebms.spaces import Box
+from ebms.train.callbacks import SampleSnapshot
+
+__all__ = ["VisionSettings", "VisionTask"]
+
+#: seed offsets: the labelled subset, the evaluation's noise and bootstrap, the samples of ``sample``.
+LABEL_SEED, EVAL_SEED, SAMPLE_SEED = 37, 41, 7
+OBJECTIVES_OF = {"conv": ("pcd", "improved-cd", "recovery"), "jem": ("jem",), "classifier": ("ce",)}
+
+
+@dataclass
+class VisionSettings:
+    """``[vision]``: the keys of continuous-image tasks."""
+
+    limit: int | None = None
+    val_fraction: float = 0.1
+    labels_per_class: int | None = None
+    channels: list[int] = field(default_factory=lambda: [16, 32, 64])
+    groups: int = 8
+    spectral_norm: bool = False
+    data_noise: float = 0.01
+    generative_weight: float = 1.0
+    warmup_steps: int = 0
+    conditional: bool = False
+    informative_init: bool = True
+    kl_weight: float = 1.0
+    entropy_weight: float = 0.0
+    augment: bool = False
+    reservoir: bool = False
+    recovery_b: float = 0.1
+    ood: list[str] = field(default_factory=list)
+    ood_size: int = 2000
+    ece_bins: int = 20
+    snapshot_every: int = 0
+
+
+class VisionTask(Task[VisionSettings]):
+    """Continuous images (see the module docstring)."""
+
+    data_names = ("mnist", "fashion-mnist", "digits")
+    what = "continuous images"
+    section = "vision"
+    settings_type = VisionSettings
+    routes_by_kind = True
+    rules: ClassVar[dict[str, Rule]] = {
+        "limit": COUNT, "val_fraction": FRACTION, "labels_per_class": COUNT,
+        "channels": Rule(low=1, min_items=1), "groups": COUNT, "spectral_norm": Rule(), "data_noise": NONNEG,
+        "generative_weight": NONNEG, "warmup_steps": NONNEG, "conditional": Rule(), "informative_init": Rule(),
+        "kl_weight": NONNEG, "entropy_weight": NONNEG, "augment": Rule(), "reservoir": Rule(),
+        "recovery_b": Rule(low=0, high=4, low_open=True, high_open=True),
+        "ood": Rule(choices=OOD_SETS), "ood_size": COUNT, "ece_bins": COUNT, "snapshot_every": NONNEG}
+    model_kinds = ("conv", "jem", "classifier")
+    objective_kinds = ("pcd", "improved-cd", "recovery", "jem", "ce")
+    defaults: ClassVar[dict[str, Any]] = {"train.batch_size": 64, "train.lr": 1e-4, "sampler.step_size": 1.0,
+                                          "sampler.noise_scale": 0.01, "objective.buffer_size": 10000}
+    kind_defaults: ClassVar[dict[str, dict[str, Any]]] = {"jem": {"objective.kind": "jem"},
+                                                          "classifier": {"objective.kind": "ce", "train.lr": 1e-3}}
+
+    def describe(self, cfg: Config) -> str:
+        return f"data.name={cfg.data.name!r} with model.kind={cfg.model.kind!r} ({self.what})"
+
+    def check(self, cfg: Config) -> None:
+        s, kind = self.settings(cfg), cfg.model.kind
+        if cfg.objective.kind not in OBJECTIVES_OF[kind]:
+            raise ConfigError(f"objective.kind: model.kind = {kind!r} trains by {', '.join(OBJECTIVES_OF[kind])}; "
+                              f"got {cfg.objective.kind!r}")
+        if cfg.sampler.kind not in ("sgld", "ula", "mala"):
+            raise ConfigError(f"sampler.kind: images move by sgld, ula or mala; got {cfg.sampler.kind!r}")
+        if any(c % s.groups for c in s.channels):
+            raise ConfigError(f"vision.groups: expected a divisor of every entry of vision.channels {s.channels}; "
+                              f"got {s.groups}")
+        if cfg.objective.kind == "recovery" and len(cfg.objective.sigmas) < 1:
+            raise ConfigError("objective.sigmas: the recovery likelihood needs its noise levels, e.g. "
+                              "objective.sigmas=[0.05, 0.1, 0.2]; got []")
+        if cfg.objective.kind == "recovery" and s.spectral_norm:
+            raise ConfigError("vision.spectral_norm: the recovery likelihood's noise-conditional energy has no "
+                              "spectral-norm option; set vision.spectral_norm = false")
+        if s.labels_per_class is not None and kind == "conv":
+            raise ConfigError("vision.labels_per_class: an image energy (model.kind = 'conv') uses no labels; "
+                              "set model.kind = 'jem' or 'classifier'")
+        other_size = ("mnist", "fashion-mnist") if cfg.data.name == "digits" else ()
+        valid = [o for o in OOD_SETS if o != cfg.data.name and o not in other_size]
+        bad = [o for o in s.ood if o not in valid]
+        if bad:
+            raise ConfigError(f"vision.ood: {bad[0]!r} is not an out-of-distribution set for data.name = "
+                              f"{cfg.data.name!r} (the same data, or images of another size); expected some of "
+                              f"{', '.join(valid)}")
+
+    def ood_sets(self, cfg: Config) -> list[str]:
+        """``vision.ood``, or by default the other 28x28 set (for MNIST / Fashion-MNIST), noise, flips, turns."""
+        s = self.settings(cfg)
+        if s.ood:
+            return list(s.ood)
+        other = {"mnist": ["fashion-mnist"], "fashion-mnist": ["mnist"]}.get(cfg.data.name, [])
+        return [*other, "noise", "flip", "rotate"]
+
+    def load(self, cfg: Config) -> ImageSplits:
+        s, d = self.settings(cfg), cfg.data
+        return build("vision", s, load_image_splits, d.name, root=d.root, limit=s.limit,
+                     val_fraction=s.val_fraction, labels_per_class=s.labels_per_class,
+                     seed=cfg.run.seed + LABEL_SEED, n_test=d.n_test)
+
+    def space(self, data: ImageSplits) -> Box:
+        return Box(data.image_shape, -1.0, 1.0)
+
+    def build_model(self, cfg: Config, data: ImageSplits) -> nn.Module:
+        s, kind = self.settings(cfg), cfg.model.kind
+        common = {"channels": tuple(s.channels), "groups": s.groups, "spectral_norm": s.spectral_norm,
+                  "activation": cfg.model.activation}
+        c, size = data.image_shape[0], data.image_shape[1:]
+        if kind == "conv" and cfg.objective.kind == "recovery":
+            return build("vision", s, NoiseConditionalEnergy, data.image_shape, len(cfg.objective.sigmas), trunk="conv",
+                         channels=tuple(s.channels), groups=s.groups, activation=cfg.model.activation)
+        if kind == "conv":
+            return build("vision", s, ConvEnergy, c, size, **common)
+        return JEM(build("vision", s, ConvClassifier, c, size, data.n_classes, **common), data.n_classes)
+
+    def informative_start(self, cfg: Config, data: ImageSplits) -> ClassConditionalGaussian | None:
+        """Where chains restart with ``vision.informative_init``: JEM's class-conditional Gaussians fitted
+        to the labelled training images; for an image energy (``conv``, no labels used) one Gaussian
+        fitted to all training images. ``None`` when the key is off or for the recovery likelihood."""
+        if not self.settings(cfg).informative_init or cfg.objective.kind in ("recovery", "ce"):
+            return None
+        if cfg.model.kind == "conv":
+            return ClassConditionalGaussian.fit(data.train, torch.zeros(data.train.shape[0], dtype=torch.long))
+        lab = data.train_targets >= 0
+        return ClassConditionalGaussian.fit(data.train[lab], data.train_targets[lab], n_classes=data.n_classes)
+
+    def _buffer(self, cfg: Config, data: ImageSplits, n_classes: int | None) -> ReplayBuffer:
+        s, o = self.settings(cfg), cfg.objective
+        q = self.informative_start(cfg, data)
+        init = None if q is None else q.sample  # (n, generator, labels) -> x; the buffer clips to [-1, 1]
+        kind = ReservoirBuffer if s.reservoir else ReplayBuffer
+        kw = {"init": init} if init is not None else {}
+        return build("objective", o, kind, o.buffer_size, self.space(data), reinit_prob=o.reinit_prob,
+                     n_classes=n_classes, **kw)
+
+    def build_objective(self, cfg: Config, data: ImageSplits) -> Callable[..., Any]:
+        s, o, kind = self.settings(cfg), cfg.objective, cfg.objective.kind
+        sampler = build_sampler(cfg, self.space(data))
+        if kind == "recovery":
+            return build("objective", o, RecoveryLikelihood, tuple(o.sigmas), k=o.k, b=s.recovery_b)
+        if kind == "ce":
+            return CrossEntropy()
+        if kind == "jem":
+            buffer = self._buffer(cfg, data, data.n_classes if s.conditional else None)
+            return build("objective", o, JEMObjective, sampler, buffer, k=o.k, generative_weight=s.generative_weight,
+                         warmup_steps=s.warmup_steps, conditional=s.conditional, regularization=o.regularization)
+        buffer = self._buffer(cfg, data, None)
+        if kind == "pcd":
+            return PersistentContrastiveDivergence(sampler, buffer, k=o.k, regularization=o.regularization)
+        # shifted-in pixels take the background value -1 (black), not 0 (mid-grey in [-1, 1])
+        shift = partial(random_shift, max_shift=2, fill=-1.0)
+        augment = Augment([shift], clamp=(-1.0, 1.0)) if s.augment else None
+        return build("objective", o, ImprovedCD, sampler, buffer, k=o.k, kl_weight=s.kl_weight,
+                     entropy_weight=s.entropy_weight, augment=augment, regularization=o.regularization)
+
+    def training_data(self, cfg: Config, data: ImageSplits) -> Callable[[int, torch.Generator], Any]:
+        """``(n, generator) -> batch``: noisy images (and labels; ``-1`` marks an unlabelled row)."""
+        s, kind = self.settings(cfg), cfg.model.kind
+        labelled = torch.nonzero(data.train_targets >= 0).squeeze(1)
+        pool = labelled if kind == "classifier" or s.labels_per_class is None else None
+        check_batch_size(cfg, int(labelled.numel() if pool is not None else data.train.shape[0]),
+                         f"training images of {cfg.data.name}")
+        noise = s.data_noise
+
+        def draw(n: int, g: torch.Generator) -> Any:
+            rows = [labelled[torch.randint(labelled.numel(), (n,), generator=g)]]
+            if pool is None and kind != "conv":  # semi-supervised JEM: a labelled and an unlabelled half
+                rows.append(torch.randint(data.train.shape[0], (n,), generator=g))
+            elif kind == "conv":
+                rows = [torch.randint(data.train.shape[0], (n,), generator=g)]
+            idx = torch.cat(rows)
+            x = data.train[idx]
+            if noise > 0:
+                x = (x + noise * torch.randn(x.shape, generator=g)).clamp_(-1.0, 1.0)  # stay in the chains' box
+            if kind == "conv":
+                return x
+            y = data.train_targets[idx].clone()
+            y[n:] = -1
+            return x, y
+
+        return draw
+
+    def report(self, cfg: Config, model: nn.Module, data: ImageSplits, step: int, *, use_ais: bool = False) -> Any:
+        s = self.settings(cfg)
+        g = torch.Generator().manual_seed(cfg.run.seed + EVAL_SEED)
+        ood = {name: ood_images(name, data, s.ood_size, generator=g, root=cfg.data.root) for name in self.ood_sets(cfg)}
+        if cfg.model.kind == "conv":
+            samples = self.sample(cfg, model, data, n=min(s.ood_size, cfg.eval.n_samples))
+            energy = cast(Any, model).at(0) if cfg.objective.kind == "recovery" else model
+            return evaluate_image_energy(energy, data.test[: s.ood_size], samples, ood, step=step, generator=g)
+        return evaluate_image_classifier(cast(JEM, model).logits, data.test, data.test_targets, data.val, data.val_targets, ood,
+                                         n_bins=s.ece_bins, n_ood=s.ood_size, step=step, generator=g)
+
+    def sampler(self, cfg: Config, data: ImageSplits) -> Sampler:
+        return build_sampler(cfg, self.space(data))
+
+    def sample(self, cfg: Config, model: nn.Module, data: ImageSplits, *, n: int | None = None,
+               steps: int | None = None, seed: int | None = None) -> Tensor:
+        """Fresh chains of ``eval.sample_steps`` steps from uniform noise, or from JEM's informative start
+        (where its chains restart in training), or the recovery likelihood's progressive sampling."""
+        n = cfg.eval.n_samples if n is None else n
+        g = torch.Generator().manual_seed(cfg.run.seed + SAMPLE_SEED if seed is None else seed)
+        if cfg.objective.kind == "recovery":
+            return recovery_sample(model, tuple(cfg.objective.sigmas), n, k=cfg.objective.k, b=self.settings(cfg).recovery_b,
+                                   event_shape=data.image_shape, generator=g)
+        q = self.informative_start(cfg, data)
+        x0 = self.space(data).random(n, generator=g) if q is None else q.sample(n, g).clamp(-1.0, 1.0)
+        steps = cfg.eval.sample_steps if steps is None else steps
+        return self.sampler(cfg, data).sample(model, x0, steps, generator=g)
+
+    def plot(self, x: Tensor, data: ImageSplits, title: str, ax: Any = None) -> Any:
+        from ebms.viz import image_grid
+
+        k = min(x.shape[0], 100)
+        return image_grid(x[:k].clamp(-1, 1) * 0.5 + 0.5, ax=ax, title=title, nrow=10)
+
+    def callbacks(self, cfg: Config, data: ImageSplits) -> list[Any]:
+        every = self.settings(cfg).snapshot_every
+        if not every:
+            return []
+
+        def grid(trainer: Any, step: int, path: Path) -> Path:
+            from ebms.viz import save_figure
+
+            buffer = getattr(trainer.objective, "buffer", None)
+            if buffer is not None and bool(buffer.filled.any()):
+                x = buffer.data[buffer.filled][:100]
+            else:
+                x = self.sample(cfg, trainer.model, data, n=64, steps=min(cfg.eval.sample_steps, 50))
+            fig = self.plot(x, data, f"chains at step {step}").figure
+            save_figure(fig, path)
+            return path
+
+        return [SampleSnapshot(grid, every)]
+
+    def write_plots(self, run_dir: Path, cfg: Config, model: nn.Module, data: ImageSplits) -> list[Path]:
+        """``samples.png`` (test images beside samples), ``energy_hist.png`` (energies of test images,
+        samples and the OOD sets) and, for a classifier, ``reliability.png`` and ``roc.png``."""
+        from ebms.viz import new_figure, plot_energy_histograms, plot_reliability, plot_roc, save_figure
+
+        s = self.settings(cfg)
+        samples = self.sample(cfg, model, data, n=100)
+        fig = new_figure(figsize=(9, 4.5))
+        ax_d, ax_m = fig.subplots(1, 2)
+        self.plot(data.test[:100], data, f"test images ({data.name})", ax=ax_d)
+        self.plot(samples, data, f"model samples ({cfg.sampler.kind})", ax=ax_m)
+        paths = {"samples.png": fig}
+        g = torch.Generator().manual_seed(cfg.run.seed + EVAL_SEED)
+        ood = {name: ood_images(name, data, s.ood_size, generator=g, root=cfg.data.root) for name in self.ood_sets(cfg)}
+        energy: Any = cast(Any, model).at(0) if cfg.objective.kind == "recovery" else model
+        x_in = data.test[: s.ood_size]
+        sets = {"test": x_in, "samples": samples, **ood}
+        paths["energy_hist.png"] = plot_energy_histograms({k: batched(energy, v) for k, v in sets.items()},
+                                                          title=f"energies ({data.name}, step of the checkpoint)")
+        if cfg.model.kind != "conv":
+            logits = cast(JEM, model).logits
+            probs = torch.softmax(batched(logits, data.test), dim=-1)
+            paths["reliability.png"] = plot_reliability(probs, data.test_targets, n_bins=s.ece_bins,
+                                                        title=f"reliability ({data.name} test)")
+            fig = new_figure(figsize=(9, 4.5))
+            for ax, kind in zip(fig.subplots(1, 2), ("logp", "max_softmax")):
+                scores = {k: ood_scores(logits, v, kind=kind) for k, v in ood.items()}
+                plot_roc(ood_scores(logits, x_in, kind=kind), scores, ax=ax, title=f"score {kind}")
+            paths["roc.png"] = fig
+        for name, figure in paths.items():
+            save_figure(figure, run_dir / name)
+        return [run_dir / name for name in paths]
+
+
+register(VisionTask())

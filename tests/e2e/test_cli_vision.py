@@ -1,0 +1,159 @@
+"""End-to-end: continuous images on the command line (``ebms.cli.vision``).
+
+Small runs on scikit-learn's 8x8 digits: ``model.kind = jem``, ``classifier`` and ``conv`` (PCD,
+improved CD, recovery likelihood) train and evaluate. ``eval``'s figures equal independent
+computations on the loaded run (scikit-learn's AUROC, a numpy ECE); the same ``data.name`` with a
+binary model still goes to the binary images; withheld labels are never seen by the classifier; a
+resumed JEM run equals an uninterrupted one bit for bit; snapshots of the chains are written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ebms.cli.config import load_config
+from ebms.cli.main import main
+from ebms.cli.run import load_run
+from ebms.cli.tasks import task_for
+from ebms.data.image_sets import ood_images
+
+SMALL = ["run.progress=false", "data.name=digits", "vision.channels=[8,16]", "objective.k=3",
+         "objective.buffer_size=256", "train.batch_size=16", "train.log_every=5", "train.checkpoint_every=10",
+         "eval.n_samples=20", "eval.sample_steps=5", "vision.ood_size=200"]
+
+
+def _eval(run: Path) -> dict:
+    return json.loads((run / "eval.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def jem_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("vision")
+    assert main(["train", f"run.out_dir={root}", "run.name=jem", *SMALL, "model.kind=jem", "train.steps=20",
+                 "train.lr=1e-3", "vision.snapshot_every=10"]) == 0
+    return root / "jem"
+
+
+def test_routing_by_model_kind_keeps_the_binary_digits() -> None:
+    binary = task_for(load_config(None, ["data.name=digits"]))
+    jem = task_for(load_config(None, ["data.name=digits", "model.kind=jem"]))
+    assert type(binary).__name__ == "ImagesTask" and type(jem).__name__ == "VisionTask"
+    cfg = load_config(None, ["data.name=digits", "model.kind=jem"])
+    assert cfg.objective.kind == "jem" and cfg.sampler.kind == "sgld"  # the kind's defaults
+    assert load_config(None, ["data.name=digits", "model.kind=classifier"]).objective.kind == "ce"
+
+
+def test_classifier_eval_equals_independent_ece_and_auroc(jem_run: Path) -> None:
+    from sklearn.metrics import roc_auc_score
+
+    got = _eval(jem_run)
+    cfg, model, data, step = load_run(jem_run)
+    assert step == 20
+    with torch.no_grad():
+        logits = model.logits(data.test).double()
+    probs = torch.softmax(logits, -1).numpy()
+    y = data.test_targets.numpy()
+    assert got["accuracy"] == pytest.approx(float((probs.argmax(1) == y).mean()), abs=1e-12)
+    # class-wise ECE (Eq. 5.19) with numpy: every (image, class) pair is a prediction
+    n, k = probs.shape
+    ece = 0.0
+    for c in range(k):
+        b = np.minimum((probs[:, c] * 20).astype(int), 19)
+        for j in range(20):
+            m = b == j
+            if m.any():
+                ece += m.sum() / n * abs((y[m] == c).mean() - probs[m, c].mean())
+    assert got["ece_classwise"] == pytest.approx(ece / k, abs=1e-9)
+    # AUROC of logp, test images (positive) against their upside-down flips
+    x_in = data.test[:200]
+    flips = ood_images("flip", data, 200)
+    with torch.no_grad():
+        s_in, s_out = (torch.logsumexp(model.logits(x).double(), -1).numpy() for x in (x_in, flips))
+    row = next(r for r in got["ood"] if r["set"] == "flip" and r["score"] == "logp")
+    ref = roc_auc_score(np.r_[np.ones(len(s_in)), np.zeros(len(s_out))], np.r_[s_in, s_out])
+    assert row["auroc"] == pytest.approx(ref, abs=1e-6)
+    assert row["auroc_low"] <= row["auroc"] <= row["auroc_high"]
+    assert {r["set"] for r in got["ood"]} == {"noise", "flip", "rotate"}
+    assert {r["score"] for r in got["ood"]} == {"logp", "max_softmax", "grad_norm"}
+
+
+def test_plots_and_snapshots_are_written(jem_run: Path) -> None:
+    for name in ("samples.png", "energy_hist.png", "reliability.png", "roc.png"):
+        assert (jem_run / name).stat().st_size > 0, name
+    assert sorted(p.name for p in (jem_run / "samples").glob("*.png")) == ["step_000000010.png", "step_000000020.png"]
+
+
+def test_resumed_jem_run_equals_an_uninterrupted_one(jem_run: Path, tmp_path: Path) -> None:
+    args = ["train", f"run.out_dir={tmp_path}", "run.name=jem", *SMALL, "model.kind=jem", "train.lr=1e-3",
+            "vision.snapshot_every=10", "--no-eval"]
+    assert main([*args, "train.steps=10"]) == 0
+    assert main([*args, "train.steps=20", "--resume"]) == 0
+    _, a, _, _ = load_run(jem_run)
+    _, b, _, _ = load_run(tmp_path / "jem")
+    for (name, p), q in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(p, q), name
+
+
+def test_the_classifier_never_sees_a_withheld_label(tmp_path: Path) -> None:
+    from ebms.cli.vision import VisionTask
+
+    cfg = load_config(None, [*SMALL, "model.kind=classifier", "vision.labels_per_class=3"])
+    task = VisionTask()
+    data = task.load(cfg)
+    assert data.n_labelled == 30 and int((data.train_targets == -1).sum()) == data.train.shape[0] - 30
+    labelled = {tuple(x.flatten().tolist()) for x in data.train[data.train_targets >= 0]}
+    draw = task.training_data(cfg, data)
+    g = torch.Generator().manual_seed(0)
+    x, y = draw(64, g)
+    assert bool((y >= 0).all())
+    # noise was added, so match each drawn image to its nearest labelled image
+    pool = data.train[data.train_targets >= 0].flatten(1)
+    nearest = torch.cdist(x.flatten(1), pool).min(1).values
+    assert float(nearest.max()) < 0.1 and len(labelled) == 30
+    # JEM with withheld labels: half the batch is labelled, the other half carries -1
+    jem_cfg = load_config(None, [*SMALL, "model.kind=jem", "vision.labels_per_class=3"])
+    x, y = task.training_data(jem_cfg, data)(8, g)
+    assert x.shape[0] == 16 and bool((y[:8] >= 0).all()) and bool((y[8:] == -1).all())
+
+
+@pytest.mark.parametrize("extra", [
+    ["model.kind=conv"],
+    ["model.kind=conv", "objective.kind=improved-cd", "vision.augment=true", "vision.reservoir=true",
+     "vision.entropy_weight=0.1"],
+    ["model.kind=conv", "objective.kind=recovery", "objective.sigmas=[0.05,0.1,0.2]"],
+    ["model.kind=classifier", "vision.labels_per_class=5"],
+], ids=["pcd", "improved-cd", "recovery", "classifier"])
+def test_every_image_objective_trains_and_evaluates(extra: list[str], tmp_path: Path) -> None:
+    assert main(["train", f"run.out_dir={tmp_path}", "run.name=r", *SMALL, "train.steps=6", *extra]) == 0
+    got = _eval(tmp_path / "r")
+    assert got["step"] == 6 and got["ood"], got
+    assert all(0.0 <= r["auroc"] <= 1.0 for r in got["ood"])
+    assert main(["sample", str(tmp_path / "r"), "--n", "4"]) == 0
+
+
+def _have(name: str) -> bool:
+    from ebms.data.images import load_continuous_images
+
+    try:
+        load_continuous_images(name, "test", limit=1)
+    except (FileNotFoundError, OSError):
+        return False
+    return True
+
+
+@pytest.mark.slow  # reads the 60,000 MNIST images per recipe; the digits runs above cover the same code
+@pytest.mark.parametrize("recipe", ["conv-ebm-mnist", "conv-ebm-fashion-mnist", "improved-cd-mnist", "recovery-mnist",
+                                    "jem-mnist", "classifier-mnist"])
+def test_every_image_recipe_runs_on_a_few_images(recipe: str, tmp_path: Path) -> None:
+    data = "fashion-mnist" if "fashion" in recipe else "mnist"
+    if not _have(data):
+        pytest.skip(f"{data} is not installed (Debian package dataset-fashion-mnist, or $EBMS_DATA)")
+    assert main(["train", recipe, f"run.out_dir={tmp_path}", "run.progress=false", "train.steps=2",
+                 "vision.limit=200", "data.n_test=50", "vision.ood_size=50", "eval.n_samples=4",
+                 "eval.sample_steps=2", "objective.buffer_size=100", "--no-eval"]) == 0
+    assert (tmp_path / recipe / "checkpoints").is_dir()

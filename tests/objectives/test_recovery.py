@@ -1,0 +1,168 @@
+"""Diffusion recovery likelihood: Gaussian conditionals, sampler moments, loss gradient."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from ebms.objectives.recovery import RecoveryLikelihood, recovery_sample
+
+SIGMAS = [0.3, 0.5]
+
+
+class QuadraticLevels(nn.Module):
+    """``E(y, t) = a_t / 2 * ||y - mu||^2`` with a learnable precision per level."""
+
+    def __init__(self, a: list[float], mu: list[float], dtype: torch.dtype = torch.float64) -> None:
+        super().__init__()
+        self.a = nn.Parameter(torch.tensor(a, dtype=dtype))
+        self.mu = torch.tensor(mu, dtype=dtype)
+        self.event_shape = (len(mu),)
+
+    def forward(self, y: Tensor, t: Tensor) -> Tensor:
+        return 0.5 * self.a[t] * (y - self.mu).pow(2).sum(-1)
+
+
+def _gaussian_conditional(a: float, mu: Tensor, noisy: Tensor, sigma: float) -> tuple[Tensor, float]:
+    """Mean and variance of exp(-a/2 |y - mu|^2 - |noisy - y|^2 / (2 sigma^2))."""
+    prec = a + 1 / sigma**2
+    return (a * mu + noisy / sigma**2) / prec, 1 / prec
+
+
+def test_conditional_energy_is_the_closed_form_gaussian_up_to_a_constant() -> None:
+    model = QuadraticLevels([2.0, 0.5], [0.3, -0.2])
+    obj = RecoveryLikelihood(SIGMAS)
+    g = torch.Generator().manual_seed(0)
+    t = torch.tensor([0, 1, 1, 0])
+    noisy = torch.randn(4, 2, generator=g, dtype=torch.float64)
+    cond = obj.conditional(model, noisy, t)
+    y1, y2 = torch.randn(4, 2, generator=g, dtype=torch.float64), torch.randn(4, 2, generator=g, dtype=torch.float64)
+    for i in range(4):
+        a, s = float(model.a.detach()[t[i]]), SIGMAS[int(t[i])]
+        m, v = _gaussian_conditional(a, model.mu, noisy[i], s)
+        want = ((y1[i] - m).pow(2).sum() - (y2[i] - m).pow(2).sum()) / (2 * v)
+        got = cond(y1[i : i + 1].expand(4, 2))[i] - cond(y2[i : i + 1].expand(4, 2))[i]
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_langevin_draws_match_the_conditional_moments(dtype: torch.dtype) -> None:
+    model = QuadraticLevels([2.0, 0.5], [0.3, -0.2], dtype=dtype)
+    b, n = 0.5, 3000
+    obj = RecoveryLikelihood(SIGMAS, k=120, b=b)
+    g = torch.Generator().manual_seed(11)
+    noisy_by_level = torch.tensor([[0.8, -0.4], [-1.0, 0.6]], dtype=dtype)
+    t = torch.arange(2).repeat_interleave(n)
+    noisy = noisy_by_level[t]
+    y, accept, bad = obj.sample_conditional(model, noisy, t, generator=g)
+    assert float(accept) == 1.0 and float(bad) == 0.0
+    for level in range(2):
+        rows = y[t == level].double()
+        s = SIGMAS[level]
+        m, v = _gaussian_conditional(
+            float(model.a.detach()[level]), model.mu.double(), noisy_by_level[level].double(), s
+        )
+        # ULA on a Gaussian of variance v with step eps = b s^2 is exact in the mean and has
+        # stationary variance v / (1 - eps / (4 v)); after k = 120 steps the start is forgotten
+        # (contraction (1 - eps / (2 v))^120 < 1e-9).
+        eps = b * s**2
+        v_ula = v / (1 - eps / (4 * v))
+        # n independent chains; z = 4 two-sided (failure 6e-5 per check, 8 checks)
+        mean_z = (rows.mean(0) - m).abs() / math.sqrt(v_ula / n)
+        var_z = (rows.var(0) - v_ula).abs() / (v_ula * math.sqrt(2 / (n - 1)))
+        assert float(mean_z.max()) < 4, mean_z
+        assert float(var_z.max()) < 4, var_z
+
+
+def test_noisy_pairs_follow_the_variance_preserving_marginals() -> None:
+    obj = RecoveryLikelihood(SIGMAS, k=1)
+    torch.testing.assert_close(obj.alpha_bar, torch.tensor([1.0, 1 - 0.3**2], dtype=torch.float64))
+    model = QuadraticLevels([1.0, 1.0], [0.0])
+    n = 4000
+    p = obj.pairs(model, torch.zeros(n, 1, dtype=torch.float64), generator=torch.Generator().manual_seed(5))
+    for level in range(2):
+        sel = p.t == level
+        ab, s = float(obj.alpha_bar[level]), SIGMAS[level]
+        var_pos = (1 - s**2) * (1 - ab)
+        var_noisy = 1 - ab * (1 - s**2)  # = 1 - alpha_bar_{t+1}
+        for x, v in ((p.positives[sel], var_pos), (p.noisy[sel], var_noisy)):
+            m = int(sel.sum())
+            if v == 0:
+                assert bool((x == 0).all())
+                continue
+            # mean 0 and variance v; z = 4 (failure 6e-5 per check)
+            assert abs(float(x.mean())) < 4 * math.sqrt(v / m)
+            assert abs(float(x.var()) - v) < 4 * v * math.sqrt(2 / (m - 1))
+
+
+def test_loss_and_gradient_equal_the_hand_computation() -> None:
+    model = QuadraticLevels([1.5, 0.7], [0.1, 0.0])
+    obj = RecoveryLikelihood(SIGMAS, k=4)
+    x = torch.randn(6, 2, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    p = obj.pairs(model, x, generator=torch.Generator().manual_seed(2))
+    out = obj(model, x, generator=torch.Generator().manual_seed(2))
+    assert out.negatives is not None and torch.equal(out.negatives, p.negatives)
+    out.loss.backward()
+    sq_pos = (p.positives - model.mu).pow(2).sum(-1)
+    sq_neg = (p.negatives - model.mu).pow(2).sum(-1)
+    a = model.a.detach()[p.t]
+    torch.testing.assert_close(out.loss.detach(), (0.5 * a * (sq_pos - sq_neg)).mean())
+    # dL/da_l = (1/B) sum over rows at level l of (|y+ - mu|^2 - |y- - mu|^2) / 2
+    want = torch.stack([(0.5 * (sq_pos - sq_neg) * (p.t == lv)).sum() / 6 for lv in range(2)])
+    assert model.a.grad is not None
+    torch.testing.assert_close(model.a.grad, want)
+    assert out.metrics["gap"] == pytest.approx(out.metrics["e_neg"] - out.metrics["e_pos"])
+    assert sorted(out.metrics) == ["accept", "e_neg", "e_pos", "gap", "loss", "nonfinite"]
+
+
+def test_a_step_size_function_replaces_the_b_rule() -> None:
+    obj = RecoveryLikelihood(SIGMAS, step_size_fn=lambda s: 0.01 * s)
+    torch.testing.assert_close(
+        obj.step_sizes(torch.tensor([0, 1]), torch.float64), torch.tensor([0.003, 0.005], dtype=torch.float64)
+    )
+    default = RecoveryLikelihood(SIGMAS, b=0.2)
+    torch.testing.assert_close(default.step_sizes(torch.tensor([1]), torch.float32), torch.tensor([0.05]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_recovery_sample_is_reproducible_and_shaped(dtype: torch.dtype) -> None:
+    model = QuadraticLevels([1.0, 1.0], [0.0, 0.0], dtype=dtype)
+    a = recovery_sample(model, SIGMAS, 7, k=5, generator=torch.Generator().manual_seed(0), dtype=dtype)
+    b = recovery_sample(model, SIGMAS, 7, k=5, generator=torch.Generator().manual_seed(0), dtype=dtype)
+    assert a.shape == (7, 2) and a.dtype == dtype and torch.equal(a, b)
+    assert bool(torch.isfinite(a).all())
+
+
+def test_bad_arguments_name_themselves() -> None:
+    with pytest.raises(ValueError, match=r"sigmas: expected every level in \(0, 1\); got \[0.5, 1.0\]"):
+        RecoveryLikelihood([0.5, 1.0])
+    with pytest.raises(
+        ValueError, match=r"sigmas: expected a non-empty 1-D sequence of noise levels; got shape \(0,\)"
+    ):
+        RecoveryLikelihood([])
+    with pytest.raises(ValueError, match="k: expected an int >= 1; got 0"):
+        RecoveryLikelihood(SIGMAS, k=0)
+    with pytest.raises(ValueError, match="b: expected a finite number > 0; got 0"):
+        RecoveryLikelihood(SIGMAS, b=0)
+    with pytest.raises(TypeError, match="step_size_fn: expected a callable"):
+        RecoveryLikelihood(SIGMAS, step_size_fn=3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"step_size_fn: expected finite positive step sizes of shape \(2,\)"):
+        RecoveryLikelihood(SIGMAS, step_size_fn=lambda s: -s).step_sizes(torch.tensor([0, 1]), torch.float32)
+    obj = RecoveryLikelihood(SIGMAS)
+    model = QuadraticLevels([1.0, 1.0], [0.0, 0.0])
+    noisy = torch.zeros(2, 2, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"t: expected levels in \[0, 1\]; got min 0, max 2"):
+        obj.conditional(model, noisy, torch.tensor([0, 2]))
+    with pytest.raises(ValueError, match=r"t: expected a LongTensor of shape \(2,\)"):
+        obj.conditional(model, noisy, torch.tensor([0.0, 1.0]))
+    with pytest.raises(ValueError, match="event_shape: expected a shape, or a model with an event_shape attribute"):
+        recovery_sample(lambda x, t: x.sum(-1), SIGMAS, 2)
+    with pytest.raises(ValueError, match=r"n: expected an int >= 1; got 0"):
+        recovery_sample(model, SIGMAS, 0)
+    with pytest.raises(ValueError, match=r"model\(x, t\): expected energies of shape \(4,\)"):
+        obj(lambda y, t: y.sum(-1) if y.shape[0] == 2 else y.sum()[None], noisy)
+    with pytest.raises(ValueError, match="batch: expected at least one row"):
+        obj(model, torch.zeros(0, 2))
