@@ -52,6 +52,7 @@ docs-images: $(STAMP)
 	$(BIN)/python examples/toy_gallery.py --docs
 	$(BIN)/python examples/discrete_ising_tempering.py --out docs/img
 	$(BIN)/python examples/rbm_digits.py --out docs/img
+	$(BIN)/python examples/jrf_tagging.py --out docs/img
 
 bench:
 	$(MAKE) EXTRAS=dev,bench venv

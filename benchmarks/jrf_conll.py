@@ -73,7 +73,7 @@ from torch import Tensor
 from ebms.data.conll import load_conll2000, tag_names
 from ebms.data.vocab import WordVocabulary
 from ebms.metrics.tagger_eval import evaluate_tagger
-from ebms.models.jrf import JRF
+from ebms.models.jrf import JRF, init_log_z, pretrain_noise_lm
 from ebms.models.lm import LSTMLM
 from ebms.models.self_training import self_train
 from ebms.objectives.jrf import JRFObjective
@@ -221,40 +221,16 @@ def mixed_stream(lab: tuple[Tensor, Tensor, Tensor], unl: tuple[Tensor, Tensor],
 def pretrain_noise(data: dict[str, Any], unl: tuple[Tensor, Tensor], args: argparse.Namespace, seed: int) -> LSTMLM:
     torch.manual_seed(seed + 1)
     lm = LSTMLM(data["vocab_size"], embedding_dim=args.noise_hidden, hidden_size=args.noise_hidden, num_layers=1)
-    opt = torch.optim.Adam(lm.parameters(), lr=args.lr)
-    g = torch.Generator().manual_seed(seed + 2)
-    for _ in range(args.noise_steps):
-        j = torch.randint(unl[0].shape[0], (args.batch,), generator=g)
-        w, _, n = cut(unl[0][j], None, unl[1][j])
-        loss = -lm.log_prob(Sequences(w, n)).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+    pretrain_noise_lm(lm, Sequences(*unl), steps=args.noise_steps, batch_size=args.batch, lr=args.lr,
+                      generator=torch.Generator().manual_seed(seed + 2))
     return lm
 
 
-@torch.no_grad()
 def init_zeta(model: JRF, noise: LSTMLM, unl: tuple[Tensor, Tensor], seed: int, n: int = 2000) -> None:
-    """``zeta_l`` = mean of ``log pi_l + U(x) - log q(x)`` over unlabelled sentences of length ``l``
-    (a straight-line fit in ``l`` where none); see the module docstring."""
+    """``zeta`` fitted to the noise (``ebms.models.jrf.init_log_z``) on ``n`` unlabelled sentences
+    drawn with ``seed``; see the module docstring."""
     idx = torch.randperm(unl[0].shape[0], generator=torch.Generator().manual_seed(seed))[:n]
-    model.eval()
-    diffs, lens = [], []
-    for part in idx.split(256):
-        w, _, ln = cut(unl[0][part], None, unl[1][part])
-        x = Sequences(w, ln)
-        diffs.append(model.log_pi[ln - 1] - model.energy(x) - noise.log_prob(x))
-        lens.append(ln)
-    d, ln = torch.cat(diffs).double(), torch.cat(lens)
-    L = model.max_length
-    sums = torch.zeros(L + 1, dtype=torch.float64).index_add_(0, ln, d)
-    counts = torch.bincount(ln, minlength=L + 1).double()
-    a = torch.stack([ln.double(), torch.ones_like(d)], 1)
-    coef = torch.linalg.lstsq(a, d.unsqueeze(1)).solution.squeeze(1)
-    line = coef[0] * torch.arange(L + 1, dtype=torch.float64) + coef[1]
-    zeta = torch.where(counts > 0, sums / counts.clamp(min=1), line)[1:]
-    model.log_z.copy_(zeta.to(model.log_z.dtype))
-    model.train()
+    init_log_z(model, noise, Sequences(unl[0][idx], unl[1][idx]))
 
 
 # -- the three methods -----------------------------------------------------------------------------

@@ -21,6 +21,7 @@ QUICK_ARGS = {
     "electric_cloze.py": ["--steps", "20", "--pairs", "50"],
     "image_ebm_digits.py": ["--steps", "16", "--k", "2"],
     "jem_digits.py": ["--steps", "30", "--k", "2"],
+    "jrf_tagging.py": ["--steps", "10", "--noise-steps", "3"],
     "rbm_digits.py": ["--epochs", "3", "--temperatures", "1000", "--chains", "20", "--no-sklearn"],
     "rescoring.py": ["--sentences", "50", "--samples", "200"],
     "residual_addition.py": ["--base-steps", "20", "--energy-steps", "20", "--n", "10", "--train", "200", "--test", "100"],
@@ -32,6 +33,7 @@ OUTPUTS = {
     "discrete_ising_tempering.py": ["runs/examples/discrete_ising_tempering.png"],
     "image_ebm_digits.py": ["runs/examples/image_ebm_digits_chains.png", "runs/examples/image_ebm_digits_energies.png"],
     "jem_digits.py": ["runs/examples/jem_digits_reliability.png", "runs/examples/jem_digits_chains.png"],
+    "jrf_tagging.py": ["runs/examples/jrf_tagging_curves.png"],
     "rbm_digits.py": ["runs/examples/rbm_digits_filters.png", "runs/examples/rbm_digits_samples.png"],
     "toy_gallery.py": ["runs/examples/toy_gallery.png"],
 }

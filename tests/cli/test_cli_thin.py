@@ -19,7 +19,8 @@ MARGIN = 25
 #: tasks registered after issue 10 (issue 11's language task): their modules are not part of the
 #: comparison with the size before the registry; each new task stays under NEW_TASK_LINES lines.
 NEW_TASK_MODULES = {"language": ("language.py", "_language_data.py", "_language_eval.py"),
-                    "generation": ("generation.py", "_generation_text.py"), "vision": ("vision.py",)}
+                    "generation": ("generation.py", "_generation_text.py"), "vision": ("vision.py",),
+                    "jrf": ("jrf.py",)}
 NEW_TASK_LINES = 600
 #: lines the new tasks added to the shared modules: the Task hooks ``fitted``,
 #: ``write_model_files``, ``sample_format``, ``sample_text``, ``run._save_fitted``, the text output

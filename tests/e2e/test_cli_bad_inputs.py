@@ -292,6 +292,13 @@ def _addition_base(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
 VISION = ("train", "run.out_dir={tmp}/runs", "run.progress=false", "data.name=digits", "vision.channels=[8]",
           "train.steps=2", "train.batch_size=8", "objective.k=1", "objective.buffer_size=64", "--no-eval")
 
+#: four CoNLL-2000 sentences (train and test) in a data.root of their own: the JRF rows reach the data
+_CONLL = "He PRP B-NP\nreckons VBZ B-VP\nthe DT B-NP\ndeficit NN I-NP\n. . O\n\n"
+JRF_FILES = {"conll2000/train.txt": _CONLL * 4, "conll2000/test.txt": _CONLL}
+JRF = ("train", "run.out_dir={tmp}/runs", "run.progress=false", "data.name=conll2000", "model.kind=jrf",
+       "data.root={tmp}", "jrf.label_fraction=0.5", "jrf.embed=4", "jrf.hidden=4", "jrf.noise_hidden=4",
+       "jrf.noise_steps=1", "train.steps=2", "train.batch_size=4", "--no-eval")
+
 # -------------------------------------------------------------------------------- hand-written rows
 
 HAND = [
@@ -355,7 +362,7 @@ HAND = [
     Bad("lstm on toy data", (*TRAIN, "model.kind=lstm"),
         "'lstm' belongs to a language corpus / a text-generation task (data.name = addition, ptb, text, tiny-shakespeare): set data.name"),
     Bad("lstm on a tagging task", (*TRAIN, "data.name=conll2000", "model.kind=lstm"),
-        "expected one of bilstm-crf, cnn-crf, feature-crf; 'lstm' belongs to a language corpus"),
+        "expected one of bilstm-crf, cnn-crf, feature-crf, jrf; 'lstm' belongs to a language corpus"),
     Bad("dnce on toy data", (*TRAIN, "objective.kind=dnce"), "'dnce' belongs to a language corpus (data.name = ptb"),
     Bad("conll2001", (*TRAIN, "data.name=conll2001"), "a structured task (conll2000, conll2002-esp, conll2002-ned, "
         "fsdd-digits)"),
@@ -644,6 +651,33 @@ HAND = [
         "model.kind = conv, jem, classifier; this run has data.name='digits'"),
     Bad("vision: jem on a toy density", ("train", "run.out_dir={tmp}/runs", "model.kind=jem"),
         "model.kind: unknown value 'jem' for data.name='eight_gaussians'"),
+    Bad("jrf: nu not a whole number", (*JRF, "objective.nu=1.5"),
+        "objective.nu: expected a whole number >= 1 of noise sentences per sentence; got 1.5", files=JRF_FILES),
+    Bad("jrf: lbfgs", (*JRF, "train.optimizer=lbfgs"),
+        "train.optimizer: the JRF task draws fresh batches (and noise) at every step", files=JRF_FILES),
+    Bad("jrf: model.hidden", (*JRF, "model.hidden=[5]"),
+        "model.hidden: the MLP's hidden widths; the JRF's BiLSTM width is jrf.hidden", files=JRF_FILES),
+    Bad("jrf: no labelled sentence", (*JRF, "jrf.label_fraction=0.1"),
+        "jrf.label_fraction: 0.1 of 4 training sentences labels 0; expected at least 1 labelled and 1 unlabelled",
+        files=JRF_FILES),
+    Bad("jrf: no unlabelled sentence", (*JRF, "jrf.label_fraction=0.9"),
+        "jrf.label_fraction: 0.9 of 4 training sentences labels 4; expected at least 1 labelled and 1 unlabelled",
+        files=JRF_FILES),
+    Bad("jrf: batch of one", (*JRF, "train.batch_size=1"),
+        "train.batch_size: objective.kind = 'jrf' splits each batch into labelled and unlabelled halves; expected "
+        "at least 2; got 1", files=JRF_FILES),
+    Bad("jrf: pcd", (*JRF, "objective.kind=pcd"),
+        "objective.kind: unknown value 'pcd' for data.name='conll2000' (a structured task); expected one of crf, jrf",
+        files=JRF_FILES),
+    Bad("jrf key with a bilstm-crf", (*JRF, "model.kind=bilstm-crf"),
+        "jrf.label_fraction: the [jrf] section is read by data.name = conll2000 with model.kind = jrf",
+        files=JRF_FILES),
+    Bad("jrf: missing data", ("train", "run.out_dir={tmp}/runs", "data.name=conll2000", "model.kind=jrf",
+                              "data.root={tmp}/none"), "conll2000/train.txt: not found"),
+    Bad("semi-supervised jem: batch of one", (*VISION, "model.kind=jem", "vision.labels_per_class=5",
+                                               "train.batch_size=1"),
+        "train.batch_size: semi-supervised JEM splits each batch into labelled and unlabelled halves; expected at "
+        "least 2; got 1"),
     *MOVED,
 ]
 

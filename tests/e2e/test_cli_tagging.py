@@ -115,7 +115,7 @@ def test_feature_crf_loss_is_crfsuite_objective_over_n(tmp_path):
     ("override", "message"),
     [
         ("model.kind=bilstm-crff", r"model.kind: unknown value 'bilstm-crff'.*; expected one of bilstm-crf, "
-                                   r"cnn-crf, feature-crf; did you mean 'bilstm-crf'\?"),
+                                   r"cnn-crf, feature-crf, jrf; did you mean 'bilstm-crf'\?"),
         ("objective.kind=crf-nse", r"objective.kind: unknown value 'crf-nse'.*; expected one of crf, crf-nce; "
                                    r"did you mean 'crf-nce'\?"),
         ("tagging.hidden=0", r"tagging.hidden: expected an integer >= 1; got 0"),

@@ -241,3 +241,66 @@ def test_log_prob_refuses_sentences_outside_the_space():
 def test_from_corpus_refuses_a_too_short_max_length():
     with pytest.raises(ValueError, match="max_length: the corpus has a sentence of length 3 > max_length 2"):
         JRF.from_corpus(Sequences.from_lists([[1, 2, 1]]), V, 2, max_length=2)
+
+
+class _FixedNoise(nn.Module):
+    """A stand-in noise LM: ``log q(x) = -l log(V - 1) - c * l^2`` (any known function of the sentence)."""
+
+    def __init__(self, c: float = 0.1) -> None:
+        super().__init__()
+        self.c = c
+
+    def log_prob(self, x: Sequences) -> Tensor:
+        n = x.lengths.double()
+        return -n * math.log(V - 1) - self.c * n**2 + 0.01 * x.tokens[:, 0].double()
+
+
+def test_init_log_z_matches_the_noise_on_average_per_length_and_fits_a_line_elsewhere():
+    from ebms.models.jrf import init_log_z
+
+    m = _jrf(K=2, anchor_first=False)
+    m.train()
+    x = Sequences.from_lists([[1], [2], [1, 2], [2, 2], [2, 1]])  # no sentence of length 3
+    noise = _FixedNoise()
+    zeta = init_log_z(m, noise, x, chunk=2)
+    assert m.training  # mode restored
+    torch.testing.assert_close(m.log_z.detach().double(), zeta.double())
+    gap = m.log_prob(x).detach() - noise.log_prob(x)  # log p(l, x) - log q(x)
+    for length in (1, 2):
+        assert abs(float(gap[x.lengths == length].mean())) < 1e-6
+    # length 3: the least-squares line through every (l, log pi_l + U(x) - log q(x)), computed independently
+    with torch.no_grad():
+        d = (m.log_pi[x.lengths - 1] - m.energy(x) - noise.log_prob(x)).double()
+    n = x.lengths.double()
+    slope = float(((n - n.mean()) * (d - d.mean())).sum() / ((n - n.mean()) ** 2).sum())
+    intercept = float(d.mean()) - slope * float(n.mean())
+    assert abs(float(zeta[2]) - (3 * slope + intercept)) < 1e-6
+
+
+def test_init_log_z_refuses_empty_and_too_long_input():
+    from ebms.models.jrf import init_log_z
+
+    m = _jrf(K=2)
+    with pytest.raises(ValueError, match="x: expected at least one sentence"):
+        init_log_z(m, _FixedNoise(), Sequences.from_lists([[1]])[0:0])
+    with pytest.raises(ValueError, match="x: a sentence of length 4 > the model's max_length 3"):
+        init_log_z(m, _FixedNoise(), Sequences.from_lists([[1, 1, 1, 1]]))
+
+
+def test_pretrain_noise_lm_lowers_the_likelihood_loss_and_zero_steps_change_nothing():
+    from ebms.models.jrf import pretrain_noise_lm
+    from ebms.models.lm import LSTMLM
+
+    torch.manual_seed(0)
+    lm = LSTMLM(V, embedding_dim=8, hidden_size=8, num_layers=1)
+    x = Sequences.from_lists([[1, 1, 2], [1, 1, 2], [2]])
+    before = {k: v.clone() for k, v in lm.state_dict().items()}
+    assert pretrain_noise_lm(lm, x, steps=0, batch_size=2, lr=0.1) == []
+    assert all(torch.equal(before[k], v) for k, v in lm.state_dict().items())
+    with torch.no_grad():
+        start = float(-lm.log_prob(x).mean())
+    losses = pretrain_noise_lm(lm, x, steps=60, batch_size=3, lr=0.05, generator=torch.Generator().manual_seed(0))
+    assert len(losses) == 60
+    assert float(-lm.log_prob(x).mean()) < 0.6 * start
+    with pytest.raises(ValueError, match="x: expected at least one sentence"):
+        pretrain_noise_lm(lm, x[0:0], steps=1, batch_size=1, lr=0.1)

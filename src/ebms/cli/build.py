@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ebms.cli.config import Config, ConfigError, ObjectiveConfig, SamplerConfig, check_values
-from ebms.cli.tasks import Task, registered, task_for
+from ebms.cli.tasks import KIND_TASKS, Task, registered, task_for
 from ebms.data.binary_images import IMAGE_SETS
 from ebms.errors import InputError
 from ebms.nets import ACTIVATIONS, MLPEnergy
@@ -200,7 +200,7 @@ def _unknown_data_name(name: str) -> ConfigError:
     every = [n for names in groups.values() for n in names]
     close = difflib.get_close_matches(name, every, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    kinds = ", ".join(f"{what} ({', '.join(sorted(names))})" for what, names in groups.items() if names)
+    kinds = ", ".join(f"{what} ({', '.join(sorted(set(names)))})" for what, names in groups.items() if names)
     return ConfigError(f"data.name: unknown value {name!r}; expected {kinds}, or data.path=FILE for your own "
                        f"points{hint}")
 
@@ -213,7 +213,7 @@ def _served_by(task: Task[Any], kind: str, kinds: Callable[[Task[Any]], tuple[st
     others = [t for t in registered() if t is not task and t.data_names and kind in kinds(t)]
     if not others:
         return ""
-    names = sorted(n for t in others for n in t.data_names)
+    names = sorted({n for t in others for n in t.data_names})
     what = " / ".join(sorted({t.what for t in others}))
     return f"{kind!r} belongs to {what} (data.name = {', '.join(names)}): set data.name to one of them"
 
@@ -256,8 +256,9 @@ def validate_config(cfg: Config, *, device: bool = True) -> Config:
     for t in registered():
         t.check_names(cfg)
     where = f"for {task.describe(cfg)}"
-    if task.model_kinds:  # a task that lists none takes any
-        resolve(dict.fromkeys(task.model_kinds), cfg.model.kind, "model.kind", context=where,
+    if task.model_kinds:  # a task that lists none takes any; the name's kind-routed tasks' kinds count too
+        routed = [k for (n, k), t in KIND_TASKS.items() if n == cfg.data.name and t is not task]
+        resolve(dict.fromkeys([*task.model_kinds, *routed]), cfg.model.kind, "model.kind", context=where,
                 note=_served_by(task, cfg.model.kind, lambda t: t.model_kinds))
     if task.objective_kinds:
         resolve(dict.fromkeys(task.objective_kinds), cfg.objective.kind, "objective.kind", context=where,

@@ -52,7 +52,7 @@ __all__ = [
 
 #: modules whose import registers the packaged tasks (in this order: their sections' order).
 BUILTIN_TASK_MODULES = ("ebms.cli.continuous", "ebms.cli.images", "ebms.cli.tagging", "ebms.cli.speech",
-                        "ebms.cli.language", "ebms.cli.generation", "ebms.cli.vision")
+                        "ebms.cli.language", "ebms.cli.generation", "ebms.cli.vision", "ebms.cli.jrf")
 
 S = TypeVar("S")
 
@@ -230,7 +230,7 @@ class StructuredTask(Task[S]):
     def evaluate(self, cfg: Config, model: nn.Module, data: TaskData) -> dict[str, float]:
         """Test-set figures of a trained model (model in eval mode, no gradients needed)."""
 
-    def training_data(self, cfg: Config, data: TaskData) -> tuple[Tensor, ...]:
+    def training_data(self, cfg: Config, data: TaskData) -> Any:
         check_batch_size(cfg, data.size, f"training examples of {cfg.data.name}")
         return data.train
 

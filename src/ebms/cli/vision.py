@@ -27,8 +27,9 @@ practice for image EBMs). Chains move in the box ``[-1, 1]`` (SGLD clips to it).
   the baseline JEM is judged against.
 
 ``vision.labels_per_class = n`` keeps ``n`` labels per class (balanced, seeded by ``run.seed``);
-a batch then holds ``train.batch_size`` labelled images and, for JEM, as many images of the
-whole training set whose labels are not used (semi-supervised learning).
+a batch of ``train.batch_size`` images then holds, for JEM, ``batch_size - batch_size // 2``
+labelled images and ``batch_size // 2`` images of the whole training set whose labels are not used
+(semi-supervised learning; ``train.batch_size`` at least 2).
 
 ``eval`` (:func:`ebms.metrics.image_eval.evaluate_image_classifier`,
 :func:`ebms.metrics.image_eval.evaluate_image_energy`): for a classifier, accuracy, NLL,
@@ -238,10 +239,16 @@ class VisionTask(Task[VisionSettings]):
                          f"training images of {cfg.data.name}")
         noise = s.data_noise
 
+        half = pool is None and kind != "conv"  # semi-supervised JEM: a labelled and an unlabelled half
+        if half and cfg.train.batch_size < 2:
+            raise ConfigError(f"train.batch_size: semi-supervised JEM splits each batch into labelled and unlabelled "
+                              f"halves; expected at least 2; got {cfg.train.batch_size}")
+
         def draw(n: int, g: torch.Generator) -> Any:
-            rows = [labelled[torch.randint(labelled.numel(), (n,), generator=g)]]
-            if pool is None and kind != "conv":  # semi-supervised JEM: a labelled and an unlabelled half
-                rows.append(torch.randint(data.train.shape[0], (n,), generator=g))
+            n_lab = n - n // 2 if half else n
+            rows = [labelled[torch.randint(labelled.numel(), (n_lab,), generator=g)]]
+            if half:
+                rows.append(torch.randint(data.train.shape[0], (n // 2,), generator=g))
             elif kind == "conv":
                 rows = [torch.randint(data.train.shape[0], (n,), generator=g)]
             idx = torch.cat(rows)
@@ -251,7 +258,7 @@ class VisionTask(Task[VisionSettings]):
             if kind == "conv":
                 return x
             y = data.train_targets[idx].clone()
-            y[n:] = -1
+            y[n_lab:] = -1
             return x, y
 
         return draw

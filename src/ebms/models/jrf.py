@@ -52,16 +52,15 @@ import math
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ebms._checks import check_int, check_positive, check_tensor
 from ebms.models.crf_tagger import NeuralCRFTagger
-from ebms.models.trf._common import check_sentences, field_energy, single_token_log_z, token_scores
+from ebms.models.trf._common import LengthMixture, check_sentences, field_energy, token_scores
 from ebms.sequences import Sequences
-from ebms.spaces import TokenSequences
 from ebms.structured.linear_chain import LinearChainCRF
 
-__all__ = ["JRF"]
+__all__ = ["JRF", "init_log_z", "pretrain_noise_lm"]
 
 
 def _probs(p: Tensor, name: str, L: int | None) -> Tensor:
@@ -82,7 +81,7 @@ def _sentences(x: Any, name: str = "x") -> Sequences:
     return x
 
 
-class JRF(nn.Module):
+class JRF(LengthMixture):
     r"""Joint random field over (length, sentence, tags) (see the module docstring).
 
     Args:
@@ -110,9 +109,6 @@ class JRF(nn.Module):
         (torch.Size([2]), torch.Size([2, 3]))
     """
 
-    log_pi: Tensor
-    log_pi0: Tensor
-
     def __init__(self, vocab_size: int, n_tags: int, *, max_length: int, embed: int = 32, hidden: int = 32,
                  layers: int = 1, dropout: float = 0.0, length_probs: Tensor | None = None,
                  log_z: Tensor | None = None, sampling_length_probs: Tensor | None = None,
@@ -125,15 +121,7 @@ class JRF(nn.Module):
                                       encoder="bilstm", layers=layers, dropout=dropout)
         pi = torch.ones(L) / L if length_probs is None else _probs(length_probs, "length_probs", L)
         pi0 = pi if sampling_length_probs is None else _probs(sampling_length_probs, "sampling_length_probs", L)
-        self.register_buffer("log_pi", pi.log())
-        self.register_buffer("log_pi0", pi0.log())
-        if log_z is None:
-            log_z = torch.arange(1, L + 1, dtype=torch.float32) * math.log((self.vocab_size - 1) * self.n_tags)
-        check_tensor(log_z, "log_z", floating=True)
-        if tuple(log_z.shape) != (L,):
-            raise ValueError(f"log_z: expected shape ({L},) (one per length 1..{L}); got {tuple(log_z.shape)}")
-        self.log_z = nn.Parameter(log_z.detach().float().clone())
-        self.anchor_first = bool(anchor_first)
+        self._init_lengths(pi, pi0, log_z, math.log((self.vocab_size - 1) * self.n_tags), anchor_first)
 
     @classmethod
     def from_corpus(cls, corpus: Sequences, vocab_size: int, n_tags: int, *, max_length: int | None = None,
@@ -149,20 +137,7 @@ class JRF(nn.Module):
         counts = counts + check_positive(smoothing, "smoothing", allow_zero=True)
         return cls(vocab_size, n_tags, max_length=L, length_probs=counts, **kwargs)
 
-    # -- the TRF contract -------------------------------------------------------------------------
-    @property
-    def max_length(self) -> int:
-        return int(self.log_pi.shape[0])
-
-    @property
-    def space(self) -> TokenSequences:
-        """Sentences of the marginal: ``TokenSequences(V, max_length)``."""
-        return TokenSequences(self.vocab_size, self.max_length)
-
-    @property
-    def length_probs(self) -> Tensor:
-        return self.log_pi.exp()
-
+    # -- the TRF contract (the per-length part: LengthMixture) -------------------------------
     def energy(self, x: Sequences) -> Tensor:
         """:math:`E(x) = -U_\\theta(x)`, ``(B,)``; :math:`+\\infty` for sentences holding id 0."""
         return field_energy(self.marginal_energy, x)
@@ -170,30 +145,6 @@ class JRF(nn.Module):
     def token_logits(self, x: Sequences, position: Tensor, candidates: Tensor) -> Tensor:
         """:math:`-E` of single-position substitutions ``(B, K')`` (whole sentences re-evaluated)."""
         return token_scores(self.marginal_energy, x, position, candidates)
-
-    def log_normalisers(self) -> Tensor:
-        """:math:`\\log Z_l` as used, ``(L,)``: :math:`\\zeta`, or anchored at the exact :math:`\\log Z_1`."""
-        if not self.anchor_first:
-            return self.log_z
-        return single_token_log_z(self.marginal_energy, self.vocab_size, self.log_z.device) + self.log_z - self.log_z[0]
-
-    def length_log_weights(self) -> Tensor:
-        """:math:`\\log\\pi^0_l - \\zeta_l` at index ``l`` (``-inf`` at 0), ``(L + 1,)``, detached."""
-        a = (self.log_pi0 - self.log_z).detach()
-        return torch.cat([a.new_full((1,), -math.inf), a])
-
-    def log_prob(self, x: Sequences) -> Tensor:
-        """:math:`\\log p_\\xi(l, x) = \\log\\pi_l + U_\\theta(x) - \\log Z_l`, ``(B,)`` (sentences checked)."""
-        check_sentences(_sentences(x), self.space)
-        e = self.energy(x)
-        idx = x.lengths - 1
-        return self.log_pi[idx].to(e.dtype) - e - self.log_normalisers()[idx].to(e.dtype)
-
-    def forward(self, x: Sequences) -> Tensor:
-        """Joint energy of the TRF :math:`E(x) - \\log\\pi_l + \\zeta_l`, ``(B,)`` (as :class:`~ebms.models.trf.TRF`)."""
-        e = self.energy(x)
-        idx = x.lengths - 1
-        return e - self.log_pi[idx].to(e.dtype) + self.log_z[idx].to(e.dtype)
 
     # -- the CRF side -----------------------------------------------------------------------------
     def potentials(self, x: Sequences) -> Tensor:
@@ -229,3 +180,71 @@ class JRF(nn.Module):
     def extra_repr(self) -> str:
         return (f"vocab_size={self.vocab_size}, n_tags={self.n_tags}, max_length={self.max_length}, "
                 f"anchor_first={self.anchor_first}")
+
+
+@torch.no_grad()
+def init_log_z(model: JRF, noise: Any, x: Sequences, *, chunk: int = 256) -> Tensor:
+    r"""Set :math:`\zeta` so that the marginal matches the noise on ``x``: returns the new ``log_z`` ``(L,)``.
+
+    :math:`\zeta_l` becomes the mean of :math:`\log\pi_l + U_\theta(x) - \log q(x)` over the
+    sentences of ``x`` of length :math:`l` (so :math:`\log p_\xi(l, x) = \log q(x)` on average there);
+    a length without a sentence takes a least-squares straight line in :math:`l` through all of them.
+    Noise-contrastive training then starts with its classifier near chance instead of saturated:
+    the default :math:`l \log((V-1)K)` is far off for a network at its random initialisation.
+
+    Args:
+        model: the JRF (``model.log_z`` is overwritten; train/eval mode restored).
+        noise: a language model with ``log_prob(Sequences) -> (B,)`` (e.g. :class:`~ebms.models.lm.LSTMLM`).
+        x: unlabelled sentences ``Sequences (N, T)`` of lengths ``1..L``, ids ``1..V-1``.
+        chunk: sentences scored at once.
+    """
+    x = _sentences(x)
+    if x.batch_size == 0:
+        raise ValueError("x: expected at least one sentence to fit log_z on; got an empty batch")
+    L = model.max_length
+    if int(x.lengths.max()) > L:
+        raise ValueError(f"x: a sentence of length {int(x.lengths.max())} > the model's max_length {L}")
+    was_training = model.training
+    model.eval()
+    diffs = []
+    for start in range(0, x.batch_size, check_int(chunk, "chunk", minimum=1)):
+        part = x[start:start + chunk]
+        part = Sequences(part.tokens[:, : int(part.lengths.max())], part.lengths)
+        diffs.append((model.log_pi[part.lengths - 1] - model.energy(part) - noise.log_prob(part)).double())
+    model.train(was_training)
+    d, n = torch.cat(diffs).cpu(), x.lengths.cpu()
+    sums = torch.zeros(L + 1, dtype=torch.float64).index_add_(0, n, d)
+    counts = torch.bincount(n, minlength=L + 1).double()
+    design = torch.stack([n.double(), torch.ones_like(d)], 1)
+    slope, intercept = torch.linalg.lstsq(design, d.unsqueeze(1)).solution.squeeze(1)
+    line = slope * torch.arange(L + 1, dtype=torch.float64) + intercept
+    zeta = torch.where(counts > 0, sums / counts.clamp(min=1), line)[1:]
+    model.log_z.copy_(zeta.to(model.log_z))
+    return model.log_z.detach().clone()
+
+
+def pretrain_noise_lm(lm: Any, x: Sequences, *, steps: int, batch_size: int, lr: float,
+                      generator: torch.Generator | None = None) -> list[float]:
+    r"""Fit a noise language model to ``x`` by likelihood before noise-contrastive training.
+
+    ``steps`` Adam steps (learning rate ``lr``) on ``batch_size`` sentences of ``x`` drawn with
+    replacement by ``generator``, each minimising the mean :math:`-\log q(x)`; returns the losses.
+    ``lm`` needs ``log_prob(Sequences) -> (B,)`` (e.g. :class:`~ebms.models.lm.LSTMLM`).
+    """
+    x = _sentences(x)
+    steps = check_int(steps, "steps", minimum=0)
+    batch_size = check_int(batch_size, "batch_size", minimum=1)
+    if x.batch_size == 0 and steps > 0:
+        raise ValueError("x: expected at least one sentence to fit the noise LM on; got an empty batch")
+    opt = torch.optim.Adam(lm.parameters(), lr=check_positive(lr, "lr"))
+    losses = []
+    for _ in range(steps):
+        idx = torch.randint(x.batch_size, (batch_size,), generator=generator)
+        part = x[idx]
+        part = Sequences(part.tokens[:, : int(part.lengths.max())], part.lengths)
+        loss = -lm.log_prob(part).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses

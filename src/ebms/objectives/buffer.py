@@ -237,6 +237,13 @@ class ReplayBuffer(nn.Module):
             idx: distinct slot indices ``LongTensor (n,)`` (from :meth:`sample`).
             x: positions ``(n, *event)``, finite; stored detached.
         """
+        idx, x = self._check_update(idx, x)
+        self.data[idx] = x
+        self.filled[idx] = True
+
+    def _check_update(self, idx: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
+        """The checks of :meth:`update`: ``idx`` and ``x`` moved to the storage's device (``x``
+        detached, in its dtype), or the one-line error."""
         check_tensor(idx, "idx")
         if idx.dtype != torch.long:
             raise TypeError(f"idx: expected a LongTensor of slot indices; got dtype {idx.dtype}")
@@ -257,8 +264,7 @@ class ReplayBuffer(nn.Module):
             raise ValueError(f"idx: expected distinct slot indices; got {n_dup} duplicate(s) among {n}")
         if not finite:
             raise ValueError(f"x: expected finite chain positions; got non-finite entries in shape {tuple(x.shape)}")
-        self.data[idx] = x
-        self.filled[idx] = True
+        return idx, x
 
     def extra_repr(self) -> str:
         cls = f", n_classes={self.n_classes}" if self.n_classes is not None else ""

@@ -28,7 +28,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ebms._checks import check_shape, check_tensor
 from ebms.objectives.buffer import ReplayBuffer
 from ebms.spaces import Space
 
@@ -109,7 +108,7 @@ class ReservoirBuffer(ReplayBuffer):
             generator: source of the ``n`` uniforms; ``None`` means the generator of
                 the last :meth:`sample` call.
         """
-        self._check_update(idx, x)
+        _, x = self._check_update(idx, x)
         g = generator if generator is not None else self._last_generator
         n, M, dev = x.shape[0], self.capacity, self.data.device
         s = self.seen.to(dev) + torch.arange(1, n + 1, device=dev)  # 1-based offer numbers (n,)
@@ -121,31 +120,9 @@ class ReservoirBuffer(ReplayBuffer):
         last = torch.full((M,), -1, dtype=torch.long, device=dev)
         last.scatter_reduce_(0, j[keep], rows[keep], reduce="amax")
         slots = torch.nonzero(last >= 0).squeeze(-1)
-        self.data[slots] = x.detach().to(device=dev, dtype=self.data.dtype)[last[slots]]
+        self.data[slots] = x[last[slots]]
         self.filled[slots] = True
         self.seen.add_(n)
-
-    def _check_update(self, idx: Tensor, x: Tensor) -> None:
-        """The parent's checks of :meth:`update` (same messages), without its write."""
-        check_tensor(idx, "idx")
-        if idx.dtype != torch.long:
-            raise TypeError(f"idx: expected a LongTensor of slot indices; got dtype {idx.dtype}")
-        if idx.dim() != 1 or idx.shape[0] == 0:
-            raise ValueError(f"idx: expected shape (n,) with n >= 1; got {tuple(idx.shape)}")
-        n = idx.shape[0]
-        check_tensor(x, "x", floating=True, min_dim=1)
-        check_shape(x, (n, *self.event_shape), "x")
-        s = idx.sort().values
-        dup = (s[1:] == s[:-1]).sum()
-        lo, hi, n_dup, finite = torch.stack(
-            [s[0], s[-1], dup, torch.isfinite(x.detach()).all().long().to(s.device)]
-        ).tolist()
-        if lo < 0 or hi >= self.capacity:
-            raise ValueError(f"idx: expected slot indices in [0, {self.capacity - 1}]; got min {lo}, max {hi}")
-        if n_dup:
-            raise ValueError(f"idx: expected distinct slot indices; got {n_dup} duplicate(s) among {n}")
-        if not finite:
-            raise ValueError(f"x: expected finite chain positions; got non-finite entries in shape {tuple(x.shape)}")
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, seen={int(self.seen)}"

@@ -30,9 +30,8 @@ import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_int, check_positive, check_tensor
-from ebms.models.trf._common import check_sentences, field_energy, single_token_log_z, token_scores
+from ebms.models.trf._common import LengthMixture, field_energy, token_scores
 from ebms.sequences import Sequences
-from ebms.spaces import TokenSequences
 
 __all__ = ["TRF"]
 
@@ -46,7 +45,7 @@ def _probs(p: Tensor, name: str) -> Tensor:
     return (p / p.sum()).detach().float()
 
 
-class TRF(nn.Module):
+class TRF(LengthMixture):
     """TRF language model over sentences of lengths ``1..L``.
 
     Args:
@@ -69,9 +68,6 @@ class TRF(nn.Module):
         tensor([-3.2958, -4.3944, -2.1972], grad_fn=<SubBackward0>)
     """
 
-    log_pi: Tensor
-    log_pi0: Tensor
-
     def __init__(self, energy: nn.Module, length_probs: Tensor, vocab_size: int, *, log_z: Tensor | None = None,
                  sampling_length_probs: Tensor | None = None, anchor_first: bool = False) -> None:
         super().__init__()
@@ -84,15 +80,7 @@ class TRF(nn.Module):
         pi0 = pi if sampling_length_probs is None else _probs(sampling_length_probs, "sampling_length_probs")
         if pi0.shape != pi.shape:
             raise ValueError(f"sampling_length_probs: expected shape ({L},) like length_probs; got {tuple(pi0.shape)}")
-        self.register_buffer("log_pi", pi.log())
-        self.register_buffer("log_pi0", pi0.log())
-        if log_z is None:
-            log_z = torch.arange(1, L + 1, dtype=torch.float32) * math.log(self.vocab_size - 1)
-        check_tensor(log_z, "log_z", floating=True)
-        if tuple(log_z.shape) != (L,):
-            raise ValueError(f"log_z: expected shape ({L},) (one per length 1..{L}); got {tuple(log_z.shape)}")
-        self.log_z = nn.Parameter(log_z.detach().float().clone())
-        self.anchor_first = bool(anchor_first)
+        self._init_lengths(pi, pi0, log_z, math.log(self.vocab_size - 1), anchor_first)
 
     @classmethod
     def from_corpus(cls, energy: nn.Module, corpus: Sequences, vocab_size: int, *, max_length: int | None = None,
@@ -117,19 +105,6 @@ class TRF(nn.Module):
         p = p.clamp(min=check_positive(floor, "floor"))
         return (p / p.sum()).float()
 
-    @property
-    def max_length(self) -> int:
-        return int(self.log_pi.shape[0])
-
-    @property
-    def space(self) -> TokenSequences:
-        """Where sentences live: ``TokenSequences(V, max_length)`` (id 0 allowed by the space, never by the model)."""
-        return TokenSequences(self.vocab_size, self.max_length)
-
-    @property
-    def length_probs(self) -> Tensor:
-        return self.log_pi.exp()
-
     def energy(self, x: Sequences) -> Tensor:
         """:math:`E(x)`, ``(B,)``; :math:`+\\infty` for sentences holding the boundary id (values not checked)."""
         return field_energy(self.field, x)
@@ -137,28 +112,6 @@ class TRF(nn.Module):
     def token_logits(self, x: Sequences, position: Tensor, candidates: Tensor) -> Tensor:
         """Single-position substitution scores for samplers (the field's own when it offers them)."""
         return token_scores(self.field, x, position, candidates)
-
-    def length_log_weights(self) -> Tensor:
-        """:math:`\\log\\pi^0_l - \\zeta_l` at index ``l`` (``-inf`` at 0), ``(L + 1,)``, detached."""
-        a = (self.log_pi0 - self.log_z).detach()
-        return torch.cat([a.new_full((1,), -math.inf), a])
-
-    def log_normalisers(self) -> Tensor:
-        """:math:`\\log Z_l` as the model uses it, ``(L,)``: :math:`\\zeta`, or anchored at the exact :math:`\\log Z_1`."""
-        if not self.anchor_first:
-            return self.log_z
-        return single_token_log_z(self.energy, self.vocab_size, self.log_z.device) + self.log_z - self.log_z[0]
-
-    def log_prob(self, x: Sequences) -> Tensor:
-        """:math:`\\log\\pi_l - E(x) - \\log Z_l`, ``(B,)`` (natural log; sentences checked)."""
-        check_sentences(x, self.space)
-        idx = x.lengths - 1
-        return self.log_pi[idx] - self.energy(x) - self.log_normalisers()[idx]
-
-    def forward(self, x: Sequences) -> Tensor:
-        """Joint energy :math:`E(x) - \\log\\pi_l + \\zeta_l`, ``(B,)``."""
-        idx = x.lengths - 1
-        return self.energy(x) - self.log_pi[idx] + self.log_z[idx]
 
     def extra_repr(self) -> str:
         return f"vocab_size={self.vocab_size}, max_length={self.max_length}, anchor_first={self.anchor_first}"

@@ -1,0 +1,220 @@
+"""``ebms train`` for semi-supervised chunking with a joint random field (JRF) on CoNLL-2000.
+
+``data.name = "conll2000"`` with ``model.kind = "jrf"`` is served here (the other CoNLL-2000
+models are :mod:`ebms.cli.tagging`'s). A seeded draw (``run.seed``) keeps the tags of
+``jrf.label_fraction`` of the training sentences; the others keep their words only. ``jrf.limit``
+keeps the first N sentences of each split (quick runs). Word ids:
+:class:`~ebms.data.vocab.WordVocabulary` over the training words (``jrf.min_count`` occurrences for an
+own id, digits mapped to ``0``; id 0 is the padding and the noise LM's sentence boundary).
+
+The model (:class:`~ebms.models.jrf.JRF`): word embedding ``jrf.embed``, a BiLSTM of ``jrf.hidden``
+units per direction, linear node potentials and transitions; its length law is the training
+sentences' length counts + 0.5 (a length of no training sentence keeps some mass, so a noise draw of
+that length is not an impossible positive).
+
+``objective.kind``:
+
+* ``jrf`` (:class:`~ebms.objectives.jrf.JRFObjective`): every step draws ``train.batch_size``
+  sentences (at least 2), ``batch_size - batch_size // 2`` labelled and ``batch_size // 2`` unlabelled
+  ones (with replacement, from the trainer's generator); loss =
+  CRF NLL on the labelled ones + ``jrf.alpha`` x dynamic NCE on the unlabelled ones, with
+  ``objective.nu`` noise sentences per sentence from an :class:`~ebms.models.lm.LSTMLM`
+  (``jrf.noise_hidden`` units) that is first fitted by likelihood to the unlabelled text for
+  ``jrf.noise_steps`` steps (:func:`~ebms.models.jrf.pretrain_noise_lm`) and then trained with the
+  JRF. :math:`\\zeta` starts where the marginal matches the noise on 2000 unlabelled sentences
+  (:func:`~ebms.models.jrf.init_log_z`) and is learned at ``jrf.zeta_lr`` (the rest at ``train.lr``).
+* ``crf``: the supervised baseline, the same network trained by the CRF's likelihood on
+  ``train.batch_size`` labelled sentences per step (``JRFObjective(None, alpha=0)``).
+
+``eval``: chunk precision, recall, F1 (conlleval) and token accuracy of the JRF's CRF on the test
+set (Viterbi), in percent; the final model is scored (no development-set selection: see
+``benchmarks/jrf_conll.py`` for that, and for self-training).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from ebms.cli._config_rules import COUNT, FRACTION, NONNEG, POS, Rule
+from ebms.cli.config import Config, ConfigError, ModelConfig
+from ebms.cli.tasks import StructuredTask, TaskData, register
+from ebms.data.conll import MAX_CONLL_BYTES, Sentence, load_conll2000, tag_names
+from ebms.data.vocab import WordVocabulary
+from ebms.metrics.tagger_eval import evaluate_tagger
+from ebms.models.jrf import JRF, init_log_z, pretrain_noise_lm
+from ebms.models.lm import LSTMLM
+from ebms.objectives.jrf import JRFObjective
+from ebms.sequences import Sequences
+
+__all__ = ["JRFSettings", "JRFTask"]
+
+#: unlabelled sentences :func:`~ebms.models.jrf.init_log_z` averages over.
+ZETA_INIT_SENTENCES = 2000
+#: sentences decoded at once in ``eval``.
+DECODE_CHUNK = 512
+
+
+@dataclass
+class JRFSettings:
+    """``[jrf]``: the semi-supervised JRF task's own keys."""
+
+    label_fraction: float = 0.1
+    limit: int | None = None
+    min_count: int = 2
+    embed: int = 50
+    hidden: int = 64
+    alpha: float = 1.0
+    noise_hidden: int = 64
+    noise_steps: int = 200
+    zeta_lr: float = 0.05
+
+
+def _load(cfg: Config, split: str, limit: int | None) -> list[Sentence]:
+    max_bytes = MAX_CONLL_BYTES if cfg.data.max_mb is None else int(cfg.data.max_mb * 2**20)
+    try:
+        sents = load_conll2000(split, cfg.data.root, max_bytes=max_bytes)
+    except FileNotFoundError as e:
+        raise ConfigError(f"data.name={cfg.data.name!r}: {e}") from None
+    return sents if limit is None else sents[:limit]
+
+
+def _tag_ids(sents: list[Sentence], names: list[str], width: int) -> Tensor:
+    index = {t: i for i, t in enumerate(names)}
+    y = torch.zeros(len(sents), width, dtype=torch.long)
+    for i, s in enumerate(sents):
+        y[i, : len(s)] = torch.tensor([index[t] for t in s.tags], dtype=torch.long)
+    return y
+
+
+def _cut(words: Tensor, tags: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    t = int(lengths.max())
+    return words[:, :t], tags[:, :t], lengths
+
+
+class JRFTask(StructuredTask[JRFSettings]):
+    """Semi-supervised chunking with a JRF on CoNLL-2000 (see the module docstring)."""
+
+    data_names = ("conll2000",)
+    model_kinds = ("jrf",)
+    objective_kinds = ("jrf", "crf")
+    routes_by_kind = True
+    section = "jrf"
+    settings_type = JRFSettings
+    rules: ClassVar[dict[str, Rule]] = {
+        "label_fraction": FRACTION, "limit": COUNT, "min_count": COUNT, "embed": COUNT, "hidden": COUNT,
+        "alpha": POS, "noise_hidden": COUNT, "noise_steps": NONNEG, "zeta_lr": NONNEG,
+    }
+    defaults: ClassVar[dict[str, Any]] = {"train.batch_size": 64, "train.lr": 5e-3, "train.grad_clip": 5.0,
+                                          "train.steps": 1000}
+
+    def check(self, cfg: Config) -> None:
+        if cfg.model.hidden != ModelConfig().hidden:
+            raise ConfigError(f"model.hidden: the MLP's hidden widths; the JRF's BiLSTM width is jrf.hidden; "
+                              f"got model.hidden={cfg.model.hidden}")
+        if cfg.train.optimizer == "lbfgs":
+            raise ConfigError("train.optimizer: the JRF task draws fresh batches (and noise) at every step, so a "
+                              "line search would compare different objectives; expected 'adam' or 'sgd'; got 'lbfgs'")
+        if cfg.objective.kind == "jrf" and not (cfg.objective.nu >= 1 and float(cfg.objective.nu).is_integer()):
+            raise ConfigError(f"objective.nu: expected a whole number >= 1 of noise sentences per sentence; "
+                              f"got {cfg.objective.nu}")
+
+    # -- data ---------------------------------------------------------------------------------
+    def load(self, cfg: Config) -> TaskData:
+        s = self.settings(cfg)
+        self.check(cfg)
+        train, test = _load(cfg, "train", s.limit), _load(cfg, "test", s.limit)
+        n_lab = round(s.label_fraction * len(train))
+        if n_lab < 1 or (cfg.objective.kind == "jrf" and n_lab >= len(train)):
+            raise ConfigError(f"jrf.label_fraction: {s.label_fraction} of {len(train)} training sentences labels "
+                              f"{n_lab}; expected at least 1 labelled"
+                              + (" and 1 unlabelled (objective.kind = 'jrf')" if cfg.objective.kind == "jrf" else "")
+                              + " sentence: raise jrf.limit or change jrf.label_fraction")
+        names = tag_names(s.tags for s in train)
+        vocab = WordVocabulary(train, min_count=s.min_count)
+        (words,) = vocab.encode(train, chars=False)
+        lengths = torch.tensor([len(x) for x in train], dtype=torch.long)
+        tags = _tag_ids(train, names, words.shape[1])
+        perm = torch.randperm(len(train), generator=torch.Generator().manual_seed(cfg.run.seed))
+        lab, unl = perm[:n_lab].sort().values, perm[n_lab:].sort().values
+        (test_words,) = vocab.encode(test, chars=False)
+        test_split = {"words": test_words, "lengths": torch.tensor([len(x) for x in test], dtype=torch.long),
+                      "gold": [x.tags for x in test]}
+        info = {"tags": names, "vocab_size": len(vocab.words), "max_length": int(lengths.max()),
+                "length_counts": torch.bincount(lengths, minlength=int(lengths.max()) + 1)[1:],
+                "n_train": len(train), "labelled": (words[lab], tags[lab], lengths[lab]),
+                "unlabelled": (words[unl], lengths[unl])}
+        return TaskData(train=(words[lab], tags[lab], lengths[lab]), test=test_split, info=info, name=cfg.data.name)
+
+    def training_data(self, cfg: Config, data: TaskData) -> Callable[[int, torch.Generator], Any]:
+        words, tags, lengths = data.info["labelled"]
+        if cfg.objective.kind == "crf":
+            def labelled(n: int, g: torch.Generator) -> Any:
+                i = torch.randint(words.shape[0], (n,), generator=g)
+                return _cut(words[i], tags[i], lengths[i])
+            return labelled
+        if cfg.train.batch_size < 2:
+            raise ConfigError(f"train.batch_size: objective.kind = 'jrf' splits each batch into labelled and "
+                              f"unlabelled halves; expected at least 2; got {cfg.train.batch_size}")
+        u_words, u_lengths = data.info["unlabelled"]  # rows of the same padded encoding as words
+
+        def mixed(n: int, g: torch.Generator) -> Any:  # n - n // 2 labelled, n // 2 unlabelled (tags -1)
+            i = torch.randint(words.shape[0], (n - n // 2,), generator=g)
+            j = torch.randint(u_words.shape[0], (n // 2,), generator=g)
+            y = torch.cat([tags[i], torch.full((n // 2, tags.shape[1]), -1, dtype=torch.long)])
+            return _cut(torch.cat([words[i], u_words[j]]), y, torch.cat([lengths[i], u_lengths[j]]))
+        return mixed
+
+    # -- model and objective ------------------------------------------------------------------
+    def build_model(self, cfg: Config, data: TaskData) -> nn.Module:
+        s, info = self.settings(cfg), data.info
+        counts = info["length_counts"].double() + 0.5
+        model = JRF(info["vocab_size"], len(info["tags"]), max_length=info["max_length"], length_probs=counts,
+                    embed=s.embed, hidden=s.hidden)
+        info["model"] = model  # build_objective fits zeta to its noise LM
+        return model
+
+    def build_objective(self, cfg: Config, data: TaskData) -> nn.Module:
+        s, info = self.settings(cfg), data.info
+        if cfg.objective.kind == "crf":
+            return JRFObjective(None, alpha=0.0)
+        u_words, u_lengths = info["unlabelled"]
+        unlabelled = Sequences(u_words, u_lengths)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.run.seed + 1)
+            noise = LSTMLM(info["vocab_size"], embedding_dim=s.noise_hidden, hidden_size=s.noise_hidden, num_layers=1)
+        g = torch.Generator().manual_seed(cfg.run.seed + 2)
+        pretrain_noise_lm(noise, unlabelled, steps=s.noise_steps, batch_size=cfg.train.batch_size, lr=cfg.train.lr,
+                          generator=g)
+        pick = torch.randperm(unlabelled.batch_size, generator=g)[:ZETA_INIT_SENTENCES]
+        init_log_z(info["model"], noise, unlabelled[pick])
+        return JRFObjective(noise, alpha=s.alpha, nu=cfg.objective.nu,
+                            sample_options={"max_length": info["max_length"] + 1, "truncate": True})
+
+    def build_optimizer(self, cfg: Config, data: TaskData) -> Callable[[list[dict[str, Any]]], torch.optim.Optimizer]:
+        """``train.optimizer`` with :math:`\\zeta` (``log_z``) in a group of its own at ``jrf.zeta_lr``."""
+        zeta_lr, t = self.settings(cfg).zeta_lr, cfg.train
+        log_z = data.info["model"].log_z
+
+        def make(groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
+            rest = [{"params": [p for p in g["params"] if p is not log_z]} for g in groups]
+            split = [g for g in rest if g["params"]] + [{"params": [log_z], "lr": zeta_lr}]
+            if t.optimizer == "sgd":
+                return torch.optim.SGD(split, lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay)
+            return torch.optim.Adam(split, lr=t.lr, weight_decay=t.weight_decay)
+
+        return make
+
+    # -- evaluation ---------------------------------------------------------------------------
+    def evaluate(self, cfg: Config, model: nn.Module, data: TaskData) -> dict[str, float]:
+        assert isinstance(model, JRF)
+        test = data.test
+        return evaluate_tagger(model.tagger, (test["words"],), test["lengths"], test["gold"], data.info["tags"],
+                               chunk_size=DECODE_CHUNK)
+
+
+register(JRFTask())
