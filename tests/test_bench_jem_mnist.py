@@ -43,3 +43,19 @@ def test_jem_mnist_main_compares_both_recipes(monkeypatch: pytest.MonkeyPatch, c
     assert any(line.startswith("accuracy") for line in out)
     for recipe in ("classifier-mnist", "jem-mnist"):
         assert (tmp_path / recipe / "eval.json").is_file()
+
+
+def test_fashion_mnist_comparison_without_the_data_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.syspath_prepend(str(BENCH_DIR))
+    spec = importlib.util.spec_from_file_location("_bench_jem_mnist_fm", BENCH_DIR / "jem_mnist.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "_has_fashion", lambda: False)
+    monkeypatch.setattr(module, "_train", lambda *a, **k: pytest.fail("nothing may train without the data"))
+    monkeypatch.setattr(sys, "argv", ["jem_mnist.py", "--no-save", "--data", "fashion-mnist"])
+    module.main()
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out.strip().splitlines()[-1])
+    assert summary == {"bench": "jem_mnist", "data": "fashion-mnist", "skipped": "Fashion-MNIST not found"}
+    assert "--data fashion-mnist needs Fashion-MNIST" in captured.err + captured.out
