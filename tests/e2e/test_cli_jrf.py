@@ -91,7 +91,7 @@ def test_labelled_rows_are_the_seeded_draw_and_unlabelled_tags_stay_hidden(root:
 
 def test_zeta_starts_where_the_marginal_matches_the_noise_and_trains_at_its_own_rate(root: Path,
                                                                                    tmp_path: Path) -> None:
-    cfg = load_config(None, _args(root, tmp_path, "jrf.zeta_lr=0.07"))
+    cfg = load_config(None, _args(root, tmp_path, "jrf.zeta_lr=0.07", "train.weight_decay=0.01"))
     task = JRFTask()
     data = task.load(cfg)
     model = build_seeded_model(cfg, task, data)
@@ -108,7 +108,8 @@ def test_zeta_starts_where_the_marginal_matches_the_noise_and_trains_at_its_own_
     opt = task.build_optimizer(cfg, data)(groups)
     (zeta_group,) = [g for g in opt.param_groups if any(p is model.log_z for p in g["params"])]
     assert zeta_group["lr"] == 0.07 and len(zeta_group["params"]) == 1
-    assert all(g["lr"] == cfg.train.lr for g in opt.param_groups if g is not zeta_group)
+    assert zeta_group["weight_decay"] == 0.0  # decay would pull log Z_l towards 0
+    assert all(g["lr"] == cfg.train.lr and g["weight_decay"] == 0.01 for g in opt.param_groups if g is not zeta_group)
     assert sum(len(g["params"]) for g in opt.param_groups) == sum(len(g["params"]) for g in groups)
 
 

@@ -196,13 +196,13 @@ class JRFTask(StructuredTask[JRFSettings]):
                             sample_options={"max_length": info["max_length"] + 1, "truncate": True})
 
     def build_optimizer(self, cfg: Config, data: TaskData) -> Callable[[list[dict[str, Any]]], torch.optim.Optimizer]:
-        """``train.optimizer`` with :math:`\\zeta` (``log_z``) in a group of its own at ``jrf.zeta_lr``."""
+        """``train.optimizer`` with :math:`\\zeta` (``log_z``) in a group of its own at ``jrf.zeta_lr`` (no weight decay)."""
         zeta_lr, t = self.settings(cfg).zeta_lr, cfg.train
         log_z = data.info["model"].log_z
 
         def make(groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
             rest = [{"params": [p for p in g["params"] if p is not log_z]} for g in groups]
-            split = [g for g in rest if g["params"]] + [{"params": [log_z], "lr": zeta_lr}]
+            split = [g for g in rest if g["params"]] + [{"params": [log_z], "lr": zeta_lr, "weight_decay": 0.0}]
             if t.optimizer == "sgd":
                 return torch.optim.SGD(split, lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay)
             return torch.optim.Adam(split, lr=t.lr, weight_decay=t.weight_decay)
