@@ -68,7 +68,7 @@ def test_labelled_rows_are_the_seeded_draw_and_unlabelled_tags_stay_hidden(root:
     cfg = load_config(None, _args(root, tmp_path, "run.seed=3"))
     task = JRFTask()
     data = task.load(cfg)
-    words, tags, lengths = data.info["labelled"]
+    words, tags, lengths = data.train
     assert words.shape[0] == 12  # round(0.2 * 60)
     want = torch.randperm(60, generator=torch.Generator().manual_seed(3))[:12].sort().values.tolist()
     sents = load_conll2000("train", root)

@@ -146,12 +146,12 @@ class JRFTask(StructuredTask[JRFSettings]):
                       "gold": [x.tags for x in test]}
         info = {"tags": names, "vocab_size": len(vocab.words), "max_length": int(lengths.max()),
                 "length_counts": torch.bincount(lengths, minlength=int(lengths.max()) + 1)[1:],
-                "n_train": len(train), "labelled": (words[lab], tags[lab], lengths[lab]),
+                "n_train": len(train),
                 "unlabelled": (words[unl], lengths[unl])}
         return TaskData(train=(words[lab], tags[lab], lengths[lab]), test=test_split, info=info, name=cfg.data.name)
 
     def training_data(self, cfg: Config, data: TaskData) -> Callable[[int, torch.Generator], Any]:
-        words, tags, lengths = data.info["labelled"]
+        words, tags, lengths = data.train  # the labelled rows
         if cfg.objective.kind == "crf":
             def labelled(n: int, g: torch.Generator) -> Any:
                 i = torch.randint(words.shape[0], (n,), generator=g)

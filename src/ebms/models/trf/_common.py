@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import math
 
 import torch
@@ -56,7 +57,7 @@ def single_token_log_z(energy: object, vocab_size: int, device: torch.device) ->
     return torch.logsumexp(-check_energy_output(energy(ones), vocab_size - 1), 0)  # type: ignore[operator]
 
 
-class LengthMixture(nn.Module):
+class LengthMixture(nn.Module, abc.ABC):
     r"""The per-length part of the TRF contract, shared by :class:`~ebms.models.trf.TRF` and
     :class:`~ebms.models.jrf.JRF`: lengths ``1..L`` with weights :math:`\pi` (buffer ``log_pi``),
     a sampling prior :math:`\pi^0` (``log_pi0``) and learned log normalisers :math:`\zeta`
@@ -83,8 +84,9 @@ class LengthMixture(nn.Module):
         self.log_z = nn.Parameter(log_z.detach().float().clone())
         self.anchor_first = bool(anchor_first)
 
+    @abc.abstractmethod
     def energy(self, x: Sequences) -> Tensor:
-        raise NotImplementedError
+        """The sentence energy :math:`E(x)`, ``(B,)`` (defined by each subclass)."""
 
     @property
     def max_length(self) -> int:
