@@ -13,7 +13,8 @@ Workload (the monograph's Table 5.3 chunking column, scaled to CPU; §5.3, Song 
     methods     ``supervised``: the JRF's CRF trained by likelihood on the labelled sentences only
                 (``JRFObjective(None, alpha=0)``, the CRF NLL exactly); ``self_training``:
                 ``ebms.models.self_train`` (``--rounds`` rounds, sequence-posterior threshold from
-                ``--thresholds``, a fresh network per round); ``jrf``: ``JRFObjective`` (CRF NLL on a
+                ``--thresholds``, a fresh network per round, the round with the best development F1
+                kept); ``jrf``: ``JRFObjective`` (CRF NLL on a
                 labelled batch + ``alpha`` x DNCE on an unlabelled batch of the same size, noise = an
                 ``LSTMLM`` pre-trained ``--noise-steps`` steps by likelihood on the unlabelled text and
                 trained on with DNCE; ``zeta`` initialised from data (below) and learned with
@@ -254,9 +255,11 @@ def run_self_training(data, lab, unl, args, seed, threshold: float) -> dict[str,
                         seed + 10 * len(runs)))
 
     res = self_train(factory, train, (Sequences(lab[0], lab[2]), lab[1]), Sequences(*unl), rounds=args.rounds,
-                     threshold=threshold, conditional=lambda m, x: m.crf(x))
-    stats = dict(runs[-1], rounds=[{"added": int(r.added.numel()), "pool": r.pool} for r in res.rounds],
-                 pseudo_labelled=int(res.pseudo_index.numel()), round_dev_f1=[r["dev_f1"] for r in runs])
+                     threshold=threshold, conditional=lambda m, x: m.crf(x),
+                     score=lambda m: runs[-1]["dev_f1"])  # fit() has just scored this tagger
+    stats = dict(runs[res.best_run], rounds=[{"added": int(r.added.numel()), "pool": r.pool} for r in res.rounds],
+                 pseudo_labelled=int(res.pseudo_index.numel()), round_dev_f1=[r["dev_f1"] for r in runs],
+                 best_run=res.best_run)
     return {"model": res.tagger, "stats": stats, "config": {"threshold": threshold}}
 
 

@@ -123,6 +123,29 @@ def test_zero_rounds_is_the_supervised_tagger():
     assert res.rounds == () and res.pseudo_index.numel() == 0 and train.sizes == [5]
 
 
+@pytest.mark.parametrize("script,best", [([0.5, 0.9, 0.7], 1), ([0.5, 0.4, 0.3], 0), ([0.2, 0.6, 0.6], 1),
+                                         ([0.1, 0.2, 0.8], 2)])
+def test_score_keeps_the_best_training_run(script, best):
+    """``score`` is called once per training run in order; the best (the earliest on ties) is returned."""
+    train, seen = Trainer(), []
+
+    def score(tagger: nn.Module) -> float:
+        seen.append(tagger)
+        return script[len(seen) - 1]
+
+    res = self_train(TableTagger, train, LABELLED, POOL, rounds=2, threshold=0.0, max_add=2, score=score)
+    assert len(train.taggers) == 3 and seen == train.taggers  # threshold 0 and max_add 2: every round adds two
+    assert res.scores == tuple(script) and res.best_run == best and res.tagger is train.taggers[best]
+
+
+def test_without_score_the_last_run_is_returned():
+    train = Trainer()
+    res = self_train(TableTagger, train, LABELLED, POOL, rounds=2, threshold=0.0, max_add=2)
+    assert res.scores == () and res.best_run == len(train.taggers) - 1 == 2 and res.tagger is train.taggers[-1]
+    res = self_train(TableTagger, Trainer(), LABELLED, POOL, rounds=3, threshold=1.0)  # nothing passes: run 0 only
+    assert res.best_run == 0 and res.pseudo_index.numel() == 0
+
+
 def test_a_jrf_can_be_the_tagger():
     def make() -> JRF:
         torch.manual_seed(0)
@@ -142,6 +165,8 @@ def test_a_jrf_can_be_the_tagger():
     ({"labelled": (POOL.tokens, POOL.tokens)}, TypeError, r"labelled: expected a \(Sequences, tags \(N, T\)\) tuple"),
     ({"labelled": (LABELLED[0], torch.zeros(5, 3, dtype=torch.long))}, ValueError, "labelled tags"),
     ({"unlabelled": POOL.tokens}, TypeError, "unlabelled: expected an ebms.sequences.Sequences; got Tensor"),
+    ({"score": 0.5}, TypeError, "score: expected a callable tagger -> float or None; got float"),
+    ({"score": lambda m: float("nan")}, ValueError, "score\\(tagger\\) of training run 0: expected a finite number"),
 ])
 def test_bad_arguments_name_themselves(kwargs, error, match):
     args = {"labelled": LABELLED, "unlabelled": POOL, **kwargs}

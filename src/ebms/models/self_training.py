@@ -12,6 +12,9 @@ a round adds nothing. Confidence of a sentence (both in ``[0, 1]``):
   (at least the sequence posterior).
 
 ``max_add`` caps a round's additions at the most confident sentences (ties: lower index first).
+``score(tagger) -> float`` (higher is better, e.g. development F1), when given, is called on every
+trained tagger, round 0's included, and the result keeps the best one (the earliest on ties) instead
+of the last: later rounds can drift as wrong pseudo-labels accumulate.
 The tagger and its training are the caller's: ``tagger_factory() -> nn.Module`` and
 ``train(tagger, sentences, tags)`` (in place); ``conditional(tagger, sentences)`` gives the
 :class:`~ebms.structured.linear_chain.LinearChainCRF` of :math:`p(y \mid x)` (default
@@ -29,6 +32,7 @@ References:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -57,20 +61,26 @@ class SelfTrainingRound:
 
 @dataclass(frozen=True)
 class SelfTrainingResult:
-    """The last tagger, the pseudo-labelled set and the rounds.
+    """The chosen tagger, the pseudo-labelled set and the rounds.
 
     Attributes:
-        tagger: the tagger trained last (on the labelled plus all pseudo-labelled sentences).
+        tagger: the tagger trained last (on the labelled plus all pseudo-labelled sentences), or with
+            ``score`` the best-scoring one (training run ``best_run``).
         pseudo_index: indices into the unlabelled set of the pseudo-labelled sentences, ``(P,)`` int64,
             in the order they were added.
         pseudo_tags: their tags ``(P, T)`` long (0 beyond each length).
         rounds: one :class:`SelfTrainingRound` per labelling round run.
+        scores: ``score`` of each training run in order (run 0 on the labelled set alone); empty
+            without ``score``.
+        best_run: the training run ``tagger`` comes from (0: the supervised tagger).
     """
 
     tagger: nn.Module
     pseudo_index: Tensor
     pseudo_tags: Tensor
     rounds: tuple[SelfTrainingRound, ...]
+    scores: tuple[float, ...] = ()
+    best_run: int = 0
 
 
 def _default_conditional(tagger: nn.Module, x: Sequences) -> LinearChainCRF:
@@ -115,7 +125,7 @@ def self_train(tagger_factory: Callable[[], nn.Module],
                labelled: tuple[Sequences, Tensor], unlabelled: Sequences, *, rounds: int = 3,
                threshold: float = 0.9, confidence: str = "sequence", max_add: int | None = None,
                conditional: Callable[[nn.Module, Sequences], LinearChainCRF] | None = None,
-               batch_size: int = 256) -> SelfTrainingResult:
+               batch_size: int = 256, score: Callable[[nn.Module], float] | None = None) -> SelfTrainingResult:
     """Self-training (module docstring).
 
     Args:
@@ -129,11 +139,13 @@ def self_train(tagger_factory: Callable[[], nn.Module],
         max_add: at most this many sentences per round (the most confident); ``None``: no cap.
         conditional: ``(tagger, sentences) -> LinearChainCRF``; default ``tagger(tokens, lengths)``.
         batch_size: sentences per labelling chunk.
+        score: ``tagger -> float``, higher is better (e.g. F1 on held-out sentences); when given,
+            the best-scoring tagger over all training runs is returned. ``None``: the last one.
 
     Raises:
         TypeError: ``labelled``/``unlabelled`` of the wrong types.
         ValueError: an unknown ``confidence``, bad ``rounds``/``threshold``/``max_add``/``batch_size``,
-            tags not shaped like the labelled sentences.
+            tags not shaped like the labelled sentences, a ``score`` that is not finite.
     """
     if not (isinstance(labelled, tuple) and len(labelled) == 2 and isinstance(labelled[0], Sequences)):
         raise TypeError(f"labelled: expected a (Sequences, tags (N, T)) tuple; got {type(labelled).__name__}")
@@ -149,10 +161,25 @@ def self_train(tagger_factory: Callable[[], nn.Module],
     cap = None if max_add is None else check_int(max_add, "max_add", minimum=1)
     batch_size = check_int(batch_size, "batch_size", minimum=1)
     cond = conditional or _default_conditional
+    if score is not None and not callable(score):
+        raise TypeError(f"score: expected a callable tagger -> float or None; got {type(score).__name__}")
     y_lab = y_lab.long().masked_fill(~x_lab.mask(), 0)
+    scores: list[float] = []
+    best: tuple[nn.Module, int] | None = None
+
+    def fitted(tagger: nn.Module) -> None:
+        nonlocal best
+        if score is not None:
+            s = float(score(tagger))
+            if not math.isfinite(s):
+                raise ValueError(f"score(tagger) of training run {len(scores)}: expected a finite number; got {s}")
+            if best is None or s > max(scores):
+                best = (tagger, len(scores))
+            scores.append(s)
 
     tagger = tagger_factory()
     train(tagger, x_lab, y_lab)
+    fitted(tagger)
     dev = unlabelled.tokens.device
     pool = torch.arange(unlabelled.batch_size, device=dev)
     index = torch.zeros(0, dtype=torch.long, device=dev)
@@ -177,4 +204,7 @@ def self_train(tagger_factory: Callable[[], nn.Module],
         x_all, y_all = _cat(x_lab, y_lab, unlabelled[index], tags)
         tagger = tagger_factory()
         train(tagger, x_all, y_all)
-    return SelfTrainingResult(tagger, index, tags, tuple(history))
+        fitted(tagger)
+    runs = 1 + sum(1 for r in history if r.added.numel() > 0)
+    chosen, run = best if best is not None else (tagger, runs - 1)
+    return SelfTrainingResult(chosen, index, tags, tuple(history), tuple(scores), run)
