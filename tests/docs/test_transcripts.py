@@ -29,6 +29,12 @@ marker takes options, separated by spaces (quote values with spaces, as in a she
 ``rtol=R``
     numbers may differ by a relative ``R`` (for figures that vary between machines); the text
     around them must still match exactly.
+``atol=A``
+    numbers may differ by ``A`` absolutely (or by ``rtol`` relatively: either suffices), for
+    standard errors and differences of nearly equal figures, whose relative spread is large.
+``vary=REGEX``
+    text matching ``REGEX`` is masked on both sides (a trained model's answers, which another CPU
+    changes), so only the text around it is compared.
 ``timeout=S``
     seconds allowed per command (default 600).
 
@@ -67,7 +73,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 DEFAULT_TIMEOUT_S = 600.0
-_OPTIONS = {"slow", "command", "setup", "session", "needs", "rtol", "timeout"}
+_OPTIONS = {"slow", "command", "setup", "session", "needs", "rtol", "atol", "vary", "timeout"}
 
 _MARKER = re.compile(r"^<!--\s*transcript\b(?P<opts>.*?)-->[ \t]*\n(?P<fence>```[a-z]*)[ \t]*\n", re.M)
 
@@ -96,6 +102,8 @@ class Block:
     session: str | None = None
     needs: str | None = None
     rtol: float = 0.0
+    atol: float = 0.0
+    vary: str | None = None
     timeout: float = DEFAULT_TIMEOUT_S
 
     @property
@@ -165,8 +173,11 @@ def parse_blocks(page: Path, text: str | None = None) -> list[Block]:
                 raise ValueError(f"{block.where}: unknown transcript option {key!r}; expected one of {sorted(_OPTIONS)}")
             if key == "slow":
                 block.slow = True
-            elif key in ("rtol", "timeout"):
+            elif key in ("rtol", "atol", "timeout"):
                 setattr(block, key, float(value))
+            elif key == "vary":
+                re.compile(value)  # a bad pattern fails here, naming nothing else
+                block.vary = value
             else:
                 setattr(block, key, value)
         if not block.commands():
@@ -229,16 +240,19 @@ def mask(text: str) -> str:
     return out
 
 
-def same_output(expected: str, actual: str, rtol: float = 0.0) -> bool:
-    """Whether two outputs agree after masking (numbers within ``rtol`` when it is positive)."""
+def same_output(expected: str, actual: str, rtol: float = 0.0, atol: float = 0.0, vary: str | None = None) -> bool:
+    """Whether two outputs agree after masking (numbers within ``rtol`` relatively or ``atol``
+    absolutely when either is positive; text matching ``vary`` masked on both sides)."""
     e, a = mask(expected), mask(actual)
-    if rtol <= 0:
+    if vary:
+        e, a = re.sub(vary, "<varies>", e), re.sub(vary, "<varies>", a)
+    if rtol <= 0 and atol <= 0:
         return e == a
     if _NUMBER.split(e) != _NUMBER.split(a):
         return False
     en, an = _NUMBER.findall(e), _NUMBER.findall(a)
     return len(en) == len(an) and all(
-        math.isclose(float(x), float(y), rel_tol=rtol, abs_tol=0.0) or x == y for x, y in zip(en, an)
+        math.isclose(float(x), float(y), rel_tol=rtol, abs_tol=atol) or x == y for x, y in zip(en, an)
     )
 
 
@@ -334,6 +348,8 @@ def test_marker_options_and_commands_are_parsed() -> None:
     assert (first.line, first.commands(), first.expected()) == (4, ["ebms recipes", "ebms --version"], ["demo  d", "ebms 0"])
     assert first.render(["demo  d2", ""]) == "$ ebms recipes\ndemo  d2\n$ ebms --version\n"
     assert (second.slow, second.session, second.rtol, second.commands()) == (True, "s", 0.1, ["cat a b.json"])
+    (third,) = parse_blocks(ROOT / "README.md", '<!-- transcript atol=0.5 vary="=\\d+ (a|b)" -->\n```text\n$ ls\n```\n')
+    assert (third.atol, third.vary) == (0.5, "=\\d+ (a|b)")
     assert second.render(['{"a": 1}\n']) == '{"a": 1}\n'
     with pytest.raises(ValueError, match="unknown transcript option 'sloww'"):
         parse_blocks(ROOT / "README.md", "<!-- transcript sloww -->\n```text\n$ ls\n```\n")
@@ -352,6 +368,14 @@ def test_masks_hide_timings_paths_and_bars_but_not_messages(tmp_path: Path) -> N
     assert same_output("nll 1.8186 ± 0.0071", "nll 1.8190 ± 0.0071", rtol=1e-3)
     assert not same_output("nll 1.8186 ± 0.0071", "nll 1.9 ± 0.0071", rtol=1e-3)
     assert not same_output("nll 1.8186 nats", "nll 1.8186 bits", rtol=1e-3)
+    # atol: either tolerance suffices (a standard error's relative spread is large)
+    assert same_output("ll -108.97 ± 0.43", "ll -106.31 ± 0.71", rtol=0.03, atol=0.5)
+    assert not same_output("ll -108.97 ± 0.43", "ll -106.31 ± 0.71", rtol=0.03)
+    assert not same_output("ll -108.97 ± 0.43", "ll -126.31 ± 0.71", rtol=0.03, atol=3.0)
+    # vary: the masked text may differ, the text around it may not
+    assert same_output("56+12=058  wrong", "56+12=068  right", vary=r"=\d+  (right|wrong)")
+    assert not same_output("56+12=058  wrong", "56+13=068  right", vary=r"=\d+  (right|wrong)")
+    assert not same_output("56+12=058  wrong", "56+12=058  wrong!", vary=r"=\d+  (right|wrong)")
 
 
 def test_update_reruns_sessions_in_one_folder_and_rewrites_only_the_blocks(tmp_path: Path) -> None:
@@ -392,7 +416,7 @@ def test_transcript_matches_what_the_command_prints(session: Session, tmp_path_f
     outputs = run_session(session, tmp_path_factory.getbasetemp())
     for block, outs in zip(session.blocks, outputs):
         for cmd, want, got in zip(block.commands(), block.expected(), outs):
-            assert same_output(want, got, block.rtol), (
+            assert same_output(want, got, block.rtol, block.atol, block.vary), (
                 f"{block.where}: `{cmd}` now prints\n{got}\n--- instead of what the page shows ---\n{want}\n"
                 f"(regenerate with: python tests/docs/test_transcripts.py --update {_rel(block.page)})"
             )

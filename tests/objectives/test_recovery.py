@@ -65,10 +65,10 @@ def test_langevin_draws_match_the_conditional_moments(dtype: torch.dtype) -> Non
         m, v = _gaussian_conditional(
             float(model.a.detach()[level]), model.mu.double(), noisy_by_level[level].double(), s
         )
-        # ULA on a Gaussian of variance v with step eps = b s^2 is exact in the mean and has
-        # stationary variance v / (1 - eps / (4 v)); after k = 120 steps the start is forgotten
-        # (contraction (1 - eps / (2 v))^120 < 1e-9).
-        eps = b * s**2
+        # ULA on a Gaussian of variance v with step eps = b s^2 (1 - s^2) is exact in the mean and
+        # has stationary variance v / (1 - eps / (4 v)); after k = 120 steps the start is forgotten
+        # (contraction (1 - eps / (2 v))^120 < 1e-8).
+        eps = b * s**2 * (1 - s**2)
         v_ula = v / (1 - eps / (4 * v))
         # n independent chains; z = 4 two-sided (failure 6e-5 per check, 8 checks)
         mean_z = (rows.mean(0) - m).abs() / math.sqrt(v_ula / n)
@@ -123,8 +123,61 @@ def test_a_step_size_function_replaces_the_b_rule() -> None:
     torch.testing.assert_close(
         obj.step_sizes(torch.tensor([0, 1]), torch.float64), torch.tensor([0.003, 0.005], dtype=torch.float64)
     )
-    default = RecoveryLikelihood(SIGMAS, b=0.2)
-    torch.testing.assert_close(default.step_sizes(torch.tensor([1]), torch.float32), torch.tensor([0.05]))
+    default = RecoveryLikelihood(SIGMAS, b=0.2)  # b sigma^2 (1 - sigma^2) = 0.2 * 0.25 * 0.75
+    torch.testing.assert_close(default.step_sizes(torch.tensor([1]), torch.float32), torch.tensor([0.0375]))
+
+
+class UnitGaussianLevels(nn.Module):
+    """The exact level energies for data ``N(0, I)``: every ``x_t ~ N(0, I)``, so ``y_t ~ N(0, (1 - s^2) I)``."""
+
+    def __init__(self, sigmas: list[float], dim: int) -> None:
+        super().__init__()
+        self.var = torch.tensor([1 - s**2 for s in sigmas], dtype=torch.float64)
+        self.event_shape = (dim,)
+
+    def forward(self, y: Tensor, t: Tensor) -> Tensor:
+        return 0.5 * y.pow(2).sum(-1) / self.var.to(y.dtype)[t]
+
+
+def test_progressive_sampling_of_the_exact_model_ends_at_the_data_distribution() -> None:
+    # Data N(0, I): with the exact level energies the conditional y_t | x_{t+1} is Gaussian with
+    # mean (1 - s^2) x_{t+1} and variance v = s^2 (1 - s^2) (s = sigma_{t+1}). k ULA steps of size
+    # eps from y = x_{t+1} give, per coordinate, y_k = (1 - s^2 + r^k s^2) x_{t+1} + noise of variance
+    # eps (1 - r^(2k)) / (1 - r^2), r = 1 - eps / (2 v); so Var(x_t) = Var(y_k) / (1 - s^2) follows
+    # exactly from Var(x_T) = 1. A schedule that ends near pure noise (0.99), as recovery_sample's
+    # N(0, I) start needs: with the former step rule b s^2 the top level had r = 1 - b / (2 (1 - s^2))
+    # = -11.6 at b = 0.5, and the chains diverged. r = 1 - b / 2 = 0.75 at every level here, so 40
+    # steps forget the start (r^40 ~ 1e-5; an unforgotten start is amplified by 1 / sqrt(1 - s^2)).
+    sigmas, k, b, n, dim = [0.1, 0.4, 0.8, 0.99], 40, 0.5, 4000, 2
+    model = UnitGaussianLevels(sigmas, dim)
+    x = recovery_sample(model, sigmas, n, k=k, b=b, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    var = 1.0
+    for s in reversed(sigmas):
+        v, eps = s**2 * (1 - s**2), b * s**2 * (1 - s**2)
+        r = 1 - eps / (2 * v)
+        assert abs(r) < 1
+        var = ((1 - s**2 + r**k * s**2) ** 2 * var + eps * (1 - r ** (2 * k)) / (1 - r**2)) / (1 - s**2)
+    assert 1.0 < var < 1.3, var  # the ULA bias: a little wider than the data
+    # mean 0 and variance var per coordinate, n independent rows; z = 4 (failure 6e-5 per check, 4 checks)
+    mean_z = x.mean(0).abs() / math.sqrt(var / n)
+    var_z = (x.var(0) - var).abs() / (var * math.sqrt(2 / (n - 1)))
+    assert float(mean_z.max()) < 4, mean_z
+    assert float(var_z.max()) < 4, (x.var(0), var)
+
+
+def test_the_default_step_is_stable_on_the_exact_top_level_conditional() -> None:
+    # The conditional at sigma = 0.99 for data N(0, I) has variance v = s^2 (1 - s^2) ~ 0.0197; one
+    # ULA step contracts by r = 1 - eps / (2 v) = 1 - b / 2 for any sigma (b = 0.1 here), so the
+    # draws stay finite and match the conditional (mean (1 - s^2) x, variance v / (1 - b / 4)).
+    s, b, n = 0.99, 0.1, 4000
+    model = UnitGaussianLevels([s], 1)
+    obj = RecoveryLikelihood([s], k=300, b=b)
+    noisy = torch.full((n, 1), 1.5, dtype=torch.float64)
+    y, _, bad = obj.sample_conditional(model, noisy, torch.zeros(n, dtype=torch.long), generator=torch.Generator().manual_seed(4))
+    assert float(bad) == 0.0 and bool(torch.isfinite(y).all())
+    m, v_ula = (1 - s**2) * 1.5, s**2 * (1 - s**2) / (1 - b / 4)
+    assert abs(float(y.mean()) - m) < 4 * math.sqrt(v_ula / n)
+    assert abs(float(y.var()) - v_ula) < 4 * v_ula * math.sqrt(2 / (n - 1))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -166,3 +219,4 @@ def test_bad_arguments_name_themselves() -> None:
         obj(lambda y, t: y.sum(-1) if y.shape[0] == 2 else y.sum()[None], noisy)
     with pytest.raises(ValueError, match="batch: expected at least one row"):
         obj(model, torch.zeros(0, 2))
+

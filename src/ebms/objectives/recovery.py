@@ -16,9 +16,19 @@ and the conditional ("recovery") EBM is
            \exp\!\Big(-E_\theta(y_t, t) - \frac{\lVert x_{t+1} - y_t \rVert^2}{2\sigma_{t+1}^2}\Big).
 
 The quadratic term makes it far easier to sample than the marginal: short-run
-Langevin (ULA) started at :math:`x_{t+1}`, with step :math:`\epsilon_t = b\,\sigma_{t+1}^2`
-(the paper's rule: Langevin noise ``s`` proportional to :math:`\sigma`, so
-:math:`\epsilon = s^2 \propto \sigma^2`), on the conditional energy.
+Langevin (ULA) started at :math:`x_{t+1}`, with step
+:math:`\epsilon_t = b\,\sigma_{t+1}^2 (1 - \sigma_{t+1}^2)`, on the conditional energy.
+
+The step is a fraction ``b`` of the conditional's variance for unit-variance data:
+if :math:`x_t \sim \mathcal N(m, I)` then :math:`y_t \mid x_{t+1}` is Gaussian with
+variance :math:`\sigma_{t+1}^2 (1 - \sigma_{t+1}^2)`, which shrinks to 0 as
+:math:`\sigma_{t+1} \to 1` because :math:`y_t` itself is scaled by
+:math:`\sqrt{1 - \sigma_{t+1}^2}`. The rule :math:`\epsilon = b\,\sigma^2` (Langevin
+noise proportional to :math:`\sigma`) ignores that factor: at the top level of a schedule
+that ends near pure noise (which :func:`recovery_sample`'s start :math:`\mathcal N(0, I)`
+needs) it is ``1 / (1 - σ²)`` times too large, and ULA diverges on the conditional
+(at σ = 0.99 and ``b = 0.1``: :math:`\epsilon/(2 v) = 2.5 > 2`), which in training
+feeds back into energies that grow without bound.
 
 Loss (rows draw ``t`` uniformly from ``0..T-1``; negatives detached):
 
@@ -105,9 +115,10 @@ class RecoveryLikelihood(nn.Module):
     Args:
         sigmas: ``T`` noise levels in ``(0, 1)``; ``sigmas[t]`` is :math:`\sigma_{t+1}`.
         k: Langevin steps per conditional draw.
-        b: step-size factor ``> 0``: ULA step :math:`\epsilon = b\,\sigma_{t+1}^2`
-            (stable for ``b < 4``; ULA's stationary variance exceeds the target's
-            by a factor ``1 / (1 - b/4)`` at most, for a flat energy).
+        b: step-size factor ``> 0``: ULA step :math:`\epsilon = b\,\sigma_{t+1}^2 (1 - \sigma_{t+1}^2)`
+            (for unit-variance data at level ``t``, ``b`` times the conditional's variance:
+            stable for ``b < 4``, and ULA's stationary variance exceeds the target's by a
+            factor ``1 / (1 - b/4)``; a flat energy or a broader one is no less stable).
         step_size_fn: optional ``sigma (B,) -> epsilon (B,)`` replacing the ``b`` rule.
     """
 
@@ -140,7 +151,7 @@ class RecoveryLikelihood(nn.Module):
     def step_sizes(self, t: Tensor, dtype: torch.dtype) -> Tensor:
         """ULA step per row ``(B,)`` for levels ``t: LongTensor (B,)``."""
         sigma = self.sigmas.to(t.device)[t]
-        eps = self.b * sigma**2 if self.step_size_fn is None else self.step_size_fn(sigma)
+        eps = self.b * sigma**2 * (1 - sigma**2) if self.step_size_fn is None else self.step_size_fn(sigma)
         if not isinstance(eps, Tensor) or eps.shape != t.shape or not bool((eps > 0).all() & eps.isfinite().all()):
             raise ValueError(
                 f"step_size_fn: expected finite positive step sizes of shape {tuple(t.shape)}; got {eps!r}"

@@ -102,18 +102,18 @@ class LengthMixture(nn.Module, abc.ABC):
         return self.log_pi.exp()
 
     def length_log_weights(self) -> Tensor:
-        """:math:`\log\pi^0_l - \zeta_l` at index ``l`` (``-inf`` at 0), ``(L + 1,)``, detached."""
+        r""":math:`\log\pi^0_l - \zeta_l` at index ``l`` (``-inf`` at 0), ``(L + 1,)``, detached."""
         a = (self.log_pi0 - self.log_z).detach()
         return torch.cat([a.new_full((1,), -math.inf), a])
 
     def log_normalisers(self) -> Tensor:
-        """:math:`\log Z_l` as the model uses it, ``(L,)``: :math:`\zeta`, or anchored at the exact :math:`\log Z_1`."""
+        r""":math:`\log Z_l` as the model uses it, ``(L,)``: :math:`\zeta`, or anchored at the exact :math:`\log Z_1`."""
         if not self.anchor_first:
             return self.log_z
         return single_token_log_z(self.energy, self.vocab_size, self.log_z.device) + self.log_z - self.log_z[0]
 
     def log_prob(self, x: Sequences) -> Tensor:
-        """:math:`\log\pi_l - E(x) - \log Z_l`, ``(B,)`` (natural log; sentences checked)."""
+        r""":math:`\log\pi_l - E(x) - \log Z_l`, ``(B,)`` (natural log; sentences checked)."""
         if not isinstance(x, Sequences):
             raise TypeError(f"x: expected an ebms.sequences.Sequences (tokens (B, T), lengths (B,)); "
                             f"got {type(x).__name__}")
@@ -123,7 +123,7 @@ class LengthMixture(nn.Module, abc.ABC):
         return self.log_pi[idx].to(e.dtype) - e - self.log_normalisers()[idx].to(e.dtype)
 
     def forward(self, x: Sequences) -> Tensor:
-        """Joint energy :math:`E(x) - \log\pi_l + \zeta_l`, ``(B,)`` (:math:`= -` ``log_prob`` without the anchor)."""
+        r"""Joint energy :math:`E(x) - \log\pi_l + \zeta_l`, ``(B,)`` (:math:`= -` ``log_prob`` without the anchor)."""
         e = self.energy(x)
         idx = x.lengths - 1
         return e - self.log_pi[idx].to(e.dtype) + self.log_z[idx].to(e.dtype)
