@@ -165,17 +165,19 @@ def self_train(tagger_factory: Callable[[], nn.Module],
         raise TypeError(f"score: expected a callable tagger -> float or None; got {type(score).__name__}")
     y_lab = y_lab.long().masked_fill(~x_lab.mask(), 0)
     scores: list[float] = []
-    best: tuple[nn.Module, int] | None = None
+    best: tuple[float, nn.Module, int] | None = None  # score, tagger, training run
+    runs = 0
 
     def fitted(tagger: nn.Module) -> None:
-        nonlocal best
+        nonlocal best, runs
+        runs += 1
         if score is not None:
             s = float(score(tagger))
             if not math.isfinite(s):
-                raise ValueError(f"score(tagger) of training run {len(scores)}: expected a finite number; got {s}")
-            if best is None or s > max(scores):
-                best = (tagger, len(scores))
+                raise ValueError(f"score(tagger) of training run {runs - 1}: expected a finite number; got {s}")
             scores.append(s)
+            if best is None or s > best[0]:
+                best = (s, tagger, runs - 1)
 
     tagger = tagger_factory()
     train(tagger, x_lab, y_lab)
@@ -205,6 +207,5 @@ def self_train(tagger_factory: Callable[[], nn.Module],
         tagger = tagger_factory()
         train(tagger, x_all, y_all)
         fitted(tagger)
-    runs = 1 + sum(1 for r in history if r.added.numel() > 0)
-    chosen, run = best if best is not None else (tagger, runs - 1)
+    _, chosen, run = best if best is not None else (None, tagger, runs - 1)
     return SelfTrainingResult(chosen, index, tags, tuple(history), tuple(scores), run)
