@@ -16,6 +16,8 @@
   (``logp``, ``max_softmax``, ``grad_norm``) — out-of-distribution detection.
 * :func:`evaluate_image_classifier`, :func:`evaluate_image_energy` — the test figures of image
   classifiers (JEM) and image energies.
+* :func:`compare_over_seeds` / :class:`SeedComparison` — two methods over the same seeds: the paired
+  difference, its Student-t interval, and the verdict it allows ("not significant" where it covers 0).
 """
 
 from ebms.metrics.bleu import LengthBucketBLEU, bleu_by_length, corpus_bleu
@@ -73,6 +75,7 @@ from ebms.metrics.rescoring import (
     simulate_nbest,
     tune_weights,
 )
+from ebms.metrics.seeds import SeedComparison, compare_over_seeds, student_t_quantile
 from ebms.metrics.tagger_eval import decode_tags, evaluate_tagger
 from ebms.metrics.tagging import token_accuracy, token_f1
 
@@ -136,4 +139,7 @@ __all__ = [
     "fpr_at_tpr",
     "ood_scores",
     "roc_curve",
+    "SeedComparison",
+    "compare_over_seeds",
+    "student_t_quantile",
 ]

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Run a command in one of two CPU slots (a 2-core machine): waits until a slot is free, so that at most
+# two heavy jobs (benchmarks, training runs) share the cores. Usage: benchmarks/slot.sh CMD [ARGS...]
+# EBMS_SLOTS (default 2) sets the number of slots; the locks live in ${TMPDIR:-/tmp}.
+set -euo pipefail
+n="${EBMS_SLOTS:-2}"
+dir="${TMPDIR:-/tmp}"
+while true; do
+  for ((i = 0; i < n; i++)); do
+    exec {fd}>"$dir/ebms-cpu-slot-$i.lock"
+    if flock -n "$fd"; then
+      echo "slot.sh: slot $i: $*" >&2
+      "$@"
+      exit $?
+    fi
+    exec {fd}>&-
+  done
+  sleep 5
+done
