@@ -226,17 +226,27 @@ def emit_final_line(summary: Mapping[str, Any]) -> None:
 
 
 def import_peer(module: str, *, extra: str = "bench") -> Any | None:
-    """The peer library ``module``, or ``None`` (with one line on stderr) when it is not installed.
+    """The peer library ``module`` (an import name, e.g. ``"ebm"`` or ``"nltk.lm"``), or ``None`` with
+    one line on stderr when it cannot be imported.
 
-    A benchmark then reports its other rows and lists the peer as skipped; it never crashes for
-    a missing peer.
+    The line names the distribution (``ebmkit``, not ``ebm``: :data:`_peers.PEER_MODULES`) and says
+    whether it is missing or installed but failing to import. A benchmark then reports its other rows
+    and lists the peer as skipped; it never crashes for a missing peer.
     """
     import importlib
+
+    from _peers import distribution_of, installed_version
 
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        note(f"skipping {module}: not installed ({exc}); pip install -e \".[{extra}]\" installs the pinned peers")
+        dist = distribution_of(module) or module.split(".")[0]
+        version = installed_version(dist)
+        fix = f"pip install -e \".[{extra}]\" installs the pinned peers"
+        if version is None:
+            note(f"skipping {dist} (import {module}): not installed ({exc}); {fix}")
+        else:
+            note(f"skipping {dist} {version}: installed, but import {module} failed ({exc}); {fix}")
         return None
 
 

@@ -63,7 +63,7 @@ def cpu_model() -> str:
 
 def git_commit() -> tuple[str | None, list[str]]:
     """``HEAD``'s hash, with ``-dirty`` when files differ from it, and the differing files (tracked
-    and untracked, at most 60 names); ``(None, [])`` outside a checkout."""
+    and untracked, at most 400 names); ``(None, [])`` outside a checkout."""
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                               check=True).stdout.strip()
@@ -72,7 +72,7 @@ def git_commit() -> tuple[str | None, list[str]]:
     except (OSError, subprocess.CalledProcessError):
         return None, []
     files = sorted(line[3:] for line in status if line[3:] and not line[3:].startswith("benchmarks/records/"))
-    return head + ("-dirty" if files else ""), files[:60]
+    return head + ("-dirty" if files else ""), files[:400]
 
 
 def peak_rss_mb() -> float:

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from typing import Any
 
 import _common as C
+import _speed_record as SR
 import torch
 
 N_VISIBLE, N_HIDDEN, N_CHAINS = 784, 20, 100
@@ -110,6 +111,7 @@ def main() -> None:
                        help="number of temperature steps (default 2000; --quick 300)")
 
     args = C.parse_args(__doc__.splitlines()[0], extra)
+    rec = SR.start("ais", args)
     info = C.machine_info(PEERS)
     n_temps = args.temperatures or (300 if args.quick else 2000)
     repeats = args.repeats or (2 if args.quick else 3)
@@ -173,6 +175,8 @@ def main() -> None:
                            "temperatures": n_temps, "schedule": "linear", "repeats": repeats},
               "rows": table_rows, "skipped": skipped}
     path = C.save_results("ais", record, enabled=not args.no_save)
+    SR.finish(rec, args, record, notes=(
+        'Medians over the repeats (seeds 0..repeats-1), alternating in one process; errors = estimate - exact log Z. speedup_vs_ebmkit_gwg = ebmkit GwG median / ebms median. Shared 2-core machine: the ratios are the robust figures.'))
     if path is not None:
         C.note(f"[ais] wrote {path}")
 

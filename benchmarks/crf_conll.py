@@ -44,6 +44,7 @@ import warnings
 from typing import Any
 
 import _common as C
+import _speed_record as SR
 import torch
 
 from ebms.data.conll import load_conll2000, load_conll2002
@@ -198,6 +199,7 @@ def run_task(name: str, train: list, test: list, extract: Any, *, c1: float, c2:
 
 def main() -> None:
     args = C.parse_args(__doc__.splitlines()[0], add_args)
+    rec = SR.start("crf_conll", args)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     for t in tasks:
         if t not in ("chunking", "ner"):
@@ -264,6 +266,14 @@ def main() -> None:
                           enabled=not args.no_save)
     if path is not None:
         C.note(f"saved {path}")
+    SR.finish(rec, args, record, settings={"tasks": tasks, "chunking_iterations": chunk_iters,
+                                           "ner_iterations": ner_iters, "cli_passes": args.cli_passes}, notes=(
+        "One run per task (deterministic L-BFGS / OWL-QN; crfsuite then ebms, sequential in one process). "
+        "F1: chunking = conlleval chunk F1 (%) on the CoNLL-2000 test set; ner = token F1 weighted over the "
+        "labels but O on CoNLL-2002 esp testb (fraction). sec_per_evaluation / sec_per_iteration: process CPU "
+        "seconds (crfsuite from its own log); speedup_per_evaluation = crfsuite / ebms (> 1: ebms faster). "
+        "cli: the command line's path, CPU s per function+gradient pass; cli_vs_library = CLI / library. "
+        "Shared 2-core machine: the CPU-time ratios are the robust figures."))
     C.emit_final_line(summary)
 
 

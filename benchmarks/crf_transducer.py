@@ -26,7 +26,15 @@ or more, the rest unknown), BIO-constrained decoding for all three models, chunk
 Reported: test tag accuracy, accuracy at copy positions, training seconds, mean +- std over
 seeds, and the first-order ceiling of the task (see the data module). One process, one thread.
 
+Comparisons: for every configuration, the CRF transducer against each of the other two models on
+the same seeds (:func:`ebms.metrics.compare_over_seeds`, paired by model seed; test tag accuracy,
+and chunk F1 on CoNLL-2000): the mean difference, its 95 % t interval and the verdict.
+
 Run: ``python benchmarks/crf_transducer.py [--quick] [--configs past-cnn,...] [--steps N] [--seeds S] [--beam W]``.
+A full run (not ``--quick``, not ``--no-save``) writes the committed record
+``benchmarks/records/<stem>.json`` (``crf_transducer`` for the three synthetic configurations,
+``crf_transducer_<configs>`` otherwise): per-seed figures, means, standard deviations and the
+comparisons.
 """
 
 from __future__ import annotations
@@ -39,10 +47,12 @@ from typing import Any
 
 import _common as C
 import torch
+from _record import Recorder
 from torch import Tensor, nn
 
 from ebms.data.synthetic_tagging import SyntheticTagging, lag_copy_tagging
 from ebms.metrics.chunking import conlleval
+from ebms.metrics.seeds import compare_over_seeds
 from ebms.models.crf_transducer import CRFTransducer
 from ebms.models.rnnt_aligned import AlignedRNNT
 from ebms.nets.transducer import TranscriptionNet
@@ -53,6 +63,7 @@ SYNTHETIC = ("past-cnn", "past-bilstm", "future-cnn")
 CONFIGS = (*SYNTHETIC, "conll2000-bilstm")
 Masks = tuple[Tensor, Tensor] | None
 BATCH, LR = 32, 3e-3
+_SHOWN = {"linear-chain": "linear-chain CRF", "rnnt": "aligned RNN-T", "crf-transducer": "CRF transducer"}
 
 
 class LinearChainTagger(nn.Module):
@@ -205,8 +216,17 @@ def run_config(config: str, *, steps: int, seeds: int, beam: int) -> dict[str, A
         print(f"\n{config}: {data.settings}, {data.n_tags} tags, BIO-constrained, encoder {encoder}")
     header = ["tag acc %", "train s", "chunk F1"] if names else ["tag acc %", "copy-position acc %", "train s"]
     print(C.format_table(["model", *header], rows))
+    metrics = ("accuracy", "chunk_f1") if names else ("accuracy",)
+    shown_metric = {"accuracy": "test tag accuracy (%)", "chunk_f1": "chunk F1 (%)"}
+    comparisons = {f"crf-transducer_vs_{other}_{key}": compare_over_seeds(
+        [r[key] for r in runs["crf-transducer"]], [r[key] for r in runs[other]], seeds=list(range(seeds)),
+        name_a="CRF transducer", name_b=_SHOWN[other], metric=shown_metric[key], higher_is_better=True).to_dict()
+        for other in ("linear-chain", "rnnt") for key in metrics}
+    for cmp in comparisons.values():
+        print(f"{config}: {cmp['sentence']}")
+    ceiling = 100 * data.first_order_ceiling if data_is_synthetic(config) else None
     return {"task": data.settings, "encoder": encoder, "n_tags": data.n_tags,
-            "first_order_ceiling": 100 * data.first_order_ceiling, "results": table, "runs": runs}
+            "first_order_ceiling": ceiling, "results": table, "runs": runs, "comparisons": comparisons}
 
 
 def main() -> None:
@@ -223,14 +243,26 @@ def main() -> None:
             raise SystemExit(f"--configs: expected names from {', '.join(CONFIGS)}; got {c!r}")
     steps = args.steps or (60 if args.quick else 1000)
     seeds = args.seeds or (2 if args.quick else 3)
+    stem = "crf_transducer" if set(configs) == set(SYNTHETIC) else "crf_transducer_" + "_".join(configs)
+    rec = Recorder(stem, seeds=list(range(seeds)), settings={
+        "configs": configs, "steps": steps, "batch": BATCH, "lr": LR, "beam": args.beam, "quick": args.quick,
+        "sizes": {"embedding_dim": 32, "hidden": 64, "layers": 1, "label_dim": 16, "label_hidden": 32},
+        "synthetic_task": {"n_train": 2000, "n_test": 500, "data_seed": 0, "lag": 3, "classes": 4},
+        "clip_grad_norm": 5.0})
     print(f"budget per model: {steps} Adam steps (lr {LR}) x batch {BATCH}, beam {args.beam}, seeds 0..{seeds - 1}")
     t0 = time.perf_counter()
     results = {c: run_config(c, steps=steps, seeds=seeds, beam=args.beam) for c in configs}
     record = {"bench": "crf_transducer", "steps": steps, "batch": BATCH, "lr": LR, "beam": args.beam,
               "seeds": seeds, "configs": results, "wall_seconds": time.perf_counter() - t0,
               "machine": C.machine_info()}
-    stem = "crf_transducer" if set(configs) == set(SYNTHETIC) else "crf_transducer_" + "_".join(configs)
     C.save_results(f"quick/{stem}" if args.quick else stem, record, enabled=not args.no_save)
+    rec.write({c: {k: v for k, v in r.items()} for c, r in results.items()}, enabled=not (args.quick or args.no_save),
+              notes=("Test tag accuracy and accuracy at copy positions in %, chunk F1 by conlleval (CoNLL-2000); "
+                     "mean and sample std over model seeds; runs: every seed's figures (train_seconds: wall "
+                     "seconds of the training loop on a shared 2-core machine, one thread: load-dependent). "
+                     "comparisons: compare_over_seeds, CRF transducer minus the other model, paired by seed, "
+                     "95 % t interval; 'words' is the verdict. first_order_ceiling: the best accuracy a "
+                     "first-order chain can reach on the synthetic task (None for CoNLL-2000)."))
     final: dict[str, Any] = {"bench": "crf_transducer", "steps": steps, "seeds": seeds, "beam": args.beam}
     for c, r in results.items():
         if data_is_synthetic(c):

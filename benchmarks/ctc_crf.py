@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 import _common as C
+import _speed_record as SR
 import torch
 import torch.nn.functional as F
 
@@ -130,6 +131,7 @@ def bench_vocab(v: int, args: Any) -> dict[str, Any]:
 
 def main() -> None:
     args = C.parse_args(__doc__.splitlines()[0])
+    rec = SR.start("ctc_crf", args)
     info = C.machine_info()
     results = [bench_vocab(v, args) for v in VOCABS]
     print(f"CTC-CRF vs CTC, loss forward+backward from logits, B={BATCH}, T={FRAMES} (ragged), "
@@ -162,6 +164,8 @@ def main() -> None:
                            "dtype": "float32", "input_lengths": "uniform in [100, 150]"},
               "results": results}
     path = C.save_results("ctc_crf", record, enabled=not args.no_save)
+    SR.finish(rec, args, record, notes=(
+        "Medians of the timed repeats (wall s per loss forward+backward), all implementations alternating in one process. rel_throughput = torch-ctc median / implementation median (1: as fast as torch's CTC). ebms_ctc_over_torch: ebms-ctc / torch-ctc time. Shared 2-core machine: the ratios are the robust figures."))
     if path is not None:
         C.note(f"[ctc_crf] wrote {path}")
     C.emit_final_line(summary)

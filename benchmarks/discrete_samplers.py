@@ -41,6 +41,7 @@ from collections.abc import Callable
 from typing import Any
 
 import _common as C
+import _speed_record as SR
 import torch
 
 D, H, B = 784, 500, 100
@@ -186,6 +187,7 @@ def main() -> None:
                        help="GwG steps from equilibrium for the same-target check (default 3000; --quick 1500)")
 
     args = C.parse_args(__doc__.splitlines()[0], extra)
+    rec = SR.start("discrete_samplers", args)
     info = C.machine_info(PEERS)
     repeats = args.repeats or (2 if args.quick else 7)
     check_steps = args.check_steps or (1500 if args.quick else 3000)
@@ -228,6 +230,8 @@ def main() -> None:
               "workload": {"rbm": [D, H], "chains": B, "rbm_sweeps": RBM_SWEEPS, "ising_side": SIDE,
                            "ising_coupling": J, "ising_boundary": "free", "ising_steps": ISING_STEPS}}
     path = C.save_results("discrete_samplers", record, enabled=not args.no_save)
+    SR.finish(rec, args, record, notes=(
+        'Medians of the timed repeats (wall s), alternating in one process. speedup_vs_ebmkit = ebmkit median / ebms median (> 1: ebms faster). z columns: same-target checks (|z| < 3 expected). Shared 2-core machine: the ratios are the robust figures.'))
     if path is not None:
         C.note(f"[discrete_samplers] wrote {path}")
 

@@ -36,24 +36,26 @@ better if you treat it as an energy-based one", at CPU scale: analogues of Table
                 the first 2,000 training images (Table 5 reports test with train in brackets).
     seeds       ``--seeds`` (default 0 1 2): model initialisation, data stream, draws, dropout.
     budget      default steps N (CE warm-up N0, so N - N0 E-ARM steps): lm 600 (400), mt 950 (800),
-                pixelcnn 330 (250). Measured on 2 heavily shared cores (load 5-9), one CE step took
-                about 0.09 s (lm), 0.14 s (mt), 0.05 s (pixelcnn) and one E-ARM step 2.8x, 4.7x and
-                36x that (the draws: up to 64 LSTM steps, up to 31 decoder passes without a cache,
-                196 PixelCNN passes). The default run took 1416 s (lm 316, mt 726, pixelcnn 374 s,
-                evaluation included; peak RSS 1.0 GB). The E-ARM phase is therefore short (200, 150
-                and 80 steps): the CPU budget, not a choice of the paper; ``--steps-scale`` lengthens
-                every phase alike.
+                pixelcnn 330 (250). An E-ARM step costs several CE steps (it draws B model samples: up
+                to 64 LSTM steps, up to 31 decoder passes without a cache, 196 PixelCNN passes); the
+                record holds the measured ratio per task (``earm_step_cost_ratio``) and the wall time.
+                The E-ARM phase is therefore short (200, 150 and 80 steps): the CPU budget, not a
+                choice of the paper; ``--steps-scale`` lengthens every phase alike.
+    comparison  E-ARM against CE per figure, paired by seed (``ebms.metrics.compare_over_seeds``: mean
+                of the per-seed differences E-ARM - CE, 95 % Student-t interval, verdict).
+    record      ``benchmarks/records/<--record>.json`` (default ``earm_compare``; none for ``--quick``
+                unless ``--record`` is given, none with ``--no-save``): settings, per-seed figures,
+                comparisons, wall time and memory (``benchmarks/_record.py``).
 
 ``--quick``: one seed, steps / 10: the same code path in a minute or two. Run: ``python
 benchmarks/earm_compare.py [--quick] [--tasks lm mt pixelcnn] [--seeds S ...] [--steps-scale F]
-[--threads N]``.
+[--record NAME] [--threads N]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import math
 import resource
 import statistics
 import time
@@ -63,6 +65,7 @@ from typing import Any
 import _common as C
 import torch
 import torch.nn.functional as F
+from _record import Recorder
 from torch import Tensor, nn
 
 from ebms.data.binarize import binarize
@@ -71,6 +74,7 @@ from ebms.data.text import Vocabulary, tiny_shakespeare
 from ebms.data.toy_translation import toy_translation_splits
 from ebms.metrics.bleu import bleu_by_length, corpus_bleu
 from ebms.metrics.exposure_bias import exposure_bias_ratio
+from ebms.metrics.seeds import SeedComparison, compare_over_seeds
 from ebms.models.lm import LSTMLM
 from ebms.models.lm.perplexity import perplexity
 from ebms.models.pixelcnn import PixelCNNAdapter, PixelCNNModel, PixelNLL
@@ -93,6 +97,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--steps-scale", type=float, default=1.0, help="multiply every N and N0 (default 1)")
+    p.add_argument("--record", default=None,
+                   help=f"record name, benchmarks/records/NAME.json (default {BENCH}; --quick: no record)")
 
 
 # --- the two arms -------------------------------------------------------------------------------
@@ -253,33 +259,38 @@ def _ms(xs: list[float]) -> str:
     return f"{statistics.mean(xs):.4g} ± {statistics.stdev(xs):.2g}"
 
 
-def _diff(ce: list[float], ea: list[float], lower_better: bool) -> tuple[str, str]:
-    d = [b - a for a, b in zip(ce, ea)]
-    if len(d) == 1:
-        return f"{d[0]:+.3g}", "1 seed: no spread"
-    m, se = statistics.mean(d), statistics.stdev(d) / math.sqrt(len(d))
-    verdict = "no difference within 2 s.e." if abs(m) < 2 * se else \
-        ("E-ARM better" if (m < 0) == lower_better else "E-ARM worse")
-    return f"{m:+.3g} ± {se:.2g} (s.e.)", verdict
+def compare(recs: list[dict[str, Any]], name: str, lower_better: bool) -> SeedComparison | None:
+    """E-ARM minus CE on figure ``name``, paired by seed; ``None`` when a seed lacks it (an empty bucket)."""
+    ce = [r.get("ce_" + name) for r in recs]
+    ea = [r.get("earm_" + name) for r in recs]
+    if any(v is None for v in ce + ea):
+        return None
+    return compare_over_seeds(ea, ce, seeds=[r["seed"] for r in recs], name_a="E-ARM", name_b="cross-entropy",
+                              metric=name, higher_is_better=not lower_better)
+
+
+def _diff(c: SeedComparison) -> tuple[str, str]:
+    if c.verdict == "one seed":
+        return f"{c.mean_diff:+.3g}", c.words()
+    return f"{c.mean_diff:+.3g} [{c.ci_low:+.3g}, {c.ci_high:+.3g}]", c.words()
 
 
 def table(recs: list[dict[str, Any]], metrics: list[tuple[str, bool]]) -> str:
     rows = []
     for name, lower in metrics:
-        ce = [r["ce_" + name] for r in recs if r.get("ce_" + name) is not None]
-        ea = [r["earm_" + name] for r in recs if r.get("earm_" + name) is not None]
-        if not ce or len(ce) != len(ea):
+        c = compare(recs, name, lower)
+        if c is None:
             rows.append([name, "-", "-", "-", "empty bucket"])
             continue
-        rows.append([name + (" (lower better)" if lower else " (higher better)"), _ms(ce), _ms(ea),
-                     *_diff(ce, ea, lower)])
+        rows.append([name + (" (lower better)" if lower else " (higher better)"), _ms(list(c.values_b)),
+                     _ms(list(c.values_a)), *_diff(c)])
     extra = [["wall s per arm, total (warm-up shared)", _ms([r["ce_total_s"] for r in recs]),
               _ms([r["earm_total_s"] for r in recs]), "", "E-ARM branch step cost x" +
               f"{statistics.mean(r['earm_step_cost_ratio'] for r in recs):.2f}"]]
     if "exposure_bias_ratio" in recs[0]:
         extra.append(["exposure-bias ratio N/total (E-ARM vs CE)", "", _ms([r["exposure_bias_ratio"] for r in recs]),
                       "", "> 0.5: E-ARM gives more gold steps higher probability"])
-    return C.format_table(["metric", "ce", "earm", "earm - ce (paired)", "verdict"], rows + extra)
+    return C.format_table(["metric", "ce", "earm", "earm - ce (paired, 95 % CI)", "verdict"], rows + extra)
 
 
 METRICS = {
@@ -290,12 +301,50 @@ METRICS = {
 }
 
 
+NOTES = ("E-ARM against cross-entropy at an equal step budget: per task and seed one CE warm-up, then two "
+         "branches from the same weights, optimizer state and data stream (ce: CE continues; earm: CE + "
+         "E-ARM surrogate, weight 1/K). comparisons: ebms.metrics.compare_over_seeds, E-ARM minus CE, paired by "
+         "seed, 95 % Student-t interval; perplexity, NLL and bits/dim lower is better, BLEU higher. "
+         "exposure_bias_ratio: share of gold test tokens the E-ARM model gives more probability than the CE "
+         "model of the same seed. earm_step_cost_ratio: E-ARM branch wall time / CE branch wall time (same step "
+         "count). Times are wall seconds on a shared machine.")
+
+
+def record_figures(results: dict[str, Any]) -> dict[str, Any]:
+    """Per task: settings, per-seed figures, spread over seeds and the E-ARM-vs-CE comparisons."""
+    out: dict[str, Any] = {}
+    for task, res in results.items():
+        recs = res["seeds"]
+        comparisons = {}
+        for name, lower in METRICS[task]:
+            c = compare(recs, name, lower)
+            if c is not None:
+                comparisons[name] = c.to_dict()
+        per_seed = {f"seed{r['seed']}": r for r in recs}
+        means = {}
+        for key in ("earm_step_cost_ratio", "exposure_bias_ratio", "ce_total_s", "earm_total_s", "seed_wall_s"):
+            xs = [r[key] for r in recs if isinstance(r.get(key), (int, float))]
+            if xs:
+                means[key] = {"mean": statistics.mean(xs), "sd": statistics.stdev(xs) if len(xs) > 1 else None,
+                              "min": min(xs), "max": max(xs)}
+        out[task] = {"steps": res["steps"], "earm_start_step": res["earm_start_step"], "wall_s": res["wall_s"],
+                     "comparisons": comparisons, "spread": means, "per_seed": per_seed}
+    return out
+
+
 def main() -> None:
     args = C.parse_args(__doc__.splitlines()[0], add_args)
     scale = args.steps_scale
     if args.quick:
         args.seeds, scale = args.seeds[:1], scale / 10
+    if len(set(args.seeds)) != len(args.seeds):
+        raise SystemExit(f"--seeds: expected distinct seeds; got {args.seeds}")
     info = C.machine_info(["sacrebleu"])
+    record_name = args.record or (None if args.quick else BENCH)
+    settings = {k: v for k, v in vars(args).items() if k not in ("no_save", "record", "repeats")}
+    rec_out = Recorder(record_name or BENCH, seeds=args.seeds,
+                       settings={**settings, "steps_scale_applied": scale, "earm": EARM_SETTINGS,
+                                 "steps": {t: list(v) for t, v in STEPS.items()}, "batch": BATCH})
     t_all = time.perf_counter()
     results: dict[str, Any] = {}
     mnist: dict[str, Tensor] = {}
@@ -330,6 +379,7 @@ def main() -> None:
                 vals = [r[f"{arm}_{name}"] for r in res["seeds"] if r.get(f"{arm}_{name}") is not None]
                 summary[f"{task}_{arm}_{name}"] = round(statistics.mean(vals), 4) if vals else None
     summary.update(wall_s=round(record["wall_s"], 1), peak_rss_mb=round(peak))
+    rec_out.write(record_figures(results), notes=NOTES, enabled=record_name is not None and not args.no_save)
     C.emit_final_line(summary)
 
 

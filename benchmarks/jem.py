@@ -47,6 +47,7 @@ from collections.abc import Callable
 from typing import Any
 
 import _common as C
+import _speed_record as SR
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -393,6 +394,7 @@ def _r(v: float | None) -> float | None:
 
 def main() -> None:
     args = C.parse_args(__doc__.splitlines()[0], _flags)
+    rec = SR.start("jem_speed", args)
     info = C.machine_info(PEERS)
     skipped: dict[str, str] = {}
     missing = list(PEERS) if args.no_peers else missing_peers()
@@ -437,6 +439,8 @@ def main() -> None:
                            "capacity": CAPACITY, "reinit": REINIT, "lr": LR},
               "sgld": sgld, "jem_step": jem}
     path = C.save_results("jem", record, enabled=not args.no_save)
+    SR.finish(rec, args, record, notes=(
+        'Medians of the timed repeats (wall s), alternating in one process. speedup_of_ebms = their median / ebms median (> 1: ebms faster). Shared 2-core machine: the ratios are the robust figures.'))
     if path is not None:
         C.note(f"[jem] wrote {path}")
     summary: dict[str, Any] = {"bench": "jem", "quick": args.quick, "threads": info["threads"],

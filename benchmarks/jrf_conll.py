@@ -55,7 +55,16 @@ backward pass); the defaults (two alphas, two thresholds, two fractions, 1000 st
 and a half to two hours on one core.
 ``--min-count`` (a smaller vocabulary) makes every method cheaper.
 
-Run: ``python benchmarks/jrf_conll.py [--quick] [--fractions 0.01,0.1] [--seeds 0] [--steps 1000]``.
+Over several seeds (``--seeds 0,1,2``) each fraction's JRF and self-training F1 are compared with the
+supervised CRF's by ``ebms.metrics.compare_over_seeds`` (paired by seed: the same label draw, network
+initialisation and development split), and the comparison, its interval and its verdict go into the record.
+
+Record: ``benchmarks/records/<--record>.json`` (default ``jrf_conll``, ``jrf_conll_quick`` with ``--quick``;
+``benchmarks/_record.py``): settings, per-seed test F1 / precision / recall / token accuracy of every
+method, the chosen candidates, seconds, the per-fraction means and the comparisons. The full per-run
+detail (development curves, every candidate) goes to ``benchmarks/results/`` (not committed).
+
+Run: ``python benchmarks/jrf_conll.py [--quick] [--fractions 0.01,0.1] [--seeds 0] [--steps 1000] [--record NAME]``.
 """
 
 from __future__ import annotations
@@ -63,16 +72,19 @@ from __future__ import annotations
 import argparse
 import copy
 import math
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
 import _common as C
 import torch
+from _record import Recorder
 from torch import Tensor
 
 from ebms.data.conll import load_conll2000, tag_names
 from ebms.data.vocab import WordVocabulary
+from ebms.metrics.seeds import compare_over_seeds
 from ebms.metrics.tagger_eval import evaluate_tagger
 from ebms.models.jrf import JRF, init_log_z, pretrain_noise_lm
 from ebms.models.lm import LSTMLM
@@ -111,6 +123,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--zeta-lr", type=float, default=0.05, help="Adam learning rate of zeta")
     p.add_argument("--min-count", type=int, default=2,
                    help="occurrences a training word needs for its own id (rarer ones are <unk>)")
+    p.add_argument("--record", default=None,
+                   help="record name: benchmarks/records/NAME.json (default jrf_conll, quick: jrf_conll_quick)")
 
 
 # -- data ------------------------------------------------------------------------------------------
@@ -300,6 +314,64 @@ def run_method(name: str, data, lab, unl, args, seed) -> dict[str, Any]:
             "stats": {k: v for k, v in best["stats"].items() if k != "dev_f1"}}
 
 
+NOTES = ("Test-set conlleval figures (chunk F1, precision, recall in %; token accuracy in %) of the checkpoint "
+         "and candidate with the best development F1; per fraction, per seed (each seed: its own label draw, "
+         "network initialisation, batches and noise draws). Comparisons: ebms.metrics.compare_over_seeds, paired "
+         "by seed, 95 % Student-t interval of the mean F1 difference. seconds: wall time of a method per seed "
+         "(every candidate, noise pre-training included); cpu_seconds: its process CPU time. The published "
+         "Table 5.3 anchor is in the record published_joint.")
+
+
+def summarise(rs: list[dict[str, Any]], methods: list[str]) -> dict[str, Any]:
+    """Means over the seeds of one fraction: test F1 and seconds per method, JRF's relative gains of the means."""
+    out: dict[str, Any] = {}
+    for m in methods:
+        f1s = [r[m]["test"]["f1"] for r in rs]
+        out[f"{m}_f1"] = sum(f1s) / len(f1s)
+        out[f"{m}_f1_std"] = statistics.stdev(f1s) if len(f1s) > 1 else 0.0
+        out[f"{m}_seconds"] = sum(r[m]["seconds_all"] for r in rs) / len(rs)
+        out[f"{m}_cpu_seconds"] = sum(r[m]["cpu_seconds_all"] for r in rs) / len(rs)
+    if "supervised" in methods and "jrf" in methods:
+        sup, jrf = out["supervised_f1"], out["jrf_f1"]
+        out["jrf_rel_gain_pct"] = 100 * (jrf - sup) / sup
+        out["jrf_rel_error_reduction_pct"] = 100 * (jrf - sup) / max(100 - sup, 1e-9)
+    out["seeds"] = len(rs)
+    return out
+
+
+def compare(rs: list[dict[str, Any]], methods: list[str]) -> dict[str, dict[str, Any]]:
+    """Each semi-supervised method against the supervised CRF: test F1 paired by seed (``compare_over_seeds``)."""
+    if "supervised" not in methods:
+        return {}
+    seeds = [r["seed"] for r in rs]
+    sup = [r["supervised"]["test"]["f1"] for r in rs]
+    names = {"jrf": "JRF", "self_training": "self-training"}
+    return {f"{m}_vs_supervised": compare_over_seeds([r[m]["test"]["f1"] for r in rs], sup, seeds=seeds,
+                                                     name_a=names[m], name_b="supervised CRF",
+                                                     metric="test chunk F1", higher_is_better=True).to_dict()
+            for m in ("jrf", "self_training") if m in methods}
+
+
+def record_figures(data: dict[str, Any], results: dict[str, Any], summary: dict[str, Any],
+                   comparisons: dict[str, Any], methods: list[str], n_train: int, n_test: int) -> dict[str, Any]:
+    """The record's figures: data sizes, per-seed test figures of every method, means, comparisons."""
+    runs: dict[str, Any] = {}
+    for key, r in results.items():
+        runs[key] = {"labelled": r["labelled"], "unlabelled": r["unlabelled"], "u_over_l": r["u_over_l"]}
+        for m in methods:
+            s = r[m]
+            t = s["test"]
+            runs[key][m] = {"test_f1": t["f1"], "test_precision": t["precision"], "test_recall": t["recall"],
+                            "test_token_accuracy": t["accuracy"], "dev_f1": s["dev_f1"], "config": s["config"],
+                            "seconds": s["seconds_all"], "cpu_seconds": s["cpu_seconds_all"],
+                            **({"pseudo_labelled": s["stats"]["pseudo_labelled"], "best_run": s["stats"]["best_run"]}
+                               if m == "self_training" else {})}
+    return {"data": {"vocab_size": data["vocab_size"], "n_tags": len(data["names"]), "max_length": data["max_length"],
+                     "train_sentences": n_train, "test_sentences": n_test},
+            "runs": runs, "means": {k: v for k, v in summary.items() if isinstance(v, dict)},
+            "comparisons": comparisons}
+
+
 def main() -> None:
     args = C.parse_args(__doc__.splitlines()[0], add_args)
     q = args.quick
@@ -320,6 +392,10 @@ def main() -> None:
     for f in fractions:
         if not 0 < f < 1:
             raise SystemExit(f"--fractions: expected values in (0, 1); got {f}")
+    settings = {k: v for k, v in vars(args).items() if k not in ("no_save", "repeats", "record")}
+    rec = Recorder(args.record or ("jrf_conll_quick" if q else "jrf_conll"), seeds=seeds,
+                   settings={**settings, "fractions": fractions, "limit_train": limit_train, "limit_test": limit_test,
+                             "dev_seed": DEV_SEED})
     summary: dict[str, Any] = {"bench": "jrf_conll", "quick": q}
     try:
         train, test = load_conll2000("train")[:limit_train], load_conll2000("test")[:limit_test]
@@ -328,7 +404,6 @@ def main() -> None:
         C.emit_final_line({**summary, "skipped": "CoNLL-2000 not found"})
         return
     data = prepare(train, test, dev=args.dev, min_count=args.min_count)
-    settings = {k: v for k, v in vars(args).items() if k not in ("no_save", "repeats")}
     record: dict[str, Any] = {"bench": "jrf_conll", "quick": q, "settings": settings, "dev_seed": DEV_SEED,
                               "selection": "checkpoint and candidate with the best development F1 (held-out "
                                            "training sentences); test scored once per method",
@@ -360,27 +435,23 @@ def main() -> None:
     print(C.format_table(["setting", "labelled", "U/L", "method", "test F1", "dev F1", "chosen on dev",
                           "wall s", "cpu s"], rows))
     for pct, rs in by_fraction.items():
-        out: dict[str, Any] = {}
-        for m in methods:
-            f1s = [r[m]["test"]["f1"] for r in rs]
-            out[f"{m}_f1"] = sum(f1s) / len(f1s)
-            out[f"{m}_seconds"] = sum(r[m]["seconds_all"] for r in rs) / len(rs)
-        if "supervised" in methods and "jrf" in methods:
-            sup, jrf = out["supervised_f1"], out["jrf_f1"]
-            out["jrf_rel_gain_pct"] = 100 * (jrf - sup) / sup
-            out["jrf_rel_error_reduction_pct"] = 100 * (jrf - sup) / max(100 - sup, 1e-9)
-        out["seeds"] = len(rs)
-        summary[pct] = out
+        summary[pct] = summarise(rs, methods)
     print("published (Table 5.3, chunking, joint vs supervised, relative improvement %, 1B-word unlabelled, "
           "U/L 50-500): 2 % labelled " + "-".join(map(str, PUBLISHED["2%"])) + ", 10 % labelled "
           + "-".join(map(str, PUBLISHED["10%"])) + "; ours (relative F1 gain / relative error reduction): "
           + ", ".join(f"{p} {o.get('jrf_rel_gain_pct', float('nan')):.1f} / "
                       f"{o.get('jrf_rel_error_reduction_pct', float('nan')):.1f}" for p, o in summary.items()
                       if isinstance(o, dict)))
+    comparisons = {pct: compare(rs, methods) for pct, rs in by_fraction.items()}
+    for pct, cmps in comparisons.items():
+        for c in cmps.values():
+            print(f"{pct} labelled: {c['sentence']}")
     record["summary"] = summary
     path = C.save_results("jrf_conll_quick" if q else "jrf_conll", record, enabled=not args.no_save)
     if path is not None:
         C.note(f"saved {path}")
+    rec.write(record_figures(data, results, summary, comparisons, methods, len(train), len(test)),
+              notes=NOTES, enabled=not args.no_save)
     C.emit_final_line(summary)
 
 

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 import _common as C
+import _speed_record as SR
 import torch
 from torch import nn
 
@@ -229,6 +230,21 @@ def bench_dim(d: int, args: Any, missing: list[str]) -> dict[str, Any]:
     }
 
 
+def matmul_routes(repeats: int) -> dict[str, float]:
+    """GFLOP/s of each float32 product route PyTorch offers here (``mm``: the default BLAS, MKL on
+    x86; ``onednn``: oneDNN's linear kernel, the route ``MLPEnergy`` takes for large products), on
+    the probe's ``1024^3`` product, timed alternating; ``onednn_over_mm`` is their ratio."""
+    a = torch.randn(PROBE_N, PROBE_N, generator=torch.Generator().manual_seed(2))
+    b = torch.randn(PROBE_N, PROBE_N, generator=torch.Generator().manual_seed(3))
+    routes = C._matmul_backends(a, b)
+    wall, _ = C.time_alternating({n: (lambda fn=fn: [fn() for _ in range(PROBE_REPS)]) for n, fn in routes.items()},
+                                 repeats=repeats, warmup=1)
+    out = {n: 2.0 * PROBE_N**3 * PROBE_REPS / C.median(t) / 1e9 for n, t in wall.items()}
+    if "onednn" in out:
+        out["onednn_over_mm"] = out["onednn"] / out["mm"]
+    return out
+
+
 def _timed_run(run: Callable[[int, int], torch.Tensor]) -> Callable[[], object]:
     return lambda: run(STEPS, 7)
 
@@ -243,6 +259,7 @@ def _round(v: float | None) -> float | None:
 
 def main() -> None:
     args = C.parse_args(__doc__.splitlines()[0], _add_compile_flag)
+    rec = SR.start("langevin", args)
     info = C.machine_info(PEERS)
     missing = missing_peers()
     if missing:
@@ -250,6 +267,7 @@ def main() -> None:
               "pip install -e .[bench] to compare with them")
     results = [bench_dim(d, args, missing) for d in DIMS]
     gflops = max(r["matmul_gflops"] for r in results)
+    routes = matmul_routes(args.repeats or (3 if args.quick else 9))
 
     header = ["D", "impl", "median s", "steps/s", "ebms speedup", "GFLOP/s", "of machine", "evals",
               "check diff", "cpu s", "cpu speedup"]
@@ -276,13 +294,17 @@ def main() -> None:
                   else "no peer library installed (pip install -e .[bench])")
         print(f"D={res['dim']}: ebms speedup vs fastest peer ({res['fastest_peer']}) "
               f"{'n/a' if got is None else f'{got:.3f}x'} [target >= {target}x: {verdict}]; {vs_lib}")
+    print("matmul routes (float32 1024^3, GFLOP/s): " + ", ".join(f"{n} {v:.3g}" for n, v in routes.items()))
     print("Not removable: ebms does 201 energy+grad evaluations (cached start point) vs 200, "
           "and checks every proposal for NaN/Inf; ebmkit uses the global RNG.")
 
     record = {"bench": "langevin", "quick": args.quick, "machine": info, "matmul_gflops": gflops,
+              "matmul_routes_gflops": routes,
               "workload": {"batch": BATCH, "hidden": HIDDEN, "steps": STEPS, "eps": EPS, "dims": list(DIMS)},
               "results": results}
     path = C.save_results("langevin", record, enabled=not args.no_save)
+    SR.finish(rec, args, record, notes=(
+        "Medians of the timed repeats (wall s), alternating the implementations in one process. speedup_of_ebms = their median / ebms median (> 1: ebms faster); cpu_speedup_of_ebms the same from process CPU time. matmul_gflops: the float32 1024^3 probe timed between the rows (the machine's throughput under the same load). Shared 2-core machine: absolute rates depend on the load; the ratios are the robust figures."))
     if path is not None:
         C.note(f"[langevin] wrote {path}")
     summary: dict[str, Any] = {"bench": "langevin", "quick": args.quick, "threads": info["threads"],

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from typing import Any
 
 import _common as C
+import _speed_record as SR
 import torch
 
 from ebms.structured import LinearChainCRF
@@ -250,6 +251,7 @@ def bench_layer(c: int, args: Any) -> dict[str, Any] | None:
 
 def main() -> None:
     args = C.parse_args(__doc__.splitlines()[0])
+    rec = SR.start("linear_chain", args)
     info = C.machine_info(("pytorch-crf", "torch-struct"))
     results = [bench_tags(c, args) for c in TAGS]
     layers = [r for r in (bench_layer(c, args) for c in TAGS) if r is not None]
@@ -307,6 +309,8 @@ def main() -> None:
                            "lengths": "ragged, uniform in [T/2, T], one of length T"},
               "results": results, "layers": layers}
     path = C.save_results("linear_chain", record, enabled=not args.no_save)
+    SR.finish(rec, args, record, notes=(
+        'Medians of the timed repeats (wall s); ebms and each peer timed in their own alternating pair, each ratio within its pair. speedup_of_ebms = their median / ebms median (> 1: ebms faster). layers: ebms.structured.crf_layer.CRF vs torchcrf.CRF. Shared 2-core machine: the ratios are the robust figures.'))
     if path is not None:
         C.note(f"[linear_chain] wrote {path}")
     C.emit_final_line(summary)

@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 import _common as C
+import _speed_record as SR
 import torch
 from torch import nn
 
@@ -88,6 +89,37 @@ LENGTH_MARGIN = 10
 LSTM_CFG = {"embedding_dim": 256, "hidden_size": 256, "num_layers": 2, "dropout": 0.3, "tie_weights": True}
 TRF_CFG = {"embedding_dim": 256, "hidden": 256, "layers": 1}
 NOISE_HIDDEN = 200
+
+
+def _json_safe(obj: Any) -> Any:
+    """``obj`` with non-finite floats as ``None`` and paths, tuples and other values as plain JSON."""
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, torch.Tensor):
+        return _json_safe(obj.tolist())
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    return str(obj)
+
+
+def commit_record(rec: Any, args: argparse.Namespace, record: dict[str, Any], *, name: str, notes: str) -> None:
+    """Write the committed record ``benchmarks/records/<name>.json`` of a full run (``_speed_record``:
+    none for ``--quick`` or ``--no-save``). Non-finite numbers become ``None`` (the notes say so); a
+    record above the size limit keeps its ``summary`` and top-level numbers only, the rest stays in
+    ``benchmarks/results/``."""
+    rec.name = name
+    clean = _json_safe(record)
+    notes += " Non-finite figures (an infinite perplexity, a missing stderr) are written as null."
+    try:
+        SR.finish(rec, args, clean, notes=notes)
+    except ValueError as e:
+        C.note(f"[{name}] {e}: the committed record keeps the summary only")
+        small = {k: v for k, v in clean.items() if k == "summary" or not isinstance(v, (dict, list))}
+        SR.finish(rec, args, small, notes=notes + " Summary only: the full figures are in benchmarks/results/.")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -373,6 +405,7 @@ def train_all(data: PTBData, kinds: list[str], budget: float, n_logz: int, test:
 
 def main() -> None:
     args = C.parse_args(__doc__.splitlines()[0], add_args)
+    recorder = SR.start(BENCH, args, seeds=(args.seed,))
     kinds = [k.strip() for k in args.models.split(",") if k.strip()]
     bad = [k for k in kinds if k not in KINDS]
     if bad:
@@ -428,6 +461,11 @@ def main() -> None:
             summary[f"trf_{k}_ppl_reestimated"] = records[k]["reestimated"]["perplexity"]
             summary[f"trf_{k}_ppl_stderr"] = records[k]["reestimated"]["stderr"]
     summary.update({f"{k}_steps_per_s": r["steps_per_s"] for k, r in records.items()})
+    commit_record(recorder, args, {**record, "summary": summary}, name=name, notes=(
+        "LSTM: exact test perplexity (</s> counted). TRFs: trf_perplexity with the training zeta and with log Z_l "
+        "re-estimated by importance sampling from the benchmark's LSTM (length-conditional), delta-method stderr, "
+        "ESS per length. budget_s is wall seconds of training per model (max_steps, when set, stops first): "
+        "steps, steps_per_s and cpu_s depend on the machine's load (load_avg_1min_at_start)."))
     C.emit_final_line({k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else v)
                        for k, v in summary.items()})
 

@@ -45,6 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 import _common as C
+import _speed_record as SR
 import numpy as np
 import torch
 
@@ -175,6 +176,7 @@ def bench_quality(x: torch.Tensor, x_test: torch.Tensor, h: int, epochs: int, se
 def main() -> None:
     global HAVE_SKLEARN
     args = C.parse_args(__doc__.splitlines()[0])
+    rec = SR.start("rbm_sklearn", args)
     HAVE_SKLEARN = C.import_peer("sklearn.neural_network") is not None
     try:
         from threadpoolctl import threadpool_limits
@@ -228,6 +230,8 @@ def main() -> None:
     record = {"bench": "rbm_sklearn", "quick": args.quick, "machine": info, "data": data_settings,
               "speed": speed, "quality": quality}
     path = C.save_results("rbm_sklearn", record, enabled=not args.no_save)
+    SR.finish(rec, args, record, notes=(
+        'Epoch times: medians of the timed repeats, alternating in one process; speedups = scikit-learn median / ebms median (> 1: ebms faster). Quality: test log-likelihood with the exact log Z, over the training seeds. Shared 2-core machine: the ratios are the robust figures.'))
     if path is not None:
         C.note(f"[rbm_sklearn] wrote {path}")
     q = quality["rows"]

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import _common as C
+import _speed_record as SR
 import neural_trf_lstm as NT
 import torch
 
@@ -87,6 +88,7 @@ def trf_shift(base: torch.Tensor, nb: Any, zeta: torch.Tensor) -> torch.Tensor:
 
 def main() -> None:
     args = C.parse_args(__doc__.splitlines()[0], add_args)
+    recorder = SR.start(BENCH, args, seeds=(args.seed,))
     n_sent = args.sentences if args.sentences is not None else (60 if args.quick else 1500)
     n_hyp = args.n or (10 if args.quick else 20)
     info = C.machine_info()
@@ -196,6 +198,11 @@ def main() -> None:
     for k, r in records.items():
         key = k.replace(" (training zeta)", "_zeta").replace(" (re-estimated)", "_reestimated").replace("-", "_")
         summary[f"{key}_wer"] = r["rescored_wer"]
+    NT.commit_record(recorder, args, {**record, "summary": summary}, name=BENCH, notes=(
+        "SIMULATED n-best lists from PTB valid (dev) and test, not ASR. WER in percent; lambda and beta tuned on "
+        "dev; test intervals: utterance-level percentile bootstrap (95 %); delta and vs_kn5: paired bootstrap, "
+        "system minus reference. models: where the LMs came from (a --models folder or trained here). score_s: "
+        "wall seconds of scoring, load-dependent."))
     C.emit_final_line({k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else v)
                        for k, v in summary.items()})
 

@@ -29,9 +29,18 @@ the sequence-level check the paper can only approximate with human raters made e
                 The true law is deterministic given the prefix: its perplexity is 1.
     seeds       ``--seeds`` (default 0 1 2): every stage re-seeded; the table gives mean and spread.
 
+    comparison  joint model against base LM, paired by seed (``ebms.metrics.compare_over_seeds``, 95 %
+                Student-t interval of the mean difference): correct sums from one draw (joint n = 100
+                vs one base draw), the same under top-3 (joint n = 100 top-3 vs one top-3 base draw),
+                and the exact perplexity of the true sums (lower is better).
+    record      ``benchmarks/records/<--record>.json`` (default ``residual_addition``; none for
+                ``--quick`` unless ``--record`` is given, none with ``--no-save``): settings, per-seed
+                figures, mean and standard deviation over seeds, the comparisons, wall time and memory
+                (``benchmarks/_record.py``). The full per-seed dump also goes to ``benchmarks/results/``.
+
 ``--quick``: 1 seed, 100 base steps, 150 energy steps, 100 test prefixes, n up to 100: the same code
 path in about a minute. Run: ``python benchmarks/residual_addition.py [--quick] [--digits D]
-[--base-steps N] [--energy-steps N] [--test N] [--seeds S ...] [--threads N]``.
+[--base-steps N] [--energy-steps N] [--test N] [--seeds S ...] [--record NAME] [--threads N]``.
 """
 
 from __future__ import annotations
@@ -45,10 +54,12 @@ from typing import Any
 
 import _common as C
 import torch
+from _record import Recorder
 
 from ebms.data.addition import AdditionTask
 from ebms.data.negative_cache import NegativeCache
 from ebms.estimators.residual_log_z import residual_perplexity
+from ebms.metrics.seeds import compare_over_seeds
 from ebms.models.lm import TransformerLM
 from ebms.models.residual_lm import ResidualLM, exact_log_z
 from ebms.nets.text_energy import TextEnergy
@@ -71,6 +82,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--energy-steps", type=int, default=1500, help="residual energy NCE steps (default 1500)")
     p.add_argument("--cache", type=int, default=16, help="base samples per training prefix (default 16)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--record", default=None,
+                   help=f"record name, benchmarks/records/NAME.json (default {BENCH}; --quick: no record)")
 
 
 def split_data(task: AdditionTask, n_train: int, n_test: int, seed: int) -> tuple[Sequences, Sequences]:
@@ -180,6 +193,43 @@ def one_seed(task: AdditionTask, args: argparse.Namespace, seed: int, ns: list[i
     return rec
 
 
+NOTES = ("Addition task, joint residual model vs its base LM on the same held-out prefixes, paired by seed "
+         "(every stage of a seed re-seeded from it). acc = share of correct sums; base_sample = one base draw, "
+         "joint_n{n} = Algorithm 1 with n base draws, _top3 = draws restricted to the base's 3 most likely tokens "
+         "(joint_n1_top3 = one restricted base draw); ppl = perplexity of the true sums, base exact, joint exact "
+         "(log Z by enumeration) and the [lower, upper] estimate from n base draws. spread: mean and sample "
+         "standard deviation over seeds. comparisons: ebms.metrics.compare_over_seeds, joint minus base, 95 % "
+         "Student-t interval of the mean paired difference. Times are wall seconds on a shared machine.")
+
+#: (comparison key, joint figure, base figure, metric, higher is better)
+COMPARISONS = (
+    ("acc_joint_n100_vs_base_draw", "joint_n100_acc", "base_sample_acc", "correct sums, one draw", True),
+    ("acc_joint_n100_top3_vs_base_top3_draw", "joint_n100_top3_acc", "joint_n1_top3_acc",
+     "correct sums, one top-3 draw", True),
+    ("ppl_joint_exact_vs_base_exact", "joint_ppl_exact", "base_ppl", "perplexity of the true sums (exact)", False),
+)
+
+
+def record_figures(recs: list[dict], ns: list[int], ppl_ns: list[int]) -> dict[str, Any]:
+    """The record's figures: per seed, mean/sd over seeds, and the joint-vs-base comparisons."""
+    seeds = [r["seed"] for r in recs]
+    scalar = [k for k, v in recs[0].items() if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "seed"]
+    spread_of: dict[str, Any] = {}
+    for k in scalar:
+        xs = [float(r[k]) for r in recs]
+        spread_of[k] = {"mean": statistics.mean(xs), "sd": statistics.stdev(xs) if len(xs) > 1 else None}
+    for n in ppl_ns:
+        for i, end in enumerate(("lower", "upper")):
+            xs = [r[f"joint_ppl_n{n}"][i] for r in recs]
+            spread_of[f"joint_ppl_n{n}_{end}"] = {"mean": statistics.mean(xs),
+                                                  "sd": statistics.stdev(xs) if len(xs) > 1 else None}
+    comparisons = {key: compare_over_seeds([r[a] for r in recs], [r[b] for r in recs], seeds=seeds,
+                                           name_a="joint model", name_b="base LM", metric=metric,
+                                           higher_is_better=hib).to_dict()
+                   for key, a, b, metric, hib in COMPARISONS}
+    return {"per_seed": {f"seed{r['seed']}": r for r in recs}, "spread": spread_of, "comparisons": comparisons}
+
+
 def spread(xs: list[float]) -> str:
     if len(xs) == 1:
         return f"{xs[0]:.3f}"
@@ -190,10 +240,15 @@ def main() -> None:
     args = C.parse_args(__doc__.splitlines()[0], add_args)
     if args.quick:
         args.seeds, args.base_steps, args.energy_steps, args.test, args.train = args.seeds[:1], 100, 150, 100, 1000
+    if len(set(args.seeds)) != len(args.seeds):
+        raise SystemExit(f"--seeds: expected distinct seeds; got {args.seeds}")
     ns = [1, 10, 100]
     ppl_ns = [10, 100] if args.quick else [10, 100, 1000]
     task = AdditionTask(args.digits)
     info = C.machine_info()
+    record_name = args.record or (None if args.quick else BENCH)
+    settings = {k: v for k, v in vars(args).items() if k not in ("no_save", "record", "repeats")}
+    rec = Recorder(record_name or BENCH, seeds=args.seeds, settings={**settings, "joint_ns": ns, "ppl_ns": ppl_ns})
     t_all = time.perf_counter()
     recs = []
     for seed in args.seeds:
@@ -213,6 +268,9 @@ def main() -> None:
         hi = [r[f"joint_ppl_n{n}"][1] for r in recs]
         rows.append([f"PPL joint, [lower, upper] n={n}", f"[{spread(lo)}, {spread(hi)}]"])
     print(C.format_table(["figure (seeds " + " ".join(map(str, args.seeds)) + ")", "value"], rows))
+    for _, a, b, metric, hib in COMPARISONS:
+        print(compare_over_seeds([r[a] for r in recs], [r[b] for r in recs], seeds=args.seeds, name_a="joint model",
+                                 name_b="base LM", metric=metric, higher_is_better=hib).sentence())
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     record = {"bench": BENCH, "machine": info, "settings": {k: v for k, v in vars(args).items()},
               "seeds": recs, "wall_s": time.perf_counter() - t_all, "peak_rss_mb": peak}
@@ -224,6 +282,7 @@ def main() -> None:
                "joint_ppl_exact": statistics.mean(r["joint_ppl_exact"] for r in recs),
                "joint_ppl_n100": [statistics.mean(r["joint_ppl_n100"][i] for r in recs) for i in (0, 1)],
                "wall_s": round(record["wall_s"], 1), "peak_rss_mb": round(peak)}
+    rec.write(record_figures(recs, ns, ppl_ns), notes=NOTES, enabled=record_name is not None and not args.no_save)
     C.emit_final_line(summary)
 
 

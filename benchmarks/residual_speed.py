@@ -52,11 +52,16 @@ Protocol: ``_common.time_alternating`` (warm-up, rotating order, medians); speed
 time / ebms median time (> 1: ebms faster). ``--quick``: 3 repeats instead of 9, no warm-up call
 (the checks have run every path), only the rows ebms, ebms-Trainer and hand of part 1 and no
 hand-loop row in part 2 (hand-loop-shared, the faster loop, stays).
-Run: ``python benchmarks/residual_speed.py [--quick] [--threads N] [--repeats N] [--no-save]``.
+Record: ``benchmarks/records/<--record>.json`` (default ``residual_speed``; none for ``--quick`` unless
+``--record`` is given, none with ``--no-save``): the workload, every row's median and per-repeat
+times, the checks, wall time, CPU, threads, torch version and the load at the start
+(``benchmarks/_record.py``); times from a shared machine are shared-machine figures.
+Run: ``python benchmarks/residual_speed.py [--quick] [--threads N] [--repeats N] [--record NAME] [--no-save]``.
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
 import math
 from collections.abc import Callable
@@ -65,6 +70,7 @@ from typing import Any
 import _common as C
 import torch
 import torch.nn.functional as F
+from _record import Recorder
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
@@ -385,11 +391,18 @@ def summarise(times: dict[str, list[float]], cpu: dict[str, list[float]], work_p
     return rows
 
 
+def _add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--record", default=None,
+                   help=f"record name, benchmarks/records/NAME.json (default {BENCH}; --quick: no record)")
+
+
 def main() -> None:
-    args = C.parse_args(__doc__.splitlines()[0])
+    args = C.parse_args(__doc__.splitlines()[0], _add_args)
     info = C.machine_info()
     repeats = args.repeats or (3 if args.quick else 9)
     warmup = 0 if args.quick else 1  # the checks have already run every code path once
+    record_name = args.record or (None if args.quick else BENCH)
+    rec = Recorder(record_name or BENCH, settings={"quick": args.quick, "repeats": repeats, "warmup": warmup})
     results: dict[str, Any] = {"nce": {}, "joint": {}}
     for kind, base_kind in KINDS:
         C.note(f"[{BENCH}] NCE {kind}: building data and checking")
@@ -468,6 +481,13 @@ def main() -> None:
         if "hand-loop" in rows:
             summary[f"joint_{k}_ratio_vs_hand_loop"] = round(rows["ebms"]["speedup_vs_hand-loop"], 3)
         summary[f"joint_{k}_ratio_vs_hand_loop_shared"] = round(rows["ebms"]["speedup_vs_hand-loop-shared"], 3)
+    rec.settings["workload"] = record["workload"]
+    rec.write({"summary": summary, "results": results},
+              notes="speedup = hand median wall time / ebms median wall time (> 1: ebms faster); cpu_* the same "
+                    "from process CPU time. rate: tokens/s (NCE) or scored draws/s (joint sampling). Medians of "
+                    "the repeats, implementations interleaved (_common.time_alternating). Measured on a shared "
+                    "machine: see load_avg_1min_at_start.",
+              enabled=record_name is not None and not args.no_save)
     C.emit_final_line(summary)
 
 

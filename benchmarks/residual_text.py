@@ -27,7 +27,7 @@ left, shrunk to one CPU core; the digest's B.9 analogue on real corpora):
                 prefix (Theorem 2: lower/upper estimates of log Z(c)); gap = upper - lower. Also the
                 held-out NCE accuracy (truth vs one base draw per prefix) and the median ESS of the
                 n = 1000 importance weights.
-    seeds       ``--seeds`` (default 0 1; the recorded runs used ``--seeds 0 1 2``): every stage re-seeded
+    seeds       ``--seeds`` (default 0 1): every stage re-seeded
                 (data order, weights, draws); the held-out prefixes are the same for every seed.
                 Tables give mean ± std over seeds.
     budget      per seed: 600 base steps, 1500 energy steps, 64k cached draws, 100 test prefixes x 1110
@@ -36,23 +36,18 @@ left, shrunk to one CPU core; the digest's B.9 analogue on real corpora):
                 cache 15 %, energy 30 %, eval 40 %), PTB about 370 s per seed on a nearly idle core
                 (base LM 55 %: the 10,000-way softmax). Two seeds: about 8 and 12 minutes.
 
-What held at this scale (``--seeds 0 1 2``, recorded in ``benchmarks/results/residual_text_<corpus>.json``;
-nothing was tuned after seeing these):
-    Tiny Shakespeare: base PPL 6.531 ± 0.105; joint n = 1000 [6.484, 6.484] ± 0.113: the paper's
-        ordering holds for every seed (joint upper below base, about -0.7 %); gap 0.0102 / 0.0010 /
-        0.0001 at n = 10 / 100 / 1000 (shrinks about 10x per 10x draws, as Theorem 2's 1/n);
-        held-out NCE accuracy 0.57, median ESS 805 of 1000: a weak but real residual.
-    PTB: base PPL 319.0 ± 11.5; joint n = 1000 [335.85, 335.99] ± 7.9: the ordering FAILS for every
-        seed (the joint model is about 5 % worse); the gap still shrinks (11.1 / 1.41 / 0.14). The
-        energy overfits its 8000 training prefixes (last-batch NCE accuracy 0.66-0.81, energy gap
-        1.1-1.8 on training pairs vs 0.51-0.58 and 0.1-0.4 held out): with a 10,000-word embedding
-        and each positive seen about 6 times it memorises training continuations, and the
-        bound is tight, so the loss is the energy's, not the estimator's.
+Record: ``benchmarks/records/residual_text_<corpus>.json`` per corpus (or ``<--record>_<corpus>``; none
+for ``--quick`` unless ``--record`` is given, none with ``--no-save``): settings, per-seed figures,
+mean and standard deviation over seeds, and the comparison of the joint model's upper bound (n =
+the largest) with the base LM's exact perplexity, paired by seed (``ebms.metrics.compare_over_seeds``,
+joint upper minus base, lower is better), wall time and memory (``benchmarks/_record.py``). No
+committed record exists yet (issue 26 runs it at its own protocol).
 
 ``--quick``: 1 seed, 80 base steps, 150 energy steps, 1000 training prefixes, 40 test prefixes,
 n = 10 and 100: the same code path in about half a minute per corpus. Run:
 ``python benchmarks/residual_text.py [--quick] [--corpus C] [--energy KIND] [--base-steps N]
-[--energy-steps N] [--train-prefixes N] [--cache S] [--test N] [--seeds S ...] [--threads N]``.
+[--energy-steps N] [--train-prefixes N] [--cache S] [--test N] [--seeds S ...] [--record NAME]
+[--threads N]``.
 """
 
 from __future__ import annotations
@@ -65,10 +60,12 @@ from typing import Any
 
 import _common as C
 import torch
+from _record import Recorder
 
 from ebms.data.negative_cache import NegativeCache
 from ebms.data.text import Vocabulary, ptb, tiny_shakespeare
 from ebms.estimators.residual_log_z import residual_perplexity
+from ebms.metrics.seeds import compare_over_seeds
 from ebms.models.lm import LSTMLM
 from ebms.models.residual_lm import ResidualLM
 from ebms.nets.text_energy import TextEnergy
@@ -96,6 +93,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", type=int, default=8, help="base draws per training prefix (default 8)")
     p.add_argument("--test", type=int, default=100, help="held-out prefixes (default 100)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="default 0 1 (budget)")
+    p.add_argument("--record", default=None,
+                   help=f"record name stem, benchmarks/records/STEM_<corpus>.json (default {BENCH}; --quick: no record)")
 
 
 class Corpus:
@@ -248,6 +247,24 @@ def report(name: str, recs: list[dict], ns: list[int]) -> dict[str, Any]:
             "gaps": dict(zip((f"n{n}" for n in ns), gaps)), "upper_below_base": upper_below, "gap_shrinks": shrinks}
 
 
+def record_figures(recs: list[dict[str, Any]], ns: list[int], summary: dict[str, Any]) -> dict[str, Any]:
+    """One corpus's record figures: per seed, mean/sd over seeds, and joint upper vs base (paired by seed)."""
+    def ms(xs: list[float]) -> dict[str, float | None]:
+        return {"mean": statistics.mean(xs), "sd": statistics.stdev(xs) if len(xs) > 1 else None}
+
+    spread_of: dict[str, Any] = {"base_ppl": ms([r["base_ppl"] for r in recs]),
+                                 "heldout_nce_accuracy": ms([r["heldout_nce_accuracy"] for r in recs])}
+    for n in ns:
+        for key in ("lower", "upper", "gap", "ess_median"):
+            spread_of[f"n{n}_{key}"] = ms([r[f"n{n}"][key] for r in recs])
+    top = f"n{ns[-1]}"
+    cmp = compare_over_seeds([r[top]["upper"] for r in recs], [r["base_ppl"] for r in recs],
+                             seeds=[r["seed"] for r in recs], name_a="joint model (upper bound)", name_b="base LM",
+                             metric=f"held-out perplexity ({top} upper vs exact)", higher_is_better=False)
+    return {"per_seed": {f"seed{r['seed']}": r for r in recs}, "spread": spread_of, "summary": summary,
+            "comparisons": {"joint_upper_vs_base_ppl": cmp.to_dict()}}
+
+
 def main() -> None:
     args = C.parse_args(__doc__.splitlines()[0], add_args)
     if args.quick:
@@ -255,12 +272,18 @@ def main() -> None:
         args.train_prefixes, args.test = 1000, 40
     ns = [10, 100] if args.quick else [10, 100, 1000]
     corpora = ["shakespeare", "ptb"] if args.corpus == "both" else [args.corpus]
+    if len(set(args.seeds)) != len(args.seeds):
+        raise SystemExit(f"--seeds: expected distinct seeds; got {args.seeds}")
     info = C.machine_info()
     t_all = time.perf_counter()
+    stem = args.record or (None if args.quick else BENCH)
+    settings = {k: v for k, v in vars(args).items() if k not in ("no_save", "record", "repeats")}
     record: dict[str, Any] = {"bench": BENCH, "machine": info, "settings": dict(vars(args)), "ns": ns}
     summary: dict[str, Any] = {"bench": BENCH, "seeds": len(args.seeds)}
     for name in corpora:
         t_c = time.perf_counter()
+        rec_out = Recorder(f"{stem or BENCH}_{name}", seeds=args.seeds,
+                           settings={**settings, "corpus": name, "ns": ns, **SETUP[name]})
         corpus = Corpus(name, args.test)
         recs = []
         for seed in args.seeds:
@@ -274,6 +297,12 @@ def main() -> None:
         summary[name] = report(name, recs, ns)
         record[name] = {"vocab_size": corpus.V, "prefix": corpus.p, "horizon": corpus.K, "seeds": recs,
                         "summary": summary[name], "wall_s": time.perf_counter() - t_c}
+        rec_out.write({"vocab_size": corpus.V, **record_figures(recs, ns, summary[name])},
+                      notes="Residual EBM on real text: the base LM's exact held-out perplexity (horizon law) and "
+                            "the joint model's [lower, upper] estimate from n base draws per prefix (Theorem 2). "
+                            "comparisons: joint upper bound minus base perplexity, paired by seed, 95 % Student-t "
+                            "interval (ebms.metrics.compare_over_seeds). Times are wall seconds on a shared machine.",
+                      enabled=stem is not None and not args.no_save)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     record.update(wall_s=time.perf_counter() - t_all, peak_rss_mb=peak)
     file = BENCH if args.corpus == "both" else f"{BENCH}_{args.corpus}"

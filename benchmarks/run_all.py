@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib.util
 import json
 import os
 import re
@@ -24,14 +23,10 @@ import sys
 import time
 from pathlib import Path
 
+from _peers import distribution_of, installed_version, missing_peers
+
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-#: modules of the ``bench`` extra's peer libraries, by import name -> distribution name
-PEER_MODULES = {
-    "torchebm": "torchebm", "ebmkit": "ebmkit", "sklearn": "scikit-learn", "torchcrf": "pytorch-crf",
-    "torch_struct": "torch-struct", "pycrfsuite": "python-crfsuite",
-    "kenlm": "kenlm", "nltk": "nltk",
-}
 _NO_MODULE = re.compile(r"No module named '([\w.]+)'")
 _NO_DATA = re.compile(r"data not found|not found under \$EBMS_DATA|EBMS_DATA")
 
@@ -67,20 +62,18 @@ def skip_reason(stderr: str) -> str | None:
     tail = "\n".join(stderr.strip().splitlines()[-5:])
     m = _NO_MODULE.search(tail)
     if m:
-        top = m.group(1).split(".")[0]
-        if top in PEER_MODULES:
-            return (f"peer library {PEER_MODULES[top]} is not installed "
-                    f"(pip install -e \".[bench]\", or `make bench`, installs the pinned peers)")
-        return None
+        dist = distribution_of(m.group(1))
+        if dist is None:
+            return None
+        version = installed_version(dist)
+        fix = "pip install -e \".[bench]\", or `make bench`, installs the pinned peers"
+        if version is None:
+            return f"peer library {dist} is not installed ({fix})"
+        return f"peer library {dist} {version} is installed but has no module {m.group(1)!r} ({fix})"
     if _NO_DATA.search(tail):
         last = stderr.strip().splitlines()[-1]
         return f"data set not found: {last.split(': ', 1)[-1][:300]}"
     return None
-
-
-def missing_peers() -> list[str]:
-    """Distributions of the ``bench`` extra whose modules cannot be found (nothing is imported)."""
-    return sorted({dist for mod, dist in PEER_MODULES.items() if importlib.util.find_spec(mod) is None})
 
 
 def run_one(script: Path, flags: list[str], timeout: float) -> dict:

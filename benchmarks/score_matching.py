@@ -44,6 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 import _common as C
+import _speed_record as SR
 import torch
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -322,6 +323,7 @@ def _round(v: float | None) -> float | None:
 
 def main() -> None:
     args = C.parse_args(__doc__.splitlines()[0])
+    rec = SR.start("score_matching", args)
     info = C.machine_info(PEERS)
     results = [bench_case(d, obj, args) for d in DIMS for obj in OBJECTIVES]
     gflops = max(r["matmul_gflops"] for r in results)
@@ -361,6 +363,8 @@ def main() -> None:
                            "dims": list(DIMS), "objectives": list(OBJECTIVES)},
               "results": results}
     path = C.save_results("score_matching", record, enabled=not args.no_save)
+    SR.finish(rec, args, record, notes=(
+        'Medians of the timed repeats (wall s per call of the training steps), alternating the implementations in one process. speedup_of_ebms = their median / ebms median (> 1: ebms faster). check_max_rel_loss_diff_vs_ebms: largest per-step loss difference over the check steps / max |loss|. Shared 2-core machine: absolute rates depend on the load; the ratios are the robust figures.'))
     if path is not None:
         C.note(f"[score_matching] wrote {path}")
     summary: dict[str, Any] = {"bench": "score_matching", "quick": args.quick, "threads": info["threads"],

@@ -52,6 +52,7 @@ import time
 from typing import Any
 
 import _common as C
+import _speed_record as SR
 import torch
 from repro_trf_ptb import kn_started_trf, ptb_data, unigram_counts
 
@@ -128,6 +129,7 @@ def ppl(trf: TRF, test: Sequences, log_z: Any) -> float:
 
 def main() -> None:
     args = C.parse_args(__doc__.splitlines()[0], add_args)
+    recorder = SR.start(BENCH, args, seeds=(args.seed,))
     q = args.quick
     is_draws = args.is_draws or (20 if q else 100)
     chains, temps = args.chains or (4 if q else 10), args.temps or (4 if q else 80)
@@ -249,6 +251,14 @@ def main() -> None:
                           enabled=not args.no_save)
     if path is not None:
         C.note(f"[{BENCH}] wrote {path}")
+    from neural_trf_lstm import commit_record
+
+    commit_record(recorder, args, record, name=BENCH + ("_trained" if d["steps"] else ""), notes=(
+        "log Z_l of a TRF on PTB by importance sampling and by forward AIS (and reverse AIS, a bracket) from the "
+        "same KN4 length-conditional proposal, per length with stderr and ESS, and the test perplexity each "
+        "gives. Forward estimates are lower bounds in expectation; a reverse run started from test sentences is "
+        "an upper bound only when those are draws of the model. Seconds are wall-clock on the machine named "
+        "here."))
     C.emit_final_line(summary)
 
 

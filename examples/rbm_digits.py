@@ -1,9 +1,11 @@
 """An RBM on binarised 8x8 digits: exact and AIS test log-likelihood side by side, filters and samples.
 
-Run:  python examples/rbm_digits.py [--out OUT] [--hidden 16] [--epochs 30] [--temperatures 14500]
+Run:  python examples/rbm_digits.py [--out OUT] [--hidden 16] [--epochs 30] [--temperatures 14500] [--record]
       (about ten seconds on one CPU core; writes OUT/rbm_digits_filters.png and
       OUT/rbm_digits_samples.png, default runs/examples, which git ignores; ``--out docs/img``
-      regenerates the figures in docs/discrete.md)
+      regenerates the figures in docs/discrete.md; ``--record``, in a source checkout, also writes
+      what it printed as the committed record ``benchmarks/records/rbm_digits_example.json``, the
+      evidence for the figures docs/discrete.md quotes)
 
 * Data: scikit-learn's 1,797 digits, thresholded at 8/16 (``ebms.data.digits.binarized_digits``),
   split 80/20 by a seeded permutation.
@@ -20,8 +22,10 @@ Run:  python examples/rbm_digits.py [--out OUT] [--hidden 16] [--epochs 30] [--t
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,7 +38,22 @@ from ebms.samplers import BlockGibbs
 from ebms.viz import image_grid, save_figure
 
 
-def sklearn_rbm_loglik(x_train: torch.Tensor, x_test: torch.Tensor, hidden: int, epochs: int, seed: int) -> None:
+def _recorder(args: argparse.Namespace) -> Any:
+    """A :class:`Recorder` of ``benchmarks/_record.py`` (source checkout only) for ``--record``."""
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    if not (bench / "_record.py").is_file():
+        raise SystemExit(f"--record: needs a source checkout ({bench / '_record.py'} not found)")
+    sys.path.insert(0, str(bench))
+    from _record import Recorder
+
+    return Recorder("rbm_digits_example", seeds=[args.seed], settings={
+        "hidden": args.hidden, "epochs": args.epochs, "learning_rate": 0.05, "batch_size": 20,
+        "ais_temperatures": args.temperatures, "ais_chains": args.chains, "reverse_start_sweeps": 1000,
+        "sklearn": not args.no_sklearn, "threads": 1})
+
+
+def sklearn_rbm_loglik(x_train: torch.Tensor, x_test: torch.Tensor, hidden: int, epochs: int,
+                       seed: int) -> dict[str, float]:
     """Fit scikit-learn's BernoulliRBM with the same settings and print its scores beside the real log-likelihood."""
     from sklearn.neural_network import BernoulliRBM as SklearnRBM
 
@@ -53,6 +72,7 @@ def sklearn_rbm_loglik(x_train: torch.Tensor, x_test: torch.Tensor, hidden: int,
         f"scikit-learn BernoulliRBM (PCD-1, {seconds:.1f} s): score_samples mean {pseudo:.2f} "
         f"(one-site pseudo-likelihood); real test log-likelihood {exact}"
     )
+    return {"fit_s": seconds, "score_samples_mean": pseudo, "test_ll": exact.estimate, "test_ll_stderr": exact.stderr}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -70,8 +90,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--chains", type=int, default=100, help="AIS chains (and reverse-AIS chains)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-sklearn", action="store_true", help="skip the scikit-learn comparison")
+    parser.add_argument("--record", action="store_true",
+                        help="write the printed figures to benchmarks/records/rbm_digits_example.json (source checkout)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # small matrices: one thread is fastest
+    rec = _recorder(args) if args.record else None
 
     x, _, settings = binarized_digits()  # (1797, 64) in {0, 1}; settings name the binarisation
     perm = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(args.seed))
@@ -82,9 +105,10 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     est = RBMEstimator(args.hidden, learning_rate=0.05, batch_size=20, n_iter=args.epochs, random_state=args.seed)
     est.fit(x_train)
+    fit_s, recon = time.perf_counter() - t0, est.reconstruction_error(x_test)
     print(
-        f"RBMEstimator CD-1, {args.hidden} hidden, {args.epochs} epochs: {time.perf_counter() - t0:.1f} s; "
-        f"reconstruction error {est.reconstruction_error(x_test):.4f}"
+        f"RBMEstimator CD-1, {args.hidden} hidden, {args.epochs} epochs: {fit_s:.1f} s; "
+        f"reconstruction error {recon:.4f}"
     )
     rbm = est.model_
 
@@ -104,22 +128,23 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     chains = BlockGibbs().sample(rbm, x_test[: args.chains], 1000, generator=g)
     bracket = ais_bracket(path, args.chains, betas, chains, generator=g)
+    ais_s = time.perf_counter() - t0
     s = bracket.settings
     print(
         f"forward AIS log Z = {s['forward']:.4f} ± {s['forward_stderr']:.4f} (ESS {s['forward_ess']:.1f} of "
         f"{args.chains}), error {s['forward'] - est.log_partition_:+.4f}; reverse AIS {s['reverse']:.4f} ± "
         f"{s['reverse_stderr']:.4f}, error {s['reverse'] - est.log_partition_:+.4f} "
-        f"({len(betas) - 1} temperatures, {time.perf_counter() - t0:.1f} s for both)"
+        f"({len(betas) - 1} temperatures, {ais_s:.1f} s for both)"
     )
     inside = bracket.lower <= est.log_partition_ <= bracket.upper
     print(
         f"AIS/reverse-AIS bracket, widened by z={s['z']:g} standard errors: [{bracket.lower:.4f}, "
         f"{bracket.upper:.4f}]; contains the exact log Z: {inside}"
     )
-    print(f"test log-likelihood with the bracket: {log_likelihood_report(rbm, x_test, bracket)}")
+    bracket_report = log_likelihood_report(rbm, x_test, bracket)
+    print(f"test log-likelihood with the bracket: {bracket_report}")
 
-    if not args.no_sklearn:
-        sklearn_rbm_loglik(x_train, x_test, args.hidden, args.epochs, args.seed)
+    sk = None if args.no_sklearn else sklearn_rbm_loglik(x_train, x_test, args.hidden, args.epochs, args.seed)
 
     out = Path(args.out)
     filters = torch.from_numpy(est.components_).reshape(-1, 8, 8)
@@ -135,6 +160,22 @@ def main(argv: list[str] | None = None) -> None:
         dpi=100,
     )
     print(f"wrote {out / 'rbm_digits_filters.png'} and {out / 'rbm_digits_samples.png'}")
+    if rec is not None:
+        rec.write({
+            "n_train": x_train.shape[0], "n_test": x_test.shape[0], "fit_s": fit_s, "reconstruction_error": recon,
+            "exact": {"log_z": est.log_partition_, "test_ll": exact_report.estimate,
+                      "test_ll_stderr": exact_report.stderr, "score_samples_mean": float(exact_ll.mean())},
+            "ais": {"log_z_forward": s["forward"], "log_z_forward_stderr": s["forward_stderr"],
+                    "log_z_forward_ess": s["forward_ess"], "forward_error": s["forward"] - est.log_partition_,
+                    "log_z_reverse": s["reverse"], "log_z_reverse_stderr": s["reverse_stderr"],
+                    "reverse_error": s["reverse"] - est.log_partition_, "wall_s": ais_s,
+                    "log_z_bracket": [bracket.lower, bracket.upper], "bracket_contains_exact": inside,
+                    "test_ll": bracket_report.estimate, "test_ll_stderr": bracket_report.stderr,
+                    "test_ll_bracket": [bracket_report.lower, bracket_report.upper]},
+            "sklearn": sk,
+        }, notes="examples/rbm_digits.py: RBMEstimator (CD-1) on binarised sklearn digits, exact log Z (2^H hidden "
+                 "states) against forward and reverse AIS; scikit-learn's BernoulliRBM (PCD-1) with the same "
+                 "settings, its score_samples (a one-site pseudo-likelihood) beside its real log-likelihood.")
 
 
 if __name__ == "__main__":

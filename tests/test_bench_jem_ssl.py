@@ -53,6 +53,29 @@ def test_jem_ssl_main_ends_with_one_json_line_holding_every_method(bench, monkey
     assert all(bench.LABELS[m] in table for m in METHODS)
 
 
+def test_jem_ssl_record_compares_the_methods_paired_by_label_draw(bench, monkeypatch, tmp_path) -> None:
+    import _common
+    import _record
+
+    monkeypatch.setattr(_record, "RECORDS_DIR", tmp_path / "records")  # never the committed records
+    monkeypatch.setattr(_common, "RESULTS_DIR", tmp_path / "results")
+    argv = ["jem_ssl.py", "--seeds", "0", "1", "--eval", "val", "--hidden", "16", "--sup-steps", "3", "--gen-steps",
+            "4", "--warmup", "2", "--k", "2", "--capacity", "64", "--batch-labelled", "8", "--batch-unlabelled", "8",
+            "--record", "ssl_tiny"]
+    monkeypatch.setattr(sys, "argv", argv)
+    bench.main()
+    record = json.loads((tmp_path / "records" / "ssl_tiny.json").read_text())
+    assert record["seeds"] == [0, 1] and record["settings"]["gen_steps"] == 4
+    per_seed, cmp = record["figures"]["per_seed"], record["figures"]["comparisons"]
+    assert set(cmp) == {"joint_vs_supervised", "pretrain_finetune_vs_supervised", "joint_vs_pretrain_finetune",
+                        "pretrain_frozen_vs_supervised"}
+    c = cmp["joint_vs_supervised"]
+    assert c["seeds"] == [0, 1] and c["higher_is_better"] is False
+    assert c["diffs"] == pytest.approx([per_seed[f"seed{s}"]["joint"]["error"] - per_seed[f"seed{s}"]["supervised"]["error"]
+                                        for s in (0, 1)])
+    assert c["words"] in ("not significant", "joint (JEM, SSL) better", "joint (JEM, SSL) worse")
+
+
 def test_joint_batches_put_labelled_rows_first_and_mark_the_rest_unlabelled(bench) -> None:
     g = torch.Generator().manual_seed(0)
     x_l, y_l = torch.zeros(5, 1, 8, 8), torch.arange(5)

@@ -57,6 +57,29 @@ def test_jrf_conll_main_ends_with_one_json_line_holding_every_method(bench, monk
     assert "Table 5.3" in table and all(m in table for m in METHODS)
 
 
+def test_jrf_conll_writes_a_record_with_a_paired_comparison_per_fraction(bench, monkeypatch, tmp_path) -> None:
+    import _common
+    import _record
+
+    monkeypatch.setattr(_record, "RECORDS_DIR", tmp_path / "records")  # never the committed records
+    monkeypatch.setattr(_common, "RESULTS_DIR", tmp_path / "results")
+    argv = ["jrf_conll.py", *TINY, "--fractions", "0.1", "--seeds", "0,1", "--thresholds", "0.0", "--rounds", "1",
+            "--alphas", "1.0", "--record", "jrf_tiny"]
+    monkeypatch.setattr(sys, "argv", argv)
+    bench.main()
+    record = json.loads((tmp_path / "records" / "jrf_tiny.json").read_text())
+    assert record["name"] == "jrf_tiny" and record["seeds"] == [0, 1] and record["settings"]["steps"] == 4
+    runs = record["figures"]["runs"]
+    assert set(runs) == {"10%/seed0", "10%/seed1"}
+    cmp = record["figures"]["comparisons"]["10%"]["jrf_vs_supervised"]
+    assert cmp["seeds"] == [0, 1] and cmp["higher_is_better"] is True
+    assert cmp["values_a"] == [runs[k]["jrf"]["test_f1"] for k in ("10%/seed0", "10%/seed1")]
+    assert cmp["values_b"] == [runs[k]["supervised"]["test_f1"] for k in ("10%/seed0", "10%/seed1")]
+    assert cmp["words"] in ("not significant", "JRF better", "JRF worse")
+    assert "self_training_vs_supervised" in record["figures"]["comparisons"]["10%"]
+    assert runs["10%/seed0"]["self_training"]["best_run"] in (0, 1)  # 0: the supervised tagger was kept
+
+
 def test_label_draw_is_seeded_and_disjoint_and_batches_put_labelled_rows_first(bench) -> None:
     from ebms.data.conll import load_conll2000
 

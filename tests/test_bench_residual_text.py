@@ -1,4 +1,6 @@
-"""Smoke test of ``benchmarks/residual_text.py --quick`` (one corpus): it runs and ends with its JSON line.
+"""``benchmarks/residual_text.py --quick`` runs and ends with its JSON line (slow), and the records of the
+residual and E-ARM benchmarks (residual_text, residual_addition, earm_compare) hold the paired comparisons
+the documentation quotes (fast: synthetic per-seed figures, no training).
 
 The quick mode trains a base LM, a residual energy and evaluates the perplexity interval; on 2
 busy cores that takes about half a minute per corpus, so the test is marked slow.
@@ -30,3 +32,67 @@ def test_residual_text_quick_mode_ends_with_a_summary_whose_bounds_are_ordered()
     assert s["joint_lower"] <= s["joint_upper"]  # lower <= upper holds for every draw (Jensen)
     assert set(s["gaps"]) == {"n10", "n100"} and all(g >= 0 for g in s["gaps"].values())
     assert s["base_ppl"] > 1.0
+
+
+def _bench(name: str):
+    """Import ``benchmarks/<name>.py`` as a module (the benchmarks import their siblings by bare name)."""
+    bench = str(ROOT / "benchmarks")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
+    import importlib
+
+    return importlib.import_module(name)
+
+
+def test_residual_text_record_compares_the_joint_upper_bound_with_the_base_paired_by_seed(tmp_path: Path) -> None:
+    rt = _bench("residual_text")
+    from _record import MAX_BYTES, Recorder
+
+    ns = [10, 100, 1000]
+    recs = []
+    for seed, (base, upper) in enumerate([(6.50, 6.45), (6.60, 6.56), (6.40, 6.37)]):
+        r = {"seed": seed, "base_ppl": base, "tokens": 1600, "heldout_nce_accuracy": 0.55}
+        for n in ns:
+            r[f"n{n}"] = {"lower": upper - 1.0 / n, "upper": upper, "gap": 1.0 / n, "ess_median": 0.8 * n,
+                          "seconds": 1.0}
+        recs.append(r)
+    fig = rt.record_figures(recs, ns, {"base_ppl": 6.5})
+    cmp = fig["comparisons"]["joint_upper_vs_base_ppl"]
+    assert cmp["diffs"] == pytest.approx([-0.05, -0.04, -0.03])  # joint upper minus base, per seed
+    assert cmp["higher_is_better"] is False and cmp["words"] == "joint model (upper bound) better"
+    assert fig["spread"]["base_ppl"]["mean"] == pytest.approx(6.5)
+    path = Recorder("residual_text_test", seeds=[0, 1, 2], argv=["benchmarks/residual_text.py"]).write(
+        fig, directory=tmp_path)
+    assert path is not None and path.stat().st_size < MAX_BYTES
+    assert json.loads(path.read_text())["figures"]["comparisons"]["joint_upper_vs_base_ppl"]["seeds"] == [0, 1, 2]
+
+
+def test_residual_addition_record_compares_joint_and_base_paired_by_seed() -> None:
+    ra = _bench("residual_addition")
+    recs = [{"seed": s, "base_sample_acc": 0.60 + 0.01 * s, "joint_n100_acc": 0.70 + 0.01 * s,
+             "joint_n1_top3_acc": 0.80, "joint_n100_top3_acc": 0.80 + 0.02 * (s - 1), "base_ppl": 1.15,
+             "joint_ppl_exact": 1.11 + 0.001 * s, "joint_ppl_n10": [1.10, 1.12], "joint_ppl_n100": [1.10, 1.12],
+             "joint_ppl_n1000": [1.10, 1.12]} for s in range(3)]
+    fig = ra.record_figures(recs, [1, 10, 100], [10, 100, 1000])
+    c = fig["comparisons"]
+    assert c["acc_joint_n100_vs_base_draw"]["words"] == "joint model better"  # +0.10 on every seed
+    assert c["acc_joint_n100_top3_vs_base_top3_draw"]["words"] == "not significant"  # -0.02, 0, +0.02
+    assert c["ppl_joint_exact_vs_base_exact"]["words"] == "joint model better"  # lower perplexity
+    assert fig["spread"]["joint_ppl_n1000_upper"]["mean"] == pytest.approx(1.12)
+
+
+def test_earm_compare_record_pairs_earm_with_cross_entropy_and_skips_empty_buckets() -> None:
+    ec = _bench("earm_compare")
+    recs = [{"seed": s, "ce_bleu_beam5": 50.0 + s, "earm_bleu_beam5": 48.0 + s, "ce_bleu_greedy": 40.0,
+             "earm_bleu_greedy": 40.0 + (s - 1), "ce_bleu_beam5_len0-10": 60.0, "earm_bleu_beam5_len0-10": 59.0 + s,
+             "ce_bleu_beam5_len10-20": 55.0, "earm_bleu_beam5_len10-20": 54.0 + s,
+             "ce_bleu_beam5_len20-inf": None, "earm_bleu_beam5_len20-inf": None, "ce_test_nll_per_token": 1.0,
+             "earm_test_nll_per_token": 1.1 + 0.01 * s, "earm_step_cost_ratio": 4.0, "exposure_bias_ratio": 0.5,
+             "ce_total_s": 1.0, "earm_total_s": 2.0, "seed_wall_s": 3.0} for s in range(3)]
+    fig = ec.record_figures({"mt": {"steps": 10, "earm_start_step": 8, "wall_s": 9.0, "seeds": recs}})["mt"]
+    c = fig["comparisons"]
+    assert "bleu_beam5_len20-inf" not in c  # an empty bucket has no comparison
+    assert c["bleu_beam5"]["diffs"] == [-2.0, -2.0, -2.0] and c["bleu_beam5"]["words"] == "E-ARM worse"
+    assert c["bleu_greedy"]["words"] == "not significant"
+    assert c["test_nll_per_token"]["words"] == "E-ARM worse"  # higher NLL, lower is better
+    assert fig["spread"]["earm_step_cost_ratio"]["mean"] == pytest.approx(4.0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -100,3 +102,68 @@ def test_length_buckets_cover_every_index_once_in_similar_lengths(shuffle):
     assert max(spans) <= 5  # sorted cuts: 16 of 203 lengths over 39 values span at most a few
     with pytest.raises(ValueError, match="batch_size"):
         length_buckets(lengths, 0)
+
+
+# --- ids are integers; indexing stays in the batch ------------------------------------------------
+
+
+@pytest.mark.parametrize("row, where, shown", [
+    ([1, 2.7], "seqs[1][1]", "2.7 (float)"),
+    ([2.0], "seqs[1][0]", "2.0 (float)"),
+    (torch.tensor([1.5]), "seqs[1][0]", "tensor(1.5000) (Tensor)"),
+])
+def test_from_lists_refuses_float_ids_instead_of_truncating_them(row, where, shown):
+    with pytest.raises(TypeError, match=rf"^{re.escape(where)}: expected an integer token id; got "
+                                        rf"{re.escape(shown)}; ids are never rounded"):
+        Sequences.from_lists([[3], row])
+
+
+def test_from_lists_accepts_integer_types_and_names_a_row_that_is_not_a_list():
+    import numpy as np
+
+    s = Sequences.from_lists([np.array([1, 2]), torch.tensor([3]), (4, np.int32(5))])
+    assert s.tolist() == [[1, 2], [3], [4, 5]]
+    with pytest.raises(TypeError, match=r"^seqs\[1\]: expected a list of integer token ids; got int 5$"):
+        Sequences.from_lists([[1], 5])
+    with pytest.raises(TypeError, match=r"^seqs\[0\]: expected a list of integer token ids; got str"):
+        Sequences.from_lists(["12"])
+    with pytest.raises(TypeError, match=r"^seqs: expected lists of integer token ids; got Tensor"):
+        Sequences.from_lists(torch.ones(2, 2, dtype=torch.long))
+
+
+@pytest.mark.parametrize("index", [3, -4, 10])
+def test_integer_index_out_of_range_raises_instead_of_an_empty_batch(index):
+    s = Sequences.from_lists([[1, 2], [3], [4, 5]])
+    with pytest.raises(IndexError, match=rf"^index: sequence {index} is out of range for a batch of 3 "
+                                         r"\(valid: -3 to 2\)$"):
+        s[index]
+
+
+def test_integer_indices_of_every_kind_keep_the_batch_dimension_and_iteration_ends():
+    import itertools
+
+    import numpy as np
+
+    s = Sequences.from_lists([[1, 2], [3], [4, 5]])
+    for i, want in [(0, [[1, 2]]), (-1, [[4, 5]]), (-3, [[1, 2]]), (np.int64(1), [[3]]), (torch.tensor(2), [[4, 5]])]:
+        got = s[i]
+        assert got.tokens.shape == (1, 2) and got.tolist() == want
+    assert s[1:10].tolist() == [[3], [4, 5]] and s[5:7].batch_size == 0  # slices clip, as Python's do
+    assert s[torch.tensor([2, 0])].tolist() == [[4, 5], [1, 2]]
+    assert s[torch.tensor([False, True, True])].tolist() == [[3], [4, 5]]
+    with pytest.raises(IndexError):
+        s[torch.tensor([3])]
+    # iteration falls back on __getitem__ until IndexError: three rows, then it stops
+    assert [x.tolist() for x in itertools.islice(iter(s), 10)] == [[[1, 2]], [[3]], [[4, 5]]]
+    with pytest.raises(TypeError, match=r"^index: expected an int, a slice, an index tensor or a bool mask"):
+        s[None]
+
+
+def test_with_tokens_refuses_float_tokens_and_another_device():
+    s = Sequences.from_lists([[1, 2], [3]])
+    with pytest.raises(TypeError, match=r"^tokens: expected an int64 tensor of token ids; got torch.float32$"):
+        s.with_tokens(torch.ones(2, 2))
+    with pytest.raises(TypeError, match=r"^tokens: expected an int64 tensor of token ids; got torch.int32$"):
+        s.with_tokens(torch.ones(2, 2, dtype=torch.int32))
+    with pytest.raises(TypeError, match=r"got list"):
+        s.with_tokens([[1, 2], [3, 4]])  # type: ignore[arg-type]

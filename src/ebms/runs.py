@@ -13,9 +13,10 @@
 
 The folder's ``config.toml`` rebuilds the data set and the model; the weights
 come from the newest checkpoint that verifies (a damaged one is skipped with a
-warning), and that checkpoint must have been trained under the same
-``model.*``, ``data.*``, ``objective.*`` and task-section settings, else
-:class:`~ebms.errors.CheckpointError` names the keys that differ.
+warning), and that checkpoint must have been trained under the same settings
+of role ``model`` (:data:`ebms.cli.run.KEY_ROLES`: the model, its data and objective, the task
+section's keys that change the weights), else :class:`~ebms.errors.CheckpointError` names the keys
+that differ. Evaluation settings (``eval.*``, ``vision.ood``, ...) and the sampler may be overridden.
 """
 
 from __future__ import annotations
@@ -77,8 +78,7 @@ def load_run(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> R
         path: the run folder (``<run.out_dir>/<run.name>``).
         overrides: ``section.key=value`` strings applied to the folder's
             ``config.toml`` (e.g. ``["eval.sample_steps=100"]``); settings that
-            change what was trained (``model.*``, ``data.*``, ``objective.*``, the task's section)
-            are refused.
+            change what was trained (role ``model`` in :data:`ebms.cli.run.KEY_ROLES`) are refused.
 
     Raises:
         ebms.errors.RunFolderError: no ``config.toml`` or no checkpoint in ``path``.

@@ -16,6 +16,7 @@ padding (and so the wasted work) of recurrent or attention energies small.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -24,7 +25,7 @@ from torch import Tensor
 
 from ebms._checks import check_int
 
-__all__ = ["Sequences", "length_buckets"]
+__all__ = ["Sequences", "length_buckets", "token_id_row"]
 
 _INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
@@ -64,8 +65,16 @@ class Sequences:
     @classmethod
     def from_lists(cls, seqs: Iterable[Sequence[int]], *, pad_id: int = 0,
                    device: torch.device | str | None = None) -> Sequences:
-        """Pack Python lists of token ids, padding on the right with ``pad_id``."""
-        rows = [list(map(int, s)) for s in seqs]
+        """Pack Python lists of token ids, padding on the right with ``pad_id``.
+
+        Each id must be an integer (``int``, a NumPy integer, an integer 0-d tensor); a float
+        (``2.0``, ``1.7``) raises ``TypeError`` naming the sequence and position, never truncated
+        to an id.
+        """
+        if isinstance(seqs, (str, bytes, Tensor)):
+            raise TypeError(f"seqs: expected lists of integer token ids; got {type(seqs).__name__}"
+                            + (" (use Sequences(tokens, lengths) for a tensor)" if isinstance(seqs, Tensor) else ""))
+        rows = [token_id_row(s, i) for i, s in enumerate(seqs)]
         width = max((len(r) for r in rows), default=0)
         tokens = torch.full((len(rows), width), pad_id, dtype=torch.long)
         for i, r in enumerate(rows):
@@ -111,10 +120,29 @@ class Sequences:
         return torch.arange(self.max_length, device=self.device) < self.lengths[:, None]
 
     def __getitem__(self, index: Any) -> Sequences:
-        """Select sequences (an int keeps the batch dimension); ``T`` is kept."""
-        if isinstance(index, int):
-            index = slice(index, index + 1 if index != -1 else None)
-        return Sequences(self.tokens[index], self.lengths[index], validate=False)
+        """Select sequences; ``T`` is kept.
+
+        An integer (``int``, NumPy or 0-d tensor) selects one sequence and keeps the batch
+        dimension (``B = 1``); it must lie in ``[-B, B)``, else ``IndexError`` (which also ends a
+        ``for`` loop over the batch). Slices follow Python's rules (out-of-range ends are clipped);
+        index tensors and bool masks follow torch's (an out-of-range index raises).
+        """
+        if not isinstance(index, (slice, Tensor)) or (isinstance(index, Tensor) and index.dim() == 0):
+            try:
+                i = operator.index(index)
+            except TypeError:
+                i = None
+            if i is not None and not isinstance(index, bool):
+                B = self.batch_size
+                if not -B <= i < B:
+                    raise IndexError(f"index: sequence {i} is out of range for a batch of {B} (valid: {-B} to {B - 1})")
+                i %= B
+                index = slice(i, i + 1)
+        tokens, lengths = self.tokens[index], self.lengths[index]
+        if tokens.dim() != 2 or lengths.dim() != 1:
+            raise TypeError(f"index: expected an int, a slice, an index tensor or a bool mask over the batch; got "
+                            f"{type(index).__name__} (selecting tokens of shape {tuple(tokens.shape)})")
+        return Sequences(tokens, lengths, validate=False)
 
     def to(self, *args: Any, **kwargs: Any) -> Sequences:
         """Move both tensors (same arguments as :meth:`torch.Tensor.to`; dtype changes are refused)."""
@@ -127,9 +155,15 @@ class Sequences:
         return Sequences(self.tokens.clone(), self.lengths.clone(), validate=False)
 
     def with_tokens(self, tokens: Tensor) -> Sequences:
-        """Same lengths, new ``tokens`` of the same shape (e.g. after a Gibbs update)."""
+        """Same lengths, new ``tokens`` of the same shape, int64, on the same device (e.g. after a Gibbs
+        update). No host sync: the ids themselves are not checked."""
+        if not isinstance(tokens, Tensor) or tokens.dtype != torch.long:
+            raise TypeError(f"tokens: expected an int64 tensor of token ids; got "
+                            f"{getattr(tokens, 'dtype', type(tokens).__name__)}")
         if tokens.shape != self.tokens.shape:
             raise ValueError(f"tokens: expected shape {tuple(self.tokens.shape)}; got {tuple(tokens.shape)}")
+        if tokens.device != self.tokens.device:
+            raise ValueError(f"tokens: expected device {self.tokens.device}; got {tokens.device}")
         return Sequences(tokens, self.lengths, validate=False)
 
     def canonical(self, *, pad_id: int = 0) -> Sequences:
@@ -168,6 +202,28 @@ class Sequences:
 
     def __repr__(self) -> str:
         return f"Sequences(batch={self.batch_size}, max_length={self.max_length}, device={self.device})"
+
+
+def token_id_row(row: Any, i: int) -> list[int]:
+    """``row`` (the ``i``-th sequence) as a list of int token ids; a float or non-number raises
+    ``TypeError`` naming its place (``seqs[i][t]``): ids are never rounded."""
+    if isinstance(row, (str, bytes)):
+        raise TypeError(f"seqs[{i}]: expected a list of integer token ids; got {type(row).__name__} {row!r}")
+    try:
+        items = list(row)
+    except TypeError:
+        raise TypeError(f"seqs[{i}]: expected a list of integer token ids; got {type(row).__name__} {row!r}") from None
+    try:
+        return list(map(operator.index, items))
+    except TypeError:
+        pass
+    for t, v in enumerate(items):
+        try:
+            operator.index(v)
+        except TypeError:
+            raise TypeError(f"seqs[{i}][{t}]: expected an integer token id; got {v!r} ({type(v).__name__}); ids "
+                            "are never rounded: convert them explicitly") from None
+    raise TypeError(f"seqs[{i}]: expected a list of integer token ids; got {type(row).__name__}")
 
 
 def _validated(tokens: Any, lengths: Any) -> tuple[Tensor, Tensor]:

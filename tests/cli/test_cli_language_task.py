@@ -1,4 +1,5 @@
-"""The language task's pieces: its config section, data loading, training batches, recipes and reports."""
+"""The language task's pieces: its config section, data loading, training batches, recipes and reports;
+the settings a run would ignore, Kneser-Ney's discounts and the default length bound (issue 23)."""
 
 from __future__ import annotations
 
@@ -187,3 +188,143 @@ def test_feature_scaling_builds_scaled_sgd_with_the_training_variances(tmp_path:
     torch.testing.assert_close(w.detach().double(), want, rtol=1e-6, atol=1e-7)
     plain = validate_config(load_config(None, [*_files(tmp_path), "model.kind=trf"]), device=False)
     assert task.build_optimizer(plain, task.load(plain)) is None  # train.optimizer decides
+
+
+# -- issue 23: settings that were accepted without a word, discounts, the length bound, the stored vocabulary ----
+def _cfg(tmp_path: Path, *extra: str):
+    return load_config(None, [*_files(tmp_path), *extra])
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (("model.kind=lstm", "language.base_run=runs/base"),
+     "language.base_run: model.kind='lstm' with objective.kind='ml' does not read it, so language.base_run="),
+    (("model.kind=lstm", "objective.kind=earm", "train.steps=100", "language.earm_start=100"),
+     "language.earm_start: E-ARM is switched on after 100 steps but the run stops at train.steps=100, so it would "
+     "never start"),
+    (("model.kind=lstm", "language.smoothing=witten_bell"),
+     "language.smoothing: model.kind='lstm' with objective.kind='ml' does not read it"),
+    (("model.kind=residual", "objective.kind=nce", "language.hidden=16"), "language.base_run: a residual model"),
+    (("model.kind=electric", "objective.kind=nce", "language.hidden=16"),
+     "language.hidden: model.kind='electric' with objective.kind='nce' does not read it"),
+    (("model.kind=trf-cnn", "language.classes=5"), "language.classes: model.kind='trf-cnn' with objective.kind='ml' "
+                                                   "does not read it"),
+    (("model.kind=trf", "language.noise_hidden=8"), "language.noise_hidden: model.kind='trf' with objective.kind='ml' "
+                                                    "does not read it"),
+    (("model.kind=trf", "language.step_clip=0.5"), "language.step_clip: model.kind='trf' with objective.kind='ml' does "
+                                                   "not read it, so language.step_clip=0.5 would be ignored; it is "
+                                                   "read with language.feature_scaling = true: drop it"),
+    (("model.kind=lstm", "language.earm_weight=0.5"), "language.earm_weight: model.kind='lstm' with objective.kind="
+                                                      "'ml' does not read it"),
+    (("model.kind=transformer", "language.chains=4"), "language.chains: model.kind='transformer'"),
+    (("model.kind=kn", "language.discounts=[0.5, 0.5]"),
+     "language.discounts: expected one discount per order or three (D1, D2, D3+) per order, lowest order first: 3 or "
+     "9 values for language.order=3; got 2"),
+    (("model.kind=kn", "language.smoothing=witten_bell", "language.discounts=[0.5, 0.5, 0.5]"),
+     "language.discounts: only Kneser-Ney smoothing takes discounts"),
+    (("model.kind=kn", "language.smoothing=kneser_ney", "language.discounts=[0.5, 1, 1.5, 0.5, 1, 1.5, 0.5, 1, 1.5]"),
+     "language.discounts: expected one discount per order, lowest order first: 3 values"),
+    (("model.kind=lstm", "language.discounts=[0.5, 0.5, 0.5]"), "language.discounts: model.kind='lstm'"),
+])
+def test_settings_the_run_would_ignore_are_refused_naming_the_key(tmp_path: Path, extra: tuple[str, ...],
+                                                                  message: str) -> None:
+    cfg = _cfg(tmp_path, *extra)
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg, device=False)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("extra", [
+    ("model.kind=kn", "language.discounts=[0.5, 0.5, 0.5]"),
+    ("model.kind=trf", "objective.kind=nce", "language.noise_order=1", "language.discounts=[0.4]"),
+    ("model.kind=trf", "train.optimizer=sgd", "language.feature_scaling=true", "language.step_clip=0.5"),
+    ("model.kind=lstm", "objective.kind=earm", "train.steps=100", "language.earm_start=99"),
+])
+def test_settings_the_run_reads_are_accepted(tmp_path: Path, extra: tuple[str, ...]) -> None:
+    validate_config(_cfg(tmp_path, *extra), device=False)
+
+
+def test_a_residual_run_reads_heads_only_with_a_transformer_energy(tmp_path: Path) -> None:
+    task = LanguageTask()
+    residual = ("model.kind=residual", "objective.kind=nce")
+    assert "heads" in task.reads(_cfg(tmp_path, *residual, "language.energy=transformer"))
+    assert "heads" not in task.reads(_cfg(tmp_path, *residual)) and "hidden" not in task.reads(_cfg(tmp_path, *residual))
+
+
+def test_classes_above_the_vocabulary_are_refused_before_clustering(tmp_path: Path) -> None:
+    """100,000 classes on a 9-id vocabulary used to reach exchange clustering (74.5 GiB for a C x C table)."""
+    cfg = validate_config(_cfg(tmp_path, "model.kind=trf", "language.classes=100000"), device=False)
+    with pytest.raises(ConfigError, match=r"^language.classes: exchange clustering sorts the vocabulary's 7 token ids "
+                                          r"\(<unk> and the 6 kept tokens\) into classes; expected at most 7; got 100000$"):
+        task_for(cfg).load(cfg)
+    ok = validate_config(_cfg(tmp_path, "model.kind=trf", "language.classes=7"), device=False)
+    assert task_for(ok).load(ok).vocab.tokens[0] == "</s>"
+
+
+def test_a_vocabulary_of_nothing_but_unk_is_refused(tmp_path: Path) -> None:
+    cfg = validate_config(_cfg(tmp_path, "model.kind=lstm", "language.min_count=50"), device=False)
+    with pytest.raises(ConfigError, match=r"^language.min_count: no training token is kept \(language.min_count=50"):
+        load_language_data(cfg)
+    cfg = validate_config(_cfg(tmp_path, "model.kind=lstm", "language.max_vocab=2"), device=False)
+    with pytest.raises(ConfigError, match=r"^language.max_vocab: no training token is kept"):
+        load_language_data(cfg)
+
+
+def test_kn_discounts_go_to_the_backoff_model(tmp_path: Path) -> None:
+    for given, used in (("[0.3, 0.6, 0.9]", [[0.3] * 3, [0.6] * 3, [0.9] * 3]),
+                        ("[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]", [[0.1, 0.2, 0.3], [0.4, 0.5, 0.6],
+                                                                          [0.7, 0.8, 0.9]])):
+        cfg = validate_config(_cfg(tmp_path, "model.kind=kn", f"language.discounts={given}"), device=False)
+        task = task_for(cfg)
+        model = task.build_model(cfg, task.load(cfg))
+        assert model.discounts == used
+
+
+def test_a_discount_out_of_range_names_the_key(tmp_path: Path) -> None:
+    cfg = validate_config(_cfg(tmp_path, "model.kind=kn", "language.discounts=[0.5, 1.5, 0.5]"), device=False)
+    task = task_for(cfg)
+    with pytest.raises(ConfigError, match=r"^language.discounts: D1 must be in \[0, 1\].*\(entry 1, order 1 first\)$"):
+        task.build_model(cfg, task.load(cfg))
+
+
+def test_modified_kn_on_a_small_vocabulary_asks_for_discounts_not_a_lower_order(tmp_path: Path) -> None:
+    """35 word types, each after many others: no type has a continuation count of 1, 2 or 3, so the
+    discounts of order 1 cannot be estimated and no lower language.order can help."""
+    words = [f"w{i}" for i in range(35)]
+    g = torch.Generator().manual_seed(0)
+    lines = [" ".join(words[int(i)] for i in torch.randint(0, 35, (int(n),), generator=g))
+             for n in torch.randint(3, 12, (300,), generator=g)]
+    (tmp_path / "train.txt").write_text("\n".join(lines) + "\n")
+    cfg = validate_config(load_config(None, ["data.name=text", f"language.train_path={tmp_path}/train.txt",
+                                             "model.kind=kn"]), device=False)
+    task = task_for(cfg)
+    data = task.load(cfg)
+    with pytest.raises(ConfigError) as err:
+        task.build_model(cfg, data)
+    msg = str(err.value)
+    assert msg.startswith("language.smoothing: 'modified_kneser_ney' cannot estimate its discounts at order 1")
+    assert "set language.discounts=[0.5, 1, 1.5, 0.5, 1, 1.5, 0.5, 1, 1.5]" in msg and "language.order" not in msg
+    fixed = validate_config(load_config(None, ["data.name=text", f"language.train_path={tmp_path}/train.txt",
+                                               "model.kind=kn", "language.discounts=[0.5, 1, 1.5, 0.5, 1, 1.5, 0.5, 1, "
+                                               "1.5]"]), device=False)
+    assert task.build_model(fixed, task.load(fixed)).discounts == [[0.5, 1.0, 1.5]] * 3
+
+
+@pytest.mark.parametrize("kind", ["transformer", "lstm", "trf", "electric"])
+def test_an_unset_max_length_is_bounded_for_kinds_that_grow_with_it(tmp_path: Path, kind: str) -> None:
+    from ebms.cli._language_data import DEFAULT_MAX_LENGTH
+
+    (tmp_path / "train.txt").write_text("a b\n" + " ".join(["a"] * (DEFAULT_MAX_LENGTH + 1)) + "\nb a\n")
+    extra = ("objective.kind=nce",) if kind == "electric" else ()
+    cfg = validate_config(load_config(None, ["data.name=text", f"language.train_path={tmp_path}/train.txt",
+                                             f"model.kind={kind}", *extra]), device=False)
+    with pytest.raises(ConfigError, match=rf"^language.max_length: unset, it would be the longest training sentence, "
+                                          rf"{DEFAULT_MAX_LENGTH + 1} tokens, above the default bound of "
+                                          rf"{DEFAULT_MAX_LENGTH} for model.kind='{kind}'"):
+        load_language_data(cfg)
+    set_ = validate_config(load_config(None, ["data.name=text", f"language.train_path={tmp_path}/train.txt",
+                                              f"model.kind={kind}", "language.max_length=5", *extra]), device=False)
+    data = load_language_data(set_)
+    assert data.max_length == 5 and data.size == 2 and data.dropped == 1
+    kn = validate_config(load_config(None, ["data.name=text", f"language.train_path={tmp_path}/train.txt",
+                                            "model.kind=kn"]), device=False)
+    assert load_language_data(kn).max_length == DEFAULT_MAX_LENGTH + 1  # counting has no such cost

@@ -180,9 +180,9 @@ def test_parse_tag_splits_prefix_and_type_and_keeps_hyphenated_types():
     assert parse_tag("S-B-X") == ("S", "B-X")
 
 
-@pytest.mark.parametrize("bad", ["", "B", "B-", "X-NP", "b-NP", "NP", "O-NP", "I- NP", "-NP"])
+@pytest.mark.parametrize("bad", ["", "X-NP", "b-NP", "NP", "O-NP", "I- NP", "-NP", "X", "BNP", "O-"])
 def test_malformed_tags_raise_naming_the_tag(bad):
-    with pytest.raises(ValueError, match=rf"tag: expected 'O' or one of B-/I-/E-/S- .*got {bad!r}"):
+    with pytest.raises(ValueError, match=rf"tag: expected 'O', one of B-/I-/E-/S- .*got {bad!r}"):
         bio_to_spans(["O", bad])
     with pytest.raises(TypeError, match=r"tag: expected a str; got int"):
         parse_tag(3)
@@ -321,5 +321,32 @@ def test_damaged_zip_and_bad_text_are_data_errors_naming_the_file(tmp_path):
     with pytest.raises(DataError, match=r"bad.zip: (member conll2000/train.txt is corrupt|not a readable zip)"):
         load_conll2000("train", bad, verify=False)
     (tmp_path / "x.txt").write_bytes(b"caf\xe9 NN O\n")
-    with pytest.raises(DataError, match=r"x.txt: not valid utf-8 .*pass encoding='latin-1'"):
+    with pytest.raises(DataError, match=r"x.txt: not valid utf-8 at line 1 .*pass encoding=.*'latin-1'"):
         read_conll(tmp_path / "x.txt")
+
+
+def test_read_conll_names_the_line_of_bad_bytes_nul_characters_and_unknown_encodings(tmp_path):
+    from ebms.errors import DataError
+
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"a X O\nb Y O\n\nc\xe9 Z O\n")
+    with pytest.raises(DataError, match=r"c\.txt: not valid utf-8 at line 4 \(invalid continuation byte\); pass "
+                                        r"encoding= the file's encoding"):
+        read_conll(path)
+    path.write_bytes(b"a X O\nb\x00 Y O\n")
+    with pytest.raises(DataError, match=r"c\.txt: line 2 holds a NUL character: not a text file in this encoding"):
+        read_conll(path)
+    with pytest.raises(DataError, match=r"<lines>: line 1 holds a NUL character"):
+        read_conll(["a\0 X O"])
+    with pytest.raises(ValueError, match=r"encoding: unknown text encoding 'utf-9'"):
+        read_conll(path, encoding="utf-9")
+
+
+def test_untyped_tags_are_chunks_of_type_empty_as_conlleval_reads_them():
+    # conlleval splits "B" into prefix B and type "": B I O B B I -> chunks [0, 2), [3, 4), [4, 6)
+    assert parse_tag("B") == ("B", "") and parse_tag("S") == ("S", "") and parse_tag("I-") == ("I", "")
+    assert bio_to_spans(["B", "I", "O", "B", "B", "I"]) == [("", 0, 2), ("", 3, 4), ("", 4, 6)]
+    assert bio_to_spans(["I", "I", "O", "I"]) == [("", 0, 2), ("", 3, 4)]  # IOB1: I after O starts a chunk
+    assert iob_to_iobes(["B", "I", "O", "B"]) == ["B", "E", "O", "S"]
+    assert to_iob2(["I", "I", "O", "I"]) == ["B", "I", "O", "B"]
+    assert bio_to_spans(["B", "I-NP"]) == [("", 0, 1), ("NP", 1, 2)]  # a type change ends the chunk

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -194,3 +195,20 @@ def test_from_lists_checks_lengths() -> None:
 def test_subset_refuses_unknown_ids() -> None:
     with pytest.raises(ValueError, match=r"utt_ids: expected ids of this n-best set; got unknown \['zz'\]"):
         _example().subset(["zz"])
+
+
+def test_non_utf8_and_nul_lines_are_data_errors_naming_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "text"
+    path.write_bytes("utt1-1 a b\nutt1-2 caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}:2: not UTF-8 text \(byte 0xe9 at column 11: "
+                                        r"invalid continuation byte\); convert the file to UTF-8$"):
+        read_kaldi_nbest(path)
+    path.write_bytes(b"utt1-1 a b\nutt1-2 c\x00d\n")
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}:2: a NUL character at column 9: not a text file$"):
+        read_kaldi_nbest(path)
+    tsv = tmp_path / "n.tsv"
+    tsv.write_bytes(b"u\t1\t0.5\t-1.0\tcaf\xe9\n")
+    with pytest.raises(DataError, match=r"n\.tsv:1: not UTF-8 text"):
+        read_nbest_tsv(tsv)
+    path.write_bytes("\ufeffutt1-1 a b\n".encode())  # a byte-order mark is not part of the first key
+    assert list(read_kaldi_nbest(path).utt_ids) == ["utt1"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re as _re
 
 import pytest
 import torch
@@ -95,7 +96,7 @@ def test_from_file_builds_the_same_vocabulary_as_build(tmp_path):
 
 
 def test_save_then_load_round_trips_words_with_counts(tmp_path):
-    v = Vocabulary.build(CORPUS + [["back\\slash", "tab\tin", "ünï"]])
+    v = Vocabulary.build(CORPUS + [["back\\slash", "ünï"]])  # a word never holds whitespace (see the char test)
     path = v.save(tmp_path / "vocab.txt")
     assert Vocabulary.load(path) == v
     lines = path.read_text(encoding="utf-8").split("\n")
@@ -164,6 +165,36 @@ def test_build_rejects_bad_arguments_with_messages():
         Vocabulary.build([["<s>", "a"]])
     with pytest.raises(ValueError, match=r"level='char' takes single characters; got the token 'ab'"):
         Vocabulary.build([["ab"]], level="char")
+
+
+@pytest.mark.parametrize("token", ["a b", "tab\tin", "new\nline", "nbsp\u00a0x", " lead", ""])
+def test_build_refuses_word_tokens_holding_whitespace_or_empty(token):
+    # such a token cannot round-trip through to_text (joined with spaces) nor through an ARPA file
+    with pytest.raises(ValueError, match=r"^sentences: a word-level token is a non-empty string without whitespace; "
+                                         rf"got {_re.escape(repr(token))} \(2 times\): split each line with "
+                                         r"str\.split\(\), or use level='char'$"):
+        Vocabulary.build([["a", token], [token, "b"]])
+    with pytest.raises(ValueError, match=r"tokens: a word-level token is a string without whitespace" if token else
+                       r"tokens: expected non-empty strings"):
+        Vocabulary(["a", token])
+    assert Vocabulary.build([list("a b")], level="char").tokens[2:] == (" ", "a", "b")  # a character may be a space
+
+
+def test_build_refuses_tokens_that_are_not_strings_or_hold_nul():
+    with pytest.raises(TypeError, match=r"sentences: expected tokens that are strings; got 3 \(int, 1 times\)"):
+        Vocabulary.build([["a", 3]])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match=r"sentences: the token 'a\\x00b' holds a NUL character \(1 times\)"):
+        Vocabulary.build([["a\0b"]])
+    with pytest.raises(ValueError, match=r"tokens: a NUL character cannot be a token"):
+        Vocabulary(["\0"], level="char")
+
+
+def test_load_refuses_a_word_vocabulary_file_holding_a_token_with_whitespace(tmp_path):
+    path = tmp_path / "v.txt"
+    path.write_text("#ebms-vocabulary version=1 level=word size=3 counts=no\n</s>\n<unk>\ntab\\tin\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"v\.txt: tokens: a word-level token is a string without whitespace .* "
+                                        r"got 'tab\\tin' for id 2 \(line = id \+ 2\)"):
+        Vocabulary.load(path)
 
 
 def test_encode_and_decode_reject_bad_input_with_messages():
@@ -295,3 +326,35 @@ def test_replace_one_token_changes_exactly_one_token_of_each_sentence_to_another
         replace_one_token(Sequences.from_lists([[1], []]), 8)
     with pytest.raises(ValueError, match="^vocab_size: expected an int >= 3; got 2"):
         replace_one_token(x, 2)
+
+
+def test_batch_helpers_refuse_ids_outside_the_vocabulary_and_wrong_inputs():
+    from ebms.data.text import continuation_pairs, length_windows, replace_one_token, unigram_probs
+
+    x = Sequences.from_lists([[2, 3], [4, 7]])
+    # unigram_probs used to return a longer vector than V (bincount grows to the largest id)
+    with pytest.raises(ValueError, match=r"^x: token ids must be below the vocabulary size 5; got 7 at sequence 1, "
+                                         r"position 1$"):
+        unigram_probs(x, 5)
+    assert unigram_probs(x, 8).shape == (8,)
+    with pytest.raises(ValueError, match=r"^x: token ids must be below the vocabulary size 5"):
+        replace_one_token(x, 5)
+    for call in (lambda: unigram_probs([[2]], 5), lambda: continuation_pairs([[2, 3]], 1, 1),
+                 lambda: replace_one_token(torch.ones(2, 2), 5), lambda: length_windows([[2]], 0)):
+        with pytest.raises(TypeError, match=r"^x: expected a Sequences batch"):
+            call()
+    with pytest.raises(ValueError, match=r"^x: expected at least one sentence to draw batches from; got none"):
+        length_windows(Sequences.from_lists([]), 0)
+    with pytest.raises(TypeError, match=r"^seed: expected an int; got 0.5"):
+        length_windows(x, 0.5)
+
+
+def test_encode_refuses_ids_in_place_of_tokens_and_decode_refuses_float_ids():
+    v = Vocabulary.build(CORPUS)
+    # every int would have become <unk> (id 1) without a word
+    with pytest.raises(TypeError, match=r"^sentences: sentence 1 holds 2 \(int\), not a token string; encode takes "
+                                        r"token strings"):
+        v.encode([["a"], [2, 3]])
+    with pytest.raises(TypeError, match=r"^ids: expected a 1-D integer tensor; got dtype torch.float32"):
+        v.decode_stream(torch.tensor([2.0, 3.0]))
+    assert v.encode([["a", "zzz"]]).tolist() == [[2, 1]]  # an unknown string is still <unk>

@@ -206,9 +206,73 @@ def test_bad_level_limit_and_long_lines_are_errors_with_messages(tmp_path, monke
     with pytest.raises(ValueError, match=r"max_bytes: expected a number of bytes >= 1; got 0"):
         read_sentences(path, max_bytes=0)
     monkeypatch.setattr(text_read, "MAX_SENTENCE_CHARS", 4)
-    with pytest.raises(DataError, match=r"corpus\.txt: line 1 is longer than 4 characters; is it running text\?"):
+    with pytest.raises(LimitExceeded, match=r"corpus\.txt: line 1 is longer than 4 characters \(the limit "
+                                            r"max_sentence_chars=4\); is it running text\?"):
         list(iter_sentences(path))
-    with pytest.raises(DataError, match=r"corpus\.txt: a sentence runs past 4 characters without an end"):
+    with pytest.raises(LimitExceeded, match=r"corpus\.txt: line 1 is longer than 4 characters"):
+        read_sentences(path)  # the default is read at call time by both readers
+    with pytest.raises(DataError, match=r"corpus\.txt: a sentence runs past 4 characters \(the limit max_sentence_chars=4\) without an end"):
         list(iter_sentences(_write(tmp_path, "ab\ncd\nef\n"), sentence_split=True))
     with pytest.raises(TypeError, match=r"text: expected a str; got bytes"):
         split_sentences(b"a. B.")
+
+
+# --- one line check for both readers -------------------------------------------------------------
+
+
+def _all_readers(path, **kw):
+    """The sentences of ``path`` through every reading path: whole file, streamed, from an open stream."""
+    with open(path, encoding="utf-8") as stream:
+        from_stream = read_sentences(stream, **kw)
+    return {"read": read_sentences(path, **kw), "iter": list(iter_sentences(path, **kw)), "stream": from_stream}
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_every_reader_refuses_the_same_over_long_line_and_accepts_one_at_the_limit(tmp_path, newline):
+    ok = _write(tmp_path, newline.join(["a b", "c" * 10, "d e f"]) + newline, "ok.txt")  # the longest line: 10 chars
+    got = _all_readers(ok, max_sentence_chars=10)
+    assert got["read"] == got["iter"] == got["stream"] == [["a", "b"], ["c" * 10], ["d", "e", "f"]]
+    long = _write(tmp_path, newline.join(["a b", "c d e", "x" * 11, "g"]) + newline, "long.txt")
+    calls = [lambda: read_sentences(long, max_sentence_chars=10), lambda: list(iter_sentences(long, max_sentence_chars=10)),
+             lambda: read_sentences(open(long, encoding="utf-8"), max_sentence_chars=10)]  # noqa: SIM115
+    for call in calls:
+        with pytest.raises(LimitExceeded, match=r"long\.txt: line 3 is longer than 10 characters \(the limit "
+                                                r"max_sentence_chars=10\); is it running text\? pass "
+                                                r"sentence_split=True, or break it into lines \(or raise "
+                                                r"max_sentence_chars\)$"):
+            call()
+
+
+def test_a_long_one_line_file_fails_before_it_is_tokenised(tmp_path):
+    import tracemalloc
+
+    path = _write(tmp_path, "ab " * 400_000 + "\n", "one_line.txt")  # 1.2 MB: 400k tokens on one line
+    tracemalloc.start()
+    with pytest.raises(LimitExceeded, match=r"line 1 is longer than 100000 characters"):
+        read_sentences(path, max_sentence_chars=100_000)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    # the bytes, the text and its one line (about 3.6 MB); tokenised it would be 400k strings (> 20 MB)
+    assert peak < 8 << 20, f"peak {peak / 2**20:.1f} MiB"
+
+
+def test_nul_characters_are_refused_by_every_reader_naming_the_line(tmp_path):
+    path = _write(tmp_path, "a b\nc\0d e\nf\n", "nul.txt")
+    for call in [lambda: read_sentences(path), lambda: list(iter_sentences(path)),
+                 lambda: read_sentences(path, sentence_split=True)]:
+        with pytest.raises(DataError, match=r"nul\.txt: line 2 holds a NUL character \(column 2\): not a text file "
+                                            r"in this encoding"):
+            call()
+    utf16 = tmp_path / "utf16.txt"
+    utf16.write_bytes("hello world\n".encode("utf-16-le"))  # read as UTF-8: every other byte is NUL
+    with pytest.raises(DataError, match=r"utf16\.txt: line 1 holds a NUL character .*UTF-16/UTF-32 text: pass "
+                                        r"encoding="):
+        read_sentences(utf16)
+    assert read_sentences(utf16, encoding="utf-16-le") == [["hello", "world"]]
+
+
+def test_max_sentence_chars_is_checked_at_the_call():
+    with pytest.raises(ValueError, match=r"max_sentence_chars: expected an int >= 1; got 0"):
+        read_sentences(io.StringIO("a\n"), max_sentence_chars=0)
+    with pytest.raises(TypeError, match=r"max_sentence_chars: expected an int; got 2.5"):
+        iter_sentences(io.StringIO("a\n"), max_sentence_chars=2.5)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+import re as _re
 from collections import Counter, defaultdict
 from functools import cache
 
@@ -334,8 +335,8 @@ def test_constructor_rebuilds_a_fitted_model_from_its_ngrams():
     ({"k": 0.0}, r"k: expected a finite number > 0; got 0.0"),
     ({"smoothing": "witten_bell", "discounts": [0.5, 0.5]}, r"discounts: only Kneser-Ney smoothing takes discounts"),
     ({"discounts": [0.5]}, r"discounts: expected one entry per order \(2\)"),
-    ({"discounts": [0.5, (0.5, 0.6)]}, r"discounts\[1\]: expected one number or three \(D1, D2, D3\+\)"),
-    ({"smoothing": "kneser_ney", "discounts": [0.5, (0.5, 0.6, 0.7)]}, r"discounts\[1\]: expected one number for"),
+    ({"discounts": [0.5, (0.5, 0.6)]}, r"discounts\[1\]: expected None, one number or three \(D1, D2, D3\+\)"),
+    ({"smoothing": "kneser_ney", "discounts": [0.5, (0.5, 0.6, 0.7)]}, r"discounts\[1\]: expected None or one number for"),
     ({"discounts": [0.5, (0.5, 2.5, 1.0)]}, r"discounts\[1\]: D2 must be in \[0, 2\]"),
     ({"discounts": [0.5, -0.1]}, r"discounts\[1\]: expected a finite number >= 0; got -0.1"),
     ({"prune": [1, 1]}, r"prune: unigrams are never pruned, so prune\[0\] must be 0; got 1"),
@@ -364,10 +365,50 @@ def test_fit_refuses_boundary_and_out_of_range_tokens():
         lm.ngrams(3)
 
 
-def test_tiny_corpus_asks_for_explicit_discounts():
-    with pytest.raises(ValueError, match=r"discounts: cannot estimate Kneser-Ney discounts of order 1: .* "
-                                         r"pass discounts= explicitly"):
+def test_tiny_corpus_asks_for_explicit_discounts_naming_the_order():
+    with pytest.raises(ValueError, match=_re.escape(
+            "discounts: cannot estimate the Kneser-Ney discounts of order 1 from the counts (order 1: counts-of-counts "
+            "t1, t2, t3 = 1, 2, 0, the estimate needs t1, t2, t3 > 0)") + r".*" + _re.escape(
+            "pass discounts= with values for those orders, e.g. discounts=[(0.5, 1.0, 1.5), None] (KenLM's fallback")):
         BackoffNGram.fit(Sequences.from_lists(HAND), 4, 2)
+
+
+@pytest.mark.parametrize("order, failing, example", [
+    (1, "order 1", "[(0.5, 1.0, 1.5)]"),
+    (2, "orders 1, 2", "[(0.5, 1.0, 1.5), (0.5, 1.0, 1.5)]"),
+    (3, "orders 1, 3", "[(0.5, 1.0, 1.5), None, (0.5, 1.0, 1.5)]"),
+])
+def test_frequent_ngrams_of_a_small_vocabulary_name_every_failing_order_and_the_fix_works(order, failing, example):
+    # 3 words, every n-gram seen many times: no adjusted count of 1 at order 1 whatever the order (a lower
+    # order cannot help); the message names the failing orders, and the suggested discounts fit a law.
+    corpus = Sequences.from_lists([[2, 3, 4] * 20, [4, 3, 2] * 20, [3, 3, 2, 2, 4, 4] * 10] * 3)
+    with pytest.raises(ValueError, match=_re.escape(f"of {failing} from the counts") + ".*" +
+                       _re.escape(f"e.g. discounts={example}")):
+        BackoffNGram.fit(corpus, 5, order)
+    lm = BackoffNGram.fit(corpus, 5, order, discounts=eval(example))  # the suggestion, as written
+    total = lm.next_log_probs(Sequences.from_lists([[], [2], [3, 4]])).exp().sum(-1)
+    torch.testing.assert_close(total, torch.ones(3, dtype=torch.float64), rtol=0, atol=1e-12)
+
+
+def test_explicit_unigram_discounts_with_estimated_bigram_discounts_match_hand_computation():
+    # a = 2, b = 3, V = 4. Bigram raw counts: <s> a 4, a b 3, b </s> 4, <s> b 2, a </s> 2, a a 1, b a 1:
+    # t1 = 2, t2 = 2, t3 = 1, t4 = 2, Y = 2 / (2 + 4) = 1/3: D1 = 1 - 2 Y t2/t1 = 1/3, D2 = 2 - 3 Y t3/t2 = 1.5,
+    # D3+ = 3 - 4 Y t4/t3 = 1/3. Unigrams, D = (0.5, 0.75, 1.0) given: continuation counts a 3 {<s>, a, b},
+    # b 2, </s> 2, <unk> 0 (sum 7): alpha a 2/7, b and </s> 1.25/7, gamma 2.5/7, so p = alpha + gamma / 4.
+    corpus = [[2, 3]] * 3 + [[3], [2, 2], [3, 2]]
+    lm = BackoffNGram.fit(Sequences.from_lists(corpus), 4, 2, discounts=[(0.5, 0.75, 1.0), None])
+    assert lm.discounts is not None and lm.discounts[0] == [0.5, 0.75, 1.0]
+    assert lm.discounts[1] == pytest.approx([1 / 3, 1.5, 1 / 3], abs=1e-15)
+    uni = [7.5 / 28, 2.5 / 28, 10.5 / 28, 7.5 / 28]  # </s>, <unk>, a, b
+    # after <s>: a 4, b 2 (total 6): alpha a (4 - 1/3)/6 = 11/18, b (2 - 1.5)/6 = 1/12, gamma (1/3 + 1.5)/6 = 11/36
+    after_start = [11 / 36 * uni[0], 11 / 36 * uni[1], 11 / 18 + 11 / 36 * uni[2], 1 / 12 + 11 / 36 * uni[3]]
+    # after a: b 3, a 1, </s> 2 (total 6): alpha 4/9, 1/9, 1/12; gamma (1/3 + 1/3 + 1.5)/6 = 13/36
+    after_a = [1 / 12 + 13 / 36 * uni[0], 13 / 36 * uni[1], 1 / 9 + 13 / 36 * uni[2], 4 / 9 + 13 / 36 * uni[3]]
+    # after b: </s> 4, a 1 (total 5): alpha 11/15, 2/15; gamma (1/3 + 1/3)/5 = 2/15
+    after_b = [11 / 15 + 2 / 15 * uni[0], 2 / 15 * uni[1], 2 / 15 + 2 / 15 * uni[2], 2 / 15 * uni[3]]
+    got = lm.next_log_probs(Sequences.from_lists([[], [2], [3]])).exp()
+    torch.testing.assert_close(got, torch.tensor([after_start, after_a, after_b], dtype=torch.float64),
+                               rtol=0, atol=1e-15)
 
 
 @pytest.mark.parametrize("build, message", [

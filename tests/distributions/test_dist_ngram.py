@@ -349,3 +349,13 @@ def test_sample_rejects_what_it_cannot_draw():
     never_ends[:, 1] = 0.0  # always token 1, never </s>
     with pytest.raises(ValueError, match="lengths: the model gives length 2 probability 0"):
         NGram(3, 2, never_ends).sample(1, lengths=2)
+
+
+def test_fit_refuses_float_token_ids_instead_of_truncating_them():
+    from ebms.distributions.backoff import BackoffNGram
+
+    with pytest.raises(TypeError, match=r"^corpus: seqs\[1\]\[0\]: expected an integer token id; got 2.7 \(float\)"):
+        NGram.fit([[1, 2], [2.7]], 3, 2)
+    with pytest.raises(TypeError, match=r"^corpus: seqs\[0\]\[1\]: expected an integer token id; got 3.0 \(float\)"):
+        BackoffNGram.fit([[2, 3.0]], 5, 2, smoothing="witten_bell")
+    assert NGram.fit([[1, 2], [2]], 3, 2).table.shape == (3, 3)

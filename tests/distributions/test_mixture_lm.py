@@ -203,3 +203,11 @@ def test_mixture_lm_checks_what_its_components_return():
         q.sample(10, generator=torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match=r"components\[0\].log_prob\(x\): expected shape \(2,\); got \(2, 1\)"):
         q.log_prob(Sequences.from_lists([[1], [2]]))
+
+
+def test_a_component_that_is_not_normalised_is_refused():
+    from ebms.distributions import NGram
+
+    with pytest.raises(ValueError, match=r"^components\[1\]: expected a normalised LM; got a NGram whose normalised "
+                                         r"attribute is False"):
+        MixtureLM([NGram.uniform(4, 2), NGram.zeros(4, 2)], [0.5, 0.5])

@@ -269,6 +269,7 @@ def _environment() -> dict[str, str]:
     env = {**os.environ, "EBMS_DATA": str(data_root().resolve()), "PYTHONUNBUFFERED": "1"}
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env.pop("COLUMNS", None)
+    env["TQDM_MININTERVAL"] = "1e9"  # bars in a pipe: their closing lines only, a terminal's last state
     return env
 
 

@@ -285,3 +285,24 @@ def test_bench_help_lists_its_flags_and_benchmarks(inside, tmp_path, monkeypatch
     out = capsys.readouterr().out
     assert all(flag in out for flag in ("--quick", "--threads", "--only", "--timeout"))
     assert ("benchmarks: langevin" in out) if inside else ("from a source checkout" in out)
+
+
+def test_help_describes_every_task_and_what_eval_prints_for_it(capsys):
+    """``ebms --help``, ``ebms eval --help`` and the opening of docs/cli.md describe the tool as it
+    is (issue 23): every task's data sets and models, and each task's test figures, not a 2-D toy
+    tool's "test NLL"."""
+    from ebms.cli.tasks import registered
+
+    assert main(["--help"]) == 0
+    top = capsys.readouterr().out
+    assert main(["eval", "--help"]) == 0
+    ev = capsys.readouterr().out
+    page = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
+    opening = page.split("## Commands")[0]
+    for task in registered():
+        for name in (*task.data_names, *task.model_kinds):
+            assert name in " ".join(top.split()), f"ebms --help does not name {name!r} ({type(task).__name__})"
+            assert f"`{name}`" in opening, f"the opening of docs/cli.md does not name {name!r}"
+    for figure in ("test NLL", "log-likelihood", "accuracy", "F1", "label error rate", "perplexity", "correct test sums"):
+        assert figure in " ".join(ev.split()), f"ebms eval --help does not say when it prints {figure!r}"
+    assert "2-D toy jobs" not in opening and "test NLL of a trained run" not in top

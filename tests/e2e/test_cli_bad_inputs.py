@@ -8,6 +8,10 @@ name for every name key) and written by hand for files, folders, checkpoints and
 system. Every row runs in-process through :func:`ebms.cli.main.main`; a few also run the real
 ``ebms`` executable to prove the exit status. :func:`test_the_table_covers_every_config_key` makes
 the table grow with every new key.
+
+To add rows, append :class:`Bad` rows to a named list (such as ``ISSUE23``) and splice it into
+``HAND``; a row that needs a memory limit uses ``setup=_memory(GiB)`` (what the memory checks
+see), one that needs an allocation to fail ``setup=_fails_allocating(module, name, error)``.
 """
 
 from __future__ import annotations
@@ -90,6 +94,11 @@ def _outside(key: str) -> list[tuple[str, str]]:
         rows.append(("3", f"{key}: expected a list of {item.__name__}"))
         if rule.min_items:
             rows.append(("[]", expect))
+        if item is str and rule.choices:  # a list of fixed choices names the bad item and the choices
+            choices = ", ".join(rule.choices)
+            rows.append(('[""]', f"{key}[0]: unknown value ''; expected one of {choices}"))
+            rows.append((f'["{rule.choices[0]}", "bogus"]', f"{key}[1]: unknown value 'bogus'; expected one of {choices}"))
+            return rows
         if item is str:
             rows.append(('[""]', expect))
             return rows
@@ -106,10 +115,12 @@ def _outside(key: str) -> list[tuple[str, str]]:
     else:
         rows.append((wrap("'x'"), "expected a number"))
         rows += [(wrap("nan"), expect), (wrap("inf"), expect), (wrap("-inf"), expect)]
+        # finite in float64 but inf or 0 in float32, the dtype the models compute in
+        rows += [(wrap("1e39"), expect), (wrap("1e-39"), expect)]
         if rule.low is not None:
             rows.append((wrap(repr(rule.low - (0.0 if rule.low_open else 0.5))), expect))
-        if rule.high is not None:
-            rows.append((wrap(repr(rule.high + (0.0 if rule.high_open else 0.5))), expect))
+        if rule.high is not None:  # a step that a large bound (1e30) does not swallow
+            rows.append((wrap(repr(rule.high + (0.0 if rule.high_open else max(0.5, abs(rule.high))))), expect))
     return rows
 
 
@@ -258,8 +269,20 @@ LM = ("train", "run.out_dir={tmp}/runs", "run.progress=false", "data.name=text",
 LM_FILES: dict[str, str | bytes] = {"train.txt": LM_TEXT}
 
 
-#: a tiny neural LM for the rows that need one trained
-LM_TINY = ("language.embedding_dim=8", "language.hidden=8", "language.layers=1", "train.steps=2", "train.batch_size=2")
+#: a tiny neural LM for the rows that need one trained (LM_NET: the sizes an Electric model reads too)
+LM_NET = ("language.embedding_dim=8", "language.layers=1", "train.steps=2", "train.batch_size=2")
+LM_TINY = (*LM_NET, "language.hidden=8")
+
+
+def _no_fashion_mnist(tmp: Path, mp: pytest.MonkeyPatch) -> None:
+    """MNIST where the tests find it, Fashion-MNIST nowhere: an empty ``$EBMS_DATA`` for everything but
+    MNIST, and no Debian folder for Fashion-MNIST."""
+    import ebms.data.mnist as mnist
+
+    mp.setitem(mnist.DEBIAN_DIRS, "fashion-mnist", ())
+    empty = tmp / "nodata"
+    empty.mkdir(exist_ok=True)
+    mp.setenv("EBMS_DATA", str(empty))
 
 
 def _lm_run(*extra: str) -> Callable[[Path, Path, pytest.MonkeyPatch], object]:
@@ -267,7 +290,9 @@ def _lm_run(*extra: str) -> Callable[[Path, Path, pytest.MonkeyPatch], object]:
 
     def setup(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
         (tmp / "train.txt").write_text(LM_TEXT * 5 + "a cat ran on the mat\n")
-        argv = [a.format(tmp=tmp) for a in LM] + ["run.name=lm", "language.smoothing=witten_bell", *extra]
+        ngram = not any(e.startswith("model.kind=") for e in extra)  # only an n-gram reads language.smoothing
+        argv = [a.format(tmp=tmp) for a in LM] + ["run.name=lm", *(["language.smoothing=witten_bell"] if ngram else []),
+                                                  *extra]
         assert main(argv) == 0
 
     return setup
@@ -282,7 +307,7 @@ def _fake_ptb(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
 ADD = ("train", "run.out_dir={tmp}/runs", "run.progress=false", "data.name=addition", "generation.digits=1",
        "generation.n_train=40", "data.n_test=20", "generation.dim=8", "generation.hidden=8", "generation.heads=2",
        "train.steps=2", "train.batch_size=8", "--no-eval")
-RESIDUAL = (*ADD, "model.kind=residual", "objective.kind=nce")
+RESIDUAL = (*(a for a in ADD if a != "generation.hidden=8"), "model.kind=residual", "objective.kind=nce")
 
 
 def _addition_base(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
@@ -299,7 +324,137 @@ JRF = ("train", "run.out_dir={tmp}/runs", "run.progress=false", "data.name=conll
        "data.root={tmp}", "jrf.label_fraction=0.5", "jrf.embed=4", "jrf.hidden=4", "jrf.noise_hidden=4",
        "jrf.noise_steps=1", "train.steps=2", "train.batch_size=4", "--no-eval")
 
+def _memory(free_gib: float) -> Callable[[Path, Path, pytest.MonkeyPatch], object]:
+    """This machine has ``free_gib`` GiB available (the memory checks' view), whatever it really has."""
+
+    def setup(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
+        import ebms.cli.build as b
+
+        mp.setattr(b, "available_memory", lambda device="cpu": int(free_gib * 2**30))
+
+    return setup
+
+
+#: what torch's CPU allocator raises when malloc fails (copied from a real failure of eval.resolution=100000).
+CPU_ALLOC = ("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to "
+             "allocate 80000000000 bytes. Error code 12 (Cannot allocate memory)")
+
+
+def _fails_allocating(module: str, name: str, error: Callable[[], BaseException]
+                      ) -> Callable[[Path, Path, pytest.MonkeyPatch], object]:
+    """``module.name`` (a function or ``Class.method``) raises ``error()``: memory the estimates missed."""
+
+    def setup(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
+        import importlib
+
+        owner: Any = importlib.import_module(module)
+        *path, attr = name.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+
+        def boom(*a: Any, **k: Any) -> Any:
+            raise error()
+
+        mp.setattr(owner, attr, boom)
+
+    return setup
+
+
+def _near_run(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
+    (tmp / "runs" / "moons").mkdir(parents=True)
+
+
 # -------------------------------------------------------------------------------- hand-written rows
+#: issue 23, section 2: messages that named the wrong thing, and the toy task's limits (one line naming the key)
+ISSUE23 = [
+    Bad("eval of a missing run folder", ("eval", "{tmp}/runs/TYPO"), "run folder '", absent="config file"),
+    Bad("eval of a missing run folder: what it is", ("eval", "{tmp}/runs/TYPO"), "runs/TYPO' not found (runs are "
+        "written under <run.out_dir>/<run.name>/; a config is a FILE.toml)"),
+    Bad("eval of a misspelt run folder", ("eval", "{tmp}/runs/moon"), "runs/moon' not found; did you mean '",
+        setup=_near_run),
+    Bad("eval of a misspelt run folder names it", ("eval", "{tmp}/runs/moon"), "runs/moons'?", setup=_near_run),
+    Bad("eval --run misspelt", ("eval", "--run", "{tmp}/runs/moon"), "runs/moons'?", setup=_near_run),
+    Bad("sample of a missing run folder", ("sample", "{tmp}/runs/TYPO"), "run folder '", absent="config file"),
+    Bad("eval of a missing config file", ("eval", "{tmp}/nope.toml"), "config file '"),
+    Bad("train from a run folder", ("train", "{run}"), "a run folder: its config is '"),
+    Bad("key in the wrong section", (*TRAIN, "tagging.lr=0.1"), "tagging.lr: unknown key; did you mean 'train.lr'?"),
+    Bad("key in the wrong section of a file", ("train", "{tmp}/w.toml"), "tagging.lr: unknown key; did you mean "
+        "'train.lr'?", files={"w.toml": "[tagging]\nlr = 0.1\n"}),
+    Bad("key outside any section of a file", ("train", "{tmp}/w.toml"), "steps: unknown key; did you mean "
+        "'train.steps'?", files={"w.toml": "steps = 10\n"}),
+    Bad("misspelt key in the wrong section", (*TRAIN, "train.buffer_sz=3"), "did you mean 'objective.buffer_size'?"),
+    Bad("key without its section", (*TRAIN, "lr=0.1"), "override 'lr=0.1': expected section.key=value; did you mean "
+        "'train.lr=0.1'?"),
+    Bad("steps without its section", (*TRAIN, "steps=10"), "did you mean 'train.steps=10'?"),
+    Bad("a key of several sections", (*TRAIN, "hidden=8"), "did you mean one of 'model.hidden=8', 'tagging.hidden=8'"),
+    Bad("a key as a flag", ("train", "--steps", "10"), "unrecognized arguments: --steps; settings are written "
+        "section.key=value; did you mean 'train.steps=10'?"),
+    Bad("a key as a flag with =", ("train", "--steps=10"), "did you mean 'train.steps=10'?"),
+    Bad("a dashed key as a flag", ("train", "--batch-size", "32"), "did you mean 'train.batch_size=32'?"),
+    Bad("a key as a flag of eval", ("eval", "--run", "{run}", "--seed", "3"), "did you mean 'run.seed=3'?"),
+    Bad("vision.ood: an unknown set", (*VISION, "model.kind=jem", 'vision.ood=["cifar"]'),
+        "vision.ood[0]: unknown value 'cifar'; expected one of mnist, fashion-mnist, noise, flip, rotate"),
+    Bad("vision.ood: a misspelt set", (*VISION, "model.kind=jem", 'vision.ood=["mnist", "fashon-mnist"]'),
+        "vision.ood[1]: unknown value 'fashon-mnist'; expected one of mnist, fashion-mnist, noise, flip, rotate; did "
+        "you mean 'fashion-mnist'?"),
+    Bad("lr=1e308", (*TRAIN, "train.lr=1e308"), "train.lr: expected a finite number in (0, 1e+30]; got 1e+308",
+        real=True),
+    Bad("lr=1e38", (*TRAIN, "train.lr=1e38"), "train.lr: expected a finite number in (0, 1e+30]; got 1e+38"),
+    Bad("step size below float32", (*TRAIN, "sampler.step_size=1e-50"), "sampler.step_size: expected a finite number "
+        "> 0, within float32's range (1.2e-38 .. 3.4e+38 in magnitude, or 0); got 1e-50"),
+    Bad("an integer of 400 digits for a float", (*TRAIN, "train.lr=1" + "0" * 400),
+        "train.lr: expected a finite number; got an integer of 401 digits"),
+    Bad("an integer of 5000 digits", (*TRAIN, "train.steps=1" + "0" * 5000), "train.steps: expected a number; got an "
+        "integer of 5001 digits"),
+    Bad("an integer of 5000 digits in a file", ("train", "{tmp}/d.toml"), "d.toml: not a config: it holds an integer",
+        files={"d.toml": "[train]\nsteps = 1" + "0" * 5000 + "\n"}),
+    Bad("batch above the replay buffer", (*TRAIN, "train.batch_size=65"), "train.batch_size: expected at most "
+        "objective.buffer_size=64 (PCD draws each batch's chains from its replay buffer, without replacement); got 65",
+        real=True),
+    Bad("model.hidden beyond memory", (*TRAIN, "model.hidden=[100000, 100000]"),
+        "model.hidden: building the MLP energy (2 -> 100000 -> 100000 -> 1: 10,000,500,001 weights) takes about "
+        "37.3 GiB of memory (its weights alone) and 8.0 GiB is available; lower model.hidden", setup=_memory(8)),
+    # beyond any machine (364 TiB, 55 TiB), so that checking against the real memory never allocates
+    Bad("model.hidden beyond memory, for real", (*TRAIN, f"model.hidden=[{10**7}, {10**7}]"),
+        "model.hidden: building the MLP energy", real=True),
+    Bad("eval.resolution beyond memory", (*TRAIN, "eval.resolution=100000"),
+        "eval.resolution: evaluating on a grid of 100000 x 100000 cells takes about 558.8 GiB of memory and 8.0 GiB is "
+        "available; lower eval.resolution", setup=_memory(8)),
+    Bad("eval.resolution beyond memory, for real", (*TRAIN, f"eval.resolution={10**6}"),
+        "eval.resolution: evaluating on a grid of", real=True),
+    Bad("eval of a run at a resolution beyond memory", ("eval", "--run", "{run}", "eval.resolution=100000"),
+        "eval.resolution: evaluating on a grid of 100000 x 100000 cells", setup=_memory(8)),
+    Bad("replay buffer beyond memory", (*TRAIN, f"objective.buffer_size={10**10}"),
+        "objective.buffer_size: training takes about 74.5 GiB of memory (the replay buffer)", setup=_memory(8)),
+    Bad("batch beyond memory", (*TRAIN, "objective.kind=cd", f"train.batch_size={10**9}"),
+        "train.batch_size: training takes about", setup=_memory(8)),
+    Bad("NCE noise beyond memory", (*TRAIN, "objective.kind=nce", "objective.nu=1e12"),
+        "objective.nu: training takes about", setup=_memory(8)),
+    Bad("test points beyond memory", (*TRAIN, f"data.n_test={10**10}"),
+        "data.n_test: evaluating 10000000000 test points takes about", setup=_memory(8)),
+    Bad("samples beyond memory", (*TRAIN, f"eval.n_samples={10**10}"),
+        "eval.n_samples: drawing 10000000000 samples takes about", setup=_memory(8)),
+    Bad("sample --n beyond memory", ("sample", "--run", "{run}", "--n", str(10**10)),
+        "--n: drawing 10000000000 samples takes about", setup=_memory(8)),
+    # the net: memory the estimates missed is still one line naming what was built and its keys
+    Bad("allocation failure on the grid", ("eval", "--run", "{run}"), "eval.resolution, data.n_test: out of memory "
+        "while evaluating the test points on the grid: tried to allocate 74.5 GiB",
+        setup=_fails_allocating("ebms.cli.continuous", "grid_evaluation", lambda: RuntimeError(CPU_ALLOC))),
+    Bad("CUDA out of memory while training", ("train", "run.out_dir={tmp}/runs", *TINY, "--no-eval"),
+        "model.hidden, train.batch_size, objective.buffer_size: out of memory while training: tried to allocate "
+        "20.00 GiB", setup=_fails_allocating("ebms.train", "Trainer.fit", lambda: torch.OutOfMemoryError(
+            "CUDA out of memory. Tried to allocate 20.00 GiB"))),
+    Bad("MemoryError while loading the data", ("train", "run.out_dir={tmp}/runs", *TINY, "--no-eval"),
+        "model.hidden, train.batch_size, objective.buffer_size: out of memory while training",
+        setup=_fails_allocating("ebms.cli.continuous", "get_toy", MemoryError)),
+    Bad("allocation failure while drawing samples", ("sample", "--run", "{run}", "--n", "5"),
+        "--n: out of memory while drawing 5 samples",
+        setup=_fails_allocating("ebms.cli.continuous", "_ContinuousTask.sampler", MemoryError)),
+    Bad("allocation failure while loading a run", ("eval", "--run", "{run}"),
+        "model.hidden, train.batch_size, objective.buffer_size: out of memory while loading the run's data and model",
+        setup=_fails_allocating("ebms.cli.run", "load_run", lambda: RuntimeError(CPU_ALLOC))),
+]
+
 
 HAND = [
     # the issue's list, one by one
@@ -309,9 +464,9 @@ HAND = [
     Bad("seed=-1", (*TRAIN, "run.seed=-1"), "run.seed: expected an integer in [0, 2^32 - 1]; got -1"),
     Bad("seed=1e20", (*TRAIN, "run.seed=1e20"), "run.seed: expected an integer; got 1e+20 (float)"),
     Bad("seed=10**20", (*TRAIN, f"run.seed={10**20}"), "run.seed: expected an integer in [0, 2^32 - 1]"),
-    Bad("lr=nan", (*TRAIN, "train.lr=nan"), "train.lr: expected a finite number > 0; got nan"),
-    Bad("lr=-1", (*TRAIN, "train.lr=-1"), "train.lr: expected a finite number > 0; got -1"),
-    Bad("lr=inf", (*TRAIN, "train.lr=inf"), "train.lr: expected a finite number > 0; got inf"),
+    Bad("lr=nan", (*TRAIN, "train.lr=nan"), "train.lr: expected a finite number in (0, 1e+30]; got nan"),
+    Bad("lr=-1", (*TRAIN, "train.lr=-1"), "train.lr: expected a finite number in (0, 1e+30]; got -1"),
+    Bad("lr=inf", (*TRAIN, "train.lr=inf"), "train.lr: expected a finite number in (0, 1e+30]; got inf"),
     Bad("momentum=-1", (*TRAIN, "train.optimizer=sgd", "train.momentum=-1"), "train.momentum: expected a finite number in [0, 1)"),
     Bad("n_test=0", (*TRAIN, "data.n_test=0"), "data.n_test: expected an integer >= 1; got 0"),
     Bad("resolution=0", (*TRAIN, "eval.resolution=0"), "eval.resolution: expected an even integer >= 4 (the grid checks its log Z on n/2 cells); got 0"),
@@ -534,9 +689,31 @@ HAND = [
     Bad("min_count leaves no vocabulary", (*LM, "model.kind=lstm", "language.min_count=9"), "", files=LM_FILES,
         absent="Traceback"),
     Bad("modified KN on a tiny text", (*LM, "model.kind=kn"),
-        "language.smoothing: 'modified_kneser_ney' cannot be estimated at language.order=3", files=LM_FILES),
+        "language.smoothing: 'modified_kneser_ney' cannot estimate its discounts at order", files=LM_FILES),
     Bad("nce noise on a tiny text", (*LM, "model.kind=trf", "objective.kind=nce"),
-        "lower language.noise_order or use language.smoothing='witten_bell'", files=LM_FILES),
+        "cannot estimate its discounts at order", files=LM_FILES),
+    Bad("base_run on a non-residual LM", (*LM, "model.kind=lstm", "language.base_run={tmp}/runs/lm"),
+        "language.base_run: model.kind='lstm' with objective.kind='ml' does not read it", files=LM_FILES),
+    Bad("earm that never starts", (*LM, "model.kind=lstm", "objective.kind=earm", "train.steps=5",
+                                   "language.earm_start=5"),
+        "language.earm_start: E-ARM is switched on after 5 steps but the run stops at train.steps=5", files=LM_FILES),
+    Bad("classes above the vocabulary", (*LM, "model.kind=trf", "language.classes=100000"),
+        "language.classes: exchange clustering sorts the vocabulary's", files=LM_FILES),
+    Bad("a key the kind does not read", (*LM, "model.kind=lstm", "language.smoothing=kneser_ney"),
+        "language.smoothing: model.kind='lstm' with objective.kind='ml' does not read it", files=LM_FILES),
+    Bad("discounts of another length", (*LM, "model.kind=kn", "language.discounts=[0.5, 0.5]"),
+        "language.discounts: expected one discount per order or three", files=LM_FILES),
+    Bad("discounts for Witten-Bell", (*LM, "model.kind=kn", "language.smoothing=witten_bell",
+                                      "language.discounts=[0.5, 0.5, 0.5]"),
+        "language.discounts: only Kneser-Ney smoothing takes discounts", files=LM_FILES),
+    Bad("a transformer on one overlong line", (*LM, "model.kind=transformer"),
+        "language.max_length: unset, it would be the longest training sentence, 1100 tokens, above the default "
+        "bound of 1024", files={"train.txt": LM_TEXT + " ".join(["the"] * 1100) + "\n"}),
+    Bad("eval after the training text changed", ("eval", "{tmp}/runs/lm"), "is not the training text this run was "
+        "trained on", setup=lambda tmp, run, mp: (_lm_run("model.kind=lstm", *LM_TINY)(tmp, run, mp),
+                                                  (tmp / "train.txt").write_text(LM_TEXT * 9))),
+    Bad("eval with an altered vocab.json", ("eval", "{tmp}/runs/lm"), "vocab.json: altered since the run was trained",
+        setup=lambda tmp, run, mp: (_lm_run()(tmp, run, mp), (tmp / "runs/lm/vocab.json").write_text("{}"))),
     Bad("language keys on toy data", (*TRAIN, "language.order=4"),
         "language.order: the [language] section is read by data.name = ptb, text, tiny-shakespeare; this run has "
         "data.name='eight_gaussians' (a toy set)"),
@@ -571,6 +748,16 @@ HAND = [
         "objective.kind: model.kind='transformer' is trained by 'ml' or 'earm'; got 'nce'"),
     Bad("base LM given a base run", (*ADD, "generation.base_run={tmp}/runs/base"),
         "generation.base_run: only model.kind='residual' reads a base run"),
+    Bad("addition: earm that never starts", (*ADD, "objective.kind=earm", "generation.earm_start=2"),
+        "generation.earm_start: E-ARM is switched on after 2 steps but the run stops at train.steps=2"),
+    Bad("addition: a key the base does not read", (*ADD, "generation.negatives=4"),
+        "generation.negatives: model.kind='transformer' with objective.kind='ml' does not read it"),
+    Bad("addition: residual after its base was trained again", ("eval", "{tmp}/runs/r"),
+        "generation.base_run: the base run", setup=lambda tmp, run, mp: (
+            _addition_base(tmp, run, mp),
+            main([a.format(tmp=tmp) for a in RESIDUAL] + [f"generation.base_run={tmp}/runs/base",
+                                                         "generation.negatives=2", "run.name=r"]),
+            main([a.format(tmp=tmp) for a in ADD] + ["run.name=base", "run.seed=1", "--overwrite"]))),
     Bad("addition: heads", (*ADD, "generation.heads=3"), "generation.heads: expected a divisor of generation.dim=8; got 3"),
     Bad("addition: too many sentences", (*ADD, "generation.n_train=90"),
         "generation.n_train: 90 training + data.n_test=20 test sentences need distinct operand pairs; 1-digit "
@@ -617,10 +804,10 @@ HAND = [
     Bad("electric heads", (*LM, "model.kind=electric", "objective.kind=nce", "language.embedding_dim=10"),
         "language.heads: expected a divisor of language.embedding_dim=10; got 4", files=LM_FILES),
     Bad("sample of an electric run", ("sample", "{tmp}/runs/lm"), "sample: model.kind='electric' is a cloze model",
-        setup=_lm_run("model.kind=electric", "objective.kind=nce", "language.heads=2", *LM_TINY)),
+        setup=_lm_run("model.kind=electric", "objective.kind=nce", "language.heads=2", *LM_NET)),
     Bad("eval --ais of an electric run", ("eval", "{tmp}/runs/lm", "--ais"),
         "--ais: AIS estimates the normalisers of a TRF; model.kind='electric' has no per-length normalisers",
-        setup=_lm_run("model.kind=electric", "objective.kind=nce", "language.heads=2", *LM_TINY)),
+        setup=_lm_run("model.kind=electric", "objective.kind=nce", "language.heads=2", *LM_NET)),
     Bad("vision: jem trained by pcd", (*VISION, "model.kind=jem", "objective.kind=pcd"),
         "objective.kind: model.kind = 'jem' trains by jem; got 'pcd'"),
     Bad("vision: conv trained by ce", (*VISION, "model.kind=conv", "objective.kind=ce"),
@@ -629,6 +816,15 @@ HAND = [
         "vision.ood: 'fashion-mnist' is not an out-of-distribution set for data.name = 'digits'"),
     Bad("vision: the data as its own OOD set", (*VISION, "data.name=mnist", "model.kind=jem", "vision.ood=['mnist']"),
         "vision.ood: 'mnist' is not an out-of-distribution set for data.name = 'mnist'"),
+    Bad("vision: a named OOD set that is not installed",
+        (*VISION, "data.name=mnist", "model.kind=classifier", "vision.ood=['fashion-mnist']"),
+        "vision.ood: fashion-mnist is not installed", setup=lambda tmp, run, mp: _no_fashion_mnist(tmp, mp)),
+    Bad("vision: a batch above the replay buffer", (*VISION, "model.kind=conv", "objective.buffer_size=8",
+                                                     "train.batch_size=16"),
+        "train.batch_size: expected at most objective.buffer_size=8"),
+    Bad("vision: a batch above a class's share of JEM's buffer",
+        (*VISION, "model.kind=jem", "vision.conditional=true", "objective.buffer_size=100", "train.batch_size=16"),
+        "train.batch_size: expected at most objective.buffer_size // 10 classes = 10"),
     Bad("vision: labels for an energy", (*VISION, "model.kind=conv", "vision.labels_per_class=5"),
         "vision.labels_per_class: an image energy (model.kind = 'conv') uses no labels"),
     Bad("vision: groups do not divide channels", (*VISION, "model.kind=jem", "vision.channels=[12]", "vision.groups=8"),
@@ -678,6 +874,7 @@ HAND = [
                                                "train.batch_size=1"),
         "train.batch_size: semi-supervised JEM splits each batch into labelled and unlabelled halves; expected at "
         "least 2; got 1"),
+    *ISSUE23,
     *MOVED,
 ]
 
@@ -745,7 +942,12 @@ def test_bad_input_is_one_line_and_exit_status_2(row: Bad, tmp_path: Path, train
         assert not (tmp_path / "x").exists() and not (tmp_path.parent / "x").exists()
 
 
-@pytest.mark.parametrize("row", [pytest.param(r, id=r.id) for r in TABLE if r.real])
+#: the real-executable row of the default suite (each costs a process start, ~5 s); the others run in the slow set
+REAL_DEFAULT = "log_every=0"
+
+
+@pytest.mark.parametrize("row", [pytest.param(r, id=r.id, marks=() if r.id == REAL_DEFAULT else pytest.mark.slow)
+                                 for r in TABLE if r.real])
 def test_the_real_executable_exits_2_with_one_line(row: Bad, tmp_path: Path, trained: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     argv = _prepare(row, tmp_path, trained, monkeypatch)

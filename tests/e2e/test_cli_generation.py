@@ -21,15 +21,16 @@ from ebms.cli.run import load_run
 from ebms.models.residual_lm import ResidualLM, enumerate_continuations, exact_joint_log_probs
 
 SMALL = ["run.progress=false", "generation.digits=1", "generation.n_train=60", "data.n_test=30", "generation.dim=16",
-         "generation.hidden=32", "generation.heads=2", "train.batch_size=16", "train.log_every=10",
-         "train.checkpoint_every=20"]
+         "generation.heads=2", "train.batch_size=16", "train.log_every=10", "train.checkpoint_every=20"]
+#: the base LMs' feed-forward / LSTM width (a residual run reads no generation.hidden)
+BASE = ["generation.hidden=32"]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``addition-base`` (60 steps) and ``residual-addition`` on it (40 steps) in one folder."""
     root = tmp_path_factory.mktemp("generation")
-    assert main(["train", "addition-base", f"run.out_dir={root}", *SMALL, "train.steps=60"]) == 0
+    assert main(["train", "addition-base", f"run.out_dir={root}", *SMALL, *BASE, "train.steps=60"]) == 0
     assert main(["train", "residual-addition", f"run.out_dir={root}", f"generation.base_run={root}/addition-base",
                  *SMALL, "train.steps=40", "generation.negatives=4", "generation.joint_samples=20"]) == 0
     return root
@@ -98,7 +99,7 @@ def test_a_resumed_residual_run_equals_an_uninterrupted_one(runs: Path, tmp_path
 
 
 def test_earm_switches_on_at_its_start_step(tmp_path: Path) -> None:
-    assert main(["train", "earm-addition", f"run.out_dir={tmp_path}", *SMALL, "train.steps=40",
+    assert main(["train", "earm-addition", f"run.out_dir={tmp_path}", *SMALL, *BASE, "train.steps=40",
                  "generation.earm_start=20", "train.log_every=1", "--no-eval"]) == 0
     rows = [json.loads(line) for line in (tmp_path / "earm-addition" / "metrics.jsonl").read_text().splitlines()]
     active = {r["step"]: r["metrics"]["active"] for r in rows if "active" in r.get("metrics", {})}
@@ -120,9 +121,9 @@ def text_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]
         (root / f"{split}.txt").write_text("".join(" ".join(r.choice(WORDS) for _ in range(r.randint(2, 8))) + "\n"
                                                    for _ in range(n)))
     common = ["data.name=text", f"language.train_path={root}/train.txt", f"language.test_path={root}/test.txt",
-              f"run.out_dir={root}/runs", "run.progress=false", "language.embedding_dim=16", "language.hidden=16",
-              "language.layers=1", "train.batch_size=16"]
-    assert main(["train", *common, "model.kind=lstm", "train.steps=150", "run.name=base"]) == 0
+              f"run.out_dir={root}/runs", "run.progress=false", "language.embedding_dim=16", "language.layers=1",
+              "train.batch_size=16"]
+    assert main(["train", *common, "model.kind=lstm", "language.hidden=16", "train.steps=150", "run.name=base"]) == 0
     assert main(["train", *common, "model.kind=residual", "objective.kind=nce", f"language.base_run={root}/runs/base",
                  "language.prefix_length=2", "language.horizon=3", "language.negatives=4", "language.joint_samples=30",
                  "train.steps=60", "run.name=res"]) == 0
@@ -162,7 +163,7 @@ def test_text_residual_samples_continue_held_out_prefixes(text_runs, capsys: pyt
 
 def test_text_earm_and_electric_train_and_report(text_runs, capsys: pytest.CaptureFixture[str]) -> None:
     root, common = text_runs
-    assert main(["train", *common, "model.kind=lstm", "objective.kind=earm", "language.earm_start=10",
+    assert main(["train", *common, "model.kind=lstm", "language.hidden=16", "objective.kind=earm", "language.earm_start=10",
                  "train.steps=20", "train.log_every=1", "run.name=earm"]) == 0
     rows = [json.loads(line) for line in (root / "runs" / "earm" / "metrics.jsonl").read_text().splitlines()]
     active = {r["step"]: r["metrics"]["active"] for r in rows if "active" in r.get("metrics", {})}
@@ -196,3 +197,26 @@ def test_the_shakespeare_recipes_run_on_tiny_text(text_runs, tmp_path: Path) -> 
                ("residual-shakespeare", "earm-shakespeare", "electric-shakespeare")}
     assert figures["residual-shakespeare"]["lower"] <= figures["residual-shakespeare"]["upper"]
     assert 1.0 < figures["earm-shakespeare"]["perplexity"] and figures["electric-shakespeare"]["pll"] < 0.0
+
+
+# -- issue 23: settings a run would ignore -------------------------------------------------------------------
+@pytest.mark.parametrize(("extra", "start"), [
+    (("earm-addition", "train.steps=20", "generation.earm_start=20"),
+     "generation.earm_start: E-ARM is switched on after 20 steps but the run stops at train.steps=20, so it would "
+     "never start"),
+    (("addition-base", "generation.negatives=4"),
+     "generation.negatives: model.kind='transformer' with objective.kind='ml' does not read it, so "
+     "generation.negatives=4 would be ignored; it is read with model.kind = residual: drop it"),
+    (("addition-base", "generation.earm_weight=0.5"), "generation.earm_weight: model.kind='transformer' with "
+                                                      "objective.kind='ml' does not read it"),
+    (("addition-base", "model.kind=lstm", "generation.heads=2"), "generation.heads: model.kind='lstm'"),
+    (("residual-addition", "generation.base_run=runs/b", "generation.error_rate=0.1"),
+     "generation.error_rate: model.kind='residual' with objective.kind='nce' does not read it"),
+    (("residual-addition", "generation.base_run=runs/b", "generation.energy=bilstm", "generation.heads=2"),
+     "generation.heads: model.kind='residual' with objective.kind='nce' does not read it"),
+])
+def test_generation_settings_that_would_do_nothing_are_refused(extra: tuple[str, ...], start: str, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", *extra, f"run.out_dir={tmp_path}", "--no-eval"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ebms train: error: {start}") and err.count("\n") == 1, err

@@ -51,9 +51,10 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _args(root: Path, out: Path, *extra: str) -> list[str]:
+    noise = [] if "objective.kind=crf" in extra else ["jrf.noise_hidden=8", "jrf.noise_steps=5"]  # the JRF's noise LM
     return ["run.progress=false", f"run.out_dir={out}", "data.name=conll2000", "model.kind=jrf", f"data.root={root}",
-            "jrf.label_fraction=0.2", "jrf.embed=8", "jrf.hidden=8", "jrf.noise_hidden=8", "jrf.noise_steps=5",
-            "train.batch_size=8", "train.log_every=2", "train.checkpoint_every=3", *extra]
+            "jrf.label_fraction=0.2", "jrf.embed=8", "jrf.hidden=8", *noise, "train.batch_size=8", "train.log_every=2",
+            "train.checkpoint_every=3", *extra]
 
 
 def test_routing_by_model_kind(root: Path, tmp_path: Path) -> None:
@@ -146,3 +147,46 @@ def test_the_supervised_baseline_trains_and_evaluates(root: Path, tmp_path: Path
     assert main(["train", *_args(root, tmp_path, "run.name=s", "objective.kind=crf", "train.steps=4")]) == 0
     got = json.loads((tmp_path / "s" / "eval.json").read_text())
     assert 0.0 <= got["figures"]["f1"] <= 100.0
+
+
+# -- issue 23 ----------------------------------------------------------------------------------------------
+def test_a_run_keeps_its_word_and_tag_lists_and_refuses_edited_training_files(
+        root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "data"
+    (data / "conll2000").mkdir(parents=True)
+    for name in ("train.txt", "test.txt"):
+        (data / "conll2000" / name).write_text((root / "conll2000" / name).read_text())
+    assert main(["train", *_args(data, tmp_path, "run.name=v", "train.steps=2", "--no-eval")]) == 0
+    run = tmp_path / "v"
+    stored = json.loads((run / "vocab.json").read_text())
+    _, _, loaded, _ = load_run(run)
+    assert loaded.info["tags"] == stored["tags"] and stored["words"][:2] == ["<pad>", "<unk>"]
+    train = data / "conll2000" / "train.txt"
+    train.write_text(train.read_text().replace("cat NN", "dog NN"))  # word counts, hence word ids, change
+    capsys.readouterr()
+    assert main(["eval", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ebms eval: error: data.root: the conll2000 training sentences are not the ones this run "
+                          "was trained on") and err.count("\n") == 1, err
+
+
+def test_keys_the_supervised_baseline_does_not_read_are_refused(root: Path, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", *_args(root, tmp_path, "objective.kind=crf", "jrf.alpha=0.5")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ebms train: error: jrf.alpha: objective.kind='crf' does not read it, so jrf.alpha=0.5 "
+                          "would be ignored; it is read with objective.kind = jrf: drop it"), err
+
+
+def test_a_sentence_longer_than_the_jrf_takes_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A CoNLL file without the blank lines between sentences reads as one sentence; its length would
+    size the JRF's length law and its noise draws."""
+    from ebms.cli.jrf import MAX_SENTENCE
+
+    (tmp_path / "conll2000").mkdir()
+    (tmp_path / "conll2000" / "train.txt").write_text(_corpus(20, 0).replace("\n\n", "\n") * 40 + "\n")
+    (tmp_path / "conll2000" / "test.txt").write_text(_corpus(5, 1))
+    assert main(["train", *_args(tmp_path, tmp_path, "train.steps=1", "--no-eval")]) == 2
+    err = capsys.readouterr().err
+    assert f"the JRF takes at most {MAX_SENTENCE}" in err and err.startswith("ebms train: error: data.root: the "
+                                                                              "longest conll2000 training sentence has")

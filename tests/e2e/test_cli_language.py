@@ -150,6 +150,7 @@ def test_running_text_is_split_into_sentences(tmp_path: Path, capsys: pytest.Cap
     assert vocab.tokens[2:] == ("the", "cat", "dog", "sat.", "did", "ran!", "run?")  # by count, ties by string
 
 
+@pytest.mark.slow  # PTB counted and written as ARPA: ~5 s
 def test_kn5_ptb_recipe_gives_the_published_perplexity(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     if not (data_root() / "ptb" / "ptb.train.txt").is_file():
         pytest.skip(f"PTB absent: set {DATA_ENV_VAR} to the folder holding ptb/ptb.train.txt")
@@ -161,3 +162,69 @@ def test_kn5_ptb_recipe_gives_the_published_perplexity(tmp_path: Path, capsys: p
     assert test["perplexity"] == pytest.approx(141.2, rel=0.01)  # Mikolov et al. (2011): KN5 141.2
     assert "test perplexity, step 0: 141.19" in out
     assert (tmp_path / "kn5-ptb" / "model.arpa").stat().st_size > 50_000_000
+
+
+# -- issue 23 ----------------------------------------------------------------------------------------------
+def test_a_character_kn_run_on_text_with_spaces_writes_its_arpa_file_and_checkpoint(
+        text: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The space is a token of a character model; ARPA separates words by whitespace, so the file
+    names it ``<U+0020>`` and reads it back as the space (the old run died writing it, with no checkpoint)."""
+    run = tmp_path / "runs" / "kc"
+    assert main(["train", *text, "model.kind=kn", "language.level=char", "language.smoothing=witten_bell",
+                 "run.name=kc"]) == 0, capsys.readouterr().err
+    assert (run / "checkpoints").is_dir() and "\t<U+0020>\t" in (run / "model.arpa").read_text()
+    vocab = Vocabulary.load(run / "vocab.txt")
+    assert " " in vocab.tokens
+    lm = BackoffNGram.from_arpa(run / "model.arpa", vocab.tokens)
+    test = vocab.encode(read_sentences(tmp_path / "test.txt", level="char"))
+    ppl = math.exp(-float(lm.log_prob(test).sum()) / (int(test.lengths.sum()) + test.batch_size))
+    assert _eval(run)["figures"]["test"]["perplexity"] == pytest.approx(ppl, rel=1e-5)
+    assert main(["sample", str(run), "--n", "2", "--seed", "1"]) == 0
+
+
+def test_characters_with_modified_kn_need_discounts_and_take_them(text: list[str], tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Five words spelled in 11 characters: every character follows many others, so order 1 has no
+    type seen after 1, 2 or 3 distinct characters; the message asks for discounts, not a lower order."""
+    args = ["train", *text, "model.kind=kn", "language.level=char", "run.name=kd", "--no-eval"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ebms train: error: language.smoothing: 'modified_kneser_ney' cannot estimate its discounts "
+                          "at order") and "set language.discounts=[" in err and err.count("\n") == 1
+    assert main([*args, "language.discounts=[0.5, 1, 1.5, 0.5, 1, 1.5, 0.5, 1, 1.5]"]) == 0
+    assert main(["eval", str(tmp_path / "runs" / "kd")]) == 0
+
+
+def test_a_transformer_on_one_overlong_line_is_refused_naming_max_length(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A file of running text read one line per sentence: the default L was the longest line (a
+    400,000-token line hung the Transformer); now it is bounded, and language.max_length opts out."""
+    from ebms.cli._language_data import DEFAULT_MAX_LENGTH
+
+    long_line = " ".join(WORDS[i % 5] for i in range(DEFAULT_MAX_LENGTH + 1))
+    (tmp_path / "train.txt").write_text("the cat sat\nthe dog ran\n" * 4 + long_line + "\n")
+    args = ["train", "data.name=text", f"language.train_path={tmp_path}/train.txt", "model.kind=transformer",
+            "language.embedding_dim=8", "language.hidden=8", "language.layers=1", "language.heads=2",
+            "train.steps=2", "train.batch_size=2", f"run.out_dir={tmp_path}", "run.progress=false", "--no-eval"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err == (f"ebms train: error: language.max_length: unset, it would be the longest training sentence, "
+                   f"{DEFAULT_MAX_LENGTH + 1} tokens, above the default bound of {DEFAULT_MAX_LENGTH} for model.kind="
+                   f"'transformer' (its size and cost grow with it; 1 training sentence(s) are longer); set "
+                   f"language.max_length=N to leave longer training sentences out, or cut running text into sentences "
+                   f"with language.sentence_split=true\n")
+    assert main([*args, "language.max_length=8"]) == 0
+
+
+@pytest.mark.parametrize(("extra", "start"), [
+    (("model.kind=lstm", "language.base_run=runs/none"), "language.base_run: model.kind='lstm'"),
+    (("model.kind=lstm", "objective.kind=earm", "language.earm_start=4"),
+     "language.earm_start: E-ARM is switched on after 4 steps but the run stops at train.steps=4"),
+    (("model.kind=lstm", "language.classes=100"), "language.classes: model.kind='lstm'"),
+    (("model.kind=trf", "language.classes=100000"), "language.classes: exchange clustering sorts the vocabulary's"),
+])
+def test_settings_that_would_do_nothing_are_one_line_and_exit_2(text: list[str], extra: tuple[str, ...], start: str,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", *text, *extra, "--no-eval"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ebms train: error: {start}") and err.count("\n") == 1, err

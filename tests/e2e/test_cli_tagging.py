@@ -167,3 +167,49 @@ def test_missing_data_is_a_config_error_naming_the_data_set(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("ebms train: error: data.name='conll2000': conll2000/train.txt: not found")
     assert len(err.splitlines()) == 1
+
+
+# -- issue 23: a run keeps its maps; keys the model kind does not read ---------------------------------------
+_CONLL = ("He PRP B-NP\nreckons VBZ B-VP\nthe DT B-NP\ndeficit NN I-NP\n. . O\n\n"
+          "Rockwell NNP B-NP\nsaid VBD B-VP\nthe DT B-NP\nagreement NN I-NP\ncalls VBZ B-VP\n. . O\n\n")
+
+
+@pytest.mark.parametrize("kind", ["bilstm-crf", "feature-crf"])
+def test_a_tagger_keeps_its_maps_and_refuses_training_files_edited_since(kind, tmp_path, capsys):
+    """Rebuilt from an edited training file, the word (or attribute) and tag ids would move under the
+    trained weights; the run's vocab.json keeps them, and a changed training set is refused."""
+    (tmp_path / "conll2000").mkdir()
+    train = tmp_path / "conll2000" / "train.txt"
+    train.write_text(_CONLL * 6)
+    (tmp_path / "conll2000" / "test.txt").write_text(_CONLL)
+    net = ["tagging.embedding_dim=4", "tagging.hidden=4", "tagging.char_dim=2"] if kind == "bilstm-crf" else []
+    args = ["train", "data.name=conll2000", f"data.root={tmp_path}", f"model.kind={kind}", "objective.kind=crf", *net,
+            "train.steps=2", "train.batch_size=4", f"run.out_dir={tmp_path}", "run.name=t", "run.progress=false"]
+    assert main(args) == 0, capsys.readouterr().err
+    run = tmp_path / "t"
+    stored = json.loads((run / "vocab.json").read_text())
+    assert stored["tags"] == TaggingTask().load(load_config(None, args[1:-3])).info["tags"]
+    assert ("words" in stored and "chars" in stored) if kind == "bilstm-crf" else stored["attributes"][0] == "<pad>"
+    train.write_text(_CONLL.replace("B-VP", "B-ADJP") * 6)  # same sentences, other tags
+    capsys.readouterr()
+    assert main(["eval", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ebms eval: error: data.root: the conll2000 training sentences are not the ones this run was "
+                          "trained on") and err.count("\n") == 1, err
+    train.write_text(_CONLL * 6)
+    assert main(["eval", str(run)]) == 0
+
+
+@pytest.mark.parametrize(("kind", "override", "start"), [
+    ("bilstm-crf", "tagging.features=crfsuite-chunking", "tagging.features: model.kind='bilstm-crf' does not read it"),
+    ("feature-crf", "tagging.hidden=16", "tagging.hidden: model.kind='feature-crf' does not read it"),
+    ("feature-crf", "tagging.char_dim=8", "tagging.char_dim: model.kind='feature-crf' does not read it, so "
+                                          "tagging.char_dim=8 would be ignored; it is read with model.kind = "
+                                          "bilstm-crf, cnn-crf: drop it"),
+])
+def test_a_tagging_key_the_model_does_not_read_is_refused(kind, override, start, tmp_path, capsys):
+    args = ["train", "data.name=conll2000", f"model.kind={kind}", "objective.kind=crf", override,
+            f"run.out_dir={tmp_path}"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ebms train: error: {start}") and err.count("\n") == 1, err

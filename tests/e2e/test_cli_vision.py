@@ -5,6 +5,10 @@ improved CD, recovery likelihood) train and evaluate. ``eval``'s figures equal i
 computations on the loaded run (scikit-learn's AUROC, a numpy ECE); the same ``data.name`` with a
 binary model still goes to the binary images; withheld labels are never seen by the classifier; a
 resumed JEM run equals an uninterrupted one bit for bit; snapshots of the chains are written.
+Issue 23: the evaluation's keys (``vision.ood``, ``ood_size``, ``ece_bins``) change after training
+without retraining (they are not part of a checkpoint's identity), ``vision.ood = []`` means no
+OOD set, and a Fashion-MNIST that is not installed (made absent here, whatever the machine has) is a
+skipped row with a note by default and one line before training when ``vision.ood`` names it.
 """
 
 from __future__ import annotations
@@ -158,3 +162,98 @@ def test_every_image_recipe_runs_on_a_few_images(recipe: str, tmp_path: Path) ->
                  "vision.limit=200", "data.n_test=50", "vision.ood_size=50", "eval.n_samples=4",
                  "eval.sample_steps=2", "objective.buffer_size=100", "--no-eval"]) == 0
     assert (tmp_path / recipe / "checkpoints").is_dir()
+
+
+# -- issue 23: evaluation settings are not part of a checkpoint's identity; optional OOD sets ------
+def test_evaluation_settings_change_after_training_without_retraining(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["train", f"run.out_dir={tmp_path}", "run.name=c", *SMALL, "model.kind=classifier", "vision.ood=['noise']"]
+    assert main([*args, "train.steps=4", "--no-eval"]) == 0
+    run = tmp_path / "c"
+    assert main(["eval", "--run", str(run), "vision.ood=['flip', 'rotate']", "vision.ece_bins=10",
+                 "vision.ood_size=50"]) == 0
+    got = _eval(run)
+    assert {r["set"] for r in got["ood"]} == {"flip", "rotate"} and got["n_bins"] == 10
+    assert {r["n_out"] for r in got["ood"]} == {50}
+    # a resume may change them too, but not a key that changes the weights
+    assert main([*args, "train.steps=6", "vision.ood=['rotate']", "vision.snapshot_every=3", "--resume",
+                 "--no-eval"]) == 0
+    capsys.readouterr()
+    assert main([*args, "train.steps=8", "vision.channels=[8,8]", "--resume", "--no-eval"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "was trained with other values of vision.channels" in err and len(err.splitlines()) == 1
+    assert "vision.ood, vision.ood_size, vision.ece_bins, vision.snapshot_every may change on resume" in err
+    assert main(["eval", "--run", str(run), "vision.groups=4"]) == 2
+    assert "checkpoint of another run: trained with vision.groups=8 (here 4)" in capsys.readouterr().err
+
+
+def test_an_empty_ood_list_means_no_ood_set(tmp_path: Path) -> None:
+    from ebms.cli.vision import VisionTask
+
+    unset, empty = (load_config(None, ["data.name=mnist", "model.kind=jem", *o]) for o in ([], ["vision.ood=[]"]))
+    assert VisionTask().ood_sets(unset) == ["fashion-mnist", "noise", "flip", "rotate"]
+    assert VisionTask().ood_sets(empty) == []
+    assert main(["train", f"run.out_dir={tmp_path}", "run.name=c", *SMALL, "model.kind=classifier", "train.steps=2",
+                 "vision.ood=[]"]) == 0
+    got = _eval(tmp_path / "c")
+    assert got["ood"] == [] and got["ood_skipped"] == {}
+    assert (tmp_path / "c" / "reliability.png").is_file() and not (tmp_path / "c" / "roc.png").exists()
+
+
+@pytest.fixture
+def without_fashion_mnist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty data root and no Debian package: Fashion-MNIST is not installed (whatever this machine
+    has); returns the empty root."""
+    import ebms.data.mnist
+
+    root = tmp_path / "data"
+    root.mkdir()
+    monkeypatch.setenv("EBMS_DATA", str(root))
+    monkeypatch.setitem(ebms.data.mnist.DEBIAN_DIRS, "fashion-mnist", ())
+    return root
+
+
+def _mnist_folder() -> Path:
+    from ebms.data.mnist import load_mnist
+
+    try:
+        return Path(load_mnist("test").source)
+    except (FileNotFoundError, OSError):
+        pytest.skip("MNIST is not installed (set $EBMS_DATA to a folder holding mnist/)")
+
+
+@pytest.mark.parametrize("found_by", ["EBMS_DATA", "data.root"])
+def test_a_missing_default_ood_set_is_a_skipped_row_not_a_crash_after_training(
+        found_by: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], request: pytest.FixtureRequest) -> None:
+    # with data.root, the other set must not be looked for there: MNIST's files have Fashion-MNIST's names
+    mnist = _mnist_folder()  # before the fixture hides this machine's data root
+    root = request.getfixturevalue("without_fashion_mnist")
+    if found_by == "EBMS_DATA":
+        (root / "mnist").symlink_to(mnist)
+    where = [f"data.root={mnist}"] if found_by == "data.root" else []
+    small = ["vision.limit=200", "data.n_test=40", "vision.ood_size=40", "eval.n_samples=4", "eval.sample_steps=2",
+             "vision.channels=[8,16]", "train.batch_size=16"]
+    assert main(["train", f"run.out_dir={tmp_path}", "run.name=m", "run.progress=false", "data.name=mnist",
+                 "model.kind=classifier", "train.steps=2", *small, *where]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and notes[0].startswith("note: vision.ood: the default set 'fashion-mnist' is skipped: "
+                                                   "fashion-mnist is not installed ("), notes
+    got = _eval(tmp_path / "m")
+    assert {r["set"] for r in got["ood"]} == {"noise", "flip", "rotate"}
+    assert list(got["ood_skipped"]) == ["fashion-mnist"] and "install Debian's package" in got["ood_skipped"]["fashion-mnist"]
+    assert (tmp_path / "m" / "roc.png").is_file()
+    # asked for by name at evaluation: one line, exit 2
+    assert main(["eval", "--run", str(tmp_path / "m"), "vision.ood=['fashion-mnist']"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "error: vision.ood: fashion-mnist is not installed" in err
+
+
+def test_a_missing_ood_set_asked_for_by_name_stops_train_before_training(
+        without_fashion_mnist: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", f"run.out_dir={tmp_path}", "run.name=m", "run.progress=false", "data.name=mnist",
+                 "model.kind=classifier", "vision.ood=['noise', 'fashion-mnist']"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("ebms train: error: vision.ood: fashion-mnist is not installed (fashion-mnist test: files ")
+    assert err.endswith("; or leave 'fashion-mnist' out of vision.ood")
+    assert not (tmp_path / "m").exists()  # nothing loaded, trained or written

@@ -39,8 +39,8 @@ def test_token_id_sequences_are_read_through_the_vocabulary() -> None:
 
 def test_buckets_hold_the_sentences_of_their_reference_length() -> None:
     # reference lengths: 6, 4, 5, 4 tokens
-    out = bleu_by_length(HYPS, REFS, buckets=((0, 5), (5, 6), (6, None), (100, None)))
-    assert [(b.low, b.high, b.sentences) for b in out] == [(0, 5, 2), (5, 6, 1), (6, None, 1), (100, None, 0)]
+    out = bleu_by_length(HYPS, REFS, buckets=((0, 5), (5, 6), (6, 100), (100, None)))
+    assert [(b.low, b.high, b.sentences) for b in out] == [(0, 5, 2), (5, 6, 1), (6, 100, 1), (100, None, 0)]
     assert out[0].bleu == pytest.approx(corpus_bleu([HYPS[1], HYPS[3]], [REFS[1], REFS[3]]), rel=1e-12)
     assert out[1].bleu == pytest.approx(corpus_bleu(HYPS[2:3], REFS[2:3]), rel=1e-12)
     assert out[2].bleu == pytest.approx(corpus_bleu(HYPS[:1], REFS[:1]), rel=1e-12)
@@ -88,3 +88,34 @@ def test_missing_sacrebleu_names_the_install_command(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(builtins, "__import__", fake_import)
     with pytest.raises(ImportError, match="pip install sacrebleu"):
         corpus_bleu(["a"], ["a"])
+
+
+@pytest.mark.parametrize("buckets, message", [
+    (((0, 10), (5, 20)), r"buckets\[0\] \(0, 10\) and buckets\[1\] \(5, 20\) overlap"),
+    (((25, 50), (0, 30)), r"buckets\[1\] \(0, 30\) and buckets\[0\] \(25, 50\) overlap"),
+    (((0, 25), (50, None), (60, 70)), r"buckets\[1\] \(50, None\) and buckets\[2\] \(60, 70\) overlap"),
+    (((0, 100), (10, 20), (30, 40)), r"buckets\[0\] \(0, 100\) and buckets\[1\] \(10, 20\) overlap"),
+    (((3, 9), (3, 4)), r"buckets\[0\] \(3, 9\) and buckets\[1\] \(3, 4\) overlap"),
+])
+def test_overlapping_buckets_are_refused_naming_both(buckets, message) -> None:
+    with pytest.raises(ValueError, match=r"^buckets: " + message + r" \(lengths in both would be counted twice\); "
+                                         r"give disjoint \[low, high\) ranges$"):
+        bleu_by_length(HYPS, REFS, buckets=buckets)
+
+
+def test_disjoint_buckets_with_gaps_in_any_order_and_list_pairs_are_accepted() -> None:
+    out = bleu_by_length(HYPS, REFS, buckets=[[50, None], (0, 25)])
+    assert [(b.low, b.high) for b in out] == [(50, None), (0, 25)]
+    assert sum(b.sentences for b in bleu_by_length(HYPS, REFS, buckets=((0, 25), (25, 50), (50, None)))) == len(HYPS)
+
+
+@pytest.mark.parametrize("call", [lambda t: corpus_bleu(HYPS, REFS, tokenize=t),
+                                  lambda t: bleu_by_length(HYPS, REFS, tokenize=t)])
+def test_unknown_tokenize_is_one_line_naming_the_argument_and_the_choices(call) -> None:
+    with pytest.raises(ValueError, match=r"^tokenize: expected one of sacreBLEU's tokenisers \('none', .*'13a'.*\); "
+                                         r"got 'foo'$"):
+        call("foo")
+    with pytest.raises(TypeError, match=r"^tokenize: expected a sacreBLEU tokeniser name \(a str\); got NoneType$"):
+        call(None)
+    assert corpus_bleu(HYPS, REFS, tokenize="none") == pytest.approx(
+        sacrebleu.corpus_bleu(HYPS, [REFS], tokenize="none").score)

@@ -102,8 +102,8 @@ def test_bad_input_raises_naming_the_argument():
         conlleval([["O"], ["O", "O"]], [["O"], ["O"]])
     with pytest.raises(ValueError, match=r"true_tags: sentence 0: tag: expected .*got 'NP'"):
         conlleval([["NP"]], [["O"]])
-    with pytest.raises(ValueError, match=r"pred_tags: sentence 0: tag: expected .*got 'B-'"):
-        conlleval([["O"]], [["B-"]])
+    with pytest.raises(ValueError, match=r"pred_tags: sentence 0: tag: expected .*got 'BNP'"):
+        conlleval([["O"]], [["BNP"]])
     with pytest.raises(TypeError, match=r"true_tags: expected a list of sentences .*got str"):
         conlleval("B-NP", ["B-NP"])
     with pytest.raises(TypeError, match=r"pred_tags: .*sentence 0 is str 'O'"):

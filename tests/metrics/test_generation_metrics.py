@@ -110,3 +110,12 @@ def test_log_prob_gap_by_hand():
     assert (out.n_samples, out.n_data, out.mean_samples, out.mean_data) == (3, 2, -12.0, -32.0)
     with pytest.raises(ValueError, match="data_scores: expected at least 2 scores for a standard error; got 1"):
         log_prob_gap([1.0, 2.0], [1.0])
+
+
+def test_scores_that_are_not_numbers_are_named():
+    from ebms.metrics.generation import log_prob_gap, oracle_preference
+
+    with pytest.raises(TypeError, match=r"^scores_a: expected a non-empty 1-D list or tensor of real scores; got list"):
+        oracle_preference(["a", "b"], [1.0, 2.0])
+    with pytest.raises(TypeError, match=r"^data_scores: expected a non-empty 1-D list"):
+        log_prob_gap([1.0, 2.0], [None, 1.0])

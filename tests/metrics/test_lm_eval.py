@@ -162,3 +162,14 @@ def test_small_ess_is_flagged():
     assert trf_perplexity(trf(), corpus, log_z=log_z).low_ess_lengths == ()
     assert trf_perplexity(trf(), corpus, log_z=LengthLogZ(tuple(range(1, L + 1)), ests, "x"), min_ess=2.5
                           ).low_ess_lengths == (4,)
+
+
+def test_a_nan_energy_is_refused_instead_of_printing_nan():
+    _, corpus, _ = setup()
+    model = trf()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(math.nan)
+    with pytest.raises(ValueError, match=r"^model: the corpus log-probability with the training zeta normalisers is "
+                                         r"NaN \(a NaN energy, log pi or log Z\); no perplexity$"):
+        trf_perplexity(model, corpus)

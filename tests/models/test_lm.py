@@ -331,3 +331,29 @@ def test_logits_keep_the_padded_width_and_ignore_padding():
     assert got.shape == (2, 21, V) and float(got[:, 3:].abs().sum()) == 0.0
     torch.testing.assert_close(got[:, :3], lm.logits(x), rtol=0, atol=1e-12)
     assert lm.logits(Sequences(torch.zeros(0, 2, dtype=torch.long), torch.zeros(0, dtype=torch.long))).shape == (0, 3, V)
+
+
+@pytest.mark.parametrize("name", ["lstm", "transformer"])
+def test_forward_refuses_float_ids_instead_of_failing_inside_the_embedding(name):
+    lm = make(name)
+    with pytest.raises(TypeError, match=r"^inputs: expected an integer tensor \(B, S\) of token ids; got dtype "
+                                        r"torch.float32 \(ids are never rounded\)$"):
+        lm(torch.ones(1, 3))
+    with pytest.raises(ValueError, match=r"^inputs: expected shape \(B, S\); got \(3,\)$"):
+        lm(torch.ones(3, dtype=torch.long))
+
+
+def test_transformer_refuses_a_prefix_and_continuation_beyond_its_positions_naming_both():
+    lm = make("transformer")  # max_length = 12
+    c, x = Sequences.from_lists([[1] * 8, [2]]), Sequences.from_lists([[3] * 5, [4]])
+    with pytest.raises(ValueError, match=r"^prefix, x: a prefix and its continuation have 13 tokens together; this "
+                                         r"model scores at most max_length=12$"):
+        lm.continuation_log_prob(c, x)
+    assert lm.continuation_log_prob(c, Sequences.from_lists([[3] * 4, [4]])).shape == (2,)
+    with pytest.raises(ValueError, match=r"^prefix: the longest prefix has 13 tokens; the model's max_length is 12$"):
+        lm.sample(1, prefix=Sequences.from_lists([[1] * 13]))
+    with pytest.raises(ValueError, match=r"^max_length: a prefix of 8 tokens plus 5 drawn tokens exceeds the "
+                                         r"model's max_length=12$"):
+        lm.sample(2, prefix=c, max_length=5)
+    draws = lm.sample(2, generator=torch.Generator().manual_seed(0), prefix=c, truncate=True)  # default: the rest
+    assert int(draws.lengths.max()) <= 12 - 8

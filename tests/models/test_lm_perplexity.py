@@ -75,3 +75,43 @@ def test_bad_data_is_named():
     with pytest.raises(ValueError, match=r"^data\[0\]: expected inputs and targets of one shape; got \(2, 3\) and "
                                          r"\(2, 2\)"):
         perplexity(lm, [(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 2, dtype=torch.long))])
+
+
+def test_float_or_out_of_range_running_text_ids_are_refused_not_rounded():
+    lm = _lstm()
+    ids = torch.tensor([[1, 2, 3], [4, 5, 1]])
+    with pytest.raises(TypeError, match=r"^data\[0\]: inputs must be integer token ids; got dtype torch.float32 "
+                                        r"\(ids are never rounded\)$"):
+        perplexity(lm, [(ids.float() + 0.5, ids)])
+    with pytest.raises(TypeError, match=r"^data\[0\]: targets must be integer token ids; got dtype torch.float64"):
+        perplexity(lm, [(ids, ids.double())])
+    with pytest.raises(ValueError, match=r"^data\[1\]: expected token ids in \[0, 5\] \(the model's vocabulary\); "
+                                         r"got 1\.\.6$"):
+        perplexity(lm, [(ids, ids), (ids, ids + 1)])
+
+
+class _Scores(torch.nn.Module):
+    """Not a normalised model: a fixed score per sentence."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__()
+        self.value = value
+
+    def log_prob(self, x: Sequences) -> torch.Tensor:
+        out = torch.full((x.batch_size,), -1.0)
+        out[-1] = self.value
+        return out
+
+
+@pytest.mark.parametrize("value, shown", [(2.5, "2.5"), (math.nan, "nan")])
+def test_a_log_probability_above_zero_or_nan_is_refused(value, shown):
+    # log p > 0 means p > 1: an energy's unnormalised score, whose "perplexity" would read below 1
+    with pytest.raises(ValueError, match=rf"^model: log_prob of sentence 1 of data\[0\] is {shown}; a normalised "
+                                         r"model gives log p <= 0 and never NaN"):
+        perplexity(_Scores(value), [Sequences.from_lists(CORPUS[:2]), Sequences.from_lists(CORPUS[2:])])
+    assert perplexity(_Scores(-2.0), [Sequences.from_lists(CORPUS)]).log_prob == pytest.approx(-6.0)
+
+
+def test_a_table_that_is_not_normalised_has_no_perplexity():
+    with pytest.raises(ValueError, match=r"^model: this NGram is not normalised \(model.normalised is False"):
+        perplexity(NGram.zeros(V, 2), [Sequences.from_lists(CORPUS)])  # every sentence scores 0: "perplexity 1"

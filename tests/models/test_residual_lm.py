@@ -232,3 +232,13 @@ def test_ngram_continuations_errors_name_the_argument():
                                  .log_softmax(-1))).sample(3, max_length=0)
     out = law.sample(4, generator=torch.Generator().manual_seed(0), max_length=50)  # no prefix: sentences
     assert out.batch_size == 4
+
+
+@pytest.mark.parametrize("energy_vocab", [V - 1, V + 3])
+def test_an_energy_over_another_vocabulary_is_refused(energy_vocab):
+    # a larger energy vocabulary would silently score ids the base never draws; a smaller one fails late
+    for base in (lstm(), ngram(2)):
+        with pytest.raises(ValueError, match=rf"^energy: its vocab_size is {energy_vocab} but the base LM's is {V}; "
+                                             rf".*\(build the energy with vocab_size={V}\)$"):
+            ResidualLM(base, TextEnergy(energy_vocab, dim=4, layers=1), horizon=2)
+    assert ResidualLM(lstm(), TextEnergy(V, dim=4, layers=1), horizon=2).vocab_size == V

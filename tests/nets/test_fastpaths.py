@@ -174,6 +174,7 @@ def test_mlp_training_gradients_and_second_derivatives_match_with_fast_paths_off
     assert _rel(second_f, second_p) < F32_TOL
 
 
+@pytest.mark.slow  # new processes: ~7 s
 def test_env_var_switches_the_paths_off_in_a_new_process_with_the_same_results():
     """``EBMS_DISABLE_FAST_PATHS=1`` (read at import): every path off, and the same numbers as in here."""
     code = (
@@ -203,6 +204,7 @@ def test_env_var_switches_the_paths_off_in_a_new_process_with_the_same_results()
         assert _rel(torch.tensor(run["g0"]), g[0]) < F32_TOL
 
 
+@pytest.mark.slow  # new processes: ~4 s
 def test_the_decision_does_not_depend_on_the_grad_mode_at_import():
     code = (
         "import torch\n"

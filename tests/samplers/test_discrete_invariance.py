@@ -10,6 +10,8 @@ the point where the TV distance stopped falling in trial runs.
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 import torch
 from _discrete_checks import assert_matches_exact, exact_probs
@@ -80,9 +82,10 @@ KERNELS = {
 }
 
 
-#: the two slowest pairs (8 s each); every kernel still meets the Potts model in the default suite
+#: the three slowest pairs (6-8 s each); every kernel still meets the Potts model in the default suite
 #: through its own test file, and these run in the slow set (`make test-slow`, CI)
-SLOW_PAIRS = {("parallel_tempering", "potts3x3"), ("metropolis_independence", "potts3x3")}
+SLOW_PAIRS = {("parallel_tempering", "potts3x3"), ("metropolis_independence", "potts3x3"),
+              ("gibbs_with_gradients", "potts3x3")}
 
 
 @pytest.mark.parametrize(
@@ -93,7 +96,8 @@ SLOW_PAIRS = {("parallel_tempering", "potts3x3"), ("metropolis_independence", "p
 def test_kernel_leaves_exact_distribution_invariant(kernel_name, model_name):
     model = MODELS[model_name]()
     make, steps = KERNELS[kernel_name]
-    g = torch.Generator().manual_seed(hash((kernel_name, model_name)) % (1 << 31))
+    # a seed fixed per pair (crc32: str hash() differs from process to process)
+    g = torch.Generator().manual_seed(zlib.crc32(f"{kernel_name}/{model_name}".encode()))
     x0 = model.space.random(CHAINS[model_name], generator=g)
     with torch.no_grad():
         x = make(model).sample(model, x0, steps[model_name], generator=g)

@@ -24,6 +24,7 @@ def ddp_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow  # two gloo processes: ~8 s of set-up
 def test_two_gloo_ranks_match_one_process_with_double_batch(ddp_out: Path, tmp_path: Path) -> None:
     # Rank r of 2 takes rows [8r, 8r+8) of each permuted global batch of 16, so with
     # gradients averaged the run equals one process with batch 16, up to float32

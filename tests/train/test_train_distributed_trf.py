@@ -52,6 +52,7 @@ def ddp_trf_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow  # two gloo processes: ~10 s of set-up
 def test_two_gloo_ranks_match_one_process_for_trf_nce(ddp_trf_out: Path, tmp_path: Path) -> None:
     one = trainer(TRFNCE(ShardNoise(noise_lm(), (0, 1)), nu=NU), tmp_path / "one",  # type: ignore[arg-type]
                   batch_size=2 * BATCH, distributed=ONE)

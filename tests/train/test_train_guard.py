@@ -233,3 +233,38 @@ def test_restore_removes_the_undone_steps_from_the_log(tmp_path: Path) -> None:
     kinds = [r.get("event", "step") for r in rows]
     assert kinds.index("diverged") == 2  # right after the step-10 line it went back to
     assert [r["lr"] for r in rows if r.get("step") == 15 and "event" not in r] == [0.025]
+
+
+class _RaisesOnNonFiniteWeights(torch.nn.Module):
+    """GaussianML whose energy's weights are made non-finite at step ``at`` (once), after which the
+    objective raises, as a sampler does when its start energies are not finite."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.inner, self.at, self.calls = GaussianML(), at, 0
+
+    def forward(self, energy, x, *, generator):
+        self.calls += 1
+        if self.calls == self.at:
+            with torch.no_grad():
+                next(energy.parameters()).fill_(math.inf)
+        if not all(bool(torch.isfinite(p).all()) for p in energy.parameters()):
+            raise ValueError("energy(x0): expected a finite energy for every chain")
+        return self.inner(energy, x, generator=generator)
+
+
+def test_an_objective_failing_on_non_finite_weights_is_a_divergence_not_a_crash(tmp_path: Path) -> None:
+    # the weights of the step-11 state are broken; the step-12 objective raises: restore to step 10 and go on
+    result = make_trainer(_RaisesOnNonFiniteWeights(at=12), tmp_path, steps=20).fit()
+    (ev,) = events(tmp_path, "diverged")
+    assert ev["reason"].startswith("the objective failed on non-finite weights (energy(x0): expected a finite")
+    assert ev["step"] == 10 and result.restores == 1 and result.step == 20
+
+
+def test_an_objective_error_on_finite_weights_is_still_raised(tmp_path: Path) -> None:
+    class Broken(torch.nn.Module):
+        def forward(self, energy, x, *, generator):
+            raise ValueError("a bug, not a divergence")
+
+    with pytest.raises(ValueError, match="a bug, not a divergence"):
+        make_trainer(Broken(), tmp_path).fit()

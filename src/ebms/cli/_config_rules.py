@@ -28,6 +28,8 @@ from ebms.cli._config_hints import shown
 from ebms.cli._config_schema import Config, ConfigError, config_keys
 
 __all__ = [
+    "F32_MAX",
+    "F32_TINY",
     "MAX_INT",
     "MAX_NAME_BYTES",
     "MAX_SEED",
@@ -52,13 +54,17 @@ MAX_SEED = 2**32 - 1
 MAX_INT = 2**63 - 1
 #: longest folder name (bytes) that the common file systems accept (``NAME_MAX``).
 MAX_NAME_BYTES = 255
+#: the range of float32, the dtype every model of the command line computes in: a nonzero float
+#: setting smaller in magnitude than ``F32_TINY`` would become 0, one larger than ``F32_MAX`` inf.
+F32_MAX, F32_TINY = 3.4028234663852886e38, 1.1754943508222875e-38
 
 
 @dataclass(frozen=True)
 class Rule:
     """One row of the constraint table: what a key accepts beyond its type.
 
-    Every float must be finite (no ``nan``/``inf``) and every integer must fit in 64 bits; a rule
+    Every float must be finite (no ``nan``/``inf``) and, unless 0, within float32's range
+    (:data:`F32_TINY` .. :data:`F32_MAX` in magnitude); every integer must fit in 64 bits; a rule
     adds a range, a list length, a fixed set of strings, or a named predicate.
 
     Attributes:
@@ -144,7 +150,9 @@ CORE_RULES: dict[str, Rule] = {
     "objective.noise_scale": POS,
     "train.steps": COUNT,
     "train.batch_size": COUNT,
-    "train.lr": POS,
+    # a larger rate overflows float32 weights in one step (Adam's first step is 10 lr), which no
+    # restore of the divergence guard can undo
+    "train.lr": Rule(low=0, high=1e30, low_open=True),
     "train.lr_schedule": Rule(names="a schedule name (build.LR_SCHEDULES)"),
     "train.lr_final": Rule(low=0, high=1),
     "train.optimizer": Rule(choices=("adam", "sgd", "lbfgs")),
@@ -198,6 +206,8 @@ def rules_markdown() -> str:
 def _num(v: float) -> str:
     if v == MAX_SEED:
         return "2^32 - 1"
+    if abs(v) >= 1e6:
+        return f"{v:g}"
     return str(int(v)) if float(v).is_integer() else repr(float(v))
 
 
@@ -239,12 +249,17 @@ def expectation(key: str, tp: Any | None = None) -> str:
     return text + (" (or unset)" if optional else "")
 
 
-def _violates(rule: Rule, value: Any, base: Any) -> bool:
+def _beyond_float32(v: float) -> bool:
+    return v != 0 and not F32_TINY <= abs(v) <= F32_MAX
+
+
+def _violates(rule: Rule, value: Any, base: Any, *, f32: bool = True) -> bool:
+    """Whether ``value`` breaks ``rule`` (with ``f32``: also float32's range)."""
     if get_origin(base) is list:
         item_rule = dataclasses.replace(rule, min_items=0, check=None, text="")
-        return (len(value) < rule.min_items or any(_violates(item_rule, v, get_args(base)[0]) for v in value)
+        return (len(value) < rule.min_items or any(_violates(item_rule, v, get_args(base)[0], f32=f32) for v in value)
                 or (rule.check is not None and not rule.check(value)))
-    if isinstance(value, float) and not math.isfinite(value):
+    if isinstance(value, float) and (not math.isfinite(value) or (f32 and _beyond_float32(value))):
         return True
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
         return True
@@ -277,9 +292,18 @@ def check_values(cfg: Config) -> Config:
             close = difflib.get_close_matches(value, rule.choices, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ConfigError(f"{key}: unknown value {shown(value)}; expected one of {', '.join(rule.choices)}{hint}")
+        items = value if isinstance(value, list) else [value]
+        if rule.choices and isinstance(value, list):
+            bad = next((i for i, v in enumerate(items) if v not in rule.choices), None)
+            if bad is not None:
+                close = difflib.get_close_matches(str(items[bad]), rule.choices, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(f"{key}[{bad}]: unknown value {shown(items[bad])}; expected one of "
+                                  f"{', '.join(rule.choices)}{hint}")
         if _violates(rule, value, base):
-            items = value if isinstance(value, list) else [value]
             big = any(isinstance(v, int) and not isinstance(v, bool) and abs(v) > MAX_INT for v in items)
-            raise ConfigError(f"{key}: expected {expectation(key, tp)}{', at most 2^63 - 1' if big else ''}; "
-                              f"got {shown(value)}")
+            f32 = not _violates(rule, value, base, f32=False)
+            extra = ", at most 2^63 - 1" if big else (", within float32's range (1.2e-38 .. 3.4e+38 in magnitude, "
+                                                      "or 0)" if f32 else "")
+            raise ConfigError(f"{key}: expected {expectation(key, tp)}{extra}; got {shown(value)}")
     return cfg

@@ -24,7 +24,7 @@ import typing
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
-from ebms.cli._config_hints import _suggest, _type_name
+from ebms.cli._config_hints import _suggest, _type_name, bare_key_hint, key_hint
 from ebms.cli._config_schema import CORE_SECTIONS, Config, ConfigError, section_types
 
 if sys.version_info >= (3, 11):
@@ -54,7 +54,10 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     """
     p = Path(path)
     if p.is_dir():
-        raise ConfigError(f"config file {str(p)!r} is a folder; expected a TOML file")
+        run = (p / "config.toml").is_file()
+        hint = f" (a run folder: its config is {str(p / 'config.toml')!r}; `ebms train {p / 'config.toml'} --resume` " \
+               f"continues it)" if run else ""
+        raise ConfigError(f"config file {str(p)!r} is a folder; expected a TOML file{hint}")
     if not p.is_file():
         raise ConfigError(f"config file {str(p)!r} not found (see `ebms recipes` for the packaged ones)")
     size = p.stat().st_size
@@ -71,6 +74,9 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{p}: not valid TOML: {e}") from None
+    except ValueError:  # an integer beyond Python's digit limit for conversions
+        raise ConfigError(f"{p}: not a config: it holds an integer of thousands of digits (integers stop at "
+                          f"2^63 - 1)") from None
     except RecursionError:
         raise ConfigError(f"{p}: not a config: its TOML values are nested too deeply") from None
 
@@ -99,7 +105,10 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{key}: expected a number; got {value!r} ({type(value).__name__})")
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer beyond every float (more than 308 digits)
+            raise ConfigError(f"{key}: expected a finite number; got an integer of {len(str(value))} digits") from None
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{key}: expected an integer; got {value!r} ({type(value).__name__})")
@@ -118,13 +127,12 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
 def _fill(obj: Any, table: dict[str, Any], prefix: str) -> None:
     """Set the keys of one section ``obj`` from ``table``; an old spelling names its new key."""
     hints = get_type_hints(type(obj))
-    names = [f.name for f in dataclasses.fields(obj)]
     for k, v in table.items():
         if k not in hints:
             from ebms.cli.tasks import moved_message
 
             moved = moved_message(f"{prefix}{k}")
-            raise ConfigError(moved or f"{prefix}{k}: unknown key{_suggest(k, names, prefix)}")
+            raise ConfigError(moved or f"{prefix}{k}: unknown key{key_hint(prefix[:-1], k)}")
         setattr(obj, k, _coerce(v, hints[k], f"{prefix}{k}"))
 
 
@@ -132,18 +140,23 @@ def fill_config(cfg: Config, table: dict[str, Any]) -> None:
     """Set ``cfg`` from a TOML table of sections (``{"train": {"steps": 500}, ...}``)."""
     names = list(section_types())
     for k, v in table.items():
-        if k not in names:
-            raise ConfigError(f"{k}: unknown key{_suggest(k, names, '')}")
+        if k not in names:  # a key without its section first, then a misspelt section, then a misspelt key
+            near = _suggest(k, names, "")
+            hint = bare_key_hint(k, exact_only=True) or (near if "did you mean" in near else bare_key_hint(k) or near)
+            raise ConfigError(f"{k}: unknown key{hint}")
         if not isinstance(v, dict):
             raise ConfigError(f"{k}: expected a table [{k}]; got {v!r}")
         _fill(cfg.section(k), v, f"{k}.")
 
 
-def _parse_value(text: str) -> Any:
+def _parse_value(text: str, key: str) -> Any:
     try:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
+    except ValueError:  # an integer beyond Python's digit limit for conversions (4300 digits)
+        raise ConfigError(f"{key}: expected a number; got an integer of {len(text.strip())} digits (integers "
+                          f"stop at 2^63 - 1)") from None
 
 
 def apply_overrides(cfg: Config, overrides: list[str] | tuple[str, ...]) -> Config:
@@ -158,9 +171,10 @@ def apply_overrides(cfg: Config, overrides: list[str] | tuple[str, ...]) -> Conf
         for p in parts[:-1]:
             cur[p] = {}
             cur = cur[p]
-        cur[parts[-1]] = _parse_value(text.strip())
+        cur[parts[-1]] = _parse_value(text.strip(), key.strip())
         if len(parts) == 1:
-            raise ConfigError(f"override {item!r}: expected section.key=value{_suggest(parts[0], list(section_types()), '')}")
+            hint = bare_key_hint(parts[0], text.strip()) or f"; valid sections: {', '.join(section_types())}"
+            raise ConfigError(f"override {item!r}: expected section.key=value{hint}")
         fill_config(cfg, nested)
     return cfg
 

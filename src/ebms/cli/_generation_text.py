@@ -2,7 +2,9 @@
 
 * ``model.kind = "residual"`` (``objective.kind = "nce"``): a residual EBM
   (:class:`~ebms.models.ResidualLM`) on the frozen base LM of the run folder ``language.base_run``
-  (an ``lstm`` or ``transformer`` run with the same vocabulary), a :class:`~ebms.nets.TextEnergy`
+  (an ``lstm`` or ``transformer`` run on the same text; the residual run encodes its sentences
+  with the base run's stored vocabulary, and records the base's checkpoint in ``base.json``: a
+  base trained again since is refused, :func:`ebms.cli._base_run.check_base`), a :class:`~ebms.nets.TextEnergy`
   (``language.energy``, width ``embedding_dim``, ``layers``, ``heads``), horizon ``language.horizon``.
   Each sentence longer than ``language.prefix_length`` gives a (prefix, continuation) pair
   (:func:`~ebms.data.text.continuation_pairs`); training is :class:`~ebms.objectives.ResidualNCE`
@@ -22,14 +24,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from ebms.cli._base_run import BASE_FILE, base_record, base_run_config, check_base, open_base
+from ebms.cli._language_data import LanguageData, load_language_data
 from ebms.cli.config import Config, ConfigError
-from ebms.cli.generation import BASE_KINDS, EVAL_SEED_OFFSET, _base_run_config, _load_base, nce_batches
+from ebms.cli.generation import BASE_KINDS, EVAL_SEED_OFFSET, nce_batches
 from ebms.cli.tasks import check_batch_size
 from ebms.data.text import continuation_pairs, length_windows, replace_one_token
 from ebms.estimators.residual_log_z import residual_perplexity
@@ -41,6 +46,7 @@ from ebms.objectives.electric import ElectricNCE
 from ebms.objectives.residual_nce import ResidualNCE
 from ebms.samplers.joint_resampling import join_rows, top_k_joint_sample
 from ebms.sequences import Sequences
+from ebms.train.run_files import dump_json
 
 __all__ = ["KINDS", "SAME_VOCABULARY", "ElectricReport", "TextElectric", "TextResidual", "TextResidualReport"]
 
@@ -87,7 +93,7 @@ class TextResidual:
         if cfg.objective.nu != int(cfg.objective.nu):
             raise ConfigError(f"objective.nu: expected a whole number >= 1 of negatives per prefix; got "
                               f"{cfg.objective.nu}")
-        b = _base_run_config(s.base_run, "language.base_run", "data.name = ptb, tiny-shakespeare or text")
+        b = base_run_config(s.base_run, "language.base_run", "data.name = ptb, tiny-shakespeare or text")
         if b.data.name not in ("ptb", "tiny-shakespeare", "text") or b.model.kind not in BASE_KINDS:
             raise ConfigError(f"language.base_run: {s.base_run!r} holds a {b.model.kind!r} run on data.name="
                               f"{b.data.name!r}; expected an 'lstm' or 'transformer' run on a language corpus")
@@ -97,9 +103,29 @@ class TextResidual:
                                   f"{_value(cfg, key)!r}: the residual model needs the base's vocabulary, set it "
                                   f"the same")
 
+    def load(self, cfg: Config, stored: Mapping[str, bytes] | None) -> LanguageData:
+        """The base run (its newest checkpoint, unchanged since this run was trained when ``stored`` is
+        given) and this run's sentences encoded with the base run's vocabulary (or the stored one)."""
+        s = cfg.sections["language"]
+        _, base, base_data, ckpt = open_base(s.base_run, "language.base_run")
+        record = base_record(ckpt)
+        if stored:
+            check_base(stored, record, "language.base_run", s.base_run)
+        data = load_language_data(cfg, stored, vocab=base_data.vocab)
+        if data.vocab != base_data.vocab:
+            raise ConfigError(f"language.base_run: the base run {s.base_run!r} has a vocabulary of "
+                              f"{len(base_data.vocab)} tokens, this run's stored one has {len(data.vocab)}: the energy "
+                              f"and the base would read token ids differently; train this run again (--overwrite)")
+        data.cache["base"], data.cache["base_record"] = base, record
+        return data
+
+    def run_files(self, cfg: Config, data: LanguageData) -> dict[str, bytes]:
+        """``base.json``: the base run's checkpoint this run is trained against."""
+        return {BASE_FILE: dump_json(data.cache["base_record"])}
+
     def build_model(self, cfg: Config, data: Any) -> ResidualLM:
         s = cfg.sections["language"]
-        base = data.cache["base"] = _load_base(s.base_run, "language.base_run")
+        base = data.cache["base"]  # loaded by load()
         longest = getattr(base, "max_length", None)
         if longest is not None and s.prefix_length + s.horizon > longest:
             raise ConfigError(f"language.horizon: the base covers {longest} tokens; language.prefix_length="
@@ -183,6 +209,10 @@ class TextElectric:
 
     def build_objective(self, cfg: Config, data: Any) -> nn.Module:
         return ElectricNCE(mask_rate=cfg.sections["language"].mask_rate)
+
+    def run_files(self, cfg: Config, data: LanguageData) -> dict[str, bytes]:
+        """None beyond the language task's ``vocab.json``."""
+        return {}
 
     def training_data(self, cfg: Config, data: Any) -> Any:
         check_batch_size(cfg, data.size, f"training sentences of {cfg.data.name}")

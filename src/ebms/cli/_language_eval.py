@@ -86,7 +86,7 @@ def trf_report(cfg: Config, model: Any, data: LanguageData, step: int, *, kernel
                                        lengths=lengths, kernel=kernel, generator=g, progress=cfg.run.progress)
         else:
             est = importance_log_z_per_length(model, proposal, s.logz_samples, lengths=lengths, generator=g,
-                                              batch_size=EVAL_BATCH * 32)
+                                              batch_size=EVAL_BATCH * 32, progress=cfg.run.progress)
         result = trf_perplexity(model, batches, log_z=est)
         exact = None
         if sum((V - 1) ** n for n in range(1, L + 1)) <= EXACT_LIMIT:

@@ -6,18 +6,33 @@ objects up by string. The tables here are the ones shared by the energy tasks (s
 objectives, the MLP, learning-rate schedules); a task's own names live with the task
 (:mod:`ebms.cli.tasks`). :func:`validate_config` checks every value and name of a config, and
 lets the task serving it check its combinations, before anything is built.
+
+Memory is a setting too. Where the size of what is about to be built follows from the config
+(an MLP's weights from ``model.hidden``, a replay buffer from ``objective.buffer_size``, an
+evaluation grid from ``eval.resolution``), :func:`check_memory` compares an estimate with the
+memory this process can still have (:func:`available_memory`) and refuses it in one line
+naming the key. Whatever the estimates miss is caught where it happens: :func:`building` turns
+an allocation failure (:func:`is_allocation_failure`) into the same kind of line, saying what
+was being built and which keys size it::
+
+    model.hidden: building the MLP energy (2 -> 100000 -> 100000 -> 1: 10,000,500,001 weights) takes about
+    37.3 GiB of memory (its weights alone) and 18.9 GiB is available; lower model.hidden
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch import nn
 
+from ebms._memory import available_memory, is_allocation_failure, tried_to_allocate
+from ebms._memory import format_bytes as gib
 from ebms.cli.config import Config, ConfigError, ObjectiveConfig, SamplerConfig, check_values
 from ebms.cli.tasks import KIND_TASKS, Task, registered, task_for
 from ebms.data.binary_images import IMAGE_SETS
@@ -46,13 +61,21 @@ __all__ = [
     "LR_SCHEDULES",
     "OBJECTIVES",
     "SAMPLERS",
+    "available_memory",
     "build",
     "build_lr_schedule",
     "build_mlp",
     "build_sampler",
+    "building",
     "check_device",
+    "check_memory",
+    "check_replay_buffer",
     "config_error",
+    "gib",
+    "is_allocation_failure",
+    "mlp_weights",
     "resolve",
+    "size_keys",
     "validate_config",
 ]
 
@@ -101,9 +124,102 @@ def resolve(table: dict[str, Any], name: str, key: str, *, context: str = "", no
     return table[name]
 
 
+# -------------------------------------------------------------------------------- memory
+#: bytes of one float32 number: every model the command line builds is float32.
+FLOAT_BYTES = 4
+
+def check_memory(parts: Sequence[tuple[str, str, float]], doing: str, *, device: str = "cpu", hint: str = "") -> None:
+    """Refuse, before anything is allocated, what needs more memory than :func:`available_memory`.
+
+    Args:
+        parts: ``(key, what, bytes)`` for each part of the estimate, e.g.
+            ``("objective.buffer_size", "the replay buffer", 3.2e9)``; the key of the largest part
+            leads the message.
+        doing: what takes them, e.g. ``"training"`` or ``"drawing 5000 samples"``.
+        device: where they are allocated (``run.device``).
+        hint: what to do instead (default: lower the leading key).
+
+    Raises:
+        ConfigError: ``key: <doing> takes about X of memory (<parts>) and Y is available; <hint>``.
+    """
+    total = float(sum(b for _, _, b in parts))
+    free = available_memory(device)
+    if free is None or not math.isfinite(total) or total <= free:
+        return
+    key, top, _ = max(parts, key=lambda p: p[2])
+    shown = [f"{what} {gib(b)}" + ("" if k == key else f" ({k})") for k, what, b in parts if b >= total / 100]
+    detail = f" ({'; '.join(shown)})" if len(shown) > 1 else (f" ({top})" if top else "")
+    where = "" if torch.device(device).type == "cpu" else f" on {device}"
+    raise ConfigError(f"{key}: {doing} takes about {gib(total)} of memory{detail} and {gib(free)} is "
+                      f"available{where}; {hint or f'lower {key}'}")
+
+
+@contextmanager
+def building(doing: str, *keys: str, device: str = "cpu") -> Iterator[None]:
+    """Turn an allocation failure inside the block into one line naming what it did and its ``keys``.
+
+    Args:
+        doing: what the block does, e.g. ``"building the evaluation grid"`` or ``"training"``.
+        keys: the settings that size it, e.g. ``"eval.resolution"``.
+        device: where it allocates (for the memory still available).
+
+    Raises:
+        ConfigError: ``key: out of memory while <doing> (tried to allocate X; Y available); lower ...``
+            for an error :func:`is_allocation_failure` recognises; every other error passes unchanged.
+    """
+    try:
+        yield
+    except Exception as e:
+        if isinstance(e, InputError) or not is_allocation_failure(e):
+            raise
+        free = available_memory(device)
+        detail = ", ".join(t for t in (tried_to_allocate(e), "" if free is None else f"{gib(free)} available") if t)
+        lead = ", ".join(keys) if keys else "memory"
+        raise ConfigError(f"{lead}: out of memory while {doing}{f': {detail}' if detail else ''}; "
+                          f"lower {' or '.join(keys) if keys else 'the sizes of the run'}") from None
+
+
+#: key names (of any section) that size what a task allocates: widths, vocabularies, batches, chains.
+SIZE_NAMES = ("hidden", "embedding_dim", "embed", "char_dim", "dim", "channels", "rbm_hidden", "noise_hidden",
+              "classes", "max_vocab", "max_length", "buffer_size", "negatives", "chains")
+#: ... and what an evaluation allocates.
+EVAL_SIZE_NAMES = ("n_test", "n_samples", "resolution", "ais_chains", "ood_size", "joint_samples", "logz_samples")
+
+
+def size_keys(cfg: Config, stage: str = "train") -> tuple[str, ...]:
+    """The keys that size what ``stage`` (``"train"`` or ``"eval"``) allocates for ``cfg``'s task.
+
+    A task may declare them (a method ``sizes(cfg) -> {"train": (...), "eval": (...)}``); otherwise
+    they are ``train.batch_size`` (training) or ``data.n_test`` (evaluation) and the keys of the
+    task's section named like sizes (:data:`SIZE_NAMES`, :data:`EVAL_SIZE_NAMES`).
+    """
+    task = task_for(cfg)
+    declared = task.sizes(cfg) if callable(getattr(task, "sizes", None)) else None  # type: ignore[union-attr]
+    if isinstance(declared, dict) and stage in declared:
+        return tuple(declared[stage])
+    names = SIZE_NAMES if stage == "train" else EVAL_SIZE_NAMES
+    own = []
+    if task is not None and task.section and task.settings_type is not None:
+        own = [f"{task.section}.{f.name}" for f in dataclasses.fields(task.settings_type) if f.name in names]
+    return ("train.batch_size" if stage == "train" else "data.n_test", *own)
+
+
+def mlp_weights(in_features: int, hidden: Sequence[int]) -> int:
+    """Number of weights and biases of an MLP ``in_features -> hidden... -> 1``."""
+    widths = [in_features, *hidden, 1]
+    return sum((a + 1) * b for a, b in zip(widths[:-1], widths[1:]))
+
+
 def build_mlp(cfg: Config, shape: tuple[int, ...]) -> nn.Module:
-    """``model.kind = "mlp"``: :class:`~ebms.nets.MLPEnergy` with ``model.hidden`` and ``model.activation``."""
-    return build("model", cfg.model, MLPEnergy, shape, tuple(cfg.model.hidden), activation=cfg.model.activation)
+    """``model.kind = "mlp"``: :class:`~ebms.nets.MLPEnergy` with ``model.hidden`` and ``model.activation``;
+    weights that cannot fit in memory are refused first (one line naming ``model.hidden``)."""
+    d = math.prod(shape)
+    n = mlp_weights(d, cfg.model.hidden)
+    layout = " -> ".join(map(str, [d, *cfg.model.hidden, 1]))
+    what = f"the MLP energy ({layout}: {n:,} weights)"
+    check_memory([("model.hidden", "its weights alone", n * FLOAT_BYTES)], f"building {what}", device=cfg.run.device)
+    with building(f"building {what}", "model.hidden", device=cfg.run.device):
+        return build("model", cfg.model, MLPEnergy, shape, tuple(cfg.model.hidden), activation=cfg.model.activation)
 
 
 SAMPLERS: dict[str, Callable[[SamplerConfig, Space | None], Sampler]] = {
@@ -231,6 +347,31 @@ def _check_other_sections(cfg: Config, task: Task[Any]) -> None:
                                   f"{', '.join(sorted(t.data_names))}{kinds}; this run has {task.describe(cfg)}")
 
 
+def check_replay_buffer(cfg: Config, *, classes: int | None = None) -> None:
+    """PCD draws each batch's chains from its replay buffer (``objective.buffer_size`` slots) without
+    replacement: a batch larger than the buffer, or than one class's share of a class-conditional
+    buffer (``classes``: the slots are split equally), cannot be drawn.
+
+    Raises:
+        ConfigError: ``train.batch_size: expected at most objective.buffer_size=...; got ...``.
+    """
+    o, t = cfg.objective, cfg.train
+    slots = o.buffer_size // (classes or 1)
+    if t.batch_size > slots:
+        share = f"objective.buffer_size // {classes} classes = {slots}" if classes else f"objective.buffer_size={slots}"
+        raise ConfigError(f"train.batch_size: expected at most {share} (PCD draws each batch's chains from its replay "
+                          f"buffer, without replacement); got {t.batch_size}: lower train.batch_size or raise "
+                          f"objective.buffer_size")
+
+
+def _check_replay_buffer(cfg: Config, task: Task[Any]) -> None:
+    """:func:`check_replay_buffer` for the energy tasks (their objectives are :data:`OBJECTIVES`)."""
+    from ebms.cli.energy import EnergyTask
+
+    if isinstance(task, EnergyTask) and cfg.objective.kind == "pcd":
+        check_replay_buffer(cfg)
+
+
 def validate_config(cfg: Config, *, device: bool = True) -> Config:
     """Check every value of ``cfg`` before anything is built: the ranges of
     :data:`~ebms.cli.config.RULES`, every name against the table it is looked up in, and the
@@ -264,6 +405,7 @@ def validate_config(cfg: Config, *, device: bool = True) -> Config:
         resolve(dict.fromkeys(task.objective_kinds), cfg.objective.kind, "objective.kind", context=where,
                 note=_served_by(task, cfg.objective.kind, lambda t: t.objective_kinds))
     task.check(cfg)
+    _check_replay_buffer(cfg, task)
     _check_other_sections(cfg, task)
     resolve(SAMPLERS, cfg.sampler.kind, "sampler.kind")
     resolve(LR_SCHEDULES, cfg.train.lr_schedule, "train.lr_schedule")

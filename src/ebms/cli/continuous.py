@@ -9,7 +9,9 @@
 Chains start uniformly in a box holding the data. In 2-D, ``eval`` normalises the energy on an
 ``eval.resolution`` grid and prints the test NLL beside the true density's where the toy set has
 one; in more dimensions it prints the mean test and train energies (an overfitting check, not a
-likelihood): :func:`ebms.estimators.evaluation.grid_evaluation`.
+likelihood): :func:`ebms.estimators.evaluation.grid_evaluation`. The grid's memory grows as
+``eval.resolution^2``: a grid this machine cannot hold is refused before training (and before
+``eval``), in one line naming ``eval.resolution``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from ebms.cli._config_rules import NONNEG, POS, Rule
-from ebms.cli.build import build, build_sampler
+from ebms.cli.build import build, build_sampler, building
 from ebms.cli.config import Config, ConfigError
 from ebms.cli.energy import EnergyTask
 from ebms.cli.tasks import S, register
@@ -36,6 +38,9 @@ __all__ = ["TEST_SEED_OFFSET", "PointFileTask", "ToySettings", "ToyTask"]
 
 #: seed offset for the held-out toy draws, so they never overlap the training stream.
 TEST_SEED_OFFSET = 1_000_003
+#: bytes one cell of the 2-D evaluation grid takes at the peak: its coordinates in float64 (meshgrid
+#: and stacked), in float32, and its energy in float32 and float64.
+GRID_CELL_BYTES = 2 * 8 * 2 + 2 * 4 + 4 + 8 + 8
 
 
 class _ContinuousTask(EnergyTask[S]):
@@ -58,10 +63,25 @@ class _ContinuousTask(EnergyTask[S]):
         exact = replace(cfg, sampler=replace(cfg.sampler, noise_scale=None))
         return build_sampler(exact, self.chain_space(data))
 
+    def eval_memory(self, cfg: Config, data: ToyDataset | PointCloud) -> list[tuple[str, str, float]]:
+        """:meth:`EnergyTask.eval_memory` and, in 2-D, the grid: ``eval.resolution^2`` cells, each
+        with its point (float64, then float32) and energy (float32, then float64)."""
+        parts = super().eval_memory(cfg, data)
+        if data.dim == 2:
+            n = cfg.eval.resolution
+            parts.append(("eval.resolution", f"evaluating on a grid of {n} x {n} cells", n * n * GRID_CELL_BYTES))
+        return parts
+
     def report(self, cfg: Config, model: nn.Module, data: ToyDataset | PointCloud, step: int, *,
                use_ais: bool = False) -> GridEvalReport:
-        return grid_evaluation(model, self.test_points(cfg, data), data.bounds, x_train=self.fit_points(data),
-                               resolution=cfg.eval.resolution, step=step, density=self.density(data))
+        """The grid evaluation (:func:`~ebms.estimators.evaluation.grid_evaluation`) of ``data.n_test``
+        test points, after its memory was checked."""
+        self.check_eval_memory(cfg, data)
+        keys = ("eval.resolution", "data.n_test") if data.dim == 2 else ("data.n_test",)
+        with building("evaluating the test points" + (" on the grid" if data.dim == 2 else ""), *keys,
+                      device=cfg.run.device):
+            return grid_evaluation(model, self.test_points(cfg, data), data.bounds, x_train=self.fit_points(data),
+                                   resolution=cfg.eval.resolution, step=step, density=self.density(data))
 
     def density(self, data: Any) -> ToyDataset | None:
         """The data's own law, where its density is known (its NLL goes beside the model's)."""

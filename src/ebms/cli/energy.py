@@ -4,18 +4,36 @@ Toy densities, point files and binary images share the energy network (``[model]
 sampler (``[sampler]``) and the objective (``[objective]``) tables of :mod:`ebms.cli.build`; an
 :class:`EnergyTask` says only where chains live, which points fit an objective's auxiliary model
 and which points are held out, and the rest (objective, samples, the ``samples.png`` plot) follows.
+
+Before training, the memory the run will need is estimated from its settings and refused in one
+line naming the key when this machine cannot give it (:func:`ebms.cli.build.check_memory`):
+the weights with their gradients, Adam's two moments and the divergence guard's snapshot
+(``model.hidden``), the replay buffer (``objective.buffer_size``), a batch's activations
+(``train.batch_size``), NCE's noise (``objective.nu``), and what the evaluation after training
+allocates (:meth:`EnergyTask.eval_memory`). ``eval`` and ``sample`` check their own part again.
 """
 
 from __future__ import annotations
 
 import abc
+import math
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from ebms.cli.build import OBJECTIVES, build, build_mlp, build_sampler, resolve
+from ebms.cli.build import (
+    FLOAT_BYTES,
+    OBJECTIVES,
+    build,
+    build_mlp,
+    build_sampler,
+    building,
+    check_memory,
+    mlp_weights,
+    resolve,
+)
 from ebms.cli.config import Config
 from ebms.cli.tasks import S, Task, check_batch_size
 from ebms.samplers import Sampler
@@ -25,6 +43,11 @@ __all__ = ["SAMPLE_SEED_OFFSET", "EnergyTask"]
 
 #: seed offset of the chains ``ebms sample`` and the plots draw (``--seed`` replaces it).
 SAMPLE_SEED_OFFSET = 7
+#: copies of the weights training holds: weights, gradients, Adam's two moments, the guard's snapshot.
+TRAINING_COPIES = 5
+#: bytes per unit of a layer's activations in a step that also differentiates the energy in its
+#: input (the forward values, their gradients and the double backward's), per float.
+ACTIVATION_COPIES = 4
 
 
 class EnergyTask(Task[S]):
@@ -67,11 +90,67 @@ class EnergyTask(Task[S]):
     def build_model(self, cfg: Config, data: Any) -> nn.Module:
         return build_mlp(cfg, (data.dim,))
 
+    def sizes(self, cfg: Config) -> dict[str, tuple[str, ...]]:
+        """The keys that size what training and evaluation allocate (:func:`ebms.cli.build.size_keys`)."""
+        model = "images.rbm_hidden" if cfg.model.kind == "rbm" else "model.hidden"
+        ais = ("eval.ais_chains",) if self.supports_ais else ()
+        return {"train": (model, "train.batch_size", "objective.buffer_size"),
+                "eval": ("data.n_test", "eval.n_samples", *ais)}
+
+    def _width(self, cfg: Config, data: Any) -> int:
+        """Units of one example's activations: its inputs and the model's hidden units."""
+        if cfg.model.kind == "rbm":
+            return int(data.dim) + int(cfg.section("images").rbm_hidden)
+        return int(data.dim) + sum(cfg.model.hidden)
+
+    def weights(self, cfg: Config, data: Any) -> tuple[str, int]:
+        """The key that sizes the model and its number of weights: ``model.hidden`` of the MLP, or
+        ``images.rbm_hidden`` of an RBM (``D H + D + H``)."""
+        d = int(data.dim)
+        if cfg.model.kind == "rbm":
+            h = int(cfg.section("images").rbm_hidden)
+            return "images.rbm_hidden", d * h + d + h
+        return "model.hidden", mlp_weights(d, cfg.model.hidden)
+
+    def training_memory(self, cfg: Config, data: Any) -> list[tuple[str, str, float]]:
+        """The estimate of what training allocates, ``(key, what, bytes)`` per part."""
+        o, b, d = cfg.objective, cfg.train.batch_size, int(data.dim)
+        key, weights = self.weights(cfg, data)
+        parts: list[tuple[str, str, float]] = [
+            (key, "weights, gradients, Adam's moments and a snapshot", weights * FLOAT_BYTES * TRAINING_COPIES),
+            ("train.batch_size", "a step's activations (data and negatives)",
+             2 * b * self._width(cfg, data) * FLOAT_BYTES * ACTIVATION_COPIES)]
+        if o.kind == "pcd":
+            parts.append(("objective.buffer_size", "the replay buffer", o.buffer_size * d * FLOAT_BYTES))
+        if o.kind == "nce":
+            parts.append(("objective.nu", "the noise samples", math.ceil(o.nu * b) * self._width(cfg, data)
+                          * FLOAT_BYTES * ACTIVATION_COPIES))
+        return parts
+
+    def eval_memory(self, cfg: Config, data: Any) -> list[tuple[str, str, float]]:
+        """The estimate of what the evaluation allocates, ``(key, what it does, bytes)`` per part; the
+        parts are allocated one after the other (the test points, then the chains of the plots)."""
+        n, m = cfg.data.n_test, cfg.eval.n_samples
+        split = getattr(data, "test", None)  # a fixed test split caps data.n_test; the toys draw n_test points
+        n = min(n, int(split.shape[0])) if isinstance(split, Tensor) else n
+        return [("data.n_test", f"evaluating {n} test points", n * (int(data.dim) + 4) * 8),
+                ("eval.n_samples", f"drawing {m} samples", m * self._width(cfg, data) * FLOAT_BYTES * ACTIVATION_COPIES)]
+
+    def check_eval_memory(self, cfg: Config, data: Any) -> None:
+        """Refuse, in one line naming the key, an evaluation part this machine cannot hold."""
+        for key, doing, nbytes in self.eval_memory(cfg, data):
+            check_memory([(key, "", nbytes)], doing, device=cfg.run.device)
+
     def build_objective(self, cfg: Config, data: Any) -> nn.Module:
+        """The configured objective, after the memory of training and of the evaluation that
+        follows it was checked (``ebms train`` alone builds an objective)."""
+        check_memory(self.training_memory(cfg, data), "training", device=cfg.run.device)
+        self.check_eval_memory(cfg, data)
         sampler = build_sampler(cfg, self.training_space(data))
         factory = resolve(OBJECTIVES, cfg.objective.kind, "objective.kind")
-        return build("objective", cfg.objective, factory, cfg.objective, sampler, self.chain_space(data),
-                     lambda: self.fit_points(data))
+        with building(f"building the {cfg.objective.kind} objective", "objective.buffer_size", device=cfg.run.device):
+            return build("objective", cfg.objective, factory, cfg.objective, sampler, self.chain_space(data),
+                         lambda: self.fit_points(data))
 
     def sampler(self, cfg: Config, data: Any) -> Sampler:
         return build_sampler(cfg, self.chain_space(data))
@@ -80,12 +159,16 @@ class EnergyTask(Task[S]):
                seed: int | None = None, start: Tensor | None = None) -> Tensor:
         """Chains of :meth:`sampler` from a uniform start in :meth:`chain_space` (or ``start``):
         ``n = eval.n_samples`` chains, ``eval.sample_steps`` steps, seeded ``run.seed + 7``."""
+        key = "eval.n_samples" if n is None else "--n"
         n = cfg.eval.n_samples if n is None else n
         steps = cfg.eval.sample_steps if steps is None else steps
+        check_memory([(key, "", n * self._width(cfg, data) * FLOAT_BYTES * ACTIVATION_COPIES)],
+                     f"drawing {n} samples", device=cfg.run.device)
         g = torch.Generator().manual_seed(cfg.run.seed + SAMPLE_SEED_OFFSET if seed is None else seed)
-        x0 = self.chain_space(data).random(n, generator=g) if start is None else start
-        kw = {"progress": cfg.run.progress} if self.show_progress else {}
-        return self.sampler(cfg, data).sample(model, x0, steps, generator=g, **kw)
+        with building(f"drawing {n} samples", key, device=cfg.run.device):
+            x0 = self.chain_space(data).random(n, generator=g) if start is None else start
+            kw = {"progress": cfg.run.progress} if self.show_progress else {}
+            return self.sampler(cfg, data).sample(model, x0, steps, generator=g, **kw)
 
     def write_plots(self, run_dir: Path, cfg: Config, model: nn.Module, data: Any) -> list[Path]:
         """``samples.png`` (test data beside model samples), then :meth:`more_plots`."""

@@ -31,24 +31,35 @@ al. 2020, ``generation.joint_samples`` base draws, ``generation.top_k`` restrict
 the joint model's exact perplexity (``log Z`` by enumerating every continuation, when the ``13^(d+1)``
 digit strings are at most :data:`EXACT_LIMIT`: ``d <= 2``) and the ``[lower, upper]`` interval from ``joint_samples``
 base draws per prefix. ``sample``: test prefixes completed by the model, each marked right or wrong.
+
+A run keeps ``vocab.json`` (the addition vocabulary and the sha256 of its training and test
+sentences, refused when this ebms draws other ones) and a residual run ``base.json``: the base
+run's checkpoint it was trained against (file, step, sha256 of its weights and identity). A
+resume, ``eval`` or ``sample`` of a residual run whose base run was trained again since (to
+other weights or another step) is refused with one line naming ``generation.base_run`` (or
+``language.base_run``): the energy was fitted against the old base's samples
+(:mod:`ebms.cli._base_run`). A key of ``[generation]`` set away from its default that the
+configured kind does not read is refused (:data:`KIND_KEYS`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
+from ebms.cli._base_run import BASE_FILE, base_record, base_run_config, check_base, open_base
 from ebms.cli._config_rules import COUNT, DROPOUT, NONNEG, POS, Rule, _is_path
-from ebms.cli.config import Config, ConfigError, ModelConfig, load_config
+from ebms.cli._unread_keys import refuse_unread
+from ebms.cli.config import Config, ConfigError, ModelConfig
 from ebms.cli.tasks import Task, check_batch_size, register
 from ebms.data.addition import MAX_DIGITS, AdditionTask
 from ebms.data.negative_cache import NegativeCache
-from ebms.errors import CheckpointError, RunFolderError
+from ebms.errors import CheckpointError
 from ebms.estimators.residual_log_z import residual_perplexity
 from ebms.models.lm import LSTMLM, TransformerLM
 from ebms.models.residual_lm import ResidualLM, exact_log_z
@@ -57,8 +68,9 @@ from ebms.objectives import EARM, AutoregressiveNLL
 from ebms.objectives.residual_nce import ResidualNCE
 from ebms.samplers.joint_resampling import join_rows, top_k_joint_sample
 from ebms.sequences import Sequences
+from ebms.train.run_files import dump_json, fingerprint, stored_json
 
-__all__ = ["EXACT_LIMIT", "AdditionData", "GenerationReport", "GenerationSettings", "GenerationTask"]
+__all__ = ["EXACT_LIMIT", "KIND_KEYS", "AdditionData", "GenerationReport", "GenerationSettings", "GenerationTask"]
 
 BASE_KINDS = ("transformer", "lstm")
 #: the joint model's perplexity is exact when ``13^(d+1)`` is at most this (``d <= 2``).
@@ -67,6 +79,17 @@ EXACT_LIMIT = 5000
 SPLIT_SEED = 1234
 #: offsets from ``run.seed``: the corruption of the base's sums, the negative cache, eval draws.
 CORRUPT_SEED_OFFSET, CACHE_SEED_OFFSET, EVAL_SEED_OFFSET = 23, 29, 31
+#: the run files: the vocabulary with the data's fingerprint, and a residual run's base run.
+VOCAB_FILE, VOCAB_FORMAT = "vocab.json", "ebms-addition-vocabulary"
+#: the ``[generation]`` keys each ``model.kind`` reads (``heads`` for ``residual`` only with a Transformer
+#: energy; the ``earm_*`` keys with ``objective.kind = "earm"``).
+KIND_KEYS: dict[str, tuple[str, ...]] = {
+    "transformer": ("digits", "n_train", "error_rate", "dim", "hidden", "layers", "heads", "dropout"),
+    "lstm": ("digits", "n_train", "error_rate", "dim", "hidden", "layers", "dropout"),
+    "residual": ("digits", "n_train", "base_run", "energy", "dim", "layers", "dropout", "negatives", "joint_samples",
+                 "top_k"),
+}
+EARM_KEYS = ("earm_weight", "earm_start", "earm_truncate")
 
 
 @dataclass
@@ -133,23 +156,6 @@ class _NoEnergy(nn.Module):
         return torch.zeros(x.batch_size, device=x.tokens.device)
 
 
-def _base_run_config(run: str | None, key: str = "generation.base_run", data: str = "data.name='addition'") -> Config:
-    path = Path(str(run)) / "config.toml"
-    if not path.is_file():
-        raise ConfigError(f"{key}: {str(run)!r} is not a run folder (no config.toml); train a base first "
-                          f"(model.kind = 'transformer' or 'lstm' on {data})")
-    return load_config(path)
-
-
-def _load_base(run: str | None, key: str) -> nn.Module:
-    from ebms.cli.run import load_run  # the run module imports the task registry
-
-    try:
-        return load_run(str(run))[1]
-    except (RunFolderError, CheckpointError) as e:
-        raise ConfigError(f"{key}: {e}") from None
-
-
 class GenerationTask(Task[GenerationSettings]):
     """Base LMs, E-ARM and residual EBMs on addition strings (module docstring)."""
 
@@ -192,11 +198,19 @@ class GenerationTask(Task[GenerationSettings]):
             raise ConfigError(f"generation.heads: expected a divisor of generation.dim={s.dim}; got {s.heads}")
         if kind == "residual" and cfg.objective.nu != int(cfg.objective.nu):
             raise ConfigError(f"objective.nu: expected a whole number >= 1 of negatives per prefix; got {cfg.objective.nu}")
+        if obj == "earm" and s.earm_start >= cfg.train.steps:
+            raise ConfigError(f"generation.earm_start: E-ARM is switched on after {s.earm_start} steps but the run "
+                              f"stops at train.steps={cfg.train.steps}, so it would never start; expected "
+                              f"generation.earm_start below train.steps (or objective.kind='ml')")
+        read = {*KIND_KEYS.get(kind, ()), *(EARM_KEYS if obj == "earm" else ())}
+        if kind == "residual" and s.energy == "transformer":
+            read.add("heads")
+        refuse_unread("generation", s, read, f"model.kind={kind!r} with objective.kind={obj!r}", _readers)
 
     def _check_base(self, cfg: Config) -> None:
         """The base run is an addition base LM on the same sentences."""
         s = self.settings(cfg)
-        b = _base_run_config(s.base_run)
+        b = base_run_config(s.base_run)
         if b.data.name != "addition" or b.model.kind not in BASE_KINDS:
             raise ConfigError(f"generation.base_run: {s.base_run!r} holds a {b.model.kind!r} run on "
                               f"data.name={b.data.name!r}; expected a base LM (model.kind = 'transformer' or "
@@ -209,15 +223,37 @@ class GenerationTask(Task[GenerationSettings]):
                                   f"model is trained and tested on the base's sentences, set {key} = {theirs}")
 
     # -- data, model, objective ----------------------------------------------------------------
-    def load(self, cfg: Config) -> AdditionData:
+    def load(self, cfg: Config, *, stored: Mapping[str, bytes] | None = None) -> AdditionData:
+        """The sentences (and, for ``residual``, the base run); with ``stored`` (a trained run's files)
+        the vocabulary and sentences must be the recorded ones and the base run unchanged."""
         self.check(cfg)
         s = self.settings(cfg)
-        if cfg.model.kind == "residual":
-            self._check_base(cfg)
         task = AdditionTask(s.digits)
         train, test = task.disjoint_samples([s.n_train, cfg.data.n_test],
                                             generator=torch.Generator().manual_seed(SPLIT_SEED))
-        return AdditionData(task, train, test)
+        data = AdditionData(task, train, test)
+        if stored:
+            was = stored_json(stored, VOCAB_FILE, VOCAB_FORMAT)
+            if was.get("tokens") != list(task.vocabulary.tokens) or was.get("data_sha256") != _data_fingerprint(data):
+                raise CheckpointError(f"{VOCAB_FILE}: the run was trained with another vocabulary or other sentences "
+                                      f"than this ebms draws for generation.digits={s.digits}, generation.n_train="
+                                      f"{s.n_train}, data.n_test={cfg.data.n_test} (written by another version?); "
+                                      f"train the run again (--overwrite)")
+        if cfg.model.kind == "residual":
+            self._check_base(cfg)
+            _, base, _, ckpt = open_base(s.base_run, "generation.base_run")
+            data.cache["base"], data.cache["base_record"] = base, base_record(ckpt)
+            if stored:
+                check_base(stored, data.cache["base_record"], "generation.base_run", s.base_run)
+        return data
+
+    def run_files(self, cfg: Config, data: AdditionData) -> dict[str, bytes]:
+        """``vocab.json`` (the vocabulary and the sentences' sha256) and, for ``residual``, ``base.json``."""
+        files = {VOCAB_FILE: dump_json({"format": VOCAB_FORMAT, "version": 1, "tokens": list(data.task.vocabulary.tokens),
+                                        "data_sha256": _data_fingerprint(data)})}
+        if "base_record" in data.cache:
+            files[BASE_FILE] = dump_json(data.cache["base_record"])
+        return files
 
     def build_model(self, cfg: Config, data: AdditionData) -> nn.Module:
         s, V = self.settings(cfg), data.task.vocab_size
@@ -226,7 +262,7 @@ class GenerationTask(Task[GenerationSettings]):
                                  dropout=s.dropout, max_length=data.task.length + 1)
         if cfg.model.kind == "lstm":
             return LSTMLM(V, embedding_dim=s.dim, hidden_size=s.hidden, num_layers=s.layers, dropout=s.dropout)
-        base = data.cache["base"] = _load_base(s.base_run, "generation.base_run")  # training_data draws its negative cache
+        base = data.cache["base"]  # loaded by load(); training_data draws its negative cache
         energy = TextEnergy(V, kind=s.energy, dim=s.dim, layers=s.layers, heads=s.heads, dropout=s.dropout)
         return ResidualLM(base, energy, horizon=data.task.continuation_length)
 
@@ -278,7 +314,8 @@ class GenerationTask(Task[GenerationSettings]):
                 figures["joint_correct"] = float(self._correct(data, prefix, draw.continuations).double().mean())
                 figures["ess_median"] = float(draw.ess.median())
                 if (data.task.vocab_size - 1) ** data.task.continuation_length <= EXACT_LIMIT:
-                    joint_lp = base_lp - model.energy(prefix, truth).double() - exact_log_z(model, prefix)
+                    log_z = exact_log_z(model, prefix, progress=cfg.run.progress)
+                    joint_lp = base_lp - model.energy(prefix, truth).double() - log_z
                     figures["joint_ppl_exact"] = math.exp(-float(joint_lp.sum()) / tokens)
                 bounds = residual_perplexity(model, prefix, truth, n, generator=g, progress=cfg.run.progress)
                 figures["joint_ppl_lower"], figures["joint_ppl_upper"] = bounds.lower, bounds.upper
@@ -323,6 +360,20 @@ def nce_batches(cfg: Config, base: nn.Module, prefix: Sequences, cont: Sequences
 
     return batches
 
+
+
+def _data_fingerprint(data: AdditionData) -> str:
+    return fingerprint(data.train.tokens, data.train.lengths, data.test.tokens, data.test.lengths)
+
+
+def _readers(key: str) -> list[str]:
+    kinds = [k for k, keys in KIND_KEYS.items() if key in keys]
+    out = [f"model.kind = {', '.join(kinds)}"] if kinds else []
+    if key in EARM_KEYS:
+        out.append("objective.kind = 'earm'")
+    if key == "heads":
+        out.append("model.kind = residual with generation.energy = 'transformer'")
+    return out
 
 
 register(GenerationTask())

@@ -112,7 +112,7 @@ class ImagesTask(EnergyTask[ImagesSettings]):
                     reverse_from = self.sample(cfg, model, data, n=n_rev, start=x_test[:n_rev],
                                                seed=cfg.run.seed + REVERSE_SEED_OFFSET)
         return binary_log_likelihood(
-            model, x_test, step=step, exact=exact_log_z(model, data.space), path=path,
+            model, x_test, step=step, exact=exact_log_z(model, data.space, progress=cfg.run.progress), path=path,
             betas=ais_schedule(cfg.eval.ais_temperatures), chains=cfg.eval.ais_chains, reverse_from=reverse_from,
             generator=torch.Generator().manual_seed(cfg.run.seed + AIS_SEED_OFFSET), progress=cfg.run.progress)
 

@@ -26,6 +26,13 @@ that length is not an impossible positive).
 * ``crf``: the supervised baseline, the same network trained by the CRF's likelihood on
   ``train.batch_size`` labelled sentences per step (``JRFObjective(None, alpha=0)``).
 
+A run keeps its word and tag lists in ``vocab.json`` with the sha256 of the training set as
+encoded; ``eval`` and a resume use them and refuse training files that no longer encode to the
+recorded sentences (``data.root``). A training sentence longer than :data:`MAX_SENTENCE` tokens is
+refused (the length law and the noise draws grow with the longest sentence: a file without the
+blank lines between sentences reads as one). A ``[jrf]`` key set away from its default that the
+objective does not read is refused (``alpha``, ``noise_*``, ``zeta_lr`` are the JRF objective's).
+
 ``eval``: chunk precision, recall, F1 (conlleval) and token accuracy of the JRF's CRF on the test
 set (Viterbi), in percent; the final model is scored (no development-set selection: see
 ``benchmarks/jrf_conll.py`` for that, and for self-training).
@@ -33,7 +40,7 @@ set (Viterbi), in percent; the final model is scored (no development-set selecti
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -41,15 +48,25 @@ import torch
 from torch import Tensor, nn
 
 from ebms.cli._config_rules import COUNT, FRACTION, NONNEG, POS, Rule
+from ebms.cli._unread_keys import refuse_unread
 from ebms.cli.config import Config, ConfigError, ModelConfig
 from ebms.cli.tasks import StructuredTask, TaskData, register
 from ebms.data.conll import MAX_CONLL_BYTES, Sentence, load_conll2000, tag_names
 from ebms.data.vocab import WordVocabulary
+from ebms.errors import DataError
 from ebms.metrics.tagger_eval import evaluate_tagger
 from ebms.models.jrf import JRF, init_log_z, pretrain_noise_lm
 from ebms.models.lm import LSTMLM
 from ebms.objectives.jrf import JRFObjective
 from ebms.sequences import Sequences
+from ebms.train.run_files import (
+    changed_data,
+    dump_json,
+    fingerprint,
+    stored_json,
+    stored_strings,
+    stored_word_vocabulary,
+)
 
 __all__ = ["JRFSettings", "JRFTask"]
 
@@ -57,6 +74,13 @@ __all__ = ["JRFSettings", "JRFTask"]
 ZETA_INIT_SENTENCES = 2000
 #: sentences decoded at once in ``eval``.
 DECODE_CHUNK = 512
+#: the longest training sentence the JRF takes (its length law and noise draws grow with it).
+MAX_SENTENCE = 1024
+#: the run file of the word and tag lists (module docstring).
+VOCAB_FILE, VOCAB_FORMAT = "vocab.json", "ebms-jrf-vocabulary"
+#: the ``[jrf]`` keys each objective reads.
+COMMON_KEYS = ("label_fraction", "limit", "min_count", "embed", "hidden")
+OBJECTIVE_KEYS = {"jrf": (*COMMON_KEYS, "alpha", "noise_hidden", "noise_steps", "zeta_lr"), "crf": COMMON_KEYS}
 
 
 @dataclass
@@ -122,23 +146,40 @@ class JRFTask(StructuredTask[JRFSettings]):
         if cfg.objective.kind == "jrf" and not (cfg.objective.nu >= 1 and float(cfg.objective.nu).is_integer()):
             raise ConfigError(f"objective.nu: expected a whole number >= 1 of noise sentences per sentence; "
                               f"got {cfg.objective.nu}")
+        refuse_unread("jrf", self.settings(cfg), OBJECTIVE_KEYS.get(cfg.objective.kind, ()),
+                      f"objective.kind={cfg.objective.kind!r}",
+                      lambda key: [f"objective.kind = {', '.join(k for k, keys in OBJECTIVE_KEYS.items() if key in keys)}"])
 
     # -- data ---------------------------------------------------------------------------------
-    def load(self, cfg: Config) -> TaskData:
+    def load(self, cfg: Config, *, stored: Mapping[str, bytes] | None = None) -> TaskData:
+        """Labelled and unlabelled training rows and the test split; with ``stored`` (a trained run's
+        files) its word and tag lists, the training set checked against them."""
         s = self.settings(cfg)
         self.check(cfg)
+        was = stored_json(stored, VOCAB_FILE, VOCAB_FORMAT) if stored else None
         train, test = _load(cfg, "train", s.limit), _load(cfg, "test", s.limit)
+        longest = max((len(x) for x in train), default=0)
+        if longest > MAX_SENTENCE:
+            raise DataError(f"data.root: the longest {cfg.data.name} training sentence has {longest} tokens; the JRF "
+                            f"takes at most {MAX_SENTENCE} (its length law and noise draws grow with it): is the blank "
+                            f"line between sentences missing? (jrf.limit keeps the first N sentences)")
         n_lab = round(s.label_fraction * len(train))
         if n_lab < 1 or (cfg.objective.kind == "jrf" and n_lab >= len(train)):
             raise ConfigError(f"jrf.label_fraction: {s.label_fraction} of {len(train)} training sentences labels "
                               f"{n_lab}; expected at least 1 labelled"
                               + (" and 1 unlabelled (objective.kind = 'jrf')" if cfg.objective.kind == "jrf" else "")
                               + " sentence: raise jrf.limit or change jrf.label_fraction")
-        names = tag_names(s.tags for s in train)
-        vocab = WordVocabulary(train, min_count=s.min_count)
+        names = tag_names(s.tags for s in train) if was is None else stored_strings(was, "tags", VOCAB_FILE)
+        vocab = WordVocabulary(train, min_count=s.min_count) if was is None else stored_word_vocabulary(was, VOCAB_FILE, chars=False)
         (words,) = vocab.encode(train, chars=False)
         lengths = torch.tensor([len(x) for x in train], dtype=torch.long)
-        tags = _tag_ids(train, names, words.shape[1])
+        try:
+            tags = _tag_ids(train, names, words.shape[1])
+        except KeyError:  # a training tag the stored list lacks
+            raise changed_data("data.root", f"the {cfg.data.name} training sentences", VOCAB_FILE) from None
+        train_sha256 = fingerprint(words, tags, lengths)
+        if was is not None and was.get("train_sha256") != train_sha256:
+            raise changed_data("data.root", f"the {cfg.data.name} training sentences", VOCAB_FILE)
         perm = torch.randperm(len(train), generator=torch.Generator().manual_seed(cfg.run.seed))
         lab, unl = perm[:n_lab].sort().values, perm[n_lab:].sort().values
         (test_words,) = vocab.encode(test, chars=False)
@@ -147,8 +188,13 @@ class JRFTask(StructuredTask[JRFSettings]):
         info = {"tags": names, "vocab_size": len(vocab.words), "max_length": int(lengths.max()),
                 "length_counts": torch.bincount(lengths, minlength=int(lengths.max()) + 1)[1:],
                 "n_train": len(train),
-                "unlabelled": (words[unl], lengths[unl])}
+                "unlabelled": (words[unl], lengths[unl]),
+                "maps": {"tags": names, "words": vocab.words, "train_sha256": train_sha256}}
         return TaskData(train=(words[lab], tags[lab], lengths[lab]), test=test_split, info=info, name=cfg.data.name)
+
+    def run_files(self, cfg: Config, data: TaskData) -> dict[str, bytes]:
+        """``vocab.json``: the tag and word lists and the training fingerprint."""
+        return {VOCAB_FILE: dump_json({"format": VOCAB_FORMAT, "version": 1, **data.info["maps"]})}
 
     def training_data(self, cfg: Config, data: TaskData) -> Callable[[int, torch.Generator], Any]:
         words, tags, lengths = data.train  # the labelled rows

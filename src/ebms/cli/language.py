@@ -6,13 +6,19 @@
 text with ``language.sentence_split``). Tokens are words or characters (``language.level``); the
 vocabulary keeps training tokens seen ``language.min_count`` times (at most ``max_vocab``), the
 rest is ``<unk>``. ``language.max_length`` leaves longer training sentences out and bounds the TRF's
-lengths and the Transformer's positions (unset: the longest training sentence).
+lengths and the Transformer's positions (unset: the longest training sentence, refused above
+1,024 tokens for the kinds that grow with it: :data:`ebms.cli._language_data.DEFAULT_MAX_LENGTH`).
 
 ``model.kind`` and ``objective.kind``:
 
 * ``kn``: :class:`~ebms.distributions.BackoffNGram` of order ``language.order`` with
   ``language.smoothing``, fitted by counting when ``train`` builds it: no optimizer steps; the run
-  folder gets ``model.arpa`` (SRILM/KenLM format) and ``vocab.txt``. ``objective.kind = "ml"``.
+  folder gets ``model.arpa`` (SRILM/KenLM format; a whitespace token such as the space of a
+  character model is written ``<U+0020>`` there, as :meth:`BackoffNGram.to_arpa` spells it) and
+  ``vocab.txt``. ``objective.kind = "ml"``. Kneser–Ney's discounts are estimated from the counts-of-counts
+  (n-grams seen once, twice, three times at every order) unless ``language.discounts`` gives them:
+  one number per order, or three (``D1, D2, D3+``) per order for modified Kneser–Ney, lowest order
+  first. A small vocabulary can lack such n-grams at order 1, where no lower order helps.
 * ``lstm`` / ``transformer``: :class:`~ebms.models.lm.LSTMLM` (``embedding_dim``, ``hidden`` units,
   ``layers``, ``dropout``, ``tie_weights``) / :class:`~ebms.models.lm.TransformerLM` (width
   ``embedding_dim``, ``heads``, ``layers``, feed-forward ``hidden``), trained with
@@ -33,6 +39,11 @@ lengths and the Transformer's positions (unset: the longest training sentence).
 ``lstm``/``transformer`` with ``earm``: :class:`~ebms.objectives.EARM` (``language.earm_weight``, ``earm_start``,
 ``earm_truncate``). ``residual``, ``electric``: residual EBMs and Electric (:mod:`ebms.cli._generation_text`).
 
+Every run keeps its vocabulary (``vocab.json``, with ``L`` and, for ``trf``, the word classes) and
+``eval``, ``sample``, a resume and a residual run use it; training text changed since is refused
+(:mod:`ebms.cli._language_data`). A key of ``[language]`` set away from its default that the
+configured ``model.kind``/``objective.kind`` does not read is refused (:mod:`ebms.cli._language_keys`).
+
 ``eval``: exact perplexity for the normalised models; for a TRF the training-:math:`\\zeta` and the
 re-estimated perplexity with its interval (:mod:`ebms.cli._language_eval`). ``sample``: sentences,
 printed and written as text (AR models: ancestral draws; TRF: ``--steps`` sampler steps from
@@ -41,7 +52,8 @@ training sentences).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -51,12 +63,15 @@ from torch import Tensor, nn
 
 from ebms.cli import _generation_text as gen
 from ebms.cli._config_rules import COUNT, DROPOUT, FRACTION, NONNEG, POS, Rule
-from ebms.cli._language_data import LanguageData, load_language_data
+from ebms.cli._language_data import VOCAB_FILE, LanguageData, load_language_data, vocabulary_file
 from ebms.cli._language_eval import normalised_report, trf_report
+from ebms.cli._language_keys import KIND_KEYS, TRF_KINDS, check_discounts, readers, reads
+from ebms.cli._unread_keys import refuse_unread
 from ebms.cli.config import Config, ConfigError, ModelConfig
 from ebms.cli.tasks import Task, check_batch_size, register
 from ebms.data.text import length_windows, unigram_probs
 from ebms.distributions import BackoffNGram
+from ebms.errors import CheckpointError
 from ebms.models.lm import LSTMLM, TransformerLM
 from ebms.models.trf import TEMPLATE_GROUPS, TRF, DiscreteFeatures, Hidden2Scalar, WordClasses, feature_templates
 from ebms.models.trf.moments import feature_moments
@@ -66,10 +81,9 @@ from ebms.objectives.trf_nce import TRFNCE, DynamicNCE
 from ebms.samplers.trans_dimensional import TransDimensional
 from ebms.sequences import Sequences
 
-__all__ = ["LanguageSettings", "LanguageTask"]
+__all__ = ["KIND_KEYS", "LanguageSettings", "LanguageTask"]
 
 AR_KINDS = ("kn", "lstm", "transformer")
-TRF_KINDS = ("trf", "trf-cnn", "trf-bilstm")
 SMOOTHINGS = ("modified_kneser_ney", "kneser_ney", "witten_bell", "add_k")
 #: seed offsets of the noise LM's initial weights (dnce) and of training chains for ``sample``.
 NOISE_SEED_OFFSET = 19
@@ -103,6 +117,7 @@ class LanguageSettings:
     heads: int = 4
     dropout: float = 0.0
     tie_weights: bool = False
+    discounts: list[float] = field(default_factory=list)
     classes: int = 0
     features: list[str] = field(default_factory=list)
     chains: int = 100
@@ -127,15 +142,43 @@ class LanguageSettings:
 PATH = Rule(text="a file path (not empty)", check=_path)
 
 
-def _ngram(data: LanguageData, order: int, smoothing: str, key: str) -> BackoffNGram:
-    """The backoff n-gram of the training sentences; a corpus too small for the smoothing is a config error."""
+def _discounts(values: list[float], order: int, smoothing: str) -> list[float] | list[list[float]] | None:
+    """``language.discounts`` as :meth:`BackoffNGram.fit` takes them: one per order, or ``(D1, D2, D3+)`` per order."""
+    if not values:
+        return None
+    if len(values) == order:
+        return list(values)
+    return [values[3 * m: 3 * m + 3] for m in range(order)]  # 3 x order values (LanguageTask.check)
+
+
+#: KenLM's discounts when its estimate fails, ``(D1, D2, D3+)``: the values a message suggests.
+FALLBACK_DISCOUNTS = (0.5, 1.0, 1.5)
+
+
+def _ngram(data: LanguageData, order: int, smoothing: str, key: str, discounts: list[float]) -> BackoffNGram:
+    """The backoff n-gram of the training sentences; a corpus too small for the smoothing is a config error
+    naming the orders whose discounts cannot be estimated and the ``language.discounts`` to set."""
     try:
-        return BackoffNGram.fit(data.train, len(data.vocab), order=order, smoothing=smoothing)
+        return BackoffNGram.fit(data.train, len(data.vocab), order=order, smoothing=smoothing,
+                                discounts=_discounts(discounts, order, smoothing))
     except ValueError as e:
-        reason = str(e).split("; pass discounts=")[0]
-        raise ConfigError(f"language.smoothing: {smoothing!r} cannot be estimated at language.{key}={order} on this "
-                          f"training text ({reason}); lower language.{key} or use language.smoothing='witten_bell'"
-                          ) from None
+        text = str(e)
+        if text.startswith("discounts["):  # language.discounts out of range
+            raise ConfigError(f"language.discounts: {text.split(': ', 1)[1]} (entry {text[10:text.index(']')]}, "
+                              f"order 1 first)") from None
+        listed = re.search(r"orders? ([\d, ]+)", text)
+        failed = [int(m) for m in listed.group(1).replace(",", " ").split()] if listed else [order]
+        detail = re.search(r"from the counts \((.*)\): ", text)
+        reason = detail.group(1) if detail else text.split("; pass discounts=")[0].removeprefix("discounts: ")
+        per_order = FALLBACK_DISCOUNTS if smoothing == "modified_kneser_ney" else FALLBACK_DISCOUNTS[:1]
+        example = ", ".join(f"{d:g}" for _ in range(order) for d in per_order)
+        lower = f"language.{key} below {min(failed)}, " if min(failed) > 1 else ""
+        orders = f"order{'s' * (len(failed) > 1)} {', '.join(map(str, failed))}"
+        raise ConfigError(f"language.smoothing: {smoothing!r} cannot estimate its discounts at {orders} of this "
+                          f"training text ({reason}): the estimate needs n-grams of adjusted count 1, 2 and 3 at every "
+                          f"order{', which even the word types (order 1) lack' if min(failed) == 1 else ''}; set "
+                          f"language.discounts=[{example}] (KenLM's fallback, {len(per_order)} per order, lowest "
+                          f"first), {lower}or use language.smoothing='witten_bell'") from None
 
 
 class LanguageTask(Task[LanguageSettings]):
@@ -153,6 +196,9 @@ class LanguageTask(Task[LanguageSettings]):
         "max_vocab": Rule(low=2), "max_length": COUNT, "order": COUNT, "smoothing": Rule(choices=SMOOTHINGS),
         "embedding_dim": COUNT, "hidden": COUNT, "layers": COUNT, "heads": COUNT, "dropout": DROPOUT,
         "tie_weights": Rule(), "classes": NONNEG,
+        "discounts": Rule(low=0, text="Kneser-Ney discounts, lowest order first: one per order, or three (D1, D2, "
+                                       "D3+) per order for modified Kneser-Ney, each D_k in [0, k]; empty: estimated",
+                          check=lambda v: all(x >= 0 for x in v)),
         "features": Rule(text=f"a list of TRF feature template groups ({', '.join(TEMPLATE_GROUPS)}); empty: the "
                               "default ones", check=lambda v: all(g in TEMPLATE_GROUPS for g in v)),
         "chains": COUNT, "trials": COUNT, "noise_order": COUNT, "noise_hidden": COUNT, "logz_samples": Rule(low=2),
@@ -199,27 +245,65 @@ class LanguageTask(Task[LanguageSettings]):
         if kind in TRF_KINDS and cfg.train.optimizer == "lbfgs":
             raise ConfigError("train.optimizer: TRF objectives draw fresh samples at every evaluation, so a line "
                               "search would compare different objectives; expected 'adam' or 'sgd'; got 'lbfgs'")
+        if obj == "earm" and s.earm_start >= cfg.train.steps:
+            raise ConfigError(f"language.earm_start: E-ARM is switched on after {s.earm_start} steps but the run stops "
+                              f"at train.steps={cfg.train.steps}, so it would never start; expected language.earm_start "
+                              f"below train.steps (or objective.kind='ml')")
+        check_discounts(cfg)
+        refuse_unread("language", s, reads(cfg), f"model.kind={kind!r} with objective.kind={obj!r}", readers)
+
+    def reads(self, cfg: Config) -> set[str]:
+        """The ``[language]`` keys a run of ``cfg`` reads (:func:`ebms.cli._language_keys.reads`)."""
+        return reads(cfg)
 
     def fitted(self, cfg: Config) -> bool:
         return cfg.model.kind == "kn"
 
     # -- data, model, objective ----------------------------------------------------------------
-    def load(self, cfg: Config) -> LanguageData:
+    def load(self, cfg: Config, *, stored: Mapping[str, bytes] | None = None) -> LanguageData:
+        """The run's sentences; with ``stored`` (a trained run's files) its vocabulary, ``L`` and word classes."""
         self.check(cfg)
-        return load_language_data(cfg)
+        if cfg.model.kind == "residual":
+            data: LanguageData = gen.KINDS["residual"].load(cfg, stored)
+        else:
+            data = load_language_data(cfg, stored)
+        n, V = self.settings(cfg).classes, len(data.vocab)
+        if cfg.model.kind == "trf" and n > V - 1:
+            raise ConfigError(f"language.classes: exchange clustering sorts the vocabulary's {V - 1} token ids (<unk> "
+                              f"and the {V - 2} kept tokens) into classes; expected at most {V - 1}; got {n}")
+        if data.stored is not None and data.stored.get("classes") is not None:
+            classes = torch.tensor(data.stored["classes"], dtype=torch.long)
+            if classes.shape != (V,) or self._classes_key(cfg) is None:
+                raise CheckpointError(f"{VOCAB_FILE}: word classes for {classes.numel()} ids with language.classes="
+                                      f"{n} and a vocabulary of {V}; train the run again (--overwrite)")
+            data.cache[self._classes_key(cfg)] = classes
+        return data
+
+    def run_files(self, cfg: Config, data: LanguageData) -> dict[str, bytes]:
+        """``vocab.json`` (the vocabulary, ``L``, the training fingerprint, the word classes of a ``trf``)
+        and, for a residual run, its base run's identity (``base.json``)."""
+        classes = self._classes(cfg, data)
+        files = {VOCAB_FILE: vocabulary_file(data, **({} if classes is None else {"classes": classes.tolist()}))}
+        if cfg.model.kind in gen.KINDS:
+            files.update(gen.KINDS[cfg.model.kind].run_files(cfg, data))
+        return files
+
+    def _classes_key(self, cfg: Config) -> tuple[str, int] | None:
+        n = self.settings(cfg).classes
+        return None if n == 0 or cfg.model.kind != "trf" else ("classes", n)
 
     def _classes(self, cfg: Config, data: LanguageData) -> Tensor | None:
-        n = self.settings(cfg).classes
-        if n == 0 or cfg.model.kind != "trf":
+        key = self._classes_key(cfg)
+        if key is None:
             return None
-        if ("classes", n) not in data.cache:
-            data.cache["classes", n] = WordClasses.fit(data.train, len(data.vocab), n).classes
-        return data.cache["classes", n]
+        if key not in data.cache:
+            data.cache[key] = WordClasses.fit(data.train, len(data.vocab), key[1]).classes
+        return data.cache[key]
 
     def build_model(self, cfg: Config, data: LanguageData) -> nn.Module:
         s, kind, V = self.settings(cfg), cfg.model.kind, len(data.vocab)
         if kind == "kn":
-            return _ngram(data, s.order, s.smoothing, "order")
+            return _ngram(data, s.order, s.smoothing, "order", s.discounts)
         if kind in gen.KINDS:
             return gen.KINDS[kind].build_model(cfg, data)
         if kind == "lstm":
@@ -256,7 +340,7 @@ class LanguageTask(Task[LanguageSettings]):
         if obj == "ml":
             return AugSA(self.kernel(cfg, data), chains=s.chains)
         if obj == "nce":
-            return TRFNCE(_ngram(data, s.noise_order, s.smoothing, "noise_order"), nu=cfg.objective.nu)
+            return TRFNCE(_ngram(data, s.noise_order, s.smoothing, "noise_order", s.discounts), nu=cfg.objective.nu)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.run.seed + NOISE_SEED_OFFSET)
             lstm = LSTMLM(V, embedding_dim=s.noise_hidden, hidden_size=s.noise_hidden, num_layers=1)
@@ -296,7 +380,7 @@ class LanguageTask(Task[LanguageSettings]):
 
     # -- files, figures, samples ---------------------------------------------------------------
     def write_model_files(self, run_dir: Path, cfg: Config, model: nn.Module, data: LanguageData) -> list[Path]:
-        """``vocab.txt`` and, for ``kn``, ``model.arpa``."""
+        """``vocab.txt`` and, for ``kn``, ``model.arpa`` (a whitespace token written ``<U+0020>``)."""
         out = [data.vocab.save(run_dir / "vocab.txt")]
         if isinstance(model, BackoffNGram):
             model.to_arpa(run_dir / "model.arpa", data.vocab.tokens)

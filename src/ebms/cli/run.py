@@ -5,18 +5,26 @@ config actually used (``config.toml``), ``metrics.jsonl``, ``checkpoints/``,
 plots and ``eval.json``. What is trained and how it is judged comes from the task
 serving the config (:mod:`ebms.cli.tasks`).
 
-Every checkpoint records the settings it was trained under
-(:func:`run_identity`: the whole configuration except where things are
-written, how long to train and how to evaluate). A resume compares all of them;
-``eval`` and ``sample`` compare the ``model.*``, ``data.*``, ``objective.*``
-and task-section ones (:func:`model_identity`), so a checkpoint copied from
-another run is refused with one line naming the differing keys.
+Every key of every section has a role (:data:`KEY_ROLES`): what it changes decides where it is
+checked. A checkpoint records what changes the trained weights and nothing else
+(:func:`run_identity`: the ``model`` and ``training`` keys), so a resume compares those;
+``eval`` and ``sample`` compare the ``model`` keys (:func:`model_identity`), so a checkpoint
+copied from another run is refused with one line naming the differing keys. Where a run is
+written, how long it trains and how it is evaluated (``vision.ood``, ``eval.*``, ...) are not
+part of it: they may change on resume, and ``eval`` may set them.
+
+A task may keep files beside the checkpoints that its weights only make sense with (a
+vocabulary, a tag list, a base run's identity: :meth:`~ebms.cli.tasks.Task.run_files`). They are
+written when training starts, their sha256 go into every checkpoint's identity
+(``file.<name>``), and resuming, ``eval`` and ``sample`` check them and hand them back to the
+task's ``load`` instead of letting it fit them again (:mod:`ebms.train.run_files`).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +37,10 @@ from ebms.cli.tasks import Task, task_for
 from ebms.errors import CheckpointError, RunFolderError
 from ebms.train import CheckpointStore, Trainer
 from ebms.train.checkpoint import Checkpoint, identity_differences
+from ebms.train.run_files import file_identity, read_run_files, write_run_files
 
-__all__ = ["load_run", "model_identity", "open_run", "run_dir_of", "run_identity", "serving_task", "train",
-           "write_eval"]
+__all__ = ["KEY_ROLES", "ROLES", "key_role", "load_run", "model_identity", "open_run", "run_dir_of", "run_identity",
+           "serving_task", "train", "write_eval"]
 
 
 def run_dir_of(cfg: Config) -> Path:
@@ -80,17 +89,74 @@ def run_state(run_dir: Path) -> str:
     return "log" if store.has_any() or (log.is_file() and log.stat().st_size > 0) else "empty"
 
 
-#: keys that may change when a run is resumed; every other difference would silently
-#: mix two configurations in one run (the optimizer, buffers and generator come from the checkpoint).
-RESUMABLE_CHANGES = (
-    "train.steps", "train.log_every", "train.checkpoint_every", "run.progress", "run.out_dir", "run.name",
-    "data.n_test", "eval.",
-)
+def _rows(role: str, table: dict[str, str]) -> dict[str, str]:
+    return {f"{section}.{key}": role for section, keys in table.items() for key in keys.split()}
 
 
-#: settings that say where files are, not what is trained: never part of a checkpoint's identity.
-LOCATION_KEYS = ("data.path", "data.root", "images.download", "language.train_path", "language.valid_path",
-                 "language.test_path")
+#: the role of every key of every section: what the key changes decides where it is checked.
+#:
+#: * ``model``: the trained weights or the data they were trained on and are tested on (part of a
+#:   checkpoint's identity; a resume, ``eval`` and ``sample`` must all match it);
+#: * ``training``: how the weights were trained (optimizer, sampler, device; in the identity: a
+#:   resume must match it, while ``eval`` and ``sample`` may set it, e.g. another sampler);
+#: * ``run``: where a run is written, how long it trains and what it shows on the way (progress,
+#:   logs, checkpoints, snapshots): not in the identity; may change on resume;
+#: * ``eval``: how a trained model is evaluated or sampled: not in the identity; may change on
+#:   resume, and ``eval``/``sample`` may set it;
+#: * ``location``: where input files are and how they are read: not in the identity (a run
+#:   folder and its data may move), but fixed on resume (the files' content is not recorded, so
+#:   another path could mean other training data).
+#:
+#: Every key of :func:`~ebms.cli.config.config_keys` has a row (a test keeps it so): a new key is
+#: classified where it is added. A key of a task registered outside the package counts as ``model``.
+KEY_ROLES: dict[str, str] = {
+    **_rows("model", {
+        "run": "seed",  # the initial weights and the seeded data splits (a test split, labels kept)
+        "data": "name key test_fraction",
+        "model": "kind hidden activation",
+        "objective": "kind k regularization buffer_size reinit_prob sigma sigmas n_projections nu noise_scale",
+        "toy": "scale noise",
+        "images": "binarize binarize_seed limit rbm_hidden",
+        "tagging": "features limit embedding_dim char_dim hidden layers dropout c1 c2",
+        "speech": "n_train max_digits test_speakers channels hidden layers dropout ctc_weight lm_order",
+        "language": "level lower sentence_split limit min_count max_vocab max_length order smoothing discounts "
+                    "embedding_dim hidden layers heads dropout tie_weights classes features chains trials "
+                    "noise_order noise_hidden feature_scaling step_clip earm_weight earm_start earm_truncate "
+                    "base_run prefix_length horizon energy negatives mask_rate",
+        "generation": "digits n_train error_rate dim hidden layers heads dropout base_run energy negatives "
+                      "earm_weight earm_start earm_truncate",
+        "vision": "limit val_fraction labels_per_class channels groups spectral_norm data_noise generative_weight "
+                  "warmup_steps conditional informative_init kl_weight entropy_weight augment reservoir recovery_b",
+        "jrf": "label_fraction limit min_count embed hidden alpha noise_hidden noise_steps zeta_lr",
+    }),
+    **_rows("training", {
+        "run": "device",
+        "sampler": "kind step_size noise_scale n_leapfrog sweeps scan temperature n_flips",
+        "train": "batch_size lr lr_schedule lr_final optimizer momentum weight_decay grad_clip",
+    }),
+    **_rows("run", {"run": "name out_dir progress", "train": "steps log_every checkpoint_every",
+                    "vision": "snapshot_every"}),
+    **_rows("eval", {
+        "data": "n_test",
+        "eval": "resolution n_samples sample_steps ais_chains ais_temperatures reverse_ais",
+        "language": "logz_samples joint_samples",
+        "generation": "joint_samples top_k",
+        "vision": "ood ood_size ece_bins",
+    }),
+    **_rows("location", {"data": "path root max_mb", "images": "download",
+                         "language": "train_path valid_path test_path"}),
+}
+
+#: the roles of :data:`KEY_ROLES`.
+ROLES = ("model", "training", "run", "eval", "location")
+#: roles whose keys may change when a run is resumed (every other difference would silently mix
+#: two configurations in one run: the optimizer, buffers and generator come from the checkpoint).
+RESUMABLE_ROLES = ("run", "eval")
+
+
+def key_role(key: str) -> str:
+    """The role of the dotted ``key`` (:data:`KEY_ROLES`; ``"model"`` for a key it does not list)."""
+    return KEY_ROLES.get(key, "model")
 
 
 def _flat(cfg: Config) -> dict[str, Any]:
@@ -98,21 +164,16 @@ def _flat(cfg: Config) -> dict[str, Any]:
 
 
 def run_identity(cfg: Config) -> dict[str, Any]:
-    """The settings a checkpoint of ``cfg`` records and a resume must match: every key but
-    :data:`RESUMABLE_CHANGES` and :data:`LOCATION_KEYS` (plain JSON: every number of a loaded
-    config is finite, :func:`~ebms.cli.config.check_values`)."""
-    skip = (*RESUMABLE_CHANGES, *LOCATION_KEYS)
-    return {k: v for k, v in _flat(cfg).items() if not k.startswith(skip)}
-
-
-#: sections of :func:`run_identity` that say how a model is used, not what it is.
-USE_SECTIONS = ("run.", "sampler.", "train.", "eval.")
+    """The settings a checkpoint of ``cfg`` records and a resume must match: the keys whose role
+    (:data:`KEY_ROLES`) is ``model`` or ``training``, i.e. what changes the trained weights and
+    nothing else (plain JSON: every number of a loaded config is finite,
+    :func:`~ebms.cli.config.check_values`)."""
+    return {k: v for k, v in _flat(cfg).items() if key_role(k) in ("model", "training")}
 
 
 def model_identity(cfg: Config) -> dict[str, Any]:
-    """The part of :func:`run_identity` that ``eval`` and ``sample`` check: ``model.*``, ``data.*``,
-    ``objective.*`` and the task's own section."""
-    return {k: v for k, v in run_identity(cfg).items() if not k.startswith(USE_SECTIONS)}
+    """The part of :func:`run_identity` that ``eval`` and ``sample`` check: the ``model`` keys."""
+    return {k: v for k, v in _flat(cfg).items() if key_role(k) == "model"}
 
 
 def _changed_keys(old: Config, new: Config) -> list[str]:
@@ -121,8 +182,17 @@ def _changed_keys(old: Config, new: Config) -> list[str]:
         f"{sec}.{key}"
         for sec in b
         for key in b[sec]
-        if a.get(sec, {}).get(key) != b[sec][key] and not f"{sec}.{key}".startswith(RESUMABLE_CHANGES)
+        if a.get(sec, {}).get(key) != b[sec][key] and key_role(f"{sec}.{key}") not in RESUMABLE_ROLES
     ]
+
+
+def _resumable(cfg: Config) -> str:
+    """The keys of ``cfg`` a resume may change, a section whose keys all may as ``section.*``."""
+    out = []
+    for sec, table in config_to_dict(cfg).items():
+        keys = [f"{sec}.{k}" for k in table if key_role(f"{sec}.{k}") in RESUMABLE_ROLES]
+        out += [f"{sec}.*"] if keys and len(keys) == len(table) else keys
+    return ", ".join(out)
 
 
 def serving_task(cfg: Config) -> Task[Any]:
@@ -133,6 +203,14 @@ def serving_task(cfg: Config) -> Task[Any]:
         validate_config(cfg, device=False)
         raise ConfigError(f"data.name: unknown value {cfg.data.name!r}")
     return task
+
+
+def _load(task: Task[Any], cfg: Config, stored: dict[str, bytes]) -> Any:
+    """``task.load(cfg)``, or with the files a trained run kept (:meth:`Task.run_files`) when it kept some."""
+    if not stored:
+        return task.load(cfg)
+    load: Callable[..., Any] = task.load  # tasks that keep files take them as the keyword ``stored``
+    return load(cfg, stored=stored)
 
 
 def build_seeded_model(cfg: Config, task: Task[Any], data: Any) -> nn.Module:
@@ -171,28 +249,34 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
         if changed:
             raise ConfigError(
                 f"--resume: the run in {str(run_dir)!r} was trained with other values of {', '.join(changed)}; "
-                f"only {', '.join(k.rstrip('.') + ('*' if k.endswith('.') else '') for k in RESUMABLE_CHANGES)} "
-                f"may change on resume (start a new run.name to change the rest)"
+                f"only {_resumable(cfg)} may change on resume (start a new run.name to change the rest)"
             )
     task = serving_task(cfg)
-    data = task.load(cfg)
+    task.check_inputs(cfg)
+    stored: dict[str, bytes] = {}
+    if state == "checkpoints" and not overwrite:  # a resume: the run's own files, checked against its checkpoint
+        which = None if resume is True or resume == "auto" else resume
+        stored = read_run_files(run_dir, CheckpointStore(run_dir / "checkpoints").load(which).identity)
+    data = _load(task, cfg, stored)
     model = build_seeded_model(cfg, task, data)
+    files = task.run_files(cfg, data)
     if task.fitted(cfg):
-        _save_fitted(cfg, run_dir, task, model, data, clear=state != "empty" and overwrite)
+        _save_fitted(cfg, run_dir, task, model, data, files, clear=state != "empty" and overwrite)
         return run_dir
     objective = task.build_objective(cfg, data)
     source = task.training_data(cfg, data)
     make_optimizer = task.build_optimizer(cfg, data) or _optimizer_factory(cfg)
-    _fit(cfg, run_dir, objective, model, source, make_optimizer, task.callbacks(cfg, data),
+    _fit(cfg, run_dir, objective, model, source, make_optimizer, task.callbacks(cfg, data), files,
          clear=state != "empty" and overwrite, resume=resume if state == "checkpoints" else False)
     return run_dir
 
 
 def _fit(cfg: Config, run_dir: Path, objective: Any, model: nn.Module, source: Any, make_optimizer: Any,
-         callbacks: list[Any], *, clear: bool, resume: bool | str) -> None:
+         callbacks: list[Any], files: dict[str, bytes], *, clear: bool, resume: bool | str) -> None:
     """Build the trainer (a batch size or learning rate the optimizer cannot use is a config error),
-    load the checkpoint to resume from (checked against this configuration), then, only once all of
-    that has succeeded, clear an overwritten run, write ``config.toml`` and train."""
+    load the checkpoint to resume from (checked against this configuration and the task's run
+    ``files``), then, only once all of that has succeeded, clear an overwritten run, write
+    ``config.toml`` and the run files, and train."""
     config_toml = to_toml(cfg)
     try:
         trainer = Trainer(
@@ -212,7 +296,7 @@ def _fit(cfg: Config, run_dir: Path, objective: Any, model: nn.Module, source: A
             progress=cfg.run.progress,
             device=cfg.run.device,
             config={"config": config_to_dict(cfg)},
-            identity=run_identity(cfg),
+            identity={**run_identity(cfg), **file_identity(files)},
         )
     except ValueError as e:
         if str(e).startswith("batch_size:"):
@@ -226,21 +310,24 @@ def _fit(cfg: Config, run_dir: Path, objective: Any, model: nn.Module, source: A
         clear_run(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.toml").write_text(config_toml)
+    write_run_files(run_dir, files)
     trainer.fit(overwrite=clear)
 
 
-def _save_fitted(cfg: Config, run_dir: Path, task: Task[Any], model: nn.Module, data: Any, *, clear: bool) -> None:
+def _save_fitted(cfg: Config, run_dir: Path, task: Task[Any], model: nn.Module, data: Any, files: dict[str, bytes],
+                 *, clear: bool) -> None:
     """A model estimated when it was built (n-gram counts): no optimizer steps; ``config.toml``, the
-    task's files and one checkpoint of step 0 (what ``eval`` and ``sample`` load)."""
+    run files, the task's model files and one checkpoint of step 0 (what ``eval`` and ``sample`` load)."""
     config_toml = to_toml(cfg)
     if clear:
         clear_run(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.toml").write_text(config_toml)
-    task.write_model_files(run_dir, cfg, model, data)
-    identity = {"trainer.model_class": type(model).__qualname__, **run_identity(cfg)}
+    write_run_files(run_dir, files)
+    identity = {"trainer.model_class": type(model).__qualname__, **run_identity(cfg), **file_identity(files)}
     tensors = {f"model/{k}": v for k, v in model.state_dict().items()}
     CheckpointStore(run_dir / "checkpoints").save(0, tensors, {"config": config_to_dict(cfg)}, identity=identity)
+    task.write_model_files(run_dir, cfg, model, data)  # exports (ARPA) after the checkpoint: a failed export keeps the run
 
 
 def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()
@@ -250,8 +337,10 @@ def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()
     Raises:
         RunFolderError: no ``config.toml`` or no checkpoint in the folder.
         CheckpointError: every checkpoint is damaged, or the newest valid one was
-            trained under other ``model.*``/``data.*``/``objective.*`` settings
-            than the folder's ``config.toml`` with ``overrides``.
+            trained under other ``model`` settings (:data:`KEY_ROLES`: the model, its data and
+            objective, the task section's keys that change the weights, ``run.seed``) than the
+            folder's ``config.toml`` with ``overrides``; a run file it records is missing or
+            altered, or it records none where the task keeps some.
     """
     run_dir = Path(run_dir)
     cfg_path = run_dir / "config.toml"
@@ -264,8 +353,16 @@ def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()
     ckpt = store.load()
     _check_model_identity(ckpt, cfg, overrides)
     task = serving_task(cfg)
-    data = task.load(cfg)
+    stored = read_run_files(run_dir, ckpt.identity)
+    data = _load(task, cfg, stored)
     model = build_seeded_model(cfg, task, data)
+    needed = {} if stored else task.run_files(cfg, data)
+    if needed:
+        raise CheckpointError(
+            f"{ckpt.path}: the checkpoint records none of the files this run needs besides its weights "
+            f"({', '.join(sorted(needed))}; written by an older ebms?), so they would be fitted again on the "
+            "data as it is now; train the run again (--overwrite)"
+        )
     state = {k[len("model/"):]: v for k, v in ckpt.tensors.items() if k.startswith("model/")}
     try:
         model.load_state_dict(state)

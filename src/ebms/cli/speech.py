@@ -17,24 +17,37 @@ concatenated from one FSDD speaker's takes, 40 log-mels + global CMVN, speaker-d
 ``evaluate`` (:func:`ebms.metrics.ctc_eval.evaluate_ctc`) reports the test label error rate (percent)
 of greedy (best-path) decoding with its substitutions / deletions / insertions and the sentence
 error rate; for ``ctc-crf`` also ``ler_lm``: decoding with the denominator n-gram.
+
+A run keeps ``data.json``: the sha256 of its training utterances' transcripts and frame counts.
+``eval`` and a resume refuse recordings that no longer give those utterances (the global CMVN and
+the denominator n-gram are fitted to them), naming ``data.root``. ``speech.ctc_weight`` and
+``speech.lm_order`` belong to ``ctc-crf``: set with ``ctc``, they are refused.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from torch import nn
 
 from ebms.cli._config_rules import COUNT, DROPOUT, NONNEG, Rule
+from ebms.cli._unread_keys import refuse_unread
 from ebms.cli.config import Config, ConfigError, ModelConfig
 from ebms.cli.tasks import StructuredTask, TaskData, register
 from ebms.objectives import CTCObjective
+from ebms.train.run_files import changed_data, dump_json, fingerprint, stored_json
 
 __all__ = ["SpeechSettings", "SpeechTask"]
 
 DATA_SEED = 0
 EVAL_BATCH = 64
+#: the run file of the training data's fingerprint (module docstring).
+DATA_FILE, DATA_FORMAT = "data.json", "ebms-speech-data"
+#: ``[speech]`` keys only ``objective.kind = "ctc-crf"`` reads.
+CRF_KEYS = ("ctc_weight", "lm_order")
 
 
 @dataclass
@@ -86,8 +99,13 @@ class SpeechTask(StructuredTask[SpeechSettings]):
         if cfg.model.hidden != ModelConfig().hidden:
             raise ConfigError(f"model.hidden: the MLP's hidden widths; the acoustic model's sizes are speech.channels "
                               f"and speech.hidden (renamed); got model.hidden={cfg.model.hidden}")
+        s = self.settings(cfg)
+        read = {f.name for f in dataclasses.fields(s) if cfg.objective.kind == "ctc-crf" or f.name not in CRF_KEYS}
+        refuse_unread("speech", s, read, f"objective.kind={cfg.objective.kind!r}",
+                      lambda key: ["objective.kind = 'ctc-crf'"] if key in CRF_KEYS else [])
 
-    def load(self, cfg: Config) -> TaskData:
+    def load(self, cfg: Config, *, stored: Mapping[str, bytes] | None = None) -> TaskData:
+        """The utterances; with ``stored`` (a trained run's files) the training ones must be the recorded ones."""
         from ebms.data.fsdd import connected_digits
 
         self.check(cfg)
@@ -107,8 +125,17 @@ class SpeechTask(StructuredTask[SpeechSettings]):
             except ValueError as e:
                 raise ConfigError(f"speech.lm_order: {e}") from None
         info = {"n_features": int(tr.features.shape[2]), "n_classes": task.n_classes, "den_graph": graph,
-                "test_speakers": list(task.test_speakers)}
+                "test_speakers": list(task.test_speakers),
+                "train_sha256": fingerprint(tr.lengths, tr.targets, tr.target_lengths)}
+        if stored and stored_json(stored, DATA_FILE, DATA_FORMAT).get("train_sha256") != info["train_sha256"]:
+            raise changed_data("data.root", "the fsdd-digits training utterances (transcripts and frame counts)",
+                               DATA_FILE)
         return TaskData((tr.features, tr.lengths, tr.targets, tr.target_lengths), task.test, info, name="fsdd-digits")
+
+    def run_files(self, cfg: Config, data: TaskData) -> dict[str, bytes]:
+        """``data.json``: the training utterances' fingerprint (integers only: transcripts, frame counts)."""
+        return {DATA_FILE: dump_json({"format": DATA_FORMAT, "version": 1, "n_classes": data.info["n_classes"],
+                                      "train_sha256": data.info["train_sha256"]})}
 
     def build_model(self, cfg: Config, data: TaskData) -> nn.Module:
         from ebms.nets.acoustic import ConvBiLSTM

@@ -33,6 +33,13 @@ sentences (``tagging.c1``, ``tagging.c2``): the loss carries ``(c2 / N) ||w||^2`
 which then runs OWL-QN with ``l1 = c1 / N`` (one trainer step = one quasi-Newton iteration; use
 ``train.batch_size`` = all sentences for CRFsuite's full-batch training).
 
+A run keeps the maps it fitted to the training sentences in ``vocab.json`` (the tag list, and the
+word and character lists of the neural taggers or the attribute list of the feature CRF, with the
+sha256 of the training set as encoded); ``eval`` and a resume use them, and refuse training files
+that no longer encode to the recorded sentences (``data.root``: restore them, or train a new run).
+A ``[tagging]`` key set away from its default that the model kind does not read is refused
+(``features`` is the feature CRF's, the network sizes the neural taggers').
+
 Test figures (``eval.json``): chunk ``precision``, ``recall``, ``f1`` (conlleval, percent) and
 token ``accuracy`` (percent); for NER also ``token_f1``: the support-weighted token F1 over the
 training tags but ``O`` (:func:`ebms.metrics.tagging.token_f1`), in percent, i.e. 100 x the
@@ -41,7 +48,7 @@ sklearn-crfsuite tutorial's figure (:func:`ebms.metrics.tagger_eval.evaluate_tag
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -49,6 +56,7 @@ import torch
 from torch import Tensor, nn
 
 from ebms.cli._config_rules import COUNT, DROPOUT, NONNEG, Rule
+from ebms.cli._unread_keys import refuse_unread
 from ebms.cli.build import resolve
 from ebms.cli.config import Config, ConfigError, ModelConfig
 from ebms.cli.tasks import StructuredTask, TaskData, register
@@ -61,6 +69,14 @@ from ebms.objectives.conditional_rows import CorpusRowsObjective
 from ebms.objectives.feature_crf import FeatureCRFLikelihood
 from ebms.structured.features import AttributeVocabulary, EncodedCorpus
 from ebms.structured.linear_chain import bio_allowed_transitions
+from ebms.train.run_files import (
+    changed_data,
+    dump_json,
+    fingerprint,
+    stored_json,
+    stored_strings,
+    stored_word_vocabulary,
+)
 
 __all__ = ["TaggingSettings", "TaggingTask"]
 
@@ -74,6 +90,11 @@ DEFAULT_FEATURES = {"conll2000": "crfsuite-chunking", "conll2002-esp": "crfsuite
 FULL_BATCH_CHUNK = 2048
 #: sentences per length-sorted chunk when decoding.
 DECODE_CHUNK = 512
+#: the run file of the fitted maps (module docstring).
+VOCAB_FILE, VOCAB_FORMAT = "vocab.json", "ebms-tagging-vocabulary"
+#: the ``[tagging]`` keys each model kind reads.
+NEURAL_KEYS = ("limit", "embedding_dim", "char_dim", "hidden", "layers", "dropout", "c1", "c2")
+KIND_KEYS = {"bilstm-crf": NEURAL_KEYS, "cnn-crf": NEURAL_KEYS, "feature-crf": ("features", "limit", "c1", "c2")}
 
 
 @dataclass
@@ -163,10 +184,15 @@ class TaggingTask(StructuredTask[TaggingSettings]):
         if s.c1 > 0 and cfg.train.optimizer != "lbfgs":
             raise ConfigError(f"tagging.c1: an L1 term needs train.optimizer='lbfgs' (OWL-QN); "
                               f"got train.optimizer={cfg.train.optimizer!r}")
+        refuse_unread("tagging", s, KIND_KEYS.get(cfg.model.kind, ()), f"model.kind={cfg.model.kind!r}",
+                      lambda key: [f"model.kind = {', '.join(k for k, keys in KIND_KEYS.items() if key in keys)}"])
 
     # -- StructuredTask -----------------------------------------------------------------------
-    def load(self, cfg: Config) -> TaskData:
+    def load(self, cfg: Config, *, stored: Mapping[str, bytes] | None = None) -> TaskData:
+        """Training tensors and test splits; with ``stored`` (a trained run's files) the tag, word,
+        character or attribute lists it was trained with, the training set checked against them."""
         s = self.settings(cfg)
+        was = stored_json(stored, VOCAB_FILE, VOCAB_FORMAT) if stored else None
         self.check_names(cfg)
         self.check(cfg)
         train = _load_split(cfg, "train", s.limit)
@@ -176,9 +202,12 @@ class TaggingTask(StructuredTask[TaggingSettings]):
         if cfg.data.name != "conll2000":
             splits["testa"] = _load_split(cfg, "testa", s.limit)
         gold_train = [to_iob2(s.tags) for s in train]
-        tags = tag_names(gold_train)
+        tags = tag_names(gold_train) if was is None else stored_strings(was, "tags", VOCAB_FILE)
         lengths = torch.tensor([len(s) for s in train], dtype=torch.long)
-        y = AttributeVocabulary([], tags).encode_tags(gold_train)  # (N, max length), padded with 0
+        try:
+            y = AttributeVocabulary([], tags).encode_tags(gold_train)  # (N, max length), padded with 0
+        except ValueError:  # a training tag the stored list lacks
+            raise changed_data("data.root", f"the {cfg.data.name} training sentences", VOCAB_FILE) from None
         info: dict[str, Any] = {"tags": tags, "n_train": len(train)}
         if cfg.model.kind == "feature-crf":
             from ebms.structured.features import FEATURE_SETS, observed_transitions
@@ -187,21 +216,32 @@ class TaggingTask(StructuredTask[TaggingSettings]):
                 s.features or DEFAULT_FEATURES[cfg.data.name]]
             # One pass, one sentence at a time: the attribute dicts are never all held in memory,
             # and the corpus is kept without padding (see CorpusRowsObjective).
-            vocab = AttributeVocabulary([])
-            corpus = vocab.encode_flat((extract(s) for s in train), grow=True)
+            vocab = AttributeVocabulary([] if was is None else stored_strings(was, "attributes", VOCAB_FILE)[1:])
+            corpus = vocab.encode_flat((extract(s) for s in train), grow=was is None)
             info.update(n_attributes=len(vocab), observed=corpus.observed_pairs(y, len(vocab), len(tags)),
                         observed_transitions=(observed_transitions(y, lengths, len(tags))
                                               if cfg.data.name == "conll2000" else None),
                         corpus=corpus)
             x: tuple[Tensor, ...] = (torch.arange(len(train)),)
+            info["maps"] = {"tags": tags, "attributes": vocab.attributes}
+            info["train_sha256"] = fingerprint(corpus.ids, corpus.values, corpus.offsets, corpus.lengths, y, lengths)
+            _check_stored(cfg, was, info)
             test = {k: _split(v, vocab.encode_flat(extract(s) for s in v)) for k, v in splits.items() if v}
             return TaskData(train=(*x, y, lengths), test=test, info=info, name=cfg.data.name)
-        words = WordVocabulary(train)
+        words = WordVocabulary(train) if was is None else stored_word_vocabulary(was, VOCAB_FILE, chars=True)
         use_chars = s.char_dim > 0
         info.update(vocab_size=len(words.words), char_vocab_size=len(words.chars) if use_chars else None)
         x = words.encode(train, chars=use_chars)
+        info["maps"] = {"tags": tags, "words": words.words, "chars": words.chars}
+        info["train_sha256"] = fingerprint(*x, y, lengths)
+        _check_stored(cfg, was, info)
         test = {k: _split(v, words.encode(v, chars=use_chars)) for k, v in splits.items() if v}
         return TaskData(train=(*x, y, lengths), test=test, info=info, name=cfg.data.name)
+
+    def run_files(self, cfg: Config, data: TaskData) -> dict[str, bytes]:
+        """``vocab.json``: the tag list, the word and character (or attribute) lists, the training fingerprint."""
+        return {VOCAB_FILE: dump_json({"format": VOCAB_FORMAT, "version": 1, **data.info["maps"],
+                                       "train_sha256": data.info["train_sha256"]})}
 
     def build_model(self, cfg: Config, data: TaskData) -> nn.Module:
         s, info = self.settings(cfg), data.info
@@ -255,6 +295,12 @@ class TaggingTask(StructuredTask[TaggingSettings]):
                                       chunk_size=DECODE_CHUNK, model_kwargs=kw)
             out.update({f"{prefix}{k}": v for k, v in figures.items()})
         return out
+
+
+def _check_stored(cfg: Config, was: Mapping[str, Any] | None, info: dict[str, Any]) -> None:
+    """Refuse training sentences that no longer encode to the ones a stored run recorded."""
+    if was is not None and was.get("train_sha256") != info["train_sha256"]:
+        raise changed_data("data.root", f"the {cfg.data.name} training sentences", VOCAB_FILE)
 
 
 register(TaggingTask())

@@ -7,7 +7,9 @@ values it serves (a point file is selected by ``data.path`` instead). A task dec
 * its config section: a dataclass of the keys only it reads (:attr:`Task.section`,
   :attr:`Task.settings_type`, with their rules in :attr:`Task.rules`), the keys it renamed
   (:attr:`Task.moved`: an old spelling is a one-line error naming the new key), and defaults
-  for shared keys (:attr:`Task.defaults`);
+  for shared keys (:attr:`Task.defaults`); the role of each key (whether it changes the trained
+  weights, only the evaluation, or says where files are) is a row of the one table
+  :data:`ebms.cli.run.KEY_ROLES`, which decides what a checkpoint's identity holds;
 * the ``model.kind`` and ``objective.kind`` values it takes;
 * its builders: :meth:`~Task.load` (data), :meth:`~Task.build_model`,
   :meth:`~Task.build_objective`, the training data (:meth:`~Task.training_data`), and its
@@ -119,6 +121,12 @@ class Task(abc.ABC, Generic[S]):
     def check(self, cfg: Config) -> None:
         """Check the combinations of a config this task serves, before anything is built."""
 
+    def check_inputs(self, cfg: Config) -> None:
+        """Check, when ``ebms train`` starts and before anything is loaded or written, that the optional
+        inputs the config names explicitly are there (e.g. an out-of-distribution set listed in
+        ``vision.ood``), so a missing one stops the run before training, not after it. ``eval`` and
+        ``sample`` of a trained run do not call it (an evaluation says itself what it cannot read)."""
+
     def fitted(self, cfg: Config) -> bool:
         """``build_model`` returns the model already estimated (counts, closed form): ``ebms train`` saves
         it as the step-0 checkpoint and writes :meth:`write_model_files` instead of running the Trainer."""
@@ -130,7 +138,17 @@ class Task(abc.ABC, Generic[S]):
 
     @abc.abstractmethod
     def load(self, cfg: Config) -> Any:
-        """The data set, deterministic given ``cfg``."""
+        """The data set, deterministic given ``cfg``. A task with :meth:`run_files` also takes
+        ``stored`` (keyword): those files as a trained run kept them, to use instead of fitting them."""
+
+    def run_files(self, cfg: Config, data: Any) -> dict[str, bytes]:
+        """Files a run keeps beside its checkpoints because its weights only make sense with them (a
+        vocabulary, a tag list, word classes, a base run's identity): ``{file name: bytes}`` of the
+        data :meth:`load` returned and the model built on it. ``ebms train`` writes them into the run
+        folder and records each one's sha256 in every checkpoint (``file.<name>``); resuming, ``eval``
+        and ``sample`` check them and pass them to :meth:`load` as ``stored``
+        (:mod:`ebms.train.run_files`). Default: none."""
+        return {}
 
     @abc.abstractmethod
     def build_model(self, cfg: Config, data: Any) -> nn.Module:

@@ -38,12 +38,22 @@ temperature scaling fitted on the held-out split, and for every set of ``vision.
 score (``logp``, ``max_softmax``, ``grad_norm``) the AUROC with a 95 % bootstrap interval and the
 AUPR; for an energy, the mean energies of test images, samples and noise and the AUROC of ``-E``
 against every ``vision.ood`` set. Plots: ``samples.png``, ``energy_hist.png`` and, for a
-classifier, ``reliability.png`` and ``roc.png``; with ``vision.snapshot_every`` a grid of the
-chains every that many steps in ``samples/``.
+classifier, ``reliability.png`` and ``roc.png`` (when there is an OOD set); with
+``vision.snapshot_every`` a grid of the chains every that many steps in ``samples/``.
+
+``vision.ood`` unset means the default sets (the other 28x28 set for MNIST / Fashion-MNIST, noise,
+flips, quarter turns) and ``[]`` means none. The other 28x28 set is optional: it is looked for where
+``ebms`` looks by default (``$EBMS_DATA/<name>``, Debian's ``dataset-fashion-mnist``), never in
+``data.root`` (the folder of ``data.name``'s own files, which have the same names). A default set
+that is not installed is skipped: one line on stderr, ``ood_skipped`` in ``eval.json``; a set
+named in ``vision.ood`` that is not installed stops ``ebms train`` before training (one line,
+exit 2). The OOD keys, ``vision.ood_size`` and ``vision.ece_bins`` only change the evaluation: they
+are not part of a checkpoint's identity, so ``eval`` may set them and a resume may change them.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -54,13 +64,19 @@ import torch
 from torch import Tensor, nn
 
 from ebms.cli._config_rules import COUNT, FRACTION, NONNEG, Rule
-from ebms.cli.build import build, build_sampler
+from ebms.cli.build import build, build_sampler, check_replay_buffer
 from ebms.cli.config import Config, ConfigError
 from ebms.cli.tasks import Task, check_batch_size, register
 from ebms.data.augment import Augment, random_shift
-from ebms.data.image_sets import OOD_SETS, ImageSplits, load_image_splits, ood_images
+from ebms.data.image_sets import OOD_SETS, ImageSplits, load_image_splits, missing_ood_sets, ood_images
 from ebms.distributions.class_gaussian import ClassConditionalGaussian
-from ebms.metrics.image_eval import batched, evaluate_image_classifier, evaluate_image_energy
+from ebms.metrics.image_eval import (
+    ImageClassifierReport,
+    ImageEnergyReport,
+    batched,
+    evaluate_image_classifier,
+    evaluate_image_energy,
+)
 from ebms.metrics.ood import ood_scores
 from ebms.models.jem import JEM
 from ebms.nets import ConvEnergy
@@ -76,7 +92,7 @@ from ebms.samplers import Sampler
 from ebms.spaces import Box
 from ebms.train.callbacks import SampleSnapshot
 
-__all__ = ["VisionSettings", "VisionTask"]
+__all__ = ["VisionClassifierReport", "VisionEnergyReport", "VisionSettings", "VisionTask"]
 
 #: seed offsets: the labelled subset, the evaluation's noise and bootstrap, the samples of ``sample``.
 LABEL_SEED, EVAL_SEED, SAMPLE_SEED = 37, 41, 7
@@ -103,10 +119,36 @@ class VisionSettings:
     augment: bool = False
     reservoir: bool = False
     recovery_b: float = 0.1
-    ood: list[str] = field(default_factory=list)
+    ood: list[str] | None = None
     ood_size: int = 2000
     ece_bins: int = 20
     snapshot_every: int = 0
+
+
+def _skip_lines(skipped: dict[str, str]) -> list[str]:
+    return [f"OOD {name:<13} skipped: {note}" for name, note in skipped.items()]
+
+
+@dataclass
+class VisionClassifierReport(ImageClassifierReport):
+    """:class:`~ebms.metrics.image_eval.ImageClassifierReport` with ``ood_skipped``: the default OOD sets
+    left out because they are not installed, each with its note (``eval.json`` keeps it)."""
+
+    ood_skipped: dict[str, str] = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        return [*super().lines(), *_skip_lines(self.ood_skipped)]
+
+
+@dataclass
+class VisionEnergyReport(ImageEnergyReport):
+    """:class:`~ebms.metrics.image_eval.ImageEnergyReport` with ``ood_skipped`` (see
+    :class:`VisionClassifierReport`)."""
+
+    ood_skipped: dict[str, str] = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        return [*super().lines(), *_skip_lines(self.ood_skipped)]
 
 
 class VisionTask(Task[VisionSettings]):
@@ -123,7 +165,8 @@ class VisionTask(Task[VisionSettings]):
         "generative_weight": NONNEG, "warmup_steps": NONNEG, "conditional": Rule(), "informative_init": Rule(),
         "kl_weight": NONNEG, "entropy_weight": NONNEG, "augment": Rule(), "reservoir": Rule(),
         "recovery_b": Rule(low=0, high=4, low_open=True, high_open=True),
-        "ood": Rule(choices=OOD_SETS), "ood_size": COUNT, "ece_bins": COUNT, "snapshot_every": NONNEG}
+        "ood": Rule(choices=OOD_SETS, text=f"a list of out-of-distribution sets among {', '.join(OOD_SETS)} "
+                                          f"([]: none)"), "ood_size": COUNT, "ece_bins": COUNT, "snapshot_every": NONNEG}
     model_kinds = ("conv", "jem", "classifier")
     objective_kinds = ("pcd", "improved-cd", "recovery", "jem", "ce")
     defaults: ClassVar[dict[str, Any]] = {"train.batch_size": 64, "train.lr": 1e-4, "sampler.step_size": 1.0,
@@ -144,6 +187,9 @@ class VisionTask(Task[VisionSettings]):
         if any(c % s.groups for c in s.channels):
             raise ConfigError(f"vision.groups: expected a divisor of every entry of vision.channels {s.channels}; "
                               f"got {s.groups}")
+        if cfg.objective.kind in ("pcd", "improved-cd", "jem"):  # chains drawn from a replay buffer
+            # a class-conditional JEM buffer splits its slots among the 10 classes every image set has
+            check_replay_buffer(cfg, classes=10 if s.conditional and cfg.objective.kind == "jem" else None)
         if cfg.objective.kind == "recovery" and len(cfg.objective.sigmas) < 1:
             raise ConfigError("objective.sigmas: the recovery likelihood needs its noise levels, e.g. "
                               "objective.sigmas=[0.05, 0.1, 0.2]; got []")
@@ -155,19 +201,45 @@ class VisionTask(Task[VisionSettings]):
                               "set model.kind = 'jem' or 'classifier'")
         other_size = ("mnist", "fashion-mnist") if cfg.data.name == "digits" else ()
         valid = [o for o in OOD_SETS if o != cfg.data.name and o not in other_size]
-        bad = [o for o in s.ood if o not in valid]
+        bad = [o for o in s.ood or () if o not in valid]
         if bad:
             raise ConfigError(f"vision.ood: {bad[0]!r} is not an out-of-distribution set for data.name = "
                               f"{cfg.data.name!r} (the same data, or images of another size); expected some of "
                               f"{', '.join(valid)}")
 
     def ood_sets(self, cfg: Config) -> list[str]:
-        """``vision.ood``, or by default the other 28x28 set (for MNIST / Fashion-MNIST), noise, flips, turns."""
+        """``vision.ood`` (``[]``: none), or when it is unset the default sets: the other 28x28 set (for
+        MNIST / Fashion-MNIST), noise, flips, turns."""
         s = self.settings(cfg)
-        if s.ood:
+        if s.ood is not None:
             return list(s.ood)
         other = {"mnist": ["fashion-mnist"], "fashion-mnist": ["mnist"]}.get(cfg.data.name, [])
         return [*other, "noise", "flip", "rotate"]
+
+    def check_inputs(self, cfg: Config) -> None:
+        """A set named in ``vision.ood`` must be installed: else one line before anything is trained."""
+        missing = missing_ood_sets(self.settings(cfg).ood or ())
+        if missing:
+            name, note = next(iter(missing.items()))
+            raise ConfigError(f"vision.ood: {note}; or leave {name!r} out of vision.ood")
+
+    def ood_data(self, cfg: Config, data: ImageSplits, generator: torch.Generator
+                 ) -> tuple[dict[str, Tensor], dict[str, str]]:
+        """The images of :meth:`ood_sets` (``vision.ood_size`` each, noise drawn from ``generator``) and the
+        default sets skipped for not being installed, with their notes.
+
+        Raises:
+            ConfigError: a set named in ``vision.ood`` is not installed.
+        """
+        s, sets, skipped = self.settings(cfg), {}, {}
+        for name in self.ood_sets(cfg):
+            try:  # never data.root: it holds data.name's own files, and both 28x28 sets use the same file names
+                sets[name] = ood_images(name, data, s.ood_size, generator=generator)
+            except FileNotFoundError as e:
+                if s.ood is not None:
+                    raise ConfigError(f"vision.ood: {e}; or leave {name!r} out of vision.ood") from None
+                skipped[name] = str(e)
+        return sets, skipped
 
     def load(self, cfg: Config) -> ImageSplits:
         s, d = self.settings(cfg), cfg.data
@@ -264,15 +336,23 @@ class VisionTask(Task[VisionSettings]):
         return draw
 
     def report(self, cfg: Config, model: nn.Module, data: ImageSplits, step: int, *, use_ais: bool = False) -> Any:
+        """The figures of the module docstring; a default OOD set that is not installed is skipped
+        (one line on stderr, ``ood_skipped`` in the report)."""
         s = self.settings(cfg)
         g = torch.Generator().manual_seed(cfg.run.seed + EVAL_SEED)
-        ood = {name: ood_images(name, data, s.ood_size, generator=g, root=cfg.data.root) for name in self.ood_sets(cfg)}
+        ood, skipped = self.ood_data(cfg, data, g)
+        for name, note in skipped.items():
+            print(f"note: vision.ood: the default set {name!r} is skipped: {note}", file=sys.stderr)
         if cfg.model.kind == "conv":
             samples = self.sample(cfg, model, data, n=min(s.ood_size, cfg.eval.n_samples))
             energy = cast(Any, model).at(0) if cfg.objective.kind == "recovery" else model
-            return evaluate_image_energy(energy, data.test[: s.ood_size], samples, ood, step=step, generator=g)
-        return evaluate_image_classifier(cast(JEM, model).logits, data.test, data.test_targets, data.val, data.val_targets, ood,
-                                         n_bins=s.ece_bins, n_ood=s.ood_size, step=step, generator=g)
+            report: Any = evaluate_image_energy(energy, data.test[: s.ood_size], samples, ood, step=step, generator=g,
+                                                progress=cfg.run.progress)
+            return VisionEnergyReport(**vars(report), ood_skipped=skipped)
+        report = evaluate_image_classifier(cast(JEM, model).logits, data.test, data.test_targets, data.val,
+                                           data.val_targets, ood, n_bins=s.ece_bins, n_ood=s.ood_size, step=step,
+                                           generator=g, progress=cfg.run.progress)
+        return VisionClassifierReport(**vars(report), ood_skipped=skipped)
 
     def sampler(self, cfg: Config, data: ImageSplits) -> Sampler:
         return build_sampler(cfg, self.space(data))
@@ -318,7 +398,8 @@ class VisionTask(Task[VisionSettings]):
 
     def write_plots(self, run_dir: Path, cfg: Config, model: nn.Module, data: ImageSplits) -> list[Path]:
         """``samples.png`` (test images beside samples), ``energy_hist.png`` (energies of test images,
-        samples and the OOD sets) and, for a classifier, ``reliability.png`` and ``roc.png``."""
+        samples and the OOD sets) and, for a classifier, ``reliability.png`` and (with an OOD set)
+        ``roc.png``."""
         from ebms.viz import new_figure, plot_energy_histograms, plot_reliability, plot_roc, save_figure
 
         s = self.settings(cfg)
@@ -329,7 +410,7 @@ class VisionTask(Task[VisionSettings]):
         self.plot(samples, data, f"model samples ({cfg.sampler.kind})", ax=ax_m)
         paths = {"samples.png": fig}
         g = torch.Generator().manual_seed(cfg.run.seed + EVAL_SEED)
-        ood = {name: ood_images(name, data, s.ood_size, generator=g, root=cfg.data.root) for name in self.ood_sets(cfg)}
+        ood, _ = self.ood_data(cfg, data, g)  # a skipped set was reported by `report`
         energy: Any = cast(Any, model).at(0) if cfg.objective.kind == "recovery" else model
         x_in = data.test[: s.ood_size]
         sets = {"test": x_in, "samples": samples, **ood}
@@ -340,11 +421,12 @@ class VisionTask(Task[VisionSettings]):
             probs = torch.softmax(batched(logits, data.test), dim=-1)
             paths["reliability.png"] = plot_reliability(probs, data.test_targets, n_bins=s.ece_bins,
                                                         title=f"reliability ({data.name} test)")
-            fig = new_figure(figsize=(9, 4.5))
-            for ax, kind in zip(fig.subplots(1, 2), ("logp", "max_softmax")):
-                scores = {k: ood_scores(logits, v, kind=kind) for k, v in ood.items()}
-                plot_roc(ood_scores(logits, x_in, kind=kind), scores, ax=ax, title=f"score {kind}")
-            paths["roc.png"] = fig
+            if ood:  # vision.ood = []: no ROC to draw
+                fig = new_figure(figsize=(9, 4.5))
+                for ax, kind in zip(fig.subplots(1, 2), ("logp", "max_softmax")):
+                    scores = {k: ood_scores(logits, v, kind=kind) for k, v in ood.items()}
+                    plot_roc(ood_scores(logits, x_in, kind=kind), scores, ax=ax, title=f"score {kind}")
+                paths["roc.png"] = fig
         for name, figure in paths.items():
             save_figure(figure, run_dir / name)
         return [run_dir / name for name in paths]

@@ -102,7 +102,16 @@ def length_windows(x: Sequences, seed: int) -> Callable[[int, torch.Generator], 
     trainer's generator, so every sentence is in a batch with probability ``B / N`` and a resumed run
     draws the same batches. Padding is about ``mean length / longest in a random batch`` of the work
     of uniform batches (half on PTB).
+
+    Raises:
+        TypeError: ``x`` is not a :class:`~ebms.sequences.Sequences`, or ``seed`` not an int.
+        ValueError: no sentences.
     """
+    if not isinstance(x, Sequences):
+        raise TypeError(f"x: expected a Sequences batch (Vocabulary.encode); got {type(x).__name__}")
+    if x.batch_size == 0:
+        raise ValueError("x: expected at least one sentence to draw batches from; got none")
+    check_int(seed, "seed")
     order = torch.randperm(x.batch_size, generator=torch.Generator().manual_seed(seed))
     order = order[torch.argsort(x.lengths[order], stable=True)]
     tokens, lengths, n = x.tokens[order], x.lengths[order], x.batch_size
@@ -119,7 +128,15 @@ def length_windows(x: Sequences, seed: int) -> Callable[[int, torch.Generator], 
 def unigram_probs(x: Sequences, vocab_size: int) -> Tensor:
     """Token frequencies of ``x``, ``(vocab_size,)`` float64, with every token counted once more
     (add-one) and the boundary id ``0`` at probability 0: the token proposal of the
-    trans-dimensional sampler."""
+    trans-dimensional sampler.
+
+    Raises:
+        ValueError: a token id at or above ``vocab_size`` (the result would be longer than ``V``).
+    """
+    if not isinstance(x, Sequences):
+        raise TypeError(f"x: expected a Sequences batch (Vocabulary.encode); got {type(x).__name__}")
+    check_int(vocab_size, "vocab_size", minimum=2)
+    x.check_vocabulary(vocab_size, "x")
     counts = torch.bincount(x.tokens[x.mask()], minlength=vocab_size).double() + 1.0
     counts[0] = 0.0
     return counts / counts.sum()
@@ -134,6 +151,8 @@ def continuation_pairs(x: Sequences, prefix_length: int, horizon: int) -> tuple[
     Raises:
         ValueError: ``prefix_length`` or ``horizon`` below 1.
     """
+    if not isinstance(x, Sequences):
+        raise TypeError(f"x: expected a Sequences batch (Vocabulary.encode); got {type(x).__name__}")
     P, K = check_int(prefix_length, "prefix_length", minimum=1), check_int(horizon, "horizon", minimum=1)
     rows = (x.lengths > P).nonzero().squeeze(1)
     tokens, lengths = x.tokens[rows], x.lengths[rows]
@@ -152,6 +171,9 @@ def replace_one_token(x: Sequences, vocab_size: int, *, generator: torch.Generat
         ValueError: an empty sentence (nothing to replace) or ``vocab_size < 3``.
     """
     V = check_int(vocab_size, "vocab_size", minimum=3)
+    if not isinstance(x, Sequences):
+        raise TypeError(f"x: expected a Sequences batch (Vocabulary.encode); got {type(x).__name__}")
+    x.check_vocabulary(V, "x")
     if x.batch_size and int(x.lengths.min()) == 0:
         raise ValueError(f"x: sentence {int((x.lengths == 0).nonzero()[0])} is empty; it has no token to replace")
     rows = torch.arange(x.batch_size)

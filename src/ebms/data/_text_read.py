@@ -13,8 +13,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TextIO, cast
 
+from ebms._checks import check_int
 from ebms.data._limits import check_max_bytes, file_size
-from ebms.errors import DataError
+from ebms.errors import DataError, LimitExceeded
 
 __all__ = [
     "ABBREVIATIONS",
@@ -34,7 +35,9 @@ LEVELS = ("word", "char")
 #: Default ``max_bytes`` of :func:`read_sentences`: the largest file read whole, 1 GiB (use
 #: :func:`iter_sentences` beyond it).
 MAX_TEXT_BYTES = 1 << 30
-#: The longest line (or, with the splitter, the longest pending sentence) in characters.
+#: Default ``max_sentence_chars`` of the readers: the longest line (or, with the splitter, the longest
+#: pending sentence) in characters, 16 Mi. A longer one is most likely running text or a binary file,
+#: and one sentence of that length costs gigabytes once tokenised.
 MAX_SENTENCE_CHARS = 1 << 24
 _READER = "read_sentences"
 
@@ -75,11 +78,36 @@ def sentences_from_lines(lines: Iterable[str], level: str, lower: bool) -> list[
     return out
 
 
+def _check_limit(max_sentence_chars: object) -> int:
+    """``max_sentence_chars`` as an int >= 1, the default :data:`MAX_SENTENCE_CHARS` read at call time."""
+    return MAX_SENTENCE_CHARS if max_sentence_chars is None else check_int(
+        max_sentence_chars, "max_sentence_chars", minimum=1)
+
+
+def check_line(line: str, number: int, where: str, limit: int) -> None:
+    """The one check every line read goes through: at most ``limit`` characters (the line break not
+    counted) and no NUL character.
+
+    Raises:
+        ebms.errors.LimitExceeded: a longer line (naming the file, the line and the limit).
+        ebms.errors.DataError: a NUL character (a binary file, or a text in UTF-16/32 read as UTF-8).
+    """
+    if "\0" in line:
+        raise DataError(f"{where}: line {number} holds a NUL character (column {line.index(chr(0)) + 1}): not a text "
+                        "file in this encoding (a binary file, or UTF-16/UTF-32 text: pass encoding= the file's "
+                        "encoding)")
+    if len(line.rstrip("\r\n")) > limit:
+        raise LimitExceeded(f"{where}: line {number} is longer than {limit} characters (the limit "
+                            f"max_sentence_chars={limit}); is it running text? pass sentence_split=True, or break it "
+                            "into lines (or raise max_sentence_chars)")
+
+
 class _Splitter:
     """Incremental sentence splitter over lines of running text (see :func:`split_sentences`)."""
 
-    def __init__(self, where: str) -> None:
+    def __init__(self, where: str, limit: int | None = None) -> None:
         self.buf, self.scan_from, self.where = "", 0, where
+        self.limit = MAX_SENTENCE_CHARS if limit is None else limit
 
     def feed(self, line: str) -> list[str]:
         line = line.strip()
@@ -94,9 +122,10 @@ class _Splitter:
                 out.append(self.buf[start:m.end()].strip())
                 start = m.end()
         self.buf = self.buf[start:]
-        if len(self.buf) > MAX_SENTENCE_CHARS:
-            raise DataError(f"{self.where}: a sentence runs past {MAX_SENTENCE_CHARS} characters without an end "
-                            "the splitter recognises; put one sentence per line and pass sentence_split=False")
+        if len(self.buf) > self.limit:
+            raise LimitExceeded(f"{self.where}: a sentence runs past {self.limit} characters (the limit "
+                                f"max_sentence_chars={self.limit}) without an end the splitter recognises; put one "
+                                "sentence per line and pass sentence_split=False")
         # candidates in the trailing run of terminators wait for the next line
         self.scan_from = len(self.buf.rstrip(_TAIL))
         return out
@@ -162,32 +191,33 @@ def _check_source(source: object, encoding: str, who: str) -> tuple[str, Path | 
     return str(path), path
 
 
-def _lines(stream: TextIO, where: str) -> Iterator[str]:
-    """The stream's lines, each at most :data:`MAX_SENTENCE_CHARS` long, a leading BOM dropped."""
+def _lines(stream: TextIO, where: str, limit: int) -> Iterator[str]:
+    """The stream's lines, each through :func:`check_line` (read at most ``limit + 2`` characters at a
+    time, so memory stays bounded), a leading BOM dropped."""
     number = 0
     while True:
         try:
-            line = stream.readline(MAX_SENTENCE_CHARS + 1)
+            line = stream.readline(limit + 2)  # the longest line accepted, plus "\r\n"
         except UnicodeDecodeError as err:
             raise DataError(f"{where}: not valid {err.encoding} text after line {number} ({err.reason}); pass "
                             "encoding= the file's encoding (e.g. encoding='latin-1')") from None
         if not line:
             return
         number += 1
-        if len(line) > MAX_SENTENCE_CHARS and not line.endswith("\n"):
-            raise DataError(f"{where}: line {number} is longer than {MAX_SENTENCE_CHARS} characters; "
-                            "is it running text? pass sentence_split=True, or break it into lines")
-        yield line.lstrip("\ufeff") if number == 1 else line
+        if number == 1:
+            line = line.lstrip("\ufeff")
+        check_line(line, number, where, limit)
+        yield line
 
 
 def _iterate(source: object, path: Path | None, where: str, level: str, lower: bool, sentence_split: bool,
-             encoding: str) -> Iterator[list[str]]:
+             encoding: str, limit: int) -> Iterator[list[str]]:
     stream: TextIO = open(path, encoding=encoding) if path is not None else cast(TextIO, source)  # noqa: SIM115
     count = 0
     try:
         if sentence_split:
-            splitter = _Splitter(where)
-            for line in _lines(stream, where):
+            splitter = _Splitter(where, limit)
+            for line in _lines(stream, where, limit):
                 for text in splitter.feed(line):
                     count += 1
                     yield tokenize(text, level, lower)
@@ -195,7 +225,7 @@ def _iterate(source: object, path: Path | None, where: str, level: str, lower: b
                 count += 1
                 yield tokenize(text, level, lower)
         else:
-            for line in _lines(stream, where):
+            for line in _lines(stream, where, limit):
                 tokens = tokenize(line, level, lower)
                 if tokens:
                     count += 1
@@ -209,12 +239,13 @@ def _iterate(source: object, path: Path | None, where: str, level: str, lower: b
 
 
 def iter_sentences(path: str | os.PathLike[str] | TextIO, *, level: str = "word", lower: bool = False,
-                   sentence_split: bool = False, encoding: str = "utf-8") -> Iterator[list[str]]:
+                   sentence_split: bool = False, encoding: str = "utf-8",
+                   max_sentence_chars: int | None = None) -> Iterator[list[str]]:
     """Stream the sentences of a text file, one token list at a time (files larger than memory).
 
     The file is read line by line as the iterator advances and closed when it ends (or is
     closed); memory is one line (one pending sentence with ``sentence_split``), at most
-    :data:`MAX_SENTENCE_CHARS` characters. Arguments as in :func:`read_sentences`; ``path``
+    ``max_sentence_chars`` characters. Arguments as in :func:`read_sentences`; ``path``
     may also be an open text stream (``sys.stdin``, ``gzip.open(p, "rt")``), which is left open.
     The argument checks and the missing-file check happen at the call; decoding errors and the
     empty-file error when iteration reaches them.
@@ -223,13 +254,14 @@ def iter_sentences(path: str | os.PathLike[str] | TextIO, *, level: str = "word"
         ``list[str]``: the tokens of one sentence (never empty).
     """
     level = check_level(level)
+    limit = _check_limit(max_sentence_chars)
     where, file = _check_source(path, encoding, "iter_sentences")
-    return _iterate(path, file, where, level, bool(lower), bool(sentence_split), encoding)
+    return _iterate(path, file, where, level, bool(lower), bool(sentence_split), encoding, limit)
 
 
 def read_sentences(path: str | os.PathLike[str] | TextIO, *, level: str = "word", lower: bool = False,
                    sentence_split: bool = False, encoding: str = "utf-8",
-                   max_bytes: int = MAX_TEXT_BYTES) -> list[list[str]]:
+                   max_bytes: int = MAX_TEXT_BYTES, max_sentence_chars: int | None = None) -> list[list[str]]:
     """Read a text file into sentences (lists of tokens).
 
     Formats: one sentence per line (blank lines are skipped), or with ``sentence_split=True``
@@ -246,19 +278,23 @@ def read_sentences(path: str | os.PathLike[str] | TextIO, *, level: str = "word"
         encoding: the file's encoding (a Python codec name).
         max_bytes: the largest file read whole (default :data:`MAX_TEXT_BYTES`, 1 GiB);
             :func:`iter_sentences` streams larger ones.
+        max_sentence_chars: the longest line (with ``sentence_split``, the longest sentence) in
+            characters; ``None``: :data:`MAX_SENTENCE_CHARS` (16 Mi). Both readers check every line
+            the same way, before it is tokenised.
 
     Returns:
         The sentences in file order, each a non-empty ``list[str]``.
 
     Raises:
         FileNotFoundError: no such file (``IsADirectoryError`` for a folder).
-        ebms.errors.DataError: an empty file, text that is not valid in ``encoding``, or an
-            over-long line (each message names the file).
-        ebms.errors.LimitExceeded: a file above ``max_bytes``.
-        ValueError: a bad ``level`` or ``encoding``.
+        ebms.errors.DataError: an empty file, text that is not valid in ``encoding``, or a line
+            holding a NUL character (each message names the file and the line).
+        ebms.errors.LimitExceeded: a file above ``max_bytes``, a line above ``max_sentence_chars``.
+        ValueError: a bad ``level``, ``encoding`` or limit.
     """
     level = check_level(level)
     check_max_bytes(max_bytes)
+    limit = _check_limit(max_sentence_chars)
     where, file = _check_source(path, encoding, "read_sentences")
     if file is not None:
         file_size(file, max_bytes, _READER)
@@ -266,13 +302,16 @@ def read_sentences(path: str | os.PathLike[str] | TextIO, *, level: str = "word"
         try:
             text = file.read_bytes().decode(encoding)
         except UnicodeDecodeError as err:
-            line = file.read_bytes()[: err.start].count(b"\n") + 1
-            raise DataError(f"{where}: line {line} is not valid {encoding} ({err.reason}); pass encoding= the "
+            bad = file.read_bytes()[: err.start].count(b"\n") + 1
+            raise DataError(f"{where}: line {bad} is not valid {encoding} ({err.reason}); pass encoding= the "
                             "file's encoding (e.g. encoding='latin-1')") from None
         lines = text.lstrip("\ufeff").replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        if "\0" in text or max(map(len, lines)) > limit:  # locate the first bad line, through the one check
+            for number, line in enumerate(lines, 1):
+                check_line(line, number, where, limit)
         out = sentences_from_lines(lines, level, bool(lower))
         if not out:
             raise DataError(f"{where}: no sentences (the file is empty or holds only blank lines); give a text "
                             "file with one sentence per line")
         return out
-    return list(_iterate(path, file, where, level, bool(lower), bool(sentence_split), encoding))
+    return list(_iterate(path, file, where, level, bool(lower), bool(sentence_split), encoding, limit))

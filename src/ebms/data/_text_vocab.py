@@ -19,6 +19,11 @@ from ebms.sequences import Sequences
 
 __all__ = ["Vocabulary"]
 
+
+def _has_space(token: str) -> bool:
+    """``token`` holds a whitespace character (``str.split`` would cut it)."""
+    return token.split() != [token]
+
 class Vocabulary:
     r"""Token ids of language data: ``0`` the sentence boundary, ``1`` ``<unk>``, then by count.
 
@@ -57,6 +62,11 @@ class Vocabulary:
         for i, tok in enumerate(self.tokens[2:], 2):
             if not isinstance(tok, str) or not tok:
                 raise ValueError(f"tokens: expected non-empty strings; got {tok!r} for id {i}")
+            if level == "word" and _has_space(tok):
+                raise ValueError(f"tokens: a word-level token is a string without whitespace (to_text joins tokens "
+                                 f"with spaces); got {tok!r} for id {i}")
+            if "\0" in tok:
+                raise ValueError(f"tokens: a NUL character cannot be a token (it is not text); got {tok!r} for id {i}")
             if level == "char" and len(tok) != 1:
                 raise ValueError(f"tokens: level='char' takes single characters; got {tok!r} for id {i}")
             if tok in reserved:
@@ -86,8 +96,11 @@ class Vocabulary:
 
         Raises:
             ValueError: ``min_count < 1``, ``max_size < 2``, no tokens, a boundary marker
-                (``</s>``, ``<s>``) inside a sentence, or a multi-character token at ``level="char"``.
-            TypeError: a sentence given as one ``str`` at ``level="word"``.
+                (``</s>``, ``<s>``) inside a sentence, an empty token, a token holding whitespace
+                at ``level="word"`` (it could not round-trip through :meth:`to_text`) or a NUL
+                character, or a multi-character token at ``level="char"``.
+            TypeError: a sentence given as one ``str`` at ``level="word"``, or a token that is
+                not a ``str``.
         """
         level = check_level(level)
         check_int(min_count, "min_count", minimum=1)
@@ -107,11 +120,24 @@ class Vocabulary:
             if level == "word" and marker in counter:
                 raise ValueError(f"sentences: {marker!r} occurs {counter[marker]} times inside sentences; it is "
                                  "the boundary (id 0), never a token: remove the markers (one sentence per line)")
+        wrong = next((t for t in counter if not isinstance(t, str)), None)
+        if wrong is not None:
+            raise TypeError(f"sentences: expected tokens that are strings; got {wrong!r} ({type(wrong).__name__}, "
+                            f"{counter[wrong]} times)")
         if level == "char":
-            bad = next((t for t in counter if not isinstance(t, str) or len(t) != 1), None)
+            bad = next((t for t in counter if len(t) != 1), None)
             if bad is not None:
                 raise ValueError(f"sentences: level='char' takes single characters; got the token {bad!r} "
                                  "(read the text with level='char')")
+        else:
+            bad = next((t for t in counter if not t or _has_space(t)), None)
+            if bad is not None:
+                raise ValueError(f"sentences: a word-level token is a non-empty string without whitespace; got "
+                                 f"{bad!r} ({counter[bad]} times): split each line with str.split(), or use "
+                                 "level='char'")
+        bad = next((t for t in counter if "\0" in t), None)
+        if bad is not None:
+            raise ValueError(f"sentences: the token {bad!r} holds a NUL character ({counter[bad]} times): not text")
         unk = counter.pop(cls.UNK_TOKEN, 0)
         kept = sorted((t for t, c in counter.items() if c >= min_count), key=lambda t: (-counter[t], t))
         if max_size is not None:
@@ -122,13 +148,14 @@ class Vocabulary:
     @classmethod
     def from_file(cls, path: str | os.PathLike[str] | TextIO, *, level: str = "word", lower: bool = False,
                   sentence_split: bool = False, encoding: str = "utf-8", min_count: int = 1,
-                  max_size: int | None = None) -> Vocabulary:
+                  max_size: int | None = None, max_sentence_chars: int | None = None) -> Vocabulary:
         """:meth:`build` over :func:`~ebms.data.text.iter_sentences` (a file larger than memory).
 
         Arguments as in those two; the file is streamed, so memory is the counter only.
         """
         check_int(min_count, "min_count", minimum=1)
-        sentences = iter_sentences(path, level=level, lower=lower, sentence_split=sentence_split, encoding=encoding)
+        sentences = iter_sentences(path, level=level, lower=lower, sentence_split=sentence_split, encoding=encoding,
+                                   max_sentence_chars=max_sentence_chars)
         return cls.build(sentences, level=level, min_count=min_count, max_size=max_size)
 
     # --- lookup -------------------------------------------------------------------------------
@@ -157,6 +184,10 @@ class Vocabulary:
                 raise TypeError(f"sentences: expected lists of tokens; got a str at sentence {n} "
                                 "(split it first, e.g. line.split())")
             ids = [get(t, 1) for t in s]
+            if ids and not isinstance(s[0], str) and 1 in ids:  # e.g. ids given again: each would become <unk>
+                bad = next(t for t in s if not isinstance(t, str))
+                raise TypeError(f"sentences: sentence {n} holds {bad!r} ({type(bad).__name__}), not a token string; "
+                                "encode takes token strings (ids need no encoding)")
             flat.extend(ids)
             lengths.append(len(ids))
         out = torch.frombuffer(flat, dtype=torch.long).clone() if flat else torch.zeros(0, dtype=torch.long)
@@ -221,6 +252,8 @@ class Vocabulary:
         """A ``(N,)`` id stream -> tokens (boundaries appear as ``</s>``)."""
         if not isinstance(ids, Tensor) or ids.dim() != 1:
             raise ValueError(f"ids: expected a 1-D integer tensor; got {getattr(ids, 'shape', type(ids).__name__)}")
+        if ids.dtype.is_floating_point or ids.is_complex() or ids.dtype == torch.bool:
+            raise TypeError(f"ids: expected a 1-D integer tensor; got dtype {ids.dtype} (ids are never rounded)")
         self._check_ids(ids, "ids")
         return [self.tokens[i] for i in ids.tolist()]
 

@@ -157,10 +157,16 @@ def read_conll(
     if isinstance(path_or_lines, (str, Path)):
         where = str(path_or_lines)
         file_size(Path(path_or_lines), check_max_bytes(max_bytes), "read_conll")
+        data = Path(path_or_lines).read_bytes()
         try:
-            lines: Iterable[str] = Path(path_or_lines).read_text(encoding=encoding).splitlines()
+            lines: Iterable[str] = data.decode(encoding).splitlines()
         except UnicodeDecodeError as err:
-            raise DataError(f"{where}: not valid {encoding} ({err}); pass encoding='latin-1'?") from None
+            bad = data[: err.start].count(b"\n") + 1
+            raise DataError(f"{where}: not valid {encoding} at line {bad} ({err.reason}); pass encoding= the file's "
+                            "encoding (e.g. encoding='latin-1')") from None
+        except LookupError:
+            raise ValueError(f"encoding: unknown text encoding {encoding!r}; use a Python codec name such as "
+                             "'utf-8' or 'latin-1'") from None
     else:
         lines = path_or_lines
     width = len(names) if names is not None else None
@@ -175,6 +181,9 @@ def read_conll(
     for number, line in enumerate(lines, start=1):
         if not isinstance(line, str):
             raise TypeError(f"path_or_lines: expected lines of str; got {type(line).__name__} at line {number}")
+        if "\0" in line:
+            raise DataError(f"{where}: line {number} holds a NUL character: not a text file in this encoding (a "
+                            "binary file, or UTF-16 text: pass encoding=)")
         fields = tuple(line.split(sep)) if sep is not None else tuple(line.split())
         if sep is not None:
             fields = tuple(f.strip() for f in fields)
@@ -309,9 +318,11 @@ def load_conll2002(
 
 
 def parse_tag(tag: str) -> tuple[str, str]:
-    """Split a tag into ``(prefix, type)``: ``"O" -> ("O", "")``, ``"B-NP" -> ("B", "NP")``.
+    """Split a tag into ``(prefix, type)``: ``"O" -> ("O", "")``, ``"B-NP" -> ("B", "NP")``, ``"B" -> ("B", "")``.
 
-    The prefix is one of B, I, E, S; the type is non-empty and may itself contain ``-``.
+    The prefix is one of B, I, E, S; the type is non-empty and may itself contain ``-``, or the
+    tag is the bare prefix (or the prefix and ``-``), an untyped chunk tag, read as type ``""``
+    as conlleval and seqeval read it (writers then give the bare prefix back).
 
     Raises:
         ValueError: any other string (names the tag).
@@ -320,10 +331,18 @@ def parse_tag(tag: str) -> tuple[str, str]:
         raise TypeError(f"tag: expected a str; got {type(tag).__name__} {tag!r}")
     if tag == "O":
         return "O", ""
+    if tag[:1] in _PREFIXES and tag[1:] in ("", "-"):  # untyped: conlleval and seqeval read B or B- as type ""
+        return tag[0], ""
     prefix, dash, kind = tag.partition("-")
     if not dash or prefix not in _PREFIXES or not kind or kind.strip() != kind:
-        raise ValueError(f"tag: expected 'O' or one of B-/I-/E-/S- followed by a type; got {tag!r}")
+        raise ValueError(f"tag: expected 'O', one of B-/I-/E-/S- followed by a type, or an untyped B, I, E, S; "
+                         f"got {tag!r}")
     return prefix, kind
+
+
+def _tag(prefix: str, kind: str) -> str:
+    """The tag of ``prefix`` and chunk type ``kind`` (bare ``prefix`` for the untyped chunks, type ``""``)."""
+    return f"{prefix}-{kind}" if kind else prefix
 
 
 def _chunk_starts(prev: str, prev_type: str, cur: str, cur_type: str) -> bool:
@@ -372,12 +391,12 @@ def spans_to_tags(spans: Iterable[tuple[str, int, int]], length: int, *, scheme:
     for kind, start, end in spans:
         if not (0 <= start < end <= length) or any(t != "O" for t in tags[start:end]):
             raise ValueError(f"spans: expected disjoint chunks inside [0, {length}); got {(kind, start, end)!r}")
-        tags[start:end] = [f"B-{kind}"] + [f"I-{kind}"] * (end - start - 1)
+        tags[start:end] = [_tag("B", kind)] + [_tag("I", kind)] * (end - start - 1)
         if scheme == "iobes":
             if end - start == 1:
-                tags[start] = f"S-{kind}"
+                tags[start] = _tag("S", kind)
             else:
-                tags[end - 1] = f"E-{kind}"
+                tags[end - 1] = _tag("E", kind)
     return tags
 
 

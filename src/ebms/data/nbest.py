@@ -199,10 +199,22 @@ def _float(x: object, name: str, n: int) -> Tensor:
 
 # --- reading ------------------------------------------------------------------------------------
 def _lines(path: PathLike) -> Iterator[tuple[int, str]]:
-    """``(line number, line)`` of the non-blank lines, newline stripped."""
-    with open(path, encoding="utf-8") as f:
-        for no, line in enumerate(f, 1):
-            line = line.rstrip("\r\n")
+    """``(line number, line)`` of the non-blank lines, newline stripped.
+
+    Raises:
+        DataError: bytes that are not UTF-8, or a NUL character (naming the file and the line).
+    """
+    with open(path, "rb") as f:
+        for no, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as err:
+                raise DataError(f"{path}:{no}: not UTF-8 text (byte 0x{raw[err.start]:02x} at column {err.start + 1}: "
+                                f"{err.reason}); convert the file to UTF-8") from None
+            if "\0" in line:
+                raise DataError(f"{path}:{no}: a NUL character at column {line.index(chr(0)) + 1}: not a text file")
+            if no == 1:
+                line = line.lstrip("\ufeff")
             if line.strip():
                 yield no, line
 

@@ -9,7 +9,7 @@ negative per positive, uniformly. :class:`NegativeCache` holds them:
   with ``sample(n, generator=, max_length=, temperature=, top_k=, top_p=, prefix=, truncate=)``,
   in eval mode) under the horizon law (``horizon=K``: the next at most ``K`` tokens, draws still
   running cut at ``K``; ``None``: to ``</s>``), in batches of about ``batch_size`` draws, with a
-  tqdm bar when there are more than a few batches;
+  progress bar when there are more than a few batches;
 * :meth:`NegativeCache.draw` picks ``nu`` of the ``S`` stored samples of each requested prefix
   uniformly with replacement, in the n-per-prefix layout (row ``b``'s draws at ``b nu .. b nu + nu - 1``);
 * :meth:`NegativeCache.save` / :meth:`NegativeCache.load`: one ``.safetensors`` file (four int64
@@ -33,9 +33,9 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from ebms._checks import check_int
+from ebms._progress import progress_bar
 from ebms.errors import DataError
 from ebms.sequences import Sequences
 
@@ -96,7 +96,7 @@ class NegativeCache:
             generator: the only source of randomness (on the LM's device).
             top_k, top_p, temperature: restrict the base law as in ``lm.sample`` (stored in ``settings``).
             batch_size: draws per ``lm.sample`` call (at least ``S``: whole prefixes per call).
-            progress: show a tqdm bar (default: when there are more than 4 calls).
+            progress: show a progress bar (default: when there are more than 4 calls).
 
         Cost: ``ceil(P S / batch_size)`` sampling calls of at most ``horizon`` steps each.
 
@@ -117,7 +117,7 @@ class NegativeCache:
         starts = range(0, P, per_call)
         show = len(starts) > PROGRESS_AFTER if progress is None else bool(progress)
         parts = []
-        for start in tqdm(starts, desc="negatives", unit="batch", disable=not show):
+        for start in progress_bar(starts, desc="negatives", unit="batch", enabled=show):
             chunk = prefixes[start:start + per_call]
             law = dict(generator=generator, max_length=horizon, temperature=temperature, top_k=top_k, top_p=top_p,
                        truncate=horizon is not None)

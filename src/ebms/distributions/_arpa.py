@@ -1,4 +1,4 @@
-r"""ARPA files and n-gram id tables for :class:`~ebms.distributions.BackoffNGram` (private).
+r"""ARPA files of :class:`~ebms.distributions.BackoffNGram` (private).
 
 The ARPA back-off format (Doug Paul's, as SRILM and KenLM write it)::
 
@@ -14,40 +14,76 @@ The ARPA back-off format (Doug Paul's, as SRILM and KenLM write it)::
     ...
     \end\
 
-Fields are separated by whitespace; the backoff is optional (0) and absent at the highest order.
-``<s>`` is a unigram with probability ``-99`` (it is never an outcome) and the backoff weight of
-the sentence start; ``</s>`` is never a context. Inside ebms both are id 0 (``<s>`` as the first
-word of an n-gram, ``</s>`` as the last) and logs are natural: values are converted here, at the
-file boundary. Errors name the file and the line.
+Fields are separated by ASCII whitespace (spaces, tabs), as KenLM reads them; the backoff is
+optional (0) and absent at the highest order. ``<s>`` is a unigram with probability ``-99`` (it is
+never an outcome) and the backoff weight of the sentence start; ``</s>`` is never a context.
+Inside ebms both are id 0 (``<s>`` as the first word of an n-gram, ``</s>`` as the last) and logs
+are natural: values are converted here, at the file boundary.
+
+Whitespace inside a token (the space of a character-level model, a tab or newline token) cannot
+stand in a field, so each whitespace character (``str.isspace``) is written ``<U+XXXX>``, its code
+point in upper-case hex (at least four digits): the space token is the word ``<U+0020>``, ``"a b"``
+is ``a<U+0020>b``. Reading turns ``<U+XXXX>`` of a whitespace code point back into the character;
+a token that already holds such a spelling cannot be written (it would read back as another
+token). To query such a file with KenLM, spell the tokens the same way
+(``" ".join(t.replace(" ", "<U+0020>") for t in tokens)``).
+
+The file is read as UTF-8 (gzip, bzip2 and xz compression are recognised by their first bytes),
+line by line. Errors are :class:`~ebms.errors.DataError` naming the file and the line (and the
+byte offset of a byte that is not UTF-8 or is NUL).
 """
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import lzma
 import math
 import os
 import re
-from collections.abc import Iterable, Sequence
-from typing import NoReturn
+from collections.abc import Callable, Iterator, Sequence
+from typing import IO, Any, NoReturn
 
 import torch
 from torch import Tensor
 
+from ebms.distributions._backoff_tables import MAX_LOG_PROB
 from ebms.distributions._kneser_ney import Tables
+from ebms.errors import DataError
 
 LN10 = math.log(10.0)
 _COUNT = re.compile(r"ngram\s+(\d+)\s*=\s*(\d+)")
+_FIELD_SPACE = re.compile(r"[ \t\n\r\f\v]+")
+_ASCII_SPACE = " \t\n\r\f\v"
+_ESCAPED = re.compile(r"<U\+([0-9A-F]{4,6})>")
+_COMPRESSED: dict[bytes, Callable[..., Any]] = {
+    b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ\x00": lzma.open}
+#: the largest log10 probability read: a probability of at most 1 + 1e-6 (``MAX_LOG_PROB`` in natural logs)
+_MAX_LOG10 = MAX_LOG_PROB / LN10
 
 
-class TableError(ValueError):
-    """A bad n-gram row: ``order`` (1-based) and ``row`` (in the order given) locate it."""
+def _is_escape(hit: re.Match[str]) -> bool:
+    code = int(hit[1], 16)
+    return code <= 0x10FFFF and chr(code).isspace()
 
-    def __init__(self, order: int, row: int, message: str) -> None:
-        super().__init__(message)
-        self.order, self.row = order, row
+
+def escape_word(word: str) -> str:
+    """``word`` as an ARPA field: each whitespace character written ``<U+XXXX>`` (module docstring)."""
+    if word.isascii() and not any(ch in _ASCII_SPACE for ch in word):
+        return word
+    return "".join(f"<U+{ord(ch):04X}>" if ch.isspace() else ch for ch in word)
+
+
+def unescape_word(field: str) -> str:
+    """The token an ARPA field stands for (``<U+XXXX>`` of a whitespace code point -> that character)."""
+    if "<U+" not in field:
+        return field
+    return _ESCAPED.sub(lambda hit: chr(int(hit[1], 16)) if _is_escape(hit) else hit[0], field)
 
 
 def check_words(words: object, vocab_size: int | None, name: str = "words") -> list[str]:
-    """Strings without whitespace, distinct, ``words[0] == "</s>"``, no ``<s>`` (``V`` of them if given)."""
+    """Distinct non-empty strings, ``words[0] == "</s>"``, no ``<s>`` (``V`` of them if given), none
+    holding the ``<U+XXXX>`` spelling of a whitespace character (it could not be told apart)."""
     words = getattr(words, "tokens", words)  # an ebms.data.text.Vocabulary gives its tokens
     if isinstance(words, (str, bytes)) or not isinstance(words, Sequence):
         raise TypeError(f"{name}: expected a list of word strings (id order, words[0] = '</s>') or a Vocabulary; "
@@ -60,104 +96,20 @@ def check_words(words: object, vocab_size: int | None, name: str = "words") -> l
                          f"{words[0] if words else None!r}")
     seen: set[str] = set()
     for i, w in enumerate(words):
-        if not isinstance(w, str) or not w or any(ch.isspace() for ch in w) or w == "<s>" or (i and w == "</s>"):
-            raise ValueError(f"{name}: words[{i}] must be a non-empty string without whitespace, other than "
-                             f"'<s>' and '</s>'; got {w!r}")
+        if not isinstance(w, str) or not w or w == "<s>" or (i and w == "</s>"):
+            raise ValueError(f"{name}: words[{i}] must be a non-empty string other than '<s>' and '</s>'; "
+                             f"got {w!r}")
+        hit = next((h for h in _ESCAPED.finditer(w) if _is_escape(h)), None) if "<U+" in w else None
+        if hit is not None:
+            raise ValueError(f"{name}: words[{i}] = {w!r} holds {hit[0]!r}, the ARPA spelling of the whitespace "
+                             f"character {chr(int(hit[1], 16))!r}, so it would read back as another token; "
+                             "rename that token")
+        if "\0" in w:
+            raise ValueError(f"{name}: words[{i}] = {w!r} holds a NUL character, which a text file cannot carry")
         if w in seen:
             raise ValueError(f"{name}: {w!r} appears twice (words[{i}])")
         seen.add(w)
     return words
-
-
-def check_rows(vocab_size: int, ngrams: object, log_probs: object, backoffs: object) -> list[Tensor]:
-    """Types and shapes of :class:`~ebms.distributions.BackoffNGram`'s constructor arguments;
-    returns the backoffs (zeros when ``None``)."""
-    order = len(ngrams) if isinstance(ngrams, Sequence) else 0
-    if order < 1 or not isinstance(log_probs, Sequence) or len(log_probs) != order:
-        got = len(log_probs) if isinstance(log_probs, Sequence) else log_probs
-        raise ValueError(f"ngrams, log_probs: expected one tensor per order (at least 1, the same number); got "
-                         f"{order} and {got!r}")
-    assert isinstance(ngrams, Sequence)
-    if backoffs is None:
-        backoffs = [torch.zeros(getattr(lp, "shape", (0,))[:1], dtype=torch.float64) for lp in log_probs]
-    if not isinstance(backoffs, Sequence) or len(backoffs) != order:
-        raise ValueError(f"backoffs: expected one tensor per order ({order}) or None; got {backoffs!r}")
-    for m, (g, lp, bo) in enumerate(zip(ngrams, log_probs, backoffs), 1):
-        if not isinstance(g, Tensor) or g.dtype != torch.long or g.dim() != 2 or g.shape[1] != m:
-            raise ValueError(f"ngrams[{m - 1}]: expected an int64 tensor (N, {m}); got "
-                             f"{getattr(g, 'dtype', type(g).__name__)} {tuple(getattr(g, 'shape', ()))}")
-        if g.numel() and (int(g.min()) < 0 or int(g.max()) >= vocab_size):
-            raise ValueError(f"ngrams[{m - 1}]: expected ids in [0, {vocab_size - 1}]; got {int(g.min())}..{int(g.max())}")
-        for name, t in ((f"log_probs[{m - 1}]", lp), (f"backoffs[{m - 1}]", bo)):
-            if not isinstance(t, Tensor) or not t.is_floating_point() or tuple(t.shape) != (g.shape[0],):
-                raise ValueError(f"{name}: expected a float tensor ({g.shape[0]},); got "
-                                 f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}")
-            if bool(torch.isnan(t).any()) or bool((t == math.inf).any()):
-                raise ValueError(f"{name}: expected no NaN or +inf entries")
-    return list(backoffs)
-
-
-def tables_from_ngrams(vocab_size: int, ngrams: Sequence[Tensor], log_probs: Sequence[Tensor],
-                       backoffs: Sequence[Tensor]) -> Tables:
-    """Sorted key tables from ``(N_m, m)`` id rows; raises :class:`TableError` for a bad row."""
-    V = vocab_size
-    first = ngrams[0][:, 0]
-    perm = torch.argsort(first)
-    if first.numel() != V or not bool((first[perm] == torch.arange(V, device=first.device)).all()):
-        have = torch.zeros(V + 1, dtype=torch.long, device=first.device)
-        have.index_add_(0, first.clamp(0, V), torch.ones_like(first))
-        bad = int((have[:V] != 1).nonzero()[0]) if bool((have[:V] != 1).any()) else V
-        raise TableError(1, 0, f"expected every id 0..{V - 1} exactly once among the unigrams; id {bad} "
-                               f"appears {int(have[bad]) if bad < V else 'out of range'} times")
-    keys: list[Tensor | None] = [None]
-    lps, bows = [log_probs[0][perm]], [backoffs[0][perm]]
-    for m in range(2, len(ngrams) + 1):
-        g = ngrams[m - 1]
-        if m > 2 and bool((g[:, 1:-1] == 0).any()):
-            r = int((g[:, 1:-1] == 0).any(1).nonzero()[0])
-            raise TableError(m, r, f"id 0 (<s>/</s>) inside the {m}-gram {g[r].tolist()}; it may only begin or end one")
-        row = g[:, 0]
-        for j in range(1, m - 1):
-            row = find(keys[j], row * V + g[:, j])  # type: ignore[arg-type]
-        if bool((row < 0).any()):
-            r = int((row < 0).nonzero()[0])
-            raise TableError(m, r, f"the {m}-gram {g[r].tolist()} has no entry for its context {g[r, :-1].tolist()}")
-        key = row * V + g[:, -1]
-        key, order = torch.sort(key, stable=True)
-        dup = key[1:] == key[:-1]
-        if bool(dup.any()):
-            r = int(order[1:][dup][0])
-            raise TableError(m, r, f"the {m}-gram {g[r].tolist()} appears twice")
-        keys.append(key)
-        lps.append(log_probs[m - 1][order])
-        bows.append(backoffs[m - 1][order])
-    return Tables(keys, lps, bows)
-
-
-def find(keys: Tensor, query: Tensor) -> Tensor:
-    """Row of each query key in the sorted ``keys``, ``-1`` when absent (or the query is negative).
-
-    The queries are sorted first: a binary search over sorted queries revisits the same cache
-    lines, about twice as fast as in random order on large tables.
-    """
-    if keys.numel() == 0 or query.numel() == 0:
-        return torch.full_like(query, -1)
-    flat = query.reshape(-1)
-    sorted_q, order = torch.sort(flat)
-    pos = torch.searchsorted(keys, sorted_q).clamp_(max=keys.numel() - 1)
-    found = torch.where((keys[pos] == sorted_q) & (sorted_q >= 0), pos, -1)
-    return torch.empty_like(flat).index_put_((order,), found).reshape(query.shape)
-
-
-def ngram_ids(tables: Tables, vocab_size: int) -> list[Tensor]:
-    """The ``(N_m, m)`` id rows of every order, in table order."""
-    V = vocab_size
-    ids = [torch.arange(V, device=tables.log_probs[0].device).unsqueeze(1)]
-    for key in tables.keys[1:]:
-        assert key is not None
-        parent = torch.div(key, V, rounding_mode="floor")
-        ids.append(torch.cat([ids[-1][parent], (key - parent * V).unsqueeze(1)], 1))
-    return ids
 
 
 def write_arpa(path: str | os.PathLike[str], words: list[str], tables: Tables, digits: int) -> None:
@@ -167,6 +119,7 @@ def write_arpa(path: str | os.PathLike[str], words: list[str], tables: Tables, d
     sizes = [V + 1] + [int(k.numel()) for k in tables.keys[1:] if k is not None]
     with open(path, "w", encoding="utf-8") as fh:
         fh.write("\\data\\\n" + "".join(f"ngram {m}={n}\n" for m, n in enumerate(sizes, 1)))
+        words = [escape_word(w) for w in words]
         names = ["<s>", *words[1:]]  # row -> name as a context (row 0 of order 1 is <s>)
         for m in range(1, order + 1):
             lp = [fmt(v) for v in (tables.log_probs[m - 1] / LN10).tolist()]
@@ -194,47 +147,80 @@ def write_arpa(path: str | os.PathLike[str], words: list[str], tables: Tables, d
 
 
 def read_arpa(path: str | os.PathLike[str], words: list[str] | None) -> tuple[
-        list[str], list[Tensor], list[Tensor], list[Tensor], list[list[int]]]:
-    """Parse an ARPA file: ``(words, ngrams (N_m, m), log_probs, backoffs (natural), line numbers)``.
+        list[str], list[Tensor], list[Tensor], list[Tensor], list[list[int]], int]:
+    """Parse an ARPA file: ``(words, ngrams (N_m, m), log_probs, backoffs (natural), line numbers, the line
+    of <s>)`` (0 when the file lists no ``<s>``).
 
     With ``words`` ``None`` the vocabulary is the file's: ``</s>``, ``<unk>`` (when listed), then
     the other unigrams in file order.
+
+    Raises:
+        FileNotFoundError: the file cannot be opened.
+        ebms.errors.DataError: anything malformed (naming the file and the line).
     """
     where = os.fspath(path)
     try:
-        fh = open(path, encoding="utf-8")  # noqa: SIM115 (closed below)
+        fh = open(path, "rb")  # noqa: SIM115 (closed below)
     except OSError as err:
         raise FileNotFoundError(f"{where}: cannot read the ARPA file ({err.strerror})") from None
     with fh:
-        return _Parser(where, fh, words).parse()
+        magic = fh.read(6)
+        fh.seek(0)
+        opener = next((op for sig, op in _COMPRESSED.items() if magic.startswith(sig)), None)
+        if opener is None:
+            return _Parser(where, fh, words).parse()
+        parser = _Parser(where, opener(fh, "rb"), words)
+        try:
+            return parser.parse()
+        except (OSError, EOFError, lzma.LZMAError) as err:  # a corrupt or truncated compressed stream
+            raise DataError(f"{where}:{parser.no + 1}: the compressed file is corrupt or truncated ({err})") from None
 
 
 class _Parser:
-    def __init__(self, where: str, fh: Iterable[str], words: list[str] | None) -> None:
-        self.where, self.lines, self.no = where, iter(fh), 0
+    def __init__(self, where: str, fh: IO[bytes], words: list[str] | None) -> None:
+        self.where, self.lines, self.no, self.offset = where, self._decoded(fh), 0, 0
         self.words = words
         self.index: dict[str, int] = {w: i for i, w in enumerate(words)} if words is not None else {}
         self.seen: set[int] = set()
+        self.start_line = 0
 
     def fail(self, message: str, no: int | None = None) -> NoReturn:
-        raise ValueError(f"{self.where}:{self.no if no is None else no}: {message}")
+        raise DataError(f"{self.where}:{self.no if no is None else no}: {message}")
+
+    def _decoded(self, fh: IO[bytes]) -> Iterator[str]:
+        """The file's lines as text; a NUL byte or a byte sequence that is not UTF-8 raises."""
+        for raw in fh:
+            self.no += 1
+            if b"\0" in raw:
+                at = self.offset + raw.index(b"\0")
+                self.fail(f"a NUL byte at byte offset {at}: not an ARPA text file (a "
+                          "binary model such as KenLM's build_binary output? give the ARPA text file)")
+            if self.no == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark
+                raw, self.offset = raw[3:], 3
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                self.fail(f"not UTF-8 text: byte 0x{raw[err.start]:02x} at byte offset {self.offset + err.start} "
+                          f"({err.reason}); ARPA files are read as UTF-8: convert the file "
+                          "(e.g. iconv -f latin1 -t utf-8)")
+            self.offset += len(raw)
+            yield line
 
     def next_line(self) -> str | None:
         for line in self.lines:
-            self.no += 1
-            return line.strip()
+            return line.strip(_ASCII_SPACE)
         return None
 
     def next_nonblank(self, what: str) -> str:
         while (s := self.next_line()) is not None:
             if s:
                 return s
-        raise ValueError(f"{self.where}: the file ends before {what} (after line {self.no})")
+        raise DataError(f"{self.where}: the file ends before {what} (after line {self.no})")
 
-    def parse(self) -> tuple[list[str], list[Tensor], list[Tensor], list[Tensor], list[list[int]]]:
+    def parse(self) -> tuple[list[str], list[Tensor], list[Tensor], list[Tensor], list[list[int]], int]:
         while (s := self.next_line()) != "\\data\\":
             if s is None:
-                raise ValueError(f"{self.where}: not an ARPA file: no '\\data\\' line")
+                raise DataError(f"{self.where}: not an ARPA file: no '\\data\\' line")
         counts: list[int] = []
         while (s := self.next_nonblank("the n-gram sections")).startswith("ngram"):
             hit = _COUNT.fullmatch(s)
@@ -258,7 +244,7 @@ class _Parser:
         ngrams = [torch.tensor(ids, dtype=torch.long).reshape(len(lp), m) for m, (ids, lp, _, _) in enumerate(out, 1)]
         lps = [torch.tensor(lp, dtype=torch.float64) * LN10 for _, lp, _, _ in out]
         bows = [torch.tensor(bo, dtype=torch.float64) * LN10 for _, _, bo, _ in out]
-        return self.words, ngrams, lps, bows, [no for *_, no in out]
+        return self.words, ngrams, lps, bows, [no for *_, no in out], self.start_line
 
     def section(self, m: int, order: int, count: int) -> tuple[list[int], list[float], list[float], list[int]]:
         ids: list[int] = []
@@ -270,7 +256,7 @@ class _Parser:
             if not s or s.startswith("\\"):
                 self.fail(f"the {m}-grams section has {i} entries; '\\data\\' announced {count}",
                           None if s is not None else self.no)
-            parts = s.split()
+            parts = s.split() if s.isascii() else _FIELD_SPACE.split(s)
             if len(parts) != m + 1 and (len(parts) != m + 2 or m == order):
                 self.fail(f"expected a {m}-gram line: log10 probability, {m} word(s)"
                           f"{', optional log10 backoff' if m < order else ''}; got {s[:80]!r}")
@@ -280,10 +266,13 @@ class _Parser:
                 self.fail(f"expected numbers for the log10 probability and backoff; got {s[:80]!r}")
             if math.isnan(lp) or math.isnan(bo) or lp == math.inf or bo == math.inf:
                 self.fail(f"expected log10 values that are not NaN or +inf; got {s[:80]!r}")
+            if lp > _MAX_LOG10:
+                self.fail(f"the log10 probability {parts[0]} is above 0 (a probability above 1); an ARPA "
+                          f"probability is at most 1 (log10 <= 0): the file is not a normalised model")
             if m == 1:
-                ids.append(self.unigram(parts[1]))
+                ids.append(self.unigram(unescape_word(parts[1])))
             else:
-                ids.extend(self.word_id(w, j, m) for j, w in enumerate(parts[1 : m + 1]))
+                ids.extend(self.word_id(unescape_word(w), j, m) for j, w in enumerate(parts[1 : m + 1]))
             lps.append(lp)
             bows.append(bo)
             nos.append(self.no)
@@ -301,6 +290,8 @@ class _Parser:
         if key in self.seen:
             self.fail(f"the unigram {w!r} is listed twice")
         self.seen.add(key)
+        if key == -1:
+            self.start_line = self.no
         return key
 
     def word_id(self, w: str, j: int, m: int) -> int:
@@ -324,7 +315,7 @@ class _Parser:
             ids = [remap.get(v, v) for v in ids]
             self.index = {w: i for i, w in enumerate(self.words)}
         if 0 not in ids:
-            raise ValueError(f"{self.where}: the unigrams do not list '</s>'")
+            raise DataError(f"{self.where}: the unigrams do not list '</s>'")
         start_bow = bows[ids.index(-1)] if -1 in ids else 0.0
         keep = [i for i, v in enumerate(ids) if v != -1]
         ids, nos = [ids[i] for i in keep], [nos[i] for i in keep]
@@ -333,6 +324,6 @@ class _Parser:
         listed = set(ids)
         missing = [w for i, w in enumerate(self.words) if i not in listed]
         if missing:
-            raise ValueError(f"{self.where}: {len(missing)} vocabulary word(s) have no unigram entry (e.g. "
+            raise DataError(f"{self.where}: {len(missing)} vocabulary word(s) have no unigram entry (e.g. "
                              f"{missing[0]!r}); an ARPA file must list every word")
         return ids, lps, bows, nos

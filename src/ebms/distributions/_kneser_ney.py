@@ -123,37 +123,65 @@ def _count_of_counts(a: Tensor) -> list[int]:
     return [int((a == k).sum()) for k in range(1, 5)]
 
 
-def estimate_discounts(adjusted: Sequence[Tensor], modified: bool) -> list[list[float]]:
-    """Per order ``[D_1, D_2, D_3+]`` from the counts-of-counts of the adjusted counts."""
-    out = []
+#: discounts ``(D1, D2, D3+)`` suggested when the counts cannot give them (KenLM's ``--discount_fallback``).
+FALLBACK_DISCOUNTS = (0.5, 1.0, 1.5)
+
+
+def estimate_discounts(adjusted: Sequence[Tensor], modified: bool,
+                       given: Sequence[list[float] | None] | None = None) -> list[list[float]]:
+    """Per order ``[D_1, D_2, D_3+]``: ``given[m-1]`` where not ``None``, else estimated from the
+    counts-of-counts of the adjusted counts (Chen & Goodman 1998, eq. 26).
+
+    Raises:
+        ValueError: naming every order that cannot be estimated and the ``discounts=`` list that
+            gives those orders KenLM's fallback values.
+    """
+    out: list[list[float]] = []
+    failed: list[tuple[int, str]] = []
     for m, a in enumerate(adjusted, 1):
+        if given is not None and given[m - 1] is not None:
+            out.append(list(given[m - 1]))  # type: ignore[arg-type]
+            continue
         t1, t2, t3, t4 = _count_of_counts(a)
-        needed = (t1, t2, t3) if modified else (t1,)
-        if min(needed) == 0:
-            raise ValueError(f"discounts: cannot estimate Kneser-Ney discounts of order {m}: the counts-of-counts "
-                             f"t1..t3 of its adjusted counts are {t1}, {t2}, {t3} (all must be > 0; the corpus is "
-                             "too small for this order); pass discounts= explicitly")
+        if min((t1, t2, t3) if modified else (t1,)) == 0:
+            need = "t1, t2, t3 > 0" if modified else "t1 > 0"
+            failed.append((m, f"order {m}: counts-of-counts t1, t2, t3 = {t1}, {t2}, {t3}, the estimate needs {need}"))
+            out.append([])
+            continue
         y = t1 / (t1 + 2 * t2)
         d = [1 - 2 * y * t2 / t1, 2 - 3 * y * t3 / t2, 3 - 4 * y * t4 / t3] if modified else [y, y, y]
-        for k, dk in enumerate(d, 1):
-            if not 0 < dk <= min(k, 3):
-                raise ValueError(f"discounts: the estimated order-{m} discount D{k} = {dk:.4g} is outside (0, {k}] "
-                                 f"(counts-of-counts {t1}, {t2}, {t3}, {t4}); pass discounts= explicitly")
+        bad = next((k for k, dk in enumerate(d, 1) if not 0 < dk <= min(k, 3)), None)
+        if bad is not None:
+            failed.append((m, f"order {m}: the estimate D{bad} = {d[bad - 1]:.4g} is outside (0, {bad}] "
+                              f"(counts-of-counts {t1}, {t2}, {t3}, {t4})"))
         out.append(d)
+    if failed:
+        orders = [m for m, _ in failed]
+        fallback = FALLBACK_DISCOUNTS if modified else FALLBACK_DISCOUNTS[0]
+        example = [fallback if m in orders else None for m in range(1, len(adjusted) + 1)]
+        raise ValueError(f"discounts: cannot estimate the Kneser-Ney discounts of order{'s' * (len(orders) > 1)} "
+                         f"{', '.join(map(str, orders))} "
+                         f"from the counts ({'; '.join(r for _, r in failed)}): a small vocabulary whose n-grams are "
+                         f"all frequent, or a tiny or repetitive corpus; pass discounts= with values for those orders, "
+                         f"e.g. discounts={example} (KenLM's fallback; None: estimate that order)")
     return out
 
 
-def check_discounts(discounts: object, order: int, smoothing: str) -> list[list[float]]:
-    """``order`` entries, each one number (every count) or three ``(D_1, D_2, D_3+)``, ``0 <= D_k <= k``."""
+def check_discounts(discounts: object, order: int, smoothing: str) -> list[list[float] | None]:
+    """``order`` entries, each ``None`` (estimate), one number (every count) or three
+    ``(D_1, D_2, D_3+)`` (modified Kneser-Ney), ``0 <= D_k <= k``."""
     if isinstance(discounts, (str, bytes)) or not isinstance(discounts, Sequence) or len(discounts) != order:
-        raise ValueError(f"discounts: expected one entry per order ({order}), each a number or (D1, D2, D3+); "
-                         f"got {discounts!r}")
-    out = []
+        raise ValueError(f"discounts: expected one entry per order ({order}), each None (estimate it), a number or "
+                         f"(D1, D2, D3+); got {discounts!r}")
+    out: list[list[float] | None] = []
     for m, d in enumerate(discounts, 1):
+        if d is None:
+            out.append(None)
+            continue
         ds = list(d) if isinstance(d, Sequence) and not isinstance(d, (str, bytes)) else [d]
         allowed = (1, 3) if smoothing == "modified_kneser_ney" else (1,)
         if len(ds) not in allowed:
-            what = "one number or three (D1, D2, D3+)" if len(allowed) == 2 else "one number"
+            what = "None, one number or three (D1, D2, D3+)" if len(allowed) == 2 else "None or one number"
             raise ValueError(f"discounts[{m - 1}]: expected {what} for smoothing={smoothing!r}; got {d!r}")
         ds = [check_positive(v, f"discounts[{m - 1}]", allow_zero=True) for v in ds] * (3 if len(ds) == 1 else 1)
         for k, v in enumerate(ds, 1):
@@ -195,8 +223,8 @@ def estimate(seqs: Sequences, vocab_size: int, order: int, smoothing: str, disco
     c = count_ngrams(seqs, V, order)
     if smoothing in ("modified_kneser_ney", "kneser_ney"):
         counts = adjusted_counts(c)
-        d = (check_discounts(discounts, order, smoothing) if discounts is not None
-             else estimate_discounts(counts, smoothing == "modified_kneser_ney"))
+        given = check_discounts(discounts, order, smoothing) if discounts is not None else None
+        d = estimate_discounts(counts, smoothing == "modified_kneser_ney", given)
     else:
         counts, d = c.raw, None
     kept = [torch.ones(V, dtype=torch.bool, device=seqs.device)]

@@ -39,12 +39,18 @@ from torch import Tensor
 
 from ebms._checks import check_int, check_positive
 from ebms.distributions import _arpa, _kneser_ney
+from ebms.distributions import _backoff_tables as _tables
 from ebms.distributions._base import Distribution
 from ebms.distributions._sampling import sample_categorical
 from ebms.distributions.ngram import _as_sequences, _check_tokens
+from ebms.errors import DataError
 from ebms.sequences import Sequences
 
 __all__ = ["BackoffNGram"]
+
+#: the default ``tolerance`` of :meth:`BackoffNGram.from_arpa` and the constructor: the largest
+#: ``|sum - 1|`` of a history's next-word probabilities.
+TOLERANCE = 1e-3
 
 
 class BackoffNGram(Distribution):
@@ -58,6 +64,9 @@ class BackoffNGram(Distribution):
         log_probs: per order, ``(N_m,)`` natural-log probabilities (row 0 of order 1: ``</s>``).
         backoffs: per order, ``(N_m,)`` natural-log backoff weights (row 0 of order 1: ``<s>``);
             ``None``: all 0.
+        tolerance: the tables must be a law: no log-probability above 0, and after every history
+            (and for the unigrams) the ``V`` outcome probabilities, backoff included, sum to 1
+            within ``tolerance`` (default 1e-3); ``None`` skips the sums (a score table).
 
     Example:
         >>> from ebms.sequences import Sequences
@@ -77,15 +86,21 @@ class BackoffNGram(Distribution):
     log_probs_1: Tensor  # (V,) the unigram table; the other tables are buffers named <kind>_<m>
 
     def __init__(self, vocab_size: int, ngrams: Sequence[Tensor], log_probs: Sequence[Tensor],
-                 backoffs: Sequence[Tensor] | None = None) -> None:
+                 backoffs: Sequence[Tensor] | None = None, *, tolerance: float | None = TOLERANCE) -> None:
         super().__init__()
         check_int(vocab_size, "vocab_size", minimum=2)
-        backoffs = _arpa.check_rows(vocab_size, ngrams, log_probs, backoffs)
+        tolerance = _check_tolerance(tolerance)
+        backoffs = _tables.check_rows(vocab_size, ngrams, log_probs, backoffs)
         try:
-            tables = _arpa.tables_from_ngrams(vocab_size, ngrams, [t.double() for t in log_probs],
-                                              [t.double() for t in backoffs])
-        except _arpa.TableError as err:
+            tables, given = _tables.tables_from_ngrams(vocab_size, ngrams, [t.double() for t in log_probs],
+                                                       [t.double() for t in backoffs])
+        except _tables.TableError as err:
             raise ValueError(f"ngrams[{err.order - 1}] row {err.row}: {err}") from None
+        bad = None if tolerance is None else _tables.unnormalised(tables, vocab_size, tolerance)
+        if bad is not None:
+            where = "" if bad.order == 0 else f"ngrams[{bad.order - 1}] row {int(given[bad.order - 1][bad.row])}: "
+            raise ValueError(f"log_probs, backoffs: {where}{_tables.describe(bad, tables, vocab_size, None)}; "
+                             f"expected 1 within tolerance={tolerance:g} (pass tolerance=None to skip this check)")
         self._install(vocab_size, tables)
 
     def _install(self, vocab_size: int, tables: _kneser_ney.Tables) -> None:
@@ -123,12 +138,12 @@ class BackoffNGram(Distribution):
         if order > self.order:
             raise ValueError(f"order: expected at most the model's order {self.order}; got {order}")
         t = self._tables()
-        return _arpa.ngram_ids(t, self.vocab_size)[order - 1], t.log_probs[order - 1], t.backoffs[order - 1]
+        return _tables.ngram_ids(t, self.vocab_size)[order - 1], t.log_probs[order - 1], t.backoffs[order - 1]
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
     def fit(cls, corpus: Sequences | Sequence[Sequence[int]], vocab_size: int, order: int = 3, *,
-            smoothing: str = "modified_kneser_ney", discounts: Sequence[float | Sequence[float]] | None = None,
+            smoothing: str = "modified_kneser_ney", discounts: Sequence[float | Sequence[float] | None] | None = None,
             k: float = 1.0, prune: Sequence[int] | None = None) -> BackoffNGram:
         """Count ``corpus`` (token ids in ``[1, V - 1]``) and estimate the tables.
 
@@ -139,10 +154,13 @@ class BackoffNGram(Distribution):
             smoothing: ``"modified_kneser_ney"`` (interpolated, three discounts per order, as SRILM's
                 ``-kndiscount -interpolate`` and KenLM's ``lmplz``), ``"kneser_ney"`` (one
                 discount per order), ``"witten_bell"`` (interpolated) or ``"add_k"`` (backoff).
-            discounts: Kneser–Ney only: per order one number or ``(D1, D2, D3+)`` with
-                ``0 <= D_k <= k``; ``None`` estimates them from the counts-of-counts (Chen &
-                Goodman, 1998, eq. 26), which needs n-grams seen once, twice and three times
-                at every order (a tiny corpus raises and asks for explicit discounts).
+            discounts: Kneser–Ney only: one entry per order, unigrams first, each one number
+                (every count), ``(D1, D2, D3+)`` (modified) with ``0 <= D_k <= k``, or ``None``
+                to estimate that order's from the counts-of-counts (Chen & Goodman, 1998, eq. 26);
+                ``discounts=None`` estimates every order. An estimate needs n-grams of adjusted
+                count 1, 2 and 3 at its order, which a tiny corpus, or a small vocabulary whose
+                n-grams are all frequent (characters), lacks: then the error names the order and
+                suggests values (KenLM's fallback ``(0.5, 1.0, 1.5)``).
             k: add-k's pseudo-count (``> 0``).
             prune: raw-count thresholds per order, unigrams first (``prune[0] = 0``,
                 non-decreasing; a shorter list repeats its last value): an ``m``-gram seen at most
@@ -170,8 +188,14 @@ class BackoffNGram(Distribution):
         return model
 
     @classmethod
-    def from_arpa(cls, path: str | os.PathLike[str], vocab: Sequence[str] | None = None) -> BackoffNGram:
-        """Read an ARPA file (log10 in the file, natural logs inside).
+    def from_arpa(cls, path: str | os.PathLike[str], vocab: Sequence[str] | None = None, *,
+                  tolerance: float | None = TOLERANCE) -> BackoffNGram:
+        """Read an ARPA file (log10 in the file, natural logs inside; UTF-8, optionally gzip, bzip2 or
+        xz compressed; ``<U+XXXX>`` fields are whitespace tokens, see :meth:`to_arpa`).
+
+        The model must be a law: no probability above 1, and after every history (and for the
+        unigrams) the probabilities of the ``V`` outcomes, backoff included, must sum to 1 within
+        ``tolerance`` (checked with one lookup per stored n-gram).
 
         Args:
             path: the file.
@@ -179,16 +203,30 @@ class BackoffNGram(Distribution):
                 works too): every word must have a unigram entry and every word of the file must
                 be in it. ``None``: the file's own, ``</s>``, ``<unk>`` (when listed), then the
                 unigrams in file order; it is kept as ``model.words``.
+            tolerance: the largest accepted ``|sum - 1|`` (default 1e-3: files with at least four
+                significant digits pass); ``None`` skips the check (a hand-made or deficient file).
 
         Raises:
-            ValueError: a malformed file, naming the file and the line.
+            FileNotFoundError: the file cannot be opened.
+            ebms.errors.DataError: a malformed or unnormalised file, naming the file and the line
+                (the byte offset of a NUL byte or of bytes that are not UTF-8).
+            ValueError: a bad ``vocab`` or ``tolerance``.
         """
+        tolerance = _check_tolerance(tolerance)
         words = _arpa.check_words(vocab, None, "vocab") if vocab is not None else None
-        words, ngrams, lps, bows, lines = _arpa.read_arpa(path, words)
+        where = os.fspath(path)
+        words, ngrams, lps, bows, lines, start_line = _arpa.read_arpa(path, words)
         try:
-            tables = _arpa.tables_from_ngrams(len(words), ngrams, lps, bows)
-        except _arpa.TableError as err:
-            raise ValueError(f"{os.fspath(path)}:{lines[err.order - 1][err.row]}: {err}") from None
+            tables, given = _tables.tables_from_ngrams(len(words), ngrams, lps, bows)
+        except _tables.TableError as err:
+            raise DataError(f"{where}:{lines[err.order - 1][err.row]}: {err}") from None
+        bad = None if tolerance is None else _tables.unnormalised(tables, len(words), tolerance)
+        if bad is not None:
+            line = 0 if bad.order == 0 else (start_line if bad.order == 1 and bad.row == 0 else
+                                             lines[bad.order - 1][int(given[bad.order - 1][bad.row])])
+            raise DataError(f"{where}{f':{line}' if line else ''}: {_tables.describe(bad, tables, len(words), words)}"
+                            f"; expected 1 within tolerance={tolerance:g}: not a normalised backoff model (pass "
+                            "tolerance=None to read it anyway)")
         model = cls._from_tables(len(words), tables)
         model.words = words
         return model
@@ -196,11 +234,18 @@ class BackoffNGram(Distribution):
     def to_arpa(self, path: str | os.PathLike[str], words: Sequence[str], *, digits: int = 7) -> None:
         """Write the model as an ARPA file that KenLM and SRILM read.
 
+        A token holding whitespace (the space of a character-level model) is written with each
+        whitespace character as ``<U+XXXX>``, its code point in hex: the space token is the word
+        ``<U+0020>`` (query KenLM with the same spelling); :meth:`from_arpa` reads it back as the
+        space.
+
         Args:
             path: the file to write.
-            words: the id -> word list (``V`` strings without whitespace, ``words[0] = "</s>"``,
-                no ``<s>``), e.g. ``Vocabulary.tokens``.
-            digits: significant digits of each log10 value (7 matches KenLM's float32).
+            words: the id -> word list (``V`` distinct non-empty strings, ``words[0] = "</s>"``,
+                no ``<s>``, none already holding a ``<U+XXXX>`` spelling of whitespace), e.g.
+                ``Vocabulary.tokens``.
+            digits: significant digits of each log10 value (7 matches KenLM's float32; fewer than
+                4 can leave sums that :meth:`from_arpa`'s default ``tolerance`` refuses).
         """
         check_int(digits, "digits", minimum=1)
         _arpa.write_arpa(path, _arpa.check_words(words, self.vocab_size), self._tables(), digits)
@@ -214,7 +259,7 @@ class BackoffNGram(Distribution):
             prev, nxt = rows[-1][:, :-1], z[:, m - 1 :]
             live = (prev >= 0) & (nxt >= 0)  # only the windows whose prefix is stored are searched
             row = torch.full_like(prev, -1)
-            row[live] = _arpa.find(self._table("keys", m), prev[live] * self.vocab_size + nxt[live])
+            row[live] = _tables.find(self._table("keys", m), prev[live] * self.vocab_size + nxt[live])
             rows.append(row)
         return rows
 
@@ -336,3 +381,9 @@ class BackoffNGram(Distribution):
 
     def extra_repr(self) -> str:
         return f"vocab_size={self.vocab_size}, order={self.order}, ngrams={list(self.num_ngrams)}"
+
+
+def _check_tolerance(tolerance: object) -> float | None:
+    """``None`` or a finite number >= 0."""
+    return None if tolerance is None else check_positive(tolerance, "tolerance", allow_zero=True)
+

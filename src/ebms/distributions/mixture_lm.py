@@ -87,6 +87,9 @@ class MixtureLM(Distribution):
             if not isinstance(c, NormalisedModel):
                 raise TypeError(f"components[{k}]: expected a normalised LM with sample(n, generator=) and "
                                 f"log_prob(Sequences); got {type(c).__name__}")
+            if getattr(c, "normalised", True) is False:
+                raise ValueError(f"components[{k}]: expected a normalised LM; got a {type(c).__name__} whose "
+                                 "normalised attribute is False (e.g. NGram.zeros, a score table, not a law)")
             if getattr(c, "conditional_on_length", False):
                 raise ValueError(f"components[{k}]: expected an LM over sentences ending in </s>; got a "
                                  f"length-conditional {type(c).__name__} (it needs sample(n, lengths=...))")

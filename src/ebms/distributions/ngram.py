@@ -37,7 +37,7 @@ from ebms._checks import check_int, check_shape, check_tensor
 from ebms.distributions._base import Distribution
 from ebms.distributions._sampling import sample_categorical
 from ebms.distributions.smoothing import Smoothing, resolve_smoothing
-from ebms.sequences import Sequences
+from ebms.sequences import Sequences, token_id_row
 
 __all__ = ["NGram"]
 
@@ -272,7 +272,10 @@ def _as_sequences(corpus: Sequences | Sequence[Sequence[int]], name: str) -> Seq
         raise TypeError(f"{name}: expected an ebms.sequences.Sequences or a list of token-id lists; "
                         f"got {type(corpus).__name__}")
     else:
-        rows = [[int(t) for t in s] for s in corpus]
+        try:
+            rows = [token_id_row(s, i) for i, s in enumerate(corpus)]  # a float id is refused, never truncated
+        except TypeError as err:
+            raise TypeError(f"{name}: {err}") from None
         width = max((len(r) for r in rows), default=0)
         tokens = torch.zeros(len(rows), width, dtype=torch.long)
         for i, r in enumerate(rows):

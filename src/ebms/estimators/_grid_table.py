@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from ebms._checks import check_int
 from ebms.energy import EnergyLike, evaluate
+from ebms.samplers import energy_dtype
 
 __all__ = ["Bounds", "GridEnergy", "as_bounds", "energies_at", "grid_energy", "grid_points", "placement"]
 
@@ -142,11 +143,16 @@ def grid_energy(
         resolution: cells per axis.
         chunk: points per energy call.
         dtype, device: of the points; default: the energy's first floating
-            parameter or buffer, else float32 on CPU.
+            parameter or buffer, else float32 on CPU. A ``dtype`` other than that of the
+            energy's parameters is a ``TypeError`` (the energy could not take the points).
     """
     check_int(resolution, "resolution", minimum=2)
     check_int(chunk, "chunk", minimum=1)
     b = as_bounds(bounds)
+    want = energy_dtype(energy)
+    if dtype is not None and want is not None and dtype != want:
+        raise TypeError(f"dtype: expected None or {want}, the dtype of the energy's parameters; got {dtype} "
+                        f"(convert the model with model.to({dtype}) to tabulate it in {dtype})")
     d0, dev0 = placement(energy)
     dtype, device = dtype or d0, device or dev0
     xs, ys, pts = grid_points(b, resolution, dtype=dtype, device=device)

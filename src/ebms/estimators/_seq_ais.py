@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ebms._progress import progress_bar
 from ebms.estimators._seq_common import AnnealedSentenceEnergy
 from ebms.sequences import Sequences
 
@@ -72,8 +73,4 @@ def reverse_weights(target: AnnealedSentenceEnergy, kernel: Any, x: Sequences, b
 
 
 def _loop(indices: range, progress: bool, desc: str) -> Any:
-    if not progress:
-        return indices
-    from tqdm.auto import tqdm
-
-    return tqdm(indices, desc=desc, leave=False)
+    return progress_bar(indices, desc=desc, enabled=progress, leave=False) if progress else indices

@@ -64,6 +64,7 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_finite, check_int, check_positive, check_tensor
+from ebms._progress import progress_bar
 from ebms.capabilities import AnnealingPath, SupportsWeightIncrement
 from ebms.estimators._base import Estimate
 from ebms.estimators.importance import log_mean_weight
@@ -223,12 +224,8 @@ def _check_path(path: Any) -> tuple[float, Increment]:
     return v, increment
 
 
-def _loop(indices: range, progress: bool, desc: str):
-    if not progress:
-        return indices
-    from tqdm.auto import tqdm
-
-    return tqdm(indices, desc=desc, leave=False)
+def _loop(indices: range, progress: bool, desc: str) -> Any:
+    return progress_bar(indices, desc=desc, enabled=progress, leave=False) if progress else indices
 
 
 def _result(path: Any, log_z0: float, log_w: Tensor, x: Tensor, betas: tuple[float, ...], direction: str) -> AISResult:
@@ -256,7 +253,7 @@ def ais(
         betas: the schedule, e.g. :func:`linear_betas`, :func:`salakhutdinov_betas`; with ``[0, 1]`` (one step)
             this is plain importance sampling with the base as proposal.
         generator: random source for the base draws and the transitions.
-        progress: tqdm bar over temperatures.
+        progress: progress bar over temperatures.
     """
     bs = validate_betas(betas)
     check_int(n_chains, "n_chains", minimum=2)
@@ -291,7 +288,7 @@ def reverse_ais(
         x: target samples ``(n, *event)``, ``n >= 2`` (exact draws, long-run chains, or data).
         betas: the schedule, run backwards from 1 to 0.
         generator: random source for the transitions.
-        progress: tqdm bar over temperatures.
+        progress: progress bar over temperatures.
     """
     bs = validate_betas(betas)
     log_z0, increment = _check_path(path)

@@ -195,14 +195,15 @@ def ais_schedule(n_temperatures: int) -> Tensor:
     return salakhutdinov_betas() if n_temperatures == PUBLISHED_TEMPERATURES else sigmoid_betas(n_temperatures)
 
 
-def enumerated_log_z(model: nn.Module, space: DiscreteSpace) -> Estimate | None:
-    """Exact log Z of ``model`` by enumerating ``space``, or ``None`` beyond ``MAX_EXACT_STATES`` states."""
+def enumerated_log_z(model: nn.Module, space: DiscreteSpace, *, progress: bool = False) -> Estimate | None:
+    """Exact log Z of ``model`` by enumerating ``space``, or ``None`` beyond ``MAX_EXACT_STATES`` states
+    (``progress``: a progress bar over the enumeration's chunks)."""
     if space.num_states > MAX_EXACT_STATES:
         return None
-    return exact_log_partition(model, space)
+    return exact_log_partition(model, space, progress=progress)
 
 
-def exact_log_z(model: nn.Module, space: DiscreteSpace) -> Estimate | None:
+def exact_log_z(model: nn.Module, space: DiscreteSpace, *, progress: bool = False) -> Estimate | None:
     r"""The exact :math:`\log Z` of ``model`` on ``space`` where one is feasible, else ``None``.
 
     A model with its own closed form (:class:`~ebms.capabilities.SupportsLogPartition`, e.g. a
@@ -213,6 +214,7 @@ def exact_log_z(model: nn.Module, space: DiscreteSpace) -> Estimate | None:
     Args:
         model: the energy ``E(x) -> (B,)``.
         space: the discrete space ``x`` lives in (enumerated only for a model without a closed form).
+        progress: show a progress bar while enumerating.
 
     Returns:
         An exact :class:`~ebms.estimators.Estimate` (``stderr`` 0, ``settings["method"]`` ``"exact"``
@@ -223,7 +225,7 @@ def exact_log_z(model: nn.Module, space: DiscreteSpace) -> Estimate | None:
     if not isinstance(space, DiscreteSpace):
         raise TypeError(f"space: expected a DiscreteSpace (e.g. ebms.spaces.Binary); got {type(space).__name__}")
     if not isinstance(model, SupportsLogPartition):
-        return enumerated_log_z(model, space)
+        return enumerated_log_z(model, space, progress=progress)
     try:
         value = float(model.log_partition())
     except ValueError:  # too many terms to sum (an RBM with both layers wide)

@@ -23,9 +23,11 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_int
+from ebms._progress import progress_bar
 from ebms.capabilities import HasSpace
 from ebms.energy import EnergyLike, evaluate
 from ebms.estimators._base import Estimate
+from ebms.estimators.likelihood import _in_energy_dtype
 from ebms.spaces import DiscreteSpace
 
 __all__ = ["exact_log_partition", "exact_log_prob"]
@@ -66,7 +68,7 @@ def exact_log_partition(
         space: the discrete space; ``None`` means ``energy.space``.
         chunk_size: states per energy call.
         max_states: refuse spaces with more states than this (``ValueError`` naming ``num_states``).
-        progress: show a tqdm bar over chunks.
+        progress: show a progress bar over chunks.
 
     Returns:
         ``Estimate(estimate=log Z, stderr=0, exact=True, settings={"method", "num_states", "chunk_size"})``.
@@ -96,9 +98,7 @@ def exact_log_partition(
     device, dtype = _placement(energy)
     chunks = space.enumerate(chunk_size, device=device, dtype=dtype)
     if progress:
-        from tqdm.auto import tqdm
-
-        chunks = tqdm(chunks, total=math.ceil(n / chunk_size), desc="enumerate", leave=False)
+        chunks = progress_bar(chunks, total=math.ceil(n / chunk_size), desc="enumerate", leave=False)
     parts: list[Tensor] = []
     bad = torch.zeros((), dtype=torch.bool, device=device)
     with torch.no_grad():
@@ -128,7 +128,8 @@ def exact_log_prob(
 
     Args:
         energy, space: as for :func:`exact_log_partition` (``space=None`` means ``energy.space``).
-        x: states ``(B, *event)``, validated against the space.
+        x: states ``(B, *event)``, validated against the space; float states in another dtype than
+            the energy's parameters are cast to theirs (the values 0, 1, -1 are exact in every dtype).
         log_z: a known :math:`\log Z` (number or exact :class:`Estimate`); ``None`` enumerates.
         chunk_size, max_states: passed to :func:`exact_log_partition` when ``log_z`` is ``None``.
     """
@@ -145,4 +146,4 @@ def exact_log_prob(
         if not math.isfinite(value):
             raise ValueError(f"log_z: expected a finite number; got {log_z!r}")
     with torch.no_grad():
-        return -evaluate(energy, x).double() - value
+        return -evaluate(energy, _in_energy_dtype(energy, x)).double() - value

@@ -180,8 +180,8 @@ def grid_log_likelihood(
         every term equally; it is *not* in ``stderr`` but reported as
         ``settings["log_z_error"]`` (add it when comparing models evaluated
         with different grids). ``settings["outside_fraction"]`` counts test
-        points outside the box (a warning is raised when it is not 0: the
-        box truncates the data).
+        points outside the box, its bounds as ``x``'s dtype holds them (a
+        warning is raised when it is not 0: the box truncates the data).
     """
     x = _check_points(x)
     b = as_bounds(bounds)
@@ -196,8 +196,12 @@ def grid_log_likelihood(
             f"x: the model gives zero density (E = +inf) to {int(torch.isinf(e).sum())} test point(s); "
             "the log-likelihood is -inf"
         )
-    xd = x.double().cpu()
-    inside = (xd[:, 0] >= b[0][0]) & (xd[:, 0] <= b[0][1]) & (xd[:, 1] >= b[1][0]) & (xd[:, 1] <= b[1][1])
+    # the bounds as x's dtype holds them (rounded to nearest): a float32 point at -3.4 is at the edge of
+    # the box [-3.4, 3.4], not outside it, although it lies below -3.4 in float64
+    lo = torch.tensor([b[0][0], b[1][0]], dtype=torch.float64).to(x.dtype)
+    hi = torch.tensor([b[0][1], b[1][1]], dtype=torch.float64).to(x.dtype)
+    xc = x.detach().cpu()
+    inside = ((xc >= lo) & (xc <= hi)).all(1)
     outside = 1.0 - float(inside.double().mean())
     if outside > 0:
         warnings.warn(

@@ -36,9 +36,11 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_energy_output, check_int, check_tensor
+from ebms._progress import progress_bar
 from ebms.distributions import Gaussian, IndependentBernoulli, IndependentCategorical, as_distribution
 from ebms.energy import EnergyLike
 from ebms.estimators._base import Estimate
+from ebms.estimators.likelihood import _in_energy_dtype
 from ebms.sequences import Sequences
 from ebms.spaces import Categorical
 
@@ -132,24 +134,28 @@ def importance_log_weights(
     *,
     generator: torch.Generator | None = None,
     batch_size: int = 1 << 14,
+    progress: bool = False,
 ) -> Tensor:
     r"""Log importance weights :math:`-E(x_i) - \log q(x_i)` of ``n_samples`` proposal draws, ``(n,)`` float64.
 
-    Draws come in batches of ``batch_size`` (one ``proposal.sample`` and one energy call each).
+    Draws come in batches of ``batch_size`` (one ``proposal.sample`` and one energy call each);
+    ``progress``: a progress bar over the batches. Float draws in another dtype than the energy's
+    parameters reach the energy cast to theirs (``log q`` is computed on the draws as drawn).
     """
     proposal = as_distribution(proposal, "proposal")
     check_int(n_samples, "n_samples", minimum=2)
     check_int(batch_size, "batch_size", minimum=1)
     out = []
     with torch.no_grad():
-        for start in range(0, n_samples, batch_size):
+        starts = range(0, n_samples, batch_size)
+        for start in progress_bar(starts, desc="importance", enabled=progress, leave=False, unit="batch"):
             b = min(batch_size, n_samples - start)
             x = proposal.sample(b, generator=generator)
             rows = x.shape[0] if isinstance(x, Tensor) else x.batch_size if isinstance(x, Sequences) else None
             if rows != b:
                 got = tuple(x.shape) if isinstance(x, Tensor) else f"{rows} sequences" if rows else type(x).__name__
                 raise ValueError(f"proposal.sample({b}): expected a tensor or Sequences with {b} rows; got {got}")
-            e = check_energy_output(energy(x), b)
+            e = check_energy_output(energy(_in_energy_dtype(energy, x) if isinstance(x, Tensor) else x), b)
             lq = proposal.log_prob(x)
             if not isinstance(lq, Tensor) or tuple(lq.shape) != (b,):
                 got = tuple(lq.shape) if isinstance(lq, Tensor) else type(lq).__name__
@@ -165,6 +171,7 @@ def importance_log_partition(
     *,
     generator: torch.Generator | None = None,
     batch_size: int = 1 << 14,
+    progress: bool = False,
 ) -> Estimate:
     r"""Importance-sampling estimate of :math:`\log Z` for ``p ∝ exp(-E)`` (module docstring).
 
@@ -177,6 +184,7 @@ def importance_log_partition(
         n_samples: number of draws ``n >= 2``.
         generator: the random source of the draws.
         batch_size: draws per energy call.
+        progress: show a progress bar over the batches.
 
     Returns:
         :class:`Estimate` with ``stderr`` (delta method), ``ess`` (Kish) and ``settings``. With
@@ -195,7 +203,8 @@ def importance_log_partition(
         >>> abs(est.estimate - math.log(2 * math.pi)) < 4 * est.stderr
         True
     """
-    lw = importance_log_weights(energy, proposal, n_samples, generator=generator, batch_size=batch_size)
+    lw = importance_log_weights(energy, proposal, n_samples, generator=generator, batch_size=batch_size,
+                              progress=progress)
     log_z, stderr, ess = log_mean_weight(lw, "log weights -E(x) - log q(x)")
     settings = {"method": "importance", "n_samples": n_samples, "batch_size": batch_size,
                 "proposal": type(proposal).__name__}

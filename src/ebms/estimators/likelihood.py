@@ -29,6 +29,7 @@ from ebms._checks import check_finite, check_int, check_tensor
 from ebms.capabilities import HasSpace
 from ebms.energy import EnergyLike, evaluate
 from ebms.estimators._base import Estimate
+from ebms.samplers import energy_dtype
 from ebms.spaces import Space
 
 __all__ = ["LogLikelihoodReport", "log_likelihood_report"]
@@ -56,6 +57,13 @@ class LogLikelihoodReport(Estimate):
         return head + f"; {method} log Z {s['log_z']:.2f} ± {s['log_z_stderr']:.2f})"
 
 
+def _in_energy_dtype(energy: EnergyLike, x: Tensor) -> Tensor:
+    """A float ``x`` in the dtype of the energy's parameters (unchanged when that is unknown or already so):
+    data only feed the model, whose precision sets the result's."""
+    want = energy_dtype(energy) if x.is_floating_point() else None
+    return x if want is None or x.dtype == want else x.to(want)
+
+
 def _log_z_label(log_z: Estimate) -> str:
     m = str(log_z.settings.get("method", "estimated"))
     return "AIS/reverse-AIS" if m == "ais bracket" else m.replace(" ais", " AIS").replace("ais", "AIS")
@@ -73,7 +81,8 @@ def log_likelihood_report(
     Args:
         energy: ``E: (B, *event) -> (B,)``; if it has a ``space`` attribute, ``x_test`` is validated
             against it (e.g. non-binary data for a Bernoulli RBM is an error).
-        x_test: held-out data ``(n, *event)``, ``n >= 2``.
+        x_test: held-out data ``(n, *event)``, ``n >= 2``; a float tensor in another dtype than the
+            energy's parameters is cast to theirs (as :func:`~ebms.estimators.grid_log_likelihood` does).
         log_z: the :math:`\log Z` :class:`Estimate` (exact, IS, AIS or an AIS bracket), or a number
             taken as exact.
         batch_size: test points per energy call.
@@ -102,6 +111,7 @@ def log_likelihood_report(
             log_z = Estimate(float(log_z), exact=True, settings={"method": "given"})
         except (TypeError, ValueError):
             raise TypeError(f"log_z: expected an Estimate or a finite number; got {log_z!r}") from None
+    x_test = _in_energy_dtype(energy, x_test)
     with torch.no_grad():
         e = torch.cat([evaluate(energy, x_test[i : i + batch_size]).double()
                        for i in range(0, x_test.shape[0], batch_size)])

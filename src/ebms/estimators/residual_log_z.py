@@ -42,6 +42,7 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_int, check_tensor
+from ebms._progress import progress_bar
 from ebms.samplers.joint_resampling import base_draw_energies, empty_rows, join_rows, negative_energies, repeat_rows
 from ebms.sequences import Sequences
 
@@ -107,11 +108,12 @@ def log_z_bounds(neg_energies: Tensor, *, dim: int = -1) -> LogZBounds:
 
 
 def residual_log_z(model: Any, prefix: Sequences, n: int, *, generator: torch.Generator | None,
-                   batch_size: int = 4096, progress: bool | None = None) -> LogZBounds:
+                   batch_size: int = 4096, progress: bool | None = False) -> LogZBounds:
     """:func:`log_z_bounds` of each prefix from ``n`` untruncated ``model.sample_base`` draws: ``(P,)`` fields.
 
     Cost: ``P n`` base draws and energy evaluations, in calls of ``max(batch_size, n)`` rows;
-    memory ``P n`` floats (draws are not kept). ``progress``: tqdm bar (``None``: over 20 calls).
+    memory ``P n`` floats (draws are not kept). ``progress``: a progress bar over the calls (default off;
+    ``None``: when there are more than 20).
 
     Example:
         >>> from ebms.models import LSTMLM
@@ -194,7 +196,7 @@ class ResidualPerplexity:
 
 def residual_perplexity(model: Any, prefixes: Sequences, continuations: Sequences, n: int, *,
                         generator: torch.Generator | None, batch_size: int = 4096,
-                        progress: bool | None = None) -> ResidualPerplexity:
+                        progress: bool | None = False) -> ResidualPerplexity:
     r"""Perplexity interval of held-out continuations, the paper's "a-b" ranges.
 
     :math:`\log p(x \mid c) = \log p_{LM}(x \mid c) - E(c, x) - \log Z(c)` with :math:`\log Z` from
@@ -241,7 +243,7 @@ class StepwiseBounds:
 
 def stepwise_log_prob_bounds(model: Any, prefix: Sequences, x: Sequences, n: int, *,
                              generator: torch.Generator | None, batch_size: int = 4096,
-                             progress: bool | None = None) -> StepwiseBounds:
+                             progress: bool | None = False) -> StepwiseBounds:
     r"""Eq. 5 of Deng et al.: per-step log-probabilities of the joint model, with bounds.
 
     .. math::  \log p(x_t \mid c, x_{<t}) = \log p_{LM}(x_t \mid c, x_{<t}) + \log Z_t - \log Z_{t-1},
@@ -275,9 +277,7 @@ def stepwise_log_prob_bounds(model: Any, prefix: Sequences, x: Sequences, n: int
     zu = torch.zeros_like(zl)
     positions: Any = range(int(L.max()) + 1)
     if progress or (progress is None and P * n * len(positions) > 20 * batch_size):
-        from tqdm.auto import tqdm
-
-        positions = tqdm(positions, desc="Eq. 5 positions", leave=False)
+        positions = progress_bar(positions, desc="Eq. 5 positions", leave=False)
     per_call = max(1, batch_size // n)
     for j in positions:
         rows = (L >= j).nonzero().squeeze(1)

@@ -42,6 +42,7 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_int, check_positive
+from ebms._progress import progress_bar
 from ebms.estimators._base import Estimate
 from ebms.estimators._seq_ais import forward_weights, reverse_weights
 from ebms.estimators._seq_common import (
@@ -81,6 +82,7 @@ def importance_log_z_per_length(
     space: TokenSequences | None = None,
     generator: torch.Generator | None = None,
     batch_size: int = 1 << 14,
+    progress: bool = False,
 ) -> LengthLogZ:
     r"""Importance-sampling estimates of :math:`\log Z_l` for every length (module docstring).
 
@@ -93,6 +95,7 @@ def importance_log_z_per_length(
         space: the :class:`~ebms.spaces.TokenSequences`; default ``model.space``.
         generator: random source of the draws.
         batch_size: sentences per energy call.
+        progress: show a progress bar over the batches.
 
     Returns:
         :class:`LengthLogZ` (``method="importance"``), each estimate with delta-method ``stderr``
@@ -107,7 +110,8 @@ def importance_log_z_per_length(
     check_int(batch_size, "batch_size", minimum=1)
     rows = _repeat(ls, n_samples)
     parts = []
-    for start in range(0, rows.shape[0], batch_size):
+    starts = range(0, rows.shape[0], batch_size)
+    for start in progress_bar(starts, desc="importance log Z_l", enabled=progress, leave=False, unit="batch"):
         x = draw(proposal, rows[start:start + batch_size], generator)
         parts.append(-energy_of(energy, x) - proposal_log_prob(proposal, x))
     settings = {"method": "importance", "proposal": type(proposal).__name__, "n_samples": n_samples}
@@ -178,7 +182,7 @@ def ais_log_z_per_length(
         z: standard errors widening the bracket.
         generator: random source for the draws and the kernel.
         batch_size: chains run together (lengths are grouped to fit).
-        progress: tqdm bars over temperatures.
+        progress: progress bars over temperatures.
 
     Returns:
         :class:`LengthLogZ` (``method="ais"``, or ``"ais bracket"`` with ``target_samples``): the

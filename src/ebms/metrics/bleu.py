@@ -75,12 +75,44 @@ def _pairs(hypotheses: Any, references: Any, vocab: Any) -> tuple[list[str], lis
     return hyps, refs
 
 
-def _sacrebleu(hyps: list[str], refs: list[str], tokenize: str) -> float:
+def _import_sacrebleu() -> Any:
     try:
         import sacrebleu
     except ImportError:
         raise ImportError("corpus_bleu needs the sacrebleu package: pip install sacrebleu") from None
-    return float(sacrebleu.corpus_bleu(hyps, [refs], tokenize=tokenize).score)
+    return sacrebleu
+
+
+def _tokenizers() -> tuple[str, ...] | None:
+    """sacreBLEU's tokeniser names (``None`` when this sacreBLEU does not list them where we look)."""
+    _import_sacrebleu()
+    try:
+        from sacrebleu.metrics import bleu as sacre_bleu_module
+
+        names = sacre_bleu_module._TOKENIZERS  # sacreBLEU 2.x's table of tokenisers
+    except (ImportError, AttributeError):
+        return None
+    return tuple(names)
+
+
+def _check_tokenize(tokenize: object) -> str:
+    """``tokenize`` is one of sacreBLEU's tokenisers (a ``ValueError`` listing them otherwise)."""
+    if not isinstance(tokenize, str):
+        raise TypeError(f"tokenize: expected a sacreBLEU tokeniser name (a str); got {type(tokenize).__name__}")
+    names = _tokenizers()
+    if names is not None and tokenize not in names:
+        raise ValueError(f"tokenize: expected one of sacreBLEU's tokenisers ({', '.join(map(repr, names))}); "
+                         f"got {tokenize!r}")
+    return tokenize
+
+
+def _sacrebleu(hyps: list[str], refs: list[str], tokenize: str) -> float:
+    sacrebleu = _import_sacrebleu()
+    try:
+        return float(sacrebleu.corpus_bleu(hyps, [refs], tokenize=tokenize).score)
+    except KeyError:  # an unknown tokeniser, in a sacreBLEU whose table _tokenizers could not read
+        raise ValueError(f"tokenize: {tokenize!r} is not one of this sacreBLEU's tokenisers (e.g. '13a', "
+                         "'none', 'intl', 'char')") from None
 
 
 def corpus_bleu(hypotheses: Corpus, references: Corpus, *, vocab: Any = None, tokenize: str = "13a") -> float:
@@ -90,11 +122,13 @@ def corpus_bleu(hypotheses: Corpus, references: Corpus, *, vocab: Any = None, to
         hypotheses: system outputs, strings or token-id Sequences.
         references: one reference per hypothesis, in the same forms.
         vocab: turns Sequences into strings (``to_text``); unused for strings.
-        tokenize: sacreBLEU's tokeniser (``"13a"``, its default; ``"none"`` for pre-tokenised text).
+        tokenize: sacreBLEU's tokeniser (``"13a"``, its default; ``"none"`` for pre-tokenised text;
+            ``"intl"``, ``"char"``, ``"zh"``, ...).
 
     Raises:
         TypeError: a wrong input type, or Sequences without a vocabulary.
-        ValueError: no sentences, or different numbers of hypotheses and references.
+        ValueError: no sentences, different numbers of hypotheses and references, or a
+            ``tokenize`` that sacreBLEU does not have (the message lists its tokenisers).
         ImportError: sacrebleu is not installed.
 
     Example:
@@ -102,7 +136,7 @@ def corpus_bleu(hypotheses: Corpus, references: Corpus, *, vocab: Any = None, to
         100.0
     """
     hyps, refs = _pairs(hypotheses, references, vocab)
-    return _sacrebleu(hyps, refs, tokenize)
+    return _sacrebleu(hyps, refs, _check_tokenize(tokenize))
 
 
 def bleu_by_length(hypotheses: Corpus, references: Corpus,
@@ -111,31 +145,53 @@ def bleu_by_length(hypotheses: Corpus, references: Corpus,
     """Corpus BLEU per reference-length bucket (E-ARM Table 7: ``[0, 25), [25, 50), [50, inf)``).
 
     The length of a reference is its number of tokens: ``lengths`` of Sequences, the number of
-    space-separated words of a string. A sentence pair belongs to every bucket ``[low, high)``
-    holding its reference length (buckets need not cover all lengths, and may overlap).
+    space-separated words of a string. A sentence pair belongs to the bucket ``[low, high)``
+    holding its reference length; buckets need not cover all lengths, but must not overlap (a
+    sentence counted in two rows of a table would read as two results).
 
     Args:
         hypotheses, references, vocab, tokenize: as :func:`corpus_bleu`.
-        buckets: ``(low, high)`` pairs with ``0 <= low < high`` (``high = None``: unbounded).
+        buckets: ``(low, high)`` pairs with ``0 <= low < high`` (``high = None``: unbounded),
+            pairwise disjoint, in any order.
+
+    Raises:
+        ValueError: a malformed bucket, or two buckets that overlap (both named), and the errors
+            of :func:`corpus_bleu`.
 
     Returns:
         One :class:`LengthBucketBLEU` per bucket, in the given order.
     """
     hyps, refs = _pairs(hypotheses, references, vocab)
+    tokenize = _check_tokenize(tokenize)
     if isinstance(references, Sequences):
         lengths = [int(n) for n in references.lengths.tolist()]
     else:
         lengths = [len(r.split()) for r in refs]
-    if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Sequence) or not buckets:
-        raise ValueError(f"buckets: expected a non-empty list of (low, high) pairs; got {buckets!r}")
+    bounds = _check_buckets(buckets)
     out = []
-    for i, bucket in enumerate(buckets):
-        if not (isinstance(bucket, tuple) and len(bucket) == 2):
-            raise ValueError(f"buckets[{i}]: expected a pair (low, high); got {bucket!r}")
-        low, high = check_int(bucket[0], f"buckets[{i}] low", minimum=0), bucket[1]
-        if high is not None and check_int(high, f"buckets[{i}] high", minimum=0) <= low:
-            raise ValueError(f"buckets[{i}]: expected low < high; got {bucket!r}")
+    for low, high in bounds:
         members = [j for j, n in enumerate(lengths) if n >= low and (high is None or n < high)]
         bleu = _sacrebleu([hyps[j] for j in members], [refs[j] for j in members], tokenize) if members else None
         out.append(LengthBucketBLEU(low, high, bleu, len(members)))
     return out
+
+
+def _check_buckets(buckets: object) -> list[tuple[int, int | None]]:
+    """``(low, high)`` pairs, ``0 <= low < high`` (``high`` ``None``: unbounded), no two overlapping."""
+    if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Sequence) or not buckets:
+        raise ValueError(f"buckets: expected a non-empty list of (low, high) pairs; got {buckets!r}")
+    bounds: list[tuple[int, int | None]] = []
+    for i, bucket in enumerate(buckets):
+        if isinstance(bucket, (str, bytes)) or not isinstance(bucket, Sequence) or len(bucket) != 2:
+            raise ValueError(f"buckets[{i}]: expected a pair (low, high); got {bucket!r}")
+        low, high = check_int(bucket[0], f"buckets[{i}] low", minimum=0), bucket[1]
+        if high is not None and check_int(high, f"buckets[{i}] high", minimum=0) <= low:
+            raise ValueError(f"buckets[{i}]: expected low < high; got {bucket!r}")
+        bounds.append((low, high))
+    order = sorted(range(len(bounds)), key=lambda k: bounds[k][0])
+    for a, b in zip(order, order[1:]):  # sorted by low: only neighbours can overlap first
+        high = bounds[a][1]
+        if high is None or high > bounds[b][0]:
+            raise ValueError(f"buckets: buckets[{a}] {tuple(bounds[a])} and buckets[{b}] {tuple(bounds[b])} overlap "
+                             "(lengths in both would be counted twice); give disjoint [low, high) ranges")
+    return bounds

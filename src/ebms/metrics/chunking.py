@@ -10,13 +10,20 @@ correct, ``P`` predicted and ``T`` true chunks::
     precision = 100 C / P,   recall = 100 C / T,   F1 = 2 precision recall / (precision + recall)
 
 in **percent**, as conlleval prints them (0 where the denominator is 0).
-Token accuracy is the percentage of tokens whose full tag string (prefix and
-type, ``O`` included) is equal. Per-type scores use the chunks of each type.
+Token accuracy is the percentage of tokens whose prefix and type (``O`` included) are
+both equal (so ``B`` and ``B-``, both untyped, are the same tag, as in conlleval). Per-type scores use the chunks of each type.
 Cost: O(total tokens).
 
 On IOB1/IOB2 tags the counts equal those of ``conlleval`` (version 2004-01-26); the
 script has no ``S-`` rules, so for IOBES tags the boundary rules are extended to read
 ``S-`` as a single-token chunk and ``E-`` as a chunk's last token.
+
+Untyped tags: a bare prefix (``B``, ``I``, ``E``, ``S``, or the same with an empty type,
+``B-``) has the type ``""``, as conlleval reads it (everything after the first ``-``, empty
+when there is none; :func:`ebms.data.conll.parse_tag`); its chunks follow the same boundary
+rules, a change between ``""`` and a named type included, and are scored under the key ``""``
+of ``per_type``. seqeval reads such tags the same way and names the type ``"_"``; the counts
+agree.
 
 Reference:
     Tjong Kim Sang & Buchholz (2000), "Introduction to the CoNLL-2000 Shared Task: Chunking"
@@ -34,7 +41,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ebms.data.conll import bio_to_spans
+from ebms.data.conll import bio_to_spans, parse_tag
 
 __all__ = ["ChunkScores", "TypeScores", "conlleval"]
 
@@ -117,7 +124,8 @@ def conlleval(true_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence[s
     """Chunk precision/recall/F1 (percent) of ``pred_tags`` against ``true_tags``, as conlleval computes them.
 
     Args:
-        true_tags: gold tags, one list of strings per sentence (IOB1, IOB2 or IOBES).
+        true_tags: gold tags, one list of strings per sentence (IOB1, IOB2 or IOBES; a prefix
+            without a type, ``B``/``I``/``E``/``S``, has the type ``""``).
         pred_tags: predicted tags, same number of sentences and the same length for each.
 
     Returns:
@@ -150,7 +158,7 @@ def conlleval(true_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence[s
         found.update(k for k, _, _ in p_spans)
         correct.update(k for k, _, _ in set(g_spans) & set(p_spans))
         n_tok += len(g)
-        n_ok_tags += sum(a == b for a, b in zip(g, p))
+        n_ok_tags += sum(a == b or parse_tag(a) == parse_tag(b) for a, b in zip(g, p))
     per_type = {
         k: TypeScores(*_prf(correct[k], found[k], truth[k]), correct[k], found[k], truth[k])
         for k in sorted(set(truth) | set(found))

@@ -143,7 +143,11 @@ class PreferenceTest:
 
 
 def _scores(x: Any, name: str) -> Tensor:
-    t = x.detach() if isinstance(x, Tensor) else torch.as_tensor(x)
+    try:
+        t = x.detach() if isinstance(x, Tensor) else torch.as_tensor(x)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"{name}: expected a non-empty 1-D list or tensor of real scores; got "
+                        f"{type(x).__name__} {str(x)[:60]}") from None
     if t.dtype == torch.bool or t.is_complex() or t.dim() != 1 or t.numel() == 0:
         raise ValueError(f"{name}: expected a non-empty 1-D list or tensor of real scores; got "
                          f"{t.dtype} of shape {tuple(t.shape)}")

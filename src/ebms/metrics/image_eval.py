@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_int
+from ebms._progress import progress_bar
 from ebms.metrics.calibration import TemperatureScaling, calibration_report
 from ebms.metrics.ood import OOD_SCORE_KINDS, detection_report, ood_scores
 
@@ -118,6 +119,7 @@ def evaluate_image_classifier(
     step: int = 0,
     generator: torch.Generator | None = None,
     batch_size: int = 500,
+    progress: bool = False,
 ) -> ImageClassifierReport:
     """Accuracy, calibration and OOD figures of ``classifier`` (see the module docstring).
 
@@ -134,6 +136,7 @@ def evaluate_image_classifier(
         step: the model's training step (reported).
         generator: the bootstrap's randomness.
         batch_size: rows per classifier call.
+        progress: a progress bar over the (score, OOD set) pairs.
     """
     for s in scores:
         if s not in OOD_SCORE_KINDS:
@@ -153,12 +156,15 @@ def evaluate_image_classifier(
         temperature, nll_s, ece_c, ece_t = scaler.temperature, scaled.nll, scaled.ece_classwise, scaled.ece_top_label
     rows = []
     x_in = x_test[:n_ood]
+    bar = progress_bar(total=len(scores) * len(ood), desc="OOD", enabled=progress, leave=False, unit="set")
     for kind in scores:
         s_in = ood_scores(classifier, x_in, kind=kind, batch_size=batch_size)
         for name, x_out in ood.items():
             s_out = ood_scores(classifier, x_out, kind=kind, batch_size=batch_size)
             d = detection_report(s_in, s_out, n_boot=n_boot, generator=generator)
             rows.append({"set": name, "score": kind, **d.as_dict()})
+            bar.update(1)
+    bar.close()
     return ImageClassifierReport(step=step, accuracy=raw.accuracy, nll=raw.nll, ece_classwise=raw.ece_classwise,
                                  ece_top_label=raw.ece_top_label, temperature=temperature, nll_scaled=nll_s,
                                  ece_classwise_scaled=ece_c, ece_top_label_scaled=ece_t,
@@ -203,12 +209,14 @@ def evaluate_image_energy(
     step: int = 0,
     generator: torch.Generator | None = None,
     batch_size: int = 500,
+    progress: bool = False,
 ) -> ImageEnergyReport:
-    """Energies of ``x_test``, ``samples`` and every set of ``ood``; AUROC of ``-E`` (test = positive)."""
+    """Energies of ``x_test``, ``samples`` and every set of ``ood``; AUROC of ``-E`` (test = positive);
+    ``progress``: a progress bar over the OOD sets."""
     e_test = batched(energy, x_test, batch_size).double()
     e_samples = batched(energy, samples, batch_size).double()
     means, rows = {}, []
-    for name, x_out in ood.items():
+    for name, x_out in progress_bar(ood.items(), total=len(ood), desc="OOD", enabled=progress, leave=False, unit="set"):
         e_out = batched(energy, x_out, batch_size).double()
         means[name] = float(e_out.mean())
         rows.append({"set": name, "score": "-energy",

@@ -157,6 +157,9 @@ def _check_sentences(x: Sequences, model: TRF | GNELM) -> None:
 def _row(label: str, base: float, norm: float, tokens: int, var: float | None, bound: float | None,
          exact: bool) -> PerplexityRow:
     total = base - norm
+    if math.isnan(total):
+        raise ValueError(f"model: the corpus log-probability with the {label} normalisers is NaN (a NaN energy, "
+                         "log pi or log Z); no perplexity")
     nll = -total / tokens
     return PerplexityRow(label, math.exp(nll) if nll < 709.0 else math.inf, nll, total,
                          None if var is None else math.sqrt(var) / tokens,

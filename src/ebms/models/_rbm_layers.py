@@ -118,8 +118,20 @@ class RBMBase(Energy, metaclass=abc.ABCMeta):
         return -self.visible_term(v) - softplus(self.hidden_input(v)).sum(-1)
 
     def check_input(self, v: Tensor, name: str = "v") -> Tensor:
-        """Validate a batch of visible states against ``self.space`` (shape, finiteness, values)."""
-        return self.space.validate(v, name)
+        """Validate a batch of visible states against ``self.space`` (shape, finiteness, values) and
+        the parameters' dtype (:meth:`check_dtype`)."""
+        return self.check_dtype(self.space.validate(v, name), name)
+
+    def check_dtype(self, v: Tensor, name: str = "v") -> Tensor:
+        """``v`` has the dtype of the parameters: a ``TypeError`` naming ``name`` and both dtypes otherwise
+        (the layer products would fail with a matmul traceback)."""
+        want = self.weight.dtype
+        if v.dtype != want:
+            raise TypeError(
+                f"{name}: expected dtype {want}, the dtype of the {type(self).__name__}'s parameters; got {v.dtype}; "
+                f"convert {name} ({name}.to({want})) or the model (model.to({v.dtype}))"
+            )
+        return v
 
     def free_energy(self, v: Tensor) -> Tensor:
         """``F(v)`` after :meth:`check_input`, ``(B,)``."""
@@ -293,8 +305,8 @@ class GaussianBernoulliRBM(RBMBase):
         return e, g
 
     def init_visible_bias_from_data(self, v: Tensor) -> None:
-        """Set ``b`` to the data mean of ``v: (B, D)``."""
-        v = self.check_input(v)
+        """Set ``b`` to the data mean of ``v: (B, D)`` (any float dtype: the mean is copied into ``b``)."""
+        v = self.space.validate(v, "v")
         with torch.no_grad():
             self.visible_bias.copy_(v.mean(0))
 
@@ -383,8 +395,8 @@ class CategoricalRBM(RBMBase):
         return e, g
 
     def init_visible_bias_from_data(self, v: Tensor, *, pseudocount: float = 1.0) -> None:
-        """Set ``b_ik`` to the log of the smoothed category frequencies of ``v: (B, N, K)``."""
-        v = self.check_input(v)
+        """Set ``b_ik`` to the log of the smoothed category frequencies of ``v: (B, N, K)`` (any float dtype)."""
+        v = self.space.validate(v, "v")
         check_positive(pseudocount, "pseudocount")
         with torch.no_grad():
             self.visible_bias.copy_(

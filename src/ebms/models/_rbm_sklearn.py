@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_int
+from ebms._progress import progress_bar
 from ebms.train import Callback, Trainer
 
 if TYPE_CHECKING:
@@ -146,16 +147,14 @@ class _Epochs:
 
 
 class _EpochBar(Callback):
-    """``verbose=True``: a tqdm bar over epochs with the reconstruction error of the first 1000 rows."""
+    """``verbose=True``: a progress bar over epochs with the reconstruction error of the first 1000 rows."""
 
     def __init__(self, est: RBMEstimator, rows: _Rows, n_batches: int, n_iter: int) -> None:
         self.est, self.rows, self.n_batches, self.n_iter = est, rows, n_batches, n_iter
         self.bar: Any = None
 
     def on_fit_start(self, trainer: Trainer) -> None:
-        from tqdm.auto import tqdm
-
-        self.bar = tqdm(total=self.n_iter, desc="RBM", unit="epoch")
+        self.bar = progress_bar(total=self.n_iter, desc="RBM", unit="epoch")
 
     def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, float]) -> None:
         if step % self.n_batches == 0:
@@ -228,6 +227,10 @@ _CHECKS_WITH_DATA_ABOVE_ONE = (
 )
 
 
+#: scikit-learn checks that score data in [0, 1] that is not binary (see :func:`sklearn_expected_failed_checks`)
+_CHECKS_SCORING_NON_BINARY_DATA = ("check_fit_score_takes_y",)
+
+
 def sklearn_expected_failed_checks(estimator: Any) -> dict[str, str]:
     """The scikit-learn ``check_estimator`` checks that do not apply to ``estimator``, with the reason.
 
@@ -236,12 +239,16 @@ def sklearn_expected_failed_checks(estimator: Any) -> dict[str, str]:
     Bernoulli visibles, the checks that fit on data with values above 1 (random uniforms times 3, iris,
     blobs: scikit-learn shifts data to a minimum of 0 for ``positive_only`` estimators but does not scale
     it), which the estimator rejects with a one-line ``ValueError`` by design: values above 1 are neither
-    binary nor Bernoulli means. ``tests/models/test_rbm_sklearn.py`` runs the same checks on the same
-    data clipped to [0, 1], where all of them pass.
+    binary nor Bernoulli means; and the check that scores uniform draws in [0, 1], which ``score_samples``
+    refuses by design (a Bernoulli RBM's log-likelihood is that of binary vectors).
+    ``tests/models/test_rbm_sklearn.py`` runs every check on the same data rounded to {0, 1}, where all of
+    them pass, and asserts that the plain estimator fails exactly these checks, for these reasons.
     """
     from ebms.models.rbm_estimator import RBMEstimator  # the public module imports this one
 
     if not isinstance(estimator, RBMEstimator) or estimator.visible != "bernoulli":
         return {}
-    reason = "fits on data with values above 1, which visible='bernoulli' rejects by design (ValueError)"
-    return dict.fromkeys(_CHECKS_WITH_DATA_ABOVE_ONE, reason)
+    above = "fits on data with values above 1, which visible='bernoulli' rejects by design (ValueError)"
+    scored = ("scores data in [0, 1] that is not binary, which score_samples with visible='bernoulli' refuses "
+              "by design (ValueError)")
+    return {**dict.fromkeys(_CHECKS_WITH_DATA_ABOVE_ONE, above), **dict.fromkeys(_CHECKS_SCORING_NON_BINARY_DATA, scored)}

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ebms._checks import check_int
+from ebms._progress import progress_bar
 from ebms.distributions import NGram, sample_categorical
 from ebms.models.lm import filter_logits
 from ebms.sequences import Sequences
@@ -57,8 +58,9 @@ def enumerate_continuations(vocab_size: int, horizon: int) -> Sequences:
     return Sequences.from_lists(rows).pad_to(K)
 
 
-def _scores(model: ResidualLM, prefix: Sequences, batch_size: int) -> Tensor:
-    """``(P, N)`` float64 ``log p_LM(x | c) - E(c, x)`` over the enumeration, ``batch_size`` rows per call."""
+def _scores(model: ResidualLM, prefix: Sequences, batch_size: int, progress: bool = False) -> Tensor:
+    """``(P, N)`` float64 ``log p_LM(x | c) - E(c, x)`` over the enumeration, ``batch_size`` rows per call
+    (``progress``: a progress bar over the calls)."""
     if not isinstance(prefix, Sequences):
         raise TypeError(f"prefix: expected an ebms.sequences.Sequences; got {type(prefix).__name__}")
     batch_size = check_int(batch_size, "batch_size", minimum=1)
@@ -69,24 +71,26 @@ def _scores(model: ResidualLM, prefix: Sequences, batch_size: int) -> Tensor:
     rep = Sequences(prefix.tokens.repeat_interleave(N, 0), prefix.lengths.repeat_interleave(N), validate=False)
     tiled = Sequences(xs.tokens.repeat(P, 1), xs.lengths.repeat(P), validate=False)
     parts = []
-    for start in range(0, P * N, batch_size):
+    starts = range(0, P * N, batch_size)
+    for start in progress_bar(starts, desc="exact log Z", enabled=progress, leave=False, unit="call"):
         c, x = rep[start:start + batch_size], tiled[start:start + batch_size]
         parts.append(model.base_log_prob(c, x).double() - model.energy(c, x).double())
     out = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
     return out.view(P, N)
 
 
-def exact_log_z(model: ResidualLM, prefix: Sequences, *, batch_size: int = 65536) -> Tensor:
+def exact_log_z(model: ResidualLM, prefix: Sequences, *, batch_size: int = 65536, progress: bool = False) -> Tensor:
     r"""``(P,)`` float64 :math:`\log Z(c) = \log\sum_x p_{LM}(x \mid c)\, e^{-E(c, x)}` by enumeration
     (differentiable in the energy's parameters). Cost: ``P N`` scores in calls of ``batch_size`` rows,
-    ``N`` as in :func:`enumerate_continuations`."""
-    return torch.logsumexp(_scores(model, prefix, batch_size), 1)
+    ``N`` as in :func:`enumerate_continuations`; ``progress``: a progress bar over the calls."""
+    return torch.logsumexp(_scores(model, prefix, batch_size, progress), 1)
 
 
-def exact_joint_log_probs(model: ResidualLM, prefix: Sequences, *, batch_size: int = 65536) -> Tensor:
+def exact_joint_log_probs(model: ResidualLM, prefix: Sequences, *, batch_size: int = 65536,
+                          progress: bool = False) -> Tensor:
     r"""``(P, N)`` float64 :math:`\log p_\theta(x \mid c)` of every enumerated continuation
     (:func:`enumerate_continuations` order); each row's exponentials sum to 1."""
-    s = _scores(model, prefix, batch_size)
+    s = _scores(model, prefix, batch_size, progress)
     return s - torch.logsumexp(s, 1, keepdim=True)
 
 

@@ -106,8 +106,9 @@ class BernoulliRBM(RBMBase):
 
     # -- layer pieces ---------------------------------------------------------------------------
     def check_input(self, v: Tensor, name: str = "v") -> Tensor:
-        """Validate ``v: (B, D)`` holds zeros and ones (a clear ``ValueError`` otherwise)."""
-        return check_binary(v, name, n_features=self.n_visible)
+        """Validate ``v: (B, D)`` holds zeros and ones (a clear ``ValueError`` otherwise) in the parameters'
+        dtype (a ``TypeError`` naming ``name`` otherwise)."""
+        return self.check_dtype(check_binary(v, name, n_features=self.n_visible), name)
 
     def visible_term(self, v):
         return v @ self.visible_bias

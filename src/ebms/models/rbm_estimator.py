@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -100,7 +101,9 @@ class RBMEstimator(ConstructorParams):
             :func:`ebms.estimators.ais.salakhutdinov_betas`).
 
     The arguments are stored as given and checked by ``fit`` (scikit-learn's convention: a bad value
-    is a ``ValueError``/``TypeError`` naming the argument when fitting, never at construction).
+    is a ``ValueError``/``TypeError`` naming the argument when fitting, never at construction). Input
+    errors name ``X``, also where scikit-learn's ``validate_data`` finds them (its text is kept after
+    ``X:``, on one line), and sizes that cannot be allocated name ``n_components`` or ``ais_chains``.
 
     Input: ``X (n_samples, n_features)`` as a numpy array, anything ``numpy.asarray`` takes, a scipy
     sparse matrix (CSR, CSC, ...: rows are densified one batch at a time), or a torch tensor. Output:
@@ -176,6 +179,10 @@ class RBMEstimator(ConstructorParams):
         check_in_range(self.momentum, "momentum", 0.0, 0.999)
         check_positive(self.weight_decay, "weight_decay", allow_zero=True)
         _int_param(self.ais_chains, "ais_chains", 2)
+        if self.ais_betas is not None:
+            from ebms.estimators.ais import validate_betas
+
+            validate_betas(self.ais_betas, "ais_betas")
         rs = self.random_state
         if rs is not None and not isinstance(rs, np.random.RandomState):
             _int_param(rs, "random_state", 0)
@@ -209,7 +216,10 @@ class RBMEstimator(ConstructorParams):
         if validate is None:
             x = _plain_validate(self, X, reset=reset)
         else:
-            x = validate(self, X, reset=reset, accept_sparse="csr", dtype=(np.float64, np.float32))
+            try:
+                x = validate(self, X, reset=reset, accept_sparse="csr", dtype=(np.float64, np.float32))
+            except (ValueError, TypeError) as err:
+                raise _named_input_error(err) from None
         if self.visible == "bernoulli":
             _check_unit_interval(x)
         return x, is_torch
@@ -237,8 +247,15 @@ class RBMEstimator(ConstructorParams):
 
     def _start(self, rows: _Rows) -> None:
         self.generator_ = torch.Generator().manual_seed(self._seed())
-        model = self._new_model(rows.n_features)
-        model.reset_parameters(self.generator_)
+        h, d = int(self.n_components), rows.n_features
+        what = f"n_components: {h} hidden units x {d} features"
+        # the float32 weights, their velocity and the float64 copy of the inference methods
+        _check_allocatable(h * d * (4 + 4 + 8), what, "use fewer n_components")
+        try:
+            model = self._new_model(d)
+            model.reset_parameters(self.generator_)
+        except (RuntimeError, MemoryError) as err:
+            raise _allocation_error(err, what, "use fewer n_components") from None
         sums = rows.column_sums()
         # smoothed log-odds of the data marginal (pseudocount 1), as marginal_logits
         logits = torch.log(sums + 1.0) - torch.log(rows.n - sums + 1.0)
@@ -364,12 +381,14 @@ class RBMEstimator(ConstructorParams):
     def score_samples(self, X: Any, log_z: float | str | None = None) -> Any:
         r"""Log-likelihood ``log p(x) = -F(x) - log Z`` per row, float64 ``(n_samples,)``.
 
-        For Bernoulli means (``x`` in [0, 1], not binary) the same formula is a lower bound on the expected
-        log-likelihood :math:`E_{v \sim \mathrm{Bernoulli}(x)} \log p(v)` (Jensen: ``-F`` is convex in ``x``),
-        equal to it at binary ``x``.
+        With ``visible="bernoulli"`` the model is a law over binary vectors, so ``X`` must be binary
+        (``ValueError`` naming ``X`` otherwise): for Bernoulli means (grey levels in [0, 1], which
+        ``fit`` and ``transform`` take) the formula gives no log-likelihood, only a lower bound on the
+        expected one :math:`E_{v \sim \mathrm{Bernoulli}(x)} \log p(v)` (Jensen: ``-F`` is convex in
+        ``x``); binarise them first (e.g. ``X > 0.5``, or a draw ``rng.random(X.shape) < X``).
 
         Args:
-            X: ``(n_samples, n_features)``.
+            X: ``(n_samples, n_features)``; binary for Bernoulli visibles.
             log_z: ``"exact"`` (sum over the smaller layer; at most ``2^25`` terms), ``"ais"`` (annealed
                 importance sampling with ``ais_chains`` chains on ``ais_betas``; Bernoulli only; a stochastic
                 lower bound on log Z, so the log-likelihoods lean high),
@@ -377,11 +396,14 @@ class RBMEstimator(ConstructorParams):
                 The value used is stored in ``log_partition_`` / ``log_partition_estimate_``.
         """
         x, is_torch = self._inference_input(X)
+        if self.visible == "bernoulli":
+            _check_binary_rows(x)
         lz = self._log_z(log_z)
         return self._out(self._apply(x, lambda m, t: -m(t) - lz), is_torch, np.float64)
 
     def score(self, X: Any, y: Any = None) -> float:
-        """Mean log-likelihood of ``X`` (see :meth:`score_samples`); what ``GridSearchCV`` maximises by default."""
+        """Mean log-likelihood of ``X`` (see :meth:`score_samples`: binary ``X`` for Bernoulli visibles); what
+        ``GridSearchCV`` maximises by default."""
         return float(self.score_samples(X).mean())
 
     def _log_z(self, log_z: float | str | None) -> float:
@@ -413,9 +435,13 @@ class RBMEstimator(ConstructorParams):
         from ebms.estimators.ais import ais, salakhutdinov_betas
 
         betas = salakhutdinov_betas() if self.ais_betas is None else self.ais_betas
-        res = ais(
-            model.ais_path(self.base_logits_), n_chains=int(self.ais_chains), betas=betas, generator=self.generator_
-        )
+        n, (d, h) = int(self.ais_chains), model.weight.shape
+        what = f"ais_chains: {n} chains of {d} visible and {h} hidden units"
+        _check_allocatable(n * (d + h) * 8 * 4, what, "use fewer ais_chains")  # a few float64 (n, D + H) arrays
+        try:
+            res = ais(model.ais_path(self.base_logits_), n_chains=n, betas=betas, generator=self.generator_)
+        except (RuntimeError, MemoryError) as err:
+            raise _allocation_error(err, what, "use fewer ais_chains") from None
         return res if isinstance(res, Estimate) else res.estimate
 
     # -- fitted attributes -------------------------------------------------------------------------
@@ -433,3 +459,63 @@ class RBMEstimator(ConstructorParams):
     def intercept_visible_(self) -> np.ndarray:
         """Visible biases ``(n_features,)`` (a copy)."""
         return self._fitted_model().visible_bias.detach().numpy().copy()
+
+
+# -- messages that name RBMEstimator's own arguments -------------------------------------------------
+
+
+def _named_input_error(err: Exception) -> Exception:
+    """scikit-learn's ``validate_data`` error as one line naming ``X`` (same exception type).
+
+    Its first line is kept (the phrases scikit-learn's own checks look for: "Reshape your data",
+    "Complex data not supported", "0 feature(s)", "NaN", ...), and a "Reshape your data" advice
+    line; the array dump and the long missing-value advice are dropped.
+    """
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()] or [type(err).__name__]
+    first = lines[0][:-1] + "." if lines[0].endswith(":") else lines[0]
+    advice = [ln for ln in lines[1:] if ln.startswith("Reshape your data")]
+    if first.startswith("X "):  # "X has 3 features, but RBMEstimator is expecting 5 ...": already names X
+        return type(err)(" ".join([first, *advice]))
+    if "could not convert" in first or "inhomogeneous" in first or "with a sequence" in first:
+        first = f"expected a 2-D array of real numbers (n_samples, n_features); {first}"
+    elif "contains NaN" in first or "contains infinity" in first:
+        first = f"expected finite values; {first}"
+    cls = TypeError if isinstance(err, TypeError) else ValueError
+    return cls(" ".join([f"X: {first}", *advice]))
+
+
+def _check_binary_rows(x: Any) -> None:
+    """``X`` (a validated ndarray or CSR matrix) holds zeros and ones only: what ``score_samples`` of Bernoulli
+    visibles scores (log-likelihoods of binary vectors)."""
+    values = x.data if _is_sparse(x) else x
+    other = (values != 0) & (values != 1)
+    if other.any():
+        example = float(values[other].flat[0])
+        raise ValueError(
+            f"X: expected binary values (0 or 1) for score_samples with visible='bernoulli' (log-likelihoods of "
+            f"binary vectors); got {int(other.sum())} other value(s), e.g. {example:.4g}; binarise X first "
+            f"(e.g. X > 0.5), or use transform for Bernoulli means"
+        )
+
+
+def _physical_memory() -> int | None:
+    """Bytes of physical memory, or ``None`` where the platform does not say."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _check_allocatable(nbytes: int, what: str, fix: str) -> None:
+    """``what`` needs ``nbytes``: a ``ValueError`` naming it when that exceeds the machine's physical memory."""
+    total = _physical_memory()
+    if total is not None and nbytes > total:
+        raise ValueError(f"{what} need about {nbytes / 2**30:.3g} GiB, more than this machine's "
+                         f"{total / 2**30:.3g} GiB of memory; {fix}")
+
+
+def _allocation_error(err: BaseException, what: str, fix: str) -> BaseException:
+    """A failed allocation as a ``ValueError`` naming the argument; any other error unchanged."""
+    if isinstance(err, MemoryError) or "alloc" in str(err).lower() or "out of memory" in str(err).lower():
+        return ValueError(f"{what} could not be allocated ({str(err).splitlines()[0][:120]}); {fix}")
+    return err

@@ -60,7 +60,8 @@ class ResidualLM(nn.Module):
             ``sample(n, generator=, max_length=, temperature=, top_k=, top_p=, prefix=, truncate=)``,
             or an ``end=True`` :class:`~ebms.distributions.NGram`.
         energy: an ``nn.Module`` called as ``energy(prefix, x) -> (B,)`` (lower = more likely), e.g.
-            :class:`~ebms.nets.text_energy.TextEnergy`.
+            :class:`~ebms.nets.text_energy.TextEnergy`; when it has a ``vocab_size`` it must equal
+            the base's.
         horizon: ``None`` (continuations run to ``</s>``) or ``K >= 1`` (the next at most ``K`` tokens).
 
     Attributes:
@@ -92,8 +93,13 @@ class ResidualLM(nn.Module):
                             f"got {type(energy).__name__}")
         self.horizon = None if horizon is None else check_int(horizon, "horizon", minimum=1)
         vocab = getattr(base, "vocab_size", None)
-        if not isinstance(vocab, int):
+        if isinstance(vocab, bool) or not isinstance(vocab, int):
             raise TypeError(f"base: expected an integer attribute vocab_size; got {vocab!r}")
+        energy_vocab = getattr(energy, "vocab_size", None)
+        if energy_vocab is not None and energy_vocab != vocab:
+            raise ValueError(f"energy: its vocab_size is {energy_vocab!r} but the base LM's is {vocab}; the energy "
+                             "scores the base's token ids, so both must use the same vocabulary (build the energy "
+                             f"with vocab_size={vocab})")
         self.vocab_size = vocab
         self.base = base.requires_grad_(False).eval()
         self.energy_net = energy

@@ -17,6 +17,9 @@ gradient per step), :class:`MALA` (exact, one gradient per step),
 by wrapping a kernel in :class:`StepSizeAdaptation` or calling :func:`warmup`;
 ULA/SGLD step-size schedules live in :mod:`ebms.samplers.schedules`.
 
+Chains keep the energy's precision: a float ``x0`` in another dtype than the energy's parameters
+(:func:`energy_dtype`) is a ``TypeError`` naming ``x0`` and both dtypes, from every kernel's ``init``.
+
 Discrete kernels (spaces :class:`~ebms.spaces.Binary`, :class:`~ebms.spaces.Spins`,
 :class:`~ebms.spaces.Categorical`; the space comes from ``space=`` or ``energy.space``):
 :class:`Gibbs` (systematic or random scan, one batched energy call per site or the model's
@@ -31,7 +34,7 @@ between lengths, for targets ``p(l, x) ∝ exp(a_l - E(x))`` such as TRF languag
 (:class:`~ebms.capabilities.TransDimensionalTarget`).
 """
 
-from ebms.samplers._base import ChainResult, ChainState, Sampler, StepInfo, mh_accept
+from ebms.samplers._base import ChainResult, ChainState, Sampler, StepInfo, energy_dtype, mh_accept
 from ebms.samplers.adaptation import StepSizeAdaptation, StepSizeAdaptationState, warmup
 from ebms.samplers.block_gibbs import BlockGibbs
 from ebms.samplers.gibbs import Gibbs
@@ -77,6 +80,7 @@ __all__ = [
     "TransDimensional",
     "TransDimensionalInfo",
     "ULA",
+    "energy_dtype",
     "leapfrog",
     "mh_accept",
     "warmup",

@@ -28,6 +28,12 @@
   non-finite and rejected, e.g. because ``step_size * grad`` overflowed. It
   counts such steps with one tensor add per step and reads the count once,
   after the last step (no host sync per step).
+* The chains and the energy share one floating dtype: a float tensor ``x0`` whose dtype differs
+  from that of the energy's parameters (an ``nn.Module``, or a function or bound method of one)
+  is a ``TypeError`` naming ``x0`` and both dtypes, raised by :meth:`Sampler.init` before the
+  energy runs. No kernel casts the chains: a silent cast would change the precision the caller
+  asked for, and a float64 chain on a float32 model would otherwise end in a matmul traceback.
+  Energies without parameters (plain functions) are not checked.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar, overload
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ebms._checks import (
     check_energy_output,
@@ -51,7 +57,8 @@ from ebms._checks import (
     check_representable,
     check_tensor,
 )
-from ebms.energy import EnergyLike, energy_and_grad, evaluate
+from ebms._progress import progress_bar
+from ebms.energy import EnergyLike, FunctionEnergy, energy_and_grad, evaluate
 from ebms.sequences import Sequences
 from ebms.spaces import Space
 
@@ -62,6 +69,8 @@ __all__ = [
     "StepInfo",
     "all_finite_on_cpu",
     "batch_where",
+    "check_chain_dtype",
+    "energy_dtype",
     "evaluate_states",
     "expand_to",
     "mh_accept",
@@ -157,6 +166,46 @@ def evaluate_states(energy: Callable[..., Tensor], x: Tensor | Sequences) -> Ten
     if isinstance(x, Sequences):
         return check_energy_output(energy(x), x.batch_size)
     return evaluate(energy, x)
+
+
+def _module_of(energy: Any) -> nn.Module | None:
+    """The module whose parameters an energy computes with: the energy itself, the module a
+    :func:`~ebms.energy.from_fn` wraps, or the owner of a bound method (``model.energy``)."""
+    if isinstance(energy, FunctionEnergy) and not isinstance(energy.fn, nn.Module):
+        energy = energy.fn
+    if isinstance(energy, nn.Module):
+        return energy
+    owner = getattr(energy, "__self__", None)
+    return owner if isinstance(owner, nn.Module) else None
+
+
+def energy_dtype(energy: Any) -> torch.dtype | None:
+    """The floating dtype an energy computes in: that of its floating parameters (of its floating
+    buffers when it has no parameters), when they all share one; ``None`` when the energy has no
+    module, no floating tensors, or several dtypes (then nothing can be said)."""
+    module = _module_of(energy)
+    if module is None:
+        return None
+    for tensors in (module.parameters(), module.buffers()):
+        dtypes = {t.dtype for t in tensors if t.is_floating_point()}
+        if dtypes:
+            return dtypes.pop() if len(dtypes) == 1 else None
+    return None
+
+
+def check_chain_dtype(energy: Any, x: Tensor, name: str = "x0") -> None:
+    """A floating ``x`` has the dtype of the energy's parameters (:func:`energy_dtype`), else a
+    ``TypeError`` naming ``name``, both dtypes and the two ways to agree. Integer states (category
+    indices) and energies of unknown dtype pass. Metadata only: no host sync."""
+    if not x.is_floating_point():
+        return
+    want = energy_dtype(energy)
+    if want is not None and x.dtype != want:
+        module = _module_of(energy)
+        raise TypeError(
+            f"{name}: expected dtype {want}, the dtype of the energy's parameters ({type(module).__name__}); "
+            f"got {x.dtype}; convert the chains ({name}.to({want})) or the model (model.to({x.dtype}))"
+        )
 
 
 def expand_to(v: Tensor, x: Tensor) -> Tensor:
@@ -287,7 +336,8 @@ class Sampler(abc.ABC):
 
         Raises:
             TypeError: a ``Sequences`` batch (this kernel takes tensors), a non-float tensor for a
-                gradient kernel, a bool or complex tensor.
+                gradient kernel, a bool or complex tensor, or a float tensor whose dtype is not the
+                energy's (:func:`check_chain_dtype`).
             ValueError: from the space's ``validate``, or non-finite entries when there is no space.
         """
         name = type(self).__name__
@@ -304,6 +354,7 @@ class Sampler(abc.ABC):
             )
         if x0.dtype == torch.bool or x0.is_complex():
             raise TypeError(f"x0: expected a floating-point or integer tensor; got dtype {x0.dtype}")
+        check_chain_dtype(energy, x0, "x0")
         if self.space is not None:
             self.space.validate(x0, "x0")
         else:
@@ -328,11 +379,9 @@ class Sampler(abc.ABC):
     ) -> Iterator[tuple[ChainState, StepInfo]]:
         """Yield ``(state, info)`` after each of ``steps`` transitions."""
         check_int(steps, "steps", minimum=0)
-        it = range(steps)
+        it: Any = range(steps)
         if progress:
-            from tqdm.auto import tqdm
-
-            it = tqdm(it, desc=type(self).__name__, leave=False)
+            it = progress_bar(it, desc=type(self).__name__, leave=False)
         stuck: Tensor | None = None  # steps in which no chain could take its proposal
         for _ in it:
             state, info = self.step(energy, state, generator=generator)

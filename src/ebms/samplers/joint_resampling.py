@@ -51,6 +51,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ebms._checks import check_energy_output, check_int, check_tensor
+from ebms._progress import progress_bar
 from ebms.distributions import sample_categorical
 from ebms.sequences import Sequences
 
@@ -123,12 +124,10 @@ def join_rows(a: Sequences, b: Sequences) -> Sequences:
 
 
 def _chunks(total: int, size: int, progress: bool | None, desc: str) -> Iterator[tuple[int, int]]:
-    """``(start, stop)`` pairs covering ``range(total)``; a tqdm bar when asked (``None``: when > 20 chunks)."""
+    """``(start, stop)`` pairs covering ``range(total)``; a progress bar when asked (``None``: when > 20 chunks)."""
     spans: Iterable[int] = range(0, total, size)
     if progress or (progress is None and total > 20 * size):
-        from tqdm.auto import tqdm
-
-        spans = tqdm(spans, desc=desc, total=-(-total // size), leave=False)
+        spans = progress_bar(spans, desc=desc, total=-(-total // size), leave=False)
     for start in spans:
         yield start, min(total, start + size)
 

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from ebms._checks import check_int
 from ebms.energy import EnergyLike
+from ebms.samplers._base import energy_dtype
 from ebms.samplers._discrete import resolve_space
 from ebms.samplers.block_gibbs import BlockGibbs
 from ebms.spaces import DiscreteSpace
@@ -59,6 +60,8 @@ def model_samples(
         chunk: chains run together (memory bound); the result does not depend on it
             only if it is left unchanged, so it is recorded too.
         progress: show a progress bar.
+
+    Float states (binary, spins, one-hot) are drawn in the dtype of the model's parameters.
     """
     check_int(n, "n", minimum=1)
     check_int(sweeps, "sweeps", minimum=1)
@@ -70,6 +73,8 @@ def model_samples(
     for start in range(0, n, chunk):
         m = min(chunk, n - start)
         x = space.random(m, generator=g)
+        if x.is_floating_point() and (dtype := energy_dtype(model)) is not None:
+            x = x.to(dtype)  # float starts in the model's precision (exact: the values are 0, 1 or -1, 1)
         x = sampler.sample(model, x, sweeps, generator=g, progress=progress)
         out.append(x)
     settings = {"n": n, "sweeps": sweeps, "seed": seed, "chunk": chunk, "sampler": "BlockGibbs", "space": repr(space)}

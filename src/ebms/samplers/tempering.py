@@ -50,7 +50,15 @@ from torch import Tensor
 from ebms._checks import check_finite, check_int, check_positive, check_tensor
 from ebms.capabilities import HasSpace, SupportsBlocks, supports
 from ebms.energy import EnergyLike, energy_and_grad, evaluate
-from ebms.samplers._base import ChainState, Sampler, StepInfo, _check_start, expand_to, mh_accept
+from ebms.samplers._base import (
+    ChainState,
+    Sampler,
+    StepInfo,
+    _check_start,
+    check_chain_dtype,
+    expand_to,
+    mh_accept,
+)
 from ebms.samplers._discrete import DiscreteSampler, all_site_logits, site_logits
 from ebms.samplers.block_gibbs import BlockGibbs
 from ebms.spaces import DiscreteSpace, Space, TokenSequences
@@ -252,6 +260,7 @@ class ParallelTempering(Sampler):
     def init(self, energy: EnergyLike, x0: Tensor) -> ChainState:
         """Start every replica of chain ``b`` at ``x0[b]``; ``x0: (B, *event)``, state rows ``R*B``."""
         check_tensor(x0, "x0", floating=True, min_dim=1)
+        check_chain_dtype(energy, x0, "x0")
         if self.space is not None:
             self.space.validate(x0, "x0")
         else:

@@ -10,6 +10,10 @@ Accepted (as torch does):
   (unbatched), or ``None`` (``T`` / ``S``; for concatenated targets ``target_lengths`` is
   required unless ``B = 1``).
 
+:func:`check_normalized` checks that the frames of ``log_probs`` within ``input_lengths`` are
+normalised distributions over the classes (on up to 32 evenly spaced frames per sequence; the
+losses that read ``log_probs`` as log-probabilities call it).
+
 Everything is returned as :class:`CTCInputs` with ``(T, B, V)`` log-probs, ``(B, S)`` padded
 targets (padding replaced by the blank) and ``(B,)`` long lengths, or a one-line
 ``ValueError``/``TypeError`` naming the argument, the expectation and the value received.
@@ -17,6 +21,7 @@ targets (padding replaced by the blank) and ``(B,)`` long lengths, or a one-line
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +30,15 @@ from torch import Tensor
 
 from ebms._checks import check_int, check_tensor
 
-__all__ = ["CTCInputs", "check_log_probs", "lengths_tensor", "prepare"]
+__all__ = [
+    "CHECKED_FRAMES",
+    "CTCInputs",
+    "check_log_probs",
+    "check_normalized",
+    "lengths_tensor",
+    "normalization_tolerance",
+    "prepare",
+]
 
 
 @dataclass
@@ -65,6 +78,64 @@ def check_log_probs(log_probs: Any, blank: Any, *, allow_unbatched: bool = True)
     if bool(bad.any()):
         raise ValueError(f"log_probs: expected no NaN or +inf entries (-inf is allowed); "
                          f"got {int(bad.sum())} in shape {tuple(log_probs.shape)}")
+    return log_probs
+
+
+def normalization_tolerance(dtype: torch.dtype, n_classes: int) -> float:
+    r"""Largest ``|logsumexp_v lp_t(v)|`` that :func:`check_normalized` accepts for ``V`` classes.
+
+    ``max(sqrt(eps), 4 eps (1 + log V))`` with ``eps`` the machine epsilon of ``dtype``. A
+    ``log_softmax`` output stored in ``dtype`` has entries of size about ``log V`` rounded to
+    ``eps/2`` relative, so its frame total is off by about ``eps log V``: measured at most
+    ``8 eps`` in float32 and ``80 eps`` in float64 (``V`` up to 50,000, logit scales 0.01 to
+    1,000), ``6 eps`` in bfloat16 and ``4 eps`` in float16. The bound leaves a margin of 8 or more
+    over those in every dtype (about ``3.5e-4`` in float32, ``1.5e-8`` in float64), while raw
+    logits, probabilities or a temperature applied after the ``log_softmax`` are off by far more.
+    """
+    eps = torch.finfo(dtype).eps
+    return max(math.sqrt(eps), 4.0 * eps * (1.0 + math.log(max(n_classes, 1))))
+
+
+#: frames per sequence that :func:`check_normalized` reads (evenly spaced; every frame of shorter inputs)
+CHECKED_FRAMES = 32
+
+
+def check_normalized(log_probs: Tensor, input_lengths: Tensor, name: str = "log_probs") -> Tensor:
+    """``log_probs (T, B, V)`` holds normalised frames: ``|logsumexp_v log_probs[t, b, v]|`` is at most
+    :func:`normalization_tolerance` on :data:`CHECKED_FRAMES` evenly spaced frames ``t`` (the first
+    included; every frame when ``T`` is smaller) of every sequence, within its input length.
+
+    The misuses this catches show in every frame (logits or probabilities passed as log-probabilities, a
+    temperature applied after the ``log_softmax``, a ``log_softmax`` over the wrong axis), so a sample of
+    frames finds them while costing ``O(min(T, 32) B V)``: a few percent of a CTC forward-backward at
+    most, where reading every frame would cost up to a quarter of it for ``V`` in the thousands. Frames
+    past a sequence's length are padding and are not read. One host sync, no autograd; float32 for
+    half types.
+
+    Raises:
+        ValueError: naming ``name``, the worst frame read, its total and the tolerance, and the fix
+            (``log_softmax(-1)``, or ``normalized=False`` where the loss offers it).
+    """
+    t, b, v = log_probs.shape
+    with torch.no_grad():
+        frames = torch.linspace(0, t - 1, min(t, CHECKED_FRAMES), device=log_probs.device).round().long()
+        lp = log_probs.detach().index_select(0, frames)
+        if lp.dtype in (torch.float16, torch.bfloat16):
+            lp = lp.float()
+        lse = torch.logsumexp(lp, dim=-1)  # (F, B); -inf for a frame of -inf only
+        live = frames.unsqueeze(1) < input_lengths.to(lse.device).unsqueeze(0)
+        off = torch.where(live, lse.abs(), 0.0).reshape(-1)
+        flat = int(off.argmax()) if off.numel() else 0
+        worst = float(off[flat]) if off.numel() else 0.0
+    tol = normalization_tolerance(log_probs.dtype, v)
+    if not worst <= tol:  # NaN-proof
+        row, seq = divmod(flat, b)
+        raise ValueError(
+            f"{name}: expected log-probabilities normalised over the last axis (logsumexp 0 within {tol:.2g} "
+            f"in {log_probs.dtype}, frames within input_lengths); got logsumexp {float(lse[row, seq]):.6g} "
+            f"at frame {int(frames[row])} of sequence {seq}; apply log_softmax(-1) to the scores, or pass "
+            "normalized=False to have it applied"
+        )
     return log_probs
 
 

@@ -30,6 +30,17 @@ underflow, whatever the logit scale or the length.
 * ``method="dp"``, the max / k-max semirings, other dtypes and second derivatives: ebms's own
   recursion (:mod:`ebms.structured._ctc_dp`), vectorised over batch and states, autograd.
 
+Normalisation: :func:`ctc_loss` (and :class:`~ebms.structured.CTCLoss`) read ``log_probs`` as
+per-frame log-probabilities and check it: the frames within ``input_lengths`` must have
+``logsumexp`` 0 within a tolerance set by the dtype
+(:func:`~ebms.structured._ctc_inputs.normalization_tolerance`; read on up to 32 evenly spaced
+frames per sequence, :func:`~ebms.structured._ctc_inputs.check_normalized`), else a ``ValueError``
+naming ``log_probs`` (unnormalised scores would give a loss that is not a negative
+log-likelihood, with no error). ``normalized=False`` takes unnormalised scores and applies
+``log_softmax`` over the last axis first. :func:`ctc_log_likelihood` is the semiring total of any
+per-frame scores and checks nothing: with normalised ``log_probs`` and the log semiring it is
+``log p(y | x)``.
+
 Conventions and accepted inputs follow ``torch.nn.functional.ctc_loss``: ``log_probs`` is
 time-major ``(T, B, V)`` or unbatched ``(T, V)``; ``targets`` is padded ``(B, S)`` or 1-D
 concatenated; lengths are tensors, lists, tuples or ints (:mod:`ebms.structured._ctc_inputs`).
@@ -45,10 +56,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ebms._checks import check_int
+from ebms._checks import check_int, check_tensor
 from ebms.structured._ctc_dp import dp_total
 from ebms.structured._ctc_fused import FUSED_DTYPES, fused_log_likelihood
-from ebms.structured._ctc_inputs import CTCInputs, check_log_probs, lengths_tensor, prepare
+from ebms.structured._ctc_inputs import CTCInputs, check_log_probs, check_normalized, lengths_tensor, prepare
 from ebms.structured.semiring import LogSemiring, MaxSemiring, Semiring
 
 __all__ = ["CTCDecoding", "best_alignment", "ctc_log_likelihood", "ctc_loss", "greedy_decode",
@@ -80,7 +91,9 @@ def ctc_log_likelihood(log_probs: Tensor, targets: Tensor, input_lengths: Any = 
 
     Args:
         log_probs: ``(T, B, V)`` per-frame log-probabilities (usually ``log_softmax`` outputs),
-            or unbatched ``(T, V)``.
+            or unbatched ``(T, V)``. Not checked for normalisation: any per-frame scores give
+            their semiring total (the log-likelihood when they are normalised; :func:`ctc_loss`
+            checks).
         targets: ``(B, S)`` padded label ids in ``[0, V)`` other than ``blank``, 1-D
             concatenated ``(sum(target_lengths),)``, or ``(S,)`` for unbatched input.
         input_lengths: ``(B,)`` ints in ``[0, T]`` (tensor, list or tuple; an int when
@@ -121,9 +134,20 @@ def _log_likelihood(x: CTCInputs, semiring: Semiring | None, method: str) -> Ten
     return dp_total(x.log_probs, x.labels, x.input_lengths, x.target_lengths, x.blank, semiring)
 
 
+def _normalize_scores(log_probs: Any, normalized: Any) -> Any:
+    """``log_probs`` unchanged when ``normalized`` (checked later, against the input lengths), else
+    ``log_softmax`` over the last axis of the float tensor ``log_probs`` (unnormalised scores)."""
+    if not isinstance(normalized, bool):
+        raise TypeError(f"normalized: expected a bool; got {normalized!r}")
+    if normalized:
+        return log_probs
+    check_tensor(log_probs, "log_probs", floating=True, min_dim=1)
+    return torch.log_softmax(log_probs, dim=-1)
+
+
 def ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths: Any = None,
              target_lengths: Any = None, *, blank: int = 0, reduction: str = "mean",
-             zero_infinity: bool = False, method: str = "auto") -> Tensor:
+             zero_infinity: bool = False, method: str = "auto", normalized: bool = True) -> Tensor:
     """Negative log-likelihood ``-log p(y | x)``, with ``torch.nn.functional.ctc_loss``'s rules.
 
     Args:
@@ -133,16 +157,27 @@ def ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths: Any = None,
             divides each loss by its target length (clamped to at least 1) and averages over the
             batch.
         zero_infinity: replace infinite losses (unreachable targets) and their gradients by zero.
+        normalized: ``True`` (default): ``log_probs`` are log-probabilities, checked: frames
+            within ``input_lengths`` must have ``logsumexp`` 0 within a dtype-dependent tolerance
+            (about ``3.5e-4`` in float32, ``1.5e-8`` in float64), read on up to 32 evenly spaced
+            frames per sequence (a few percent of the loss's cost); ``False``: ``log_probs`` are
+            unnormalised scores (logits) and ``log_softmax(-1)`` is applied first.
 
     Returns:
         The reduced loss. Its gradient is the exact derivative with respect to ``log_probs``
         (torch's equals it only behind a ``log_softmax``; both agree with respect to logits).
+
+    Raises:
+        ValueError: ``log_probs`` not normalised (naming the worst frame and sequence), and the
+            argument checks of :func:`ctc_log_likelihood`.
     """
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction: expected 'mean', 'sum' or 'none'; got {reduction!r}")
     if not isinstance(zero_infinity, bool):
         raise TypeError(f"zero_infinity: expected a bool; got {zero_infinity!r}")
-    x = prepare(log_probs, targets, input_lengths, target_lengths, blank)
+    x = prepare(_normalize_scores(log_probs, normalized), targets, input_lengths, target_lengths, blank)
+    if normalized:
+        check_normalized(x.log_probs, x.input_lengths)
     loss = -_log_likelihood(x, None, method)
     if zero_infinity:
         loss = torch.where(torch.isinf(loss), 0.0, loss)

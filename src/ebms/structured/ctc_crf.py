@@ -18,6 +18,15 @@ Loss (the CAT toolkit's convention): ``-(log p_CTC - log Z_den) - ctc_weight * l
 utterance. The constant ``log p_LM(y)`` is dropped from the loss (it has no gradient), so with
 ``LabelNGram.zeros`` (``Z_den = 1``) the loss equals the CTC loss; the full log-likelihood,
 ``log p_LM(y)`` included, is :func:`ctc_crf_log_likelihood`.
+
+Normalisation: the CRF is normalised globally, so adding a constant ``c_t`` to every entry of
+frame ``t`` adds ``c_t`` to every path's potential and cancels between ``log p_CTC`` and
+``log Z_den``: :func:`ctc_crf_log_likelihood` and the loss with ``ctc_weight = 0`` take any
+per-frame scores and give the same values as for their ``log_softmax``. The auxiliary CTC term
+(``ctc_weight > 0``) and ``numerator="torch"`` (torch's gradient assumes a ``log_softmax``) do
+read ``log_probs`` as log-probabilities, so :func:`ctc_crf_loss` then checks the frames are
+normalised (as :func:`ebms.structured.ctc.ctc_loss`); ``normalized=False`` applies
+``log_softmax(-1)`` first.
 """
 
 from __future__ import annotations
@@ -31,9 +40,15 @@ from torch import Tensor
 
 from ebms._checks import check_in_range, check_int
 from ebms.sequences import Sequences
-from ebms.structured._ctc_inputs import check_log_probs, lengths_tensor, prepare
+from ebms.structured._ctc_inputs import check_log_probs, check_normalized, lengths_tensor, prepare
 from ebms.structured._den_partition import den_arcs, den_scaled
-from ebms.structured.ctc import CTCDecoding, _pack, ctc_log_likelihood, reduce_sequence_loss
+from ebms.structured.ctc import (
+    CTCDecoding,
+    _normalize_scores,
+    _pack,
+    ctc_log_likelihood,
+    reduce_sequence_loss,
+)
 from ebms.structured.den_graph import DenominatorGraph
 
 __all__ = ["ctc_crf_decode", "ctc_crf_log_likelihood", "ctc_crf_loss", "den_log_partition"]
@@ -92,7 +107,8 @@ def ctc_crf_log_likelihood(log_probs: Tensor, targets: Tensor, input_lengths: An
 
     Arguments as :func:`ebms.structured.ctc.ctc_log_likelihood` (every input form of
     ``torch.nn.functional.ctc_loss``, unbatched ``(T, V)`` giving ``()``) plus the graph;
-    ``-inf`` where ``y`` cannot be aligned to the frames.
+    ``-inf`` where ``y`` cannot be aligned to the frames. ``log_probs`` need not be normalised
+    per frame: the value is that of its ``log_softmax`` (module docstring).
     """
     _check_graph(graph, check_log_probs(log_probs, blank).shape[2], blank)
     x = prepare(log_probs, targets, input_lengths, target_lengths, blank)
@@ -105,7 +121,7 @@ def ctc_crf_log_likelihood(log_probs: Tensor, targets: Tensor, input_lengths: An
 def ctc_crf_loss(log_probs: Tensor, targets: Tensor, input_lengths: Any,
                  target_lengths: Any, graph: DenominatorGraph, *, blank: int = 0,
                  ctc_weight: float = 0.0, reduction: str = "mean",
-                 numerator: str = "ebms") -> Tensor:
+                 numerator: str = "ebms", normalized: bool = True) -> Tensor:
     """CTC-CRF loss ``log Z_den - (1 + ctc_weight) log p_CTC`` per utterance (``log p_LM(y)``
     dropped: a constant).
 
@@ -122,14 +138,22 @@ def ctc_crf_loss(log_probs: Tensor, targets: Tensor, input_lengths: Any,
     a term that vanishes once composed with ``log_softmax``, so gradients with respect to the
     logits are the same, but ``gradcheck`` with respect to ``log_probs`` then fails. An
     unreachable target (too few frames) gives an infinite loss.
+
+    ``normalized=True`` (default): with ``ctc_weight > 0`` or ``numerator="torch"``, the frames
+    of ``log_probs`` within ``input_lengths`` must be normalised (``ValueError`` naming
+    ``log_probs`` otherwise; see the module docstring for why the plain CRF loss needs no
+    check); ``normalized=False``: ``log_probs`` are scores and ``log_softmax(-1)`` is applied first.
     """
     if numerator not in ("ebms", "torch"):
         raise ValueError(f"numerator: expected 'ebms' or 'torch'; got {numerator!r}")
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction: expected 'mean', 'sum' or 'none'; got {reduction!r}")
     lam = check_in_range(ctc_weight, "ctc_weight", 0.0, math.inf)
+    log_probs = _normalize_scores(log_probs, normalized)
     _check_graph(graph, check_log_probs(log_probs, blank).shape[2], blank)
     x = prepare(log_probs, targets, input_lengths, target_lengths, blank)
+    if normalized and (lam > 0 or numerator == "torch"):
+        check_normalized(x.log_probs, x.input_lengths)
     if numerator == "torch":
         ctc = -F.ctc_loss(x.log_probs, x.labels, x.input_lengths, x.target_lengths, blank=blank,
                           reduction="none")

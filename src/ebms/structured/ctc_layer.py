@@ -33,13 +33,16 @@ class CTCLoss(nn.Module):
         zero_infinity: replace infinite losses (targets that cannot be aligned to the frames)
             and their gradients by zero.
         method: ``"auto"``, ``"torch"`` or ``"dp"``, as :func:`ebms.structured.ctc.ctc_loss`.
+        normalized: ``True`` (default): ``log_probs`` are checked to be normalised per frame;
+            ``False``: they are logits and ``log_softmax(-1)`` is applied first (as
+            :func:`ebms.structured.ctc.ctc_loss`).
 
     Shapes: ``log_probs (T, B, V)`` or ``(T, V)``; ``targets (B, S)`` / ``(sum L_b,)`` /
     ``(S,)``; ``input_lengths``, ``target_lengths`` ``(B,)``. Cost ``O(T B S)``.
     """
 
     def __init__(self, blank: int = 0, reduction: str = "mean", zero_infinity: bool = False, *,
-                 method: str = "auto") -> None:
+                 method: str = "auto", normalized: bool = True) -> None:
         super().__init__()
         self.blank = check_int(blank, "blank", minimum=0)
         if reduction not in ("mean", "sum", "none"):
@@ -48,16 +51,20 @@ class CTCLoss(nn.Module):
             raise TypeError(f"zero_infinity: expected a bool; got {zero_infinity!r}")
         if method not in METHODS:
             raise ValueError(f"method: expected one of {', '.join(map(repr, METHODS))}; got {method!r}")
+        if not isinstance(normalized, bool):
+            raise TypeError(f"normalized: expected a bool; got {normalized!r}")
         self.reduction = reduction
         self.zero_infinity = zero_infinity
         self.method = method
+        self.normalized = normalized
 
     def extra_repr(self) -> str:
-        return f"blank={self.blank}, reduction={self.reduction!r}, zero_infinity={self.zero_infinity}"
+        extra = "" if self.normalized else ", normalized=False"
+        return f"blank={self.blank}, reduction={self.reduction!r}, zero_infinity={self.zero_infinity}{extra}"
 
     def forward(self, log_probs: Tensor, targets: Tensor, input_lengths: Any,
                 target_lengths: Any) -> Tensor:
         """The reduced loss; arguments as :func:`ebms.structured.ctc.ctc_loss`."""
         return ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=self.blank,
                         reduction=self.reduction, zero_infinity=self.zero_infinity,
-                        method=self.method)
+                        method=self.method, normalized=self.normalized)

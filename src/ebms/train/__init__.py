@@ -17,8 +17,9 @@ Contract with the layers above:
 * all randomness flows from the trainer's ``torch.Generator``, so a run
   resumed from a checkpoint reproduces the uninterrupted run exactly.
 
-The trainer shows a tqdm bar with the health metrics (loss, e_pos, e_neg, gap,
-grad_norm), appends JSON lines to ``run_dir/metrics.jsonl``, writes atomic
+The trainer shows a progress bar with the health metrics (loss, e_pos, e_neg, gap,
+grad_norm; a live tqdm bar on a terminal, otherwise one line per 30 s and a
+summary line, no carriage returns), appends JSON lines to ``run_dir/metrics.jsonl``, writes atomic
 safetensors + JSON checkpoints (:class:`CheckpointStore`), restores the last
 good state and lowers the learning rate when training diverges
 (:class:`DivergenceGuard`), and runs unchanged under ``torchrun``

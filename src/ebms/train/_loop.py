@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from tqdm.auto import tqdm
 
+from ebms._progress import progress_bar
 from ebms.train import _snapshot
 from ebms.train._interrupt import DeferredInterrupt
 
@@ -56,7 +56,7 @@ def run(t: Trainer, interrupt: DeferredInterrupt, truncate: int | None) -> Train
     t._restores, t._snapshot, t._pending = 0, None, None
     for cb in t.callbacks:
         cb.on_fit_start(t)
-    bar = tqdm(total=t.steps, initial=t.step, desc="train", disable=not (t.progress and t.is_main), dynamic_ncols=True)
+    bar = progress_bar(total=t.steps, initial=t.step, desc="train", enabled=t.progress and t.is_main)
     at_boundary = True  # between two complete steps: the state, the log and the callbacks agree
     try:
         while t.step < t.steps and t._stop_reason is None:

@@ -123,7 +123,8 @@ class Trainer:
             the divergence guard lowers it too.
         callbacks: :class:`~ebms.train.Callback` objects, run in order.
         guard: divergence handling; ``None`` disables it.
-        progress: show a tqdm bar (rank 0).
+        progress: show a progress bar (rank 0): live on a terminal; written to a file or
+            pipe, a line every ``TQDM_MININTERVAL`` (default 30) seconds and a summary line.
         device: default ``cuda:<local_rank>`` when CUDA is available, else CPU.
         config: JSON-able user configuration stored in every checkpoint.
         identity: flat ``{setting: JSON value}`` saying what this run trains
@@ -282,7 +283,16 @@ class Trainer:
         batch = to_device(self._batches.next(), self.device)
         if self._closure:
             return quasi_newton_step(self, batch)
-        loss, raw = self._evaluate(batch)
+        try:
+            loss, raw = self._evaluate(batch)
+        except (ValueError, RuntimeError) as exc:
+            # an objective that fails on weights a previous step made non-finite (a sampler refusing
+            # its non-finite start energies, say) is the divergence the guard exists for, not a bug
+            if self.guard is None or all(bool(torch.isfinite(p).all()) for p in self._params):
+                raise
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            _recovery.recover(self, f"the objective failed on non-finite weights ({first[:200]})")
+            return False
         health = self._health_due()
         grads: list[Tensor] = []
         norm = None

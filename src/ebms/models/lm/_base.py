@@ -114,6 +114,18 @@ class AutoregressiveLM(Distribution):
                              f"the boundary <s>/</s>); sequence {b} has {int(x.tokens[b, t])} at position {t}")
         return x.to(self._device())
 
+    @staticmethod
+    def _check_inputs(inputs: Any, name: str = "inputs") -> Tensor:
+        """``inputs`` is a 2-D integer tensor of ids (no host sync: the values are not checked)."""
+        if not isinstance(inputs, torch.Tensor):
+            raise TypeError(f"{name}: expected an integer tensor (B, S) of token ids; got {type(inputs).__name__}")
+        if inputs.dtype.is_floating_point or inputs.is_complex() or inputs.dtype == torch.bool:
+            raise TypeError(f"{name}: expected an integer tensor (B, S) of token ids; got dtype {inputs.dtype} "
+                            "(ids are never rounded)")
+        if inputs.dim() != 2:
+            raise ValueError(f"{name}: expected shape (B, S); got {tuple(inputs.shape)}")
+        return inputs
+
     def _check_width(self, longest: int, name: str) -> None:
         if self.max_length is not None and longest > self.max_length:
             raise ValueError(f"{name}: the longest sequence has {longest} tokens; this model scores at most "
@@ -189,6 +201,10 @@ class AutoregressiveLM(Distribution):
         B, T = s.tokens.shape
         if B == 0:
             return torch.zeros(0, T + 1, dtype=self._dtype(), device=self._device())
+        joint = int((c.lengths + s.lengths).max())
+        if self.max_length is not None and joint > self.max_length:
+            raise ValueError(f"prefix, x: a prefix and its continuation have {joint} tokens together; this model "
+                             f"scores at most max_length={self.max_length}")
         pw, xw = int(c.lengths.max()), int(s.lengths.max())
         ctok = F.pad(self._real(c, pw), (0, 1))  # one spare column: gathers stay in range
         xtok = F.pad(self._real(s, xw), (0, 1))

@@ -223,6 +223,7 @@ class HuggingFaceLM(AutoregressiveLM):
             TypeError: ``state`` is not an :class:`HFState`.
             ValueError: a position beyond ``max_length``.
         """
+        self._check_inputs(inputs)
         if state is not None and not isinstance(state, HFState):
             raise TypeError(f"state: expected an HFState or None; got {type(state).__name__}")
         B, S = inputs.shape

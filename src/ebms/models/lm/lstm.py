@@ -106,6 +106,7 @@ class LSTMLM(AutoregressiveLM):
     def forward(self, inputs: Tensor, state: LMState | None = None) -> tuple[Tensor, LSTMState]:
         """Logits ``(B, S, V)`` after each of ``inputs (B, S)`` and the state after the last input
         (``state``: an :class:`LSTMState` from the previous chunk, or ``None`` for zeros)."""
+        self._check_inputs(inputs)
         if state is not None and not isinstance(state, LSTMState):
             raise TypeError(f"state: expected an LSTMState or None; got {type(state).__name__}")
         out, (h, c) = self.lstm(self.drop(self.embedding(inputs)), None if state is None else (state.h, state.c))

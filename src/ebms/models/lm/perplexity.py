@@ -31,6 +31,9 @@ from ebms.sequences import Sequences
 
 __all__ = ["Perplexity", "perplexity"]
 
+#: the largest sentence log-probability accepted (float rounding of ``log 1``).
+_MAX_LOG_PROB = 1e-4
+
 
 @dataclass(frozen=True)
 class Perplexity:
@@ -79,8 +82,14 @@ def perplexity(model: Any, data: Iterable[Any]) -> Perplexity:
     no gradients are kept. Sums are accumulated in float64.
 
     Raises:
-        ValueError: no tokens at all; a running-text shape mismatch.
+        ValueError: no tokens at all; a running-text shape mismatch or ids outside the model's
+            vocabulary; a model whose log-probabilities are NaN or above 0 (not a normalised model:
+            an energy-based model's unnormalised score gives no perplexity).
+        TypeError: a batch of another kind, or float token ids (never rounded).
     """
+    if getattr(model, "normalised", True) is False:
+        raise ValueError(f"model: this {type(model).__name__} is not normalised (model.normalised is False, e.g. "
+                         "NGram.zeros scores sentences, it is not a law); a perplexity needs a normalised model")
     module = model if isinstance(model, nn.Module) else None
     was_training = module.training if module is not None else False
     if module is not None:
@@ -95,7 +104,7 @@ def perplexity(model: Any, data: Iterable[Any]) -> Perplexity:
                     tokens += batch[1].numel()
                     continue
                 seqs = _sentences(batch, i)
-                total += float(model.log_prob(seqs).double().sum())
+                total += _checked_sum(model.log_prob(seqs), seqs.batch_size, i)
                 tokens += int(seqs.lengths.sum()) + seqs.batch_size
                 sentences += seqs.batch_size
     finally:
@@ -107,15 +116,40 @@ def perplexity(model: Any, data: Iterable[Any]) -> Perplexity:
     return Perplexity(math.exp(nll) if nll < 709.0 else math.inf, nll, total, tokens, sentences)
 
 
+def _checked_sum(log_probs: Any, batch_size: int, i: int) -> float:
+    """The sum of one batch's sentence log-probabilities, refusing what no normalised model gives."""
+    if not isinstance(log_probs, Tensor) or tuple(log_probs.shape) != (batch_size,):
+        raise ValueError(f"model: log_prob of data[{i}] must be a tensor of shape ({batch_size},); got "
+                         f"{getattr(log_probs, 'shape', type(log_probs).__name__)}")
+    lp = log_probs.detach().double()
+    bad = torch.isnan(lp) | (lp > _MAX_LOG_PROB)
+    if bool(bad.any()):
+        k = int(bad.nonzero()[0])
+        raise ValueError(f"model: log_prob of sentence {k} of data[{i}] is {float(lp[k]):.6g}; a normalised model "
+                         "gives log p <= 0 and never NaN (an unnormalised score has no perplexity)")
+    return float(lp.sum())
+
+
 def _chunk(model: Any, batch: tuple[Tensor, Tensor], state: Any, i: int) -> tuple[float, Any]:
     inputs, targets = batch
+    for name, t in (("inputs", inputs), ("targets", targets)):
+        if t.dtype.is_floating_point or t.is_complex() or t.dtype == torch.bool:
+            raise TypeError(f"data[{i}]: {name} must be integer token ids; got dtype {t.dtype} (ids are never rounded)")
     if inputs.shape != targets.shape:
         raise ValueError(f"data[{i}]: expected inputs and targets of one shape; got {tuple(inputs.shape)} and "
                          f"{tuple(targets.shape)}")
+    V = getattr(model, "vocab_size", None)
+    if isinstance(V, int) and inputs.numel():
+        lo, hi = int(torch.minimum(inputs.min(), targets.min())), int(torch.maximum(inputs.max(), targets.max()))
+        if lo < 0 or hi >= V:
+            raise ValueError(f"data[{i}]: expected token ids in [0, {V - 1}] (the model's vocabulary); got "
+                             f"{lo}..{hi}")
     if state is not None and getattr(state, "batch_size", None) != inputs.shape[0]:
         state = None
     device = next(model.parameters()).device
     logits, state = model(inputs.to(device).long(), state)
     nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).double(), targets.to(device).long().reshape(-1),
                           reduction="sum")
+    if math.isnan(float(nll)):
+        raise ValueError(f"model: its logits on data[{i}] give a NaN log-likelihood")
     return -float(nll), state

@@ -173,7 +173,7 @@ class TransformerLM(AutoregressiveLM):
         Raises:
             ValueError: a position beyond ``max_length``.
         """
-        x, cache = self._hidden(inputs, state)
+        x, cache = self._hidden(self._check_inputs(inputs), state)
         return self.decoder(self.ln(x)), cache
 
     def _hidden(self, inputs: Tensor, state: LMState | None) -> tuple[Tensor, KVCache]:
