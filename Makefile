@@ -48,12 +48,14 @@ demo: $(STAMP)
 # the default suite: everything not marked slow, on TEST_WORKERS pytest-xdist processes (kept under
 # 4 minutes on 2 idle cores; TEST_WORKERS=0 runs it in one process)
 TEST_WORKERS ?= 2
+# --durations=10: the ten slowest tests close the log (CI's included), to keep the budget in view
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --durations=10
 
-# only the tests marked slow; pytest's exit status 5 ("no tests collected") counts as success here
+# only the tests marked slow, on TEST_WORKERS processes too; pytest's exit status 5 ("no tests
+# collected") counts as success here
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow || { rc=$$?; test $$rc -eq 5 && echo "no tests marked slow"; test $$rc -eq 5; }
+	$(BIN)/python -m pytest -q -m slow -n $(TEST_WORKERS) --durations=10 || { rc=$$?; test $$rc -eq 5 && echo "no tests marked slow"; test $$rc -eq 5; }
 
 # the nets, samplers and energies (a) on the newest torch with every private-PyTorch speed path switched
 # off (the route another torch version, CPU or device takes when a path's import-time check fails), and

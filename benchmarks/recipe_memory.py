@@ -12,7 +12,10 @@ steps used is printed beside each figure.
 
 There is no peer library here: the figure is a budget for users ("this recipe
 needs about X GB"), quoted in docs/cli.md. Recipes whose data set is absent
-(``$EBMS_DATA``) are listed as skipped, with the reason.
+(``$EBMS_DATA``) are listed as skipped, with the reason. A residual recipe trains on
+the run of its base recipe (trained just before it in the same folder), and the first
+row is the baseline: a process that only imports the command line, torch and
+matplotlib. Without ``--no-save`` the figures go to ``benchmarks/records/recipe_memory.json``.
 
 Usage::
 
@@ -32,6 +35,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
+#: a residual recipe's base: (the key naming the base run, the recipe that trains it)
+BASES = {"residual-addition": ("generation.base_run", "addition-base"),
+         "residual-shakespeare": ("language.base_run", "char-lstm-shakespeare")}
 #: recipes small enough for --quick (seconds each with 20 steps)
 QUICK = ("demo", "rbm-digits")
 
@@ -43,12 +49,19 @@ def recipes() -> list[str]:
 
 
 def child_main(argv: list[str]) -> int:
-    """Run ``ebms`` in this process and print its peak RSS (called through ``--child``)."""
+    """Run ``ebms`` in this process and print its peak RSS (called through ``--child``); no arguments:
+    only import what every command imports (the baseline)."""
     import resource
 
     from ebms.cli.main import main
 
-    code = main(argv)
+    if argv:
+        code = main(argv)
+    else:
+        import matplotlib.pyplot  # noqa: F401  (what the plots load)
+        import torch  # noqa: F401
+
+        code = 0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(f"PEAK_RSS_KIB {peak}", flush=True)
     return code
@@ -63,6 +76,7 @@ def main() -> int:
     p.add_argument("--no-eval", action="store_true", help="skip each recipe's evaluation")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per recipe")
     p.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS for the recipes (default 2)")
+    p.add_argument("--no-save", action="store_true", help="write no record")
     p.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child is not None:
@@ -81,10 +95,18 @@ def main() -> int:
     elif args.quick:
         names = [n for n in names if n in QUICK]
     steps = None if args.full else args.steps
-    rows = []
+    sys.path.insert(0, str(HERE))
+    from _record import Recorder
+
+    recorder = Recorder("recipe_memory", settings={"steps": steps, "eval": not args.no_eval,
+                                                   "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+                                                   "recipes": names})
+    rows = [_run_child(None, None, "", False, args.timeout)]
+    print(f"{'(baseline: imports)':24s} {rows[0].get('peak_rss_mib', 0):8.0f} MiB", flush=True)
     with tempfile.TemporaryDirectory(prefix="ebms-recipe-mem-") as tmp:
         for name in names:
-            rec = _run_child(name, steps, tmp, not args.no_eval, args.timeout)
+            extra = [f"{BASES[name][0]}={Path(tmp) / BASES[name][1]}"] if name in BASES else []
+            rec = _run_child(name, steps, tmp, not args.no_eval, args.timeout, extra)
             rows.append(rec)
             mem = f"{rec['peak_rss_mib']:8.0f} MiB" if "peak_rss_mib" in rec else "       - MiB"
             note = rec.get("error", "")
@@ -93,16 +115,23 @@ def main() -> int:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "recipe_memory.json").write_text(json.dumps(rows, indent=2))
     ok = [r for r in rows if "peak_rss_mib" in r and r.get("returncode") == 0]
+    recorder.write({r["recipe"] or "baseline": {k: v for k, v in r.items() if k != "recipe"} for r in rows},
+                   notes="peak RSS (MiB) and wall time (s) of `ebms train RECIPE train.steps=N` in a fresh process "
+                         "each (evaluation included unless settings.eval is false); 'baseline' only imports "
+                         "ebms.cli.main, torch and matplotlib", enabled=not args.no_save)
     print(json.dumps({"bench": "recipe_memory", "recipes": len(rows), "measured": len(ok),
                       "max_peak_rss_mib": max((r["peak_rss_mib"] for r in ok), default=None)}))
     return 0
 
 
-def _run_child(name: str, steps: int | None, tmp: str, eval_: bool, timeout: float) -> dict:
-    argv = ["train", name, f"run.out_dir={json.dumps(tmp)}", "run.progress=false", "--overwrite"]
+def _run_child(name: str | None, steps: int | None, tmp: str, eval_: bool, timeout: float,
+               extra: list[str] | None = None) -> dict:
+    """One recipe in a fresh process (``name=None``: the baseline, imports only)."""
+    argv = [] if name is None else ["train", name, f"run.out_dir={json.dumps(tmp)}", "run.progress=false",
+                                    "--overwrite", *(extra or [])]
     if steps is not None:
         argv.append(f"train.steps={steps}")
-    if not eval_:
+    if not eval_ and name is not None:
         argv.append("--no-eval")
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", *argv]
     t0 = time.perf_counter()

@@ -12,10 +12,13 @@ memory, the figures). A page ties its figures to records with a region::
 Inside a region every *figure* must equal, at the precision it is shown, some number in one of
 the named records (any numeric leaf: figures, settings, wall time ...). Outside regions no figure
 may appear at all. A figure is a number written with a decimal point (``141.19``, ``0.5``), a
-percentage (``12 %``), a ratio (``1.74×``) or a number in scientific notation (``4.1e-05``);
-plain integers (step counts, sizes, seeds) are not figures. Code (fenced blocks, inline
+percentage (``12 %``), a ratio (``1.74×``), a number in scientific notation (``4.1e-05``) or an
+integer with a unit of measurement (``917 MiB``, ``455 s``, ``8 min``, ``3 nats``); other plain
+integers (step counts, sizes, seeds) are not figures. Code (fenced blocks, inline
 backticks), math (``$...$``), HTML comments, link targets, version strings (``2.15.0``) and
-references (``§5.5``, ``Eq. 5.19``, ``Table 3.2``) are not read. Transcripts are code blocks,
+references (``§5.5``, ``Eq. 5.19``, ``Table 3.2``) are not read, nor a *settings* region
+(``<!-- settings -->`` ... ``<!-- /settings -->``): a configuration reference (keys, defaults,
+accepted ranges) whose numbers are settings, not measurements. Transcripts are code blocks,
 checked against real runs by ``test_transcripts.py``.
 
 A shown value ``d`` with ``k`` decimals equals a recorded ``v`` when ``|v - d| <= 0.5·10^-k``
@@ -45,9 +48,11 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benc
 
 _OPEN = re.compile(r"<!--\s*record:\s*(?P<names>[^>]*?)\s*-->")
 _CLOSE = re.compile(r"<!--\s*/record\s*-->")
+#: units that make an integer a measurement (a size, a duration, a log-likelihood)
+_UNITS = r"(?:MiB|MB|GiB|GB|KiB|KB|ms|µs|s|min|h|nats)"
 _NUMBER = re.compile(
     r"(?<![\w.§/#\-−+])(?P<sign>[−+\-]?)(?P<num>\d{1,3}(?:,\d{3})+\.\d+|\d{1,3}(?:,\d{3})+(?=\s?(?:%|×))|\d+\.\d+(?:[eE][−+\-]?\d+)?|\d+[eE][−+\-]?\d+"
-    r"|\d+(?=\s?(?:%|×)))(?P<unit>\s?(?:%|×))?(?![\w.]\d)"
+    r"|\d+(?=\s?(?:%|×))|(?:\d{1,3}(?:,\d{3})+|\d+)(?=\s?" + _UNITS + r"\b))(?P<unit>\s?(?:%|×))?(?![\w.]\d)"
 )
 _REF = re.compile(r"(?:§|Eqs?\.\s?|Tables?\s|Sections?\s|Fig\.\s|Figures?\s|[Cc]h\.\s|Chapters?\s|Algorithm\s|"
                   r"v|version\s)$")
@@ -73,10 +78,11 @@ def _blank(m: re.Match[str]) -> str:
 def _readable(text: str) -> str:
     """The page with everything that is not prose or table blanked out (same length, same lines)."""
     text = re.sub(r"^(```|~~~).*?^\1[^\n]*$", _blank, text, flags=re.S | re.M)  # fenced code
+    text = re.sub(r"<!--\s*settings\s*-->.*?<!--\s*/settings\s*-->", _blank, text, flags=re.S)  # reference tables
     text = re.sub(r"<!--(?!\s*/?record\b).*?-->", _blank, text, flags=re.S)  # comments (not markers)
     text = re.sub(r"\$\$.*?\$\$", _blank, text, flags=re.S)  # display math
     text = re.sub(r"(?<!\\)\$[^$\n]+?\$", _blank, text)  # inline math
-    text = re.sub(r"(`+)[^`\n]*?\1", _blank, text)  # inline code
+    text = re.sub(r"(`+)(?:[^`\n]|\n(?![ \t]*\n))*?\1", _blank, text)  # inline code (may wrap a line)
     text = re.sub(r"\]\([^)\n]*\)", _blank, text)  # link targets
     text = re.sub(r"<[^>\n]*>", lambda m: m.group(0) if _OPEN.match(m.group(0)) or _CLOSE.match(m.group(0))
                   else _blank(m), text)  # html tags

@@ -101,15 +101,17 @@ def checker(monkeypatch, tmp_path):
 
 
 def test_checker_accepts_figures_at_their_shown_precision(checker, tmp_path):
-    page = _page(tmp_path, "<!-- record: r -->\nWER 12.41 %, ppl 141.2 (lr 0.01), 1.74× faster, 25 %, −0.5\n"
-                           "<!-- /record -->\n", {"r": {"wer": 12.4149, "ppl": 141.19, "x": 1.7449, "p": 0.25,
-                                                        "d": -0.5}})
+    page = _page(tmp_path, "<!-- record: r -->\nWER 12.41 %, ppl 141.2 (lr 0.01), 1.74× faster, 25 %, −0.5,\n"
+                           "917 MiB in 455 s, 1,024 MB\n<!-- /record -->\n",
+                 {"r": {"wer": 12.4149, "ppl": 141.19, "x": 1.7449, "p": 0.25, "d": -0.5, "mib": 917.4, "s": 455,
+                        "mb": 1024}})
     assert checker.problems([page]) == []
 
 
 @pytest.mark.parametrize("text, expect", [
     ("<!-- record: r -->\nWER 12.42\n<!-- /record -->\n", "'12.42' is in none of the records r"),
     ("WER 12.41 outside\n", "'12.41' is not in a record region"),
+    ("took 455 s outside\n", "'455' is not in a record region"),
     ("<!-- record: r -->\n+0.5 gain\n<!-- /record -->\n", "'+0.5' is in none"),
     ("<!-- record: nope -->\n12.41\n<!-- /record -->\n", "record 'nope': no file"),
 ])
@@ -120,7 +122,8 @@ def test_checker_refuses_unbacked_figures(checker, tmp_path, text, expect):
 
 def test_checker_does_not_read_code_math_versions_or_references(checker, tmp_path):
     text = ("```\nloss 0.123\n```\n`lr=0.01` and $\\sigma = 0.99$, torch 2.15.0, §5.5, Eq. 5.19, Table 3.2,\n"
-            "[link](x/0.5.md) <!-- a comment 1.5 --> 20,000 steps, seed 3\n")
+            "[link](x/0.5.md) <!-- a comment 1.5 --> 20,000 steps, seed 3, `a wrapped\n0.25 GiB` code span\n"
+            "<!-- settings -->\n| `train.lr` | default 0.001, at most 1e+30 |\n<!-- /settings -->\n")
     assert checker.problems([_page(tmp_path, text, {})]) == []
 
 
