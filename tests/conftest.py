@@ -2,8 +2,9 @@
 
 Tests use tiny tensors, for which torch's intra-op threads cost more than they
 save (and oversubscribe CI's 2 cores when pytest runs beside other work), so
-the suite runs single-threaded. Benchmarks, the demo and user code keep
-torch's default.
+the suite runs single-threaded; under pytest-xdist, commands the tests start
+get ``OMP_NUM_THREADS`` = cores / workers. Benchmarks, the demo and user code
+keep torch's default.
 
 ``--device`` (default ``cpu``) chooses where device-aware tests run: they take
 the ``device`` fixture and put every tensor, module and generator they create
@@ -21,10 +22,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import os
+
 import pytest
 import torch
 
 torch.set_num_threads(1)
+
+# Commands a test starts (examples, transcripts, CLI subprocesses) take torch's default thread
+# count, one per core. Beside another pytest-xdist worker doing the same, 2 processes x 2 threads
+# on 2 cores spin against each other: `ebms demo` ran 5-7 times slower (600+ s against 81 s in
+# CI). Each worker's subprocesses get its share of the cores instead; a value the user set wins.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+if _WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
