@@ -20,9 +20,8 @@ the public paths, set ``EBMS_DISABLE_FAST_PATHS=1`` in the environment.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import os
+from collections.abc import Iterator
 
 import pytest
 import torch

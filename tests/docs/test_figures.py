@@ -18,15 +18,7 @@ HEADER = ("name", "command", "commit", "date", "seeds", "threads", "cpu", "torch
           "settings", "figures", "notes")
 
 
-#: pages whose figures are being tied to records (issue 23, in progress): this set only shrinks
-PENDING = {
-    "docs/architecture.md",
-    "docs/cli.md",
-    "docs/data-and-evaluation.md",
-    "docs/text-data.md",
-    "docs/training.md",
-}
-CHECKED = [p for p in F.PAGES if p.relative_to(F.ROOT).as_posix() not in PENDING]
+CHECKED = F.PAGES
 
 
 @pytest.mark.parametrize("page", CHECKED, ids=[p.relative_to(F.ROOT).as_posix() for p in CHECKED])
