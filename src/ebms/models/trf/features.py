@@ -7,11 +7,11 @@ training data exist (:meth:`DiscreteFeatures.fit`), and :math:`\lambda` is one w
 **Keys.** A feature of template ``t`` with slot values :math:`v_1..v_k` (word ids in ``[0, V)``, class
 ids in ``[0, C + 1)``, 0 being the boundary's class) is the int64
 :math:`b_t + \sum_j v_j s_j` (mixed radix, strides :math:`s_j`, template blocks :math:`b_t` laid end to
-end). The observed keys form one sorted table (kept in ``state_dict``) and an open-addressing hash
-of it (built at construction, load at most 1/2); scoring gathers the slot values of every window
-with tensor indexing, builds its key, and finds it in the hash (about 1.5 probes per key; on this
-machine 2.7x faster than ``searchsorted`` over 6M keys), vectorised over the batch, the templates
-and the positions.
+end). The observed keys form one sorted table (kept in ``state_dict``) and a bucketed two-choice
+hash of it (:class:`~ebms.models.trf._table.BucketTable`, rebuilt from the keys at construction and
+on loading; not in ``state_dict``); scoring gathers the slot values of every window with tensor
+indexing, builds its key, and finds it in the hash (one bucket read per key, a second for a few
+percent; no loop), vectorised over the batch, the templates and the positions.
 
 **Boundaries.** With ``bos`` the sentence is read as ``<s> x`` (id 0 before position 0), so windows
 may start at ``<s>`` (e.g. ``(<s> w0)``); with ``eos`` as ``x </s>``, so windows may end at ``</s>``
@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_int, check_tensor
+from ebms.models.trf._table import BucketTable, ProbeTable
 from ebms.models.trf.templates import DEFAULT_GROUPS, Template, feature_templates
 from ebms.sequences import Sequences
 
@@ -72,8 +73,7 @@ class DiscreteFeatures(nn.Module):
     observed_counts: Tensor
     class_ids: Tensor
     template_base: Tensor
-    hash_keys: Tensor
-    hash_index: Tensor
+    table: BucketTable | ProbeTable
     pat_off: Tensor
     pat_layer: Tensor
     pat_stride: Tensor
@@ -121,7 +121,7 @@ class DiscreteFeatures(nn.Module):
                              or int(keys[-1]) >= int(self.template_base[-1])):
             raise ValueError("keys: expected sorted distinct keys of these templates (from DiscreteFeatures.fit)")
         self.register_buffer("keys", keys.detach().cpu().clone())
-        self._build_hash()
+        self.table = BucketTable(self.keys)
         self.register_buffer("observed_counts", torch.zeros(keys.numel(), dtype=torch.float64))
         self.weight = nn.Parameter(torch.zeros(keys.numel()))
 
@@ -249,51 +249,14 @@ class DiscreteFeatures(nn.Module):
         """The offset of each pattern's slot before the current one (0 for single slots)."""
         return off.gather(1, (n - 2).clamp(min=0)[:, None]).squeeze(1) * (n > 1)
 
-    def _build_hash(self) -> None:
-        """Open-addressing hash of the keys (linear probing, load <= 1/2): ``hash_keys``/``hash_index`` ``(S,)``."""
-        F = self.keys.numel()
-        bits = max(1, (2 * F - 1).bit_length())
-        slots = torch.full((1 << bits,), -1, dtype=torch.long)
-        index = torch.full((1 << bits,), -1, dtype=torch.int32)
-        self._hash_bits = bits
-        pos, rem = self._hash(self.keys), torch.arange(F)
-        while rem.numel():  # place every key at its first free slot; colliding writers retry further on
-            free = slots[pos] == -1
-            slots[pos[free]] = self.keys[rem[free]]
-            won = torch.zeros_like(free)
-            won[free] = slots[pos[free]] == self.keys[rem[free]]
-            index[pos[won]] = rem[won].int()
-            rem, pos = rem[~won], (pos[~won] + 1) & ((1 << bits) - 1)
-        self.register_buffer("hash_keys", slots, persistent=False)
-        self.register_buffer("hash_index", index, persistent=False)
-
     def _load_from_state_dict(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super()._load_from_state_dict(*args, **kwargs)
-        self._build_hash()  # the loaded keys may differ from the constructed ones
-
-    def _hash(self, keys: Tensor) -> Tensor:
-        """Multiplicative hash (Knuth): the top ``bits`` bits of ``key * 0x9E3779B97F4A7C15`` (mod 2^64)."""
-        return ((keys * -7046029254386353131) >> (64 - self._hash_bits)) & ((1 << self._hash_bits) - 1)
-
-    def _lookup(self, keys: Tensor) -> tuple[Tensor, Tensor]:
-        """Index of each key in the table and whether it is there (expected ~1.5 probes per key)."""
-        flat = keys.reshape(-1)
-        out = torch.full_like(flat, -1)
-        pos, todo, q = self._hash(flat), torch.arange(flat.numel(), device=flat.device), flat
-        mask = (1 << self._hash_bits) - 1
-        while todo.numel():
-            k = self.hash_keys[pos]
-            hit = k == q
-            out[todo[hit]] = self.hash_index[pos[hit]].long()
-            go = ~(hit | (k == -1))
-            todo, pos, q = todo[go], (pos[go] + 1) & mask, q[go]
-        out = out.view(keys.shape)
-        return out.clamp(min=0), out >= 0
+        self.table = BucketTable(self.keys)  # the loaded keys may differ from the constructed ones
 
     def feature_ids(self, x: Sequences) -> Tensor:
         """Feature index of every window ``(B, W)`` (``-1``: no window, or an unobserved value)."""
         keys, valid = self._window_keys(x)
-        idx, found = self._lookup(keys)
+        idx, found = self.table(keys)
         return torch.where(found & valid, idx, -1).reshape(x.batch_size, -1)
 
     def counts(self, x: Sequences, weights: Tensor | None = None) -> Tensor:
@@ -307,7 +270,7 @@ class DiscreteFeatures(nn.Module):
         """:math:`E(x) = -\\lambda^\\top f(x)`, ``(B,)``; padding ignored; ids checked below ``V``."""
         self._check(x)
         keys, valid = self._window_keys(x)
-        idx, found = self._lookup(keys)
+        idx, found = self.table(keys)
         return -(self.weight[idx] * (found & valid)).flatten(1).sum(1)
 
     def token_logits(self, x: Sequences, position: Tensor, candidates: Tensor) -> Tensor:
@@ -348,7 +311,7 @@ class DiscreteFeatures(nn.Module):
 
     def _sum(self, keys: Tensor, valid: Tensor) -> Tensor:
         """Sum of the weights of the ``keys (N, q)`` found and ``valid``, ``(N,)``."""
-        idx, found = self._lookup(keys)
+        idx, found = self.table(keys)
         return (self.weight[idx] * (found & valid)).sum(-1)
 
     def extra_repr(self) -> str:

@@ -1,0 +1,79 @@
+"""``benchmarks/trf_speed.py``: its quick mode runs and ends with its JSON line (slow, needs PTB), its
+profile's attribution partitions the wall time exactly, and a missing C++ binary is one line, not a crash."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from ebms.data.paths import data_root
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench():
+    bench = str(ROOT / "benchmarks")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
+    import trf_speed
+
+    return trf_speed
+
+
+@pytest.mark.slow
+def test_trf_speed_quick_mode_ends_with_rates_and_a_profile_that_sums_to_one() -> None:
+    if not (data_root() / "ptb").is_dir():
+        pytest.skip("PTB is not under the data root ($EBMS_DATA)")
+    out = subprocess.run([sys.executable, "trf_speed.py", "--quick", "--no-save", "--profile"],
+                         cwd=ROOT / "benchmarks", capture_output=True, text=True, timeout=600, check=True)
+    line = json.loads(out.stdout.strip().splitlines()[-1])
+    assert line["bench"] == "trf_speed" and line["quick"] is True
+    assert line["iterations_per_s"] > 0 and line["cpu_s_per_iteration"] > 0 and line["positions_per_s"] > 0
+    assert sum(line["profile"].values()) == pytest.approx(1.0, abs=5e-3)  # shares rounded to 1e-4 each
+    if line["implementation"] == "new":  # both tables ran: they must agree exactly
+        assert line["identical_trajectories"] is True
+
+
+def test_attribution_gives_self_time_to_the_enclosing_contexts_and_partitions_the_total() -> None:
+    ts = _bench()
+    prof = ts.Attribution()
+    t0 = time.perf_counter()
+    with prof.region("augsa"), prof.region("sampler"):
+        prof._enter("op", "lookup")  # substitution scoring's lookup
+        time.sleep(0.02)
+        prof._exit()
+        prof._enter("op", "subst_keys")
+        time.sleep(0.01)
+        prof._exit()
+        with prof.region("energy"):  # a whole-sentence energy the sampler asked for
+            prof._enter("op", "lookup")
+            time.sleep(0.01)
+            prof._exit()
+    with prof.region("backward"):
+        time.sleep(0.01)
+    total = time.perf_counter() - t0
+    got = prof.shares(total)
+    assert set(got["partition"]) == set(ts.PARTS)
+    for key in ("partition", "by_purpose"):
+        assert sum(got[key].values()) == pytest.approx(1.0, abs=1e-3)
+    part, purpose = got["partition"], got["by_purpose"]
+    assert part["lookup"] > part["window_keys"] > 0 and part["backward"] > 0
+    assert got["lookup_by_context"].keys() == {"augsa/sampler", "augsa/sampler/energy"}
+    assert purpose["sentence_energies"] == got["self_by_context"]["augsa/sampler/energy"]  # its lookup included
+    assert purpose["sentence_energies"] >= got["lookup_by_context"]["augsa/sampler/energy"] > 0
+    assert purpose["substitution_scoring"] == pytest.approx(got["lookup_by_context"]["augsa/sampler"]
+                                                            + part["window_keys"], abs=1e-3)
+
+
+def test_missing_cpp_binary_is_one_line_and_no_figure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ts = _bench()
+    args = SimpleNamespace(cpp_binary=str(tmp_path / "trf-train"), cpp_args="", cpp_iters=10)
+    assert ts.run_cpp(args) is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no executable file there" in err[0] and "8.9" in err[0]
