@@ -455,6 +455,35 @@ ISSUE23 = [
         setup=_fails_allocating("ebms.cli.run", "load_run", lambda: RuntimeError(CPU_ALLOC))),
 ]
 
+#: issue 24: the SA gains of the TRF recipe (train.sa_* of lr_schedule = "sa", language.zeta_* of AugSA)
+SA = ("train.lr_schedule=sa",)
+ISSUE24 = [
+    Bad("sa: negative tc", (*TRAIN, *SA, "train.sa_tc=-1"), "train.sa_tc: expected a finite number >= 0; got -1"),
+    Bad("sa: beta above 1", (*TRAIN, *SA, "train.sa_beta=1.5"), "train.sa_beta: expected a finite number in [0, 1]; got 1.5"),
+    Bad("sa: negative t0", (*TRAIN, *SA, "train.sa_t0=-1"), "train.sa_t0: expected an integer >= 0; got -1"),
+    Bad("sa: fractional t0", (*TRAIN, *SA, "train.sa_t0=2.5"), "train.sa_t0: expected an integer"),
+    Bad("sa: tc not a number", (*TRAIN, *SA, "train.sa_tc='x'"), "train.sa_tc: expected a number"),
+    Bad("sa: beta not a number", (*TRAIN, *SA, "train.sa_beta=[0.5]"), "train.sa_beta: expected a number"),
+    Bad("sa key with a constant rate", (*TRAIN, "train.lr_schedule=constant", "train.sa_tc=3000"),
+        "train.sa_tc: train.lr_schedule='constant' does not read it, so train.sa_tc=3000.0 would be ignored; it is "
+        "read with train.lr_schedule = 'sa': drop it"),
+    Bad("sa key with the default schedule", (*TRAIN, "train.sa_t0=2000"),
+        "train.sa_t0: train.lr_schedule='constant' does not read it"),
+    Bad("sa key with cosine", (*TRAIN, "train.lr_schedule=cosine", "train.sa_beta=0.5"),
+        "train.sa_beta: train.lr_schedule='cosine' does not read it"),
+    Bad("zeta: negative tc", (*TRAIN, "language.zeta_tc=-1"), "language.zeta_tc: expected a finite number >= 0; got -1"),
+    Bad("zeta: beta above 1", (*TRAIN, "language.zeta_beta=1.5"),
+        "language.zeta_beta: expected a finite number in [0, 1]; got 1.5"),
+    Bad("zeta: negative t0", (*TRAIN, "language.zeta_t0=-1"), "language.zeta_t0: expected an integer >= 0; got -1"),
+    Bad("zeta: t0 not a number", (*TRAIN, "language.zeta_t0='x'"), "language.zeta_t0: expected an integer"),
+    Bad("zeta: tc not a number", (*TRAIN, "language.zeta_tc='x'"), "language.zeta_tc: expected a number"),
+    Bad("zeta key with an n-gram", (*LM, "model.kind=kn", "language.zeta_t0=2000"),
+        "language.zeta_t0: model.kind='kn' with objective.kind='ml' does not read it", files=LM_FILES),
+    Bad("zeta key with trf nce", (*LM, "model.kind=trf", "objective.kind=nce", "language.zeta_tc=1"),
+        "language.zeta_tc: model.kind='trf' with objective.kind='nce' does not read it, so language.zeta_tc=1.0 would "
+        "be ignored; it is read with objective.kind = 'ml' (a TRF)", files=LM_FILES),
+]
+
 
 HAND = [
     # the issue's list, one by one
@@ -875,6 +904,7 @@ HAND = [
         "train.batch_size: semi-supervised JEM splits each batch into labelled and unlabelled halves; expected at "
         "least 2; got 1"),
     *ISSUE23,
+    *ISSUE24,
     *MOVED,
 ]
 

@@ -98,6 +98,9 @@ class TrainConfig:
     lr: float = 1e-3
     lr_schedule: str = "constant"
     lr_final: float = 0.0
+    sa_tc: float = 0.0
+    sa_beta: float = 0.0
+    sa_t0: int = 500
     optimizer: str = "adam"
     momentum: float = 0.0
     weight_decay: float = 0.0

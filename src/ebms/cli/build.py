@@ -33,6 +33,7 @@ from torch import nn
 
 from ebms._memory import available_memory, is_allocation_failure, tried_to_allocate
 from ebms._memory import format_bytes as gib
+from ebms.cli._unread_keys import refuse_unread
 from ebms.cli.config import Config, ConfigError, ObjectiveConfig, SamplerConfig, check_values
 from ebms.cli.tasks import KIND_TASKS, Task, registered, task_for
 from ebms.data.binary_images import IMAGE_SETS
@@ -45,6 +46,7 @@ from ebms.objectives import (
     GaussianNoise,
     PersistentContrastiveDivergence,
     ReplayBuffer,
+    SAGain,
     ScoreMatching,
     SlicedScoreMatching,
 )
@@ -61,6 +63,7 @@ __all__ = [
     "LR_SCHEDULES",
     "OBJECTIVES",
     "SAMPLERS",
+    "SCHEDULE_KEYS",
     "available_memory",
     "build",
     "build_lr_schedule",
@@ -259,11 +262,17 @@ LR_SCHEDULES: dict[str, Callable[[Config], Callable[[int], float] | None]] = {
     "constant": lambda c: None,  # the trainer keeps the rate as it is
     "cosine": lambda c: CosineAnnealing(c.train.steps, final=c.train.lr_final),
     "linear": lambda c: LinearAnnealing(c.train.steps, final=c.train.lr_final),
+    # the two-stage SA gain of the TRF trainers: 1/(tc + t^beta) for t <= t0, then 1/(tc + t0^beta + t - t0)
+    "sa": lambda c: SAGain(c.train.sa_tc, c.train.sa_beta, c.train.sa_t0),
 }
+#: ``[train]`` keys that only a schedule reads (a value set away from its default with another one is refused).
+SCHEDULE_KEYS: dict[str, tuple[str, ...]] = {"sa": ("sa_tc", "sa_beta", "sa_t0")}
 
 
 def build_lr_schedule(cfg: Config) -> Callable[[int], float] | None:
-    """The learning-rate multiplier ``step -> factor`` (``None`` for a constant rate)."""
+    """The learning-rate multiplier ``step -> factor`` (``None`` for a constant rate); the trainer sets
+    each group's rate to ``lr * factor(step)`` before step ``step = 0, 1, ...`` (``sa``: ``SAGain(step)``
+    is :math:`\\gamma_{step + 1}`, so ``lr = 1`` takes the source's steps)."""
     factory = resolve(LR_SCHEDULES, cfg.train.lr_schedule, "train.lr_schedule")
     return build("train", cfg.train, factory, cfg)
 
@@ -409,5 +418,15 @@ def validate_config(cfg: Config, *, device: bool = True) -> Config:
     _check_other_sections(cfg, task)
     resolve(SAMPLERS, cfg.sampler.kind, "sampler.kind")
     resolve(LR_SCHEDULES, cfg.train.lr_schedule, "train.lr_schedule")
+    _refuse_unread_schedule_keys(cfg)
     resolve({k.lower(): v for k, v in ACTIVATIONS.items()}, cfg.model.activation.lower(), "model.activation")
     return cfg
+
+
+def _refuse_unread_schedule_keys(cfg: Config) -> None:
+    """A schedule's own keys (:data:`SCHEDULE_KEYS`) set with another ``train.lr_schedule`` would be ignored."""
+    schedule = cfg.train.lr_schedule
+    unread = {k for name, keys in SCHEDULE_KEYS.items() if name != schedule for k in keys}
+    read = {f.name for f in dataclasses.fields(cfg.train)} - unread
+    refuse_unread("train", cfg.train, read, f"train.lr_schedule={schedule!r}",
+                  lambda key: [f"train.lr_schedule = {name!r}" for name, keys in SCHEDULE_KEYS.items() if key in keys])

@@ -31,6 +31,8 @@ lengths and the Transformer's positions (unset: the longest training sentence, r
   trans-dimensional sampler, ``language.trials`` trials, ``sampler.sweeps`` sweeps), NCE (``nce``:
   noise a KN n-gram of order ``language.noise_order``, ``objective.nu`` draws per sentence) or
   dynamic NCE (``dnce``: noise an LSTM of ``language.noise_hidden`` units trained jointly).
+  AugSA's :math:`\\zeta` moves at ``SAGain(language.zeta_tc, zeta_beta, zeta_t0)`` (default
+  ``(0, 0.6, 500)``, the source trainer's; its PTB recipe ``trf-ptb`` sets ``t0 = 2000``).
   ``language.feature_scaling`` (``trf`` with ``train.optimizer = "sgd"``): the authors' update of
   the feature weights, :class:`~ebms.train.ScaledSGD` with each feature's gradient divided by its
   within-length empirical variance, ``train.weight_decay`` as the L2 term and each step clipped to
@@ -75,7 +77,7 @@ from ebms.errors import CheckpointError
 from ebms.models.lm import LSTMLM, TransformerLM
 from ebms.models.trf import TEMPLATE_GROUPS, TRF, DiscreteFeatures, Hidden2Scalar, WordClasses, feature_templates
 from ebms.models.trf.moments import feature_moments
-from ebms.objectives import EARM, AutoregressiveNLL
+from ebms.objectives import EARM, AutoregressiveNLL, SAGain
 from ebms.objectives.trf_augsa import AugSA
 from ebms.objectives.trf_nce import TRFNCE, DynamicNCE
 from ebms.samplers.trans_dimensional import TransDimensional
@@ -127,6 +129,9 @@ class LanguageSettings:
     logz_samples: int = 1000
     feature_scaling: bool = False
     step_clip: float = 1.0
+    zeta_tc: float = 0.0
+    zeta_beta: float = 0.6
+    zeta_t0: int = 500
     earm_weight: float = 1.0
     earm_start: int = 0
     earm_truncate: int = 2
@@ -202,7 +207,8 @@ class LanguageTask(Task[LanguageSettings]):
         "features": Rule(text=f"a list of TRF feature template groups ({', '.join(TEMPLATE_GROUPS)}); empty: the "
                               "default ones", check=lambda v: all(g in TEMPLATE_GROUPS for g in v)),
         "chains": COUNT, "trials": COUNT, "noise_order": COUNT, "noise_hidden": COUNT, "logz_samples": Rule(low=2),
-        "feature_scaling": Rule(), "step_clip": POS, "earm_weight": POS, "earm_start": NONNEG, "earm_truncate": COUNT,
+        "feature_scaling": Rule(), "step_clip": POS, "zeta_tc": NONNEG, "zeta_beta": Rule(low=0, high=1),
+        "zeta_t0": NONNEG, "earm_weight": POS, "earm_start": NONNEG, "earm_truncate": COUNT,
         "base_run": PATH, "prefix_length": COUNT, "horizon": COUNT, "energy": Rule(choices=("bilstm", "transformer")),
         "negatives": COUNT, "joint_samples": COUNT, "mask_rate": FRACTION,
     }
@@ -338,7 +344,8 @@ class LanguageTask(Task[LanguageSettings]):
             return EARM(weight=s.earm_weight, start_step=s.earm_start, truncate=s.earm_truncate) if obj == "earm" \
                 else AutoregressiveNLL()
         if obj == "ml":
-            return AugSA(self.kernel(cfg, data), chains=s.chains)
+            return AugSA(self.kernel(cfg, data), chains=s.chains,
+                         zeta_gain=SAGain(s.zeta_tc, s.zeta_beta, s.zeta_t0))
         if obj == "nce":
             return TRFNCE(_ngram(data, s.noise_order, s.smoothing, "noise_order", s.discounts), nu=cfg.objective.nu)
         with torch.random.fork_rng(devices=[]):

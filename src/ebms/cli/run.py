@@ -132,7 +132,8 @@ KEY_ROLES: dict[str, str] = {
     **_rows("training", {
         "run": "device",
         "sampler": "kind step_size noise_scale n_leapfrog sweeps scan temperature n_flips",
-        "train": "batch_size lr lr_schedule lr_final optimizer momentum weight_decay grad_clip",
+        "train": "batch_size lr lr_schedule lr_final sa_tc sa_beta sa_t0 optimizer momentum weight_decay grad_clip",
+        "language": "zeta_tc zeta_beta zeta_t0",
     }),
     **_rows("run", {"run": "name out_dir progress", "train": "steps log_every checkpoint_every",
                     "vision": "snapshot_every"}),
