@@ -102,6 +102,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cpp-binary", default="", help="a built SPMILM trainer to time live (optional)")
     p.add_argument("--cpp-args", default="", help="its arguments (one string, shell-split)")
     p.add_argument("--cpp-iters", type=int, default=0, help="AugSA iterations the C++ command runs")
+    p.add_argument("--reference-logits", action="store_true",
+                   help="old = the per-candidate token_logits lookups, new = the context index (both BucketTable)")
 
 
 # -- setup (not timed) ------------------------------------------------------------------------
@@ -208,7 +210,10 @@ class Run:
     def summary(self) -> dict[str, Any]:
         wall, cpu, pos = sum(self.wall), sum(self.cpu), sum(self.positions)
         table = getattr(self.feats, "table", None)
-        return {"table": "features.py probe loop" if table is None else type(table).__name__,
+        name = "features.py probe loop" if table is None else type(table).__name__
+        if not getattr(self.feats, "_context_logits", True):
+            name += " (per-candidate token_logits)"
+        return {"table": name,
                 "iterations": len(self.wall), "iterations_per_s": len(self.wall) / wall,
                 "cpu_s_per_iteration": cpu / len(self.cpu), "wall_s_per_iteration": wall / len(self.wall),
                 "median_wall_s_per_iteration": median(self.wall), "positions_per_iteration": pos / len(self.wall),
@@ -431,7 +436,10 @@ def main() -> None:
     tables, why = table_module()
     runs: dict[str, Run] = {}
     if tables is not None:
-        probe = Run(s, chains=chains, batch=batch, seed=args.seed, table=tables.ProbeTable)
+        old_table = tables.BucketTable if args.reference_logits else tables.ProbeTable
+        probe = Run(s, chains=chains, batch=batch, seed=args.seed, table=old_table)
+        if args.reference_logits:
+            probe.feats._context_logits = False
         if probe.native_table is None:
             why = "DiscreteFeatures holds no `table` yet: timing the current implementation only"
             tables = None

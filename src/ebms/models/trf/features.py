@@ -19,8 +19,10 @@ may start at ``<s>`` (e.g. ``(<s> w0)``); with ``eos`` as ``x </s>``, so windows
 never ends at ``<s>``.
 
 Cost: ``B (T + 1) P`` lookups per energy call (``P`` template patterns); ``token_logits`` scores ``K``
-substitutions of one position with ``B K Q`` lookups (``Q`` = slots over all patterns), touching
-only the windows through that position.
+substitutions of one position, touching only the ``Q`` windows through it (``Q`` = slots over all
+patterns): at most ``B Q`` context lookups plus work in the observed features of those contexts
+(:class:`~ebms.models.trf._context.ContextIndex`, built with the table; not in ``state_dict``), where
+the reference (``_token_logits_by_lookup``) makes ``B K Q`` lookups.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_int, check_tensor
+from ebms.models.trf._context import ContextIndex
 from ebms.models.trf._table import BucketTable, ProbeTable
 from ebms.models.trf.templates import DEFAULT_GROUPS, Template, feature_templates
 from ebms.sequences import Sequences
@@ -74,6 +77,7 @@ class DiscreteFeatures(nn.Module):
     class_ids: Tensor
     template_base: Tensor
     table: BucketTable | ProbeTable
+    context: ContextIndex | None
     pat_off: Tensor
     pat_layer: Tensor
     pat_stride: Tensor
@@ -122,6 +126,7 @@ class DiscreteFeatures(nn.Module):
             raise ValueError("keys: expected sorted distinct keys of these templates (from DiscreteFeatures.fit)")
         self.register_buffer("keys", keys.detach().cpu().clone())
         self.table = BucketTable(self.keys)
+        self._build_context()
         self.register_buffer("observed_counts", torch.zeros(keys.numel(), dtype=torch.float64))
         self.weight = nn.Parameter(torch.zeros(keys.numel()))
 
@@ -252,6 +257,14 @@ class DiscreteFeatures(nn.Module):
     def _load_from_state_dict(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super()._load_from_state_dict(*args, **kwargs)
         self.table = BucketTable(self.keys)  # the loaded keys may differ from the constructed ones
+        self._build_context()
+
+    def _build_context(self) -> None:
+        """The context index of the keys (:mod:`ebms.models.trf._context`), ``None`` if it does not fit."""
+        radix = {"w": self.vocab_size, "c": int(self.class_ids.max()) + 1}
+        self.context = None  # free a stale index before building the new one (peak memory)
+        self.context = ContextIndex.build(self.keys, self.template_base, [t.layers for t in self.templates],
+                                          self._strides, [len(t.offsets) for t in self.templates], radix)
 
     def feature_ids(self, x: Sequences) -> Tensor:
         """Feature index of every window ``(B, W)`` (``-1``: no window, or an unobserved value)."""
@@ -273,17 +286,45 @@ class DiscreteFeatures(nn.Module):
         idx, found = self.table(keys)
         return -(self.weight[idx] * (found & valid)).flatten(1).sum(1)
 
+    _context_logits = True  # private switch: False scores by the reference's per-candidate lookups
+
     def token_logits(self, x: Sequences, position: Tensor, candidates: Tensor) -> Tensor:
         r""":math:`\lambda^\top f` of the windows through ``position`` with each candidate there, ``(B, K)``.
 
         Equals :math:`-E(x^{position \to k})` up to a per-row constant (the windows that do not touch
         ``position``). ``position (B,)`` long; ``candidates (B, K)`` long, ``-1`` for absent entries (0
-        returned there); ids not checked (hot path). Windows whose substituted slot reads a class
-        are looked up once per (row, class), the others once per candidate.
+        returned there); ids not checked (hot path). Windows whose substituted slot reads a class are
+        scored once per (row, class), the others once per (row, distinct candidate): one context lookup
+        per window, then the observed features of that context (:mod:`ebms.models.trf._context`);
+        bit-identical to the per-candidate lookups of ``_token_logits_by_lookup``.
         """
+        if self.context is None or not self._context_logits:
+            return self._token_logits_by_lookup(x, position, candidates)
+        part, valid = self._substitution_contexts(x, position)
+        row, k = (candidates >= 0).nonzero(as_tuple=True)
+        cand = candidates[row, k]
+        out = torch.zeros(candidates.shape, dtype=self.weight.dtype, device=candidates.device)
+        if row.numel() == 0:
+            return out
+        by_word = self.sub_cand_layer == 0
+        qs = torch.arange(by_word.numel(), device=by_word.device)
+        args = (self.sub_base, self.sub_cand_stride, self.weight, self.table)
+        V = self.vocab_size
+        targets, inverse = torch.unique(row * V + cand, return_inverse=True)
+        score = self.context.fill(targets, V, part[:, by_word], valid[:, by_word], qs[by_word], *args)[inverse].sum(-1)
+        if not bool(by_word.all()):
+            n_cls = int(self.class_ids.max()) + 1
+            pairs, inverse = torch.unique(row * n_cls + self.class_ids[cand], return_inverse=True)
+            by_cls = ~by_word
+            score = score + self.context.fill(pairs, n_cls, part[:, by_cls], valid[:, by_cls], qs[by_cls],
+                                              *args).sum(-1)[inverse]
+        out[row, k] = score
+        return out
+
+    def _substitution_contexts(self, x: Sequences, position: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys with the substituted slot zeroed ``(B, Q)`` and whether each window exists ``(B, Q)``."""
         y, yc = self._padded(x)
-        B, K = candidates.shape
-        T = x.max_length
+        B, T = x.batch_size, x.max_length
         at = position[:, None] + 1  # (B, 1) padded coordinates
         cols = (at[:, :, None] + self.sub_off[None]).clamp(0, T + 1)  # (B, Q, S)
         Q, S = cols.shape[1:]
@@ -291,6 +332,12 @@ class DiscreteFeatures(nn.Module):
         cls_ = yc.gather(1, cols.view(B, -1)).view(B, Q, S)
         part = (torch.where(self.sub_layer == 0, word, cls_) * self.sub_stride).sum(-1) + self.sub_base  # (B, Q)
         valid = self._valid(at + self.sub_cur, at + self.sub_min, self.sub_prev, self.sub_n, x.lengths[:, None])
+        return part, valid
+
+    def _token_logits_by_lookup(self, x: Sequences, position: Tensor, candidates: Tensor) -> Tensor:
+        """The reference ``token_logits``: ``B K Q`` key lookups (one per candidate and window)."""
+        B, K = candidates.shape
+        part, valid = self._substitution_contexts(x, position)
         row, k = (candidates >= 0).nonzero(as_tuple=True)
         cand = candidates[row, k]
         by_word = self.sub_cand_layer == 0

@@ -1,0 +1,125 @@
+"""The context index of DiscreteFeatures: ``token_logits`` through it equals, bit for bit, the reference's
+per-candidate lookups (``_token_logits_by_lookup``) on random corpora, every template group, both
+boundary settings, both weight dtypes, light and heavy contexts, edge positions and shapes, and after
+loading a state dict; the index lists exactly the observed features by context."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import Tensor
+
+from ebms.models.trf import DiscreteFeatures, feature_templates
+from ebms.models.trf.templates import DEFAULT_GROUPS
+from ebms.sequences import Sequences
+
+V, N_CLASSES = 14, 4
+GROUPS = (*DEFAULT_GROUPS, "tied")
+
+
+def corpus(seed: int, n: int = 80, max_len: int = 12) -> Sequences:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, max_len + 1, (n,), generator=g).tolist()
+    return Sequences.from_lists([torch.randint(1, V, (k,), generator=g).tolist() for k in lengths])
+
+
+def model(groups: tuple[str, ...], *, bos: bool, eos: bool, dtype: torch.dtype, seed: int = 0) -> DiscreteFeatures:
+    g = torch.Generator().manual_seed(100 + seed)
+    classes = torch.randint(0, N_CLASSES, (V,), generator=g)
+    feats = DiscreteFeatures.fit(corpus(seed), V, feature_templates(groups, 4), classes=classes, bos=bos, eos=eos)
+    feats = feats.to(dtype)
+    with torch.no_grad():
+        feats.weight.copy_(torch.randn(feats.num_features, generator=g, dtype=torch.float64).to(dtype))
+    return feats
+
+
+def queries(seed: int, B: int, K: int, T: int) -> tuple[Sequences, Tensor, Tensor]:
+    g = torch.Generator().manual_seed(200 + seed)
+    x = corpus(300 + seed, n=B, max_len=T)
+    pos = torch.randint(0, x.max_length + 1, (B,), generator=g)  # up to one beyond the longest sentence
+    pos[0] = 0
+    if B > 1:
+        pos[1] = x.lengths[1] - 1  # the last token
+    if B > 2:
+        pos[2] = x.lengths[2]  # just beyond the sentence's end
+    cand = torch.randint(-1, V, (B, K), generator=g)  # -1: absent; 0 (the boundary id) included
+    if K > 2:
+        cand[:, -1] = cand[:, 0]  # a repeated candidate
+    return x, pos, cand
+
+
+def assert_same(feats: DiscreteFeatures, x: Sequences, pos: Tensor, cand: Tensor) -> Tensor:
+    new = feats.token_logits(x, pos, cand)
+    ref = feats._token_logits_by_lookup(x, pos, cand)
+    assert new.dtype == ref.dtype == feats.weight.dtype and new.shape == cand.shape
+    assert torch.equal(new, ref)
+    assert bool((new[cand < 0] == 0).all())
+    return new
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("bos,eos", [(True, False), (True, True), (False, True), (False, False)])
+def test_context_path_equals_per_candidate_lookups_for_every_group(bos, eos, dtype):
+    feats = model(GROUPS, bos=bos, eos=eos, dtype=dtype)
+    assert feats.context is not None
+    for seed, (B, K) in enumerate([(20, 9), (1, 5), (7, 1), (1, 1)]):
+        x, pos, cand = queries(seed, B, K, T=12)
+        assert_same(feats, x, pos, cand)
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_context_path_equals_lookups_for_each_group_alone_with_light_and_heavy_contexts(group):
+    feats = model((group,), bos=True, eos=True, dtype=torch.float64, seed=1)
+    x, pos, cand = queries(5, 25, 8, T=12)
+    first = assert_same(feats, x, pos, cand)
+    for ratio in (0.0, 1e9):  # every context scored by lookups, then every context by its list
+        feats.context.ratio = ratio
+        assert torch.equal(assert_same(feats, x, pos, cand), first)
+
+
+def test_context_path_is_exact_on_word_only_templates_and_all_absent_candidates():
+    words = tuple(t for t in feature_templates(("w", "ws", "wsh", "tied"), 4) if not t.uses_classes)
+    feats = DiscreteFeatures.fit(corpus(7), V, words, eos=True)
+    with torch.no_grad():
+        feats.weight.normal_(generator=torch.Generator().manual_seed(1))
+    x, pos, cand = queries(8, 12, 6, T=12)
+    assert_same(feats, x, pos, cand)
+    none = torch.full((12, 3), -1)
+    assert torch.equal(feats.token_logits(x, pos, none), torch.zeros(12, 3))
+
+
+def test_context_path_gradient_equals_the_reference_gradient_to_rounding():
+    feats = model(GROUPS, bos=True, eos=True, dtype=torch.float64, seed=2)
+    x, pos, cand = queries(9, 10, 6, T=12)
+    w = torch.randn(cand.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    (g_new,) = torch.autograd.grad((feats.token_logits(x, pos, cand) * w).sum(), feats.weight)
+    (g_ref,) = torch.autograd.grad((feats._token_logits_by_lookup(x, pos, cand) * w).sum(), feats.weight)
+    # the same terms accumulated into each feature in another order: equal to rounding (1e-12 relative)
+    torch.testing.assert_close(g_new, g_ref, rtol=1e-12, atol=1e-12)
+
+
+def test_index_lists_every_observed_feature_once_per_slot_by_its_context():
+    feats = model(("w", "cs", "cpw", "tied"), bos=True, eos=False, dtype=torch.float64, seed=3)
+    ctx = feats.context
+    slots = sum(len(t.layers) for t, n in zip(feats.templates, feats.template_sizes()) for _ in range(n))
+    assert ctx.values.numel() == ctx.feature.numel() == slots == int(ctx.offsets[-1])
+    # every feature appears once per slot of its template, and its key is its context plus value * stride
+    assert torch.equal(torch.bincount(ctx.feature.long(), minlength=feats.num_features),
+                       torch.tensor([len(feats.templates[t].layers) for t in
+                                     (torch.searchsorted(feats.template_base, feats.keys, right=True) - 1).tolist()]))
+    assert ctx.nbytes > 0
+
+
+def test_loading_a_state_dict_rebuilds_the_context_index():
+    feats = model(GROUPS, bos=True, eos=True, dtype=torch.float64, seed=4)
+    stale = model(GROUPS, bos=True, eos=True, dtype=torch.float64, seed=5)
+    other = model(GROUPS, bos=True, eos=True, dtype=torch.float64, seed=4)  # same keys and classes
+    other.context = stale.context  # an index of other keys: loading must rebuild it from the loaded keys
+    other.keys.zero_()
+    with torch.no_grad():
+        other.weight.zero_()
+    assert set(other.state_dict()) == {"weight", "class_ids", "keys", "observed_counts", "template_base"}
+    other.load_state_dict(feats.state_dict())
+    assert other.context is not stale.context and other.context.values.numel() == feats.context.values.numel()
+    x, pos, cand = queries(10, 15, 7, T=12)
+    assert torch.equal(assert_same(other, x, pos, cand), feats.token_logits(x, pos, cand))
