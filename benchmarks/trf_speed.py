@@ -35,7 +35,10 @@ Figures, per implementation:
 Feature tables. When ``src/ebms/models/trf/_table.py`` provides ``ProbeTable`` (the previous
 open-addressing table with its linear-probing loop) and ``BucketTable`` (a fixed-probe table) and
 ``DiscreteFeatures`` holds ``self.table``, both run on identically built models (same keys, seed and
-batches; the probe model gets ``feats.table = ProbeTable(feats.keys)``), and the record holds the
+batches; the old model gets ``feats.table = ProbeTable(feats.keys)`` and ``feats._context_logits =
+False``, i.e. the implementation before issue 24: linear probing and one lookup per candidate in
+``token_logits``; ``--reference-logits`` keeps ``BucketTable`` in both, so only the context index of
+``token_logits`` differs), and the record holds the
 ratio old / new of CPU time per iteration (also per position, robust to the chains drifting apart)
 and whether the two trajectories stayed identical. Otherwise only the current implementation runs,
 and one line says so. Ratios are the robust figure on this shared machine; absolute rates depend on
@@ -103,7 +106,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cpp-args", default="", help="its arguments (one string, shell-split)")
     p.add_argument("--cpp-iters", type=int, default=0, help="AugSA iterations the C++ command runs")
     p.add_argument("--reference-logits", action="store_true",
-                   help="old = the per-candidate token_logits lookups, new = the context index (both BucketTable)")
+                   help="old = BucketTable with per-candidate token_logits (default old: ProbeTable with them, "
+                        "the implementation before issue 24); new = BucketTable with the context index")
 
 
 # -- setup (not timed) ------------------------------------------------------------------------
@@ -436,10 +440,11 @@ def main() -> None:
     tables, why = table_module()
     runs: dict[str, Run] = {}
     if tables is not None:
+        # old: the implementation before issue 24 (linear probing, per-candidate token_logits);
+        # --reference-logits: only the token_logits path differs (both BucketTable)
         old_table = tables.BucketTable if args.reference_logits else tables.ProbeTable
         probe = Run(s, chains=chains, batch=batch, seed=args.seed, table=old_table)
-        if args.reference_logits:
-            probe.feats._context_logits = False
+        probe.feats._context_logits = False
         if probe.native_table is None:
             why = "DiscreteFeatures holds no `table` yet: timing the current implementation only"
             tables = None
