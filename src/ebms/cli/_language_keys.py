@@ -27,7 +27,7 @@ KIND_KEYS: dict[str, tuple[str, ...]] = {
     "kn": ("order", "smoothing", "discounts"),
     "lstm": (*_NET, "tie_weights"),
     "transformer": (*_NET, "heads", "tie_weights"),
-    "trf": ("order", "features", "classes", "trials", "logz_samples", "feature_scaling"),
+    "trf": ("order", "features", "feature_cutoffs", "classes", "trials", "logz_samples", "feature_scaling"),
     "trf-cnn": (*_NET, "trials", "logz_samples"),
     "trf-bilstm": (*_NET, "trials", "logz_samples"),
     "residual": ("base_run", "prefix_length", "horizon", "energy", "embedding_dim", "layers", "dropout", "negatives",

@@ -24,7 +24,9 @@ lengths and the Transformer's positions (unset: the longest training sentence, r
   ``embedding_dim``, ``heads``, ``layers``, feed-forward ``hidden``), trained with
   :class:`~ebms.objectives.AutoregressiveNLL` (``ml``) under the Trainer.
 * ``trf`` (discrete n-gram features of ``language.features`` up to ``language.order``, read over
-  ``<s> x </s>`` as in the source, word classes
+  ``<s> x </s>`` as in the source, every observed one, or with ``language.feature_cutoffs = "source"``
+  those the source keeps (:func:`~ebms.models.trf.templates.source_cutoffs`: word 4-grams and word
+  skip features seen at least twice), word classes
   by exchange clustering when ``language.classes > 0``), ``trf-cnn`` / ``trf-bilstm``
   (:class:`~ebms.models.trf.Hidden2Scalar` with ``embedding_dim``, ``hidden``, ``layers``): a
   :class:`~ebms.models.trf.TRF` trained by AugSA (``ml``: ``language.chains`` chains of the
@@ -77,6 +79,7 @@ from ebms.errors import CheckpointError
 from ebms.models.lm import LSTMLM, TransformerLM
 from ebms.models.trf import TEMPLATE_GROUPS, TRF, DiscreteFeatures, Hidden2Scalar, WordClasses, feature_templates
 from ebms.models.trf.moments import feature_moments
+from ebms.models.trf.templates import source_cutoffs
 from ebms.objectives import EARM, AutoregressiveNLL, SAGain
 from ebms.objectives.trf_augsa import AugSA
 from ebms.objectives.trf_nce import TRFNCE, DynamicNCE
@@ -87,6 +90,8 @@ __all__ = ["KIND_KEYS", "LanguageSettings", "LanguageTask"]
 
 AR_KINDS = ("kn", "lstm", "transformer")
 SMOOTHINGS = ("modified_kneser_ney", "kneser_ney", "witten_bell", "add_k")
+#: ``language.feature_cutoffs``: every observed feature, or the source's per-template minimum counts.
+FEATURE_CUTOFFS = ("none", "source")
 #: seed offsets of the noise LM's initial weights (dnce) and of training chains for ``sample``.
 NOISE_SEED_OFFSET = 19
 #: longest draw of an autoregressive model in ``ebms sample`` (longer draws are cut).
@@ -122,6 +127,7 @@ class LanguageSettings:
     discounts: list[float] = field(default_factory=list)
     classes: int = 0
     features: list[str] = field(default_factory=list)
+    feature_cutoffs: str = "none"
     chains: int = 100
     trials: int = 1
     noise_order: int = 2
@@ -206,6 +212,7 @@ class LanguageTask(Task[LanguageSettings]):
                           check=lambda v: all(x >= 0 for x in v)),
         "features": Rule(text=f"a list of TRF feature template groups ({', '.join(TEMPLATE_GROUPS)}); empty: the "
                               "default ones", check=lambda v: all(g in TEMPLATE_GROUPS for g in v)),
+        "feature_cutoffs": Rule(choices=FEATURE_CUTOFFS),
         "chains": COUNT, "trials": COUNT, "noise_order": COUNT, "noise_hidden": COUNT, "logz_samples": Rule(low=2),
         "feature_scaling": Rule(), "step_clip": POS, "zeta_tc": NONNEG, "zeta_beta": Rule(low=0, high=1),
         "zeta_t0": NONNEG, "earm_weight": POS, "earm_start": NONNEG, "earm_truncate": COUNT,
@@ -323,7 +330,9 @@ class LanguageTask(Task[LanguageSettings]):
         if kind == "trf":
             classes = self._classes(cfg, data)
             groups = s.features or [g for g in ("w", "c", "ws", "cs", "wsh", "csh") if classes is not None or g[0] == "w"]
-            energy = DiscreteFeatures.fit(data.train, V, feature_templates(groups, s.order), classes=classes, eos=True)
+            templates = feature_templates(groups, s.order)
+            cuts = source_cutoffs(templates) if s.feature_cutoffs == "source" else 1
+            energy = DiscreteFeatures.fit(data.train, V, templates, classes=classes, eos=True, min_count=cuts)
             data.cache["features"] = energy  # build_optimizer's feature variances
         else:
             make = Hidden2Scalar.cnn if kind == "trf-cnn" else Hidden2Scalar.bilstm

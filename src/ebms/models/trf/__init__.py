@@ -25,7 +25,7 @@ from ebms.models.trf.model import TRF
 from ebms.models.trf.moments import feature_moments
 from ebms.models.trf.ngram_init import ngram_weights
 from ebms.models.trf.sum_target_logit import SumTargetLogit
-from ebms.models.trf.templates import DEFAULT_GROUPS, TEMPLATE_GROUPS, Template, feature_templates
+from ebms.models.trf.templates import DEFAULT_GROUPS, TEMPLATE_GROUPS, Template, feature_templates, source_cutoffs
 
 __all__ = [
     "DEFAULT_GROUPS",
@@ -42,4 +42,5 @@ __all__ = [
     "feature_moments",
     "feature_templates",
     "ngram_weights",
+    "source_cutoffs",
 ]

@@ -167,32 +167,73 @@ class DiscreteFeatures(nn.Module):
     @classmethod
     def fit(cls, corpus: Sequences, vocab_size: int, templates: Sequence[Template] | None = None, *,
             classes: Tensor | None = None, order: int = 4, bos: bool = True, eos: bool = False,
-            min_count: int = 1, chunk_size: int = 512) -> DiscreteFeatures:
-        """Collect the features observed in ``corpus`` (counts ``>= min_count``); weights start at 0.
+            min_count: int | Sequence[int] = 1, chunk_size: int = 512) -> DiscreteFeatures:
+        """Collect the features observed in ``corpus`` with training counts ``>= min_count``; weights start at 0.
 
         ``templates`` default to :data:`~ebms.models.trf.templates.DEFAULT_GROUPS` at ``order`` (their
-        word-only part when ``classes`` is ``None``). Sentences are read ``chunk_size`` at a time.
+        word-only part when ``classes`` is ``None``). ``min_count`` is one minimum for every feature, or
+        one per template (aligned with ``templates``): a feature (template and slot values) is kept iff
+        its count over the corpus is at least its template's minimum, so 0 and 1 keep every observed
+        feature (the source's cutoffs: :func:`~ebms.models.trf.templates.source_cutoffs`).
+
+        Sentences are read ``chunk_size`` at a time; each chunk's distinct keys and counts are kept and
+        merged (one sort) when they outgrow the merged set, so the memory stays a few times that set's.
+
+        Raises:
+            ValueError: ``min_count`` not an int ``>= 0`` or a sequence of them, one per template.
         """
         if not isinstance(corpus, Sequences):
             raise TypeError(f"corpus: expected an ebms.sequences.Sequences; got {type(corpus).__name__}")
-        check_int(min_count, "min_count", minimum=1)
         check_int(chunk_size, "chunk_size", minimum=1)
         if templates is None:
             groups = DEFAULT_GROUPS if classes is not None else tuple(g for g in DEFAULT_GROUPS if g[0] == "w")
             templates = feature_templates(groups, order)
+        templates = tuple(templates)
+        cuts = cls._min_counts(min_count, len(templates))
         probe = cls(templates, torch.zeros(0, dtype=torch.long), vocab_size, classes=classes, bos=bos, eos=eos)
         corpus = corpus.to("cpu")
         probe._check(corpus, "corpus")
-        found, counts = torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.float64)
+        parts: list[tuple[Tensor, Tensor]] = []
+        pending = 0
         for start in range(0, corpus.batch_size, chunk_size):
             keys, valid = probe._window_keys(corpus[start: start + chunk_size])
-            found, inverse = torch.unique(torch.cat([found, keys[valid]]), return_inverse=True)
-            add = torch.cat([counts, torch.ones(int(valid.sum()), dtype=torch.float64)])
-            counts = torch.zeros(found.numel(), dtype=torch.float64).index_add_(0, inverse, add)
-        keep = counts >= min_count
+            parts.append(torch.unique(keys[valid], return_counts=True))
+            pending += parts[-1][0].numel()
+            del keys, valid
+            if pending > max(parts[0][0].numel(), cls._merge_at):  # the pending chunks outgrow the merged set
+                parts = [cls._merge(parts)]
+                pending = 0
+        found, counts = cls._merge(parts)
+        keep = counts >= torch.tensor(cuts)[torch.searchsorted(probe.template_base, found, right=True) - 1]
         out = cls(templates, found[keep], vocab_size, classes=classes, bos=bos, eos=eos)
         out.observed_counts.copy_(counts[keep])
         return out
+
+    @staticmethod
+    def _min_counts(min_count: int | Sequence[int], n: int) -> list[int]:
+        """``min_count`` as one minimum per template (``n`` of them), checked."""
+        if isinstance(min_count, Sequence) and not isinstance(min_count, str):
+            cuts = list(min_count)
+            if len(cuts) != n:
+                raise ValueError(f"min_count: expected an int or one per template ({n}); got {len(cuts)} values")
+            return [check_int(c, f"min_count[{i}]", minimum=0) for i, c in enumerate(cuts)]
+        return [check_int(min_count, "min_count", minimum=0)] * n
+
+    _merge_at = 1 << 20  # private: merge the pending chunks once they hold more keys than this and the merged set
+
+    @staticmethod
+    def _merge(parts: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
+        """Sorted distinct keys of the chunks' ``(keys, counts)`` and their summed counts (int64)."""
+        keys = torch.cat([k for k, _ in parts]) if parts else torch.zeros(0, dtype=torch.long)
+        counts = torch.cat([c for _, c in parts]) if parts else torch.zeros(0, dtype=torch.long)
+        parts.clear()
+        keys, order = keys.sort()
+        counts = counts[order].cumsum(0)
+        del order
+        found, runs = torch.unique_consecutive(keys, return_counts=True)
+        del keys
+        ends = counts[runs.cumsum(0) - 1]
+        return found, torch.diff(ends, prepend=ends.new_zeros(1))
 
     @property
     def num_features(self) -> int:

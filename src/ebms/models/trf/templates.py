@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from ebms._checks import check_int
 
-__all__ = ["DEFAULT_GROUPS", "TEMPLATE_GROUPS", "Template", "feature_templates"]
+__all__ = ["DEFAULT_GROUPS", "TEMPLATE_GROUPS", "Template", "feature_templates", "source_cutoffs"]
 
 #: every group :func:`feature_templates` knows.
 TEMPLATE_GROUPS = ("w", "c", "ws", "cs", "wsh", "csh", "cpw", "tied")
@@ -120,4 +120,37 @@ def feature_templates(groups: Sequence[str] = DEFAULT_GROUPS, order: int = 4) ->
             out += [Template(("c",) * k + ("w",), (tuple(range(-k, 1)),)) for k in range(1, n)]
         else:  # tied
             out += [Template((lay, lay), tuple((-d, 0) for d in range(6, 10))) for lay in ("w", "c")]
+    return tuple(out)
+
+
+def source_cutoffs(templates: Sequence[Template]) -> tuple[int, ...]:
+    """The minimum training count of each template's features in the source's PTB recipe (one per template).
+
+    The recipe's feature file (Wang, Ou & Tan 2018; SPMILM ``g4_w_c_ws_cs_wsh_csh_tied.fs``) gives each
+    table cutoff digits per n-gram order (order ``k`` reads digit ``k - 1``, the last digit repeating), and
+    keeps a feature iff its count is ``>= cut`` (a cut of 0 or 1 keeps every observed feature): word
+    n-grams ``"0002"``, class n-grams ``"0000"``, word skip tables ``"2"``, class skip tables ``"0"``. Here:
+
+    * a word n-gram template (word slots at contiguous offsets, one pattern) of ``k >= 4`` slots: 2;
+    * a word skip template (word slots only, non-contiguous offsets or several tied patterns: the
+      groups ``ws``, ``wsh`` and the word half of ``tied``): 2;
+    * every other template (word n-grams of 1..3 slots, class templates, ``cpw``): 1.
+
+    The order is the number of slots. The source adds ``<s> key`` / ``key </s>`` variants of a key shorter
+    than its table's longest order, one slot longer, with the cut of that longer order; in ebms such a
+    window is the same longer template with the boundary as a slot value (``<s> w0 w1 w2`` is a value of
+    ``w-3 w-2 w-1 w0``), so it gets the same cut. (The source's one-order skip tables have no boundary
+    variants; ebms's skip windows that reach ``<s>``/``</s>`` are cut as their template.)
+
+    Example:
+        >>> source_cutoffs(feature_templates(("w", "ws"), order=4))
+        (1, 1, 1, 2, 2, 2, 2, 2)
+    """
+    out = []
+    for t in templates:
+        if not isinstance(t, Template):
+            raise TypeError(f"templates: expected a sequence of Template; got {type(t).__name__} ({t!r})")
+        words = not t.uses_classes
+        contiguous = len(t.offsets) == 1 and t.offsets[0] == tuple(range(1 - len(t.layers), 1))
+        out.append(2 if words and (not contiguous or len(t.layers) >= 4) else 1)
     return tuple(out)
