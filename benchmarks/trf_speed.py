@@ -5,7 +5,9 @@ Workload (issue 24, section 1; the source's PTB recipe ``g4_w_c_ws_cs_wsh_csh_ti
     data        Penn Treebank training sentences (``ebms.data.text.ptb``, 42,068 sentences), the
                 training words as vocabulary (``Vocabulary.build``: 10,000 ids).
     model       ``TRF`` over ``DiscreteFeatures`` of the groups w, c, ws, cs, wsh, csh, tied at order 4,
-                read over ``<s> x </s>`` (``eos=True``), 200 exchange word classes (``WordClasses.fit``,
+                read over ``<s> x </s>`` (``eos=True``), kept by the source's count cutoffs
+                (``source_cutoffs``: word 4-grams and word skip features seen at least twice;
+                ``--cutoffs none`` keeps every observed feature), 200 exchange word classes (``WordClasses.fit``,
                 10 passes), lengths 1..L (L the longest PTB train/test sentence) with add-one ``pi``;
                 zero initial weights, so ``zeta_l = l log(V - 1)`` (the TRF's default) is exact at the start.
     training    ``AugSA`` with 100 persistent chains of ``TransDimensional`` (unigram and class proposals,
@@ -81,7 +83,15 @@ from _record import Recorder, peak_rss_mb
 
 import ebms.objectives.trf_augsa as augsa_module
 from ebms.data.text import Vocabulary, ptb
-from ebms.models.trf import TEMPLATE_GROUPS, TRF, DiscreteFeatures, WordClasses, feature_moments, feature_templates
+from ebms.models.trf import (
+    TEMPLATE_GROUPS,
+    TRF,
+    DiscreteFeatures,
+    WordClasses,
+    feature_moments,
+    feature_templates,
+    source_cutoffs,
+)
 from ebms.objectives import AugSA, SAGain
 from ebms.samplers.trans_dimensional import TransDimensional
 from ebms.train import ScaledSGD
@@ -105,13 +115,15 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cpp-binary", default="", help="a built SPMILM trainer to time live (optional)")
     p.add_argument("--cpp-args", default="", help="its arguments (one string, shell-split)")
     p.add_argument("--cpp-iters", type=int, default=0, help="AugSA iterations the C++ command runs")
+    p.add_argument("--cutoffs", choices=("source", "none"), default="source",
+                   help="feature count cutoffs: the source's per group (default) or none (every observed feature)")
     p.add_argument("--reference-logits", action="store_true",
                    help="old = BucketTable with per-candidate token_logits (default old: ProbeTable with them, "
                         "the implementation before issue 24); new = BucketTable with the context index")
 
 
 # -- setup (not timed) ------------------------------------------------------------------------
-def build(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
+def build(quick: bool, log: Callable[[str], None], cutoffs: str = "source") -> dict[str, Any]:
     """Data, classes, observed feature keys and variances, shared by every implementation."""
     assert set(GROUPS) <= set(TEMPLATE_GROUPS), f"template groups {GROUPS} not all in {TEMPLATE_GROUPS}"
     t0 = time.perf_counter()
@@ -125,7 +137,8 @@ def build(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
     classes = WordClasses.fit(train, V, n_classes).classes
     t2 = time.perf_counter()
     templates = feature_templates(GROUPS, 4)
-    feats = DiscreteFeatures.fit(train, V, templates, classes=classes, eos=True)
+    min_count = source_cutoffs(templates) if cutoffs == "source" else 1
+    feats = DiscreteFeatures.fit(train, V, templates, classes=classes, eos=True, min_count=min_count)
     t3 = time.perf_counter()
     _, variance = feature_moments(feats, train)
     t4 = time.perf_counter()
@@ -426,14 +439,14 @@ def main() -> None:
                         ("--profile-steps", args.profile_steps, 1)):
         if v < lo:
             raise SystemExit(f"{name}: expected an int >= {lo}; got {v}")
-    settings = {"quick": q, "groups": GROUPS, "order": 4, "chains": chains, "batch": batch, "sweeps": 1,
+    settings = {"quick": q, "groups": GROUPS, "order": 4, "cutoffs": args.cutoffs, "chains": chains, "batch": batch, "sweeps": 1,
                 "steps": steps, "warmup": warmup, "chunk": args.chunk, "profile_steps": args.profile_steps if
                 args.profile else 0, "weight_gain": repr(WEIGHT_GAIN), "zeta_gain": repr(ZETA_GAIN), "l2": L2}
     rec = Recorder(BENCH, seeds=[args.seed], settings=settings)
     info = C.machine_info()
     torch.manual_seed(args.seed)
 
-    s = build(q, C.note)
+    s = build(q, C.note, args.cutoffs)
     settings.update(vocab=s["V"], classes=s["n_classes"], features=s["features"], max_length=s["L"],
                     train_sentences=s["train"].batch_size)
     rss_setup = vm_mb("VmRSS")
