@@ -21,9 +21,9 @@ Inside ebms both are id 0 (``<s>`` as the first word of an n-gram, ``</s>`` as t
 are natural: values are converted here, at the file boundary.
 
 Whitespace inside a token (the space of a character-level model, a tab or newline token) cannot
-stand in a field, so each whitespace character (``str.isspace``) is written ``<U+XXXX>``, its code
+stand in a field, so each whitespace character (``str.isspace``) is written ``<U+hhhh>``, its code
 point in upper-case hex (at least four digits): the space token is the word ``<U+0020>``, ``"a b"``
-is ``a<U+0020>b``. Reading turns ``<U+XXXX>`` of a whitespace code point back into the character;
+is ``a<U+0020>b``. Reading turns ``<U+hhhh>`` of a whitespace code point back into the character;
 a token that already holds such a spelling cannot be written (it would read back as another
 token). To query such a file with KenLM, spell the tokens the same way
 (``" ".join(t.replace(" ", "<U+0020>") for t in tokens)``).
@@ -68,14 +68,14 @@ def _is_escape(hit: re.Match[str]) -> bool:
 
 
 def escape_word(word: str) -> str:
-    """``word`` as an ARPA field: each whitespace character written ``<U+XXXX>`` (module docstring)."""
+    """``word`` as an ARPA field: each whitespace character written ``<U+hhhh>`` (module docstring)."""
     if word.isascii() and not any(ch in _ASCII_SPACE for ch in word):
         return word
     return "".join(f"<U+{ord(ch):04X}>" if ch.isspace() else ch for ch in word)
 
 
 def unescape_word(field: str) -> str:
-    """The token an ARPA field stands for (``<U+XXXX>`` of a whitespace code point -> that character)."""
+    """The token an ARPA field stands for (``<U+hhhh>`` of a whitespace code point -> that character)."""
     if "<U+" not in field:
         return field
     return _ESCAPED.sub(lambda hit: chr(int(hit[1], 16)) if _is_escape(hit) else hit[0], field)
@@ -83,7 +83,7 @@ def unescape_word(field: str) -> str:
 
 def check_words(words: object, vocab_size: int | None, name: str = "words") -> list[str]:
     """Distinct non-empty strings, ``words[0] == "</s>"``, no ``<s>`` (``V`` of them if given), none
-    holding the ``<U+XXXX>`` spelling of a whitespace character (it could not be told apart)."""
+    holding the ``<U+hhhh>`` spelling of a whitespace character (it could not be told apart)."""
     words = getattr(words, "tokens", words)  # an ebms.data.text.Vocabulary gives its tokens
     if isinstance(words, (str, bytes)) or not isinstance(words, Sequence):
         raise TypeError(f"{name}: expected a list of word strings (id order, words[0] = '</s>') or a Vocabulary; "

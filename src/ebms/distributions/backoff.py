@@ -191,7 +191,7 @@ class BackoffNGram(Distribution):
     def from_arpa(cls, path: str | os.PathLike[str], vocab: Sequence[str] | None = None, *,
                   tolerance: float | None = TOLERANCE) -> BackoffNGram:
         """Read an ARPA file (log10 in the file, natural logs inside; UTF-8, optionally gzip, bzip2 or
-        xz compressed; ``<U+XXXX>`` fields are whitespace tokens, see :meth:`to_arpa`).
+        xz compressed; ``<U+hhhh>`` fields are whitespace tokens, see :meth:`to_arpa`).
 
         The model must be a law: no probability above 1, and after every history (and for the
         unigrams) the probabilities of the ``V`` outcomes, backoff included, must sum to 1 within
@@ -235,14 +235,14 @@ class BackoffNGram(Distribution):
         """Write the model as an ARPA file that KenLM and SRILM read.
 
         A token holding whitespace (the space of a character-level model) is written with each
-        whitespace character as ``<U+XXXX>``, its code point in hex: the space token is the word
+        whitespace character as ``<U+hhhh>``, its code point in hex: the space token is the word
         ``<U+0020>`` (query KenLM with the same spelling); :meth:`from_arpa` reads it back as the
         space.
 
         Args:
             path: the file to write.
             words: the id -> word list (``V`` distinct non-empty strings, ``words[0] = "</s>"``,
-                no ``<s>``, none already holding a ``<U+XXXX>`` spelling of whitespace), e.g.
+                no ``<s>``, none already holding a ``<U+hhhh>`` spelling of whitespace), e.g.
                 ``Vocabulary.tokens``.
             digits: significant digits of each log10 value (7 matches KenLM's float32; fewer than
                 4 can leave sums that :meth:`from_arpa`'s default ``tolerance`` refuses).
