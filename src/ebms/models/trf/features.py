@@ -117,7 +117,8 @@ class DiscreteFeatures(nn.Module):
                              "token; pass classes= (e.g. WordClasses.fit(...).classes)")
         class_ids[0] = 0  # the boundary's own class
         self.register_buffer("class_ids", class_ids)
-        self._build_tables(int(class_ids.max()) + 1)
+        self._n_class_ids = int(class_ids.max()) + 1  # the class slots' radix (derived once: a host sync)
+        self._build_tables(self._n_class_ids)
         check_tensor(keys, "keys")
         if keys.dtype != torch.long or keys.dim() != 1:
             raise ValueError(f"keys: expected a 1-D int64 tensor; got {keys.dtype} {tuple(keys.shape)}")
@@ -252,7 +253,7 @@ class DiscreteFeatures(nn.Module):
         out = []
         for key, ti in zip(keys.tolist(), found.tolist()):
             t, rem = self.templates[ti], key - int(self.template_base[ti])
-            radix = [self.vocab_size if layer == "w" else int(self.class_ids.max()) + 1 for layer in t.layers]
+            radix = [self.vocab_size if layer == "w" else self._n_class_ids for layer in t.layers]
             vals = [(rem // s) % r for s, r in zip(self._strides[ti], radix)]
             out.append((str(t), tuple(v if layer == "w" else v - 1 for v, layer in zip(vals, t.layers))))
         return out
@@ -297,12 +298,13 @@ class DiscreteFeatures(nn.Module):
 
     def _load_from_state_dict(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super()._load_from_state_dict(*args, **kwargs)
+        self._n_class_ids = int(self.class_ids.max()) + 1  # the loaded classes may differ too
         self.table = BucketTable(self.keys)  # the loaded keys may differ from the constructed ones
         self._build_context()
 
     def _build_context(self) -> None:
         """The context index of the keys (:mod:`ebms.models.trf._context`), ``None`` if it does not fit."""
-        radix = {"w": self.vocab_size, "c": int(self.class_ids.max()) + 1}
+        radix = {"w": self.vocab_size, "c": self._n_class_ids}
         self.context = None  # free a stale index before building the new one (peak memory)
         self.context = ContextIndex.build(self.keys, self.template_base, [t.layers for t in self.templates],
                                           self._strides, [len(t.offsets) for t in self.templates], radix)
@@ -354,7 +356,7 @@ class DiscreteFeatures(nn.Module):
         targets, inverse = torch.unique(row * V + cand, return_inverse=True)
         score = self.context.fill(targets, V, part[:, by_word], valid[:, by_word], qs[by_word], *args)[inverse].sum(-1)
         if not bool(by_word.all()):
-            n_cls = int(self.class_ids.max()) + 1
+            n_cls = self._n_class_ids
             pairs, inverse = torch.unique(row * n_cls + self.class_ids[cand], return_inverse=True)
             by_cls = ~by_word
             score = score + self.context.fill(pairs, n_cls, part[:, by_cls], valid[:, by_cls], qs[by_cls],
@@ -388,7 +390,7 @@ class DiscreteFeatures(nn.Module):
         score = self._sum(part[row][:, by_word] + cand[:, None] * self.sub_cand_stride[by_word],
                           valid[row][:, by_word])
         if not bool(by_word.all()):
-            n_cls = int(self.class_ids.max()) + 1
+            n_cls = self._n_class_ids
             pairs, inverse = torch.unique(row * n_cls + self.class_ids[cand], return_inverse=True)
             r, c = pairs // n_cls, pairs % n_cls
             by_cls = ~by_word
