@@ -713,6 +713,10 @@ HAND = [
         "language.feature_cutoffs: unknown value 'sourc'; expected one of none, source; did you mean 'source'?", files=LM_FILES),
     Bad("feature cutoffs not a string", (*LM, "model.kind=trf", "language.feature_cutoffs=2"),
         "language.feature_cutoffs: ", files=LM_FILES),
+    Bad("feature boundaries unknown", (*LM, "model.kind=trf", "language.feature_boundaries=ngram"),
+        "language.feature_boundaries: unknown value 'ngram'; expected one of all, source", files=LM_FILES),
+    Bad("feature boundaries of an LSTM", (*LM, "model.kind=lstm", "language.feature_boundaries=source"),
+        "language.feature_boundaries: model.kind='lstm' with objective.kind='ml' does not read it", files=LM_FILES),
     Bad("feature cutoffs of a neural TRF", (*LM, "model.kind=trf-cnn", "language.feature_cutoffs=source"),
         "language.feature_cutoffs: model.kind='trf-cnn' with objective.kind='ml' does not read it, so "
         "language.feature_cutoffs='source' would be ignored; it is read with model.kind = trf: drop it",

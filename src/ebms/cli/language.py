@@ -26,8 +26,9 @@ lengths and the Transformer's positions (unset: the longest training sentence, r
 * ``trf`` (discrete n-gram features of ``language.features`` up to ``language.order``, read over
   ``<s> x </s>`` as in the source, every observed one, or with ``language.feature_cutoffs = "source"``
   those the source keeps (:func:`~ebms.models.trf.templates.source_cutoffs`: word 4-grams and word
-  skip features seen at least twice), word classes
-  by exchange clustering when ``language.classes > 0``), ``trf-cnn`` / ``trf-bilstm``
+  skip features seen at least twice; ``feature_boundaries = "source"``: as its tables, only n-gram
+  windows read ``<s>``/``</s>``, never both); word classes by exchange clustering when
+  ``language.classes > 0``), ``trf-cnn`` / ``trf-bilstm``
   (:class:`~ebms.models.trf.Hidden2Scalar` with ``embedding_dim``, ``hidden``, ``layers``): a
   :class:`~ebms.models.trf.TRF` trained by AugSA (``ml``: ``language.chains`` chains of the
   trans-dimensional sampler, ``language.trials`` trials, ``sampler.sweeps`` sweeps), NCE (``nce``:
@@ -90,8 +91,8 @@ __all__ = ["KIND_KEYS", "LanguageSettings", "LanguageTask"]
 
 AR_KINDS = ("kn", "lstm", "transformer")
 SMOOTHINGS = ("modified_kneser_ney", "kneser_ney", "witten_bell", "add_k")
-#: ``language.feature_cutoffs``: every observed feature, or the source's per-template minimum counts.
-FEATURE_CUTOFFS = ("none", "source")
+#: ``language.feature_cutoffs`` / ``feature_boundaries``: every observed feature / window, or the source's.
+FEATURE_CUTOFFS, FEATURE_BOUNDARIES = ("none", "source"), ("all", "source")
 #: seed offsets of the noise LM's initial weights (dnce) and of training chains for ``sample``.
 NOISE_SEED_OFFSET = 19
 #: longest draw of an autoregressive model in ``ebms sample`` (longer draws are cut).
@@ -128,6 +129,7 @@ class LanguageSettings:
     classes: int = 0
     features: list[str] = field(default_factory=list)
     feature_cutoffs: str = "none"
+    feature_boundaries: str = "all"
     chains: int = 100
     trials: int = 1
     noise_order: int = 2
@@ -212,7 +214,7 @@ class LanguageTask(Task[LanguageSettings]):
                           check=lambda v: all(x >= 0 for x in v)),
         "features": Rule(text=f"a list of TRF feature template groups ({', '.join(TEMPLATE_GROUPS)}); empty: the "
                               "default ones", check=lambda v: all(g in TEMPLATE_GROUPS for g in v)),
-        "feature_cutoffs": Rule(choices=FEATURE_CUTOFFS),
+        "feature_cutoffs": Rule(choices=FEATURE_CUTOFFS), "feature_boundaries": Rule(choices=FEATURE_BOUNDARIES),
         "chains": COUNT, "trials": COUNT, "noise_order": COUNT, "noise_hidden": COUNT, "logz_samples": Rule(low=2),
         "feature_scaling": Rule(), "step_clip": POS, "zeta_tc": NONNEG, "zeta_beta": Rule(low=0, high=1),
         "zeta_t0": NONNEG, "earm_weight": POS, "earm_start": NONNEG, "earm_truncate": COUNT,
@@ -332,7 +334,8 @@ class LanguageTask(Task[LanguageSettings]):
             groups = s.features or [g for g in ("w", "c", "ws", "cs", "wsh", "csh") if classes is not None or g[0] == "w"]
             templates = feature_templates(groups, s.order)
             cuts = source_cutoffs(templates) if s.feature_cutoffs == "source" else 1
-            energy = DiscreteFeatures.fit(data.train, V, templates, classes=classes, eos=True, min_count=cuts)
+            energy = DiscreteFeatures.fit(data.train, V, templates, classes=classes, eos=True,
+                                          boundaries=s.feature_boundaries, min_count=cuts)
             data.cache["features"] = energy  # build_optimizer's feature variances
         else:
             make = Hidden2Scalar.cnn if kind == "trf-cnn" else Hidden2Scalar.bilstm

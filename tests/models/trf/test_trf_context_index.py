@@ -23,10 +23,12 @@ def corpus(seed: int, n: int = 80, max_len: int = 12) -> Sequences:
     return Sequences.from_lists([torch.randint(1, V, (k,), generator=g).tolist() for k in lengths])
 
 
-def model(groups: tuple[str, ...], *, bos: bool, eos: bool, dtype: torch.dtype, seed: int = 0) -> DiscreteFeatures:
+def model(groups: tuple[str, ...], *, bos: bool, eos: bool, dtype: torch.dtype, seed: int = 0,
+          boundaries: str = "all") -> DiscreteFeatures:
     g = torch.Generator().manual_seed(100 + seed)
     classes = torch.randint(0, N_CLASSES, (V,), generator=g)
-    feats = DiscreteFeatures.fit(corpus(seed), V, feature_templates(groups, 4), classes=classes, bos=bos, eos=eos)
+    feats = DiscreteFeatures.fit(corpus(seed), V, feature_templates(groups, 4), classes=classes, bos=bos, eos=eos,
+                                 boundaries=boundaries)
     feats = feats.to(dtype)
     with torch.no_grad():
         feats.weight.copy_(torch.randn(feats.num_features, generator=g, dtype=torch.float64).to(dtype))
@@ -58,9 +60,10 @@ def assert_same(feats: DiscreteFeatures, x: Sequences, pos: Tensor, cand: Tensor
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("bos,eos", [(True, False), (True, True), (False, True), (False, False)])
-def test_context_path_equals_per_candidate_lookups_for_every_group(bos, eos, dtype):
-    feats = model(GROUPS, bos=bos, eos=eos, dtype=dtype)
+@pytest.mark.parametrize("bos,eos,boundaries", [(True, False, "all"), (True, True, "all"), (False, True, "all"),
+                                                (False, False, "all"), (True, True, "source")])
+def test_context_path_equals_per_candidate_lookups_for_every_group(bos, eos, boundaries, dtype):
+    feats = model(GROUPS, bos=bos, eos=eos, dtype=dtype, boundaries=boundaries)
     assert feats.context is not None
     for seed, (B, K) in enumerate([(20, 9), (1, 5), (7, 1), (1, 1)]):
         x, pos, cand = queries(seed, B, K, T=12)

@@ -28,10 +28,12 @@ def corpus_and_classes() -> tuple[list[list[int]], Tensor]:
 
 
 def brute_force(sents: list[list[int]], templates: tuple[Template, ...], classes: Tensor, *, bos: bool,
-                eos: bool) -> Counter[tuple[str, tuple[int, ...]]]:
+                eos: bool, boundaries: str = "all") -> Counter[tuple[str, tuple[int, ...]]]:
     """Count every window: padded sentence ``<s> x </s>`` (word 0 at both ends, class -1); a window exists
     when every slot is inside (``<s>`` only with ``bos``, ``</s>`` only with ``eos`` and at the current
-    slot), its current slot is a token or ``</s>``, and it holds a real token."""
+    slot), its current slot is a token or ``</s>``, and it holds a real token. With ``boundaries="source"``
+    (the source's feature tables) only n-gram templates (one gap-free pattern) reach a boundary, and no
+    window holds both."""
     out: Counter[tuple[str, tuple[int, ...]]] = Counter()
     for x in sents:
         T = len(x)
@@ -44,6 +46,10 @@ def brute_force(sents: list[list[int]], templates: tuple[Template, ...], classes
                         continue
                     if not any(1 <= s <= T for s in slots):
                         continue
+                    at_bos, at_eos = slots[0] == 0, slots[-1] == T + 1
+                    if boundaries == "source" and (at_bos or at_eos) and (
+                            (at_bos and at_eos) or len(t.offsets) > 1 or any(b - a > 1 for a, b in zip(offs, offs[1:]))):
+                        continue
                     vals = tuple(y[s] if layer == "w" else (int(classes[y[s]]) if 1 <= s <= T else -1)
                                  for s, layer in zip(slots, t.layers))
                     out[(str(t), vals)] += 1
@@ -54,15 +60,17 @@ def kept(feats: DiscreteFeatures) -> dict[tuple[str, tuple[int, ...]], int]:
     return {k: int(c) for k, c in zip(feats.decode(range(feats.num_features)), feats.observed_counts.tolist())}
 
 
+@pytest.mark.parametrize("boundaries", ["all", "source"])
 @pytest.mark.parametrize(("bos", "eos"), [(True, True), (True, False), (False, True)])
-def test_kept_features_are_the_brute_force_counts_at_or_above_their_templates_cut(bos: bool, eos: bool) -> None:
+def test_kept_features_are_the_brute_force_counts_at_or_above_their_templates_cut(bos: bool, eos: bool,
+                                                                                   boundaries: str) -> None:
     sents, classes = corpus_and_classes()
     templates = feature_templates(ALL, order=4)
-    truth = brute_force(sents, templates, classes, bos=bos, eos=eos)
+    truth = brute_force(sents, templates, classes, bos=bos, eos=eos, boundaries=boundaries)
     g = torch.Generator().manual_seed(1)
     for cuts in (source_cutoffs(templates), tuple(torch.randint(0, 5, (len(templates),), generator=g).tolist())):
         feats = DiscreteFeatures.fit(Sequences.from_lists(sents), V, templates, classes=classes, bos=bos, eos=eos,
-                                     min_count=list(cuts), chunk_size=7)
+                                     boundaries=boundaries, min_count=list(cuts), chunk_size=7)
         cut = {str(t): c for t, c in zip(templates, cuts)}
         want = {k: c for k, c in truth.items() if c >= cut[k[0]]}
         assert kept(feats) == want

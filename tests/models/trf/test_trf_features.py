@@ -78,22 +78,43 @@ def test_boundaries_eos_adds_end_windows_and_no_bos_drops_start_windows():
     assert no_bos == {k: v for k, v in HAND[("w", 2, "s")].items() if k != ("w-1 w0", (0, 1))}
 
 
-def corpus_and_features(eos: bool = False, bos: bool = True) -> tuple[Sequences, DiscreteFeatures]:
+def test_source_boundaries_match_the_source_feature_tables_on_a_two_word_sentence():
+    # SPMILM trf-feature.cpp on "1 2" with the table w[1:3] and the skip table w[1]-[1]w[1]: the n-grams
+    # 1, 2, 1 2; <s> variants of the shorter orders at the head (<s> 1, <s> 1 2); </s> variants at the
+    # tail (2 </s>, 1 2 </s>); never <s> 1 2 </s>; the one-order skip table has no boundary variants,
+    # and "1 2" holds no skip bigram at distance 2.
+    sent = [1, 2]
+    templates = (*feature_templates(("w",), order=3), *feature_templates(("ws",), order=3))
+    corpus = Sequences.from_lists([sent])
+    source = observed(DiscreteFeatures.fit(corpus, 5, templates, eos=True, boundaries="source"), sent)
+    assert source == {("w0", (1,)): 1, ("w0", (2,)): 1, ("w-1 w0", (1, 2)): 1, ("w-1 w0", (0, 1)): 1,
+                      ("w-2 w-1 w0", (0, 1, 2)): 1, ("w-1 w0", (2, 0)): 1, ("w-2 w-1 w0", (1, 2, 0)): 1}
+    every = observed(DiscreteFeatures.fit(corpus, 5, templates, eos=True), sent)
+    assert every == {**source, ("w-2 w0", (0, 2)): 1, ("w-2 w0", (1, 0)): 1}  # <s> _ 2, 1 _ </s>
+    one = observed(DiscreteFeatures.fit(Sequences.from_lists([[3]]), 5, templates, eos=True), [3])
+    assert ("w-2 w-1 w0", (0, 3, 0)) in one  # "all": <s> 3 </s> is a window
+    one = observed(DiscreteFeatures.fit(Sequences.from_lists([[3]]), 5, templates, eos=True, boundaries="source"), [3])
+    assert one == {("w0", (3,)): 1, ("w-1 w0", (0, 3)): 1, ("w-1 w0", (3, 0)): 1}
+
+
+def corpus_and_features(eos: bool = False, bos: bool = True,
+                        boundaries: str = "all") -> tuple[Sequences, DiscreteFeatures]:
     g = torch.Generator().manual_seed(0)
     lengths = torch.randint(1, 9, (40,), generator=g)
     tokens = torch.randint(1, 7, (40, 8), generator=g)
     corpus = Sequences(tokens, lengths)
     classes = torch.tensor([0, 0, 1, 2, 0, 1, 2])
     feats = DiscreteFeatures.fit(corpus, 7, feature_templates(("w", "c", "ws", "cs", "wsh", "csh", "cpw", "tied"), 3),
-                                 classes=classes, bos=bos, eos=eos)
+                                 classes=classes, bos=bos, eos=eos, boundaries=boundaries)
     with torch.no_grad():
         feats.weight.copy_(torch.randn(feats.num_features, generator=g))
     return corpus, feats
 
 
-@pytest.mark.parametrize(("bos", "eos"), [(True, False), (False, True), (True, True)])
-def test_energy_is_minus_weights_dot_counts_and_its_gradient_is_minus_counts(bos, eos):
-    corpus, feats = corpus_and_features(eos=eos, bos=bos)
+@pytest.mark.parametrize(("bos", "eos", "boundaries"), [(True, False, "all"), (False, True, "all"),
+                                                        (True, True, "all"), (True, True, "source")])
+def test_energy_is_minus_weights_dot_counts_and_its_gradient_is_minus_counts(bos, eos, boundaries):
+    corpus, feats = corpus_and_features(eos=eos, bos=bos, boundaries=boundaries)
     e = feats(corpus)
     per_sentence = torch.stack([feats.counts(corpus[i]) for i in range(corpus.batch_size)])
     torch.testing.assert_close(e.double(), -(per_sentence * feats.weight.detach().double()).sum(1), atol=1e-5, rtol=1e-6)
@@ -101,9 +122,10 @@ def test_energy_is_minus_weights_dot_counts_and_its_gradient_is_minus_counts(bos
     torch.testing.assert_close(feats.weight.grad.double(), -feats.counts(corpus))
 
 
-@pytest.mark.parametrize(("bos", "eos"), [(True, False), (False, True)])
-def test_token_logits_are_energy_differences_of_the_substituted_sentences(bos, eos):
-    corpus, feats = corpus_and_features(eos=eos, bos=bos)
+@pytest.mark.parametrize(("bos", "eos", "boundaries"), [(True, False, "all"), (False, True, "all"),
+                                                        (True, True, "all"), (True, True, "source")])
+def test_token_logits_are_energy_differences_of_the_substituted_sentences(bos, eos, boundaries):
+    corpus, feats = corpus_and_features(eos=eos, bos=bos, boundaries=boundaries)
     g = torch.Generator().manual_seed(1)
     x = corpus[:20]
     pos = (torch.rand(20, generator=g) * x.lengths).long()
@@ -173,3 +195,5 @@ def test_errors_name_the_argument():
         DiscreteFeatures(feature_templates(("w",), 5), torch.zeros(0, dtype=torch.long), 10**6)
     with pytest.raises(TypeError, match="corpus: expected an ebms.sequences.Sequences; got list"):
         DiscreteFeatures.fit([[1, 2]], 3)
+    with pytest.raises(ValueError, match="boundaries: expected 'all' or 'source'; got 'ngram'"):
+        DiscreteFeatures.fit(corpus, 3, boundaries="ngram")

@@ -16,7 +16,11 @@ percent; no loop), vectorised over the batch, the templates and the positions.
 **Boundaries.** With ``bos`` the sentence is read as ``<s> x`` (id 0 before position 0), so windows
 may start at ``<s>`` (e.g. ``(<s> w0)``); with ``eos`` as ``x </s>``, so windows may end at ``</s>``
 (e.g. ``(w-1 </s>)``, the GN-ELM's length information). A window always holds a real token and
-never ends at ``<s>``.
+never ends at ``<s>``. With ``boundaries="all"`` every template's windows may reach the boundaries and
+one window may hold both (``(<s> w0 </s>)``); with ``boundaries="source"`` only the contiguous (n-gram)
+templates' windows reach them and none holds both, as the source's feature tables (Wang, Ou & Tan
+2018; SPMILM ``trf-feature.cpp``: ``<s> key`` and ``key </s>`` variants of the shorter orders of a
+multi-order table, none for the one-order skip tables).
 
 Cost: ``B (T + 1) P`` lookups per energy call (``P`` template patterns); ``token_logits`` scores ``K``
 substitutions of one position, touching only the ``Q`` windows through it (``Q`` = slots over all
@@ -53,6 +57,7 @@ class DiscreteFeatures(nn.Module):
         vocab_size: ``V`` (token ids ``[0, V)``, 0 the boundary).
         classes: class index per token ``LongTensor (V,)`` (entry 0 unused), needed by class templates.
         bos: read ``<s>`` before each sentence. eos: read ``</s>`` after it.
+        boundaries: ``"all"`` or ``"source"``: which windows may read ``<s>``/``</s>`` (module docstring).
 
     Attributes:
         weight: :math:`\lambda`, a parameter ``(F,)`` (zeros at first).
@@ -93,15 +98,21 @@ class DiscreteFeatures(nn.Module):
     sub_cur: Tensor
     sub_min: Tensor
     sub_prev: Tensor
+    pat_bnd: Tensor
+    sub_bnd: Tensor
 
     def __init__(self, templates: Sequence[Template], keys: Tensor, vocab_size: int, *,
-                 classes: Tensor | None = None, bos: bool = True, eos: bool = False) -> None:
+                 classes: Tensor | None = None, bos: bool = True, eos: bool = False,
+                 boundaries: str = "all") -> None:
         super().__init__()
         self.vocab_size = check_int(vocab_size, "vocab_size", minimum=2)
         self.templates = tuple(templates)
         if not self.templates or not all(isinstance(t, Template) for t in self.templates):
             raise TypeError(f"templates: expected a non-empty sequence of Template; got {templates!r}")
         self.bos, self.eos = bool(bos), bool(eos)
+        if boundaries not in ("all", "source"):
+            raise ValueError(f"boundaries: expected 'all' or 'source'; got {boundaries!r}")
+        self.boundaries = boundaries
         class_ids = torch.zeros(self.vocab_size, dtype=torch.long)
         if classes is not None:
             check_tensor(classes, "classes")
@@ -146,29 +157,32 @@ class DiscreteFeatures(nn.Module):
             if bases[-1] + size >= _KEY_LIMIT:
                 raise ValueError(f"templates: the feature keys need {math.log2(bases[-1] + size):.0f} bits, more "
                                  f"than int64 holds (at template {t}); use fewer or shorter templates or classes")
+            bnd = int(self.boundaries == "all" or t.contiguous)  # may its windows read <s> / </s>?
             for offs in t.offsets:
                 n = len(offs)
                 lay = [0 if layer == "w" else 1 for layer in t.layers] + [2] * (S - n)
-                row = (list(offs) + [0] * (S - n), lay, strides + [0] * (S - n), bases[-1], n)
+                row = (list(offs) + [0] * (S - n), lay, strides + [0] * (S - n), bases[-1], n, bnd)
                 rows.append(row)
                 for j in range(n):  # substitute slot j: offsets relative to the substituted position
                     st = [0 if i == j else s for i, s in enumerate(row[2])]
                     subs.append(([o - offs[j] for o in row[0]], lay, st, bases[-1], n, strides[j], lay[j],
-                                 -offs[j], offs[0] - offs[j], (offs[-2] if n > 1 else 0)))
+                                 -offs[j], offs[0] - offs[j], (offs[-2] if n > 1 else 0), bnd))
             bases.append(bases[-1] + size)
         self.register_buffer("template_base", torch.tensor(bases, dtype=torch.long))
-        for i, name in enumerate(("pat_off", "pat_layer", "pat_stride", "pat_base", "pat_n")):
-            self.register_buffer(name, torch.tensor([r[i] for r in rows], dtype=torch.long), persistent=False)
+        for i, name in enumerate(("pat_off", "pat_layer", "pat_stride", "pat_base", "pat_n", "pat_bnd")):
+            dtype = torch.bool if name.endswith("bnd") else torch.long
+            self.register_buffer(name, torch.tensor([r[i] for r in rows], dtype=dtype), persistent=False)
         names = ("sub_off", "sub_layer", "sub_stride", "sub_base", "sub_n", "sub_cand_stride", "sub_cand_layer",
-                 "sub_cur", "sub_min", "sub_prev")
+                 "sub_cur", "sub_min", "sub_prev", "sub_bnd")
         for i, name in enumerate(names):
-            self.register_buffer(name, torch.tensor([r[i] for r in subs], dtype=torch.long), persistent=False)
+            dtype = torch.bool if name.endswith("bnd") else torch.long
+            self.register_buffer(name, torch.tensor([r[i] for r in subs], dtype=dtype), persistent=False)
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
     def fit(cls, corpus: Sequences, vocab_size: int, templates: Sequence[Template] | None = None, *,
             classes: Tensor | None = None, order: int = 4, bos: bool = True, eos: bool = False,
-            min_count: int | Sequence[int] = 1, chunk_size: int = 512) -> DiscreteFeatures:
+            boundaries: str = "all", min_count: int | Sequence[int] = 1, chunk_size: int = 512) -> DiscreteFeatures:
         """Collect the features observed in ``corpus`` with training counts ``>= min_count``; weights start at 0.
 
         ``templates`` default to :data:`~ebms.models.trf.templates.DEFAULT_GROUPS` at ``order`` (their
@@ -191,7 +205,8 @@ class DiscreteFeatures(nn.Module):
             templates = feature_templates(groups, order)
         templates = tuple(templates)
         cuts = cls._min_counts(min_count, len(templates))
-        probe = cls(templates, torch.zeros(0, dtype=torch.long), vocab_size, classes=classes, bos=bos, eos=eos)
+        opts = {"classes": classes, "bos": bos, "eos": eos, "boundaries": boundaries}
+        probe = cls(templates, torch.zeros(0, dtype=torch.long), vocab_size, **opts)  # type: ignore[arg-type]
         corpus = corpus.to("cpu")
         probe._check(corpus, "corpus")
         parts: list[tuple[Tensor, Tensor]] = []
@@ -206,7 +221,7 @@ class DiscreteFeatures(nn.Module):
                 pending = 0
         found, counts = cls._merge(parts)
         keep = counts >= torch.tensor(cuts)[torch.searchsorted(probe.template_base, found, right=True) - 1]
-        out = cls(templates, found[keep], vocab_size, classes=classes, bos=bos, eos=eos)
+        out = cls(templates, found[keep], vocab_size, **opts)  # type: ignore[arg-type]
         out.observed_counts.copy_(counts[keep])
         return out
 
@@ -269,12 +284,17 @@ class DiscreteFeatures(nn.Module):
         y = torch.nn.functional.pad(x.tokens * x.mask(), (1, 1))
         return y, self.class_ids[y]
 
-    def _valid(self, cur: Tensor, lo: Tensor, prev: Tensor, n: Tensor, lengths: Tensor) -> Tensor:
-        """A window whose current slot is at ``cur`` (padded coordinates) and first at ``lo`` exists."""
+    def _valid(self, cur: Tensor, lo: Tensor, prev: Tensor, n: Tensor, bnd: Tensor, lengths: Tensor) -> Tensor:
+        """A window whose current slot is at ``cur`` (padded coordinates) and first at ``lo`` exists
+        (``bnd``: its pattern may read a boundary)."""
+        inner = lo >= 1  # starts at a real token
+        if self.bos:
+            inner = inner | ((lo == 0) & bnd)
         ok = cur <= lengths
-        if self.eos:  # ends at </s>: needs a real token before it
-            ok = ok | ((cur == lengths + 1) & (n > 1) & (cur + prev >= 1))
-        return ok & (cur >= 1) & (lo >= (0 if self.bos else 1))
+        if self.eos:  # ends at </s>: needs a real token before it (and, for "source", no <s>)
+            ends = (cur == lengths + 1) & (n > 1) & (cur + prev >= 1) & bnd
+            ok = ok | (ends & (lo >= 1) if self.boundaries == "source" else ends)
+        return ok & (cur >= 1) & inner
 
     def _window_keys(self, x: Sequences) -> tuple[Tensor, Tensor]:
         """Keys ``(B, P, T + 1)`` of every pattern at every current position, and their validity."""
@@ -288,7 +308,7 @@ class DiscreteFeatures(nn.Module):
         lengths = x.lengths[:, None, None]
         first, prev = self.pat_off[:, 0], self._prev(self.pat_off, self.pat_n)
         valid = self._valid(cur[None, None, :], (cur[None, :] + first[:, None])[None], (prev[:, None])[None],
-                            self.pat_n[None, :, None], lengths)
+                            self.pat_n[None, :, None], self.pat_bnd[None, :, None], lengths)
         return keys, valid
 
     @staticmethod
@@ -374,7 +394,8 @@ class DiscreteFeatures(nn.Module):
         word = y.gather(1, cols.view(B, -1)).view(B, Q, S)
         cls_ = yc.gather(1, cols.view(B, -1)).view(B, Q, S)
         part = (torch.where(self.sub_layer == 0, word, cls_) * self.sub_stride).sum(-1) + self.sub_base  # (B, Q)
-        valid = self._valid(at + self.sub_cur, at + self.sub_min, self.sub_prev, self.sub_n, x.lengths[:, None])
+        valid = self._valid(at + self.sub_cur, at + self.sub_min, self.sub_prev, self.sub_n, self.sub_bnd,
+                            x.lengths[:, None])
         return part, valid
 
     def _token_logits_by_lookup(self, x: Sequences, position: Tensor, candidates: Tensor) -> Tensor:
@@ -406,4 +427,4 @@ class DiscreteFeatures(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"vocab_size={self.vocab_size}, templates={len(self.templates)}, features={self.num_features}, "
-                f"bos={self.bos}, eos={self.eos}")
+                f"bos={self.bos}, eos={self.eos}, boundaries={self.boundaries!r}")

@@ -17,7 +17,9 @@ the whole sentence with its ``</s>``, when the features read ``<s>`` and ``</s>`
 ``eos=True``) and hold the contiguous word templates of every order up to the LM's, and every
 word of :math:`x` was seen in the features' training data (an unseen word has no unigram feature).
 The constant :math:`c = -\log P(\texttt{</s>}) - b(\texttt{<s>})` collects the two terms no window
-holds (a window needs a real token). Within each length the TRF is then the n-gram LM conditioned
+holds (a window needs a real token). With ``boundaries="source"`` no window holds both ``<s>`` and
+``</s>``, so the n-grams of sentences shorter than the LM's order minus one are left out and the
+reproduction is exact only for longer sentences. Within each length the TRF is then the n-gram LM conditioned
 on that length; only the length law differs. Without ``eos`` the end-of-sentence terms are missing
 and the energy is not the LM's.
 Class, skip and other templates keep weight 0. The same decomposition is how Wang, Ou & Tan

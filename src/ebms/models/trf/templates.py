@@ -66,6 +66,11 @@ class Template:
         return "c" in self.layers
 
     @property
+    def contiguous(self) -> bool:
+        """One offset pattern with no gap (an n-gram: ``w-2 w-1 w0``, ``c-1 w0``), not a skip or tied template."""
+        return len(self.offsets) == 1 and self.offsets[0] == tuple(range(1 - len(self.layers), 1))
+
+    @property
     def span(self) -> int:
         """How far back the template reaches (``-min offset``)."""
         return max(-p[0] for p in self.offsets)
@@ -139,8 +144,8 @@ def source_cutoffs(templates: Sequence[Template]) -> tuple[int, ...]:
     The order is the number of slots. The source adds ``<s> key`` / ``key </s>`` variants of a key shorter
     than its table's longest order, one slot longer, with the cut of that longer order; in ebms such a
     window is the same longer template with the boundary as a slot value (``<s> w0 w1 w2`` is a value of
-    ``w-3 w-2 w-1 w0``), so it gets the same cut. (The source's one-order skip tables have no boundary
-    variants; ebms's skip windows that reach ``<s>``/``</s>`` are cut as their template.)
+    ``w-3 w-2 w-1 w0``), so it gets the same cut. The source's one-order skip tables have no boundary
+    variants and no key holds both boundaries: ``DiscreteFeatures(boundaries="source")`` reads them so.
 
     Example:
         >>> source_cutoffs(feature_templates(("w", "ws"), order=4))
@@ -151,6 +156,5 @@ def source_cutoffs(templates: Sequence[Template]) -> tuple[int, ...]:
         if not isinstance(t, Template):
             raise TypeError(f"templates: expected a sequence of Template; got {type(t).__name__} ({t!r})")
         words = not t.uses_classes
-        contiguous = len(t.offsets) == 1 and t.offsets[0] == tuple(range(1 - len(t.layers), 1))
-        out.append(2 if words and (not contiguous or len(t.layers) >= 4) else 1)
+        out.append(2 if words and (not t.contiguous or len(t.layers) >= 4) else 1)
     return tuple(out)
