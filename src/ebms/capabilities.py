@@ -48,9 +48,11 @@ __all__ = [
     "SupportsBlocks",
     "SupportsConditionalLogits",
     "SupportsEnergyAndGrad",
+    "SupportsFlatTokenLogits",
     "SupportsLogPartition",
     "SupportsLogProb",
     "SupportsLogProbGrad",
+    "SupportsSingleTokenEnergies",
     "SupportsSiteLogits",
     "SupportsTokenLogits",
     "SupportsWeightIncrement",
@@ -298,6 +300,35 @@ class SupportsTokenLogits(Protocol):
     """
 
     def token_logits(self, x: Sequences, position: Tensor, candidates: Tensor) -> Tensor: ...
+
+
+@runtime_checkable
+class SupportsFlatTokenLogits(Protocol):
+    r""":class:`SupportsTokenLogits` for a flat list of substitutions (ragged candidate sets without padding).
+
+    ``token_logits_flat(x: Sequences (B, T), position: LongTensor (B,), row: LongTensor (N,),
+    candidates: LongTensor (N,)) -> (N,)``: the score of candidate ``candidates[n]`` at
+    ``position[row[n]]`` of sentence ``row[n]``, the same number ``token_logits`` gives it (per-row
+    constants included). Offered by :class:`~ebms.models.trf.DiscreteFeatures` and
+    :class:`~ebms.models.trf.TRF`; used by :class:`~ebms.samplers.TransDimensional`'s class proposals,
+    whose word classes differ in size.
+    """
+
+    def token_logits_flat(self, x: Sequences, position: Tensor, row: Tensor, candidates: Tensor) -> Tensor: ...
+
+
+@runtime_checkable
+class SupportsSingleTokenEnergies(Protocol):
+    r"""The energies of the ``V - 1`` one-token sentences ``[1] .. [V - 1]``, from cached structure.
+
+    ``single_token_energies() -> (V - 1,)``: equal to the energy of those sentences (the exact
+    :math:`\log Z_1` is their negated log-sum-exp), cheaper than an energy call when the sentences'
+    features are fixed and only the weights move. Offered by :class:`~ebms.models.trf.DiscreteFeatures`
+    (the one-token windows' feature ids cached) and :class:`~ebms.models.trf.TRF` (its field's, or one
+    energy call). Used by the exact :math:`\log Z_1` of AugSA's anchor and ``TRF.log_normalisers``.
+    """
+
+    def single_token_energies(self) -> Tensor: ...
 
 
 # -- resolution for per-step code ----------------------------------------------------------------

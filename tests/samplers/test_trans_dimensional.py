@@ -76,6 +76,15 @@ class LocalField(Field):
         return -e + 0.37 * x.lengths[:, None] + 1.1 * x.tokens[:, :1]
 
 
+class FlatField(LocalField):
+    """Also offers ``token_logits_flat`` (the flat route of class proposals), with the same per-row constant."""
+
+    def token_logits_flat(self, x: Sequences, position: torch.Tensor, row: torch.Tensor,
+                          candidates: torch.Tensor) -> torch.Tensor:
+        sub = Sequences(x.tokens[row], x.lengths[row], validate=False)
+        return self.token_logits(sub, position[row], candidates[:, None])[:, 0]
+
+
 def exact(field: Field) -> tuple[Sequences, torch.Tensor]:
     """Every state of the field's space and its exact probability (enumeration order)."""
     states = Sequences.cat(list(field.space.enumerate()))
@@ -102,6 +111,16 @@ class Script:
     def draw(self, logits: torch.Tensor, generator) -> torch.Tensor:
         return self._take(torch.log_softmax(logits.double(), 1))
 
+    def draw_word(self, s: torch.Tensor, first: torch.Tensor, length: torch.Tensor, act: torch.Tensor, B: int,
+                  width: int, generator) -> torch.Tensor:
+        """The flat route's within-class draw, padded to ``(B, width)`` (rows that do not move: one option)."""
+        cols = torch.arange(width)
+        logits = torch.full((B, width), -math.inf, dtype=torch.float64)
+        logits[:, 0] = 0.0
+        inside = cols < length[:, None]
+        logits[act] = torch.where(inside, s.double()[(first[:, None] + cols).clamp(max=s.numel() - 1)], -math.inf)
+        return first + self._take(torch.log_softmax(logits, 1))[act]
+
     def accept(self, log_ratio: torch.Tensor, generator) -> tuple[torch.Tensor, torch.Tensor]:
         prob = torch.exp(torch.nan_to_num(log_ratio.double(), nan=-math.inf).clamp(max=0.0))
         taken = self._take(torch.stack([torch.log1p(-prob), prob.log()], 1))
@@ -112,6 +131,7 @@ def _run(script: Script, sampler: TransDimensional, target, x: Sequences):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(td, "_draw", script.draw)
         mp.setattr(td, "_accept", script.accept)
+        mp.setattr(td, "_draw_word", script.draw_word)
         return sampler.step(target, sampler.init(target, x))[0]
 
 
@@ -182,6 +202,40 @@ def test_token_logits_route_is_calibrated_to_the_exact_energy():
     P_plain = kernel(TransDimensional(space=short.space, **sweep), short, states)
     torch.testing.assert_close(P_local, P_plain, atol=1e-12, rtol=0)
     check_invariant(P_local, pi, reversible=False)
+
+
+@pytest.mark.parametrize(("kw", "max_length"), [(dict(classes=TWO_CLASSES), 3), (dict(classes=TWO_CLASSES, trials=2), 2),
+                                               (dict(classes=ONE_CLASS), 2)], ids=["classes", "classes-mtm2", "gibbs"])
+def test_flat_route_of_class_proposals_gives_the_padded_routes_exact_kernels(kw, max_length):
+    """Class members scored as a flat list (``token_logits_flat``, only the moving rows) give the same exact
+    jump, sweep and full-step kernels as whole-sentence energies."""
+    field, flat = Field(max_length=max_length), FlatField(max_length=max_length)
+    assert isinstance(flat, td.SupportsFlatTokenLogits) and not isinstance(field, td.SupportsFlatTokenLogits)
+    states, pi = exact(field)
+    steps = (dict(sweeps=0), dict(jump=False)) if kw.get("trials") else (dict(sweeps=0), dict(jump=False), dict())
+    for opts in steps:  # MTM's full step has too many branches to enumerate; it is jump @ sweep (above)
+        P_flat = kernel(TransDimensional(space=field.space, **opts, **kw), flat, states)
+        P_plain = kernel(TransDimensional(space=field.space, **opts, **kw), field, states)
+        torch.testing.assert_close(P_flat, P_plain, atol=1e-12, rtol=0)
+        check_invariant(P_flat, pi, reversible="sweeps" in opts)
+
+
+def test_flat_draw_follows_the_softmax_inside_each_segment_and_draws_one_uniform_per_batch_row():
+    s = torch.tensor([0.3, -1.0, 2.0, -math.inf, 0.5, 0.0, 1.5, 0.7], dtype=torch.float32)
+    first, length = torch.tensor([0, 4, 7]), torch.tensor([4, 3, 1])
+    act, B, n = torch.tensor([0, 2, 5]), 7, 20000
+    g, ref = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
+    counts = torch.zeros(s.numel())
+    for _ in range(n):
+        k = td.draw_in_segments(s, first, length, act, B, 4, g)
+        counts.index_add_(0, k, torch.ones(3))
+        torch.rand((B, 1), generator=ref)
+    assert torch.equal(g.get_state(), ref.get_state())  # the generator advances as sample_categorical's
+    for f, m in zip(first.tolist(), length.tolist()):
+        p = torch.softmax(s[f:f + m].double(), 0)
+        se = (p * (1 - p) / n).sqrt()
+        assert bool(((counts[f:f + m] / n - p).abs() <= 4.5 * se + 1e-12).all())  # z = 4.5 per cell
+    assert counts[3] == 0  # probability 0 is never drawn
 
 
 @pytest.mark.parametrize("kw", [dict(classes=ONE_CLASS), dict(classes=TWO_CLASSES), dict(trials=1)],

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_energy_output
+from ebms.capabilities import SupportsSingleTokenEnergies, supports
 from ebms.sequences import Sequences
 from ebms.spaces import TokenSequences
 
@@ -75,6 +76,8 @@ def check_in_space(x: Sequences, space: TokenSequences, name: str) -> Sequences:
 def single_token_log_z(model: TRFLike) -> Tensor:
     """:math:`\\log Z_1` exactly: log-sum-exp of :math:`-E` over the ``V - 1`` one-token sentences (0-d)."""
     V = model.vocab_size
+    if supports(model, SupportsSingleTokenEnergies):  # cached one-token features (DiscreteFeatures)
+        return torch.logsumexp(-check_energy_output(model.single_token_energies(), V - 1, "model.energy(x)"), 0)
     ones = Sequences(torch.arange(1, V, device=model.log_z.device)[:, None], validate=False)
     return torch.logsumexp(-check_energy_output(model.energy(ones), V - 1, "model.energy(x)"), 0)
 

@@ -71,11 +71,12 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_energy_output, check_int, check_tensor
-from ebms.capabilities import SupportsTokenLogits, TransDimensionalTarget, supports
+from ebms.capabilities import SupportsFlatTokenLogits, SupportsTokenLogits, TransDimensionalTarget, supports
 from ebms.distributions import sample_categorical
 from ebms.energy import EnergyLike
 from ebms.samplers._base import ChainState, StepInfo, _check_start, mh_accept
 from ebms.samplers._discrete import DiscreteSampler, resolve_token_space
+from ebms.samplers._trans_flat import class_trials_flat, draw_in_segments
 from ebms.sequences import Sequences
 from ebms.spaces import TokenSequences
 
@@ -104,11 +105,20 @@ class _Tables(NamedTuple):
     real: Tensor | None  # (C, K) bool, a real entry of `words`
     slot: Tensor | None  # (V,) index of each token inside its class row
     log_class: Tensor | None  # (C,) log Q(c)
+    members: Tensor | None  # (M,) the support words ordered by class, then id (the rows of `words`, unpadded)
+    class_start: Tensor | None  # (C,) where each class's words start in `members`
+    class_size: Tensor | None  # (C,) how many support words each class has
 
 
 def _draw(logits: Tensor, generator: torch.Generator | None) -> Tensor:
     """Every random choice of the kernel: one category per row of ``logits (B, K)``."""
     return sample_categorical(logits, generator)
+
+
+def _draw_word(s: Tensor, first: Tensor, length: Tensor, act: Tensor, B: int, width: int,
+               generator: torch.Generator | None) -> Tensor:
+    """Every within-class word draw of the flat route (:func:`~ebms.samplers._trans_flat.draw_in_segments`)."""
+    return draw_in_segments(s, first, length, act, B, width, generator)
 
 
 def _accept(log_ratio: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
@@ -195,7 +205,7 @@ class TransDimensional(DiscreteSampler):
                 raise ValueError(f"{name}: expected {V} entries (the space's vocab_size); got {t.shape[0]}")
         probs = torch.ones(V, dtype=torch.float64) if self._probs is None else self._probs.double().cpu()
         log_q = (probs / probs.sum()).log()
-        tables = _Tables(log_q.to(device), None, None, None, None, None)
+        tables = _Tables(log_q.to(device), None, None, None, None, None, None, None, None)
         if self._classes is not None:
             cls = self._classes.cpu()
             C = int(cls.max()) + 1
@@ -212,7 +222,8 @@ class TransDimensional(DiscreteSampler):
             real = torch.arange(K) < sizes[:, None]
             class_mass = torch.zeros(C, dtype=torch.float64).index_add_(0, cls, probs / probs.sum())
             tables = _Tables(log_q.to(device), cls.to(device), words.to(device), real.to(device),
-                             slot.to(device), class_mass.log().to(device))
+                             slot.to(device), class_mass.log().to(device), order.to(device), starts.to(device),
+                             sizes.to(device))
         self._memo[key] = tables
         return tables
 
@@ -266,6 +277,7 @@ class TransDimensional(DiscreteSampler):
         all) are scored; the draws cover every row.
         """
         B, m = x.batch_size, self.trials
+        tl, flat = tl  # the padded and the flat substitution scorers (None: not offered)
         if tab.class_of is None:
             y = torch.stack([_draw(tab.log_q.expand(B, -1), gen) for _ in range(m)], 1)
             cand = torch.cat([y, cur[:, None]], 1)
@@ -277,6 +289,8 @@ class TransDimensional(DiscreteSampler):
         C = tab.words.shape[0]
         c = torch.stack([_draw(tab.log_class.expand(B, -1), gen) for _ in range(m)], 1)  # (B, m)
         c_cur = tab.class_of[cur]
+        if flat is not None:
+            return class_trials_flat(flat, tab, x, pos, cur, c, c_cur, rows, gen, _draw_word)
         groups = c[:, :1] if C == 1 else torch.cat([c, c_cur[:, None]], 1)  # (B, G) classes to score
         cand = tab.words[groups]  # (B, G, K)
         s = self._scored(fn, tl, x, pos, cand, tab.real[groups], rows)
@@ -374,7 +388,8 @@ class TransDimensional(DiscreteSampler):
         tab = self._tables(space.vocab_size, x.device)
         fn, a = self._parts(energy, space, x.device)
         a = a.to(e.dtype)
-        tl = energy.token_logits if supports(energy, SupportsTokenLogits) else None
+        tl = (energy.token_logits if supports(energy, SupportsTokenLogits) else None,
+              energy.token_logits_flat if supports(energy, SupportsFlatTokenLogits) else None)
         B = x.batch_size
         zeros = torch.zeros(B, dtype=e.dtype, device=x.device)
         bad = torch.zeros(B, dtype=torch.bool, device=x.device)

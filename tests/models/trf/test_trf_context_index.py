@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from ebms.models.trf import DiscreteFeatures, feature_templates
+from ebms.models.trf import TRF, DiscreteFeatures, feature_templates
 from ebms.models.trf.templates import DEFAULT_GROUPS
 from ebms.sequences import Sequences
 
@@ -126,3 +126,18 @@ def test_loading_a_state_dict_rebuilds_the_context_index():
     assert other.context is not stale.context and other.context.values.numel() == feats.context.values.numel()
     x, pos, cand = queries(10, 15, 7, T=12)
     assert torch.equal(assert_same(other, x, pos, cand), feats.token_logits(x, pos, cand))
+
+
+@pytest.mark.parametrize("context", [True, False], ids=["context", "lookups"])
+def test_flat_scores_equal_the_padded_scores_entry_by_entry(context):
+    feats = model(GROUPS, bos=True, eos=True, dtype=torch.float32, seed=6, boundaries="source")
+    feats._context_logits = context
+    x, pos, cand = queries(10, 15, 7, T=12)
+    padded = feats.token_logits(x, pos, cand)
+    row, k = (cand >= 0).nonzero(as_tuple=True)
+    assert torch.equal(feats.token_logits_flat(x, pos, row, cand[row, k]), padded[row, k])
+    empty = torch.zeros(0, dtype=torch.long)
+    assert feats.token_logits_flat(x, pos, empty, empty).shape == (0,)
+    trf = TRF(feats, torch.ones(x.max_length + 2), V)  # the TRF adds -inf at the boundary id 0
+    row, k = (cand >= 0).nonzero(as_tuple=True)
+    assert torch.equal(trf.token_logits_flat(x, pos, row, cand[row, k]), trf.token_logits(x, pos, cand)[row, k])

@@ -197,3 +197,21 @@ def test_errors_name_the_argument():
         DiscreteFeatures.fit([[1, 2]], 3)
     with pytest.raises(ValueError, match="boundaries: expected 'all' or 'source'; got 'ngram'"):
         DiscreteFeatures.fit(corpus, 3, boundaries="ngram")
+
+
+@pytest.mark.parametrize(("bos", "eos", "boundaries"), [(True, True, "source"), (True, False, "all"), (False, True, "all")])
+def test_single_token_energies_equal_the_energy_of_the_one_token_sentences_as_weights_move(bos, eos, boundaries):
+    corpus, feats = corpus_and_features(eos=eos, bos=bos, boundaries=boundaries)
+    ones = Sequences(torch.arange(1, 7)[:, None])
+    g = torch.Generator().manual_seed(3)
+    for _ in range(3):  # the cache holds feature ids, not energies: new weights give new energies
+        assert torch.equal(feats.single_token_energies(), feats(ones))
+        with torch.no_grad():
+            feats.weight.add_(torch.randn(feats.num_features, generator=g))
+    feats.single_token_energies().sum().backward()
+    grad = feats.weight.grad.clone()
+    feats.weight.grad = None
+    feats(ones).sum().backward()
+    assert torch.equal(grad, feats.weight.grad)
+    feats.load_state_dict(feats.state_dict())  # loading drops the cache (the keys may change)
+    assert feats._single_ids is None and torch.equal(feats.single_token_energies(), feats(ones))

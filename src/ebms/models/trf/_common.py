@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_energy_output, check_tensor
-from ebms.capabilities import SupportsTokenLogits, supports
+from ebms.capabilities import SupportsSingleTokenEnergies, SupportsTokenLogits, supports
 from ebms.sequences import Sequences
 from ebms.spaces import TokenSequences
 
@@ -52,9 +52,14 @@ def check_sentences(x: Sequences, space: TokenSequences, name: str = "x") -> Seq
 
 
 def single_token_log_z(energy: object, vocab_size: int, device: torch.device) -> Tensor:
-    """``log Z_1`` exactly: log-sum-exp of ``-E`` over the ``V - 1`` one-token sentences."""
-    ones = Sequences(torch.arange(1, vocab_size, device=device)[:, None], validate=False)
-    return torch.logsumexp(-check_energy_output(energy(ones), vocab_size - 1), 0)  # type: ignore[operator]
+    """``log Z_1`` exactly: log-sum-exp of ``-E`` over the ``V - 1`` one-token sentences (``energy``'s cached
+    :meth:`~ebms.capabilities.SupportsSingleTokenEnergies.single_token_energies` when it offers them)."""
+    if supports(energy, SupportsSingleTokenEnergies):
+        e = energy.single_token_energies()
+    else:
+        ones = Sequences(torch.arange(1, vocab_size, device=device)[:, None], validate=False)
+        e = energy(ones)  # type: ignore[operator]
+    return torch.logsumexp(-check_energy_output(e, vocab_size - 1), 0)
 
 
 class LengthMixture(nn.Module, abc.ABC):
@@ -110,7 +115,8 @@ class LengthMixture(nn.Module, abc.ABC):
         r""":math:`\log Z_l` as the model uses it, ``(L,)``: :math:`\zeta`, or anchored at the exact :math:`\log Z_1`."""
         if not self.anchor_first:
             return self.log_z
-        return single_token_log_z(self.energy, self.vocab_size, self.log_z.device) + self.log_z - self.log_z[0]
+        source = self if supports(self, SupportsSingleTokenEnergies) else self.energy
+        return single_token_log_z(source, self.vocab_size, self.log_z.device) + self.log_z - self.log_z[0]
 
     def log_prob(self, x: Sequences) -> Tensor:
         r""":math:`\log\pi_l - E(x) - \log Z_l`, ``(B,)`` (natural log; sentences checked)."""

@@ -139,6 +139,7 @@ class DiscreteFeatures(nn.Module):
         self.register_buffer("keys", keys.detach().cpu().clone())
         self.table = BucketTable(self.keys)
         self._build_context()
+        self._single_ids: Tensor | None = None  # single_token_energies' cache
         self.register_buffer("observed_counts", torch.zeros(keys.numel(), dtype=torch.float64))
         self.weight = nn.Parameter(torch.zeros(keys.numel()))
 
@@ -316,8 +317,20 @@ class DiscreteFeatures(nn.Module):
         """The offset of each pattern's slot before the current one (0 for single slots)."""
         return off.gather(1, (n - 2).clamp(min=0)[:, None]).squeeze(1) * (n > 1)
 
+    def single_token_energies(self) -> Tensor:
+        """:math:`E` of the ``V - 1`` one-token sentences ``(V - 1,)``, equal to ``self(ones)``; their windows'
+        feature ids are found once and cached (they depend on the keys and classes, not on the weights)."""
+        if self._single_ids is None or self._single_ids.device != self.weight.device:
+            ones = Sequences(torch.arange(1, self.vocab_size, device=self.weight.device)[:, None], validate=False)
+            keys, valid = self._window_keys(ones)
+            idx, found = self.table(keys)
+            self._single_ids = torch.where(found & valid, idx, -1).flatten(1)
+        ids = self._single_ids
+        return -(self.weight[ids.clamp(min=0)] * (ids >= 0)).sum(1)
+
     def _load_from_state_dict(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super()._load_from_state_dict(*args, **kwargs)
+        self._single_ids = None
         self._n_class_ids = int(self.class_ids.max()) + 1  # the loaded classes may differ too
         self.table = BucketTable(self.keys)  # the loaded keys may differ from the constructed ones
         self._build_context()
@@ -346,8 +359,10 @@ class DiscreteFeatures(nn.Module):
         """:math:`E(x) = -\\lambda^\\top f(x)`, ``(B,)``; padding ignored; ids checked below ``V``."""
         self._check(x)
         keys, valid = self._window_keys(x)
-        idx, found = self.table(keys)
-        return -(self.weight[idx] * (found & valid)).flatten(1).sum(1)
+        at = valid.flatten().nonzero().squeeze(1)  # look up the windows that exist (padding: none)
+        idx, found = self.table(keys.flatten()[at])
+        w = self.weight.new_zeros(valid.numel()).index_put((at,), self.weight[idx] * found)
+        return -w.view(x.batch_size, -1).sum(1)  # summed as the (B, P (T + 1)) block: the order of before
 
     _context_logits = True  # private switch: False scores by the reference's per-candidate lookups
 
@@ -363,12 +378,30 @@ class DiscreteFeatures(nn.Module):
         """
         if self.context is None or not self._context_logits:
             return self._token_logits_by_lookup(x, position, candidates)
-        part, valid = self._substitution_contexts(x, position)
         row, k = (candidates >= 0).nonzero(as_tuple=True)
-        cand = candidates[row, k]
         out = torch.zeros(candidates.shape, dtype=self.weight.dtype, device=candidates.device)
+        if row.numel():
+            out[row, k] = self._context_scores(x, position, row, candidates[row, k])
+        return out
+
+    def token_logits_flat(self, x: Sequences, position: Tensor, row: Tensor, candidates: Tensor) -> Tensor:
+        r""":meth:`token_logits` of a flat list of substitutions: candidate ``candidates[n]`` at ``position[row[n]]``
+        of sentence ``row[n]``, ``(N,)`` (``row``, ``candidates`` long ``(N,)``, candidates ``>= 0``; ids not checked).
+
+        The same numbers as :meth:`token_logits` with those candidates in the rows' columns, without a
+        padded ``(B, K)`` layout (ragged candidate sets, e.g. word classes of different sizes).
+        """
         if row.numel() == 0:
-            return out
+            return torch.zeros(0, dtype=self.weight.dtype, device=candidates.device)
+        if self.context is None or not self._context_logits:
+            rows = Sequences(x.tokens[row], x.lengths[row], validate=False)
+            return self._token_logits_by_lookup(rows, position[row], candidates[:, None])[:, 0]
+        return self._context_scores(x, position, row, candidates)
+
+    def _context_scores(self, x: Sequences, position: Tensor, row: Tensor, cand: Tensor) -> Tensor:
+        """Scores ``(N,)`` of the substitutions ``(row, cand)`` through the context index."""
+        assert self.context is not None
+        part, valid = self._substitution_contexts(x, position)
         by_word = self.sub_cand_layer == 0
         qs = torch.arange(by_word.numel(), device=by_word.device)
         args = (self.sub_base, self.sub_cand_stride, self.weight, self.table)
@@ -381,8 +414,7 @@ class DiscreteFeatures(nn.Module):
             by_cls = ~by_word
             score = score + self.context.fill(pairs, n_cls, part[:, by_cls], valid[:, by_cls], qs[by_cls],
                                               *args).sum(-1)[inverse]
-        out[row, k] = score
-        return out
+        return score
 
     def _substitution_contexts(self, x: Sequences, position: Tensor) -> tuple[Tensor, Tensor]:
         """Keys with the substituted slot zeroed ``(B, Q)`` and whether each window exists ``(B, Q)``."""

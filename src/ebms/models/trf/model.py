@@ -30,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_int, check_positive, check_tensor
+from ebms.capabilities import SupportsFlatTokenLogits, SupportsSingleTokenEnergies, supports
 from ebms.models.trf._common import LengthMixture, field_energy, token_scores
 from ebms.sequences import Sequences
 
@@ -109,9 +110,26 @@ class TRF(LengthMixture):
         """:math:`E(x)`, ``(B,)``; :math:`+\\infty` for sentences holding the boundary id (values not checked)."""
         return field_energy(self.field, x)
 
+    def single_token_energies(self) -> Tensor:
+        """:math:`E` of the ``V - 1`` one-token sentences ``(V - 1,)`` (the field's cached ones when offered)."""
+        if supports(self.field, SupportsSingleTokenEnergies):
+            return self.field.single_token_energies()
+        return self.energy(Sequences(torch.arange(1, self.vocab_size, device=self.log_z.device)[:, None],
+                                     validate=False))
+
     def token_logits(self, x: Sequences, position: Tensor, candidates: Tensor) -> Tensor:
         """Single-position substitution scores for samplers (the field's own when it offers them)."""
         return token_scores(self.field, x, position, candidates)
+
+    def token_logits_flat(self, x: Sequences, position: Tensor, row: Tensor, candidates: Tensor) -> Tensor:
+        """:meth:`token_logits` of a flat list of substitutions ``(N,)`` (the field's own flat scores when it
+        offers them; ``-inf`` for the boundary id)."""
+        if supports(self.field, SupportsFlatTokenLogits):
+            s = self.field.token_logits_flat(x, position, row, candidates)
+        else:
+            rows = Sequences(x.tokens[row], x.lengths[row], validate=False)
+            s = token_scores(self.field, rows, position[row], candidates[:, None])[:, 0]
+        return s.masked_fill(candidates == 0, -math.inf)
 
     def extra_repr(self) -> str:
         return f"vocab_size={self.vocab_size}, max_length={self.max_length}, anchor_first={self.anchor_first}"
