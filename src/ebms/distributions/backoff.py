@@ -38,10 +38,9 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_int, check_positive
-from ebms.distributions import _arpa, _kneser_ney
+from ebms.distributions import _arpa, _backoff_sampling, _kneser_ney
 from ebms.distributions import _backoff_tables as _tables
 from ebms.distributions._base import Distribution
-from ebms.distributions._sampling import sample_categorical
 from ebms.distributions.ngram import _as_sequences, _check_tokens
 from ebms.errors import DataError
 from ebms.sequences import Sequences
@@ -352,32 +351,27 @@ class BackoffNGram(Distribution):
     def sample(self, n: int, generator: torch.Generator | None = None, *, max_length: int = 1024) -> Sequences:
         """``n`` ancestral draws (until ``</s>``) as :class:`~ebms.sequences.Sequences`, padding 0.
 
-        Each step scores the ``V`` outcomes of the live draws (:meth:`next_log_probs`),
-        ``O(n V)`` per token. A draw still running after ``max_length`` tokens raises.
+        Each token comes from the full next-word law :math:`p(w \\mid h)` (each row normalised), drawn
+        without ``V``-wide rows: from the longest context down, the listed words with probability
+        their share of the row's mass, else the shorter history's law restricted to the unlisted
+        words by rejection (exact; see :mod:`ebms.distributions._backoff_sampling`). Cost about
+        ``O(n log N)`` per token and try, vectorised over the draws; the tables (a few arrays as
+        long as the stored n-grams) are built on the first call and rebuilt when a buffer changes
+        (in place, by ``load_state_dict`` or ``.to``). Randomness only from ``generator``. A draw
+        still running after ``max_length`` tokens raises (naming how many did).
         """
         check_int(n, "n", minimum=1)
         check_int(max_length, "max_length", minimum=0)
-        dev, order = self.log_probs_1.device, self.order
-        hist = torch.full((n, order - 1), -1, dtype=torch.long, device=dev)
-        if order > 1:
-            hist[:, -1] = 0
-        tokens = torch.zeros(n, max_length, dtype=torch.long, device=dev)
-        lengths = torch.zeros(n, dtype=torch.long, device=dev)
-        alive = torch.arange(n, device=dev)
-        for t in range(max_length + 1):
-            w = sample_categorical(self._next_from_history(hist[alive]), generator)
-            ended = w == 0
-            lengths[alive[ended]] = t
-            alive, w = alive[~ended], w[~ended]
-            if alive.numel() == 0:
-                break
-            if t == max_length:
-                raise ValueError(f"max_length: {alive.numel()} of {n} draws had not ended after {max_length} tokens; "
-                                 "raise max_length")
-            tokens[alive, t] = w
-            if order > 1:
-                hist[alive] = torch.cat([hist[alive, 1:], w.unsqueeze(1)], 1)
-        return Sequences(tokens[:, : int(lengths.max())], lengths, validate=False)
+        return _backoff_sampling.draw(self, self._sampler_tables(), n, generator, max_length)
+
+    def _sampler_tables(self) -> _backoff_sampling.SamplerTables:
+        """The sampler's tables, cached until a buffer changes."""
+        cached: _backoff_sampling.SamplerTables | None = self.__dict__.get("_sampler_cache")
+        if cached is None or cached.fingerprint != _backoff_sampling.fingerprint(self):
+            with torch.no_grad():
+                cached = _backoff_sampling.build(self)
+            self.__dict__["_sampler_cache"] = cached
+        return cached
 
     def extra_repr(self) -> str:
         return f"vocab_size={self.vocab_size}, order={self.order}, ngrams={list(self.num_ngrams)}"
