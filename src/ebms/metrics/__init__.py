@@ -62,6 +62,7 @@ from ebms.metrics.ood import (
 )
 from ebms.metrics.rescoring import (
     BootstrapInterval,
+    InterpolationResult,
     PairedBootstrap,
     RescoringResult,
     TuningResult,
@@ -86,6 +87,7 @@ __all__ = [
     "BootstrapInterval",
     "ChunkScores",
     "ErrorRate",
+    "InterpolationResult",
     "PairedBootstrap",
     "RescoringResult",
     "TuningResult",

@@ -20,6 +20,11 @@ for a globally normalised ELM the single ``log Z`` shifts all hypotheses alike a
   every WER below is then a gather and a sum).
 * :func:`tune_weights` — grid search of ``(λ, β)`` minimising the WER of a dev set, vectorised
   over the whole grid.
+* **Interpolation** of several LMs: pass ``lm`` as named columns (``{"kn5": s1, "trf": s2}`` or
+  ``[("kn5", s1), ("trf", s2)]``) and ``lm_weight`` as ``{name: λ}``; the score is
+  ``acoustic + Σ_k λ_k log p_k(h) + β|h|`` (log-linear). :func:`tune_weights` then returns an
+  :class:`InterpolationResult` (exhaustive grid, or coordinate descent from the best single LM on
+  large grids: :mod:`ebms.metrics._interpolation`).
 * :func:`evaluate_rescoring` — WER of the rescored, first-pass (rank 1) and oracle (fewest errors)
   hypotheses, utterance-level bootstrap intervals and a paired bootstrap of rescored against
   first pass (Bisani & Ney, 2004: :func:`bootstrap_wer`, :func:`paired_bootstrap`).
@@ -36,20 +41,33 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import torch
 from torch import Tensor
 
 from ebms._checks import check_int
 from ebms.data.nbest import NBest
+from ebms.metrics._interpolation import (
+    MAX_GRID,
+    MAX_SWEEPS,
+    InterpolationResult,
+    interpolated,
+    is_named,
+    named_axes,
+    named_weights,
+    search_weights,
+)
 from ebms.metrics._nbest_bootstrap import BootstrapInterval, PairedBootstrap, bootstrap_wer, paired_bootstrap
 from ebms.metrics._nbest_sim import cmu_pronunciations, simulate_nbest
 from ebms.metrics.error_rate import ErrorRate, edit_distance, error_rate
 
-__all__ = ["BootstrapInterval", "PairedBootstrap", "RescoringResult", "TuningResult", "bootstrap_wer",
-           "combined_scores", "cmu_pronunciations", "evaluate_rescoring", "hypothesis_errors", "lm_scores",
-           "paired_bootstrap", "simulate_nbest", "tune_weights"]
+__all__ = ["BootstrapInterval", "InterpolationResult", "LMColumns", "PairedBootstrap", "RescoringResult",
+           "TuningResult", "bootstrap_wer", "combined_scores", "cmu_pronunciations", "evaluate_rescoring",
+           "hypothesis_errors", "lm_scores", "paired_bootstrap", "simulate_nbest", "tune_weights"]
+
+#: named LM score columns for interpolation: ``{name: (N,) scores}`` or ``[(name, (N,) scores), ...]``.
+LMColumns = Mapping[str, Tensor] | Sequence[tuple[str, Tensor]]
 
 
 def _nbest(x: object) -> NBest:
@@ -73,6 +91,25 @@ def _per_hypothesis(x: object, nbest: NBest, name: str) -> Tensor:
         raise ValueError(f"{name}: expected finite scores; got a non-finite one at hypothesis "
                          f"{int((~torch.isfinite(x)).nonzero()[0])}")
     return x.detach().double().cpu()
+
+
+def _columns(lm: Any, nbest: NBest) -> dict[str, Tensor]:
+    """Named LM columns, each checked like a single ``lm`` (``lm[name]`` in messages), in the order given."""
+    items = list(lm.items()) if isinstance(lm, Mapping) else list(lm)
+    if not items:
+        raise ValueError("lm: expected at least one named LM score tensor; got none")
+    out: dict[str, Tensor] = {}
+    for k, item in enumerate(items):
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise TypeError(f"lm: expected a tensor, a mapping {{name: (N,) scores}} or a sequence of (name, scores) "
+                            f"pairs; got {type(item).__name__} at position {k}")
+        key, col = item
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"lm: expected non-empty str names; got {key!r} at position {k}")
+        if key in out:
+            raise ValueError(f"lm: expected distinct names; got {key!r} twice")
+        out[key] = _per_hypothesis(col, nbest, f"lm[{key!r}]")
+    return out
 
 
 def lm_scores(hypotheses: NBest | Sequence[Sequence[str]], lm: Any, *, vocabulary: Any = None,
@@ -161,10 +198,19 @@ def _errors(nbest: NBest, references: Mapping[str, Sequence[str]],
     return err.long(), ref_len.long()
 
 
-def combined_scores(nbest: NBest, lm: Tensor | None = None, *, lm_weight: float = 1.0,
-                    length_penalty: float = 0.0) -> Tensor:
-    """``(N,)`` float64 ``acoustic + lm_weight * lm + length_penalty * |h|``; ``lm=None`` uses ``nbest.lm``."""
+def combined_scores(nbest: NBest, lm: Tensor | LMColumns | None = None, *,
+                    lm_weight: float | Mapping[str, float] = 1.0, length_penalty: float = 0.0) -> Tensor:
+    """``(N,)`` float64 ``acoustic + lm_weight * lm + length_penalty * |h|``; ``lm=None`` uses ``nbest.lm``.
+
+    With named columns ``lm`` (:data:`LMColumns`) and ``lm_weight = {name: λ_k}`` (one finite weight
+    per LM, no other names) it is ``acoustic + Σ_k λ_k lm[k] + length_penalty * |h|``, summed in the
+    order of ``lm``; one column reproduces the single-LM score exactly.
+    """
     nbest = _nbest(nbest)
+    if is_named(lm):
+        cols = _columns(lm, nbest)
+        return interpolated(nbest.acoustic, cols, named_weights(lm_weight, list(cols)), nbest.word_counts().double(),
+                            _weight(length_penalty, "length_penalty"))
     lm_t = nbest.lm if lm is None else _per_hypothesis(lm, nbest, "lm")
     return (nbest.acoustic + _weight(lm_weight, "lm_weight") * lm_t
             + _weight(length_penalty, "length_penalty") * nbest.word_counts().double())
@@ -199,20 +245,59 @@ class TuningResult:
     length_penalties: tuple[float, ...]
 
 
+@overload
 def tune_weights(nbest: NBest, references: Mapping[str, Sequence[str]], lm: Tensor | None = None, *,
                  lm_weights: Sequence[float], length_penalties: Sequence[float] = (0.0,),
-                 errors: tuple[Tensor, Tensor] | None = None) -> TuningResult:
+                 errors: tuple[Tensor, Tensor] | None = None, max_grid: int = MAX_GRID,
+                 max_sweeps: int = MAX_SWEEPS) -> TuningResult: ...
+
+
+@overload
+def tune_weights(nbest: NBest, references: Mapping[str, Sequence[str]], lm: LMColumns, *,
+                 lm_weights: Sequence[float] | Mapping[str, Sequence[float]],
+                 length_penalties: Sequence[float] = (0.0,), errors: tuple[Tensor, Tensor] | None = None,
+                 max_grid: int = MAX_GRID, max_sweeps: int = MAX_SWEEPS) -> InterpolationResult: ...
+
+
+def tune_weights(nbest: NBest, references: Mapping[str, Sequence[str]], lm: Tensor | LMColumns | None = None, *,
+                 lm_weights: Sequence[float] | Mapping[str, Sequence[float]],
+                 length_penalties: Sequence[float] = (0.0,), errors: tuple[Tensor, Tensor] | None = None,
+                 max_grid: int = MAX_GRID, max_sweeps: int = MAX_SWEEPS) -> TuningResult | InterpolationResult:
     """Grid search of ``(lm_weight, length_penalty)`` minimising corpus WER on a dev set.
 
     Args:
         nbest, references: the dev n-best lists and their references.
-        lm: ``(N,)`` LM log-probabilities (:func:`lm_scores`); ``None`` uses ``nbest.lm``.
-        lm_weights, length_penalties: the grid axes (finite numbers, at least one each).
+        lm: ``(N,)`` LM log-probabilities (:func:`lm_scores`); ``None`` uses ``nbest.lm``. Named
+            columns (:data:`LMColumns`) tune a log-linear interpolation instead and return an
+            :class:`InterpolationResult` (weights per LM).
+        lm_weights, length_penalties: the grid axes (finite numbers, at least one each). With named
+            ``lm``, ``lm_weights`` is one axis shared by every LM or ``{name: axis}``.
         errors: :func:`hypothesis_errors` of ``nbest`` if already computed.
+        max_grid, max_sweeps: interpolation only: grids of at most ``max_grid`` points
+            (``Π_k |λ_k axis| · |length_penalties|``) are searched exhaustively, larger ones by block
+            coordinate descent from the best single LM, at most ``max_sweeps`` sweeps
+            (:mod:`ebms.metrics._interpolation`; ties: the first point in grid order, the first LM's
+            axis outermost and ``β`` innermost).
 
-    Cost: the edit distances once, then ``O(G N)`` for a grid of ``G`` pairs.
+    Cost: the edit distances once, then ``O(G N)`` for a grid of ``G`` pairs (points).
     """
     nbest = _nbest(nbest)
+    if is_named(lm):
+        cols = _columns(lm, nbest)
+        axes = named_axes(lm_weights, list(cols))
+        betas = tuple(_weight(v, "length_penalties") for v in length_penalties)
+        if not betas:
+            raise ValueError("length_penalties: expected at least one value; got 0")
+        err_i, ref_len_i = _errors(nbest, references, errors)
+        total_i = int(ref_len_i.sum())
+        if total_i == 0:
+            raise ValueError("references: expected at least one reference word in total; got only empty references")
+        return search_weights(cols, nbest.acoustic, nbest.word_counts().double(), axes, betas,
+                              lambda s: err_i[_best(nbest, s)].sum(-1), total_i, max_grid=max_grid,
+                              max_sweeps=max_sweeps)
+    if isinstance(lm_weights, Mapping):
+        raise TypeError(f"lm_weights: a mapping of per-LM axes needs named LM columns (lm={{name: scores}}); got "
+                        f"lm of type {type(lm).__name__}")
     lam = tuple(_weight(v, "lm_weights") for v in lm_weights)
     beta = tuple(_weight(v, "length_penalties") for v in length_penalties)
     if not lam or not beta:
@@ -241,7 +326,7 @@ class RescoringResult:
     """WER of a rescored n-best set beside its first pass and oracle.
 
     Attributes:
-        lm_weight, length_penalty: the weights used.
+        lm_weight, length_penalty: the weights used (``lm_weight`` is 1.0 for an interpolation).
         chosen: ``(U,)`` flat hypothesis indices picked by the combined score.
         hypotheses: the picked word sequences, one per utterance.
         rescored, first_pass, oracle: :class:`~ebms.metrics.error_rate.ErrorRate` of the rescored,
@@ -250,6 +335,7 @@ class RescoringResult:
         comparison: :class:`PairedBootstrap` of rescored (B) against first pass (A).
         rescored_errors, first_pass_errors, oracle_errors, ref_lengths: ``(U,)`` int64 per-utterance
             counts, for a paired bootstrap against another system.
+        lm_weights: ``{name: λ_k}`` of an interpolation of named LMs; ``None`` for one LM.
     """
 
     lm_weight: float
@@ -266,9 +352,16 @@ class RescoringResult:
     first_pass_errors: Tensor
     oracle_errors: Tensor
     ref_lengths: Tensor
+    lm_weights: dict[str, float] | None = None
 
     def summary(self) -> dict[str, float]:
-        """Percent figures for a log line or a JSON record."""
+        """Percent figures for a log line or a JSON record (an interpolation: ``lm_weight_<name>`` per LM)."""
+        if self.lm_weights is not None:
+            out = {k: v for k, v in self._summary().items() if k != "lm_weight"}
+            return {**out, **{f"lm_weight_{k}": v for k, v in self.lm_weights.items()}}
+        return self._summary()
+
+    def _summary(self) -> dict[str, float]:
         return {"first_pass_wer": self.first_pass.percent, "rescored_wer": self.rescored.percent,
                 "oracle_wer": self.oracle.percent, "rescored_low": 100 * self.rescored_interval.low,
                 "rescored_high": 100 * self.rescored_interval.high, "delta": 100 * self.comparison.delta,
@@ -276,15 +369,16 @@ class RescoringResult:
                 "poi": self.comparison.poi, "lm_weight": self.lm_weight, "length_penalty": self.length_penalty}
 
 
-def evaluate_rescoring(nbest: NBest, references: Mapping[str, Sequence[str]], lm: Tensor | None = None, *,
-                       lm_weight: float = 1.0, length_penalty: float = 0.0, samples: int = 1000,
+def evaluate_rescoring(nbest: NBest, references: Mapping[str, Sequence[str]], lm: Tensor | LMColumns | None = None,
+                       *, lm_weight: float | Mapping[str, float] = 1.0, length_penalty: float = 0.0, samples: int = 1000,
                        level: float = 0.95, generator: torch.Generator | None = None,
                        errors: tuple[Tensor, Tensor] | None = None) -> RescoringResult:
     """Rescore ``nbest`` with fixed weights and report WERs with bootstrap intervals.
 
     Args:
         nbest, references: the test n-best lists and their references.
-        lm: ``(N,)`` LM log-probabilities; ``None`` uses ``nbest.lm``.
+        lm: ``(N,)`` LM log-probabilities; ``None`` uses ``nbest.lm``; named columns
+            (:data:`LMColumns`) for an interpolation, with ``lm_weight = {name: λ_k}``.
         lm_weight, length_penalty: ``λ`` and ``β`` (e.g. from :func:`tune_weights` on dev).
         samples, level, generator: the bootstrap (:func:`bootstrap_wer`); both intervals and the
             paired comparison come from one generator, in that order.
@@ -301,11 +395,12 @@ def evaluate_rescoring(nbest: NBest, references: Mapping[str, Sequence[str]], lm
         return error_rate(refs, [list(nbest.hypotheses[i]) for i in idx.tolist()])
 
     e_res, e_first, e_oracle = err[chosen], err[first], err[oracle]
+    weights = named_weights(lm_weight, list(_columns(lm, nbest))) if is_named(lm) else None
     return RescoringResult(
-        float(lm_weight), float(length_penalty), chosen, [nbest.hypotheses[i] for i in chosen.tolist()],
+        1.0 if weights is not None else _weight(lm_weight, "lm_weight"), float(length_penalty), chosen, [nbest.hypotheses[i] for i in chosen.tolist()],
         rate(chosen), rate(first), rate(oracle),
         bootstrap_wer(e_res, ref_len, samples=samples, level=level, generator=generator),
         bootstrap_wer(e_first, ref_len, samples=samples, level=level, generator=generator),
         paired_bootstrap(e_first, e_res, ref_len, samples=samples, level=level, generator=generator),
-        e_res, e_first, e_oracle, ref_len)
+        e_res, e_first, e_oracle, ref_len, weights)
 

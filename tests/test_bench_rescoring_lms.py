@@ -1,0 +1,126 @@
+"""``benchmarks/rescoring_lms.py``: the interpolated rows, the words of a paired interval, and the loading of
+an ``ebms train`` TRF run folder (read only; floors and ``<unk>`` as the other LMs) on a tiny run trained here
+(fast); its quick mode with ``--trf-run`` ends with its JSON line (slow, needs PTB)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from ebms.data.paths import data_root
+from ebms.metrics.rescoring import evaluate_rescoring, lm_scores, simulate_nbest, tune_weights
+
+ROOT = Path(__file__).resolve().parents[1]
+SENTS = ["the cat sat", "the dog sat on the mat", "a cat ran", "the man ran home", "a dog ran home"]
+
+
+def _bench():
+    bench = str(ROOT / "benchmarks")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
+    import rescoring_lms
+
+    return rescoring_lms
+
+
+def _tiny_trf_run(tmp: Path) -> Path:
+    """A discrete-feature TRF run folder (``ebms train`` on five sentences, two steps; well under a second)."""
+    from ebms.cli.build import validate_config
+    from ebms.cli.config import load_config
+    from ebms.cli.run import train
+
+    (tmp / "train.txt").write_text("\n".join(SENTS * 3) + "\n")
+    (tmp / "test.txt").write_text("the cat ran\n")
+    cfg = validate_config(load_config(None, [
+        "data.name=text", f"language.train_path={tmp}/train.txt", f"language.test_path={tmp}/test.txt",
+        "model.kind=trf", "language.classes=3", "language.chains=4", "train.steps=2", "train.batch_size=4",
+        "train.checkpoint_every=1", "train.log_every=1", f"run.out_dir={tmp}", "run.name=tiny", "run.progress=false"]),
+        device=False)
+    with warnings.catch_warnings():  # torch's beta notice for index_reduce, raised by the trans-dimensional sampler
+        warnings.simplefilter("ignore", UserWarning)
+        return train(cfg)
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.rglob("*"))}
+
+
+def test_trf_run_loads_read_only_and_scores_unknown_words_as_unk_and_long_hypotheses_at_the_floor(
+        tmp_path: Path) -> None:
+    rl = _bench()
+    run = _tiny_trf_run(tmp_path)
+    before = _snapshot(run)
+    label, trf, vocab, info = rl.load_trf_run(run)
+    assert _snapshot(run) == before  # nothing written into the run folder
+    assert label == "trf-discrete" and info["checkpoint_step"] == 2 and info["max_length"] == trf.max_length == 6
+    lm = rl.NT.FixedZeta(trf, trf.log_normalisers().detach())
+    hyps = [["the", "cat", "sat"], ["the", "zebra", "sat"], ["the", "<unk>", "sat"], ["the"] * 7]
+    got = lm_scores(hyps, lm, vocabulary=vocab)
+    x = vocab.encode(hyps[:1])
+    with torch.no_grad():
+        assert float(got[0]) == pytest.approx(float(trf.log_prob(x)[0]), abs=1e-4)  # log pi_l - E(x) - zeta_l
+    assert float(got[1]) == float(got[2])  # an unknown word is <unk>
+    assert float(got[3]) == -1e4 and rl.outside(SimpleNamespace(hypotheses=hyps), trf.max_length) == 1
+    nb, _ = simulate_nbest([s.split() for s in SENTS], n=4, seed=0)
+    assert rl.out_of_vocabulary(nb, vocab) == sum(1 for h in nb.hypotheses if any(w not in vocab for w in h))
+
+
+def test_a_folder_without_a_run_is_one_line_naming_the_flag(tmp_path: Path) -> None:
+    rl = _bench()
+    with pytest.raises(SystemExit, match=r"--trf-run: .*no config.toml"):
+        rl.load_trf_run(tmp_path)
+
+
+def test_paired_interval_words_say_not_significant_when_it_covers_zero() -> None:
+    rl = _bench()
+    assert rl.verdict(-0.5, 0.2) == "not significant" and rl.verdict(0.0, 0.3) == "not significant"
+    assert rl.verdict(-0.9, -0.1) == "fewer errors than KN5" and rl.verdict(0.1, 0.4) == "more errors than KN5"
+
+
+def test_combinations_are_the_monographs_pairs_and_triple() -> None:
+    rl = _bench()
+    assert rl.combinations("trf-discrete") == [("trf+kn5", ("trf-discrete", "kn5")), ("lstm+kn5", ("lstm", "kn5")),
+                                               ("trf+lstm", ("trf-discrete", "lstm")),
+                                               ("trf+lstm+kn5", ("trf-discrete", "lstm", "kn5"))]
+    assert rl.combinations(None) == [("lstm+kn5", ("lstm", "kn5"))]
+
+
+def test_interpolated_row_uses_the_dev_tuned_weights_on_test() -> None:
+    rl = _bench()
+    words = [s.split() for s in SENTS * 4]
+    (dev, dev_refs), (tst, test_refs) = (simulate_nbest(words, n=5, seed=s, prefix=p) for s, p in ((0, "d"), (1, "t")))
+    g = torch.Generator().manual_seed(0)
+    scored = {k: (torch.randn(len(dev), generator=g, dtype=torch.float64),
+                  torch.randn(len(tst), generator=g, dtype=torch.float64), 0.0) for k in ("trf", "lstm", "kn5")}
+    tuned, res = rl.interpolate(dev, dev_refs, tst, test_refs, scored, ("trf", "kn5"), None, None, 20,
+                                torch.Generator().manual_seed(1))
+    assert tuned.search == "grid" and list(tuned.weights) == ["trf", "kn5"]
+    again = tune_weights(dev, dev_refs, {"trf": scored["trf"][0], "kn5": scored["kn5"][0]}, lm_weights=rl.LAMBDAS,
+                         length_penalties=rl.BETAS)
+    assert (again.weights, again.length_penalty) == (tuned.weights, tuned.length_penalty)
+    direct = evaluate_rescoring(tst, test_refs, {"trf": scored["trf"][1], "kn5": scored["kn5"][1]},
+                                lm_weight=tuned.weights, length_penalty=tuned.length_penalty, samples=20)
+    assert torch.equal(res.chosen, direct.chosen) and res.lm_weights == tuned.weights
+
+
+@pytest.mark.slow
+def test_quick_mode_with_a_trf_run_ends_with_every_row(tmp_path: Path) -> None:
+    if not (data_root() / "ptb").is_dir():
+        pytest.skip("PTB is not under the data root ($EBMS_DATA)")
+    run = _tiny_trf_run(tmp_path)
+    out = subprocess.run([sys.executable, "rescoring_lms.py", "--quick", "--no-save", "--budget", "1", "--sentences",
+                          "20", "--samples", "50", "--trf-run", str(run)],
+                         cwd=ROOT / "benchmarks", capture_output=True, text=True, timeout=600, check=True)
+    line = json.loads(out.stdout.strip().splitlines()[-1])
+    assert line["bench"] == "rescoring_lms" and line["quick"] is True
+    for key in ("kn5", "lstm", "trf_discrete", "trf_kn5", "lstm_kn5", "trf_lstm", "trf_lstm_kn5"):
+        assert 0.0 <= line[f"{key}_wer"] <= 100.0
+    assert line["oracle_wer"] <= line["first_pass_wer"]
+    assert "not significant" in out.stdout or "than KN5" in out.stdout
