@@ -5,13 +5,13 @@ Workload (issue 24, section 1; the source's PTB recipe ``g4_w_c_ws_cs_wsh_csh_ti
     data        Penn Treebank training sentences (``ebms.data.text.ptb``, 42,068 sentences), the
                 training words as vocabulary (``Vocabulary.build``: 10,000 ids).
     model       ``TRF`` over ``DiscreteFeatures`` of the groups w, c, ws, cs, wsh, csh, tied at order 4,
-                read over ``<s> x </s>`` (``eos=True``), kept by the source's count cutoffs
+                read over ``<s> x </s>`` (``eos=True``) as the source's tables (``boundaries="source"``), kept by the source's count cutoffs
                 (``source_cutoffs``: word 4-grams and word skip features seen at least twice;
                 ``--cutoffs none`` keeps every observed feature), 200 exchange word classes (``WordClasses.fit``,
                 10 passes), lengths 1..L (L the longest PTB train/test sentence) with add-one ``pi``;
                 zero initial weights, so ``zeta_l = l log(V - 1)`` (the TRF's default) is exact at the start.
     training    ``AugSA`` with 100 persistent chains of ``TransDimensional`` (unigram and class proposals,
-                one trial, one sweep per iteration), ``zeta`` gain ``SAGain(10, 0.6, 2000)`` and the exact
+                one trial, one sweep per iteration), ``zeta`` gain ``SAGain(0, 0.6, 2000)`` and the exact
                 ``log Z_1`` anchor; batches of 100 training sentences (shuffled epochs); the weights move by
                 ``ScaledSGD`` (the source's update: gradient over each feature's within-length variance,
                 L2 4e-5, steps clipped to +-1, rate ``SAGain(3000, 0, 2000)``).
@@ -41,8 +41,10 @@ batches; the old model gets ``feats.table = ProbeTable(feats.keys)`` and ``feats
 False``, i.e. the implementation before issue 24: linear probing and one lookup per candidate in
 ``token_logits``; ``--reference-logits`` keeps ``BucketTable`` in both, so only the context index of
 ``token_logits`` differs), and the record holds the
-ratio old / new of CPU time per iteration (also per position, robust to the chains drifting apart)
-and whether the two trajectories stayed identical. Otherwise only the current implementation runs,
+ratio old / new of CPU time per iteration (also per position, robust to the chains drifting apart).
+The old model also scores class members as a padded block (``PaddedTransDimensional``) in one
+process; the new one uses the flat route and ``--groups`` chain blocks on ``--workers`` processes
+(default 2 and 2, the recipe's), so the trajectories differ (both exact samplers of the same law). Otherwise only the current implementation runs,
 and one line says so. Ratios are the robust figure on this shared machine; absolute rates depend on
 its load (the record states CPU, threads and load).
 
@@ -100,7 +102,7 @@ BENCH = "trf_speed"
 GROUPS = ("w", "c", "ws", "cs", "wsh", "csh", "tied")
 CPP_CPU_S_PER_ITER = 8.9  # issue 24: SPMILM's trainer at PTB scale, one thread, this machine
 WEIGHT_GAIN = SAGain(3000.0, 0.0, 2000)
-ZETA_GAIN = SAGain(10.0, 0.6, 2000)
+ZETA_GAIN = SAGain(0.0, 0.6, 2000)  # the recipe's "-gamma-zeta 0,0.6" with t0 2000
 L2 = 4e-5
 PARTS = ("lookup", "window_keys", "sampler_other", "sentence_energies", "backward", "log_z1", "optimizer", "rest")
 
@@ -117,6 +119,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cpp-iters", type=int, default=0, help="AugSA iterations the C++ command runs")
     p.add_argument("--cutoffs", choices=("source", "none"), default="source",
                    help="feature count cutoffs: the source's per group (default) or none (every observed feature)")
+    p.add_argument("--groups", type=int, default=2, help="new: chain blocks (the recipe's language.chain_groups)")
+    p.add_argument("--workers", type=int, default=2, help="new: processes stepping them (language.workers)")
     p.add_argument("--reference-logits", action="store_true",
                    help="old = BucketTable with per-candidate token_logits (default old: ProbeTable with them, "
                         "the implementation before issue 24); new = BucketTable with the context index")
@@ -138,7 +142,8 @@ def build(quick: bool, log: Callable[[str], None], cutoffs: str = "source") -> d
     t2 = time.perf_counter()
     templates = feature_templates(GROUPS, 4)
     min_count = source_cutoffs(templates) if cutoffs == "source" else 1
-    feats = DiscreteFeatures.fit(train, V, templates, classes=classes, eos=True, min_count=min_count)
+    feats = DiscreteFeatures.fit(train, V, templates, classes=classes, eos=True, boundaries="source",
+                                 min_count=min_count)
     t3 = time.perf_counter()
     _, variance = feature_moments(feats, train)
     t4 = time.perf_counter()
@@ -171,17 +176,27 @@ def table_module() -> tuple[Any, str]:
     return mod, ""
 
 
+class PaddedTransDimensional(TransDimensional):
+    """The sampler before the flat route: class members scored as a padded ``(B, G, K)`` block."""
+
+    def _trials(self, fn: Any, tl: Any, *args: Any) -> Any:  # type: ignore[override]
+        return super()._trials(fn, (tl[0], None), *args)
+
+
 class Run:
     """One implementation's model, chains, optimizer and generators, stepped one AugSA iteration at a time."""
 
-    def __init__(self, s: dict[str, Any], *, chains: int, batch: int, seed: int, table: Any = None) -> None:
-        self.feats = DiscreteFeatures(s["templates"], s["keys"], s["V"], classes=s["classes"], eos=True)
+    def __init__(self, s: dict[str, Any], *, chains: int, batch: int, seed: int, table: Any = None,
+                 padded: bool = False, groups: int = 1, workers: int = 1) -> None:
+        self.feats = DiscreteFeatures(s["templates"], s["keys"], s["V"], classes=s["classes"], eos=True,
+                                      boundaries="source")
         self.native_table = getattr(self.feats, "table", None)  # None: DiscreteFeatures has no swappable table
         if table is not None and self.native_table is not None and type(self.native_table) is not table:
             self.feats.table = table(self.feats.keys)
         self.trf = TRF(self.feats, s["pi"], s["V"])
-        sampler = TransDimensional(token_probs=s["unigram"], classes=s["classes"], sweeps=1)
-        self.objective = AugSA(sampler, chains=chains, zeta_gain=ZETA_GAIN)
+        kind = PaddedTransDimensional if padded else TransDimensional
+        self.sampler = kind(token_probs=s["unigram"], classes=s["classes"], sweeps=1, groups=groups, workers=workers)
+        self.objective = AugSA(self.sampler, chains=chains, zeta_gain=ZETA_GAIN)
         self.opt = ScaledSGD(self.feats.parameters(), lr=WEIGHT_GAIN(0), scales={self.feats.weight: s["variance"]},
                              l2=L2, clip=1.0)
         self.train, self.batch, self.chains = s["train"], batch, chains
@@ -210,12 +225,23 @@ class Run:
         self.t += 1
         return int(self.objective.chain_lengths.sum()) + self.chains
 
+    def cpu_time(self) -> float:
+        """CPU seconds of this process and of the sampler's worker processes (``/proc``; Linux)."""
+        pool, total = getattr(self.sampler, "_pool", None), time.process_time()
+        for proc in (pool.procs if pool is not None else []):
+            try:
+                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            except (OSError, IndexError, ValueError):
+                pass
+        return total
+
     def timed(self, n: int) -> None:
         for _ in range(n):
-            w0, c0 = time.perf_counter(), time.process_time()
+            w0, c0 = time.perf_counter(), self.cpu_time()
             pos = self.step()
             self.wall.append(time.perf_counter() - w0)
-            self.cpu.append(time.process_time() - c0)
+            self.cpu.append(self.cpu_time() - c0)
             self.positions.append(pos)
 
     def nbytes(self) -> int:
@@ -441,7 +467,8 @@ def main() -> None:
             raise SystemExit(f"{name}: expected an int >= {lo}; got {v}")
     settings = {"quick": q, "groups": GROUPS, "order": 4, "cutoffs": args.cutoffs, "chains": chains, "batch": batch, "sweeps": 1,
                 "steps": steps, "warmup": warmup, "chunk": args.chunk, "profile_steps": args.profile_steps if
-                args.profile else 0, "weight_gain": repr(WEIGHT_GAIN), "zeta_gain": repr(ZETA_GAIN), "l2": L2}
+                args.profile else 0, "weight_gain": repr(WEIGHT_GAIN), "zeta_gain": repr(ZETA_GAIN), "l2": L2,
+                "boundaries": "source", "new_groups": args.groups, "new_workers": args.workers}
     rec = Recorder(BENCH, seeds=[args.seed], settings=settings)
     info = C.machine_info()
     torch.manual_seed(args.seed)
@@ -456,7 +483,7 @@ def main() -> None:
         # old: the implementation before issue 24 (linear probing, per-candidate token_logits);
         # --reference-logits: only the token_logits path differs (both BucketTable)
         old_table = tables.BucketTable if args.reference_logits else tables.ProbeTable
-        probe = Run(s, chains=chains, batch=batch, seed=args.seed, table=old_table)
+        probe = Run(s, chains=chains, batch=batch, seed=args.seed, table=old_table, padded=True)
         probe.feats._context_logits = False
         if probe.native_table is None:
             why = "DiscreteFeatures holds no `table` yet: timing the current implementation only"
@@ -464,7 +491,8 @@ def main() -> None:
             runs["current"] = probe
         else:
             runs["old"] = probe
-            runs["new"] = Run(s, chains=chains, batch=batch, seed=args.seed, table=tables.BucketTable)
+            runs["new"] = Run(s, chains=chains, batch=batch, seed=args.seed, table=tables.BucketTable,
+                              groups=args.groups, workers=args.workers)
     else:
         runs["current"] = Run(s, chains=chains, batch=batch, seed=args.seed)
     if why:
@@ -540,7 +568,12 @@ def main() -> None:
     C.save_results(BENCH, {"machine": info, "settings": settings, "implementations": impl}, enabled=not args.no_save)
     notes = " ".join(filter(None, [
         "Ratios (old/new, same process, same batches, alternating chunks) are the robust figures; absolute rates are "
-        "shared-machine figures at the load stated. CPU-s per iteration is process CPU time.", why,
+        "shared-machine figures at the load stated. CPU-s per iteration is the CPU time of the process and of its "
+        "sampler worker processes. old = the implementation before issue 24 (linear probing, per-candidate "
+        "token_logits, class members scored as a padded block, one process); new = the current one with "
+        f"{args.groups} chain blocks on {args.workers} process(es). Their trajectories differ (the flat route's "
+        "draws agree with the padded route's up to rounding, and chain blocks have their own random streams): "
+        "both are exact samplers of the same law (tests/samplers).", why,
         "Peak RSS holds both implementations' models." if len(names) > 1 else ""]))
     rec.write(figures, notes=notes, enabled=not (q or args.no_save))
     line.update({"implementation": head, "iterations_per_s": round(impl[head]["iterations_per_s"], 4),

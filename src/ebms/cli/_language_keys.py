@@ -37,7 +37,8 @@ KIND_KEYS: dict[str, tuple[str, ...]] = {
 }
 #: keys read by an objective: ``earm`` (lstm, transformer) and the TRF objectives.
 OBJECTIVE_KEYS: dict[str, tuple[str, ...]] = {
-    "earm": ("earm_weight", "earm_start", "earm_truncate"), "ml": ("chains", "zeta_tc", "zeta_beta", "zeta_t0"),
+    "earm": ("earm_weight", "earm_start", "earm_truncate"),
+    "ml": ("chains", "chain_groups", "workers", "zeta_tc", "zeta_beta", "zeta_t0"),
     "nce": ("noise_order", "smoothing", "discounts"), "dnce": ("noise_hidden",),
 }
 _CONDITIONAL = {"heads": "model.kind = residual with language.energy = 'transformer'",

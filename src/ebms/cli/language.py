@@ -4,55 +4,46 @@
 ``tiny-shakespeare`` (one sentence per non-blank line, 90/5/5 split) or ``text`` (your files:
 ``language.train_path``, optional ``valid_path`` and ``test_path``, one sentence per line or running
 text with ``language.sentence_split``). Tokens are words or characters (``language.level``); the
-vocabulary keeps training tokens seen ``language.min_count`` times (at most ``max_vocab``), the
-rest is ``<unk>``. ``language.max_length`` leaves longer training sentences out and bounds the TRF's
+vocabulary keeps training tokens seen ``language.min_count`` times (at most ``max_vocab``), else ``<unk>``. ``language.max_length`` leaves longer training sentences out and bounds the TRF's
 lengths and the Transformer's positions (unset: the longest training sentence, refused above
 1,024 tokens for the kinds that grow with it: :data:`ebms.cli._language_data.DEFAULT_MAX_LENGTH`).
 
 ``model.kind`` and ``objective.kind``:
 
-* ``kn``: :class:`~ebms.distributions.BackoffNGram` of order ``language.order`` with
-  ``language.smoothing``, fitted by counting when ``train`` builds it: no optimizer steps; the run
-  folder gets ``model.arpa`` (SRILM/KenLM format; a whitespace token such as the space of a
-  character model is written ``<U+0020>`` there, as :meth:`BackoffNGram.to_arpa` spells it) and
-  ``vocab.txt``. ``objective.kind = "ml"``. Kneser–Ney's discounts are estimated from the counts-of-counts
-  (n-grams seen once, twice, three times at every order) unless ``language.discounts`` gives them:
-  one number per order, or three (``D1, D2, D3+``) per order for modified Kneser–Ney, lowest order
-  first. A small vocabulary can lack such n-grams at order 1, where no lower order helps.
+* ``kn``: :class:`~ebms.distributions.BackoffNGram` of order ``language.order`` with ``language.smoothing``,
+  fitted by counting (no optimizer steps; ``objective.kind = "ml"``); the run folder gets ``model.arpa``
+  (SRILM/KenLM format; whitespace tokens written ``<U+0020>``, as :meth:`BackoffNGram.to_arpa` does) and
+  ``vocab.txt``. Kneser–Ney's discounts come from the counts-of-counts unless ``language.discounts``
+  gives them: one per order, or three (``D1, D2, D3+``) per order for modified KN, lowest order first.
 * ``lstm`` / ``transformer``: :class:`~ebms.models.lm.LSTMLM` (``embedding_dim``, ``hidden`` units,
   ``layers``, ``dropout``, ``tie_weights``) / :class:`~ebms.models.lm.TransformerLM` (width
   ``embedding_dim``, ``heads``, ``layers``, feed-forward ``hidden``), trained with
   :class:`~ebms.objectives.AutoregressiveNLL` (``ml``) under the Trainer.
-* ``trf`` (discrete n-gram features of ``language.features`` up to ``language.order``, read over
-  ``<s> x </s>`` as in the source, every observed one, or with ``language.feature_cutoffs = "source"``
-  those the source keeps (:func:`~ebms.models.trf.templates.source_cutoffs`: word 4-grams and word
-  skip features seen at least twice; ``feature_boundaries = "source"``: as its tables, only n-gram
-  windows read ``<s>``/``</s>``, never both); word classes by exchange clustering when
-  ``language.classes > 0``), ``trf-cnn`` / ``trf-bilstm``
-  (:class:`~ebms.models.trf.Hidden2Scalar` with ``embedding_dim``, ``hidden``, ``layers``): a
-  :class:`~ebms.models.trf.TRF` trained by AugSA (``ml``: ``language.chains`` chains of the
-  trans-dimensional sampler, ``language.trials`` trials, ``sampler.sweeps`` sweeps), NCE (``nce``:
-  noise a KN n-gram of order ``language.noise_order``, ``objective.nu`` draws per sentence) or
-  dynamic NCE (``dnce``: noise an LSTM of ``language.noise_hidden`` units trained jointly).
-  AugSA's :math:`\\zeta` moves at ``SAGain(language.zeta_tc, zeta_beta, zeta_t0)`` (default
-  ``(0, 0.6, 500)``, the source trainer's; its PTB recipe ``trf-ptb`` sets ``t0 = 2000``).
-  ``language.feature_scaling`` (``trf`` with ``train.optimizer = "sgd"``): the authors' update of
-  the feature weights, :class:`~ebms.train.ScaledSGD` with each feature's gradient divided by its
-  within-length empirical variance, ``train.weight_decay`` as the L2 term and each step clipped to
-  ``language.step_clip`` (the recipe ``trf-ptb``).
+* ``trf`` (discrete n-gram features of ``language.features`` up to ``language.order`` over ``<s> x </s>``,
+  every observed one, or with ``language.feature_cutoffs = "source"`` the source's (word 4-grams and
+  word skip features seen twice: :func:`~ebms.models.trf.templates.source_cutoffs`; ``feature_boundaries =
+  "source"``: only n-gram windows read ``<s>``/``</s>``, never both); exchange word classes when
+  ``language.classes > 0``), ``trf-cnn`` / ``trf-bilstm`` (:class:`~ebms.models.trf.Hidden2Scalar`
+  with ``embedding_dim``, ``hidden``, ``layers``): a :class:`~ebms.models.trf.TRF` trained by AugSA
+  (``ml``: ``language.chains`` chains of the trans-dimensional sampler, ``trials`` trials,
+  ``sampler.sweeps`` sweeps, in ``chain_groups`` seeded blocks stepped by ``workers`` processes: a
+  speed setting), NCE (``nce``: noise a KN n-gram of order ``language.noise_order``, ``objective.nu``
+  draws per sentence) or dynamic NCE (``dnce``: noise an LSTM of ``language.noise_hidden`` units).
+  AugSA's :math:`\\zeta` moves at ``SAGain(language.zeta_tc, zeta_beta, zeta_t0)`` (default ``(0, 0.6,
+  500)``, the source trainer's). ``language.feature_scaling`` (``trf``, ``train.optimizer = "sgd"``):
+  the authors' update, :class:`~ebms.train.ScaledSGD` (gradients over each feature's within-length
+  variance, ``train.weight_decay`` as L2, steps clipped to ``language.step_clip``; recipe ``trf-ptb``).
 
 ``lstm``/``transformer`` with ``earm``: :class:`~ebms.objectives.EARM` (``language.earm_weight``, ``earm_start``,
 ``earm_truncate``). ``residual``, ``electric``: residual EBMs and Electric (:mod:`ebms.cli._generation_text`).
 
-Every run keeps its vocabulary (``vocab.json``, with ``L`` and, for ``trf``, the word classes) and
-``eval``, ``sample``, a resume and a residual run use it; training text changed since is refused
-(:mod:`ebms.cli._language_data`). A key of ``[language]`` set away from its default that the
+Every run keeps its vocabulary (``vocab.json``, with ``L`` and ``trf``'s word classes) for ``eval``, ``sample``,
+a resume and a residual run; changed training text is refused (:mod:`ebms.cli._language_data`). A key of ``[language]`` set away from its default that the
 configured ``model.kind``/``objective.kind`` does not read is refused (:mod:`ebms.cli._language_keys`).
 
-``eval``: exact perplexity for the normalised models; for a TRF the training-:math:`\\zeta` and the
-re-estimated perplexity with its interval (:mod:`ebms.cli._language_eval`). ``sample``: sentences,
-printed and written as text (AR models: ancestral draws; TRF: ``--steps`` sampler steps from
-training sentences).
+``eval``: exact perplexity of the normalised models; a TRF's with training :math:`\\zeta` and re-estimated,
+with its interval (:mod:`ebms.cli._language_eval`). ``sample``: sentences, printed and written as text
+(AR models: ancestral draws; TRF: ``--steps`` sampler steps from training sentences).
 """
 
 from __future__ import annotations
@@ -131,6 +122,8 @@ class LanguageSettings:
     feature_cutoffs: str = "none"
     feature_boundaries: str = "all"
     chains: int = 100
+    chain_groups: int = 1
+    workers: int = 1
     trials: int = 1
     noise_order: int = 2
     noise_hidden: int = 200
@@ -215,7 +208,8 @@ class LanguageTask(Task[LanguageSettings]):
         "features": Rule(text=f"a list of TRF feature template groups ({', '.join(TEMPLATE_GROUPS)}); empty: the "
                               "default ones", check=lambda v: all(g in TEMPLATE_GROUPS for g in v)),
         "feature_cutoffs": Rule(choices=FEATURE_CUTOFFS), "feature_boundaries": Rule(choices=FEATURE_BOUNDARIES),
-        "chains": COUNT, "trials": COUNT, "noise_order": COUNT, "noise_hidden": COUNT, "logz_samples": Rule(low=2),
+        "chains": COUNT, "chain_groups": COUNT, "workers": COUNT,
+        "trials": COUNT, "noise_order": COUNT, "noise_hidden": COUNT, "logz_samples": Rule(low=2),
         "feature_scaling": Rule(), "step_clip": POS, "zeta_tc": NONNEG, "zeta_beta": Rule(low=0, high=1),
         "zeta_t0": NONNEG, "earm_weight": POS, "earm_start": NONNEG, "earm_truncate": COUNT,
         "base_run": PATH, "prefix_length": COUNT, "horizon": COUNT, "energy": Rule(choices=("bilstm", "transformer")),
@@ -264,6 +258,9 @@ class LanguageTask(Task[LanguageSettings]):
             raise ConfigError(f"language.earm_start: E-ARM is switched on after {s.earm_start} steps but the run stops "
                               f"at train.steps={cfg.train.steps}, so it would never start; expected language.earm_start "
                               f"below train.steps (or objective.kind='ml')")
+        if s.workers > s.chain_groups:  # each process steps whole blocks of chains
+            raise ConfigError(f"language.workers: expected at most language.chain_groups={s.chain_groups} processes; "
+                              f"got {s.workers} (raise chain_groups, which changes the chains' random streams)")
         check_discounts(cfg)
         refuse_unread("language", s, reads(cfg), f"model.kind={kind!r} with objective.kind={obj!r}", readers)
 
@@ -345,8 +342,10 @@ class LanguageTask(Task[LanguageSettings]):
 
     def kernel(self, cfg: Config, data: LanguageData, *, jump: bool = True) -> TransDimensional:
         """The trans-dimensional sampler of the TRF runs (unigram proposals, class proposals with classes)."""
+        s = self.settings(cfg)
         return TransDimensional(token_probs=unigram_probs(data.train, len(data.vocab)), classes=self._classes(cfg, data),
-                                trials=self.settings(cfg).trials, sweeps=cfg.sampler.sweeps, jump=jump)
+                                trials=s.trials, sweeps=cfg.sampler.sweeps, jump=jump, groups=s.chain_groups,
+                                workers=s.workers)
 
     def build_objective(self, cfg: Config, data: LanguageData) -> nn.Module:
         s, obj, V = self.settings(cfg), cfg.objective.kind, len(data.vocab)

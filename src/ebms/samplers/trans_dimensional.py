@@ -75,6 +75,7 @@ from ebms.capabilities import SupportsFlatTokenLogits, SupportsTokenLogits, Tran
 from ebms.distributions import sample_categorical
 from ebms.energy import EnergyLike
 from ebms.samplers._base import ChainState, StepInfo, _check_start, mh_accept
+from ebms.samplers._chain_groups import _INFO, ChainWorkers, block_generators, blocks
 from ebms.samplers._discrete import DiscreteSampler, resolve_token_space
 from ebms.samplers._trans_flat import class_trials_flat, draw_in_segments
 from ebms.sequences import Sequences
@@ -144,6 +145,10 @@ class TransDimensional(DiscreteSampler):
         trials: multiple-trial count ``m >= 1``.
         sweeps: within-length sweeps per step (``>= 0``).
         jump: make the local length jump (``False``: fixed lengths).
+        groups: split the chains into this many blocks of rows, each stepped with its own generator
+            seeded from the caller's (:mod:`ebms.samplers._chain_groups`); 1: one generator for all.
+        workers: processes that step the blocks (``<= groups``; 1: this one); a speed setting only:
+            the chains do not depend on it. CPU chains and an ``nn.Module`` target only.
 
     Example:
         >>> import torch
@@ -160,7 +165,8 @@ class TransDimensional(DiscreteSampler):
     accepts_sequences = True
 
     def __init__(self, *, space: TokenSequences | None = None, token_probs: Tensor | None = None,
-                 classes: Tensor | None = None, trials: int = 1, sweeps: int = 1, jump: bool = True) -> None:
+                 classes: Tensor | None = None, trials: int = 1, sweeps: int = 1, jump: bool = True,
+                 groups: int = 1, workers: int = 1) -> None:
         if space is not None and not isinstance(space, TokenSequences):
             raise TypeError(f"space: expected an ebms.spaces.TokenSequences or None; got {type(space).__name__}")
         super().__init__(space=space)
@@ -169,6 +175,12 @@ class TransDimensional(DiscreteSampler):
         if not isinstance(jump, bool):
             raise TypeError(f"jump: expected a bool; got {type(jump).__name__}")
         self.jump = jump
+        self.groups = check_int(groups, "groups", minimum=1)
+        self.workers = check_int(workers, "workers", minimum=1)
+        if self.workers > self.groups:
+            raise ValueError(f"workers: expected at most groups={self.groups} processes (one block each at least); "
+                             f"got {self.workers}")
+        self._pool: ChainWorkers | None = None
         self._probs = None if token_probs is None else self._check_probs(token_probs)
         self._classes = None if classes is None else self._check_classes(classes, self._probs)
         self._memo: dict[tuple[int, str], _Tables] = {}
@@ -380,9 +392,57 @@ class TransDimensional(DiscreteSampler):
         tokens[:, i] = torch.where(accepted, _pick(y, sel), cur)
         return x.with_tokens(tokens), torch.where(accepted, e_new, e), prob * active, active, bad
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_pool"] = None  # worker processes stay with their parent
+        return state
+
     def step(self, energy: EnergyLike, state: ChainState, *,
              generator: torch.Generator | None = None) -> tuple[ChainState, TransDimensionalInfo]:
-        """One jump then ``sweeps`` within-length sweeps; returns ``(state, info)``."""
+        """One jump then ``sweeps`` within-length sweeps; returns ``(state, info)`` (by blocks when ``groups > 1``)."""
+        B = state.x.batch_size
+        if self.groups == 1 or B == 0:
+            return self._step_block(energy, state, generator)
+        device = state.x.device
+        rows, seeds = blocks(B, self.groups), block_generators(self.groups, generator, device)
+        pool = self._workers_for(energy, device) if self.workers > 1 else None
+        parts: list[Any] = [None] * self.groups
+        for g, r in enumerate(rows):  # blocks of the worker processes first, then this process's
+            if pool is not None and g % self.workers and r.numel():
+                pool.submit(g % self.workers - 1, state.x[r], state.energy[r], state.t, seeds[g])
+        try:
+            for g, r in enumerate(rows):
+                if r.numel() and (pool is None or g % self.workers == 0):
+                    gen = torch.Generator(device=device).manual_seed(seeds[g])
+                    new, info = self._step_block(energy, state.replace(x=state.x[r], energy=state.energy[r]), gen)
+                    parts[g] = (new.x, new.energy, {f: getattr(info, f) for f in _INFO})
+        except BaseException:
+            if pool is not None:  # the workers' results of this step are never read: start them afresh
+                pool.close()
+                self._pool = None
+            raise
+        for g, r in enumerate(rows):
+            if pool is not None and g % self.workers and r.numel():
+                parts[g] = pool.result(g % self.workers - 1, device)
+        done = [p for p in parts if p is not None]
+        x = Sequences.cat([p[0] for p in done])
+        info = TransDimensionalInfo(**{f: torch.cat([p[2][f] for p in done]) for f in _INFO})
+        return state.replace(x=x, energy=torch.cat([p[1] for p in done]), t=state.t + 1), info
+
+    def _workers_for(self, energy: Any, device: torch.device) -> ChainWorkers:
+        """The worker processes, forked (again) when the target is new or has changed storage."""
+        if device.type != "cpu":
+            raise ValueError(f"workers: worker processes step CPU chains only; these are on {device}: use workers=1")
+        if self._pool is None or not self._pool.matches(energy):
+            if self._pool is not None:
+                self._pool.close()
+            self._pool = None
+            self._pool = ChainWorkers(self, energy, self.workers - 1)
+        return self._pool
+
+    def _step_block(self, energy: EnergyLike, state: ChainState,
+                    generator: torch.Generator | None) -> tuple[ChainState, TransDimensionalInfo]:
+        """One jump then ``sweeps`` within-length sweeps of every chain of ``state`` with ``generator``."""
         x, e = state.x, state.energy
         space = resolve_token_space(self.token_space, energy)
         tab = self._tables(space.vocab_size, x.device)
@@ -416,5 +476,6 @@ class TransDimensional(DiscreteSampler):
 
     def __repr__(self) -> str:
         cls = "" if self._classes is None else f", classes={int(self._classes.max()) + 1}"
-        return (f"TransDimensional(trials={self.trials}, sweeps={self.sweeps}, jump={self.jump}{cls}, "
+        par = "" if self.groups == 1 else f", groups={self.groups}, workers={self.workers}"
+        return (f"TransDimensional(trials={self.trials}, sweeps={self.sweeps}, jump={self.jump}{cls}{par}, "
                 f"space={self.token_space!r})")
