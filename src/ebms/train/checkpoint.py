@@ -102,7 +102,7 @@ class CheckpointStore:
 
     Args:
         folder: where checkpoints live; created on the first save.
-        keep: number of most recent checkpoints to keep (``None``: keep all).
+        keep: number of most recent checkpoints to keep (``None``, the default: keep all).
             Older ones are deleted only after the new one has been verified.
 
     Example::
@@ -112,7 +112,7 @@ class CheckpointStore:
         ckpt = store.load(identity={"data.name": "moons"})   # newest valid; ckpt.tensors["model/w"]
     """
 
-    def __init__(self, folder: str | Path, *, keep: int | None = 3) -> None:
+    def __init__(self, folder: str | Path, *, keep: int | None = None) -> None:
         self.folder = Path(folder)
         self.keep = None if keep is None else check_int(keep, "keep", minimum=1)
 

@@ -114,7 +114,8 @@ class Trainer:
         seed: base seed.
         log_every: write a metrics line every this many steps.
         checkpoint_every: checkpoint every this many steps (``None``: at exit only).
-        keep_checkpoints: most recent checkpoints kept on disk.
+        keep_checkpoints: most recent checkpoints kept on disk (``None``, the default: every one; no
+            checkpoint is deleted unless asked).
         grad_clip: clip the global gradient norm to this value (``None``: off).
         lr_schedule: optional ``step -> multiplier`` (e.g.
             :class:`ebms.samplers.schedules.CosineAnnealing`); the learning
@@ -157,7 +158,7 @@ class Trainer:
         seed: int = 0,
         log_every: int = 10,
         checkpoint_every: int | None = 1000,
-        keep_checkpoints: int | None = 3,
+        keep_checkpoints: int | None = None,
         grad_clip: float | None = None,
         lr_schedule: Callable[[int], float] | None = None,
         callbacks: Sequence[Callback] = (),
