@@ -18,6 +18,15 @@ Workload (issue 24, section 4, first half; data and models as ``benchmarks/neura
                 *output-layer floor*: the output products alone (``F.linear`` of random hidden states with the
                 model's decoder) for as many rows per step as the sampler's last call ran: the arithmetic every
                 exact sampler of this model does (all ``V`` logits of every running row at every step).
+                *class-factored*: ``ClassFactoredLSTMLM`` of the same size (1 x 200) over ``--classes`` (default 200)
+                exchange classes (``WordClasses.fit(train, V, C)``, as the TRF recipe's), its biases set to the same
+                training unigram (``init_unigram``), ``eval()``: another law, p(c(w) | h) p(w | c(w), h), whose draws
+                compute the class layer and the drawn class's members only. Timed in the same rounds (32 draws, the
+                same ``max_length`` and ``truncate``).
+    scoring     ``log_prob`` of one fixed batch (32 draws of the LSTMLM, cut at ``L + 1``, drawn once untimed) by the
+                LSTMLM (all ``V`` logits at every padded position) and by the class-factored model (the class layer
+                and the target's class at the real positions): without gradient (as DNCE scores the noise draws and
+                the fake data) and with ``backward`` (as it scores the data); ``--repeats`` alternating rounds.
     dnce        ``--dnce-steps`` (default 8, 0: skip) steps of ``neural_trf_lstm.py``'s DNCE model (TRF with a
                 BiLSTM energy, ``DynamicNCE`` nu = 1, alpha = 0.5) with timers around the noise's draws
                 (``AutoregressiveLM._draw``) and its scoring (``token_log_probs``): their share of the step's
@@ -29,9 +38,12 @@ Workload (issue 24, section 4, first half; data and models as ``benchmarks/neura
 Figures: per implementation the median CPU and wall seconds per call and the mean draw length; *old / new*
 ratios of the medians and the median, min and max of the per-round ratios; for the new bigram sampler the
 tries per token (draw rounds over tokens, from one untimed call with a counter); for the LSTM the sampler over
-its output-layer floor and the uncached reference over the sampler; the DNCE step's shares. Targets (issue 24):
-bigram >= 50x; noise LSTM >= 10x *with the same law*, which the floor rules out for this model for every
-sampler that computes all ``V`` logits of each running row (the script says whether it does). ``--quick``: 2 rounds, 200 bigram draws, 2 DNCE steps, no committed record. Run:
+its output-layer floor and the uncached reference over the sampler; the LSTMLM sampler over the class-factored
+draws and the LSTMLM's scoring over the class-factored scoring (the issue's 10x is checked on the draws), with
+the class sizes (largest, and mean under the training unigram: the members a draw lists per token); the DNCE
+step's shares. Targets (issue 24): bigram >= 50x; noise LSTM >= 10x *with the same law*, which the floor rules
+out for this model for every sampler that computes all ``V`` logits of each running row (the script says
+whether it does), hence the class-factored noise (another law). ``--quick``: 2 rounds, 200 bigram draws, 2 DNCE steps, no committed record. Run:
 ``benchmarks/slot.sh .venv/bin/python benchmarks/noise_sampling.py``.
 """
 
@@ -54,7 +66,8 @@ from ebms.data.text import Vocabulary, ptb
 from ebms.distributions import BackoffNGram
 from ebms.distributions import _backoff_sampling as bs
 from ebms.distributions._sampling import sample_categorical
-from ebms.models.lm import LSTMLM
+from ebms.models.lm import LSTMLM, ClassFactoredLSTMLM
+from ebms.models.trf import WordClasses
 from ebms.sequences import Sequences
 
 BENCH = "noise_sampling"
@@ -68,6 +81,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draws", type=int, default=None, help="bigram draws per timed call (default 1000; 200 quick)")
     p.add_argument("--dnce-steps", type=int, default=None, help="DNCE steps for the step breakdown (default 8; "
                                                                  "2 quick; 0 skips it)")
+    p.add_argument("--classes", type=int, default=200, help="word classes of the class-factored noise (default 200)")
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -130,7 +144,7 @@ def decoder_rows(lengths: Tensor, n: int, cap: int) -> list[int]:
 # --- setup ------------------------------------------------------------------------------------------------------
 
 
-def load() -> dict[str, Any]:
+def load(num_classes: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     words = ptb("train")
     vocab = Vocabulary.build(words)
@@ -148,8 +162,20 @@ def load() -> dict[str, Any]:
     counts[0] = train.batch_size + 1.0
     with torch.no_grad():
         lstm.decoder.bias.copy_((counts / counts.sum()).log())
+    t4 = time.perf_counter()
+    classes = WordClasses.fit(train, V, num_classes).classes
+    t5 = time.perf_counter()
+    torch.manual_seed(0)
+    factored = ClassFactoredLSTMLM(classes, num_classes=num_classes, embedding_dim=NOISE_HIDDEN,
+                                   hidden_size=NOISE_HIDDEN, num_layers=1)
+    factored.init_unigram(counts)
+    sizes = factored.class_size[:num_classes].double()
+    unigram = counts[1:] / counts[1:].sum()
+    class_stats = {"num_classes": num_classes, "largest": int(sizes.max()), "empty": int((sizes == 0).sum()),
+                   "mean_size_under_unigram": float((unigram * sizes[classes[1:]]).sum())}
     return {"V": V, "L": longest + LENGTH_MARGIN, "train": train, "bigram": bigram, "lstm": lstm.eval(),
-            "setup_s": {"data": t1 - t0, "fit": t2 - t1, "sampler_tables": t3 - t2},
+            "factored": factored.eval(), "class_stats": class_stats,
+            "setup_s": {"data": t1 - t0, "fit": t2 - t1, "sampler_tables": t3 - t2, "word_classes": t5 - t4},
             "bigram_ngrams": list(bigram.num_ngrams)}
 
 
@@ -225,19 +251,23 @@ def main() -> None:
     dnce_steps = args.dnce_steps if args.dnce_steps is not None else (2 if q else 8)
     if draws < 1 or dnce_steps < 0:
         raise SystemExit(f"--draws: expected >= 1, --dnce-steps >= 0; got {draws}, {dnce_steps}")
+    if args.classes < 1:
+        raise SystemExit(f"--classes: expected >= 1; got {args.classes}")
     settings = {"quick": q, "repeats": repeats, "bigram_draws": draws, "lstm_draws": LSTM_BATCH,
-                "noise_hidden": NOISE_HIDDEN, "dnce_steps": dnce_steps, "threads": torch.get_num_threads()}
+                "noise_hidden": NOISE_HIDDEN, "classes": args.classes, "dnce_steps": dnce_steps,
+                "threads": torch.get_num_threads()}
     rec = Recorder(BENCH, seeds=[args.seed], settings=settings)
     info = C.machine_info()
-    s = load()
-    V, L, bigram, lstm = s["V"], s["L"], s["bigram"], s["lstm"]
+    s = load(args.classes)
+    V, L, bigram, lstm, factored = s["V"], s["L"], s["bigram"], s["lstm"], s["factored"]
     cap = L + 1
     settings.update(vocab=V, max_length_L=L, lstm_max_length=cap, bigram_ngrams=s["bigram_ngrams"])
     C.note(f"[{BENCH}] V = {V}, L = {L}, bigram n-grams {s['bigram_ngrams']}; setup " +
            ", ".join(f"{k} {v:.2f} s" for k, v in s["setup_s"].items()))
 
-    g = {k: torch.Generator().manual_seed(args.seed + i) for i, k in enumerate(("old", "new", "lstm", "uncached"))}
-    lengths: dict[str, list[float]] = {k: [] for k in ("old", "new", "sampler", "no_state_cache")}
+    g = {k: torch.Generator().manual_seed(args.seed + i)
+         for i, k in enumerate(("old", "new", "lstm", "uncached", "factored"))}
+    lengths: dict[str, list[float]] = {k: [] for k in ("old", "new", "sampler", "no_state_cache", "class_factored")}
     last_lengths: list[Tensor] = []
     W, b = lstm.decoder.weight.detach(), lstm.decoder.bias.detach()
 
@@ -262,29 +292,59 @@ def main() -> None:
     impls_lstm: dict[str, Callable[[], object]] = {
         "sampler": sampler,
         "no_state_cache": lambda: keep("no_state_cache", _uncached_lstm_sample(lstm, LSTM_BATCH, g["uncached"], cap)),
-        "output_layer_floor": floor}
+        "output_layer_floor": floor,
+        "class_factored": lambda: keep("class_factored", factored.sample(LSTM_BATCH, g["factored"], max_length=cap,
+                                                                         truncate=True))}
     C.note(f"[{BENCH}] bigram: {repeats} rounds of {draws} draws, old and new alternating")
     wb, cb = C.time_alternating(impls_bigram, repeats=repeats)
     C.note(f"[{BENCH}] noise LSTM: {repeats} rounds of {LSTM_BATCH} draws (max_length {cap}, truncate)")
     wl, cl = C.time_alternating(impls_lstm, repeats=repeats)
+    batch = lstm.sample(LSTM_BATCH, torch.Generator().manual_seed(args.seed + 7), max_length=cap, truncate=True)
+
+    def scored(lm: LSTMLM | ClassFactoredLSTMLM, grad: bool) -> Callable[[], object]:
+        def call() -> None:
+            if grad:
+                lm.log_prob(batch).sum().backward()
+            else:
+                with torch.no_grad():
+                    lm.log_prob(batch)
+        return call
+
+    impls_score = {"lstm": scored(lstm, False), "class_factored": scored(factored, False),
+                   "lstm_backward": scored(lstm, True), "class_factored_backward": scored(factored, True)}
+    C.note(f"[{BENCH}] scoring: {repeats} rounds of log_prob of {LSTM_BATCH} draws (mean length "
+           f"{float(batch.lengths.double().mean()):.1f}), without and with backward")
+    ws, cs = C.time_alternating(impls_score, repeats=repeats)
 
     big = {k: summary(wb[k], cb[k], lengths[k][1:]) for k in ("old", "new")}  # [1:]: the warm-up call
     big_ratio = paired(cb["old"], cb["new"])
     big_ratio_wall = paired(wb["old"], wb["new"])
     tries = tries_per_token(bigram, draws, args.seed)
     lst = {k: summary(wl[k], cl[k], lengths[k][1:] if k in lengths else [float("nan")])
-           for k in ("sampler", "no_state_cache")}
+           for k in ("sampler", "no_state_cache", "class_factored")}
     lst["output_layer_floor"] = summary(wl["output_layer_floor"], cl["output_layer_floor"], [0.0])
     lst["output_layer_floor"].pop("mean_length")
     over_floor = paired(cl["sampler"], cl["output_layer_floor"])
     cache_gain = paired(cl["no_state_cache"], cl["sampler"])
+    factored_gain = paired(cl["sampler"], cl["class_factored"])
+    factored_over_floor = paired(cl["class_factored"], cl["output_layer_floor"])
+    score = {k: {"median_cpu_s": C.median(cs[k]), "median_wall_s": C.median(ws[k]), "all_cpu_s": cs[k]}
+             for k in impls_score}
+    score_gain = {"no_grad": paired(cs["lstm"], cs["class_factored"]),
+                  "backward": paired(cs["lstm_backward"], cs["class_factored_backward"])}
     figures: dict[str, Any] = {
         "bigram": {"draws": draws, **big, "old_over_new_cpu": big_ratio, "old_over_new_wall": big_ratio_wall,
                    "new_tries_per_token": tries["tries_per_token"],
                    "target": BIGRAM_TARGET, "target_met": big_ratio["median_paired"] >= BIGRAM_TARGET},
         "lstm": {"draws": LSTM_BATCH, "max_length": cap, **lst, "sampler_over_output_layer_floor_cpu": over_floor,
                  "no_state_cache_over_sampler_cpu": cache_gain, "target": LSTM_TARGET,
-                 "target_reachable_computing_every_logit": over_floor["ratio_of_medians"] >= LSTM_TARGET},
+                 "target_reachable_computing_every_logit": over_floor["ratio_of_medians"] >= LSTM_TARGET,
+                 "sampler_over_class_factored_cpu": factored_gain,
+                 "class_factored_over_output_layer_floor_cpu": factored_over_floor,
+                 "class_factored_target_met": factored_gain["median_paired"] >= LSTM_TARGET,
+                 "classes": s["class_stats"]},
+        "scoring": {"draws": LSTM_BATCH, "mean_length": float(batch.lengths.double().mean()), **score,
+                    "lstm_over_class_factored_cpu": score_gain},
         "setup_s": s["setup_s"]}
     if dnce_steps:
         C.note(f"[{BENCH}] DNCE step breakdown: {dnce_steps} steps")
@@ -302,7 +362,11 @@ def main() -> None:
             ["noise LSTM, no state cache", f"{LSTM_BATCH} draws", lst["no_state_cache"]["median_cpu_s"],
              lst["no_state_cache"]["median_wall_s"], lst["no_state_cache"]["mean_length"]],
             ["noise LSTM, output-layer floor", f"{LSTM_BATCH} draws", lst["output_layer_floor"]["median_cpu_s"],
-             lst["output_layer_floor"]["median_wall_s"], None]]
+             lst["output_layer_floor"]["median_wall_s"], None],
+            ["class-factored noise LSTM, sampler", f"{LSTM_BATCH} draws", lst["class_factored"]["median_cpu_s"],
+             lst["class_factored"]["median_wall_s"], lst["class_factored"]["mean_length"]],
+            *[[f"scoring, {k.replace('_', ' ')}", f"{LSTM_BATCH} sentences", v["median_cpu_s"], v["median_wall_s"],
+               figures["scoring"]["mean_length"]] for k, v in score.items()]]
     print(C.format_table(["implementation", "call", "CPU s", "wall s", "mean length"], rows))
     print(f"bigram old / new: {big_ratio['median_paired']:.1f}x (rounds {big_ratio['min_paired']:.1f}-"
           f"{big_ratio['max_paired']:.1f}x; target {BIGRAM_TARGET:g}x {'met' if figures['bigram']['target_met'] else 'NOT met'}); "
@@ -311,6 +375,14 @@ def main() -> None:
     print(f"noise LSTM: sampler / output-layer floor {over_floor['ratio_of_medians']:.2f}x: a sampler that computes "
           f"every logit (inverse CDF, Gumbel, multinomial) is at most that much faster (target {LSTM_TARGET:g}x "
           f"{reach}); no state cache / sampler {cache_gain['ratio_of_medians']:.2f}x")
+    cs_ = s["class_stats"]
+    print(f"class-factored noise ({cs_['num_classes']} classes, largest {cs_['largest']}, "
+          f"{cs_['mean_size_under_unigram']:.1f} members per token under the unigram): LSTMLM sampler / class-factored "
+          f"{factored_gain['median_paired']:.2f}x (rounds {factored_gain['min_paired']:.2f}-"
+          f"{factored_gain['max_paired']:.2f}x; target {LSTM_TARGET:g}x "
+          f"{'met' if figures['lstm']['class_factored_target_met'] else 'NOT met'}); scoring LSTMLM / class-factored "
+          f"{score_gain['no_grad']['median_paired']:.2f}x without gradient, "
+          f"{score_gain['backward']['median_paired']:.2f}x with backward")
     if dnce_steps:
         d = figures["dnce_step"]
         print(f"DNCE step: {d['cpu_s_per_step']:.2f} CPU s, noise draws {100 * d['noise_draw_share']:.1f} %, noise "
@@ -321,11 +393,14 @@ def main() -> None:
     notes = ("Medians of process CPU time per call, one thread, rounds alternating in one process; ratios are the "
              "robust figures, absolute times depend on the shared machine's load (stated). The old bigram sampler is "
              "the V-wide one before issue 24 (a copy in the script); the noise LSTM's sampler is unchanged by the "
-             "issue: its floor row bounds the speed-up of any sampler that computes every logit. DNCE shares are of the step's process CPU time.")
+             "issue: its floor row bounds the speed-up of any sampler that computes every logit. The class-factored noise is "
+             "another law (same size, same unigram start), timed in the same rounds; its scoring is timed on the same "
+             "batch as the LSTMLM's. DNCE shares are of the step's process CPU time (LSTMLM noise).")
     rec.write(clean, notes=notes, enabled=not (q or args.no_save))
     C.emit_final_line({"bench": BENCH, "quick": q, "threads": info["threads"],
                        "bigram_old_over_new": round(big_ratio["median_paired"], 2),
                        "lstm_sampler_over_floor": round(over_floor["ratio_of_medians"], 3),
+                       "lstm_sampler_over_class_factored": round(factored_gain["median_paired"], 2),
                        "dnce_noise_draw_share": (round(figures["dnce_step"]["noise_draw_share"], 4)
                                                  if dnce_steps else None)})
 

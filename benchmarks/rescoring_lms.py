@@ -109,10 +109,12 @@ def trf_shift(base: torch.Tensor, nb: Any, zeta: torch.Tensor) -> torch.Tensor:
     return base - shift
 
 
-def load_trf_run(run_dir: Path) -> tuple[str, Any, Any, dict[str, Any]]:
-    """``(label, TRF, vocabulary, info)`` of an ``ebms train`` run folder (newest valid checkpoint; reads only).
+def open_trf_run(run_dir: Path, *, flag: str = "--trf-run") -> tuple[str, Any, Any, Any, dict[str, Any]]:
+    """``(label, config, TRF, data, info)`` of an ``ebms train`` run folder (newest valid checkpoint; reads only).
 
-    Raises SystemExit (one line) when the folder holds no loadable run or its model is not a TRF.
+    ``data`` is the run's ``LanguageData`` (``vocab`` and ``held_out`` encoded with its ``vocab.json``,
+    ``train``, ``stored``). Raises SystemExit (one line, naming ``flag``) when the folder holds no loadable
+    run or its model is not a TRF.
     """
     from ebms.cli.run import load_run
     from ebms.models.trf import TRF
@@ -120,15 +122,24 @@ def load_trf_run(run_dir: Path) -> tuple[str, Any, Any, dict[str, Any]]:
     try:
         cfg, model, data, step = load_run(run_dir)
     except (OSError, ValueError) as e:  # ebms.errors.InputError is a ValueError
-        raise SystemExit(f"--trf-run: {run_dir}: {e}") from None
+        raise SystemExit(f"{flag}: {run_dir}: {e}") from None
     if not isinstance(model, TRF):
-        raise SystemExit(f"--trf-run: {run_dir}: expected a TRF run (model.kind trf, trf-cnn, trf-bilstm); got "
+        raise SystemExit(f"{flag}: {run_dir}: expected a TRF run (model.kind trf, trf-cnn, trf-bilstm); got "
                          f"model.kind={cfg.model.kind!r} ({type(model).__name__})")
     label = "trf-discrete" if cfg.model.kind == "trf" else f"trf-run ({cfg.model.kind})"
     info = {"dir": str(run_dir), "checkpoint_step": step, "train_steps": cfg.train.steps, "run_name": cfg.run.name,
             "model_kind": cfg.model.kind, "objective": cfg.objective.kind, "max_length": model.max_length,
             "vocab_size": len(data.vocab), "config": str(Path(run_dir) / "config.toml")}
-    return label, model.eval(), data.vocab, info
+    return label, cfg, model.eval(), data, info
+
+
+def load_trf_run(run_dir: Path) -> tuple[str, Any, Any, dict[str, Any]]:
+    """``(label, TRF, vocabulary, info)`` of an ``ebms train`` run folder (:func:`open_trf_run`; reads only).
+
+    Raises SystemExit (one line) when the folder holds no loadable run or its model is not a TRF.
+    """
+    label, _, model, data, info = open_trf_run(run_dir)
+    return label, model, data.vocab, info
 
 
 def out_of_vocabulary(nb: Any, vocab: Any) -> int:

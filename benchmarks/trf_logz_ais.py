@@ -2,12 +2,15 @@
 
 Workload:
     model       a TRF saved by ``repro_trf_ptb`` (``--model PATH``: ``torch.save({"trf", "classes",
-                "vocab_size", "order", "unigram", "steps"})``), or, without ``--model``, the TRF that
-                ``repro_trf_ptb`` starts from, untrained: 200 exchange classes, features w/c/ws/cs/wsh/csh
-                at order 4 read over ``<s> x </s>`` (5.9M), word n-gram weights set from KN4
-                (``ebms.models.trf.ngram_weights``). There ``-E(x)`` is KN4's log-probability up to a
-                constant, so importance sampling from KN4 is already good: AIS must agree with it within
-                the errors (a correctness check).
+                "vocab_size", "order", "unigram", "steps"})``), or an ``ebms train`` run folder (``--run DIR``,
+                e.g. ``runs/trf-ptb-b`` of ``ebms train trf-ptb``: its newest valid checkpoint, read only, through
+                ``rescoring_lms.open_trf_run``; its word classes and vocabulary from ``vocab.json``, its training
+                sentences and the PTB test set encoded with that vocabulary; the TRF's own zeta is the
+                "training zeta" row), or, without either, the TRF that ``repro_trf_ptb`` starts from,
+                untrained: 200 exchange classes, features w/c/ws/cs/wsh/csh at order 4 read over ``<s> x </s>``
+                (5.9M), word n-gram weights set from KN4 (``ebms.models.trf.ngram_weights``). There ``-E(x)``
+                is KN4's log-probability up to a constant, so importance sampling from KN4 is already good:
+                AIS must agree with it within the errors (a correctness check).
     lengths     the test lengths (PTB test set, 60 lengths 1..77), or ``--lengths``.
     proposal    ``q(x | l) = prod_t p_KN(x_t | h_t) / (1 - p_KN(</s> | h_t))`` (``LengthConditionalLM`` of
                 the KN n-gram of the model's order, fitted on the training sentences).
@@ -38,22 +41,45 @@ Workload:
                 about (chains + reverse) x (sum of lengths: 1,860 for the 60 test lengths) x (temps - 1)
                 x sweeps position-moves.
 
+Convergence table (``--temps-list K1,K2,...``, e.g. ``100,300,1000,3000``; no IS): for each K (increasing),
+forward AIS log Z_l at every length with the same ``--chains`` and a fresh generator seeded from
+``(--seed, K)`` (independent runs), the test perplexity with its 95 % delta-method interval, the ESS
+of each length's AIS weights (median and min over lengths) and the seconds; then, for each pair of
+successive K, the change of perplexity against their combined interval ``1.96 sqrt(se_1^2 + se_2^2)``
+("within" / "outside"): the table has stopped moving at the first K from which every later change is
+within. The intervals rest on the forward stderr, which is too small when ESS is a small fraction of
+the chains (forward AIS is a stochastic lower bound of log Z_l, so its perplexity is a stochastic
+lower bound too and creeps up as K grows). At the largest K run, reverse AIS from ``--reverse`` model
+samples per length (as above) gives the bracket on perplexity. Beside them: the training-zeta
+perplexity, ebms's KN5 (``benchmarks/records/kn5_ptb.json``, when present) and the published figures
+of the source's results table (:data:`PUBLISHED`). Before running, a probe (``PROBE_TEMPS``
+temperatures at a few lengths) measures position-moves per second and the plan of each K is printed
+(moves x rate); the rate is re-measured after each K. ``--budget S`` bounds the whole run's seconds
+(from the start, loading included): a K runs only when it, and the reverse run at the last K that
+fits, fit in what is left; a later K is marked "not run (budget)"; a K is also stopped between
+groups when the next group would pass the budget. A full run (not ``--quick``, not ``--no-save``)
+writes the record ``benchmarks/records/trf_ais_convergence.json``.
+
 ``--quick``: the first 2,000 training / 200 test sentences (vocabulary of the subset), 20 classes,
 order 3, every 4th test length, 20 IS draws, 4 chains, 4 temperatures, 2 reverse chains (well under
-a minute). Run: ``python benchmarks/trf_logz_ais.py [--quick] [--model runs/benchmarks/repro_trf_ptb/trf-stepN.pt]
+a minute); with ``--run``, the run's data and every 4th test length. Run: ``python
+benchmarks/trf_logz_ais.py [--quick] [--model PATH | --run DIR] [--temps-list K1,K2,...]
 [--kernel unigram|class] [--chains C] [--temps K] [--sweeps S] [--reverse N] [--budget SECONDS]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import _common as C
 import _speed_record as SR
 import torch
+from _record import RECORDS_DIR, Recorder
 from repro_trf_ptb import kn_started_trf, ptb_data, unigram_counts
 
 from ebms.distributions import BackoffNGram
@@ -71,11 +97,28 @@ from ebms.samplers.trans_dimensional import TransDimensional
 from ebms.sequences import Sequences
 
 BENCH = "trf_logz_ais"
+CONVERGENCE = "trf_ais_convergence"
+PROBE_TEMPS = 10  # temperatures of the rate probe
+Z95 = 1.96
+SOURCE_TABLE = ("wbengine/SPMILM egs/ptb_wsj0/models_ppl.txt (commit 02061cd2190a7dcb3b535d0d77cec62520143b58), "
+                "column PPL-test")
+_TRF = "trf_c200_g4_w_c_ws_cs_wsh_csh_tied"
+#: PTB test perplexities of the source's own results table (published, not measured here): (label, row, value).
+PUBLISHED = {
+    "kn5": ("KN5, the source's table", "KN5", 141.187),
+    "source_trf_own_zeta": ("source's TRF (same features), its own zeta", _TRF, 139.941),
+    "source_trf_ais10_1000": ("source's TRF, its AIS10-1000", _TRF + ":AIS10-1000", 148.229),
+    "source_trf_ais10_10000": ("source's TRF, its AIS10-10000", _TRF + ":AIS10-10000", 170.244),
+    "source_trf_ais10_20000_mean": ("source's TRF, its AIS10-20000 (10 runs: mean, sd 6.26)",
+                                    _TRF + ".run0.ais10_20000.avg", 203.01),
+}
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="a TRF saved by repro_trf_ptb (default: the KN-initialised TRF)")
+    p.add_argument("--run", type=Path, default=None, help="an `ebms train` TRF run folder (read only)")
     p.add_argument("--lengths", default=None, help="comma-separated lengths (default: every test length)")
+    p.add_argument("--temps-list", default=None, help="convergence table: AIS temperatures K1,K2,... (increasing)")
     p.add_argument("--is-draws", type=int, default=None, help="IS draws per length (default 100; quick 20)")
     p.add_argument("--chains", type=int, default=None, help="forward AIS chains per length (default 10; quick 4)")
     p.add_argument("--temps", type=int, default=None, help="AIS transitions K (default 80; quick 4)")
@@ -86,8 +129,21 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reverse", type=int, default=None, help="reverse AIS chains per length (default 5; quick 2; 0: none)")
     p.add_argument("--burn", type=int, default=20, help="kernel sweeps at beta = 1 before reverse AIS")
     p.add_argument("--group", type=int, default=15, help="lengths per AIS call (0: all in one)")
-    p.add_argument("--budget", type=float, default=None, help="AIS seconds; later groups are skipped")
+    p.add_argument("--budget", type=float, default=None, help="seconds: AIS seconds (later groups skipped); with "
+                                                              "--temps-list the whole run's (later K not run)")
     p.add_argument("--seed", type=int, default=0)
+
+
+def parse_temps(text: str) -> list[int]:
+    """``"100,300"`` -> ``[100, 300]``: increasing integers >= 2, else one line naming the flag."""
+    try:
+        ks = [int(v) for v in text.split(",")]
+    except ValueError:
+        ks = []
+    if not ks or min(ks) < 2 or ks != sorted(set(ks)):
+        raise SystemExit(f"--temps-list: expected increasing integers >= 2 separated by commas (e.g. "
+                         f"100,300,1000,3000); got {text!r}")
+    return ks
 
 
 def build(quick: bool, path: str | None) -> dict[str, Any]:
@@ -105,6 +161,35 @@ def build(quick: bool, path: str | None) -> dict[str, Any]:
     trf, classes, _ = kn_started_trf(train, L, V, kn, n_classes)
     return {"trf": trf, "classes": classes, "vocab_size": V, "order": order, "unigram": unigram_counts(train, V),
             "steps": 0, "kn": kn, "train": train, "test": test}
+
+
+def build_run(run_dir: Path) -> dict[str, Any]:
+    """The TRF of an ``ebms train`` run folder with its classes, training and test sentences (reads only)."""
+    from rescoring_lms import open_trf_run
+
+    _, cfg, trf, data, info = open_trf_run(run_dir, flag="--run")
+    if "test" not in data.held_out:
+        raise SystemExit(f"--run: {run_dir}: the run has no test split (language.test_path)")
+    test = data.held_out["test"]
+    keep = test.lengths <= trf.max_length  # `ebms eval` refuses longer ones; counted here
+    V, order = len(data.vocab), cfg.sections["language"].order
+    stored = (data.stored or {}).get("classes")
+    return {"trf": trf, "classes": None if stored is None else torch.tensor(stored, dtype=torch.long),
+            "vocab_size": V, "order": order, "unigram": unigram_counts(data.train, V), "steps": info["checkpoint_step"],
+            "kn": proposal_ngram(data.train, V, order), "train": data.train,
+            "test": test[keep.nonzero().squeeze(1)], "run": {**info, "test_longer_than_L": int((~keep).sum())}}
+
+
+def proposal_ngram(train: Sequences, V: int, order: int) -> BackoffNGram:
+    """Modified KN of ``order`` on ``train``; KenLM's fallback discounts (0.5, 1, 1.5) at every order, with a
+    note, when a small corpus lacks the counts-of-counts to estimate them (the proposal stays normalised)."""
+    try:
+        return BackoffNGram.fit(train, V, order)
+    except ValueError as e:
+        if not str(e).startswith("discounts:"):
+            raise
+        C.note(f"[{BENCH}] proposal: {str(e).split(': a small')[0]}; KenLM's fallback discounts used")
+        return BackoffNGram.fit(train, V, order, discounts=[(0.5, 1.0, 1.5)] * order)
 
 
 def model_samples(trf: TRF, kernel: TransDimensional, test: Sequences, lengths: list[int], n: int, burn: int,
@@ -127,8 +212,57 @@ def ppl(trf: TRF, test: Sequences, log_z: Any) -> float:
         return trf_perplexity(trf, test, log_z=log_z).reestimated.perplexity
 
 
+def make_kernel(args: argparse.Namespace, d: dict[str, Any]) -> TransDimensional:
+    if args.kernel == "class" and d["classes"] is None:
+        raise SystemExit("--kernel class: the model has no word classes (language.classes = 0); use --kernel unigram")
+    return TransDimensional(token_probs=d["unigram"] / d["unigram"].sum(), jump=False, sweeps=args.sweeps,
+                            classes=d["classes"] if args.kernel == "class" else None, trials=args.trials)
+
+
+def chosen_lengths(args: argparse.Namespace, test: Sequences, max_length: int) -> list[int]:
+    """The estimated lengths: ``--lengths`` (each must have a test sentence) or the test set's (quick: every 4th)."""
+    have = sorted(set(test.lengths.tolist()))
+    if args.lengths is None:
+        return have[::4 if args.quick else 1]
+    try:
+        want = sorted({int(v) for v in args.lengths.split(",")})
+    except ValueError:
+        raise SystemExit(f"--lengths: expected integers separated by commas; got {args.lengths!r}") from None
+    bad = [n for n in want if n not in have or not 1 <= n <= max_length]
+    if bad:
+        raise SystemExit(f"--lengths: no test sentence of length {bad[:8]} (test lengths {have[0]}..{have[-1]}, "
+                         f"model lengths 1..{max_length})")
+    return want
+
+
 def main() -> None:
+    t_start = time.perf_counter()
     args = C.parse_args(__doc__.splitlines()[0], add_args)
+    if args.model is not None and args.run is not None:
+        raise SystemExit("--model, --run: expected one model; got both")
+    ks = None if args.temps_list is None else parse_temps(args.temps_list)
+    counts = None if ks is None else convergence_counts(args)
+    d = build_run(args.run) if args.run is not None else build(args.quick, args.model)
+    d["build_s"] = time.perf_counter() - t_start
+    d["trf"].eval()
+    if ks is None:
+        compare(args, d)
+    else:
+        assert counts is not None
+        converge(args, d, ks, counts, t_start)
+
+
+def convergence_counts(args: argparse.Namespace) -> tuple[int, int]:
+    """``(chains, reverse)`` per length of the convergence table (quick: 4, 2; else 10, 5)."""
+    chains = args.chains or (4 if args.quick else 10)
+    reverse = (2 if args.quick else 5) if args.reverse is None else args.reverse
+    if chains < 2 or reverse == 1 or reverse < 0:
+        raise SystemExit(f"--chains, --reverse: expected chains >= 2 and reverse 0 or >= 2; got {chains}, {reverse}")
+    return chains, reverse
+
+
+def compare(args: argparse.Namespace, d: dict[str, Any]) -> None:
+    """IS vs forward (and reverse) AIS per length at ``--temps`` temperatures (module docstring)."""
     recorder = SR.start(BENCH, args, seeds=(args.seed,))
     q = args.quick
     is_draws = args.is_draws or (20 if q else 100)
@@ -138,13 +272,9 @@ def main() -> None:
     info = C.machine_info()
     g = torch.Generator().manual_seed(args.seed)
     torch.manual_seed(args.seed)
-    t0 = time.perf_counter()
-    d = build(q, args.model)
     trf, test, V = d["trf"], d["test"], d["vocab_size"]
-    trf.eval()
-    build_s = time.perf_counter() - t0
-    lengths = sorted(set(test.lengths.tolist()))[::4 if q else 1] if args.lengths is None else sorted(
-        {int(v) for v in args.lengths.split(",")})
+    build_s = d["build_s"]
+    lengths = chosen_lengths(args, test, trf.max_length)
     proposal = LengthConditionalLM(d["kn"])
     C.note(f"[{BENCH}] V = {V}, {trf.field.num_features} features, trained steps {d['steps']}, "
            f"{len(lengths)} lengths; built in {build_s:.0f} s")
@@ -155,10 +285,7 @@ def main() -> None:
     is_s = time.perf_counter() - t0
     C.note(f"[{BENCH}] IS {is_draws}/length: {is_s:.0f} s")
 
-    token_probs = d["unigram"] / d["unigram"].sum()
-    classes = d["classes"] if args.kernel == "class" else None
-    kernel = TransDimensional(token_probs=token_probs, classes=classes, jump=False, sweeps=args.sweeps,
-                              trials=args.trials)
+    kernel = make_kernel(args, d)
     betas = linear_betas(temps) if args.schedule == "linear" else sigmoid_betas(temps)
     per_group = args.group or len(lengths)
     groups = [lengths[i:i + per_group] for i in range(0, len(lengths), per_group)]
@@ -198,9 +325,11 @@ def main() -> None:
                          "ais_stderr": a.stderr, "ais_ess": a.ess, "reverse": rev,
                          "reverse_stderr": st.get("reverse_stderr"), "reverse_ess": st.get("reverse_ess"),
                          "lower": a.lower, "upper": a.upper, "crossed": st.get("crossed")}
-    print(f"log Z_l of the {'trained (' + str(d['steps']) + ' steps)' if d['steps'] else 'KN-initialised'} PTB TRF"
-          f"{' (quick subset)' if q else ''}: IS {is_draws}/length vs forward AIS {chains} chains x {temps} "
-          f"temperatures x {args.sweeps} sweep(s), {args.kernel} kernel, {args.trials} trial(s)"
+    what = (f"TRF of {args.run} (checkpoint step {d['steps']})" if args.run is not None else
+            f"{'trained (' + str(d['steps']) + ' steps)' if d['steps'] else 'KN-initialised'} PTB TRF"
+            f"{' (quick subset)' if q else ''}")
+    print(f"log Z_l of the {what}: IS {is_draws}/length vs forward AIS {chains} "
+          f"chains x {temps} temperatures x {args.sweeps} sweep(s), {args.kernel} kernel, {args.trials} trial(s)"
           + (f", reverse {args.reverse}/length after {args.burn} burn-in sweeps" if args.reverse else ""))
     print(C.format_table(["l", "IS", "se", "ESS", "AIS", "se", "ESS", "AIS-IS", "z", "reverse", "bracket"], rows))
 
@@ -211,11 +340,7 @@ def main() -> None:
         est_ais = LengthLogZ(tuple(done), tuple(fwd[n] for n in done), "ais")
         figures = {"sentences": sub.batch_size, "is": ppl(trf, sub, est_is), "ais": ppl(trf, sub, est_ais)}
         if args.reverse and all(fwd[n].lower is not None for n in done):
-            for end in ("lower", "upper"):
-                full = torch.zeros(trf.space.max_length, dtype=torch.float64)
-                for n in done:
-                    full[n - 1] = getattr(fwd[n], end)
-                figures[f"bracket_{end}"] = ppl(trf, sub, LengthLogZ.exact(full))
+            figures.update(bracket_perplexity(trf, sub, fwd, done))
     brackets = [r[-1] for r in rows if r[-1] is not None]
     crossed = sum(bool(v["crossed"]) for v in per_length.values())
     print(C.format_table(["figure", "value"], [
@@ -245,21 +370,292 @@ def main() -> None:
                "max_abs_z_ais_vs_is": None if not rows else round(max(abs(r[8]) for r in rows), 2),
                "is_s": round(is_s, 1), "ais_s": round(ais_s, 1), "ais_s_per_length": round(ais_s / max(len(done), 1), 2)}
     record = {"bench": BENCH, "quick": q, "machine": info, "summary": summary,
-              "settings": {**vars(args), "is_draws": is_draws, "chains": chains, "temps": temps},
-              "per_length": per_length, "perplexity": figures, "groups": group_s, "build_s": build_s}
-    path = C.save_results(("quick/" if q else "") + BENCH + ("_trained" if d["steps"] else ""), record,
-                          enabled=not args.no_save)
+              "settings": {**vars(args), "run": None if args.run is None else str(args.run), "is_draws": is_draws,
+                           "chains": chains, "temps": temps},
+              "per_length": per_length, "perplexity": figures, "groups": group_s, "build_s": build_s,
+              "run": d.get("run")}
+    name = BENCH + ("_run" if args.run is not None else "_trained" if d["steps"] else "")
+    path = C.save_results(("quick/" if q else "") + name, record, enabled=not args.no_save)
     if path is not None:
         C.note(f"[{BENCH}] wrote {path}")
     from neural_trf_lstm import commit_record
 
-    commit_record(recorder, args, record, name=BENCH + ("_trained" if d["steps"] else ""), notes=(
+    commit_record(recorder, args, record, name=name, notes=(
         "log Z_l of a TRF on PTB by importance sampling and by forward AIS (and reverse AIS, a bracket) from the "
         "same KN4 length-conditional proposal, per length with stderr and ESS, and the test perplexity each "
         "gives. Forward estimates are lower bounds in expectation; a reverse run started from test sentences is "
         "an upper bound only when those are draws of the model. Seconds are wall-clock on the machine named "
         "here."))
     C.emit_final_line(summary)
+
+
+def bracket_perplexity(trf: TRF, sub: Sequences, ests: dict[int, Any], done: list[int]) -> dict[str, float]:
+    """Perplexity with every ``log Z_l`` at its bracket's lower and at its upper end."""
+    out = {}
+    for end in ("lower", "upper"):
+        full = torch.zeros(trf.space.max_length, dtype=torch.float64)
+        for n in done:
+            full[n - 1] = getattr(ests[n], end)
+        out[f"bracket_{end}"] = ppl(trf, sub, LengthLogZ.exact(full))
+    return out
+
+
+# -- the convergence table (--temps-list) ---------------------------------------------------------------------
+
+def forward_moves(chains: int, lengths: list[int], temps: int, sweeps: int) -> int:
+    """Position-moves of forward AIS: one per position, chain, transition (``temps - 1``) and sweep."""
+    return chains * sum(lengths) * (temps - 1) * sweeps
+
+
+def reverse_moves(n: int, lengths: list[int], temps: int, sweeps: int, burn: int) -> int:
+    """Position-moves of reverse AIS from ``n`` samples per length, their ``burn`` sweeps included."""
+    return n * sum(lengths) * (temps - 1 + burn) * sweeps
+
+
+def plan_step(remaining: float | None, forward_s: float, reverse_s: float, next_s: float | None) -> str:
+    """What to do at one K, given the predicted seconds of its forward run, of its reverse run, and of the
+    next K with its reverse run (``None``: no next K); ``remaining``: seconds left (``None``: no budget).
+
+    Returns ``"more"`` (forward only; the next K, reverse included, still fits after it), ``"last"`` (forward
+    and reverse here, then stop), ``"last, no reverse"`` (only the forward run fits) or ``"not run"``.
+    """
+    if next_s is not None and (remaining is None or forward_s + next_s <= remaining):
+        return "more"
+    if remaining is None or forward_s + reverse_s <= remaining:
+        return "last"
+    return "last, no reverse" if forward_s <= remaining else "not run"
+
+
+def stops_moving(rows: list[dict[str, Any]], z: float = Z95) -> tuple[list[dict[str, Any]], str]:
+    """Successive perplexities against their combined interval, and the verdict.
+
+    ``rows``: ``{"K", "ppl", "se"}`` of the completed K, increasing (``se`` of the perplexity, delta
+    method). Each pair gives ``change = ppl_2 - ppl_1`` and ``half = z sqrt(se_1^2 + se_2^2)``; the table
+    has stopped moving at the first K from which every later change is within its ``half``.
+    """
+    pairs = []
+    for a, b in zip(rows, rows[1:]):
+        change, half = b["ppl"] - a["ppl"], z * math.hypot(a["se"], b["se"])
+        within = abs(change) <= half
+        pairs.append({"from": a["K"], "to": b["K"], "change": change, "half_width": half, "within": within,
+                      "words": f"K {a['K']} -> {b['K']}: changed by {change:+.2f} ({a['ppl']:.2f} -> {b['ppl']:.2f}), "
+                               f"{'within' if within else 'outside'} the combined {100 * math.erf(z / 2 ** 0.5):.0f} % "
+                               f"interval (+-{half:.2f})"})
+    if len(rows) < 2:
+        return pairs, "fewer than two temperatures completed: no convergence criterion"
+    since = len(pairs)
+    while since > 0 and pairs[since - 1]["within"]:
+        since -= 1
+    if since == len(pairs):
+        return pairs, (f"still moving: the last change (K {pairs[-1]['from']} -> {pairs[-1]['to']}) is outside the "
+                       "combined interval; more temperatures are needed")
+    return pairs, (f"stopped moving at K = {rows[since]['K']}: every later change is within the combined interval "
+                   "(the intervals rest on the forward stderr: trust them only where the ESS is not tiny)")
+
+
+def kn5_record() -> dict[str, Any] | None:
+    """ebms's own KN5 test perplexity, from ``benchmarks/records/kn5_ptb.json`` when it exists."""
+    path = RECORDS_DIR / "kn5_ptb.json"
+    if not path.is_file():
+        return None
+    runs = json.loads(path.read_text()).get("figures", {}).get("run", {})
+    for run in runs.values():
+        test = run.get("figures", {}).get("test", {})
+        if "perplexity" in test:
+            return {"value": test["perplexity"], "source": "benchmarks/records/kn5_ptb.json"}
+    return None
+
+
+def run_temps(d: dict[str, Any], kernel: TransDimensional, proposal: Any, groups: list[list[int]], chains: int,
+              temps: int, args: argparse.Namespace, *, reverse: int, deadline: float | None, rate: float
+              ) -> dict[str, Any]:
+    """Forward AIS (and, with ``reverse``, reverse AIS) at ``temps`` temperatures, group by group."""
+    g = torch.Generator().manual_seed(args.seed * 1_000_003 + temps)
+    betas = linear_betas(temps) if args.schedule == "linear" else sigmoid_betas(temps)
+    ests: dict[int, Any] = {}
+    moves, status = 0, "run"
+    t0, c0 = time.perf_counter(), time.process_time()
+    for grp in groups:
+        m = forward_moves(chains, grp, temps, args.sweeps) + (
+            reverse_moves(reverse, grp, temps, args.sweeps, args.burn) if reverse else 0)
+        if deadline is not None and time.perf_counter() + m / rate > deadline:
+            status = f"stopped before lengths {grp[0]}..: budget"
+            break
+        target = model_samples(d["trf"], kernel, d["test"], grp, reverse, args.burn, g) if reverse else None
+        with torch.no_grad():
+            r = ais_log_z_per_length(d["trf"], proposal, chains, betas, lengths=grp, kernel=kernel,
+                                     target_samples=target, generator=g, batch_size=(chains + reverse) * len(grp))
+        ests.update(zip(r.lengths, r.estimates))
+        moves += m
+    return {"K": temps, "estimates": ests, "status": status, "moves": moves, "reverse": reverse,
+            "seconds": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
+
+
+def converge(args: argparse.Namespace, d: dict[str, Any], ks: list[int], counts: tuple[int, int],
+             t_start: float) -> None:
+    """The convergence table over ``ks`` temperatures, the reverse bracket and the rows beside (module docstring)."""
+    q, trf, test = args.quick, d["trf"], d["test"]
+    chains, reverse = counts
+    recorder = Recorder(CONVERGENCE, seeds=[args.seed])
+    info = C.machine_info()
+    lengths = chosen_lengths(args, test, trf.max_length)
+    sub = test[torch.isin(test.lengths, torch.tensor(lengths)).nonzero().squeeze(1)]
+    proposal, kernel = LengthConditionalLM(d["kn"]), make_kernel(args, d)
+    per_group = args.group or len(lengths)
+    groups = [lengths[i:i + per_group] for i in range(0, len(lengths), per_group)]
+    with torch.no_grad():
+        training = trf_perplexity(trf, sub).training
+    deadline = None if args.budget is None else t_start + args.budget
+
+    probe_lengths = lengths[:: max(1, len(lengths) // 6)][:6]
+    probe = run_temps(d, kernel, proposal, [probe_lengths], chains, PROBE_TEMPS, args, reverse=0, deadline=None,
+                      rate=1.0)
+    rate = probe["moves"] / probe["seconds"]
+    probe_fig = {"lengths": probe_lengths, "temps": PROBE_TEMPS, "moves": probe["moves"],
+                 "seconds": probe["seconds"], "moves_per_s": rate, "moves_per_cpu_s": probe["moves"] / probe["cpu_s"]}
+    plan = [{"K": k, "forward_moves": forward_moves(chains, lengths, k, args.sweeps),
+             "reverse_moves": reverse_moves(reverse, lengths, k, args.sweeps, args.burn) if reverse else 0}
+            for k in ks]
+    C.note(f"[{CONVERGENCE}] {len(lengths)} lengths (sum {sum(lengths)}), {sub.batch_size} test sentences, "
+           f"{chains} chains, {args.kernel} kernel; probe: {rate:.0f} position-moves/s wall "
+           f"({probe_fig['moves_per_cpu_s']:.0f} per CPU-s) at {len(probe_lengths)} lengths, K = {PROBE_TEMPS}")
+    print(f"cost plan at {rate:.0f} position-moves/s (probe; conservative at large K), loaded in {d['build_s']:.0f} s"
+          + ("" if args.budget is None else f", budget {args.budget:.0f} s"))
+    print(C.format_table(["K", "forward moves", "forward s", "reverse moves (at the last K)", "reverse s"], [
+        [p["K"], p["forward_moves"], f"{p['forward_moves'] / rate:.0f}", p["reverse_moves"],
+         f"{p['reverse_moves'] / rate:.0f}"] for p in plan]))
+    total = sum(p["forward_moves"] for p in plan) + plan[-1]["reverse_moves"]
+    print(f"all K, reverse at the largest: {total} position-moves, about {total / rate:.0f} s "
+          f"({total / rate / 3600:.2f} h) at this rate", flush=True)
+
+    results: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for i, k in enumerate(ks):
+        remaining = None if deadline is None else deadline - time.perf_counter()
+        rev_s = plan[i]["reverse_moves"] / rate
+        nxt = None if i + 1 == len(ks) else (plan[i + 1]["forward_moves"] + plan[i + 1]["reverse_moves"]) / rate
+        step = plan_step(remaining, plan[i]["forward_moves"] / rate, rev_s, nxt)
+        if step == "not run":
+            break
+        res = run_temps(d, kernel, proposal, groups, chains, k, args, reverse=reverse if step == "last" else 0,
+                        deadline=deadline, rate=rate)
+        results.append(res)
+        if res["moves"]:
+            rate = res["moves"] / res["seconds"]
+        C.note(f"[{CONVERGENCE}] K = {k}: {res['status']}, {res['seconds']:.0f} s, {rate:.0f} moves/s")
+        if step == "last, no reverse":
+            notes.append(f"reverse AIS not run: only the forward run at K = {k} fit in the budget")
+        if step != "more" or res["status"] != "run":
+            break
+    if reverse and not any(r["reverse"] and r["status"] == "run" for r in results):
+        notes.append("no reverse bracket (budget)")
+
+    rows, table, per_k = [], [], {}
+    for res in results:
+        ests = res["estimates"]
+        row: dict[str, Any] = {"K": res["K"], "status": res["status"], "moves": res["moves"],
+                               "seconds": round(res["seconds"], 1), "cpu_s": round(res["cpu_s"], 1)}
+        if res["status"] == "run":
+            done = sorted(ests)
+            est = LengthLogZ(tuple(done), tuple(ests[n] for n in done), "ais")
+            with torch.no_grad():
+                r = trf_perplexity(trf, sub, log_z=est).reestimated
+            ess = sorted(e.ess for e in est.estimates)
+            lo, hi = r.interval(Z95)
+            row.update(ppl=r.perplexity, se=r.stderr, low=lo, high=hi, ess_median=ess[len(ess) // 2], ess_min=ess[0])
+            rows.append(row)
+            per_k[str(res["K"])] = {"log_z": [round(e.estimate, 4) for e in est.estimates],
+                                    "stderr": [round(e.stderr, 4) for e in est.estimates],
+                                    "ess": [round(e.ess, 2) for e in est.estimates]}
+        table.append(row)
+    for k in ks[len(results):]:
+        table.append({"K": k, "status": "not run (budget)"})
+    pairs, verdict = stops_moving(rows)
+    change = {p["to"]: p["words"].split(": ", 1)[1] for p in pairs}
+
+    bracket: dict[str, Any] = {}
+    last = next((r for r in reversed(results) if r["reverse"] and r["status"] == "run"), None)
+    if last is not None:
+        ests = last["estimates"]
+        done = sorted(ests)
+        bracket = {"K": last["K"], "reverse_per_length": reverse, "burn_sweeps": args.burn,
+                   **bracket_perplexity(trf, sub, ests, done),
+                   "crossed_lengths": sum(bool(ests[n].settings.get("crossed")) for n in done),
+                   "width_nats_median": sorted(ests[n].upper - ests[n].lower for n in done)[len(done) // 2],
+                   "lower": [round(ests[n].lower, 4) for n in done], "upper": [round(ests[n].upper, 4) for n in done]}
+
+    what = (f"run {d['run']['dir']} step {d['steps']} of {d['run']['train_steps']}" if "run" in d
+            else f"TRF trained {d['steps']} steps" if d["steps"] else "KN-initialised TRF")
+    print(f"\nAIS convergence, {what}: forward AIS {chains} chains/length, {args.schedule} schedule, {args.sweeps} "
+          f"sweep(s) of the {args.kernel} kernel per temperature, {len(lengths)} lengths, {sub.batch_size} test "
+          f"sentences; 95 % intervals (delta method on log PPL)")
+    print(C.format_table(["K", "status", "position-moves", "seconds", "PPL", "95% interval", "ESS median / min",
+                          "vs previous K"], [
+        [r["K"], r["status"], r.get("moves"), r.get("seconds"), None if "ppl" not in r else f"{r['ppl']:.2f}",
+         None if "low" not in r else f"[{r['low']:.2f}, {r['high']:.2f}]",
+         None if "ess_median" not in r else f"{r['ess_median']:.2f} / {r['ess_min']:.2f}", change.get(r["K"])]
+        for r in table]))
+    print(f"criterion: {verdict}")
+    kn5 = kn5_record()
+    beside = [["TRF, training zeta", f"{training.perplexity:.2f}", "the model's own zeta"]]
+    if bracket:
+        beside.append([f"TRF, reverse AIS bracket at K = {bracket['K']}",
+                       f"[{bracket['bracket_lower']:.2f}, {bracket['bracket_upper']:.2f}]",
+                       f"{reverse}/length after {args.burn} sweeps at beta = 1; crossed at {bracket['crossed_lengths']}"
+                       f" of {len(lengths)} lengths"])
+    if kn5 is not None:
+        beside.append(["KN5, ebms", f"{kn5['value']:.2f}", kn5["source"]])
+    beside += [[label, f"{value:.2f}", f"published, row {row}"] for label, row, value in PUBLISHED.values()]
+    print(C.format_table(["beside", "PPL", "source"], beside))
+    print(f"published rows: {SOURCE_TABLE} (not measured here)")
+    for n in notes:
+        print(f"note: {n}")
+
+    def num(v: Any) -> Any:
+        return round(v, 4) if isinstance(v, float) and math.isfinite(v) else None if isinstance(v, float) else v
+
+    final = rows[-1] if rows else {}
+    summary = {"bench": CONVERGENCE, "quick": q, "run": None if "run" not in d else d["run"]["dir"],
+               "checkpoint_step": d["steps"], "chains": chains, "lengths": len(lengths), "temps": ks,
+               "temps_run": [r["K"] for r in rows], "ppl_training_zeta": num(training.perplexity),
+               "ppl_ais_last": num(final.get("ppl")), "ppl_ais_last_interval": None if not final else
+               [num(final["low"]), num(final["high"])], "ppl_bracket": None if not bracket else
+               [num(bracket["bracket_lower"]), num(bracket["bracket_upper"])], "stopped_moving": verdict.startswith(
+                   "stopped"), "seconds": round(time.perf_counter() - t_start, 1)}
+    figures = {"summary": summary, "table": [{k: num(v) for k, v in r.items()} for r in table],
+               "criterion": {"pairs": [{k: num(v) for k, v in p.items()} for p in pairs], "verdict": verdict},
+               "bracket": {k: num(v) for k, v in bracket.items()}, "training_zeta": num(training.perplexity),
+               "kn5_ebms": kn5, "probe": {k: num(v) for k, v in probe_fig.items()},
+               "published": {k: {"label": a, "value": v, "source": f"{SOURCE_TABLE}, row {r}"}
+                             for k, (a, r, v) in PUBLISHED.items()},
+               "plan": plan, "notes": notes, "lengths": lengths, "per_temps": per_k, "sentences": sub.batch_size,
+               "run": d.get("run"), "build_s": round(d["build_s"], 1)}
+    recorder.settings = {"chains": chains, "temps_list": ks, "reverse": reverse, "burn": args.burn,
+                         "kernel": args.kernel, "trials": args.trials, "sweeps": args.sweeps, "schedule": args.schedule,
+                         "group": args.group, "budget": args.budget, "lengths": args.lengths, "threads": args.threads,
+                         "model": args.model, "run": None if args.run is None else str(args.run)}
+    path = C.save_results(("quick/" if q else "") + CONVERGENCE, {**figures, "machine": info}, enabled=not args.no_save)
+    if path is not None:
+        C.note(f"[{CONVERGENCE}] wrote {path}")
+    if not (q or args.no_save):
+        try:
+            recorder.write(figures, notes=CONVERGENCE_NOTES)
+        except ValueError as e:  # above the size limit: keep the summaries, per-length values stay in results/
+            C.note(f"[{CONVERGENCE}] {e}: the record keeps the summaries only")
+            small = {k: v for k, v in figures.items() if k not in ("per_temps", "plan", "lengths")}
+            recorder.write({**small, "bracket": {k: v for k, v in bracket.items() if k not in ("lower", "upper")}},
+                           notes=CONVERGENCE_NOTES + " Per-length values: benchmarks/results/ only.")
+    C.emit_final_line(summary)
+
+
+CONVERGENCE_NOTES = (
+    "Test perplexity of a TRF with log Z_l re-estimated by forward AIS at increasing temperatures K (same chains per "
+    "length, a fresh generator per K), with 95 % delta-method intervals and the ESS of each length's AIS weights "
+    "(median / min over lengths); criterion: successive perplexities within their combined interval. Forward AIS is "
+    "a stochastic lower bound of log Z_l, so its perplexity is a stochastic lower bound too, and its stderr is too "
+    "small when ESS is a small fraction of the chains. bracket: reverse AIS at the largest K run, from test sentences "
+    "moved by burn_sweeps kernel sweeps at beta = 1 (approximate model samples: an upper bound only if they were "
+    "exact). published: the source's own results table (not measured here). Seconds: wall-clock on this machine.")
 
 
 if __name__ == "__main__":

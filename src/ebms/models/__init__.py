@@ -14,7 +14,7 @@
   L-BFGS / OWL-QN (L1 + L2) or SGD/Adam: the objective
   :class:`ebms.objectives.feature_crf.FeatureCRFLikelihood` in an in-memory trainer.
 * :class:`NeuralCRFTagger` — a BiLSTM/CNN encoder with a CRF output layer (BIO-constrained decoding).
-* :class:`LSTMLM`, :class:`TransformerLM` — autoregressive sentence LMs over :class:`~ebms.sequences.Sequences`
+* :class:`LSTMLM`, :class:`ClassFactoredLSTMLM` (class-factored softmax), :class:`TransformerLM` — autoregressive sentence LMs over :class:`~ebms.sequences.Sequences`
   (``</s>`` = id 0), normalised models of :mod:`ebms.distributions` with exact ``log_prob``,
   sampling with temperature / top-k / top-p, continuation scores and a stateful forward for
   truncated BPTT; :func:`perplexity` counts ``</s>`` as a token.
@@ -42,7 +42,7 @@ from ebms.models.feature_crf import FeatureCRF, FitResult, fit_feature_crf
 from ebms.models.ising import IsingModel
 from ebms.models.jem import JEM, ScalarHeadEBM
 from ebms.models.jrf import JRF
-from ebms.models.lm import LSTMLM, AutoregressiveLM, Perplexity, TransformerLM, perplexity
+from ebms.models.lm import LSTMLM, AutoregressiveLM, ClassFactoredLSTMLM, Perplexity, TransformerLM, perplexity
 from ebms.models.pixelcnn import PixelCNNAdapter, PixelCNNModel, PixelNLL
 from ebms.models.potts import PottsModel
 from ebms.models.rbm import BernoulliRBM, CategoricalRBM, GaussianBernoulliRBM, RBMBase
@@ -63,6 +63,7 @@ __all__ = [
     "WordClasses",
     "AutoregressiveLM",
     "LSTMLM",
+    "ClassFactoredLSTMLM",
     "Perplexity",
     "TransformerLM",
     "perplexity",

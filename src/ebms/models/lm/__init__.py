@@ -17,13 +17,16 @@ Train with :class:`ebms.objectives.AutoregressiveNLL` under the :class:`~ebms.tr
 per sentence (``Sequences`` or ``(tokens, lengths)`` batches) or on running text with truncated
 BPTT (``(inputs, targets)`` chunks of :func:`ebms.data.text.bptt_batches`, ``carry_state=True``).
 
-Members: :class:`LSTMLM` (:class:`LSTMState`), :class:`TransformerLM` (:class:`KVCache`), their
+Members: :class:`LSTMLM` (:class:`LSTMState`), :class:`ClassFactoredLSTMLM` (its class-factored output
+layer: scoring and sampling in ``O(C + |c|)`` per token, a cheap NCE/DNCE noise), :class:`TransformerLM`
+(:class:`KVCache`), their
 base :class:`AutoregressiveLM` (:class:`LMState`), :func:`filter_logits` (temperature, top-k, top-p),
 :func:`perplexity` (:class:`Perplexity`).
 """
 
 from ebms.models.lm._base import AutoregressiveLM, LMState
 from ebms.models.lm._filter import filter_logits
+from ebms.models.lm.class_factored import ClassFactoredLSTMLM
 from ebms.models.lm.huggingface import HFState, HuggingFaceLM
 from ebms.models.lm.lstm import LSTMLM, LSTMState
 from ebms.models.lm.perplexity import Perplexity, perplexity
@@ -31,6 +34,7 @@ from ebms.models.lm.transformer import KVCache, TransformerLM
 
 __all__ = [
     "AutoregressiveLM",
+    "ClassFactoredLSTMLM",
     "KVCache",
     "LMState",
     "LSTMLM",
