@@ -17,7 +17,7 @@ Workload (identical data and budget for every model):
                 ``nce``: ``TRF`` with a ``Hidden2Scalar.bilstm`` energy (embedding 256, BiLSTM 256 units, one
                 layer; the ``trf-nce-ptb`` recipe), ``TRFNCE`` with nu = 1 against a FIXED noise: the KN
                 bigram (``BackoffNGram`` order 2, modified KN) of the training sentences, whose ancestral
-                sampling is vectorised over the draws (0.09 s per 32 draws at V = 10k). With ``--noise-mix EPS``
+                sampling is vectorised over the draws (record ``noise_sampling``). With ``--noise-mix EPS``
                 the noise is ``MixtureLM([KN bigram, unigram], [1 - EPS, EPS])``, the unigram an add-1
                 ``BackoffNGram`` of order 1 (every token sequence, geometric lengths): NCE then also sees
                 random-looking sentences, where the KN bigram puts almost no mass (``--mix-component uniform``:
@@ -40,7 +40,10 @@ Workload (identical data and budget for every model):
 
 ``--proposal FILE``: load the re-estimation proposal from an ``lstm.pt`` written by ``--save`` instead of
 training the LSTM (its record is copied), so that runs that differ only in the TRF share one proposal.
-``--noise-mix`` (also ``--noise-mix 0``) writes ``neural_trf_lstm_mix<EPS>[_uniform].json`` and saves to
+``--noise-classes C``: the DNCE noise is a ``ClassFactoredLSTMLM`` (1 x 200, ``C`` exchange classes of the
+training words, fitted inside the budget; class and within-class biases set to the training unigram) instead
+of the ``LSTMLM``;
+the record and folder get ``_cf<C>``. ``--noise-mix`` (also ``--noise-mix 0``) writes ``neural_trf_lstm_mix<EPS>[_uniform].json`` and saves to
 ``..._mix<EPS>[_uniform]`` instead of the default record and folder. ``--max-steps N`` also stops each TRF after
 ``N`` steps, so that runs on a loaded machine compare at equal steps.
 
@@ -75,8 +78,8 @@ from ebms.distributions.mixture_lm import MixtureLM
 from ebms.estimators import importance_log_z_per_length
 from ebms.estimators.sequence_log_z import LengthConditionalLM
 from ebms.metrics import trf_perplexity
-from ebms.models.lm import LSTMLM, perplexity
-from ebms.models.trf import TRF, Hidden2Scalar
+from ebms.models.lm import LSTMLM, ClassFactoredLSTMLM, perplexity
+from ebms.models.trf import TRF, Hidden2Scalar, WordClasses
 from ebms.objectives import AutoregressiveNLL
 from ebms.objectives.trf_nce import TRFNCE, DynamicNCE
 from ebms.sequences import Sequences
@@ -137,6 +140,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
                                                                "instead of training the LSTM")
     p.add_argument("--max-steps", type=int, default=None, help="also stop each TRF after this many steps (runs "
                                                                 "that differ in the noise then compare at equal steps)")
+    p.add_argument("--noise-classes", type=int, default=0, help="DNCE noise: a ClassFactoredLSTMLM over this many "
+                                                                 "exchange classes (default 0: the LSTMLM)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save", type=Path, default=None, help=f"folder for the trained models (default {DEFAULT_SAVE}, "
                                                            f"with --quick {DEFAULT_SAVE}_quick)")
@@ -229,8 +234,8 @@ def train_lstm(data: PTBData, budget: float, seed: int) -> tuple[LSTMLM, dict[st
 
 
 def train_trf(data: PTBData, kind: str, budget: float, seed: int, *, zeta_lr: float = 1e-2,
-              noise_mix: float = 0.0, mix_component: str = "unigram", max_steps: int | None = None
-              ) -> tuple[TRF, dict[str, Any]]:
+              noise_mix: float = 0.0, mix_component: str = "unigram", max_steps: int | None = None,
+              noise_classes: int = 0) -> tuple[TRF, dict[str, Any]]:
     """A TRF by NCE (fixed KN bigram noise, mixed with a unigram of weight ``noise_mix`` when > 0) or DNCE
     (joint LSTM noise) for ``budget`` wall seconds."""
     t0 = time.perf_counter()
@@ -254,13 +259,22 @@ def train_trf(data: PTBData, kind: str, budget: float, seed: int, *, zeta_lr: fl
             objective = TRFNCE(bigram, nu=1.0)
             noise = "KN bigram (BackoffNGram order 2, fixed)"
     else:
-        lstm = LSTMLM(V, embedding_dim=NOISE_HIDDEN, hidden_size=NOISE_HIDDEN, num_layers=1)
         counts = torch.bincount(data.train.tokens[data.train.mask()], minlength=V).double() + 1.0
         counts[0] = data.train.batch_size + 1.0
-        with torch.no_grad():
-            lstm.decoder.bias.copy_((counts / counts.sum()).log())
+        lstm: nn.Module
+        if noise_classes:  # class-factored softmax: O(C + |c|) per token to draw and score
+            classes = WordClasses.fit(data.train, V, noise_classes).classes
+            lstm = ClassFactoredLSTMLM(classes, num_classes=noise_classes, embedding_dim=NOISE_HIDDEN,
+                                       hidden_size=NOISE_HIDDEN, num_layers=1)
+            lstm.init_unigram(counts)
+            noise = (f"ClassFactoredLSTMLM 1 x {NOISE_HIDDEN}, {noise_classes} exchange classes, trained jointly "
+                     "(DNCE, alpha 0.5)")
+        else:
+            lstm = LSTMLM(V, embedding_dim=NOISE_HIDDEN, hidden_size=NOISE_HIDDEN, num_layers=1)
+            with torch.no_grad():
+                lstm.decoder.bias.copy_((counts / counts.sum()).log())
+            noise = f"LSTMLM 1 x {NOISE_HIDDEN} trained jointly (DNCE, alpha 0.5)"
         objective = DynamicNCE(lstm, nu=1.0, alpha=0.5, sample_options={"max_length": L + 1, "truncate": True})
-        noise = f"LSTMLM 1 x {NOISE_HIDDEN} trained jointly (DNCE, alpha 0.5)"
     zeta = [trf.log_z]
     others = [p for n, p in trf.named_parameters() if n != "log_z"] + list(objective.parameters())
     opt = torch.optim.Adam([{"params": others, "lr": 1e-3}, {"params": zeta, "lr": zeta_lr}])
@@ -365,8 +379,8 @@ def load_proposal(path: Path, data: PTBData) -> tuple[LSTMLM, dict[str, Any]]:
 
 def train_all(data: PTBData, kinds: list[str], budget: float, n_logz: int, test: Sequences, seed: int,
               save: Path | None, *, zeta_lr: float = 1e-2, noise_mix: float = 0.0,
-              mix_component: str = "unigram", proposal: Path | None = None, max_steps: int | None = None
-              ) -> dict[str, Any]:
+              mix_component: str = "unigram", proposal: Path | None = None, max_steps: int | None = None,
+              noise_classes: int = 0) -> dict[str, Any]:
     """Train and evaluate every model; the records and the models (for the rescoring benchmark)."""
     V = len(data.vocab)
     if proposal is not None:
@@ -385,7 +399,7 @@ def train_all(data: PTBData, kinds: list[str], budget: float, n_logz: int, test:
             continue
         trf, rec = train_trf(data, kind, budget, seed, zeta_lr=zeta_lr,
                              noise_mix=noise_mix if kind == "nce" else 0.0, mix_component=mix_component,
-                             max_steps=max_steps)
+                             max_steps=max_steps, noise_classes=noise_classes if kind == "dnce" else 0)
         t0 = time.perf_counter()
         est = reestimate(trf, lm, n_logz, seed)
         rec["reestimate_s"] = time.perf_counter() - t0
@@ -423,11 +437,15 @@ def main() -> None:
     test = data.test if n_test <= 0 else data.test[torch.arange(min(n_test, data.test.batch_size))]
     test = Sequences(test.tokens[:, : int(test.lengths.max())], test.lengths)
     mix = "" if args.noise_mix is None else f"_mix{noise_mix:g}" + ("_uniform" if args.mix_component == "uniform" else "")
+    if args.noise_classes < 0:
+        raise SystemExit(f"--noise-classes: expected an int >= 0; got {args.noise_classes}")
+    mix += f"_cf{args.noise_classes}" if args.noise_classes else ""
     save = None if args.no_save else args.save or Path(f"{DEFAULT_SAVE}{'_quick' if args.quick else ''}{mix}")
     C.note(f"[{BENCH}] V = {len(data.vocab)}, L = {data.max_length}, budget {budget:.0f} s per model, "
            f"{torch.get_num_threads()} thread(s), test {test.batch_size} sentences")
     out = train_all(data, kinds, budget, n_logz, test, args.seed, save, zeta_lr=args.zeta_lr, noise_mix=noise_mix,
-                    mix_component=args.mix_component, proposal=args.proposal, max_steps=args.max_steps)
+                    mix_component=args.mix_component, proposal=args.proposal, max_steps=args.max_steps,
+                    noise_classes=args.noise_classes)
     records = out["records"]
     rows = []
     for k, r in records.items():
@@ -446,7 +464,7 @@ def main() -> None:
     record = {"bench": BENCH, "quick": args.quick, "machine": info, "budget_s": budget, "threads": args.threads,
               "batch_size": BATCH, "vocab_size": len(data.vocab), "max_length": data.max_length,
               "logz_samples_per_length": n_logz, "zeta_lr": args.zeta_lr, "noise_mix": noise_mix,
-              "max_steps": args.max_steps, "mix_component": args.mix_component if noise_mix > 0 else None, "test_sentences": test.batch_size,
+              "noise_classes": args.noise_classes, "max_steps": args.max_steps, "mix_component": args.mix_component if noise_mix > 0 else None, "test_sentences": test.batch_size,
               "test_tokens": int(test.lengths.sum()) + test.batch_size, "models": records,
               "saved_to": None if save is None else str(save)}
     name = BENCH + ("_quick" if args.quick else "") + mix
