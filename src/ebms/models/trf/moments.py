@@ -14,8 +14,9 @@ Tan 2018). A feature seen in one sentence only, or the same number of times in e
 each length it occurs in, has :math:`v_i = 0`; ``floor`` raises those (the source's ``var_gap``,
 :math:`10^{-15}`), and the step clip then bounds their moves.
 
-Cost: one pass over the corpus, ``chunk_size`` sentences at a time, with a sort of each chunk's
-(sentence, feature) pairs; memory about the number of distinct (length, feature) pairs.
+Cost: one pass over the corpus, one length at a time and ``chunk_size`` sentences at a time, with a
+sort of each chunk's (sentence, feature) pairs; memory: three ``(F,)`` float64 vectors besides a
+chunk's windows (each length's sums are folded into the variance when its sentences are done).
 """
 
 from __future__ import annotations
@@ -56,25 +57,26 @@ def feature_moments(features: DiscreteFeatures, corpus: Sequences, *, floor: flo
     F, N = features.num_features, corpus.batch_size
     per_length = torch.bincount(corpus.lengths.cpu()).double()  # N_l
     sq = torch.zeros(F, dtype=torch.float64)  # sum_x f_i(x)^2
-    keys, sums = [], []  # (length, feature) keys and their count sums, per chunk
+    s_l = torch.zeros(F, dtype=torch.float64)  # S_{l,i}: the count sums of one length at a time
+    between = torch.zeros(F, dtype=torch.float64)  # sum_l S_{l,i}^2 / N_l
+    total = torch.zeros(F, dtype=torch.float64)
+    lengths = corpus.lengths.cpu()
     with torch.no_grad():
-        for start in range(0, N, chunk_size):
-            part = corpus[start: start + chunk_size]
-            ids = features.feature_ids(part).cpu()  # (b, W)
-            row = torch.arange(part.batch_size)[:, None].expand_as(ids)
-            hit = ids >= 0
-            ids, row = ids[hit], row[hit]
-            pair, count = torch.unique(row * F + ids, return_counts=True)  # per (sentence, feature)
-            feat, c = pair % F, count.double()
-            sq.index_add_(0, feat, c * c)
-            lk, inv = torch.unique(part.lengths.cpu()[pair // F] * F + feat, return_inverse=True)
-            keys.append(lk)
-            sums.append(torch.zeros(lk.numel(), dtype=torch.float64).index_add_(0, inv, c))
-        lk, inv = torch.unique(torch.cat(keys), return_inverse=True)
-        s = torch.zeros(lk.numel(), dtype=torch.float64).index_add_(0, inv, torch.cat(sums))  # S_{l,i}
-        length, feat = lk // F, lk % F
-        between = torch.zeros(F, dtype=torch.float64).index_add_(0, feat, s * s / per_length[length])
-        total = torch.zeros(F, dtype=torch.float64).index_add_(0, feat, s)
+        for length in torch.unique(lengths).tolist():
+            rows = (lengths == length).nonzero().squeeze(1)
+            for start in range(0, rows.numel(), chunk_size):
+                part = corpus[rows[start: start + chunk_size].to(corpus.device)]
+                ids = features.feature_ids(part).cpu()  # (b, W)
+                row = torch.arange(part.batch_size)[:, None].expand_as(ids)
+                hit = ids >= 0
+                pair, count = torch.unique(row[hit] * F + ids[hit], return_counts=True)  # per (sentence, feature)
+                feat, c = pair % F, count.double()
+                sq.index_add_(0, feat, c * c)
+                s_l.index_add_(0, feat, c)
+            between += s_l * s_l / per_length[length]
+            total += s_l
+            s_l.zero_()
     mean = total / N
     var = ((sq - between) / N).clamp(min=floor)  # sum_l pi_l (S_l / N_l)^2 = (1/N) sum_l S_l^2 / N_l
     return mean, var
+
