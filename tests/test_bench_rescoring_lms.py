@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from _tiny_trf_run import tiny_trf_run
 
 from ebms.data.paths import data_root
 from ebms.metrics.rescoring import evaluate_rescoring, lm_scores, simulate_nbest, tune_weights
@@ -32,20 +32,7 @@ def _bench():
 
 def _tiny_trf_run(tmp: Path) -> Path:
     """A discrete-feature TRF run folder (``ebms train`` on five sentences, two steps; well under a second)."""
-    from ebms.cli.build import validate_config
-    from ebms.cli.config import load_config
-    from ebms.cli.run import train
-
-    (tmp / "train.txt").write_text("\n".join(SENTS * 3) + "\n")
-    (tmp / "test.txt").write_text("the cat ran\n")
-    cfg = validate_config(load_config(None, [
-        "data.name=text", f"language.train_path={tmp}/train.txt", f"language.test_path={tmp}/test.txt",
-        "model.kind=trf", "language.classes=3", "language.chains=4", "train.steps=2", "train.batch_size=4",
-        "train.checkpoint_every=1", "train.log_every=1", f"run.out_dir={tmp}", "run.name=tiny", "run.progress=false"]),
-        device=False)
-    with warnings.catch_warnings():  # torch's beta notice for index_reduce, raised by the trans-dimensional sampler
-        warnings.simplefilter("ignore", UserWarning)
-        return train(cfg)
+    return tiny_trf_run(tmp, SENTS * 3, ["the cat ran"])
 
 
 def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:

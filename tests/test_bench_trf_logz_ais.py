@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from _tiny_trf_run import tiny_trf_run
 
 from ebms.data.paths import data_root
 from ebms.metrics import trf_perplexity
@@ -39,21 +40,8 @@ def _bench():
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A discrete-feature TRF run folder (``ebms train`` on eight sentences of 1-3 words, two steps)."""
-    from ebms.cli.build import validate_config
-    from ebms.cli.config import load_config
-    from ebms.cli.run import train
-
     tmp = tmp_path_factory.mktemp("trf_run")
-    (tmp / "train.txt").write_text("\n".join(SENTS * 3) + "\n")
-    (tmp / "test.txt").write_text("\n".join(TEST) + "\n")
-    cfg = validate_config(load_config(None, [
-        "data.name=text", f"language.train_path={tmp}/train.txt", f"language.test_path={tmp}/test.txt",
-        "model.kind=trf", "language.classes=3", "language.chains=4", "train.steps=2", "train.batch_size=4",
-        "train.checkpoint_every=1", "train.log_every=1", f"run.out_dir={tmp}", "run.name=tiny", "run.progress=false"]),
-        device=False)
-    with warnings.catch_warnings():  # torch's beta notice for index_reduce, raised by the trans-dimensional sampler
-        warnings.simplefilter("ignore", UserWarning)
-        return train(cfg)
+    return tiny_trf_run(tmp, SENTS * 3, TEST)
 
 
 def _main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[dict, str]:
