@@ -36,8 +36,11 @@ def test_trf_speed_quick_mode_ends_with_rates_and_a_profile_that_sums_to_one() -
     assert line["bench"] == "trf_speed" and line["quick"] is True
     assert line["iterations_per_s"] > 0 and line["cpu_s_per_iteration"] > 0 and line["positions_per_s"] > 0
     assert sum(line["profile"].values()) == pytest.approx(1.0, abs=5e-3)  # shares rounded to 1e-4 each
-    if line["implementation"] == "new":  # both tables ran: they must agree exactly
-        assert line["identical_trajectories"] is True
+    if line["implementation"] == "new":  # both implementations ran side by side
+        # the old one scores padded class blocks in one process, the new one flat lists in chain blocks on
+        # worker processes: different random streams, so the trajectories are not compared here (the flat
+        # route's exactness is tested by enumeration in tests/samplers)
+        assert line["old_over_new_cpu"] > 0 and isinstance(line["identical_trajectories"], bool)
 
 
 def test_attribution_gives_self_time_to_the_enclosing_contexts_and_partitions_the_total() -> None:
