@@ -21,6 +21,7 @@ perplexity, use as NCE noise or importance proposal).
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -299,19 +300,35 @@ class AutoregressiveLM(Distribution):
 
     def _draw(self, hist: Tensor, hist_len: Tensor, limit: int, generator: torch.Generator | None,
               law: tuple[float, int | None, float | None], truncate: bool, per_prefix: int = 1) -> Sequences:
-        n, device = hist.shape[0] * per_prefix, hist.device
+        logits, state = self._encode(hist, hist_len)
+
+        def advance(w: Tensor, state: Any) -> tuple[Tensor, Any]:
+            step_logits, state = self(w.unsqueeze(1), state)
+            return step_logits[:, 0], state
+
+        return self._draw_loop(logits, state, limit, truncate, per_prefix,
+                               lambda out: sample_categorical(filter_logits(out, temperature=law[0], top_k=law[1],
+                                                                            top_p=law[2]), generator),
+                               advance)
+
+    def _draw_loop(self, out: Tensor, state: Any, limit: int, truncate: bool, per_prefix: int,
+                   draw: Callable[[Tensor], Tensor], advance: Callable[[Tensor, Any], tuple[Tensor, Any]]) -> Sequences:
+        """The ancestral loop shared by every model: ``draw(out) -> w (A,)`` picks each running row's next
+        token from the model's output for its history (``out (A, ...)``: logits, or a hidden state),
+        ``advance(w, state) -> (out, state)`` feeds the tokens in; finished rows leave the batch
+        (``state.select``). ``out`` and ``state`` hold one row per prefix, repeated ``per_prefix`` times."""
+        device = out.device
+        n = out.shape[0] * per_prefix
         tokens = torch.zeros(n, limit, dtype=torch.long, device=device)
         lengths = torch.full((n,), limit, dtype=torch.long, device=device)
         rows = torch.arange(n, device=device)  # the draw each running row belongs to
-        logits, state = self._encode(hist, hist_len)
         if per_prefix > 1:  # each prefix encoded once, its state repeated for its draws
-            copies = torch.arange(hist.shape[0], device=device).repeat_interleave(per_prefix)
-            logits, state = logits[copies], state.select(copies)
+            copies = torch.arange(out.shape[0], device=device).repeat_interleave(per_prefix)
+            out, state = out[copies], state.select(copies)
         for t in range(limit + 1):
             if t == limit and truncate:
                 break
-            w = sample_categorical(filter_logits(logits, temperature=law[0], top_k=law[1], top_p=law[2]),
-                                   generator)
+            w = draw(out)
             ended = w == self.boundary
             lengths[rows[ended]] = t
             if t == limit:
@@ -321,14 +338,13 @@ class AutoregressiveLM(Distribution):
                                      "raise max_length, or pass truncate=True to keep them cut")
                 break
             tokens[rows, t] = w
-            if truncate and t == limit - 1:  # the next logits would only decide a cut draw's </s>
+            if truncate and t == limit - 1:  # the next output would only decide a cut draw's </s>
                 break
             if bool(ended.any()):
                 keep = (~ended).nonzero().squeeze(1)
                 if keep.numel() == 0:
                     break
                 rows, w, state = rows[keep], w[keep], state.select(keep)
-            step_logits, state = self(w.unsqueeze(1), state)
-            logits = step_logits[:, 0]
+            out, state = advance(w, state)
         width = int(lengths.max())
         return Sequences(tokens[:, :width], lengths, validate=False)

@@ -269,38 +269,10 @@ class ClassFactoredLSTMLM(AutoregressiveLM):
               law: tuple[float, int | None, float | None], truncate: bool, per_prefix: int = 1) -> Sequences:
         if law != (1.0, None, None):  # the filtered laws need every logit: the base class's loop
             return super()._draw(hist, hist_len, limit, generator, law, truncate, per_prefix)
-        n, device = hist.shape[0] * per_prefix, hist.device
-        tokens = torch.zeros(n, limit, dtype=torch.long, device=device)
-        lengths = torch.full((n,), limit, dtype=torch.long, device=device)
-        rows = torch.arange(n, device=device)  # the draw each running row belongs to
         h, state = self._encode_hidden(hist, hist_len)
         cells = self._cells()
-        if per_prefix > 1:  # each prefix encoded once, its state repeated for its draws
-            copies = torch.arange(hist.shape[0], device=device).repeat_interleave(per_prefix)
-            h, state = h[copies], state.select(copies)
-        for t in range(limit + 1):
-            if t == limit and truncate:
-                break
-            w = self._next(h, generator)
-            ended = w == self.boundary
-            lengths[rows[ended]] = t
-            if t == limit:
-                running = int((~ended).sum())
-                if running:
-                    raise ValueError(f"max_length: {running} of {n} draws had not ended after {limit} tokens; "
-                                     "raise max_length, or pass truncate=True to keep them cut")
-                break
-            tokens[rows, t] = w
-            if truncate and t == limit - 1:  # the next step would only decide a cut draw's </s>
-                break
-            if bool(ended.any()):
-                keep = (~ended).nonzero().squeeze(1)
-                if keep.numel() == 0:
-                    break
-                rows, w, state = rows[keep], w[keep], state.select(keep)
-            h, state = self._step(w, state, cells)
-        width = int(lengths.max())
-        return Sequences(tokens[:, :width], lengths, validate=False)
+        return self._draw_loop(h, state, limit, truncate, per_prefix, lambda h: self._next(h, generator),
+                               lambda w, state: self._step(w, state, cells))
 
     def extra_repr(self) -> str:
         return f"vocab_size={self.vocab_size}, num_classes={self.num_classes}"
