@@ -48,6 +48,14 @@ process; the new one uses the flat route and ``--groups`` chain blocks on ``--wo
 and one line says so. Ratios are the robust figure on this shared machine; absolute rates depend on
 its load (the record states CPU, threads and load).
 
+State (``--state CKPT``). By default both implementations start at the recipe's zero weights, and a few
+steps later their chains are nearly unigram noise: few of their contexts are observed features, so
+the context index finds little to read. A trained model's chains look like text, find many more
+contexts (and longer lists), and cost more per position: the iteration rate of a real run falls
+after its first thousand steps. ``--state`` starts both implementations from a checkpoint of
+``ebms train trf-ptb`` (weights, log Z, chains and the gain schedule's step), so the figures are
+those of training at that point; the record names the checkpoint.
+
 Profile (``--profile``): ``--profile-steps`` further iterations of each implementation with timers
 wrapped around the feature code (the lookup, window-key construction, token substitution, weight
 sums) and around the contexts (the sampler's ``init``/``step``, ``log Z_1``, the rest of AugSA, the
@@ -82,6 +90,7 @@ from typing import Any
 import _common as C
 import torch
 from _record import Recorder, peak_rss_mb
+from torch import Tensor
 
 import ebms.objectives.trf_augsa as augsa_module
 from ebms.data.text import Vocabulary, ptb
@@ -121,6 +130,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="feature count cutoffs: the source's per group (default) or none (every observed feature)")
     p.add_argument("--groups", type=int, default=2, help="new: chain blocks (the recipe's language.chain_groups)")
     p.add_argument("--workers", type=int, default=2, help="new: processes stepping them (language.workers)")
+    p.add_argument("--state", default="",
+                   help="a checkpoint (.safetensors) of an `ebms train trf-ptb` run: both implementations start "
+                        "from its weights, log Z and chains (the steady state of training) instead of zero weights")
     p.add_argument("--reference-logits", action="store_true",
                    help="old = BucketTable with per-candidate token_logits (default old: ProbeTable with them, "
                         "the implementation before issue 24); new = BucketTable with the context index")
@@ -206,6 +218,19 @@ class Run:
         self.wall: list[float] = []
         self.cpu: list[float] = []
         self.positions: list[int] = []
+
+    def load(self, state: dict[str, Tensor]) -> None:
+        """Weights, log Z and chains of a training checkpoint (its features must be this run's)."""
+        model = {k[len("model/"):]: v for k, v in state.items() if k.startswith("model/")}
+        if not torch.equal(model.get("field.keys", torch.zeros(0)), self.feats.keys):
+            raise SystemExit("--state: its features are not this benchmark's (another recipe, --cutoffs or --quick?); "
+                             "pass a checkpoint of `ebms train trf-ptb` at the recipe's settings")
+        with torch.no_grad():
+            self.feats.weight.copy_(model["field.weight"])
+            self.trf.log_z.copy_(model["log_z"])
+        self.objective.load_state_dict({k[len("objective/"):]: v for k, v in state.items()
+                                        if k.startswith("objective/")})
+        self.t = int(state["objective/step"])
 
     def step(self, prof: Attribution | None = None) -> int:
         """One AugSA iteration; returns the positions the sampler visited."""
@@ -454,6 +479,17 @@ def run_cpp(args: argparse.Namespace) -> dict[str, Any] | None:
             "cpu_s_per_iteration": cpu / args.cpp_iters, "wall_s": wall}
 
 
+def load_state(path: str) -> dict[str, Tensor]:
+    """The tensors of a training checkpoint; a missing or unreadable file is one line."""
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(path)
+    except (OSError, ValueError, RuntimeError) as e:  # safetensors raises SafetensorError (a RuntimeError/OSError)
+        raise SystemExit(f"--state: cannot read {path} ({e}); pass a checkpoint such as "
+                         "runs/trf-ptb/checkpoints/ckpt-000020000-*.safetensors") from None
+
+
 # -- main --------------------------------------------------------------------------------------
 def main() -> None:
     args = C.parse_args(__doc__.splitlines()[0], add_args)
@@ -465,10 +501,14 @@ def main() -> None:
                         ("--profile-steps", args.profile_steps, 1)):
         if v < lo:
             raise SystemExit(f"{name}: expected an int >= {lo}; got {v}")
+    if args.state and not Path(args.state).is_file():
+        raise SystemExit(f"--state: no file {args.state}; pass a checkpoint such as "
+                         "runs/trf-ptb/checkpoints/ckpt-000020000-*.safetensors")
     settings = {"quick": q, "groups": GROUPS, "order": 4, "cutoffs": args.cutoffs, "chains": chains, "batch": batch, "sweeps": 1,
                 "steps": steps, "warmup": warmup, "chunk": args.chunk, "profile_steps": args.profile_steps if
                 args.profile else 0, "weight_gain": repr(WEIGHT_GAIN), "zeta_gain": repr(ZETA_GAIN), "l2": L2,
-                "boundaries": "source", "new_groups": args.groups, "new_workers": args.workers}
+                "boundaries": "source", "new_groups": args.groups, "new_workers": args.workers,
+                "state": args.state or None}
     rec = Recorder(BENCH, seeds=[args.seed], settings=settings)
     info = C.machine_info()
     torch.manual_seed(args.seed)
@@ -498,6 +538,12 @@ def main() -> None:
     if why:
         C.note(f"[{BENCH}] {why}")
     names = list(runs)
+    if args.state:
+        state = load_state(args.state)
+        for n in names:
+            runs[n].load(state)
+        C.note(f"[{BENCH}] started from {args.state} (training step {runs[names[0]].t}; mean chain length "
+               f"{float(state['objective/chain_lengths'].double().mean()):.1f})")
 
     for n in names:
         for _ in range(warmup):

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from ebms.data.paths import data_root
 
@@ -80,3 +81,34 @@ def test_missing_cpp_binary_is_one_line_and_no_figure(tmp_path: Path, capsys: py
     assert ts.run_cpp(args) is None
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no executable file there" in err[0] and "8.9" in err[0]
+
+
+def test_a_missing_state_file_is_one_line_before_any_work(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "trf_speed.py", "--quick", "--no-save", "--state", str(tmp_path / "no.safetensors")],
+                         cwd=ROOT / "benchmarks", capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("--state: no file") and "no.safetensors" in lines[0]
+
+
+@pytest.mark.slow
+def test_state_loads_a_runs_weights_chains_and_step_exactly_and_refuses_other_features() -> None:
+    if not (data_root() / "ptb").is_dir():
+        pytest.skip("PTB is not under the data root ($EBMS_DATA)")
+    ts = _bench()
+    s = ts.build(True, lambda _msg: None)
+    a = ts.Run(s, chains=10, batch=10, seed=0)
+    for _ in range(3):
+        a.step()
+    state = {f"model/{k}": v for k, v in a.trf.state_dict().items()}
+    state.update({f"objective/{k}": v for k, v in a.objective.state_dict().items()})
+    b = ts.Run(s, chains=10, batch=10, seed=0)
+    b.load(state)
+    assert b.t == int(a.objective.step) == 3
+    assert torch.equal(b.feats.weight, a.feats.weight) and torch.equal(b.trf.log_z, a.trf.log_z)
+    assert torch.equal(b.objective.chain_tokens, a.objective.chain_tokens)
+    assert torch.equal(b.objective.chain_lengths, a.objective.chain_lengths)
+    assert b.feats.weight.abs().sum() > 0  # three steps moved the weights: the copy is not of zeros
+    state["model/field.keys"] = state["model/field.keys"][:-1]
+    with pytest.raises(SystemExit, match="its features are not this benchmark's"):
+        b.load(state)
