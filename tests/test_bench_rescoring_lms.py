@@ -77,6 +77,8 @@ def test_combinations_are_the_monographs_pairs_and_triple() -> None:
                                                ("trf+lstm", ("trf-discrete", "lstm")),
                                                ("trf+lstm+kn5", ("trf-discrete", "lstm", "kn5"))]
     assert rl.combinations(None) == [("lstm+kn5", ("lstm", "kn5"))]
+    assert rl.combinations("trf-discrete", lstm=False) == [("trf+kn5", ("trf-discrete", "kn5"))]
+    assert rl.combinations(None, lstm=False) == []
 
 
 def test_interpolated_row_uses_the_dev_tuned_weights_on_test() -> None:
@@ -111,3 +113,19 @@ def test_quick_mode_with_a_trf_run_ends_with_every_row(tmp_path: Path) -> None:
         assert 0.0 <= line[f"{key}_wer"] <= 100.0
     assert line["oracle_wer"] <= line["first_pass_wer"]
     assert "not significant" in out.stdout or "than KN5" in out.stdout
+
+
+@pytest.mark.slow
+def test_no_neural_mode_scores_kn5_and_the_run_only_and_refuses_to_run_without_one(tmp_path: Path) -> None:
+    if not (data_root() / "ptb").is_dir():
+        pytest.skip("PTB is not under the data root ($EBMS_DATA)")
+    bad = subprocess.run([sys.executable, "rescoring_lms.py", "--quick", "--no-save", "--no-neural"],
+                         cwd=ROOT / "benchmarks", capture_output=True, text=True, timeout=600)
+    assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1].startswith("--no-neural: ")
+    run = _tiny_trf_run(tmp_path)
+    out = subprocess.run([sys.executable, "rescoring_lms.py", "--quick", "--no-save", "--no-neural", "--sentences",
+                          "20", "--samples", "50", "--trf-run", str(run)],
+                         cwd=ROOT / "benchmarks", capture_output=True, text=True, timeout=600, check=True)
+    line = json.loads(out.stdout.strip().splitlines()[-1])
+    assert {k for k in line if k.endswith("_wer")} == {"first_pass_wer", "oracle_wer", "kn5_wer", "trf_discrete_wer",
+                                                       "trf_kn5_wer"}
