@@ -15,11 +15,20 @@ needs about X GB"), quoted in docs/cli.md. Recipes whose data set is absent
 (``$EBMS_DATA``) are listed as skipped, with the reason. A residual recipe trains on
 the run of its base recipe (trained just before it in the same folder), and the first
 row is the baseline: a process that only imports the command line, torch and
-matplotlib. Without ``--no-save`` the figures go to ``benchmarks/records/recipe_memory.json``.
+matplotlib. Without ``--no-save`` the figures go to ``benchmarks/records/recipe_memory.json``
+(``--name NAME``: ``benchmarks/records/NAME.json``, e.g. for one recipe measured again).
+
+Recipes that fork worker processes (``trf-ptb``: ``language.workers = 2``) share most of their pages
+with them, so the sum of the processes' RSS overstates their memory and ``ru_maxrss`` of the main
+process understates it. Each row therefore also has ``peak_tree_pss_mib``: the largest sum, over
+the process and its descendants, of the proportional set size (``Pss`` of ``/proc/PID/smaps_rollup``:
+each shared page divided among the processes that map it), sampled every 0.25 s by a thread of the
+child (Linux only; absent elsewhere).
 
 Usage::
 
     python benchmarks/recipe_memory.py [--quick] [--steps N | --full] [--only demo,rbm-digits] [--no-eval]
+        [--name NAME]
 """
 
 from __future__ import annotations
@@ -48,11 +57,57 @@ def recipes() -> list[str]:
     return list_recipes()
 
 
+def tree_pss_kib(pid: int) -> int | None:
+    """Sum of ``Pss`` (KiB) over ``pid`` and its descendants (``/proc``; ``None`` where unreadable)."""
+    total, stack, seen = 0, [pid], False
+    while stack:
+        p = stack.pop()
+        try:
+            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total, seen = total + int(line.split()[1]), True
+                    break
+            for task in os.listdir(f"/proc/{p}/task"):
+                stack += [int(c) for c in Path(f"/proc/{p}/task/{task}/children").read_text().split()]
+        except (OSError, ValueError):
+            continue  # a process that ended meanwhile, or no /proc
+    return total if seen else None
+
+
+class PeakTreePss:
+    """A daemon thread keeping the largest :func:`tree_pss_kib` of this process, sampled every ``period`` s."""
+
+    def __init__(self, period: float = 0.25) -> None:
+        import threading
+
+        self.peak: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(period,), daemon=True)
+        self._thread.start()
+
+    def _run(self, period: float) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(period)
+
+    def sample(self) -> None:
+        now = tree_pss_kib(os.getpid())
+        if now is not None:
+            self.peak = now if self.peak is None else max(self.peak, now)
+
+    def stop(self) -> int | None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+        return self.peak
+
+
 def child_main(argv: list[str]) -> int:
-    """Run ``ebms`` in this process and print its peak RSS (called through ``--child``); no arguments:
-    only import what every command imports (the baseline)."""
+    """Run ``ebms`` in this process and print its peak RSS and the peak PSS of its process tree (called
+    through ``--child``); no arguments: only import what every command imports (the baseline)."""
     import resource
 
+    watch = PeakTreePss()
     from ebms.cli.main import main
 
     if argv:
@@ -64,6 +119,9 @@ def child_main(argv: list[str]) -> int:
         code = 0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(f"PEAK_RSS_KIB {peak}", flush=True)
+    pss = watch.stop()
+    if pss is not None:
+        print(f"PEAK_TREE_PSS_KIB {pss}", flush=True)
     return code
 
 
@@ -77,6 +135,7 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per recipe")
     p.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS for the recipes (default 2)")
     p.add_argument("--no-save", action="store_true", help="write no record")
+    p.add_argument("--name", default="recipe_memory", help="the record's name (default recipe_memory)")
     p.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child is not None:
@@ -98,7 +157,7 @@ def main() -> int:
     sys.path.insert(0, str(HERE))
     from _record import Recorder
 
-    recorder = Recorder("recipe_memory", settings={"steps": steps, "eval": not args.no_eval,
+    recorder = Recorder(args.name, settings={"steps": steps, "eval": not args.no_eval,
                                                    "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
                                                    "recipes": names})
     rows = [_run_child(None, None, "", False, args.timeout)]
@@ -113,12 +172,13 @@ def main() -> int:
             print(f"{name:24s} steps={rec['steps'] if rec['steps'] is not None else 'recipe':>6}  {mem}  "
                   f"{rec.get('wall_s', 0):7.1f} s  {note}", flush=True)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "recipe_memory.json").write_text(json.dumps(rows, indent=2))
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(rows, indent=2))
     ok = [r for r in rows if "peak_rss_mib" in r and r.get("returncode") == 0]
     recorder.write({r["recipe"] or "baseline": {k: v for k, v in r.items() if k != "recipe"} for r in rows},
                    notes="peak RSS (MiB) and wall time (s) of `ebms train RECIPE train.steps=N` in a fresh process "
                          "each (evaluation included unless settings.eval is false); 'baseline' only imports "
-                         "ebms.cli.main, torch and matplotlib", enabled=not args.no_save)
+                         "ebms.cli.main, torch and matplotlib; peak_tree_pss_mib: the largest sum of PSS over the "
+                         "process and its worker processes (sampled every 0.25 s)", enabled=not args.no_save)
     print(json.dumps({"bench": "recipe_memory", "recipes": len(rows), "measured": len(ok),
                       "max_peak_rss_mib": max((r["peak_rss_mib"] for r in ok), default=None)}))
     return 0
@@ -144,6 +204,9 @@ def _run_child(name: str | None, steps: int | None, tmp: str, eval_: bool, timeo
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("PEAK_RSS_KIB ")]
     if lines:
         rec["peak_rss_mib"] = round(int(lines[-1].split()[1]) / 1024, 1)
+    pss = [ln for ln in proc.stdout.splitlines() if ln.startswith("PEAK_TREE_PSS_KIB ")]
+    if pss:
+        rec["peak_tree_pss_mib"] = round(int(pss[-1].split()[1]) / 1024, 1)
     if proc.returncode != 0:
         rec["error"] = (proc.stderr.strip().splitlines() or [""])[-1][:200]
     return rec

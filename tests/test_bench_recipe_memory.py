@@ -1,0 +1,77 @@
+"""``benchmarks/recipe_memory.py``: the process-tree PSS sampler counts a child's private memory once
+and a page shared with a forked child once, not twice."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), reason="needs Linux /proc smaps_rollup")
+
+
+def _bench():
+    bench = str(ROOT / "benchmarks")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
+    import recipe_memory
+
+    return recipe_memory
+
+
+def test_tree_pss_includes_a_childs_private_memory() -> None:
+    rm = _bench()
+    before = rm.tree_pss_kib(os.getpid())
+    assert before is not None and before > 0
+    child = subprocess.Popen([sys.executable, "-c", "b = bytearray(300 << 20); import time; time.sleep(30)"])
+    try:
+        deadline, grown = time.time() + 20, 0
+        while time.time() < deadline and grown < 250 << 10:
+            grown = (rm.tree_pss_kib(os.getpid()) or 0) - before
+            time.sleep(0.1)
+        assert grown >= 250 << 10  # the child's 300 MiB, written, counted in KiB
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_page_shared_with_a_forked_child_counts_once() -> None:
+    rm = _bench()
+    shared = bytearray(200 << 20)  # touched: resident in this process
+    for i in range(0, len(shared), 4096):
+        shared[i] = 1
+    alone = rm.tree_pss_kib(os.getpid())
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child only waits: its pages stay shared with the parent
+        os.close(w)
+        os.read(r, 1)
+        os._exit(0)
+    try:
+        time.sleep(0.3)
+        both = rm.tree_pss_kib(os.getpid())
+        assert alone is not None and both is not None
+        # the 200 MiB are split between the two processes, not counted twice (RSS would add ~200 MiB)
+        assert both - alone < 100 << 10
+    finally:
+        os.close(r)
+        os.close(w)
+        os.waitpid(pid, 0)
+    del shared
+
+
+def test_peak_tracker_keeps_the_largest_sample() -> None:
+    rm = _bench()
+    watch = rm.PeakTreePss(period=0.05)
+    block = bytearray(150 << 20)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    time.sleep(0.3)
+    del block
+    peak = watch.stop()
+    assert peak is not None and peak >= (rm.tree_pss_kib(os.getpid()) or 0) + (100 << 10)
