@@ -54,7 +54,8 @@ the context index finds little to read. A trained model's chains look like text,
 contexts (and longer lists), and cost more per position: the iteration rate of a real run falls
 after its first thousand steps. ``--state`` starts both implementations from a checkpoint of
 ``ebms train trf-ptb`` (weights, log Z, chains and the gain schedule's step), so the figures are
-those of training at that point; the record names the checkpoint.
+those of training at that point; its record is ``trf_speed_trained``, with the checkpoint in its
+settings.
 
 Profile (``--profile``): ``--profile-steps`` further iterations of each implementation with timers
 wrapped around the feature code (the lookup, window-key construction, token substitution, weight
@@ -509,7 +510,8 @@ def main() -> None:
                 args.profile else 0, "weight_gain": repr(WEIGHT_GAIN), "zeta_gain": repr(ZETA_GAIN), "l2": L2,
                 "boundaries": "source", "new_groups": args.groups, "new_workers": args.workers,
                 "state": args.state or None}
-    rec = Recorder(BENCH, seeds=[args.seed], settings=settings)
+    name = BENCH + ("_trained" if args.state else "")  # from a training checkpoint: its own record
+    rec = Recorder(name, seeds=[args.seed], settings=settings)
     info = C.machine_info()
     torch.manual_seed(args.seed)
 
@@ -611,7 +613,7 @@ def main() -> None:
             print("  by purpose (with their lookups): " + ", ".join(f"{k} {100 * v:.1f}%"
                                                                  for k, v in p["by_purpose"].items()))
 
-    C.save_results(BENCH, {"machine": info, "settings": settings, "implementations": impl}, enabled=not args.no_save)
+    C.save_results(name, {"machine": info, "settings": settings, "implementations": impl}, enabled=not args.no_save)
     notes = " ".join(filter(None, [
         "Ratios (old/new, same process, same batches, alternating chunks) are the robust figures; absolute rates are "
         "shared-machine figures at the load stated. CPU-s per iteration is the CPU time of the process and of its "
