@@ -11,6 +11,7 @@ import torch
 
 from ebms.cli._language_data import load_language_data
 from ebms.cli._language_eval import normalised_report
+from ebms.cli._language_keys import reads
 from ebms.cli.build import validate_config
 from ebms.cli.config import ConfigError, load_config
 from ebms.cli.language import LanguageSettings, LanguageTask
@@ -164,6 +165,31 @@ def test_dnce_noise_starts_at_the_unigram_so_its_draws_end(tmp_path: Path) -> No
     assert int(draws.lengths.max()) < 200
 
 
+def test_kn_start_sets_the_word_ngram_weights_of_the_configured_backoff_lm_and_its_zeta(tmp_path: Path) -> None:
+    from ebms.distributions import BackoffNGram
+    from ebms.models.trf import exact_log_z, ngram_weights
+
+    # min_count 2: d, e, f become <unk>, so every id is seen in training (an unseen id has no unigram
+    # feature, and the started TRF is not the LM there)
+    over = [*_files(tmp_path), "model.kind=trf", "language.order=2", "language.max_length=5", "language.min_count=2"]
+    plain = validate_config(load_config(None, over), device=False)
+    task = task_for(plain)
+    zero = task.build_model(plain, task.load(plain))
+    assert not bool(zero.field.weight.any())  # the default: the source's zero start
+    cfg = validate_config(load_config(None, [*over, "language.trf_init=kn", "language.smoothing=witten_bell"]),
+                          device=False)
+    data = task.load(cfg)
+    model = task.build_model(cfg, data)
+    V = len(data.vocab)
+    lm = BackoffNGram.fit(data.train, V, order=2, smoothing="witten_bell")
+    want, n = ngram_weights(model.field, lm)
+    assert n > 0 and torch.equal(model.field.weight.detach(), want)
+    exact = exact_log_z(model, V, 5)  # 5 ids, lengths 1..5: enumerable
+    # zeta from 100 draws per length of the LM given the length: near the started model's exact log Z_l
+    torch.testing.assert_close(model.log_z.detach().double(), exact.double(), rtol=0, atol=0.1)
+    assert float((exact.double() - zero.log_z.detach().double()).abs().max()) > 0.5  # it did move zeta
+
+
 def test_feature_scaling_builds_scaled_sgd_with_the_training_variances(tmp_path: Path) -> None:
     from ebms.models.trf import feature_moments
     from ebms.train import ScaledSGD
@@ -244,10 +270,9 @@ def test_settings_the_run_reads_are_accepted(tmp_path: Path, extra: tuple[str, .
 
 
 def test_a_residual_run_reads_heads_only_with_a_transformer_energy(tmp_path: Path) -> None:
-    task = LanguageTask()
     residual = ("model.kind=residual", "objective.kind=nce")
-    assert "heads" in task.reads(_cfg(tmp_path, *residual, "language.energy=transformer"))
-    assert "heads" not in task.reads(_cfg(tmp_path, *residual)) and "hidden" not in task.reads(_cfg(tmp_path, *residual))
+    assert "heads" in reads(_cfg(tmp_path, *residual, "language.energy=transformer"))
+    assert "heads" not in reads(_cfg(tmp_path, *residual)) and "hidden" not in reads(_cfg(tmp_path, *residual))
 
 
 def test_classes_above_the_vocabulary_are_refused_before_clustering(tmp_path: Path) -> None:

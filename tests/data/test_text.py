@@ -358,3 +358,15 @@ def test_encode_refuses_ids_in_place_of_tokens_and_decode_refuses_float_ids():
     with pytest.raises(TypeError, match=r"^ids: expected a 1-D integer tensor; got dtype torch.float32"):
         v.decode_stream(torch.tensor([2.0, 3.0]))
     assert v.encode([["a", "zzz"]]).tolist() == [[2, 1]]  # an unknown string is still <unk>
+
+
+def test_unigram_probs_counts_one_end_per_sentence_when_asked():
+    from ebms.data.text import unigram_probs
+
+    x = Sequences.from_lists([[2, 3, 3], [4]])  # tokens 2:1, 3:2, 4:1 plus add-one over ids 1..5
+    p = unigram_probs(x, 6)
+    want = torch.tensor([0, 1, 2, 3, 2, 1], dtype=torch.float64)
+    assert torch.equal(p, want / want.sum())
+    q = unigram_probs(x, 6, end=True)  # </s> twice, plus one
+    want[0] = 3
+    assert torch.equal(q, want / want.sum())

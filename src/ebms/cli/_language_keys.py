@@ -27,8 +27,8 @@ KIND_KEYS: dict[str, tuple[str, ...]] = {
     "kn": ("order", "smoothing", "discounts"),
     "lstm": (*_NET, "tie_weights"),
     "transformer": (*_NET, "heads", "tie_weights"),
-    "trf": ("order", "features", "feature_cutoffs", "feature_boundaries", "classes", "trials", "logz_samples",
-            "feature_scaling"),
+    "trf": ("order", "features", "feature_cutoffs", "feature_boundaries", "trf_init", "classes", "trials",
+            "logz_samples", "feature_scaling"),
     "trf-cnn": (*_NET, "trials", "logz_samples"),
     "trf-bilstm": (*_NET, "trials", "logz_samples"),
     "residual": ("base_run", "prefix_length", "horizon", "energy", "embedding_dim", "layers", "dropout", "negatives",
@@ -42,7 +42,8 @@ OBJECTIVE_KEYS: dict[str, tuple[str, ...]] = {
     "nce": ("noise_order", "smoothing", "discounts"), "dnce": ("noise_hidden",),
 }
 _CONDITIONAL = {"heads": "model.kind = residual with language.energy = 'transformer'",
-                "step_clip": "language.feature_scaling = true"}
+                "step_clip": "language.feature_scaling = true", "smoothing": "language.trf_init = 'kn'",
+                "discounts": "language.trf_init = 'kn'"}
 
 
 def reads(cfg: Config) -> set[str]:
@@ -55,6 +56,8 @@ def reads(cfg: Config) -> set[str]:
         keys.add("heads")
     if kind == "trf" and s.feature_scaling:
         keys.add("step_clip")
+    if kind == "trf" and s.trf_init == "kn":
+        keys |= {"smoothing", "discounts"}
     return keys
 
 
@@ -75,9 +78,9 @@ def check_discounts(cfg: Config) -> None:
         ConfigError: discounts with another smoothing, or of another length.
     """
     s, kind, obj = cfg.sections["language"], cfg.model.kind, cfg.objective.kind
-    if not s.discounts or not (kind == "kn" or (kind in TRF_KINDS and obj == "nce")):
+    if not s.discounts or not (kind == "kn" or (kind in TRF_KINDS and obj == "nce") or "smoothing" in reads(cfg)):
         return  # unread: refused as such
-    order, key = (s.order, "order") if kind == "kn" else (s.noise_order, "noise_order")
+    order, key = (s.noise_order, "noise_order") if kind in TRF_KINDS and obj == "nce" else (s.order, "order")
     if s.smoothing not in KN_SMOOTHINGS:
         raise ConfigError(f"language.discounts: only Kneser-Ney smoothing takes discounts; language.smoothing="
                           f"{s.smoothing!r}: drop them or use 'modified_kneser_ney' / 'kneser_ney'")

@@ -71,6 +71,7 @@ from ebms.errors import CheckpointError
 from ebms.models.lm import LSTMLM, TransformerLM
 from ebms.models.trf import TEMPLATE_GROUPS, TRF, DiscreteFeatures, Hidden2Scalar, WordClasses, feature_templates
 from ebms.models.trf.moments import feature_moments
+from ebms.models.trf.ngram_init import start_from_ngram
 from ebms.models.trf.templates import source_cutoffs
 from ebms.objectives import EARM, AutoregressiveNLL, SAGain
 from ebms.objectives.trf_augsa import AugSA
@@ -121,6 +122,7 @@ class LanguageSettings:
     features: list[str] = field(default_factory=list)
     feature_cutoffs: str = "none"
     feature_boundaries: str = "all"
+    trf_init: str = "zero"
     chains: int = 100
     chain_groups: int = 1
     workers: int = 1
@@ -208,6 +210,7 @@ class LanguageTask(Task[LanguageSettings]):
         "features": Rule(text=f"a list of TRF feature template groups ({', '.join(TEMPLATE_GROUPS)}); empty: the "
                               "default ones", check=lambda v: all(g in TEMPLATE_GROUPS for g in v)),
         "feature_cutoffs": Rule(choices=FEATURE_CUTOFFS), "feature_boundaries": Rule(choices=FEATURE_BOUNDARIES),
+        "trf_init": Rule(choices=("zero", "kn")),
         "chains": COUNT, "chain_groups": COUNT, "workers": COUNT,
         "trials": COUNT, "noise_order": COUNT, "noise_hidden": COUNT, "logz_samples": Rule(low=2),
         "feature_scaling": Rule(), "step_clip": POS, "zeta_tc": NONNEG, "zeta_beta": Rule(low=0, high=1),
@@ -258,15 +261,14 @@ class LanguageTask(Task[LanguageSettings]):
             raise ConfigError(f"language.earm_start: E-ARM is switched on after {s.earm_start} steps but the run stops "
                               f"at train.steps={cfg.train.steps}, so it would never start; expected language.earm_start "
                               f"below train.steps (or objective.kind='ml')")
+        if s.trf_init == "kn" and (obj != "ml" or (s.features and "w" not in s.features)):
+            raise ConfigError(f"language.trf_init: 'kn' starts AugSA ('ml') at a backoff LM's word n-gram weights; got "
+                              f"objective.kind={obj!r}, features {s.features}: use 'ml' and 'w', or trf_init='zero'")
         if s.workers > s.chain_groups:  # each process steps whole blocks of chains
             raise ConfigError(f"language.workers: expected at most language.chain_groups={s.chain_groups} processes; "
                               f"got {s.workers} (raise chain_groups, which changes the chains' random streams)")
         check_discounts(cfg)
         refuse_unread("language", s, reads(cfg), f"model.kind={kind!r} with objective.kind={obj!r}", readers)
-
-    def reads(self, cfg: Config) -> set[str]:
-        """The ``[language]`` keys a run of ``cfg`` reads (:func:`ebms.cli._language_keys.reads`)."""
-        return reads(cfg)
 
     def fitted(self, cfg: Config) -> bool:
         return cfg.model.kind == "kn"
@@ -338,7 +340,11 @@ class LanguageTask(Task[LanguageSettings]):
             make = Hidden2Scalar.cnn if kind == "trf-cnn" else Hidden2Scalar.bilstm
             energy = make(V, s.embedding_dim, s.hidden, layers=s.layers, dropout=s.dropout)
         # add-one over lengths 1..L: a held-out length unseen in training keeps a probability > 0
-        return TRF.from_corpus(energy, data.train, V, max_length=data.max_length, smoothing=1.0)
+        trf = TRF.from_corpus(energy, data.train, V, max_length=data.max_length, smoothing=1.0)
+        if kind == "trf" and s.trf_init == "kn":  # the source's KN-started variant (zeta: 100 draws per length)
+            start_from_ngram(trf, _ngram(data, s.order, s.smoothing, "order", s.discounts),
+                             generator=torch.Generator().manual_seed(cfg.run.seed + NOISE_SEED_OFFSET))
+        return trf
 
     def kernel(self, cfg: Config, data: LanguageData, *, jump: bool = True) -> TransDimensional:
         """The trans-dimensional sampler of the TRF runs (unigram proposals, class proposals with classes)."""
@@ -362,12 +368,7 @@ class LanguageTask(Task[LanguageSettings]):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.run.seed + NOISE_SEED_OFFSET)
             lstm = LSTMLM(V, embedding_dim=s.noise_hidden, hidden_size=s.noise_hidden, num_layers=1)
-        # the noise starts near the training unigram, </s> included (output bias = log frequency): with
-        # a zero bias its first draws would run for about V tokens before they end
-        counts = torch.bincount(data.train.tokens[data.train.mask()], minlength=V).double() + 1.0
-        counts[0] = data.size + 1.0
-        with torch.no_grad():
-            lstm.decoder.bias.copy_((counts / counts.sum()).log())
+        lstm.init_unigram(unigram_probs(data.train, V, end=True))  # a zero bias draws ~V tokens before an end
         return DynamicNCE(lstm, nu=cfg.objective.nu)
 
     def build_optimizer(self, cfg: Config, data: LanguageData) -> Callable[[list[dict[str, Any]]], torch.optim.Optimizer] | None:
@@ -440,13 +441,9 @@ class LanguageTask(Task[LanguageSettings]):
             elif isinstance(model, (LSTMLM, TransformerLM)):
                 limit = min(SAMPLE_LIMIT, model.max_length or SAMPLE_LIMIT)
                 x = model.sample(n, g, max_length=limit, truncate=True)
-            else:
-                sampler = self.kernel(cfg, data)
-                start = data.train[torch.arange(n) % data.size].canonical()
-                state = sampler.init(model, start.pad_to(model.max_length))  # type: ignore[arg-type]
-                for _ in range(cfg.eval.sample_steps if steps is None else steps):
-                    state, _ = sampler.step(model, state, generator=g)
-                x = state.x
+            else:  # the TRF's sampler from training sentences
+                start = data.train[torch.arange(n) % data.size].canonical().pad_to(model.max_length)  # type: ignore[arg-type]
+                x = self.kernel(cfg, data).sample(model, start, cfg.eval.sample_steps if steps is None else steps, generator=g)
         return x.canonical().tokens
 
     def sample_text(self, x: Tensor, data: LanguageData) -> list[str]:

@@ -121,7 +121,7 @@ KEY_ROLES: dict[str, str] = {
         "speech": "n_train max_digits test_speakers channels hidden layers dropout ctc_weight lm_order",
         "language": "level lower sentence_split limit min_count max_vocab max_length order smoothing discounts "
                     "embedding_dim hidden layers heads dropout tie_weights classes features feature_cutoffs "
-                    "feature_boundaries chains trials noise_order noise_hidden feature_scaling step_clip earm_weight earm_start earm_truncate "
+                    "feature_boundaries trf_init chains trials noise_order noise_hidden feature_scaling step_clip earm_weight earm_start earm_truncate "
                     "base_run prefix_length horizon energy negatives mask_rate",
         "generation": "digits n_train error_rate dim hidden layers heads dropout base_run energy negatives "
                       "earm_weight earm_start earm_truncate",

@@ -125,10 +125,11 @@ def length_windows(x: Sequences, seed: int) -> Callable[[int, torch.Generator], 
     return draw
 
 
-def unigram_probs(x: Sequences, vocab_size: int) -> Tensor:
+def unigram_probs(x: Sequences, vocab_size: int, *, end: bool = False) -> Tensor:
     """Token frequencies of ``x``, ``(vocab_size,)`` float64, with every token counted once more
     (add-one) and the boundary id ``0`` at probability 0: the token proposal of the
-    trans-dimensional sampler.
+    trans-dimensional sampler. ``end=True``: the boundary counts as ``</s>``, once per sentence
+    (plus one), the unigram law of an LM that ends sentences (e.g. the start of a DNCE noise LM).
 
     Raises:
         ValueError: a token id at or above ``vocab_size`` (the result would be longer than ``V``).
@@ -138,7 +139,7 @@ def unigram_probs(x: Sequences, vocab_size: int) -> Tensor:
     check_int(vocab_size, "vocab_size", minimum=2)
     x.check_vocabulary(vocab_size, "x")
     counts = torch.bincount(x.tokens[x.mask()], minlength=vocab_size).double() + 1.0
-    counts[0] = 0.0
+    counts[0] = x.batch_size + 1.0 if end else 0.0
     return counts / counts.sum()
 
 

@@ -93,3 +93,18 @@ def test_cut_draws_follow_the_exact_law_of_their_first_tokens():
     assert float(expected.min()) >= 5  # every cell large enough for the chi-square approximation
     stat = float(((observed - expected) ** 2 / expected).sum())
     assert stat < scipy.stats.chi2.ppf(1 - 1e-4, df=expected.numel() - 1), stat
+
+
+def test_init_unigram_makes_a_zero_weight_lstm_the_unigram_law_and_refuses_other_vectors():
+    from ebms.models.lm import LSTMLM
+
+    lm = LSTMLM(5, embedding_dim=4, hidden_size=4, num_layers=1)
+    p = torch.tensor([0.1, 0.2, 0.3, 0.15, 0.25], dtype=torch.float64)
+    lm.init_unigram(p)
+    torch.nn.init.zeros_(lm.decoder.weight)
+    logits, _ = lm(torch.tensor([[0, 3, 1]]))
+    torch.testing.assert_close(logits.double().log_softmax(-1), p.log().expand(1, 3, 5), rtol=0, atol=1e-6)
+    for bad, match in ((p[:4], r"probs: expected positive probabilities \(5,\) summing to 1 .*got \(4,\)$"),
+                       (2 * p, r"got \(5,\) summing to 2$"), (torch.zeros(5), r"got \(5,\)$"), ([0.2] * 5, "got list$")):
+        with pytest.raises(ValueError, match=match):
+            lm.init_unigram(bad)

@@ -83,3 +83,34 @@ def test_ngram_weights_errors_name_the_argument(build, match):
     feats, lm = build(_corpus(5, 600))
     with pytest.raises((TypeError, ValueError), match=match):
         ngram_weights(feats, lm)
+
+
+def test_start_from_ngram_sets_the_lm_weights_and_zeta_near_the_exact_log_z():
+    from ebms.models.trf import TRF, exact_log_z, start_from_ngram
+
+    small = 6  # lengths 1..4 over 5 words: 780 sentences, enumerable
+    g = torch.Generator().manual_seed(4)
+    lengths = torch.randint(1, 5, (300,), generator=g)
+    train = Sequences.from_lists([torch.randint(1, small, (int(m),), generator=g).tolist() for m in lengths])
+    lm = BackoffNGram.fit(train, small, 3, smoothing="witten_bell")  # KN's discounts need rarer n-grams
+    feats = DiscreteFeatures.fit(train, small, feature_templates(("w", "ws"), 3), eos=True)
+    trf = TRF(feats, torch.bincount(train.lengths, minlength=5)[1:].double() + 1.0, small)
+    n = start_from_ngram(trf, lm, draws=4000, generator=torch.Generator().manual_seed(0))
+    want, n_want = ngram_weights(feats, lm)
+    assert n == n_want > 0 and torch.equal(feats.weight.detach(), want)
+    exact = exact_log_z(trf, small, 4)
+    # the started model is the LM within each length and the proposal is the LM given the length: the
+    # importance weights vary little, so 4000 draws land within a few hundredths of the exact log Z_l
+    torch.testing.assert_close(trf.log_z.detach().double(), exact.double(), rtol=0, atol=0.02)
+    assert not torch.allclose(exact.double(), torch.arange(1, 5).double() * torch.tensor(small - 1.0).log())  # moved
+
+
+def test_start_from_ngram_refuses_a_trf_without_discrete_features():
+    from ebms.models.trf import TRF, start_from_ngram
+
+    trf = TRF(torch.nn.Identity(), torch.ones(3), 5)
+    with pytest.raises(TypeError, match=r"^trf: expected an ebms.models.trf.TRF over DiscreteFeatures; got TRF over "
+                                        r"Identity$"):
+        start_from_ngram(trf, BackoffNGram.fit(Sequences.from_lists([[1, 2]]), 5, 2, smoothing="witten_bell"))
+    with pytest.raises(TypeError, match=r"^trf: expected .* got Linear$"):
+        start_from_ngram(torch.nn.Linear(2, 2), BackoffNGram.fit(Sequences.from_lists([[1, 2]]), 5, 2, smoothing="witten_bell"))

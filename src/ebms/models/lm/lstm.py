@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
@@ -96,6 +97,24 @@ class LSTMLM(AutoregressiveLM):
             self.decoder.weight = self.embedding.weight
         else:
             nn.init.uniform_(self.decoder.weight, -0.1, 0.1)
+
+    def init_unigram(self, probs: Tensor) -> None:
+        r"""Set the output bias to a unigram law, :math:`b_w = \log p_w` (the law the model has while the
+        decoder weights are 0; DNCE's usual start for its noise LM: with a zero bias the first draws run
+        for about ``V`` tokens before they end).
+
+        Args:
+            probs: ``(V,)`` positive probabilities summing to 1, entry 0 that of ``</s>`` (e.g.
+                :func:`ebms.data.text.unigram_probs` with ``end=True``).
+        """
+        ok = isinstance(probs, Tensor) and probs.shape == (self.vocab_size,) and bool((probs > 0).all())
+        if not ok or abs(float(probs.double().sum()) - 1.0) > 1e-6:
+            got = tuple(probs.shape) if isinstance(probs, Tensor) else type(probs).__name__
+            raise ValueError(f"probs: expected positive probabilities ({self.vocab_size},) summing to 1 (add-one "
+                             f"counts for unseen words, normalised); got {got}"
+                             + (f" summing to {float(probs.double().sum()):.6g}" if ok else ""))
+        with torch.no_grad():
+            self.decoder.bias.copy_(probs.log())
 
     def _output(self, h: Tensor) -> Tensor:
         h = self.drop(h)
