@@ -1,4 +1,4 @@
-"""Per-length log normalisers log Z_l of the PTB discrete TRF: importance sampling vs AIS, and the cost.
+"""Per-length log normalisers log Z_l of a PTB TRF (discrete or neural): importance sampling vs AIS, and the cost.
 
 Workload:
     model       a TRF saved by ``repro_trf_ptb`` (``--model PATH``: ``torch.save({"trf", "classes",
@@ -10,7 +10,8 @@ Workload:
                 untrained: 200 exchange classes, features w/c/ws/cs/wsh/csh at order 4 read over ``<s> x </s>``
                 (5.9M), word n-gram weights set from KN4 (``ebms.models.trf.ngram_weights``). There ``-E(x)``
                 is KN4's log-probability up to a constant, so importance sampling from KN4 is already good:
-                AIS must agree with it within the errors (a correctness check).
+                AIS must agree with it within the errors (a correctness check). Or a neural TRF
+                (``--neural DIR``: below).
     lengths     the test lengths (PTB test set, 60 lengths 1..77), or ``--lengths``.
     proposal    ``q(x | l) = prod_t p_KN(x_t | h_t) / (1 - p_KN(</s> | h_t))`` (``LengthConditionalLM`` of
                 the KN n-gram of the model's order, fitted on the training sentences).
@@ -60,10 +61,36 @@ fits, fit in what is left; a later K is marked "not run (budget)"; a K is also s
 groups when the next group would pass the budget. A full run (not ``--quick``, not ``--no-save``)
 writes the record ``benchmarks/records/trf_ais_convergence.json``.
 
+Neural TRF (``--neural DIR [--neural-kind dnce|nce]``, default dnce; not with ``--model`` / ``--run``): the TRF
+with a ``Hidden2Scalar.bilstm`` energy and the LSTM LM that ``benchmarks/neural_trf_lstm.py --save DIR`` wrote
+(``lstm.pt``, ``dnce.pt`` / ``nce.pt``, loaded by that module's ``load_ptb`` and ``load_models``), on the
+whole PTB test set (3,761 sentences, the same 60 lengths). Proposal: ``LengthConditionalLM(lstm)``, the saved
+LSTM given the length (far closer to the TRF than an n-gram), scored by :class:`TrimmedLM` (each distinct
+sentence once, up to its own length; float32 log-sum-exp); kernel: the unigram one, without classes (``--kernel
+class`` is refused); ``--group`` default 5. A BiLSTM offers no local ``token_logits``, so the library scores a
+position-move's candidates as whole sentences (``variant_scores``): the trial and the current sentence under
+the BiLSTM, the trial under the LSTM (the current one comes from :class:`TrimmedLM`'s memo), so a sweep of a
+chain of length l costs O(l^2) token evaluations, not O(l). Cost unit ("token-evals"): LSTM token evaluations
+plus ``rho`` x BiLSTM ones (``rho``: the measured ratio of their token rates), per AIS run of ``n`` chains per
+length ``n (2 sum l + (K - 1) sum l^2) + rho n (sum l + (K - 1)(2 sum l + 2 sum l^2))`` (1 sweep, 1 trial;
+a reverse run adds ``rho n (sum l + 2 burn sum l^2)``); the probe times the BiLSTM and the LSTM on 64
+sentences at the middle length, then runs 4 temperatures there. Measured on one core of this (shared, 2-core)
+machine, PTB test lengths (sum l^2 = 77,674), 10 chains, 5 reverse, burn 20: BiLSTM (256, one layer) ~1,300
+sentences/s at length 31 (~40,000 tokens/s), LSTM (2 x 256, V = 10,000) ~290 sentences/s (~9,000 tokens/s),
+AIS ~7,500-8,300 token-evals/s; forward + reverse: K = 10 ~0.6 h, K = 30 ~1.8 h, K = 100 ~5.7 h, K = 300
+~17 h, K = 1,000 ~57 h (the plan printed before running says it for the run's own settings). Beside the
+table: the TRF's training zeta (a perplexity for NCE; for DNCE NOT one: its zeta settles at log Z_l +
+log pi_l - log pi_int,l, see ``neural_trf_lstm.py``), the perplexity with the IS log Z_l saved with the model,
+and the LSTM's exact perplexity on the same sentences (recomputed) and as saved; no KN5 or published rows
+(those are the discrete TRF's). Records: ``trf_ais_convergence_neural_<kind>`` (``--temps-list``) and
+``trf_logz_ais_neural_<kind>`` (IS vs AIS), each with the folder's ``_cf<C>`` when its name has one.
+
 ``--quick``: the first 2,000 training / 200 test sentences (vocabulary of the subset), 20 classes,
 order 3, every 4th test length, 20 IS draws, 4 chains, 4 temperatures, 2 reverse chains (well under
-a minute); with ``--run``, the run's data and every 4th test length. Run: ``python
-benchmarks/trf_logz_ais.py [--quick] [--model PATH | --run DIR] [--temps-list K1,K2,...]
+a minute); with ``--run``, the run's data and every 4th test length; with ``--neural``, the first 300 test
+sentences of at most 16 words and every 4th of their lengths (2, 6, 10, 14; ``--quick --neural DIR
+--temps-list 3,6 --chains 3 --reverse 2``: ~15 s). Run: ``python benchmarks/trf_logz_ais.py [--quick]
+[--model PATH | --run DIR | --neural DIR [--neural-kind dnce|nce]] [--temps-list K1,K2,...]
 [--kernel unigram|class] [--chains C] [--temps K] [--sweeps S] [--reverse N] [--budget SECONDS]``.
 """
 
@@ -72,6 +99,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -82,8 +110,10 @@ import torch
 from _record import RECORDS_DIR, Recorder
 from repro_trf_ptb import kn_started_trf, ptb_data, unigram_counts
 
+from ebms.data import sentence_batches
 from ebms.distributions import BackoffNGram
 from ebms.estimators import (
+    Estimate,
     LengthConditionalLM,
     LengthLogZ,
     ais_log_z_per_length,
@@ -92,6 +122,7 @@ from ebms.estimators import (
     sigmoid_betas,
 )
 from ebms.metrics import trf_perplexity
+from ebms.models.lm import perplexity as lm_perplexity
 from ebms.models.trf import TRF
 from ebms.samplers.trans_dimensional import TransDimensional
 from ebms.sequences import Sequences
@@ -99,6 +130,9 @@ from ebms.sequences import Sequences
 BENCH = "trf_logz_ais"
 CONVERGENCE = "trf_ais_convergence"
 PROBE_TEMPS = 10  # temperatures of the rate probe
+NEURAL_PROBE_TEMPS = 4  # neural TRF: temperatures of the rate probe (at one length)
+NEURAL_GROUP = 5  # neural TRF: default lengths per AIS call
+NEURAL_QUICK = (300, 16)  # neural --quick: the first 300 test sentences, those of at most 16 words
 Z95 = 1.96
 SOURCE_TABLE = ("wbengine/SPMILM egs/ptb_wsj0/models_ppl.txt (commit 02061cd2190a7dcb3b535d0d77cec62520143b58), "
                 "column PPL-test")
@@ -117,6 +151,10 @@ PUBLISHED = {
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="a TRF saved by repro_trf_ptb (default: the KN-initialised TRF)")
     p.add_argument("--run", type=Path, default=None, help="an `ebms train` TRF run folder (read only)")
+    p.add_argument("--neural", type=Path, default=None, help="a `neural_trf_lstm.py --save` folder: its neural "
+                                                              "TRF, with its LSTM as the AIS proposal (read only)")
+    p.add_argument("--neural-kind", choices=("dnce", "nce"), default=None, help="with --neural: the TRF to load "
+                                                                                 "(default dnce)")
     p.add_argument("--lengths", default=None, help="comma-separated lengths (default: every test length)")
     p.add_argument("--temps-list", default=None, help="convergence table: AIS temperatures K1,K2,... (increasing)")
     p.add_argument("--is-draws", type=int, default=None, help="IS draws per length (default 100; quick 20)")
@@ -128,7 +166,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trials", type=int, default=1, help="multiple-try proposals per move (TransDimensional trials)")
     p.add_argument("--reverse", type=int, default=None, help="reverse AIS chains per length (default 5; quick 2; 0: none)")
     p.add_argument("--burn", type=int, default=20, help="kernel sweeps at beta = 1 before reverse AIS")
-    p.add_argument("--group", type=int, default=15, help="lengths per AIS call (0: all in one)")
+    p.add_argument("--group", type=int, default=None, help=f"lengths per AIS call (0: all in one; default 15, "
+                                                           f"{NEURAL_GROUP} with --neural)")
     p.add_argument("--budget", type=float, default=None, help="seconds: AIS seconds (later groups skipped); with "
                                                               "--temps-list the whole run's (later K not run)")
     p.add_argument("--seed", type=int, default=0)
@@ -192,6 +231,178 @@ def proposal_ngram(train: Sequences, V: int, order: int) -> BackoffNGram:
         return BackoffNGram.fit(train, V, order, discounts=[(0.5, 1.0, 1.5)] * order)
 
 
+class TrimmedLM(LengthConditionalLM):
+    """:class:`~ebms.estimators.LengthConditionalLM` of an LSTM whose ``log_prob`` scores each distinct sentence
+    once (a memo of the values it gave), up to its own length, in chunks of ``chunk_tokens`` tokens, with a
+    float32 log-sum-exp over the words; ``sample`` is the library's.
+
+    Why: the kernel holds every chain padded to the TRF's ``L`` (92 on PTB) and hands the proposal, at each
+    position-move, the trial sentence and the current one (and, past a chain's length, the current one twice);
+    the library's ``log_prob`` runs the LSTM over all of them and the padding and takes a float64
+    ``log_softmax`` of ``(B, T, V)``. The memo finds the current sentences (scored at the previous move), so
+    each move costs about one LSTM pass over one sentence; trimming saves the padding (2-10x at PTB lengths);
+    chunks of 512 tokens keep the ``(rows, T, V)`` logits in cache (~20 MB; 15-25 % faster than 4,096); the
+    float32 log-sum-exp is 1.6x faster at V = 10,000 and agrees with the library's to ~1e-5 nats per sentence
+    (float32 rounding, tested). The LM must stay fixed while the object is used (the memo is cleared when it
+    holds ``memo`` sentences).
+    """
+
+    def __init__(self, lm: Any, *, chunk_tokens: int = 512, memo: int = 1 << 18) -> None:
+        super().__init__(lm)
+        self.chunk_tokens, self.memo = chunk_tokens, memo
+        self._seen: dict[bytes, float] = {}
+        self.scored = 0  # sentences the LSTM scored (memo misses)
+
+    def log_prob(self, x: Sequences) -> torch.Tensor:
+        if self.ngram or not isinstance(x, Sequences) or x.batch_size == 0 or int(x.lengths.max()) == 0:
+            return super().log_prob(x)
+        T = int(x.lengths.max())
+        x = Sequences(x.tokens[:, :T], x.lengths, validate=False)
+        real = x.mask()
+        if bool((real & ((x.tokens == self.boundary) | (x.tokens < 0) | (x.tokens >= self.vocab_size))).any()):
+            return super().log_prob(x)  # the library's message
+        arr, lengths = x.tokens.cpu().numpy(), x.lengths.tolist()
+        keys = [arr[i, :n].tobytes() for i, n in enumerate(lengths)]
+        if len(self._seen) > self.memo:
+            self._seen.clear()
+        todo: dict[bytes, int] = {}
+        for i, k in enumerate(keys):
+            if k not in self._seen:
+                todo.setdefault(k, i)
+        rows = sorted(todo.values(), key=lambda i: -lengths[i])
+        values = self._score(x, rows)
+        self._seen.update(zip((keys[i] for i in rows), values))
+        self.scored += len(rows)
+        return torch.tensor([self._seen[k] for k in keys], dtype=torch.float64, device=x.device)
+
+    def _score(self, x: Sequences, rows: list[int]) -> list[float]:
+        """:math:`\\log q` of the sentences ``rows`` of ``x`` (longest first), in chunks trimmed to their longest."""
+        dev, out, i = self._device(), [], 0
+        while i < len(rows):
+            T = int(x.lengths[rows[i]])
+            n = max(1, self.chunk_tokens // T)
+            sel = torch.tensor(rows[i:i + n], device=x.device)
+            real = (torch.arange(T, device=x.device) < x.lengths[sel, None]).to(dev)
+            t = x.tokens[sel, :T].to(dev) * real
+            start = torch.full((t.shape[0], 1), self.boundary, dtype=torch.long, device=dev)
+            with torch.no_grad():
+                logits = self.lm(torch.cat([start, t[:, :-1]], 1), None)[0].float()
+            logits[..., self.boundary] = -math.inf
+            lp = logits.gather(-1, t.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
+            out += torch.where(real, lp, 0.0).double().sum(1).tolist()
+            i += n
+        return out
+
+    def __repr__(self) -> str:
+        return f"TrimmedLM({type(self.lm).__name__}, vocab_size={self.vocab_size})"
+
+
+def neural_suffix(folder: Path) -> str:
+    """``_cf<C>`` when the folder's name carries it (``neural_trf_lstm.py --noise-classes C``), else ``""``."""
+    m = re.search(r"_cf(\d+)(?!\d)", Path(folder).resolve().name)
+    return "" if m is None else f"_cf{m.group(1)}"
+
+
+def check_neural_folder(folder: Path, kind: str) -> None:
+    """One line naming the folder and the command that writes it when ``lstm.pt`` or ``<kind>.pt`` is missing."""
+    missing = [f for f in ("lstm.pt", f"{kind}.pt") if not (Path(folder) / f).is_file()]
+    if missing:
+        raise SystemExit(f"--neural: {folder}: no {' or '.join(missing)} (written by `python "
+                         f"benchmarks/neural_trf_lstm.py --save {folder}`)")
+
+
+def build_neural(folder: Path, kind: str, quick: bool) -> dict[str, Any]:
+    """The neural TRF ``kind`` and the LSTM of a ``neural_trf_lstm.py --save`` folder (that module's loaders),
+    PTB as it encodes it, and the LSTM proposal (reads only)."""
+    import neural_trf_lstm as NT
+
+    check_neural_folder(folder, kind)
+    data = NT.load_ptb()
+    try:
+        found = NT.load_models(Path(folder), data)
+    except ValueError as e:
+        raise SystemExit(f"--neural: {e}") from None
+    trf, saved_log_z, rec = found[kind]
+    lstm_rec = torch.load(Path(folder) / "lstm.pt", weights_only=False).get("record", {})
+    test = data.test
+    if quick:
+        n, longest = NEURAL_QUICK
+        test = test[torch.arange(min(n, test.batch_size))]
+        test = test[(test.lengths <= longest).nonzero().squeeze(1)]
+    test = Sequences(test.tokens[:, : int(test.lengths.max())], test.lengths)
+    V = len(data.vocab)
+    return {"trf": trf, "classes": None, "vocab_size": V, "order": None, "unigram": unigram_counts(data.train, V),
+            "steps": rec["steps"], "train": data.train, "test": test, "proposal": TrimmedLM(found["lstm"]),
+            "neural": {"kind": kind, "dir": str(folder), "suffix": neural_suffix(folder), "lstm": found["lstm"],
+                       "lstm_record": {k: lstm_rec.get(k) for k in ("steps", "test_perplexity", "tokens")},
+                       "record": rec, "saved_log_z": saved_log_z}}
+
+
+def saved_is(d: dict[str, Any]) -> LengthLogZ:
+    """The IS log Z_l that ``neural_trf_lstm`` saved with the TRF, with its stderrs when they are finite."""
+    nd = d["neural"]
+    values = nd["saved_log_z"].double()
+    se = nd["record"].get("logz_stderr")
+    if se is None or len(se) != values.shape[0] or not all(v is not None and math.isfinite(v) for v in se):
+        return LengthLogZ.exact(values)
+    return LengthLogZ(tuple(range(1, values.shape[0] + 1)),
+                      tuple(Estimate(float(v), stderr=float(e), settings={"method": "importance", "length": n + 1})
+                            for n, (v, e) in enumerate(zip(values.tolist(), se))), "importance")
+
+
+def neural_speed(d: dict[str, Any], length: int, n: int = 64) -> dict[str, float]:
+    """Sentences per second of the BiLSTM energy and of the LSTM proposal's ``log_prob`` on ``n`` proposal draws
+    of ``length`` padded to ``L`` (as the kernel holds them; best of 2 calls each), and ``rho``, the LSTM's token
+    rate over the BiLSTM's (the weight of an energy token in the cost unit). The proposal is timed without its
+    memo (a fresh :class:`TrimmedLM` per call)."""
+    g, prop = torch.Generator().manual_seed(12345), d["proposal"]
+    x = prop.sample(n, g, lengths=length).pad_to(d["trf"].max_length)
+    seconds = {}
+    for name in ("energy", "proposal"):
+        times = []
+        for _ in range(2):
+            fn = d["trf"].energy if name == "energy" else TrimmedLM(prop.lm, chunk_tokens=prop.chunk_tokens).log_prob
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                fn(x)
+            times.append(time.perf_counter() - t0)
+        seconds[name] = min(times)
+    return {"length": length, "batch": n, **{f"{k}_sentences_per_s": n / v for k, v in seconds.items()},
+            **{f"{k}_tokens_per_s": n * length / v for k, v in seconds.items()},
+            "rho": seconds["energy"] / seconds["proposal"]}
+
+
+def neural_work(n: int, lengths: list[int], temps: int, sweeps: int, trials: int, rho: float,
+                burn: int = 0) -> float:
+    """AIS cost on a neural TRF with the :class:`TrimmedLM` proposal, ``n`` chains per length (module
+    docstring): LSTM token evaluations (one trial sentence per position-move, the rest found in its memo)
+    plus ``rho`` times BiLSTM token evaluations (the trial and the current sentence per move); ``burn`` adds
+    a reverse start's sweeps at beta = 1 (BiLSTM only)."""
+    s1, s2 = sum(lengths), sum(v * v for v in lengths)
+    lm = n * (2 * s1 + (temps - 1) * trials * sweeps * s2)
+    energy = n * (s1 + (temps - 1) * (2 * s1 + (trials + 1) * sweeps * s2))
+    if burn:
+        energy += n * (s1 + burn * sweeps * (trials + 1) * s2)
+    return lm + rho * energy
+
+
+def work(d: dict[str, Any], args: argparse.Namespace, n: int, groups: list[list[int]], temps: int, *,
+         burn: int = 0) -> float:
+    """Cost of AIS with ``n`` chains per length over ``groups`` at ``temps``: position-moves (discrete TRF) or
+    :func:`neural_work` units; ``burn`` > 0 for a reverse run (its start's sweeps included)."""
+    lengths = [v for g in groups for v in g]
+    if "neural" in d:
+        return neural_work(n, lengths, temps, args.sweeps, args.trials, d["neural"]["rho"], burn)
+    return reverse_moves(n, lengths, temps, args.sweeps, burn) if burn else forward_moves(n, lengths, temps,
+                                                                                          args.sweeps)
+
+
+def batches(x: Sequences) -> list[Sequences]:
+    """``x`` in length-sorted batches of 256 sentences (a BiLSTM over a whole test set at once would hold its
+    ``(B, T, 2H)`` states)."""
+    return sentence_batches(x, 256, shuffle=False)
+
+
 def model_samples(trf: TRF, kernel: TransDimensional, test: Sequences, lengths: list[int], n: int, burn: int,
                   g: torch.Generator) -> Sequences:
     """``n`` test sentences per length (cycled), then ``burn`` kernel steps under the model at fixed length."""
@@ -209,10 +420,12 @@ def model_samples(trf: TRF, kernel: TransDimensional, test: Sequences, lengths: 
 
 def ppl(trf: TRF, test: Sequences, log_z: Any) -> float:
     with torch.no_grad():
-        return trf_perplexity(trf, test, log_z=log_z).reestimated.perplexity
+        return trf_perplexity(trf, batches(test), log_z=log_z).reestimated.perplexity
 
 
 def make_kernel(args: argparse.Namespace, d: dict[str, Any]) -> TransDimensional:
+    if args.kernel == "class" and "neural" in d:
+        raise SystemExit("--kernel class: a neural TRF has no word classes; use --kernel unigram")
     if args.kernel == "class" and d["classes"] is None:
         raise SystemExit("--kernel class: the model has no word classes (language.classes = 0); use --kernel unigram")
     return TransDimensional(token_probs=d["unigram"] / d["unigram"].sum(), jump=False, sweeps=args.sweeps,
@@ -238,11 +451,14 @@ def chosen_lengths(args: argparse.Namespace, test: Sequences, max_length: int) -
 def main() -> None:
     t_start = time.perf_counter()
     args = C.parse_args(__doc__.splitlines()[0], add_args)
-    if args.model is not None and args.run is not None:
-        raise SystemExit("--model, --run: expected one model; got both")
+    check_sources(args)
     ks = None if args.temps_list is None else parse_temps(args.temps_list)
     counts = None if ks is None else convergence_counts(args)
-    d = build_run(args.run) if args.run is not None else build(args.quick, args.model)
+    if args.neural is not None:
+        d = build_neural(args.neural, args.neural_kind, args.quick)
+    else:
+        d = build_run(args.run) if args.run is not None else build(args.quick, args.model)
+        d["proposal"] = LengthConditionalLM(d["kn"])
     d["build_s"] = time.perf_counter() - t_start
     d["trf"].eval()
     if ks is None:
@@ -250,6 +466,19 @@ def main() -> None:
     else:
         assert counts is not None
         converge(args, d, ks, counts, t_start)
+
+
+def check_sources(args: argparse.Namespace) -> None:
+    """At most one of ``--model``, ``--run``, ``--neural`` (one line naming them); ``--neural-kind`` only with
+    ``--neural`` (default dnce); ``--group`` defaults to 15, or :data:`NEURAL_GROUP` with ``--neural``."""
+    given = [f for f, v in (("--model", args.model), ("--run", args.run), ("--neural", args.neural)) if v is not None]
+    if len(given) > 1:
+        raise SystemExit(f"{', '.join(given)}: expected one model; got {'both' if len(given) == 2 else 'all three'}")
+    if args.neural is None and args.neural_kind is not None:
+        raise SystemExit(f"--neural-kind: expected it with --neural DIR; got --neural-kind {args.neural_kind} alone")
+    args.neural_kind = args.neural_kind or "dnce"
+    if args.group is None:
+        args.group = 15 if args.neural is None else NEURAL_GROUP
 
 
 def convergence_counts(args: argparse.Namespace) -> tuple[int, int]:
@@ -275,9 +504,9 @@ def compare(args: argparse.Namespace, d: dict[str, Any]) -> None:
     trf, test, V = d["trf"], d["test"], d["vocab_size"]
     build_s = d["build_s"]
     lengths = chosen_lengths(args, test, trf.max_length)
-    proposal = LengthConditionalLM(d["kn"])
-    C.note(f"[{BENCH}] V = {V}, {trf.field.num_features} features, trained steps {d['steps']}, "
-           f"{len(lengths)} lengths; built in {build_s:.0f} s")
+    proposal = d["proposal"]
+    C.note(f"[{BENCH}] V = {V}, {model_words(d)}, trained steps {d['steps']}, {len(lengths)} lengths; proposal "
+           f"{proposal!r}; built in {build_s:.0f} s")
 
     t0 = time.perf_counter()
     with torch.no_grad():
@@ -326,6 +555,7 @@ def compare(args: argparse.Namespace, d: dict[str, Any]) -> None:
                          "reverse_stderr": st.get("reverse_stderr"), "reverse_ess": st.get("reverse_ess"),
                          "lower": a.lower, "upper": a.upper, "crossed": st.get("crossed")}
     what = (f"TRF of {args.run} (checkpoint step {d['steps']})" if args.run is not None else
+            model_words(d) if "neural" in d else
             f"{'trained (' + str(d['steps']) + ' steps)' if d['steps'] else 'KN-initialised'} PTB TRF"
             f"{' (quick subset)' if q else ''}")
     print(f"log Z_l of the {what}: IS {is_draws}/length vs forward AIS {chains} "
@@ -339,6 +569,8 @@ def compare(args: argparse.Namespace, d: dict[str, Any]) -> None:
     if done:
         est_ais = LengthLogZ(tuple(done), tuple(fwd[n] for n in done), "ais")
         figures = {"sentences": sub.batch_size, "is": ppl(trf, sub, est_is), "ais": ppl(trf, sub, est_ais)}
+        if "neural" in d:
+            figures["lstm_exact"] = lstm_ppl(d, sub)
         if args.reverse and all(fwd[n].lower is not None for n in done):
             figures.update(bracket_perplexity(trf, sub, fwd, done))
     brackets = [r[-1] for r in rows if r[-1] is not None]
@@ -346,6 +578,7 @@ def compare(args: argparse.Namespace, d: dict[str, Any]) -> None:
     print(C.format_table(["figure", "value"], [
         ["test sentences at the AIS lengths", figures.get("sentences")],
         ["perplexity, IS log Z_l", figures.get("is")], ["perplexity, forward AIS log Z_l", figures.get("ais")],
+        *([["LSTM (the proposal), exact perplexity", figures.get("lstm_exact")]] if "neural" in d else []),
         ["perplexity at the bracket's lower / upper log Z_l",
          f"{figures['bracket_lower']:.2f} / {figures['bracket_upper']:.2f}" if "bracket_upper" in figures else None],
         ["median / max bracket width (nats)", None if not brackets else
@@ -369,12 +602,16 @@ def compare(args: argparse.Namespace, d: dict[str, Any]) -> None:
                [round(figures["bracket_lower"], 3), round(figures["bracket_upper"], 3)],
                "max_abs_z_ais_vs_is": None if not rows else round(max(abs(r[8]) for r in rows), 2),
                "is_s": round(is_s, 1), "ais_s": round(ais_s, 1), "ais_s_per_length": round(ais_s / max(len(done), 1), 2)}
+    if "neural" in d:
+        summary.update(neural=d["neural"]["kind"], ppl_lstm_exact=None if not done else round(figures["lstm_exact"], 3))
     record = {"bench": BENCH, "quick": q, "machine": info, "summary": summary,
-              "settings": {**vars(args), "run": None if args.run is None else str(args.run), "is_draws": is_draws,
+              "settings": {**vars(args), "run": None if args.run is None else str(args.run),
+                           "neural": None if args.neural is None else str(args.neural), "is_draws": is_draws,
                            "chains": chains, "temps": temps},
               "per_length": per_length, "perplexity": figures, "groups": group_s, "build_s": build_s,
               "run": d.get("run")}
-    name = BENCH + ("_run" if args.run is not None else "_trained" if d["steps"] else "")
+    name = BENCH + (neural_name(d) if "neural" in d else "_run" if args.run is not None else
+                    "_trained" if d["steps"] else "")
     path = C.save_results(("quick/" if q else "") + name, record, enabled=not args.no_save)
     if path is not None:
         C.note(f"[{BENCH}] wrote {path}")
@@ -382,11 +619,29 @@ def compare(args: argparse.Namespace, d: dict[str, Any]) -> None:
 
     commit_record(recorder, args, record, name=name, notes=(
         "log Z_l of a TRF on PTB by importance sampling and by forward AIS (and reverse AIS, a bracket) from the "
-        "same KN4 length-conditional proposal, per length with stderr and ESS, and the test perplexity each "
-        "gives. Forward estimates are lower bounds in expectation; a reverse run started from test sentences is "
+        "same length-conditional proposal (the KN n-gram of the model's order; for a neural TRF the saved LSTM), "
+        "per length with stderr and ESS, and the test perplexity each gives. Forward estimates are lower bounds in expectation; a reverse run started from test sentences is "
         "an upper bound only when those are draws of the model. Seconds are wall-clock on the machine named "
         "here."))
     C.emit_final_line(summary)
+
+
+def model_words(d: dict[str, Any]) -> str:
+    """The model in a few words: its features, or the neural TRF's kind and folder."""
+    if "neural" in d:
+        nd = d["neural"]
+        return f"neural TRF ({nd['kind'].upper()}, BiLSTM energy, {d['steps']} steps) of {nd['dir']}"
+    return f"{d['trf'].field.num_features} features"
+
+
+def neural_name(d: dict[str, Any]) -> str:
+    """``_neural_<kind>`` plus the folder's ``_cf<C>``: the suffix of a neural TRF's record names."""
+    return f"_neural_{d['neural']['kind']}{d['neural']['suffix']}"
+
+
+def lstm_ppl(d: dict[str, Any], sub: Sequences) -> float:
+    """The saved LSTM's exact perplexity on ``sub`` (``</s>`` counted, as ``trf_perplexity`` counts it)."""
+    return lm_perplexity(d["neural"]["lstm"], batches(sub)).perplexity
 
 
 def bracket_perplexity(trf: TRF, sub: Sequences, ests: dict[int, Any], done: list[int]) -> dict[str, float]:
@@ -476,8 +731,8 @@ def run_temps(d: dict[str, Any], kernel: TransDimensional, proposal: Any, groups
     moves, status = 0, "run"
     t0, c0 = time.perf_counter(), time.process_time()
     for grp in groups:
-        m = forward_moves(chains, grp, temps, args.sweeps) + (
-            reverse_moves(reverse, grp, temps, args.sweeps, args.burn) if reverse else 0)
+        m = round(work(d, args, chains, [grp], temps) + (work(d, args, reverse, [grp], temps, burn=args.burn)
+                                                          if reverse else 0))
         if deadline is not None and time.perf_counter() + m / rate > deadline:
             status = f"stopped before lengths {grp[0]}..: budget"
             break
@@ -496,36 +751,54 @@ def converge(args: argparse.Namespace, d: dict[str, Any], ks: list[int], counts:
     """The convergence table over ``ks`` temperatures, the reverse bracket and the rows beside (module docstring)."""
     q, trf, test = args.quick, d["trf"], d["test"]
     chains, reverse = counts
-    recorder = Recorder(CONVERGENCE, seeds=[args.seed])
+    neural = d.get("neural")
+    name = CONVERGENCE + ("" if neural is None else neural_name(d))
+    recorder = Recorder(name, seeds=[args.seed])
     info = C.machine_info()
     lengths = chosen_lengths(args, test, trf.max_length)
     sub = test[torch.isin(test.lengths, torch.tensor(lengths)).nonzero().squeeze(1)]
-    proposal, kernel = LengthConditionalLM(d["kn"]), make_kernel(args, d)
+    proposal, kernel = d["proposal"], make_kernel(args, d)
     per_group = args.group or len(lengths)
     groups = [lengths[i:i + per_group] for i in range(0, len(lengths), per_group)]
     with torch.no_grad():
-        training = trf_perplexity(trf, sub).training
+        training = trf_perplexity(trf, batches(sub)).training
     deadline = None if args.budget is None else t_start + args.budget
 
-    probe_lengths = lengths[:: max(1, len(lengths) // 6)][:6]
-    probe = run_temps(d, kernel, proposal, [probe_lengths], chains, PROBE_TEMPS, args, reverse=0, deadline=None,
+    unit = "position-moves" if neural is None else "token-evals"
+    speed: dict[str, float] = {}
+    if neural is None:
+        probe_lengths, probe_temps = lengths[:: max(1, len(lengths) // 6)][:6], PROBE_TEMPS
+    else:
+        probe_lengths, probe_temps = [lengths[len(lengths) // 2]], NEURAL_PROBE_TEMPS
+        speed = neural_speed(d, probe_lengths[0])
+        neural["rho"] = speed["rho"]
+    probe = run_temps(d, kernel, proposal, [probe_lengths], chains, probe_temps, args, reverse=0, deadline=None,
                       rate=1.0)
     rate = probe["moves"] / probe["seconds"]
-    probe_fig = {"lengths": probe_lengths, "temps": PROBE_TEMPS, "moves": probe["moves"],
-                 "seconds": probe["seconds"], "moves_per_s": rate, "moves_per_cpu_s": probe["moves"] / probe["cpu_s"]}
-    plan = [{"K": k, "forward_moves": forward_moves(chains, lengths, k, args.sweeps),
-             "reverse_moves": reverse_moves(reverse, lengths, k, args.sweeps, args.burn) if reverse else 0}
+    probe_fig = {"lengths": probe_lengths, "temps": probe_temps, "unit": unit, "moves": probe["moves"],
+                 "seconds": probe["seconds"], "moves_per_s": rate, "moves_per_cpu_s": probe["moves"] / probe["cpu_s"],
+                 **speed}
+    plan = [{"K": k, "forward_moves": round(work(d, args, chains, groups, k)),
+             "reverse_moves": round(work(d, args, reverse, groups, k, burn=args.burn)) if reverse else 0}
             for k in ks]
-    C.note(f"[{CONVERGENCE}] {len(lengths)} lengths (sum {sum(lengths)}), {sub.batch_size} test sentences, "
-           f"{chains} chains, {args.kernel} kernel; probe: {rate:.0f} position-moves/s wall "
-           f"({probe_fig['moves_per_cpu_s']:.0f} per CPU-s) at {len(probe_lengths)} lengths, K = {PROBE_TEMPS}")
-    print(f"cost plan at {rate:.0f} position-moves/s (probe; conservative at large K), loaded in {d['build_s']:.0f} s"
+    C.note(f"[{name}] {len(lengths)} lengths (sum {sum(lengths)}), {sub.batch_size} test sentences, "
+           f"{chains} chains, {args.kernel} kernel; probe: {rate:.0f} {unit}/s wall "
+           f"({probe_fig['moves_per_cpu_s']:.0f} per CPU-s) at {len(probe_lengths)} length(s), K = {probe_temps}")
+    if neural is not None:
+        C.note(f"[{name}] at length {speed['length']} ({speed['batch']} sentences padded to L = {trf.max_length}): "
+               f"BiLSTM energy {speed['energy_sentences_per_s']:.0f} sentences/s "
+               f"({speed['energy_tokens_per_s']:.0f} tokens/s), LSTM proposal log q "
+               f"{speed['proposal_sentences_per_s']:.0f} sentences/s ({speed['proposal_tokens_per_s']:.0f} tokens/s);"
+               f" {unit}: LSTM tokens + {speed['rho']:.3f} x BiLSTM tokens (a position-move scores its trial sentence "
+               f"under the LSTM, trial and current under the BiLSTM)")
+    print(f"cost plan at {rate:.0f} {unit}/s (probe{'' if neural else '; conservative at large K'}), loaded in "
+          f"{d['build_s']:.0f} s"
           + ("" if args.budget is None else f", budget {args.budget:.0f} s"))
-    print(C.format_table(["K", "forward moves", "forward s", "reverse moves (at the last K)", "reverse s"], [
+    print(C.format_table(["K", f"forward {unit}", "forward s", f"reverse {unit} (at the last K)", "reverse s"], [
         [p["K"], p["forward_moves"], f"{p['forward_moves'] / rate:.0f}", p["reverse_moves"],
          f"{p['reverse_moves'] / rate:.0f}"] for p in plan]))
     total = sum(p["forward_moves"] for p in plan) + plan[-1]["reverse_moves"]
-    print(f"all K, reverse at the largest: {total} position-moves, about {total / rate:.0f} s "
+    print(f"all K, reverse at the largest: {total} {unit}, about {total / rate:.0f} s "
           f"({total / rate / 3600:.2f} h) at this rate", flush=True)
 
     results: list[dict[str, Any]] = []
@@ -542,7 +815,7 @@ def converge(args: argparse.Namespace, d: dict[str, Any], ks: list[int], counts:
         results.append(res)
         if res["moves"]:
             rate = res["moves"] / res["seconds"]
-        C.note(f"[{CONVERGENCE}] K = {k}: {res['status']}, {res['seconds']:.0f} s, {rate:.0f} moves/s")
+        C.note(f"[{name}] K = {k}: {res['status']}, {res['seconds']:.0f} s, {rate:.0f} {unit}/s")
         if step == "last, no reverse":
             notes.append(f"reverse AIS not run: only the forward run at K = {k} fit in the budget")
         if step != "more" or res["status"] != "run":
@@ -559,7 +832,7 @@ def converge(args: argparse.Namespace, d: dict[str, Any], ks: list[int], counts:
             done = sorted(ests)
             est = LengthLogZ(tuple(done), tuple(ests[n] for n in done), "ais")
             with torch.no_grad():
-                r = trf_perplexity(trf, sub, log_z=est).reestimated
+                r = trf_perplexity(trf, batches(sub), log_z=est).reestimated
             ess = sorted(e.ess for e in est.estimates)
             lo, hi = r.interval(Z95)
             row.update(ppl=r.perplexity, se=r.stderr, low=lo, high=hi, ess_median=ess[len(ess) // 2], ess_min=ess[0])
@@ -585,29 +858,36 @@ def converge(args: argparse.Namespace, d: dict[str, Any], ks: list[int], counts:
                    "lower": [round(ests[n].lower, 4) for n in done], "upper": [round(ests[n].upper, 4) for n in done]}
 
     what = (f"run {d['run']['dir']} step {d['steps']} of {d['run']['train_steps']}" if "run" in d
+            else model_words(d) + ", proposal: its LSTM given the length" if neural is not None
             else f"TRF trained {d['steps']} steps" if d["steps"] else "KN-initialised TRF")
     print(f"\nAIS convergence, {what}: forward AIS {chains} chains/length, {args.schedule} schedule, {args.sweeps} "
           f"sweep(s) of the {args.kernel} kernel per temperature, {len(lengths)} lengths, {sub.batch_size} test "
           f"sentences; 95 % intervals (delta method on log PPL)")
-    print(C.format_table(["K", "status", "position-moves", "seconds", "PPL", "95% interval", "ESS median / min",
+    print(C.format_table(["K", "status", unit, "seconds", "PPL", "95% interval", "ESS median / min",
                           "vs previous K"], [
         [r["K"], r["status"], r.get("moves"), r.get("seconds"), None if "ppl" not in r else f"{r['ppl']:.2f}",
          None if "low" not in r else f"[{r['low']:.2f}, {r['high']:.2f}]",
          None if "ess_median" not in r else f"{r['ess_median']:.2f} / {r['ess_min']:.2f}", change.get(r["K"])]
         for r in table]))
     print(f"criterion: {verdict}")
-    kn5 = kn5_record()
-    beside = [["TRF, training zeta", f"{training.perplexity:.2f}", "the model's own zeta"]]
+    kn5 = None if neural is not None else kn5_record()
+    beside = [training_row(d, training.perplexity)]
     if bracket:
         beside.append([f"TRF, reverse AIS bracket at K = {bracket['K']}",
                        f"[{bracket['bracket_lower']:.2f}, {bracket['bracket_upper']:.2f}]",
                        f"{reverse}/length after {args.burn} sweeps at beta = 1; crossed at {bracket['crossed_lengths']}"
                        f" of {len(lengths)} lengths"])
+    extra: dict[str, Any] = {}
+    if neural is not None:  # the LSTM, not KN5 or the published rows (those are the discrete TRF's)
+        extra = neural_beside(d, sub, rows[-1] if rows else None)
+        beside += extra.pop("rows")
     if kn5 is not None:
         beside.append(["KN5, ebms", f"{kn5['value']:.2f}", kn5["source"]])
-    beside += [[label, f"{value:.2f}", f"published, row {row}"] for label, row, value in PUBLISHED.values()]
+    if neural is None:
+        beside += [[label, f"{value:.2f}", f"published, row {row}"] for label, row, value in PUBLISHED.values()]
     print(C.format_table(["beside", "PPL", "source"], beside))
-    print(f"published rows: {SOURCE_TABLE} (not measured here)")
+    if neural is None:
+        print(f"published rows: {SOURCE_TABLE} (not measured here)")
     for n in notes:
         print(f"note: {n}")
 
@@ -615,9 +895,11 @@ def converge(args: argparse.Namespace, d: dict[str, Any], ks: list[int], counts:
         return round(v, 4) if isinstance(v, float) and math.isfinite(v) else None if isinstance(v, float) else v
 
     final = rows[-1] if rows else {}
-    summary = {"bench": CONVERGENCE, "quick": q, "run": None if "run" not in d else d["run"]["dir"],
+    zeta_ppl = neural is None or neural["kind"] == "nce"  # DNCE's zeta is not log Z_l: no perplexity
+    summary = {"bench": name, "quick": q, "run": None if "run" not in d else d["run"]["dir"],
                "checkpoint_step": d["steps"], "chains": chains, "lengths": len(lengths), "temps": ks,
-               "temps_run": [r["K"] for r in rows], "ppl_training_zeta": num(training.perplexity),
+               "temps_run": [r["K"] for r in rows],
+               "ppl_training_zeta": num(training.perplexity) if zeta_ppl else None,
                "ppl_ais_last": num(final.get("ppl")), "ppl_ais_last_interval": None if not final else
                [num(final["low"]), num(final["high"])], "ppl_bracket": None if not bracket else
                [num(bracket["bracket_lower"]), num(bracket["bracket_upper"])], "stopped_moving": verdict.startswith(
@@ -626,26 +908,71 @@ def converge(args: argparse.Namespace, d: dict[str, Any], ks: list[int], counts:
                "criterion": {"pairs": [{k: num(v) for k, v in p.items()} for p in pairs], "verdict": verdict},
                "bracket": {k: num(v) for k, v in bracket.items()}, "training_zeta": num(training.perplexity),
                "kn5_ebms": kn5, "probe": {k: num(v) for k, v in probe_fig.items()},
-               "published": {k: {"label": a, "value": v, "source": f"{SOURCE_TABLE}, row {r}"}
-                             for k, (a, r, v) in PUBLISHED.items()},
                "plan": plan, "notes": notes, "lengths": lengths, "per_temps": per_k, "sentences": sub.batch_size,
                "run": d.get("run"), "build_s": round(d["build_s"], 1)}
+    notes_text = CONVERGENCE_NOTES
+    if neural is None:
+        figures["published"] = {k: {"label": a, "value": v, "source": f"{SOURCE_TABLE}, row {r}"}
+                                for k, (a, r, v) in PUBLISHED.items()}
+    else:
+        summary.update(neural=neural["kind"], training_zeta_figure=num(training.perplexity),
+                       training_zeta_is_perplexity=zeta_ppl, **{k: num(v) for k, v in extra.items()
+                                                                if k.startswith("ppl_")})
+        figures.update(training_zeta_is_perplexity=zeta_ppl, neural={k: num(v) for k, v in extra.items()},
+                       folder=neural["dir"])
+        notes_text = CONVERGENCE_NOTES.split(" published:")[0] + NEURAL_NOTES
     recorder.settings = {"chains": chains, "temps_list": ks, "reverse": reverse, "burn": args.burn,
                          "kernel": args.kernel, "trials": args.trials, "sweeps": args.sweeps, "schedule": args.schedule,
                          "group": args.group, "budget": args.budget, "lengths": args.lengths, "threads": args.threads,
-                         "model": args.model, "run": None if args.run is None else str(args.run)}
-    path = C.save_results(("quick/" if q else "") + CONVERGENCE, {**figures, "machine": info}, enabled=not args.no_save)
+                         "model": args.model, "run": None if args.run is None else str(args.run),
+                         "neural": None if neural is None else neural["dir"],
+                         "neural_kind": None if neural is None else neural["kind"]}
+    path = C.save_results(("quick/" if q else "") + name, {**figures, "machine": info}, enabled=not args.no_save)
     if path is not None:
-        C.note(f"[{CONVERGENCE}] wrote {path}")
+        C.note(f"[{name}] wrote {path}")
     if not (q or args.no_save):
         try:
-            recorder.write(figures, notes=CONVERGENCE_NOTES)
+            recorder.write(figures, notes=notes_text)
         except ValueError as e:  # above the size limit: keep the summaries, per-length values stay in results/
-            C.note(f"[{CONVERGENCE}] {e}: the record keeps the summaries only")
+            C.note(f"[{name}] {e}: the record keeps the summaries only")
             small = {k: v for k, v in figures.items() if k not in ("per_temps", "plan", "lengths")}
             recorder.write({**small, "bracket": {k: v for k, v in bracket.items() if k not in ("lower", "upper")}},
-                           notes=CONVERGENCE_NOTES + " Per-length values: benchmarks/results/ only.")
+                           notes=notes_text + " Per-length values: benchmarks/results/ only.")
     C.emit_final_line(summary)
+
+
+def training_row(d: dict[str, Any], value: float) -> list[str]:
+    """The "training zeta" row beside the table: a perplexity, except for DNCE, whose zeta is not log Z_l."""
+    if "neural" not in d:
+        return ["TRF, training zeta", f"{value:.2f}", "the model's own zeta"]
+    if d["neural"]["kind"] == "nce":
+        return ["TRF (NCE), training zeta", f"{value:.2f}", "the model's own zeta (NCE fits it to log Z_l)"]
+    return ["TRF (DNCE), training zeta: NOT a perplexity", f"{value:.2f}",
+            "its zeta settles at log Z_l + log pi_l - log pi_int,l (pi_int: the noise's length law)"]
+
+
+def neural_beside(d: dict[str, Any], sub: Sequences, last: dict[str, Any] | None) -> dict[str, Any]:
+    """Rows beside a neural TRF's table: the saved IS log Z_l's perplexity, and the LSTM's exact perplexity on
+    the same sentences (recomputed) and as ``neural_trf_lstm`` saved it (its own test sentences)."""
+    nd, trf = d["neural"], d["trf"]
+    with torch.no_grad():
+        r = trf_perplexity(trf, batches(sub), log_z=saved_is(d)).reestimated
+    iv = r.interval(Z95)
+    lstm = lstm_ppl(d, sub)
+    saved = nd["lstm_record"].get("test_perplexity")
+    rows = [["TRF, IS log Z_l saved with the model", f"{r.perplexity:.2f}" + ("" if iv is None else
+                                                                                f" [{iv[0]:.2f}, {iv[1]:.2f}]"),
+             f"neural_trf_lstm's importance sampling from the LSTM (ESS median "
+             f"{nd['record'].get('ess_median', math.nan):.2f})"],
+            ["LSTM (the proposal), exact", f"{lstm:.2f}", f"recomputed on these {sub.batch_size} sentences"]]
+    if saved is not None:
+        rows.append(["LSTM, exact, as saved", f"{saved:.2f}", f"{nd['dir']}/lstm.pt (its test sentences, "
+                                                                f"{nd['lstm_record'].get('steps')} steps)"])
+    out: dict[str, Any] = {"rows": rows, "ppl_saved_is": r.perplexity, "ppl_lstm_exact": lstm,
+                           "ppl_lstm_saved": saved}
+    if last is not None:
+        out["ais_minus_lstm_ppl"] = last["ppl"] - lstm
+    return out
 
 
 CONVERGENCE_NOTES = (
@@ -656,6 +983,13 @@ CONVERGENCE_NOTES = (
     "small when ESS is a small fraction of the chains. bracket: reverse AIS at the largest K run, from test sentences "
     "moved by burn_sweeps kernel sweeps at beta = 1 (approximate model samples: an upper bound only if they were "
     "exact). published: the source's own results table (not measured here). Seconds: wall-clock on this machine.")
+NEURAL_NOTES = (
+    " Neural TRF (BiLSTM energy) of a neural_trf_lstm.py --save folder: the AIS proposal is its LSTM given the length, "
+    "the kernel the unigram one (each position-move scores 2 whole sentences under the BiLSTM and the LSTM); "
+    "training_zeta_figure is the perplexity with the TRF's own zeta, a perplexity only for NCE (DNCE's zeta settles "
+    "at log Z_l + log pi_l - log pi_int,l). Beside: the perplexity with the IS log Z_l saved with the model and the "
+    "LSTM's exact perplexity on the same sentences. Costs in token-evals: LSTM token evaluations plus rho x BiLSTM "
+    "ones (probe). Seconds: wall-clock on this machine.")
 
 
 if __name__ == "__main__":
