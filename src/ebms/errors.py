@@ -20,13 +20,14 @@ Hierarchy::
         ├── ConfigError       a configuration key or value (ebms.cli.config)
         ├── CheckpointError   a checkpoint that is missing, damaged, altered or from another run
         ├── DataError         a data file that cannot be read as what it claims to be
-        │   └── LimitExceeded a file or request larger than a limit the user can raise
+        │   ├── LimitExceeded a file or request larger than a limit the user can raise
+        │   └── DiscountError a corpus whose counts cannot give Kneser-Ney discounts
         └── RunFolderError    a run folder that cannot be used as asked (exists, not writable, ...)
 """
 
 from __future__ import annotations
 
-__all__ = ["CheckpointError", "DataError", "InputError", "LimitExceeded", "RunFolderError"]
+__all__ = ["CheckpointError", "DataError", "DiscountError", "InputError", "LimitExceeded", "RunFolderError"]
 
 
 class InputError(ValueError):
@@ -43,6 +44,19 @@ class DataError(InputError):
 
 class LimitExceeded(DataError):
     """A file or request beyond a resource limit; the message names the limit and how to raise it."""
+
+
+class DiscountError(DataError):
+    """Kneser-Ney discounts that cannot be estimated from a corpus's counts-of-counts.
+
+    Attributes:
+        orders: the n-gram orders that failed (1 = unigrams), increasing.
+        reasons: one sentence per failed order, in the same order.
+    """
+
+    def __init__(self, message: str, *, orders: list[int], reasons: list[str]) -> None:
+        super().__init__(message)
+        self.orders, self.reasons = list(orders), list(reasons)
 
 
 class RunFolderError(InputError):

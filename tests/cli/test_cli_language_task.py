@@ -204,16 +204,22 @@ def test_feature_scaling_builds_scaled_sgd_with_the_training_variances(tmp_path:
     assert make is not None
     opt = make([{"params": list(model.parameters())}])
     assert isinstance(opt, ScaledSGD) and opt.defaults == {"lr": 0.1, "l2": 0.01, "clip": 0.5}
-    # one step on a known gradient is the source's: -lr clip((g + l2 w) / (v + l2), +-clip)
+    # one step on a known gradient is the source's: -clip(lr (g + l2 w) / (v + l2), +-clip)
     _, var = feature_moments(model.field, data.train)
     w = model.field.weight
     g = torch.linspace(-1.0, 1.0, w.numel(), dtype=w.dtype)
     w.grad = g.clone()
     opt.step()
-    want = -0.1 * ((g.double() / (var + 0.01)).clamp(-0.5, 0.5))
+    want = -(0.1 * g.double() / (var + 0.01)).clamp(-0.5, 0.5)
     torch.testing.assert_close(w.detach().double(), want, rtol=1e-6, atol=1e-7)
+    objective = task.build_objective(cfg, data)  # the data term is the whole training set's feature means
+    mean, _ = feature_moments(model.field, data.train)
+    assert objective.data_mean is not None and torch.equal(objective.data_mean, mean)
     plain = validate_config(load_config(None, [*_files(tmp_path), "model.kind=trf"]), device=False)
     assert task.build_optimizer(plain, task.load(plain)) is None  # train.optimizer decides
+    plain_data = task.load(plain)
+    task.build_model(plain, plain_data)
+    assert task.build_objective(plain, plain_data).data_mean is None  # without feature_scaling: the batch's
 
 
 # -- issue 23: settings that were accepted without a word, discounts, the length bound, the stored vocabulary ----

@@ -157,6 +157,38 @@ def test_parameter_gradient_is_data_minus_reweighted_sample_features():
     assert out.metrics["gap"] == pytest.approx(out.metrics["e_neg"] - out.metrics["e_pos"], abs=1e-6)
 
 
+def test_data_mean_gives_the_full_training_set_term_exactly():
+    from ebms.models.trf import feature_moments
+
+    pi0 = TRF.raised_length_prior(PI.float())
+    corpus = _data(40, 7)
+    trfs = [_trf(pi0=pi0) for _ in range(2)]
+    for t in trfs:
+        with torch.no_grad():
+            t.field.weight.copy_(torch.randn(t.field.num_features, generator=torch.Generator().manual_seed(5)))
+    mean, _ = feature_moments(trfs[0].field, corpus)
+    with torch.no_grad():  # the energy is linear: the corpus's mean energy is -lambda . p~[f]
+        torch.testing.assert_close(trfs[0].energy(corpus).double().mean(),
+                                   -(trfs[0].field.weight.double() * mean).sum(), rtol=0, atol=1e-5)
+    # one call with the whole corpus as the batch vs one with data_mean and a two-sentence batch: the chains
+    # start from the first batch, so both start from the corpus and then see the same random stream
+    full = AugSA(_sampler(), chains=40)
+    full(trfs[0], corpus, generator=torch.Generator().manual_seed(8)).loss.backward()
+    exact = AugSA(_sampler(), chains=40, data_mean=mean)
+    exact._start(corpus, L)
+    out = exact(trfs[1], corpus[[0, 1]], generator=torch.Generator().manual_seed(8))
+    out.loss.backward()
+    assert torch.equal(full.chain_tokens, exact.chain_tokens)
+    torch.testing.assert_close(trfs[1].field.weight.grad, trfs[0].field.weight.grad, rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match=r"^data_mean: expected a model whose energy is linear in model.field.weight "
+                                         r"of shape \(3,\) \(DiscreteFeatures\); got a weight of shape \(\d+,\)$"):
+        AugSA(_sampler(), chains=4, data_mean=torch.zeros(3))(_trf(), corpus, generator=torch.Generator())
+    for bad, got in ((torch.zeros(2, 2), r"\(2, 2\)"), (torch.tensor([math.nan]), r"\(1,\)"), ([0.0], "list")):
+        with pytest.raises(ValueError, match=rf"^data_mean: expected a finite 1-D tensor \(F,\) of mean feature "
+                                             rf"counts; got {got}$"):
+            AugSA(data_mean=bad)  # type: ignore[arg-type]
+
+
 # --- training against exact log Z -----------------------------------------------------------------
 
 

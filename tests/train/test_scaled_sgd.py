@@ -16,7 +16,7 @@ from ebms.train import ScaledSGD
 
 def _reference(p, g, v, lr, l2, clip):
     d = (g.double() + l2 * p.double()) / (v.double() + l2)
-    return p.double() - lr * d.clamp(-clip, clip)
+    return p.double() - (lr * d).clamp(-clip, clip)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -54,13 +54,20 @@ def test_scaled_sgd_without_scale_l2_or_clip_is_plain_sgd():
     assert torch.equal(a, b)
 
 
-def test_every_coordinate_moves_at_most_lr_times_clip():
+def test_every_coordinate_moves_at_most_clip_with_the_learning_rate_inside_the_clip():
     p = torch.zeros(5, requires_grad=True)
     opt = ScaledSGD([p], lr=0.01, scales={p: torch.full((5,), 1e-15)}, clip=1.0)
     p.grad = torch.tensor([1e-3, -1e-3, 0.0, 5.0, -1e-20])
     opt.step()
-    # a zero-variance feature (floored scale) takes the full clipped step in its gradient's direction
-    assert p.detach().tolist() == pytest.approx([-0.01, 0.01, 0.0, -0.01, 0.01 * 1e-5])
+    # a zero-variance feature (floored scale) takes the full step c in its gradient's direction: the source's
+    # trainer clips lr * g / v (SAtrain::UpdateDir), so the bound is c, not lr * c
+    assert p.detach().tolist() == pytest.approx([-1.0, 1.0, 0.0, -1.0, 1e-20 / 1e-15 * 0.01])
+    q = torch.zeros(2, requires_grad=True)
+    small = ScaledSGD([q], lr=1 / 3001, scales={q: torch.tensor([1.0, 5e-5])}, clip=1.0)
+    q.grad = torch.tensor([-0.5, -1e-3])  # a rare feature under-predicted by 1e-3 per sentence
+    small.step()
+    # the common feature moves by lr * 0.5; the rare one by lr * 1e-3 / 5e-5 = 20 / 3001, unclipped
+    assert q.detach().tolist() == pytest.approx([0.5 / 3001, 20 / 3001])
 
 
 def test_parameters_without_a_gradient_are_skipped_and_groups_keep_their_options():
@@ -69,7 +76,7 @@ def test_parameters_without_a_gradient_are_skipped_and_groups_keep_their_options
     b.grad = torch.tensor([1.0, -0.05])
     opt.step()
     assert torch.equal(a.detach(), torch.ones(3))
-    assert b.detach().tolist() == pytest.approx([1 - 0.5 * 0.1, 1 + 0.5 * 0.05])
+    assert b.detach().tolist() == pytest.approx([1 - 0.1, 1 + 0.5 * 0.05])  # 0.5 * 1 clipped to 0.1
 
 
 def test_trainer_resume_with_scaled_sgd_and_sa_schedule_reproduces_the_uninterrupted_run(tmp_path: Path):

@@ -29,10 +29,10 @@ lengths and the Transformer's positions (unset: the longest training sentence, r
   ``sampler.sweeps`` sweeps, in ``chain_groups`` seeded blocks stepped by ``workers`` processes: a
   speed setting), NCE (``nce``: noise a KN n-gram of order ``language.noise_order``, ``objective.nu``
   draws per sentence) or dynamic NCE (``dnce``: noise an LSTM of ``language.noise_hidden`` units).
-  AugSA's :math:`\\zeta` moves at ``SAGain(language.zeta_tc, zeta_beta, zeta_t0)`` (default ``(0, 0.6,
-  500)``, the source trainer's). ``language.feature_scaling`` (``trf``, ``train.optimizer = "sgd"``):
-  the authors' update, :class:`~ebms.train.ScaledSGD` (gradients over each feature's within-length
-  variance, ``train.weight_decay`` as L2, steps clipped to ``language.step_clip``; recipe ``trf-ptb``).
+  AugSA's :math:`\\zeta` moves at ``SAGain(language.zeta_tc, zeta_beta, zeta_t0)`` (default ``(0, 0.6, 500)``).
+  ``language.feature_scaling`` (``trf``, ``train.optimizer = "sgd"``; recipe ``trf-ptb``): the authors' update,
+  the whole training set's feature means as AugSA's data term, :class:`~ebms.train.ScaledSGD` (gradients over each
+  feature's within-length variance, ``train.weight_decay`` as L2, steps of at most ``language.step_clip``).
 
 ``lstm``/``transformer`` with ``earm``: :class:`~ebms.objectives.EARM` (``language.earm_weight``, ``earm_start``,
 ``earm_truncate``). ``residual``, ``electric``: residual EBMs and Electric (:mod:`ebms.cli._generation_text`).
@@ -48,7 +48,6 @@ with its interval (:mod:`ebms.cli._language_eval`). ``sample``: sentences, print
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,7 +66,7 @@ from ebms.cli.config import Config, ConfigError, ModelConfig
 from ebms.cli.tasks import Task, check_batch_size, register
 from ebms.data.text import length_windows, unigram_probs
 from ebms.distributions import BackoffNGram
-from ebms.errors import CheckpointError
+from ebms.errors import CheckpointError, DiscountError
 from ebms.models.lm import LSTMLM, TransformerLM
 from ebms.models.trf import TEMPLATE_GROUPS, TRF, DiscreteFeatures, Hidden2Scalar, WordClasses, feature_templates
 from ebms.models.trf.moments import feature_moments
@@ -169,24 +168,21 @@ def _ngram(data: LanguageData, order: int, smoothing: str, key: str, discounts: 
     try:
         return BackoffNGram.fit(data.train, len(data.vocab), order=order, smoothing=smoothing,
                                 discounts=_discounts(discounts, order, smoothing))
-    except ValueError as e:
-        text = str(e)
-        if text.startswith("discounts["):  # language.discounts out of range
-            raise ConfigError(f"language.discounts: {text.split(': ', 1)[1]} (entry {text[10:text.index(']')]}, "
-                              f"order 1 first)") from None
-        listed = re.search(r"orders? ([\d, ]+)", text)
-        failed = [int(m) for m in listed.group(1).replace(",", " ").split()] if listed else [order]
-        detail = re.search(r"from the counts \((.*)\): ", text)
-        reason = detail.group(1) if detail else text.split("; pass discounts=")[0].removeprefix("discounts: ")
+    except DiscountError as e:
         per_order = FALLBACK_DISCOUNTS if smoothing == "modified_kneser_ney" else FALLBACK_DISCOUNTS[:1]
         example = ", ".join(f"{d:g}" for _ in range(order) for d in per_order)
-        lower = f"language.{key} below {min(failed)}, " if min(failed) > 1 else ""
-        orders = f"order{'s' * (len(failed) > 1)} {', '.join(map(str, failed))}"
+        lower = f"language.{key} below {min(e.orders)}, " if min(e.orders) > 1 else ""
+        orders = f"order{'s' * (len(e.orders) > 1)} {', '.join(map(str, e.orders))}"
         raise ConfigError(f"language.smoothing: {smoothing!r} cannot estimate its discounts at {orders} of this "
-                          f"training text ({reason}): the estimate needs n-grams of adjusted count 1, 2 and 3 at every "
-                          f"order{', which even the word types (order 1) lack' if min(failed) == 1 else ''}; set "
+                          f"training text ({'; '.join(e.reasons)}): the estimate needs n-grams of adjusted count 1, "
+                          f"2 and 3 at every order{', which even the word types (order 1) lack' if min(e.orders) == 1 else ''}; set "
                           f"language.discounts=[{example}] (KenLM's fallback, {len(per_order)} per order, lowest "
                           f"first), {lower}or use language.smoothing='witten_bell'") from None
+    except ValueError as e:  # language.discounts out of range: "discounts[i]: ..."
+        if not (text := str(e)).startswith("discounts["):
+            raise
+        raise ConfigError(f"language.discounts: {text.split(': ', 1)[1]} (entry {text[10:text.index(']')]}, "
+                          f"order 1 first)") from None
 
 
 class LanguageTask(Task[LanguageSettings]):
@@ -277,10 +273,8 @@ class LanguageTask(Task[LanguageSettings]):
     def load(self, cfg: Config, *, stored: Mapping[str, bytes] | None = None) -> LanguageData:
         """The run's sentences; with ``stored`` (a trained run's files) its vocabulary, ``L`` and word classes."""
         self.check(cfg)
-        if cfg.model.kind == "residual":
-            data: LanguageData = gen.KINDS["residual"].load(cfg, stored)
-        else:
-            data = load_language_data(cfg, stored)
+        residual = cfg.model.kind == "residual"
+        data: LanguageData = gen.KINDS["residual"].load(cfg, stored) if residual else load_language_data(cfg, stored)
         n, V = self.settings(cfg).classes, len(data.vocab)
         if cfg.model.kind == "trf" and n > V - 1:
             raise ConfigError(f"language.classes: exchange clustering sorts the vocabulary's {V - 1} token ids (<unk> "
@@ -360,9 +354,9 @@ class LanguageTask(Task[LanguageSettings]):
         if cfg.model.kind in AR_KINDS:
             return EARM(weight=s.earm_weight, start_step=s.earm_start, truncate=s.earm_truncate) if obj == "earm" \
                 else AutoregressiveNLL()
-        if obj == "ml":
-            return AugSA(self.kernel(cfg, data), chains=s.chains,
-                         zeta_gain=SAGain(s.zeta_tc, s.zeta_beta, s.zeta_t0))
+        if obj == "ml":  # the source's update (feature_scaling): the whole training set's data term
+            return AugSA(self.kernel(cfg, data), chains=s.chains, zeta_gain=SAGain(s.zeta_tc, s.zeta_beta, s.zeta_t0),
+                         data_mean=self._moments(data)[0] if s.feature_scaling else None)
         if obj == "nce":
             return TRFNCE(_ngram(data, s.noise_order, s.smoothing, "noise_order", s.discounts), nu=cfg.objective.nu)
         with torch.random.fork_rng(devices=[]):
@@ -370,6 +364,13 @@ class LanguageTask(Task[LanguageSettings]):
             lstm = LSTMLM(V, embedding_dim=s.noise_hidden, hidden_size=s.noise_hidden, num_layers=1)
         lstm.init_unigram(unigram_probs(data.train, V, end=True))  # a zero bias draws ~V tokens before an end
         return DynamicNCE(lstm, nu=cfg.objective.nu)
+
+    @staticmethod
+    def _moments(data: LanguageData) -> tuple[Tensor, Tensor]:
+        """Mean and within-length variance of the discrete TRF's features on the training sentences (once)."""
+        if "moments" not in data.cache:
+            data.cache["moments"] = feature_moments(data.cache["features"], data.train)
+        return data.cache["moments"]  # type: ignore[no-any-return]
 
     def build_optimizer(self, cfg: Config, data: LanguageData) -> Callable[[list[dict[str, Any]]], torch.optim.Optimizer] | None:
         """With ``language.feature_scaling``: :class:`~ebms.train.ScaledSGD` on the discrete TRF's weights,
@@ -379,9 +380,7 @@ class LanguageTask(Task[LanguageSettings]):
         s = self.settings(cfg)
         if not s.feature_scaling:
             return None
-        feats = data.cache["features"]
-        _, variance = feature_moments(feats, data.train)
-        t = cfg.train
+        feats, (_, variance), t = data.cache["features"], self._moments(data), cfg.train
 
         def make(groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
             from ebms.train import ScaledSGD

@@ -48,6 +48,7 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_int, check_positive
+from ebms.errors import DiscountError
 from ebms.sequences import Sequences
 
 SMOOTHINGS = ("modified_kneser_ney", "kneser_ney", "witten_bell", "add_k")
@@ -133,8 +134,8 @@ def estimate_discounts(adjusted: Sequence[Tensor], modified: bool,
     counts-of-counts of the adjusted counts (Chen & Goodman 1998, eq. 26).
 
     Raises:
-        ValueError: naming every order that cannot be estimated and the ``discounts=`` list that
-            gives those orders KenLM's fallback values.
+        ebms.errors.DiscountError: (a ``ValueError``) naming every order that cannot be estimated and
+            the ``discounts=`` list that gives those orders KenLM's fallback values.
     """
     out: list[list[float]] = []
     failed: list[tuple[int, str]] = []
@@ -159,11 +160,12 @@ def estimate_discounts(adjusted: Sequence[Tensor], modified: bool,
         orders = [m for m, _ in failed]
         fallback = FALLBACK_DISCOUNTS if modified else FALLBACK_DISCOUNTS[0]
         example = [fallback if m in orders else None for m in range(1, len(adjusted) + 1)]
-        raise ValueError(f"discounts: cannot estimate the Kneser-Ney discounts of order{'s' * (len(orders) > 1)} "
-                         f"{', '.join(map(str, orders))} "
-                         f"from the counts ({'; '.join(r for _, r in failed)}): a small vocabulary whose n-grams are "
-                         f"all frequent, or a tiny or repetitive corpus; pass discounts= with values for those orders, "
-                         f"e.g. discounts={example} (KenLM's fallback; None: estimate that order)")
+        raise DiscountError(f"discounts: cannot estimate the Kneser-Ney discounts of order{'s' * (len(orders) > 1)} "
+                            f"{', '.join(map(str, orders))} "
+                            f"from the counts ({'; '.join(r for _, r in failed)}): a small vocabulary whose n-grams "
+                            f"are all frequent, or a tiny or repetitive corpus; pass discounts= with values for those "
+                            f"orders, e.g. discounts={example} (KenLM's fallback; None: estimate that order)",
+                            orders=orders, reasons=[r for _, r in failed])
     return out
 
 

@@ -17,7 +17,13 @@ One call (one SA iteration :math:`t`, "SA with multiple moves", Algorithm 5):
 
    (samples detached) has the gradient :math:`E_{data}[\nabla E] - \sum_l \pi_l E_{p_l}[\nabla E]`,
    the negative log-likelihood gradient: the weights :math:`\pi_l/\pi^0_l` undo the sampler's
-   length marginal :math:`\pi^0` (Algorithm 6 with the TRF's reweighting).
+   length marginal :math:`\pi^0` (Algorithm 6 with the TRF's reweighting). With ``data_mean``
+   (a linear feature energy :math:`E = -\lambda^\top f`, e.g. :class:`~ebms.models.trf.DiscreteFeatures`)
+   the first term is the whole training set's, :math:`-\lambda^\top \tilde p[f]` with the
+   precomputed expectation :math:`\tilde p[f]`, as the source's trainer computes it once
+   (``MLfunc::GetEmpExp``); the batch then only starts the chains. The minibatch term has the same
+   expectation but adds its own noise, which the per-feature variance scaling of the source's
+   update magnifies for rare features.
 3. **Normalisers** (by the objective itself, in place, with its own rate :math:`\gamma^\zeta_t`):
 
    .. math::  \zeta_l \leftarrow \zeta_l + \min(\gamma^\zeta_t, L\pi^0_l)
@@ -123,6 +129,10 @@ class AugSA(nn.Module):
         anchor: fix the level of :math:`\zeta` after each step (see the module docstring).
         trace: keep the last ``trace`` values of the model's :math:`\log Z_l` — the values each call
             samples with, after the previous step is applied — for :meth:`zeta_estimate` (0: none).
+        data_mean: ``(F,)`` the training set's mean feature counts :math:`\tilde p[f]` (e.g. the first
+            result of :func:`~ebms.models.trf.feature_moments`) for a model whose energy is
+            ``model.field``, linear in ``model.field.weight`` ``(F,)``: the data term becomes the full
+            training set's (module docstring). Data, not state: not in ``state_dict``.
 
     Example:
         >>> import torch
@@ -142,7 +152,7 @@ class AugSA(nn.Module):
 
     def __init__(self, sampler: TransDimensional | None = None, *, chains: int = 100, moves: int = 1,
                  zeta_gain: Callable[[int], float] | None = None, cap: bool = True, anchor: bool = True,
-                 trace: int = 0) -> None:
+                 trace: int = 0, data_mean: Tensor | None = None) -> None:
         super().__init__()
         if sampler is not None and not isinstance(sampler, TransDimensional):
             raise TypeError(f"sampler: expected an ebms.samplers.TransDimensional or None; got {type(sampler).__name__}")
@@ -162,6 +172,11 @@ class AugSA(nn.Module):
         self.register_buffer("step", torch.zeros((), dtype=torch.long))
         self.register_buffer("pending", torch.zeros(0))
         self.trace = ZetaTrace(trace) if check_int(trace, "trace", minimum=0) else None
+        if data_mean is not None and (not isinstance(data_mean, Tensor) or data_mean.dim() != 1
+                                      or not bool(torch.isfinite(data_mean).all())):
+            got = tuple(data_mean.shape) if isinstance(data_mean, Tensor) else type(data_mean).__name__
+            raise ValueError(f"data_mean: expected a finite 1-D tensor (F,) of mean feature counts; got {got}")
+        self.data_mean = data_mean
 
     def zeta_estimate(self, batches: int = 10) -> ZetaEstimate:
         """Average of the traced :math:`\\log Z_l` with its batch-means standard error
@@ -217,17 +232,33 @@ class AugSA(nn.Module):
         gain, delta = self._zeta_step(model, samples.lengths)
 
         n = samples.batch_size
-        e = model.energy(Sequences.cat([x, samples]))
-        e_pos, e_samp = e[: x.batch_size], e[x.batch_size:]
-        weight = (model.log_pi - model.log_pi0).exp()[samples.lengths - 1].to(e.dtype)
+        if self.data_mean is None:
+            e = model.energy(Sequences.cat([x, samples]))
+            e_pos, e_samp = e[: x.batch_size].mean(), e[x.batch_size:]
+        else:  # the whole training set's mean energy, -lambda . p~[f]
+            e_samp = model.energy(samples)
+            e_pos = -(self._field_weight(model) * self.data_mean).sum().to(e_samp.dtype)
+        weight = (model.log_pi - model.log_pi0).exp()[samples.lengths - 1].to(e_samp.dtype)
         e_neg = (weight * e_samp).sum() / n
-        loss = e_pos.mean() - e_neg
+        loss = e_pos - e_neg
         pi0 = model.log_pi0.exp().to(delta.dtype)
-        metrics = scalar_metrics(loss=loss, e_pos=e_pos.mean(), e_neg=e_neg, gap=e_neg - e_pos.mean(),
+        metrics = scalar_metrics(loss=loss, e_pos=e_pos, e_neg=e_neg, gap=e_neg - e_pos,
                                  accept=torch.stack(accept).mean(), jump_accept=torch.stack(jump).mean(),
                                  zeta_gain=gain, zeta_step=self.pending.abs().max(),
                                  length_tv=0.5 * (delta - pi0).abs().sum())
         return LossOutput(loss=loss, metrics=metrics)
+
+    def _field_weight(self, model: TRFLike) -> Tensor:
+        """``model.field.weight`` ``(F,)`` matched to ``data_mean`` (moved once to its device and dtype)."""
+        w = getattr(getattr(model, "field", None), "weight", None)
+        assert self.data_mean is not None
+        if not isinstance(w, Tensor) or w.shape != self.data_mean.shape:
+            got = tuple(w.shape) if isinstance(w, Tensor) else "none"
+            raise ValueError(f"data_mean: expected a model whose energy is linear in model.field.weight of shape "
+                             f"{tuple(self.data_mean.shape)} (DiscreteFeatures); got a weight of shape {got}")
+        if self.data_mean.device != w.device or self.data_mean.dtype != torch.float64:
+            self.data_mean = self.data_mean.to(device=w.device, dtype=torch.float64)
+        return w.double()
 
     @torch.no_grad()
     def _zeta_step(self, model: TRFLike, lengths: Tensor) -> tuple[float, Tensor]:

@@ -4,8 +4,8 @@ Per parameter :math:`\lambda` with gradient :math:`g` (of the loss to minimise),
 scale :math:`v` of the same shape (default 1), L2 coefficient :math:`\rho \ge 0`, step bound
 :math:`c > 0` and learning rate :math:`\gamma_t`:
 
-.. math::  \lambda \leftarrow \lambda - \gamma_t \,
-           \operatorname{clip}\Big(\frac{g + \rho\lambda}{v + \rho}, -c, c\Big) .
+.. math::  \lambda \leftarrow \lambda -
+           \operatorname{clip}\Big(\gamma_t \frac{g + \rho\lambda}{v + \rho}, -c, c\Big) .
 
 For a discrete TRF trained by :class:`~ebms.objectives.AugSA`, :math:`-g` is
 :math:`\tilde p[f] - \sum_l \pi_l E_{p_l}[f]` (data minus sample feature expectations) and the
@@ -13,8 +13,10 @@ authors' trainer divides it by the empirical variance of each feature,
 :math:`v_i = E_{\tilde p}[f_i^2] - \sum_l \pi_l E_{\tilde p_l}[f_i]^2`
 (:func:`~ebms.models.trf.feature_moments`), a diagonal approximation of the Fisher information
 (the Hessian of the negative log-likelihood of a log-linear model), so that rare and frequent
-features move at comparable speeds; it clips each coordinate's step to :math:`\pm c` (their
-``dgap``, 1) and uses :math:`\gamma_t = 1/(3000 + 1)` for 2,000 steps then :math:`1/t` decay on PTB
+features move at comparable speeds; it clips each coordinate's step, the learning rate included,
+to :math:`\pm c` (their ``dir_gap``, 1: ``SAtrain::UpdateDir`` clips :math:`\gamma_t` times the
+scaled gradient; clipping the scaled gradient before the rate would bound a step by
+:math:`\gamma_t c` — 1/3001 on PTB — and hold back the rare features the scaling is for) and uses :math:`\gamma_t = 1/(3000 + 1)` for 2,000 steps then :math:`1/t` decay on PTB
 (:class:`~ebms.objectives.SAGain` ``(3000, 0, 2000)`` as the trainer's ``lr_schedule`` with
 ``lr = 1``), with :math:`\rho = 4\cdot 10^{-5}`. Unlike Adam, whose step is about ``lr`` per
 coordinate whatever the gradient's size, this step shrinks with the gradient, so the model moves no
@@ -36,7 +38,7 @@ Example:
     >>> w.grad = torch.tensor([-1.0, -1.0, -1.0])
     >>> opt.step()
     >>> w.detach()
-    tensor([0.5000, 0.1250, 0.5000])
+    tensor([0.5000, 0.1250, 1.0000])
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ class ScaledSGD(torch.optim.Optimizer):
         scales: ``{parameter: v}`` with ``v`` positive, finite and of the parameter's shape (any
             dtype; used in the parameter's); parameters not listed get ``v = 1``.
         l2: :math:`\rho \ge 0`, added to the gradient (times the parameter) and to the scale.
-        clip: :math:`c > 0`, the largest step per coordinate before the learning rate (``math.inf``:
+        clip: :math:`c > 0`, the largest step per coordinate, learning rate included (``math.inf``:
             no clipping).
 
     Raises:
@@ -125,7 +127,8 @@ class ScaledSGD(torch.optim.Optimizer):
                     d.div_(1.0 + l2)
                 else:
                     d.div_(v + l2 if l2 else v)
-                if clip != math.inf:
-                    d.clamp_(-clip, clip)
-                p.add_(d, alpha=-lr)
+                if clip == math.inf:
+                    p.add_(d, alpha=-lr)  # as torch.optim.SGD rounds it
+                else:
+                    p.sub_(d.mul_(lr).clamp_(-clip, clip))
         return loss
