@@ -351,3 +351,18 @@ def test_gnelm_with_length_features_total_matches_exact():
     assert_within(est, exact)
     tot = est.total()
     assert abs(tot.estimate - float(torch.logsumexp(exact, 0))) <= Z * tot.stderr
+
+
+def test_length_conditional_lm_scores_padded_batches_in_chunks_as_each_sentence_alone(monkeypatch):
+    import ebms.estimators._seq_proposal as sp
+    from ebms.estimators import LengthConditionalLM
+    from ebms.models.lm import LSTMLM
+
+    torch.manual_seed(0)
+    q = LengthConditionalLM(LSTMLM(12, embedding_dim=6, hidden_size=8, num_layers=1).double().eval())  # float64: exact
+    g = torch.Generator().manual_seed(1)
+    lengths = torch.tensor([1, 7, 3, 12, 5])
+    x = q.sample(5, g, lengths=lengths).pad_to(30)  # padded far beyond the longest sentence
+    alone = torch.cat([q.log_prob(x[[i]].canonical()) for i in range(5)])
+    monkeypatch.setattr(sp, "_CHUNK", 12 * 12 * 2)  # two rows of the 12-wide batch per chunk: three chunks
+    torch.testing.assert_close(q.log_prob(x), alone, rtol=0, atol=1e-12)

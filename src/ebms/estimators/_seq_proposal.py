@@ -30,6 +30,9 @@ from ebms._checks import check_int
 from ebms.distributions import sample_categorical
 from ebms.sequences import Sequences
 
+#: largest (rows x positions x words) block of logits ``LengthConditionalLM.log_prob`` scores at once.
+_CHUNK = 1 << 22
+
 
 class LengthConditionalLM:
     r"""Length-conditional proposal :math:`q(x \mid l)` from an autoregressive LM (module docstring).
@@ -84,7 +87,8 @@ class LengthConditionalLM:
         return torch.log_softmax(z, -1)
 
     def log_prob(self, x: Sequences) -> Tensor:
-        r""":math:`\log q(x \mid |x|)`, float64 ``(B,)`` (one LM pass)."""
+        r""":math:`\log q(x \mid |x|)`, float64 ``(B,)`` (one LM pass over the positions up to the longest
+        sentence, in row chunks of at most ``2^22`` logits)."""
         if not isinstance(x, Sequences):
             raise TypeError(f"x: expected an ebms.sequences.Sequences; got {type(x).__name__}")
         real = x.mask()
@@ -105,11 +109,20 @@ class LengthConditionalLM:
                     lp = self._ngram_next(tok, rows, t).to(out.device)
                     out[rows] += lp.gather(1, tok[rows, t].unsqueeze(1)).squeeze(1)
             return out
+        # only up to the longest real length, and in row chunks of at most _CHUNK (row, position, word)
+        # entries: a padded (B, T, V) float64 log-softmax of a long batch takes gigabytes
+        width = int(x.lengths.max())
+        tok, real = tok[:, :width], real[:, :width].to(tok.device)
         start = torch.full((x.batch_size, 1), self.boundary, dtype=torch.long, device=tok.device)
+        inputs = torch.cat([start, tok[:, :-1]], 1)
+        rows = max(1, _CHUNK // max(1, width * self.vocab_size))
+        parts: list[Tensor] = []
         with torch.no_grad():
-            logits, _ = self.lm(torch.cat([start, tok[:, :-1]], 1), None)
-        lp = self._log_softmax(logits).gather(-1, tok.unsqueeze(-1)).squeeze(-1)
-        return torch.where(real.to(lp.device), lp, lp.new_zeros(())).sum(1)
+            for i in range(0, x.batch_size, rows):
+                logits, _ = self.lm(inputs[i:i + rows], None)
+                lp = self._log_softmax(logits).gather(-1, tok[i:i + rows].unsqueeze(-1)).squeeze(-1)
+                parts.append(torch.where(real[i:i + rows], lp, lp.new_zeros(())).sum(1))
+        return torch.cat(parts)
 
     def sample(self, n: int, generator: torch.Generator | None = None, *, lengths: int | Tensor) -> Sequences:
         """``n`` draws of :math:`q(\\cdot \\mid l)`, ``lengths`` an int or an integer tensor ``(n,)``."""
