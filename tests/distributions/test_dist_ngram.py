@@ -208,6 +208,35 @@ def test_sampling_given_lengths_matches_the_conditional_law(end):
         _frequencies_match(draws[rows], dict(zip(map(tuple, y.tolist()), lp.tolist())), n // 2, z=4.5)
 
 
+@pytest.mark.parametrize("end", [False, True])
+def test_unigram_draws_given_lengths_are_the_general_loops_draws_bit_for_bit(end):
+    from ebms.distributions import sample_categorical
+
+    g = torch.Generator().manual_seed(0)
+    x = Sequences.from_lists([torch.randint(1, 50, (int(n),), generator=g).tolist()
+                              for n in torch.randint(1, 10, (500,), generator=g)])
+    model = NGram.fit(x, 50, order=1, end=end)
+    lengths = torch.randint(0, 12, (300,), generator=g)
+    got = model.sample(300, torch.Generator().manual_seed(3), lengths=lengths)
+    # the general loop (one (n, V) row per position, the completion mass added), as NGram ran it for
+    # every order before order 1 got its one-CDF path
+    rows, nxt, start = model._step_tables()
+    longest = int(lengths.max())
+    gamma = model._completions(rows, nxt, longest) if end else None
+    gen = torch.Generator().manual_seed(3)
+    want = torch.zeros(300, longest, dtype=torch.long)
+    h = torch.full((300,), start)
+    for t in range(longest):
+        logits = rows[h].double()
+        if gamma is not None:
+            logits = logits + gamma[(lengths - t - 1).clamp(min=0).unsqueeze(1), nxt[h]]
+        logits[:, 0] = -math.inf
+        w = sample_categorical(logits, gen)
+        want[:, t] = torch.where(t < lengths, w, 0)
+        h = torch.where(t < lengths, nxt[h, w], h)
+    assert torch.equal(got.tokens, want) and torch.equal(got.lengths, lengths)
+
+
 def test_tag_bigram_samples_match_its_probabilities():
     g = torch.Generator().manual_seed(1)
     noise = TagBigramNoise(torch.log_softmax(torch.randn(3, generator=g), 0),

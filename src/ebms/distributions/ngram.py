@@ -248,6 +248,8 @@ class NGram(Distribution):
             impossible = torch.isinf(gamma[lengths, start])
             if bool(impossible.any()):
                 raise ValueError(f"lengths: the model gives length {int(lengths[impossible][0])} probability 0")
+        if self.order == 1:  # no history: given the length, every position draws from the same law
+            return self._sample_unigram_lengths(rows[start], lengths, generator)
         tokens = torch.zeros(n, longest, dtype=torch.long, device=rows.device)
         h = torch.full((n,), start, dtype=torch.long, device=rows.device)
         for t in range(longest):
@@ -260,6 +262,19 @@ class NGram(Distribution):
             tokens[:, t] = torch.where(active, w, 0)
             h = torch.where(active, nxt[h, w], h)
         return Sequences(tokens, lengths, validate=False)
+
+    def _sample_unigram_lengths(self, row: Tensor, lengths: Tensor, generator: torch.Generator | None) -> Sequences:
+        """Order 1 with given lengths: every token i.i.d. from ``row`` without the boundary (the completion
+        mass of the remaining length is the same for every token), one uniform per position drawn
+        position-major as the general loop draws them; one CDF instead of an ``(n, V)`` row per position."""
+        n, longest = lengths.shape[0], int(lengths.max())
+        logits = row.double().clone()
+        logits[self.boundary] = -math.inf
+        cdf = torch.softmax(logits, -1).cumsum(-1)
+        u = torch.rand((longest, n, 1), generator=generator, device=row.device, dtype=cdf.dtype)
+        w = torch.searchsorted(cdf, (u * cdf[-1]).view(longest, n), right=True).clamp_(max=self.vocab_size - 1)
+        active = torch.arange(longest, device=row.device) < lengths.unsqueeze(1)
+        return Sequences(torch.where(active, w.t(), 0), lengths, validate=False)
 
     def extra_repr(self) -> str:
         return f"vocab_size={self.vocab_size}, order={self.order}, boundary={self.boundary}, end={self.end}"
