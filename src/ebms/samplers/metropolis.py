@@ -18,7 +18,12 @@ monograph §2.2, Eq. 2.22).
 * :class:`MetropolisIndependence` (monograph §2.2, the Metropolis independence sampler): propose
   :math:`x' \sim q` regardless of ``x``; with importance weights :math:`w(x) = \exp(-E(x))/q(x)`,
   :math:`\log\alpha = \min\{0, [-E(x') - \log q(x')] - [-E(x) - \log q(x)]\}`. It mixes as well as
-  ``q`` covers ``p``: with ``q = p`` every proposal is accepted.
+  ``q`` covers ``p``: with ``q = p`` every proposal is accepted. On token sequences each chain keeps
+  its length and proposes a whole new sentence from a length-conditional :math:`q(\cdot \mid l)`
+  (e.g. an LSTM LM given the length, :class:`~ebms.estimators.LengthConditionalLM`): one energy
+  call per step whatever the length, where a sweep of single-position moves of an energy without
+  local scores (a BiLSTM's) costs one sentence energy per position — the cheap AIS kernel for
+  neural TRFs when ``q`` is close to the model.
 
 Proposal protocol (:class:`MetropolisIndependence`): any object with
 
@@ -26,7 +31,9 @@ Proposal protocol (:class:`MetropolisIndependence`): any object with
 * ``log_prob(x) -> (n,)``: :math:`\log q(x)` up to an additive constant (normalised or not).
 
 :class:`~ebms.samplers.proposals.IndependentCategorical` (independent sites, ``fit`` from data
-marginals) is the ready-made one; autoregressive models fit the protocol too.
+marginals) is the ready-made one; autoregressive models fit the protocol too. On token sequences
+the proposal also has ``conditional_on_length = True`` and ``sample(n, generator, lengths=)``
+returning :class:`~ebms.sequences.Sequences` of those lengths.
 """
 
 from __future__ import annotations
@@ -277,6 +284,10 @@ class MetropolisIndependence(DiscreteSampler):
       :class:`~ebms.samplers._base.ChainState` has no slot for it. For independent-site proposals
       that is a ``B x N`` gather, small next to the energy; a costly proposal can be wrapped to
       memoise it.
+    * **Token sequences** (``Sequences`` states): every chain keeps its length; the proposal must be
+      length-conditional (``conditional_on_length``, ``sample(n, generator, lengths=)``, e.g.
+      :class:`~ebms.estimators.LengthConditionalLM`), so the kernel works within each length (an
+      AIS kernel, :func:`~ebms.estimators.ais_log_z_per_length`).
     * **Randomness, in order:** the proposal's ``sample``, then one MH uniform per chain.
     * **Failures:** a proposal with NaN or ``-inf`` energy is rejected and flagged in
       ``info.nonfinite``.
@@ -314,12 +325,35 @@ class MetropolisIndependence(DiscreteSampler):
             )
         self.proposal = proposal
 
-    def _log_q(self, x: Tensor, name: str, dtype: torch.dtype) -> Tensor:
+    accepts_sequences = True
+
+    def _log_q(self, x: Tensor | Sequences, name: str, dtype: torch.dtype) -> Tensor:
+        n = x.batch_size if isinstance(x, Sequences) else x.shape[0]
         lq = self.proposal.log_prob(x)
-        if not isinstance(lq, Tensor) or tuple(lq.shape) != (x.shape[0],):
+        if not isinstance(lq, Tensor) or tuple(lq.shape) != (n,):
             shape = tuple(lq.shape) if isinstance(lq, Tensor) else type(lq).__name__
-            raise ValueError(f"proposal.log_prob({name}): expected shape ({x.shape[0]},); got {shape}")
-        return lq.to(dtype)
+            raise ValueError(f"proposal.log_prob({name}): expected shape ({n},); got {shape}")
+        return lq.to(device=self._device_of(x), dtype=dtype)
+
+    @staticmethod
+    def _device_of(x: Tensor | Sequences) -> torch.device:
+        return x.tokens.device if isinstance(x, Sequences) else x.device
+
+    def _propose_sentences(self, x: Sequences, generator: torch.Generator | None) -> Sequences:
+        """New sentences of the chains' lengths from the length-conditional proposal, at ``x``'s width."""
+        if not getattr(self.proposal, "conditional_on_length", False):
+            raise TypeError(f"proposal: on token sequences the chains keep their lengths, so the proposal must be "
+                            f"length-conditional (conditional_on_length = True, sample(n, generator, lengths=); "
+                            f"e.g. ebms.estimators.LengthConditionalLM); got {type(self.proposal).__name__}")
+        sample: Any = self.proposal.sample  # the length-conditional form of the protocol
+        y = sample(x.batch_size, generator, lengths=x.lengths)
+        if not isinstance(y, Sequences) or not torch.equal(y.lengths.to(x.lengths.device), x.lengths):
+            raise ValueError(f"proposal.sample(n={x.batch_size}, lengths=...): expected Sequences of the chains' "
+                             f"lengths; got {type(y).__name__}")
+        width = x.tokens.shape[1]
+        tokens = y.tokens.to(x.tokens.device)[:, :width]
+        tokens = torch.nn.functional.pad(tokens, (0, width - tokens.shape[1]))
+        return Sequences(tokens, x.lengths, validate=False)
 
     def step(
         self, energy: EnergyLike, state: ChainState, *, generator: torch.Generator | None = None
@@ -327,11 +361,14 @@ class MetropolisIndependence(DiscreteSampler):
         """One independence-sampler transition of every chain; returns ``(state, info)``."""
         x = state.x
         with torch.no_grad():
-            x_prop = self.proposal.sample(x.shape[0], generator=generator)
-            if not isinstance(x_prop, Tensor) or x_prop.shape != x.shape:
-                shape = tuple(x_prop.shape) if isinstance(x_prop, Tensor) else type(x_prop).__name__
-                raise ValueError(f"proposal.sample(n={x.shape[0]}): expected shape {tuple(x.shape)}; got {shape}")
-            x_prop = x_prop.to(x.dtype)
+            if isinstance(x, Sequences):
+                x_prop: Tensor | Sequences = self._propose_sentences(x, generator)
+            else:
+                x_prop = self.proposal.sample(x.shape[0], generator=generator)
+                if not isinstance(x_prop, Tensor) or x_prop.shape != x.shape:
+                    shape = tuple(x_prop.shape) if isinstance(x_prop, Tensor) else type(x_prop).__name__
+                    raise ValueError(f"proposal.sample(n={x.shape[0]}): expected shape {tuple(x.shape)}; got {shape}")
+                x_prop = x_prop.to(x.dtype)
             # log alpha = E(x) - E(x') + log q(x) - log q(x')
             dtype = state.energy.dtype  # that of the energies: states may hold integer indices
             extra = self._log_q(x, "x", dtype) - self._log_q(x_prop, "x'", dtype)
