@@ -124,6 +124,8 @@ from ebms.estimators import (
 from ebms.metrics import trf_perplexity
 from ebms.models.lm import perplexity as lm_perplexity
 from ebms.models.trf import TRF
+from ebms.samplers import Sampler
+from ebms.samplers.metropolis import MetropolisIndependence
 from ebms.samplers.trans_dimensional import TransDimensional
 from ebms.sequences import Sequences
 
@@ -160,9 +162,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--is-draws", type=int, default=None, help="IS draws per length (default 100; quick 20)")
     p.add_argument("--chains", type=int, default=None, help="forward AIS chains per length (default 10; quick 4)")
     p.add_argument("--temps", type=int, default=None, help="AIS transitions K (default 80; quick 4)")
-    p.add_argument("--sweeps", type=int, default=1, help="kernel sweeps per temperature")
+    p.add_argument("--sweeps", type=int, default=1, help="kernel sweeps per temperature (independence: steps)")
     p.add_argument("--schedule", choices=("linear", "sigmoid"), default="linear")
-    p.add_argument("--kernel", choices=("class", "unigram"), default="unigram")
+    p.add_argument("--kernel", choices=("class", "unigram", "independence"), default="unigram",
+                   help="AIS kernel: single-position MH moves (unigram, class) or whole-sentence proposals from the "
+                        "AIS proposal (independence)")
     p.add_argument("--trials", type=int, default=1, help="multiple-try proposals per move (TransDimensional trials)")
     p.add_argument("--reverse", type=int, default=None, help="reverse AIS chains per length (default 5; quick 2; 0: none)")
     p.add_argument("--burn", type=int, default=20, help="kernel sweeps at beta = 1 before reverse AIS")
@@ -352,16 +356,18 @@ def saved_is(d: dict[str, Any]) -> LengthLogZ:
 
 def neural_speed(d: dict[str, Any], length: int, n: int = 64) -> dict[str, float]:
     """Sentences per second of the BiLSTM energy and of the LSTM proposal's ``log_prob`` on ``n`` proposal draws
-    of ``length`` padded to ``L`` (as the kernel holds them; best of 2 calls each), and ``rho``, the LSTM's token
-    rate over the BiLSTM's (the weight of an energy token in the cost unit). The proposal is timed without its
-    memo (a fresh :class:`TrimmedLM` per call)."""
+    of ``length`` padded to ``L`` (as the kernel holds them), and of the proposal's ``sample`` of ``n`` sentences
+    of ``length`` (best of 2 calls each); ``rho`` and ``sigma``, the LSTM's scoring token rate over the BiLSTM's
+    and over its own sampling rate (the weights of an energy token and of a sampled token in the cost unit). The
+    proposal is timed without its memo (a fresh :class:`TrimmedLM` per call)."""
     g, prop = torch.Generator().manual_seed(12345), d["proposal"]
     x = prop.sample(n, g, lengths=length).pad_to(d["trf"].max_length)
     seconds = {}
-    for name in ("energy", "proposal"):
+    for name in ("energy", "proposal", "sampling"):
         times = []
         for _ in range(2):
-            fn = d["trf"].energy if name == "energy" else TrimmedLM(prop.lm, chunk_tokens=prop.chunk_tokens).log_prob
+            fn = (d["trf"].energy if name == "energy" else (lambda _: prop.sample(n, g, lengths=length))
+                  if name == "sampling" else TrimmedLM(prop.lm, chunk_tokens=prop.chunk_tokens).log_prob)
             t0 = time.perf_counter()
             with torch.no_grad():
                 fn(x)
@@ -369,7 +375,7 @@ def neural_speed(d: dict[str, Any], length: int, n: int = 64) -> dict[str, float
         seconds[name] = min(times)
     return {"length": length, "batch": n, **{f"{k}_sentences_per_s": n / v for k, v in seconds.items()},
             **{f"{k}_tokens_per_s": n * length / v for k, v in seconds.items()},
-            "rho": seconds["energy"] / seconds["proposal"]}
+            "rho": seconds["energy"] / seconds["proposal"], "sigma": seconds["sampling"] / seconds["proposal"]}
 
 
 def neural_work(n: int, lengths: list[int], temps: int, sweeps: int, trials: int, rho: float,
@@ -386,11 +392,38 @@ def neural_work(n: int, lengths: list[int], temps: int, sweeps: int, trials: int
     return lm + rho * energy
 
 
+def independence_work(n: int, groups: list[list[int]], temps: int, steps: int, rho: float, sigma: float,
+                      burn: int = 0) -> float:
+    """AIS cost on a neural TRF with the ``independence`` kernel and the :class:`TrimmedLM` proposal, ``n``
+    chains per length, the lengths of each group in one call (module docstring): LSTM token evaluations
+    (each proposed sentence scored once; the current ones come from the memo) plus ``rho`` times BiLSTM ones
+    (the proposal at each step, and the chains at each temperature's kernel start and slope) plus ``sigma``
+    times sampled LSTM tokens (a group's draw runs to its longest length for every row). Forward
+    (``burn = 0``): the base draw and its scores, then ``(temps - 1) steps`` steps. Reverse (``burn`` > 0):
+    the start sentences scored, ``burn steps`` steps at beta = 1, then the same ``(temps - 1) steps``."""
+    s1 = sum(v for g in groups for v in g)
+    drawn = sum(len(g) * max(g) for g in groups if g)  # sampled tokens per chain and draw
+    moves = ((temps - 1) + burn) * steps  # kernel steps per chain
+    lm = n * (s1 + moves * s1) + sigma * n * ((0 if burn else drawn) + moves * drawn)
+    energy = n * (s1 + (temps - 1) * 2 * s1 + moves * s1 + (s1 if burn else 0))
+    return lm + rho * energy
+
+
+def kernel_steps(args: argparse.Namespace) -> int:
+    """Kernel steps per temperature: ``--sweeps`` for the independence kernel (the unigram and class kernels
+    make their sweeps inside one step)."""
+    return args.sweeps if args.kernel == "independence" else 1
+
+
 def work(d: dict[str, Any], args: argparse.Namespace, n: int, groups: list[list[int]], temps: int, *,
          burn: int = 0) -> float:
-    """Cost of AIS with ``n`` chains per length over ``groups`` at ``temps``: position-moves (discrete TRF) or
-    :func:`neural_work` units; ``burn`` > 0 for a reverse run (its start's sweeps included)."""
+    """Cost of AIS with ``n`` chains per length over ``groups`` at ``temps``: position-moves (discrete TRF;
+    with the independence kernel, sentence-tokens: the same count), :func:`neural_work` or
+    :func:`independence_work` units (neural TRF); ``burn`` > 0 for a reverse run (its start's sweeps included)."""
     lengths = [v for g in groups for v in g]
+    if "neural" in d and args.kernel == "independence":
+        nd = d["neural"]
+        return independence_work(n, groups, temps, args.sweeps, nd["rho"], nd["sigma"], burn)
     if "neural" in d:
         return neural_work(n, lengths, temps, args.sweeps, args.trials, d["neural"]["rho"], burn)
     return reverse_moves(n, lengths, temps, args.sweeps, burn) if burn else forward_moves(n, lengths, temps,
@@ -403,17 +436,20 @@ def batches(x: Sequences) -> list[Sequences]:
     return sentence_batches(x, 256, shuffle=False)
 
 
-def model_samples(trf: TRF, kernel: TransDimensional, test: Sequences, lengths: list[int], n: int, burn: int,
-                  g: torch.Generator) -> Sequences:
-    """``n`` test sentences per length (cycled), then ``burn`` kernel steps under the model at fixed length."""
+def model_samples(trf: TRF, kernel: Sampler, test: Sequences, lengths: list[int], n: int, burn: int,
+                  g: torch.Generator, *, steps: int = 1) -> Sequences:
+    """``n`` test sentences per length (cycled), then ``burn x steps`` kernel steps under the model at fixed
+    length (padded to ``L`` for the single-position kernels, to the longest of ``lengths`` for the independence
+    one)."""
     rows = []
     for ell in lengths:
         at = (test.lengths == ell).nonzero().squeeze(1)
         rows.append(at[torch.arange(n) % at.numel()])
-    x = test[torch.cat(rows)].canonical().pad_to(trf.space.max_length)
+    x = test[torch.cat(rows)].canonical()
+    x = x.pad_to(trf.space.max_length if isinstance(kernel, TransDimensional) else max(lengths))
     state = kernel.init(trf, x)
     with torch.no_grad():
-        for _ in range(burn):
+        for _ in range(burn * steps):
             state, _ = kernel.step(trf, state, generator=g)
     return kernel.target(state)
 
@@ -423,7 +459,11 @@ def ppl(trf: TRF, test: Sequences, log_z: Any) -> float:
         return trf_perplexity(trf, batches(test), log_z=log_z).reestimated.perplexity
 
 
-def make_kernel(args: argparse.Namespace, d: dict[str, Any]) -> TransDimensional:
+def make_kernel(args: argparse.Namespace, d: dict[str, Any]) -> Sampler:
+    """The AIS kernel of ``--kernel``: ``TransDimensional(jump=False)`` moves (unigram, class), or the
+    independence sampler from the AIS proposal ``d["proposal"]`` itself (whole sentences of each chain's length)."""
+    if args.kernel == "independence":
+        return MetropolisIndependence(d["proposal"], space=d["trf"].space)
     if args.kernel == "class" and "neural" in d:
         raise SystemExit("--kernel class: a neural TRF has no word classes; use --kernel unigram")
     if args.kernel == "class" and d["classes"] is None:
@@ -528,11 +568,12 @@ def compare(args: argparse.Namespace, d: dict[str, Any]) -> None:
         t1 = time.perf_counter()
         target = None
         if args.reverse:
-            target = model_samples(trf, kernel, test, grp, args.reverse, args.burn, g)
+            target = model_samples(trf, kernel, test, grp, args.reverse, args.burn, g, steps=kernel_steps(args))
         t2 = time.perf_counter()
         with torch.no_grad():
             r = ais_log_z_per_length(trf, proposal, chains, betas, lengths=grp, kernel=kernel, target_samples=target,
-                                     generator=g, batch_size=chains * len(grp) + args.reverse * len(grp))
+                                     steps_per_temperature=kernel_steps(args), generator=g,
+                                     batch_size=chains * len(grp) + args.reverse * len(grp))
         t3 = time.perf_counter()
         fwd.update(zip(r.lengths, r.estimates))
         moves = (chains + args.reverse) * sum(grp) * (temps - 1) * args.sweeps
@@ -558,8 +599,9 @@ def compare(args: argparse.Namespace, d: dict[str, Any]) -> None:
             model_words(d) if "neural" in d else
             f"{'trained (' + str(d['steps']) + ' steps)' if d['steps'] else 'KN-initialised'} PTB TRF"
             f"{' (quick subset)' if q else ''}")
+    sweep = "step" if args.kernel == "independence" else "sweep"
     print(f"log Z_l of the {what}: IS {is_draws}/length vs forward AIS {chains} "
-          f"chains x {temps} temperatures x {args.sweeps} sweep(s), {args.kernel} kernel, {args.trials} trial(s)"
+          f"chains x {temps} temperatures x {args.sweeps} {sweep}(s), {args.kernel} kernel, {args.trials} trial(s)"
           + (f", reverse {args.reverse}/length after {args.burn} burn-in sweeps" if args.reverse else ""))
     print(C.format_table(["l", "IS", "se", "ESS", "AIS", "se", "ESS", "AIS-IS", "z", "reverse", "bracket"], rows))
 
@@ -721,7 +763,7 @@ def kn5_record() -> dict[str, Any] | None:
     return None
 
 
-def run_temps(d: dict[str, Any], kernel: TransDimensional, proposal: Any, groups: list[list[int]], chains: int,
+def run_temps(d: dict[str, Any], kernel: Sampler, proposal: Any, groups: list[list[int]], chains: int,
               temps: int, args: argparse.Namespace, *, reverse: int, deadline: float | None, rate: float
               ) -> dict[str, Any]:
     """Forward AIS (and, with ``reverse``, reverse AIS) at ``temps`` temperatures, group by group."""
@@ -736,10 +778,12 @@ def run_temps(d: dict[str, Any], kernel: TransDimensional, proposal: Any, groups
         if deadline is not None and time.perf_counter() + m / rate > deadline:
             status = f"stopped before lengths {grp[0]}..: budget"
             break
-        target = model_samples(d["trf"], kernel, d["test"], grp, reverse, args.burn, g) if reverse else None
+        target = (model_samples(d["trf"], kernel, d["test"], grp, reverse, args.burn, g, steps=kernel_steps(args))
+                  if reverse else None)
         with torch.no_grad():
             r = ais_log_z_per_length(d["trf"], proposal, chains, betas, lengths=grp, kernel=kernel,
-                                     target_samples=target, generator=g, batch_size=(chains + reverse) * len(grp))
+                                     target_samples=target, steps_per_temperature=kernel_steps(args), generator=g,
+                                     batch_size=(chains + reverse) * len(grp))
         ests.update(zip(r.lengths, r.estimates))
         moves += m
     return {"K": temps, "estimates": ests, "status": status, "moves": moves, "reverse": reverse,
@@ -764,14 +808,15 @@ def converge(args: argparse.Namespace, d: dict[str, Any], ks: list[int], counts:
         training = trf_perplexity(trf, batches(sub)).training
     deadline = None if args.budget is None else t_start + args.budget
 
-    unit = "position-moves" if neural is None else "token-evals"
+    unit = "token-evals" if neural is not None else "sentence-tokens" if args.kernel == "independence" else \
+        "position-moves"
     speed: dict[str, float] = {}
     if neural is None:
         probe_lengths, probe_temps = lengths[:: max(1, len(lengths) // 6)][:6], PROBE_TEMPS
     else:
         probe_lengths, probe_temps = [lengths[len(lengths) // 2]], NEURAL_PROBE_TEMPS
         speed = neural_speed(d, probe_lengths[0])
-        neural["rho"] = speed["rho"]
+        neural["rho"], neural["sigma"] = speed["rho"], speed["sigma"]
     probe = run_temps(d, kernel, proposal, [probe_lengths], chains, probe_temps, args, reverse=0, deadline=None,
                       rate=1.0)
     rate = probe["moves"] / probe["seconds"]
@@ -788,9 +833,14 @@ def converge(args: argparse.Namespace, d: dict[str, Any], ks: list[int], counts:
         C.note(f"[{name}] at length {speed['length']} ({speed['batch']} sentences padded to L = {trf.max_length}): "
                f"BiLSTM energy {speed['energy_sentences_per_s']:.0f} sentences/s "
                f"({speed['energy_tokens_per_s']:.0f} tokens/s), LSTM proposal log q "
-               f"{speed['proposal_sentences_per_s']:.0f} sentences/s ({speed['proposal_tokens_per_s']:.0f} tokens/s);"
-               f" {unit}: LSTM tokens + {speed['rho']:.3f} x BiLSTM tokens (a position-move scores its trial sentence "
-               f"under the LSTM, trial and current under the BiLSTM)")
+               f"{speed['proposal_sentences_per_s']:.0f} sentences/s ({speed['proposal_tokens_per_s']:.0f} tokens/s),"
+               f" LSTM sampling {speed['sampling_sentences_per_s']:.0f} sentences/s "
+               f"({speed['sampling_tokens_per_s']:.0f} tokens/s); {unit}: "
+               + (f"LSTM tokens + {speed['rho']:.3f} x BiLSTM tokens + {speed['sigma']:.3f} x sampled LSTM tokens "
+                  f"(a step draws and scores one sentence per chain under the LSTM and scores it under the BiLSTM)"
+                  if args.kernel == "independence" else
+                  f"LSTM tokens + {speed['rho']:.3f} x BiLSTM tokens (a position-move scores its trial sentence "
+                  f"under the LSTM, trial and current under the BiLSTM)"))
     print(f"cost plan at {rate:.0f} {unit}/s (probe{'' if neural else '; conservative at large K'}), loaded in "
           f"{d['build_s']:.0f} s"
           + ("" if args.budget is None else f", budget {args.budget:.0f} s"))
@@ -860,8 +910,9 @@ def converge(args: argparse.Namespace, d: dict[str, Any], ks: list[int], counts:
     what = (f"run {d['run']['dir']} step {d['steps']} of {d['run']['train_steps']}" if "run" in d
             else model_words(d) + ", proposal: its LSTM given the length" if neural is not None
             else f"TRF trained {d['steps']} steps" if d["steps"] else "KN-initialised TRF")
+    sweep = "step" if args.kernel == "independence" else "sweep"
     print(f"\nAIS convergence, {what}: forward AIS {chains} chains/length, {args.schedule} schedule, {args.sweeps} "
-          f"sweep(s) of the {args.kernel} kernel per temperature, {len(lengths)} lengths, {sub.batch_size} test "
+          f"{sweep}(s) of the {args.kernel} kernel per temperature, {len(lengths)} lengths, {sub.batch_size} test "
           f"sentences; 95 % intervals (delta method on log PPL)")
     print(C.format_table(["K", "status", unit, "seconds", "PPL", "95% interval", "ESS median / min",
                           "vs previous K"], [

@@ -377,3 +377,76 @@ def test_neural_quick_mode_on_a_quick_neural_trf_lstm_folder_ends_with_its_json_
     assert line["bench"] == "trf_ais_convergence_neural_dnce" and line["temps_run"] == [3, 6]
     assert line["ppl_ais_last"] > 0 and line["ppl_bracket"] is not None and line["ppl_lstm_exact"] > 0
     assert "forward token-evals" in out.stdout and "TRF (DNCE), training zeta: NOT a perplexity" in out.stdout
+
+
+# -- the independence kernel (--kernel independence) -------------------------------------------------------------
+
+def test_the_independence_flag_builds_an_independence_sampler_from_the_ais_proposal(tmp_path: Path) -> None:
+    import argparse
+
+    from ebms.samplers.metropolis import MetropolisIndependence
+
+    bench = _bench()
+    parser = argparse.ArgumentParser()
+    bench.add_args(parser)
+    args = parser.parse_args(["--kernel", "independence", "--sweeps", "3"])
+    d = _tiny_d(tmp_path / "ntl", "dnce")
+    kernel = bench.make_kernel(args, d)
+    assert isinstance(kernel, MetropolisIndependence) and kernel.proposal is d["proposal"]
+    assert repr(kernel.token_space) == repr(d["trf"].space) and bench.kernel_steps(args) == 3  # --sweeps: steps per temperature
+    assert parser.parse_args([]).kernel == "unigram" and bench.kernel_steps(parser.parse_args(["--sweeps", "3"])) == 1
+
+
+def test_forward_ais_with_the_independence_kernel_meets_the_exact_log_z_of_a_neural_trf() -> None:
+    bench = _bench()
+    trf, lstm = _tiny_neural()
+    exact = exact_log_z(trf, V_N, L_N)
+    q = bench.TrimmedLM(lstm)
+    kernel = bench.make_kernel(SimpleNamespace(kernel="independence"), {"proposal": q, "trf": trf})
+    g = torch.Generator().manual_seed(2)
+    target = _exact_samples(trf, 32, g)
+    with torch.no_grad():
+        r = ais_log_z_per_length(trf, q, 64, linear_betas(12), lengths=[1, 2, 3], kernel=kernel,
+                                 target_samples=target, generator=g)
+    for ell, est in zip(r.lengths, r.estimates):
+        truth, st = float(exact[ell - 1]), est.settings
+        assert est.ess > 16 and abs(est.estimate - truth) <= Z_N * est.stderr  # Z_N = 4 stderr (three lengths)
+        assert abs(st["reverse"] - truth) <= Z_N * st["reverse_stderr"]  # from exact samples: also near the truth
+        assert est.lower <= truth <= est.upper
+
+
+def test_independence_work_equals_a_hand_count_of_draws_scores_and_energies() -> None:
+    work = _bench().independence_work
+    # 2 chains per length, one group at lengths 2 and 3 (s1 = 5; each draw samples 2 lengths x 3 tokens = 6 per
+    # chain), K = 3 (2 transitions), 2 steps each: 4 steps per chain
+    lm = 2 * 5 + 2 * 4 * 5  # the base draw scored, then each step's proposal (the current one from the memo)
+    sampled = 2 * 6 + 2 * 4 * 6  # the base draw, then one draw per step
+    energy = 2 * 5 + 2 * 2 * (2 * 5) + 2 * 4 * 5  # base slope; each transition's kernel start and slope; each step
+    assert work(2, [[2, 3]], 3, 2, rho=0.0, sigma=0.0) == lm
+    assert work(2, [[2, 3]], 3, 2, rho=0.5, sigma=2.0) == lm + 0.5 * energy + 2.0 * sampled
+    # reverse, burn 3 (6 more steps): the start scored once (no base draw), its kernel start under the model
+    lm_r, sampled_r = 2 * 5 + 2 * 10 * 5, 2 * 10 * 6
+    energy_r = 2 * 5 + 2 * 5 + 2 * 2 * (2 * 5) + 2 * 10 * 5
+    assert work(2, [[2, 3]], 3, 2, rho=0.5, sigma=2.0, burn=3) == lm_r + 0.5 * energy_r + 2.0 * sampled_r
+    # two groups: each draws to its own longest length
+    assert work(1, [[1], [3]], 2, 1, rho=0.0, sigma=1.0) == (4 + 4) + (1 + 3) * 2
+
+
+def test_neural_convergence_table_with_the_independence_kernel_meets_the_exact_perplexity(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    bench = _bench()
+    d = _tiny_d(tmp_path / "ntl", "nce")
+    monkeypatch.setattr(bench, "build_neural", lambda f, k, quick: d)
+    line, out = _main(monkeypatch, capsys, "--neural", str(tmp_path / "ntl"), "--neural-kind", "nce", "--kernel",
+                      "independence", "--temps-list", "3,12", "--chains", "64", "--reverse", "8", "--burn", "5",
+                      "--no-save")
+    trf, test = d["trf"], d["test"]
+    with torch.no_grad():
+        exact = trf_perplexity(trf, test, log_z=exact_log_z(trf, V_N, L_N))
+    low, high = line["ppl_ais_last_interval"]
+    log_se = math.log(high / low) / (2 * 1.96)
+    assert abs(math.log(line["ppl_ais_last"] / exact.reestimated.perplexity)) <= Z * log_se
+    lo, hi = line["ppl_bracket"]
+    assert lo <= line["ppl_ais_last"] <= hi and line["temps_run"] == [3, 12]
+    print(out)
+    assert "step(s) of the independence kernel" in out and "x sampled LSTM tokens" in out
