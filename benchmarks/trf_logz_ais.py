@@ -26,6 +26,10 @@ Workload:
                 inside the class, MH-corrected; ~117 candidates per move at 200 classes). Measured on
                 the KN-initialised TRF at beta = 0.5: unigram ~4,400 position-moves/s at acceptance
                 0.16, class ~520-860/s at 0.22 (one thread), so the unigram kernel mixes more per second.
+                Or ``--kernel independence``: ``MetropolisIndependence(q)``, the AIS proposal itself as an
+                independence sampler: each chain keeps its length and proposes a whole new sentence from
+                ``q(. | l)``, accepted by the ratio of importance weights of the current annealed target;
+                ``--sweeps S`` is then S such steps per temperature (and ``--burn B`` B x S steps at beta = 1).
                 All lengths of a group (``--group`` lengths, default 15) share each kernel call.
     reverse     ``--reverse N`` (default 5; 0: off): reverse AIS from approximate model samples, N per
                 length: test sentences of that length (cycled) moved by ``--burn`` sweeps (default 20)
@@ -37,7 +41,8 @@ Workload:
                 AIS, and the bracket's ends (log Z_l at its lower / upper end give the lower / upper
                 perplexity).
     cost        seconds of each estimator, seconds per length, position-moves per second of the kernel
-                (one position of one chain re-drawn once), with ``--threads`` torch threads;
+                (one position of one chain re-drawn once; with the independence kernel one token of a
+                proposed sentence, "sentence-tokens": the same count), with ``--threads`` torch threads;
                 ``--budget`` seconds stops AIS between groups (later lengths keep only IS). AIS costs
                 about (chains + reverse) x (sum of lengths: 1,860 for the 60 test lengths) x (temps - 1)
                 x sweeps position-moves.
@@ -67,7 +72,7 @@ with a ``Hidden2Scalar.bilstm`` energy and the LSTM LM that ``benchmarks/neural_
 whole PTB test set (3,761 sentences, the same 60 lengths). Proposal: ``LengthConditionalLM(lstm)``, the saved
 LSTM given the length (far closer to the TRF than an n-gram), scored by :class:`TrimmedLM` (each distinct
 sentence once, up to its own length; float32 log-sum-exp); kernel: the unigram one, without classes (``--kernel
-class`` is refused); ``--group`` default 5. A BiLSTM offers no local ``token_logits``, so the library scores a
+class`` is refused), or the independence one (below); ``--group`` default 5. A BiLSTM offers no local ``token_logits``, so the library scores a
 position-move's candidates as whole sentences (``variant_scores``): the trial and the current sentence under
 the BiLSTM, the trial under the LSTM (the current one comes from :class:`TrimmedLM`'s memo), so a sweep of a
 chain of length l costs O(l^2) token evaluations, not O(l). Cost unit ("token-evals"): LSTM token evaluations
@@ -78,7 +83,25 @@ sentences at the middle length, then runs 4 temperatures there. Measured on one 
 machine, PTB test lengths (sum l^2 = 77,674), 10 chains, 5 reverse, burn 20: BiLSTM (256, one layer) ~1,300
 sentences/s at length 31 (~40,000 tokens/s), LSTM (2 x 256, V = 10,000) ~290 sentences/s (~9,000 tokens/s),
 AIS ~7,500-8,300 token-evals/s; forward + reverse: K = 10 ~0.6 h, K = 30 ~1.8 h, K = 100 ~5.7 h, K = 300
-~17 h, K = 1,000 ~57 h (the plan printed before running says it for the run's own settings). Beside the
+~17 h, K = 1,000 ~57 h (the plan printed before running says it for the run's own settings).
+``--kernel independence`` (``MetropolisIndependence(TrimmedLM)``, the AIS base as proposal): a step draws one
+sentence per chain from the LSTM given the length, scores it under the LSTM (the current one comes from the memo)
+and under the BiLSTM: O(l) per step, not O(l^2). Its unit adds ``sigma`` x sampled LSTM tokens (``sigma``: the
+LSTM's scoring token rate over its sampling rate; a group's draw runs every row to the group's longest length,
+so a draw costs ``m = sum over groups |G| max G`` tokens per chain); per run of ``n`` chains per length with
+``M = (K - 1) S`` steps: ``n ((1 + M) s1 + sigma (1 + M) m + rho (1 + 2 (K - 1) + M) s1)``, ``s1 = sum l`` (a
+BiLSTM pass at each temperature's kernel start and slope; a reverse run: ``M = (K - 1 + burn) S``, no base draw,
+one more BiLSTM pass). The probe is the same (one length, 4 temperatures; it batches fewer rows than a group, so
+its rate is on the low side: 2,000 vs 3,000-4,200 token-evals/s on ``--quick``). Measured on the models of a
+``neural_trf_lstm.py --quick`` folder (same sizes), PTB test lengths, 10 chains, 5 reverse, burn 20, one core of
+this shared machine: LSTM sampling ~175 sentences/s at length 31 (~5,400 tokens/s, ``sigma`` ~1.9), probe ~5,500
+token-evals/s; forward + reverse K = 100 ~0.56 h, K = 300 ~1.6 h, K = 1,000 ~5.3 h, against 5.4 h, 16 h and 53 h
+for the unigram kernel in the same plan (~10x). Prefer it when ``q`` is close to the model (the TRF a correction
+of its LSTM): a step moves the whole sentence or nothing, so it mixes only as well as ``q`` covers each annealed
+target. On the quick folder (TRF trained 2 steps, LSTM 15) at K = 12, 8 chains, 4 reverse, its forward log Z_l
+at l = 14 was 100.5 against the unigram kernel's 121.8 (forward AIS is a stochastic lower bound: the larger is
+nearer), while its forward/reverse gap (-1.0..+0.7 nats) looked better than the unigram one's (-0.5..+17.8): its
+reverse chains barely left the test sentences. Compare both kernels' forward values at a small K first. Beside the
 table: the TRF's training zeta (a perplexity for NCE; for DNCE NOT one: its zeta settles at log Z_l +
 log pi_l - log pi_int,l, see ``neural_trf_lstm.py``), the perplexity with the IS log Z_l saved with the model,
 and the LSTM's exact perplexity on the same sentences (recomputed) and as saved; no KN5 or published rows
@@ -91,7 +114,7 @@ a minute); with ``--run``, the run's data and every 4th test length; with ``--ne
 sentences of at most 16 words and every 4th of their lengths (2, 6, 10, 14; ``--quick --neural DIR
 --temps-list 3,6 --chains 3 --reverse 2``: ~15 s). Run: ``python benchmarks/trf_logz_ais.py [--quick]
 [--model PATH | --run DIR | --neural DIR [--neural-kind dnce|nce]] [--temps-list K1,K2,...]
-[--kernel unigram|class] [--chains C] [--temps K] [--sweeps S] [--reverse N] [--budget SECONDS]``.
+[--kernel unigram|class|independence] [--chains C] [--temps K] [--sweeps S] [--reverse N] [--budget SECONDS]``.
 """
 
 from __future__ import annotations
@@ -926,7 +949,7 @@ def converge(args: argparse.Namespace, d: dict[str, Any], ks: list[int], counts:
     if bracket:
         beside.append([f"TRF, reverse AIS bracket at K = {bracket['K']}",
                        f"[{bracket['bracket_lower']:.2f}, {bracket['bracket_upper']:.2f}]",
-                       f"{reverse}/length after {args.burn} sweeps at beta = 1; crossed at {bracket['crossed_lengths']}"
+                       f"{reverse}/length after {args.burn * kernel_steps(args)} {sweep}s at beta = 1; crossed at {bracket['crossed_lengths']}"
                        f" of {len(lengths)} lengths"])
     extra: dict[str, Any] = {}
     if neural is not None:  # the LSTM, not KN5 or the published rows (those are the discrete TRF's)
@@ -1036,11 +1059,13 @@ CONVERGENCE_NOTES = (
     "exact). published: the source's own results table (not measured here). Seconds: wall-clock on this machine.")
 NEURAL_NOTES = (
     " Neural TRF (BiLSTM energy) of a neural_trf_lstm.py --save folder: the AIS proposal is its LSTM given the length, "
-    "the kernel the unigram one (each position-move scores 2 whole sentences under the BiLSTM and the LSTM); "
+    "the kernel the unigram one (each position-move scores 2 whole sentences under the BiLSTM and the LSTM) or the "
+    "independence one (settings.kernel; each step draws one sentence per chain from the LSTM, scored by both); "
     "training_zeta_figure is the perplexity with the TRF's own zeta, a perplexity only for NCE (DNCE's zeta settles "
     "at log Z_l + log pi_l - log pi_int,l). Beside: the perplexity with the IS log Z_l saved with the model and the "
     "LSTM's exact perplexity on the same sentences. Costs in token-evals: LSTM token evaluations plus rho x BiLSTM "
-    "ones (probe). Seconds: wall-clock on this machine.")
+    "ones (plus sigma x sampled LSTM tokens for the independence kernel; probe). Seconds: wall-clock on this "
+    "machine.")
 
 
 if __name__ == "__main__":

@@ -448,5 +448,19 @@ def test_neural_convergence_table_with_the_independence_kernel_meets_the_exact_p
     assert abs(math.log(line["ppl_ais_last"] / exact.reestimated.perplexity)) <= Z * log_se
     lo, hi = line["ppl_bracket"]
     assert lo <= line["ppl_ais_last"] <= hi and line["temps_run"] == [3, 12]
-    print(out)
-    assert "step(s) of the independence kernel" in out and "x sampled LSTM tokens" in out
+    assert "1 step(s) of the independence kernel per temperature" in out and "8/length after 5 steps at beta = 1" in out
+
+
+def test_a_run_folder_with_the_independence_kernel_meets_the_exact_perplexity(
+        tiny_run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    line, out = _main(monkeypatch, capsys, "--run", str(tiny_run), "--kernel", "independence", "--temps-list", "3,30",
+                      "--chains", "16", "--reverse", "6", "--burn", "10", "--no-save")
+    from rescoring_lms import open_trf_run
+
+    _, _, trf, data, _ = open_trf_run(tiny_run)
+    with torch.no_grad():
+        exact = trf_perplexity(trf, data.held_out["test"], log_z=exact_log_z(trf, len(data.vocab), trf.max_length))
+    low, high = line["ppl_ais_last_interval"]
+    log_se = math.log(high / low) / (2 * 1.96)
+    assert abs(math.log(line["ppl_ais_last"] / exact.reestimated.perplexity)) <= Z * log_se  # Z = 4
+    assert line["temps_run"] == [3, 30] and "forward sentence-tokens" in out and "independence kernel" in out

@@ -77,3 +77,8 @@ def test_a_proposal_without_lengths_is_refused_on_sentences():
                                         r"proposal must be length-conditional .*; got Plain$"):
         sampler.step(energy, state, generator=torch.Generator())
     assert V == 3
+
+
+def test_repr_names_the_token_space():
+    assert repr(MetropolisIndependence(IIDGivenLength(), space=token_space())) == (
+        f"MetropolisIndependence(proposal=IIDGivenLength, space={token_space()!r})")

@@ -375,4 +375,5 @@ class MetropolisIndependence(DiscreteSampler):
         return _mh_update(energy, state, x_prop, extra, generator)
 
     def __repr__(self) -> str:
-        return f"MetropolisIndependence(proposal={type(self.proposal).__name__}, space={self.discrete_space!r})"
+        space = self.token_space or self.discrete_space
+        return f"MetropolisIndependence(proposal={type(self.proposal).__name__}, space={space!r})"
