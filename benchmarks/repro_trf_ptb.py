@@ -29,7 +29,8 @@ Workload:
                 one sweep per step), one move per step, batches of ``--batch`` training sentences
                 (shuffled epochs). The feature weights move by ``--optimizer``: ``sa`` (default) is the
                 source's update (``ebms.train.ScaledSGD``): the gradient divided by each feature's
-                within-length empirical variance (``feature_moments``), plus L2 ``--l2`` (4e-5, the
+                within-length empirical variance (``feature_moments``; the data term the whole training
+                set's feature means, ``AugSA(data_mean=)``, as the source's), plus L2 ``--l2`` (4e-5, the
                 source's PTB recipe), each coordinate's step clipped to +-1, at the rate
                 ``SAGain(3000, 0, 2000)`` (1/3001 for 2,000 steps, then 1/t); ``adam`` is Adam at constant
                 ``--lr`` (session 4's run: it moved the weights faster than zeta could follow). Zeta by the SA rule
@@ -220,8 +221,9 @@ def main() -> None:
     sampler = objective.sampler
     objective.zeta_gain = ZETA_GAIN(args)  # a continued run takes this run's schedule (the step count goes on)
     t1 = time.perf_counter()
-    if args.optimizer == "sa":
-        _, variance = feature_moments(feats, train)
+    if args.optimizer == "sa":  # the source's update: the whole training set's data term, variance-scaled steps
+        mean, variance = feature_moments(feats, train)
+        objective.data_mean = mean
         opt: torch.optim.Optimizer = ScaledSGD(trf.field.parameters(), lr=WEIGHT_GAIN(0),
                                                scales={feats.weight: variance}, l2=args.l2, clip=1.0)
     else:

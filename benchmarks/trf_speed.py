@@ -12,11 +12,12 @@ Workload (issue 24, section 1; the source's PTB recipe ``g4_w_c_ws_cs_wsh_csh_ti
                 zero initial weights, so ``zeta_l = l log(V - 1)`` (the TRF's default) is exact at the start.
     training    ``AugSA`` with 100 persistent chains of ``TransDimensional`` (unigram and class proposals,
                 one trial, one sweep per iteration), ``zeta`` gain ``SAGain(0, 0.6, 2000)`` and the exact
-                ``log Z_1`` anchor; batches of 100 training sentences (shuffled epochs); the weights move by
-                ``ScaledSGD`` (the source's update: gradient over each feature's within-length variance,
-                L2 4e-5, steps clipped to +-1, rate ``SAGain(3000, 0, 2000)``).
+                ``log Z_1`` anchor; the data term the whole training set's feature means (``AugSA(data_mean=)``;
+                batches of 100 training sentences only start the chains); the weights move by ``ScaledSGD``
+                (the source's update: gradient over each feature's within-length variance, L2 4e-5, each
+                step clipped to +-1 with the rate inside, rate ``SAGain(3000, 0, 2000)``).
     timed       one AugSA iteration = sampling (one jump + one sweep on every chain, ``log Z_1`` anchor,
-                whole-sentence energies of the batch and the samples) + backward + the optimizer's step.
+                whole-sentence energies of the samples) + backward + the optimizer's step.
                 Setup (data, classes, features, variances, tables) is not timed. ``--warmup`` untimed then
                 ``--steps`` timed iterations per implementation, in chunks of ``--chunk`` that alternate
                 between the implementations (the order rotating every round), all in one process.
@@ -158,7 +159,7 @@ def build(quick: bool, log: Callable[[str], None], cutoffs: str = "source") -> d
     feats = DiscreteFeatures.fit(train, V, templates, classes=classes, eos=True, boundaries="source",
                                  min_count=min_count)
     t3 = time.perf_counter()
-    _, variance = feature_moments(feats, train)
+    mean, variance = feature_moments(feats, train)
     t4 = time.perf_counter()
     L = max(int(train.lengths.max()), int(test.lengths.max()))
     counts = torch.bincount(train.tokens[train.mask()], minlength=V).double() + 1.0
@@ -166,7 +167,7 @@ def build(quick: bool, log: Callable[[str], None], cutoffs: str = "source") -> d
     log(f"[{BENCH}] V = {V}, {n_classes} classes, {feats.num_features} features, L = {L}; data {t1 - t0:.1f} s, "
         f"classes {t2 - t1:.1f} s, features {t3 - t2:.1f} s, variances {t4 - t3:.1f} s")
     return {"train": train, "V": V, "L": L, "classes": classes, "templates": templates, "keys": feats.keys.clone(),
-            "variance": variance, "unigram": counts / counts.sum(), "n_classes": n_classes,
+            "variance": variance, "mean": mean, "unigram": counts / counts.sum(), "n_classes": n_classes,
             "features": feats.num_features,
             "pi": torch.bincount(train.lengths, minlength=L + 1)[1:].double() + 1.0,
             "setup_s": {"data": t1 - t0, "classes": t2 - t1, "features": t3 - t2, "variances": t4 - t3}}
@@ -209,7 +210,8 @@ class Run:
         self.trf = TRF(self.feats, s["pi"], s["V"])
         kind = PaddedTransDimensional if padded else TransDimensional
         self.sampler = kind(token_probs=s["unigram"], classes=s["classes"], sweeps=1, groups=groups, workers=workers)
-        self.objective = AugSA(self.sampler, chains=chains, zeta_gain=ZETA_GAIN)
+        # the recipe's update: the whole training set's data term (language.feature_scaling)
+        self.objective = AugSA(self.sampler, chains=chains, zeta_gain=ZETA_GAIN, data_mean=s["mean"])
         self.opt = ScaledSGD(self.feats.parameters(), lr=WEIGHT_GAIN(0), scales={self.feats.weight: s["variance"]},
                              l2=L2, clip=1.0)
         self.train, self.batch, self.chains = s["train"], batch, chains
