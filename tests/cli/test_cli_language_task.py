@@ -188,6 +188,8 @@ def test_kn_start_sets_the_word_ngram_weights_of_the_configured_backoff_lm_and_i
     # zeta from 100 draws per length of the LM given the length: near the started model's exact log Z_l
     torch.testing.assert_close(model.log_z.detach().double(), exact.double(), rtol=0, atol=0.1)
     assert float((exact.double() - zero.log_z.detach().double()).abs().max()) > 0.5  # it did move zeta
+    data.stored = {"format": "loaded from a run"}  # eval, sample, resume: the checkpoint replaces the start
+    assert not bool(task.build_model(cfg, data).field.weight.any())
 
 
 def test_feature_scaling_builds_scaled_sgd_with_the_training_variances(tmp_path: Path) -> None:

@@ -335,7 +335,7 @@ class LanguageTask(Task[LanguageSettings]):
             energy = make(V, s.embedding_dim, s.hidden, layers=s.layers, dropout=s.dropout)
         # add-one over lengths 1..L: a held-out length unseen in training keeps a probability > 0
         trf = TRF.from_corpus(energy, data.train, V, max_length=data.max_length, smoothing=1.0)
-        if kind == "trf" and s.trf_init == "kn":  # the source's KN-started variant (zeta: 100 draws per length)
+        if kind == "trf" and s.trf_init == "kn" and data.stored is None:  # KN start of a new run (a stored one loads its checkpoint)
             start_from_ngram(trf, _ngram(data, s.order, s.smoothing, "order", s.discounts),
                              generator=torch.Generator().manual_seed(cfg.run.seed + NOISE_SEED_OFFSET))
         return trf

@@ -350,10 +350,7 @@ class MetropolisIndependence(DiscreteSampler):
         if not isinstance(y, Sequences) or not torch.equal(y.lengths.to(x.lengths.device), x.lengths):
             raise ValueError(f"proposal.sample(n={x.batch_size}, lengths=...): expected Sequences of the chains' "
                              f"lengths; got {type(y).__name__}")
-        width = x.tokens.shape[1]
-        tokens = y.tokens.to(x.tokens.device)[:, :width]
-        tokens = torch.nn.functional.pad(tokens, (0, width - tokens.shape[1]))
-        return Sequences(tokens, x.lengths, validate=False)
+        return Sequences(y.to(x.tokens.device).pad_to(x.tokens.shape[1]).tokens, x.lengths, validate=False)
 
     def step(
         self, energy: EnergyLike, state: ChainState, *, generator: torch.Generator | None = None
