@@ -10,18 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
+from _benchmarks import bench
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), reason="needs Linux /proc smaps_rollup")
 
 
 def _bench():
-    bench = str(ROOT / "benchmarks")
-    if bench not in sys.path:
-        sys.path.insert(0, bench)
-    import recipe_memory
-
-    return recipe_memory
+    return bench("recipe_memory")
 
 
 def test_tree_pss_includes_a_childs_private_memory() -> None:

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from _benchmarks import bench
 from _tiny_trf_run import tiny_trf_run
 
 from ebms.data.paths import data_root
@@ -22,12 +23,7 @@ SENTS = ["the cat sat", "the dog sat on the mat", "a cat ran", "the man ran home
 
 
 def _bench():
-    bench = str(ROOT / "benchmarks")
-    if bench not in sys.path:
-        sys.path.insert(0, bench)
-    import rescoring_lms
-
-    return rescoring_lms
+    return bench("rescoring_lms")
 
 
 def _tiny_trf_run(tmp: Path) -> Path:

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _benchmarks import bench
 
 from ebms.data.paths import data_root
 
@@ -34,14 +35,7 @@ def test_residual_text_quick_mode_ends_with_a_summary_whose_bounds_are_ordered()
     assert s["base_ppl"] > 1.0
 
 
-def _bench(name: str):
-    """Import ``benchmarks/<name>.py`` as a module (the benchmarks import their siblings by bare name)."""
-    bench = str(ROOT / "benchmarks")
-    if bench not in sys.path:
-        sys.path.insert(0, bench)
-    import importlib
-
-    return importlib.import_module(name)
+_bench = bench
 
 
 def test_residual_text_record_compares_the_joint_upper_bound_with_the_base_paired_by_seed(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import torch
+from _benchmarks import bench
 from _tiny_trf_run import tiny_trf_run
 
 from ebms.data.paths import data_root
@@ -35,12 +36,7 @@ Z = 4.0  # z-value of the forward-AIS perplexity against the exact one (one comp
 
 
 def _bench():
-    bench = str(ROOT / "benchmarks")
-    if bench not in sys.path:
-        sys.path.insert(0, bench)
-    import trf_logz_ais
-
-    return trf_logz_ais
+    return bench("trf_logz_ais")
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _benchmarks import bench
 from _tiny_trf_run import tiny_trf_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,12 +18,7 @@ SENTS = ["the cat sat", "a dog ran", "the dog sat on a mat", "a cat ran", "the m
 
 
 def _bench():
-    bench = str(ROOT / "benchmarks")
-    if bench not in sys.path:
-        sys.path.insert(0, bench)
-    import trf_recipe_curve
-
-    return trf_recipe_curve
+    return bench("trf_recipe_curve")
 
 
 def test_segments_restart_where_elapsed_restarts(tmp_path: Path) -> None:

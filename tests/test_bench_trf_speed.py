@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from _benchmarks import bench
 
 from ebms.data.paths import data_root
 
@@ -19,12 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bench():
-    bench = str(ROOT / "benchmarks")
-    if bench not in sys.path:
-        sys.path.insert(0, bench)
-    import trf_speed
-
-    return trf_speed
+    return bench("trf_speed")
 
 
 @pytest.mark.slow
