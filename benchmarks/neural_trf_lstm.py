@@ -39,7 +39,11 @@ Workload (identical data and budget for every model):
     memory      the process's peak resident memory (``ru_maxrss``) after each model.
 
 ``--proposal FILE``: load the re-estimation proposal from an ``lstm.pt`` written by ``--save`` instead of
-training the LSTM (its record is copied), so that runs that differ only in the TRF share one proposal.
+training the LSTM (its record is copied), so that runs that differ only in the TRF share one proposal. It is
+loaded after the TRFs have trained, so the LSTM may still be training in another process on the other core
+(``--models lstm --save DIR`` there, ``--models dnce --proposal DIR/lstm.pt`` here: equal budgets, one core
+each): a missing file is waited for (up to ``--proposal-wait`` seconds, default 0: fail at once).
+``save_model`` writes through a temporary file, so a waiting reader never sees half a file.
 ``--noise-classes C``: the DNCE noise is a ``ClassFactoredLSTMLM`` (1 x 200, ``C`` exchange classes of the
 training words, fitted inside the budget; class and within-class biases set to the training unigram) instead
 of the ``LSTMLM``;
@@ -138,6 +142,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="the component that --noise-mix weights: the add-1 unigram or uniform words (same lengths)")
     p.add_argument("--proposal", type=Path, default=None, help="lstm.pt to load as the re-estimation proposal "
                                                                "instead of training the LSTM")
+    p.add_argument("--proposal-wait", type=float, default=0.0,
+                   help="seconds to wait, after the TRFs have trained, for a --proposal file that another process "
+                        "is still writing (default 0: it must exist at the start)")
     p.add_argument("--max-steps", type=int, default=None, help="also stop each TRF after this many steps (runs "
                                                                 "that differ in the noise then compare at equal steps)")
     p.add_argument("--noise-classes", type=int, default=0, help="DNCE noise: a ClassFactoredLSTMLM over this many "
@@ -347,7 +354,9 @@ def evaluate_trf(trf: TRF, test: Sequences, est: Any) -> dict[str, Any]:
 def save_model(folder: Path, kind: str, model: nn.Module, extra: dict[str, Any]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{kind}.pt"
-    torch.save({"kind": kind, "state_dict": model.state_dict(), **extra}, path)
+    part = path.with_name(path.name + ".part")
+    torch.save({"kind": kind, "state_dict": model.state_dict(), **extra}, part)
+    part.replace(path)  # atomic: a process waiting for the file (--proposal) sees all of it or nothing
     return path
 
 
@@ -367,8 +376,17 @@ def load_models(folder: Path, data: PTBData) -> dict[str, Any]:
     return out
 
 
-def load_proposal(path: Path, data: PTBData) -> tuple[LSTMLM, dict[str, Any]]:
-    """The LSTM and its record from an ``lstm.pt`` written by :func:`save_model`."""
+def load_proposal(path: Path, data: PTBData, wait: float = 0.0) -> tuple[LSTMLM, dict[str, Any]]:
+    """The LSTM and its record from an ``lstm.pt`` written by :func:`save_model`; a missing file is waited for
+    up to ``wait`` seconds (another process may be training it)."""
+    deadline = time.monotonic() + wait
+    if not path.exists() and wait > 0:
+        C.note(f"[{BENCH}] --proposal: waiting up to {wait:.0f} s for {path}")
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(min(10.0, max(0.0, deadline - time.monotonic())))
+    if not path.exists():
+        raise SystemExit(f"--proposal: {path} does not exist" + (f" (waited {wait:.0f} s)" if wait > 0 else "")
+                         + "; write it with python benchmarks/neural_trf_lstm.py --models lstm --save DIR")
     blob = torch.load(path, weights_only=False)
     if blob.get("kind") != "lstm" or blob.get("vocab_size") != len(data.vocab):
         raise SystemExit(f"--proposal: expected an lstm.pt of this benchmark (vocab_size {len(data.vocab)}); got {path}")
@@ -380,26 +398,32 @@ def load_proposal(path: Path, data: PTBData) -> tuple[LSTMLM, dict[str, Any]]:
 def train_all(data: PTBData, kinds: list[str], budget: float, n_logz: int, test: Sequences, seed: int,
               save: Path | None, *, zeta_lr: float = 1e-2, noise_mix: float = 0.0,
               mix_component: str = "unigram", proposal: Path | None = None, max_steps: int | None = None,
-              noise_classes: int = 0) -> dict[str, Any]:
-    """Train and evaluate every model; the records and the models (for the rescoring benchmark)."""
+              noise_classes: int = 0, proposal_wait: float = 0.0) -> dict[str, Any]:
+    """Train and evaluate every model; the records and the models (for the rescoring benchmark). With
+    ``proposal``, the LSTM is loaded from it after the TRFs have trained (:func:`load_proposal`)."""
     V = len(data.vocab)
-    if proposal is not None:
-        lm, rec = load_proposal(proposal, data)
-        C.note(f"[{BENCH}] lstm: loaded from {proposal} ({rec['steps']} steps, test ppl {rec['test_perplexity']:.2f})")
-    else:
+    records: dict[str, Any] = {"lstm": None}
+    models: dict[str, Any] = {"lstm": None}
+    if proposal is None:
         lm, rec = train_lstm(data, budget, seed)
         p = perplexity(lm, sentence_batches(test, 64, shuffle=False))
         rec.update(test_perplexity=p.perplexity, tokens=p.tokens, peak_rss_mb=peak_rss_mb())
         C.note(f"[{BENCH}] lstm: {rec['steps']} steps ({rec['steps_per_s']:.2f}/s), test ppl {p.perplexity:.2f}")
-    records, models = {"lstm": rec}, {"lstm": lm}
-    if save is not None:
-        save_model(save, "lstm", lm, {"vocab_size": V, "config": LSTM_CFG, "record": rec})
+        records["lstm"], models["lstm"] = rec, lm
+        if save is not None:
+            save_model(save, "lstm", lm, {"vocab_size": V, "config": LSTM_CFG, "record": rec})
     for kind in kinds:
         if kind == "lstm":
             continue
         trf, rec = train_trf(data, kind, budget, seed, zeta_lr=zeta_lr,
                              noise_mix=noise_mix if kind == "nce" else 0.0, mix_component=mix_component,
                              max_steps=max_steps, noise_classes=noise_classes if kind == "dnce" else 0)
+        if models["lstm"] is None:
+            assert proposal is not None
+            models["lstm"], records["lstm"] = load_proposal(proposal, data, proposal_wait)
+            C.note(f"[{BENCH}] lstm: loaded from {proposal} ({records['lstm']['steps']} steps, test ppl "
+                   f"{records['lstm']['test_perplexity']:.2f})")
+        lm = models["lstm"]
         t0 = time.perf_counter()
         est = reestimate(trf, lm, n_logz, seed)
         rec["reestimate_s"] = time.perf_counter() - t0
@@ -414,6 +438,9 @@ def train_all(data: PTBData, kinds: list[str], budget: float, n_logz: int, test:
         if save is not None:
             save_model(save, kind, trf, {"vocab_size": V, "config": TRF_CFG, "reestimated_log_z": log_z,
                                          "record": {k: v for k, v in rec.items() if k != "trace"}})
+    if models["lstm"] is None:  # --proposal and no TRF: the LSTM's record is copied
+        assert proposal is not None
+        models["lstm"], records["lstm"] = load_proposal(proposal, data, proposal_wait)
     return {"records": records, "models": models}
 
 
@@ -429,6 +456,14 @@ def main() -> None:
     noise_mix = args.noise_mix or 0.0
     if args.max_steps is not None and args.max_steps < 1:
         raise SystemExit(f"--max-steps: expected an int >= 1; got {args.max_steps}")
+    if args.proposal_wait < 0:
+        raise SystemExit(f"--proposal-wait: expected seconds >= 0; got {args.proposal_wait}")
+    if args.proposal_wait > 0 and args.proposal is None:
+        raise SystemExit("--proposal-wait: only with --proposal FILE")
+    if args.proposal is not None and args.proposal_wait == 0 and not args.proposal.exists():
+        raise SystemExit(f"--proposal: {args.proposal} does not exist; write it with python "
+                         f"benchmarks/neural_trf_lstm.py --models lstm --save DIR (or add --proposal-wait SECONDS "
+                         f"when that run is still going)")
     budget = args.budget if args.budget is not None else (5.0 if args.quick else 480.0)
     n_logz = args.logz_samples or (2 if args.quick else 40)
     n_test = args.test_sentences if args.test_sentences is not None else (300 if args.quick else 0)
@@ -445,7 +480,7 @@ def main() -> None:
            f"{torch.get_num_threads()} thread(s), test {test.batch_size} sentences")
     out = train_all(data, kinds, budget, n_logz, test, args.seed, save, zeta_lr=args.zeta_lr, noise_mix=noise_mix,
                     mix_component=args.mix_component, proposal=args.proposal, max_steps=args.max_steps,
-                    noise_classes=args.noise_classes)
+                    noise_classes=args.noise_classes, proposal_wait=args.proposal_wait)
     records = out["records"]
     rows = []
     for k, r in records.items():

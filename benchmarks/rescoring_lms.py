@@ -10,7 +10,8 @@ Workload (the same n-best lists and the same tuning for every LM):
     LMs         ``kn5``: ``BackoffNGram`` order 5, interpolated modified Kneser-Ney on PTB train (the
                 ``benchmarks/ngram.py`` model, test ppl 141.2). ``lstm``, ``trf-nce``, ``trf-dnce``: the
                 models of ``benchmarks/neural_trf_lstm.py`` (same data, same wall-clock budget each),
-                loaded from ``--models DIR`` (what ``neural_trf_lstm.py --save DIR`` wrote), or, when
+                loaded from ``--models DIR`` (what ``neural_trf_lstm.py --save DIR`` wrote: ``lstm.pt`` is
+                required, ``nce.pt`` and ``dnce.pt`` are scored when present), or, when
                 ``--models`` is not given, trained here first with ``--budget`` seconds each by the same
                 code. TRF sentence score ``log pi_l - E(x) - zeta_l``: once with the training zeta and once
                 with the re-estimated log Z_l (importance sampling, LSTM proposal, every length 1..L);
@@ -219,12 +220,15 @@ def main() -> None:
         provenance, budget = "kn5 and the --trf-run TRF only (--no-neural)", float("nan")
     elif args.models is not None:
         found = NT.load_models(args.models, data)
-        missing = [k for k in NT.KINDS if k not in found]
-        if missing:
-            raise SystemExit(f"--models: {args.models} lacks {', '.join(m + '.pt' for m in missing)}; run "
+        if "lstm" not in found:
+            raise SystemExit(f"--models: {args.models} lacks lstm.pt; run "
                              f"python benchmarks/neural_trf_lstm.py --save {args.models}")
-        models, provenance = found, f"loaded from {args.models}"
-        budget = float(found["nce"][2].get("budget_s", float("nan")))
+        if not any(k in found for k in ("nce", "dnce")) and args.trf_run is None:
+            raise SystemExit(f"--models: {args.models} has no nce.pt or dnce.pt and no --trf-run is given: no TRF "
+                             f"to rescore with; run python benchmarks/neural_trf_lstm.py --models lstm,dnce --save "
+                             f"{args.models}, or add --trf-run DIR")
+        models, provenance = found, f"loaded from {args.models} ({', '.join(sorted(found))})"
+        budget = float(torch.load(args.models / "lstm.pt", weights_only=False)["record"].get("budget_s", math.nan))
     else:
         budget = args.budget if args.budget is not None else (5.0 if args.quick else 480.0)
         n_logz = args.logz_samples or (2 if args.quick else 40)
@@ -244,7 +248,7 @@ def main() -> None:
         scored[name] = (lm_scores(dev, lm, vocabulary=vocab), lm_scores(tst, lm, vocabulary=vocab),
                         time.perf_counter() - t0)
     floors = {}
-    for kind in ("nce", "dnce") if models else ():
+    for kind in [k for k in ("nce", "dnce") if k in models]:
         trf, log_z, _ = models[kind]
         t0 = time.perf_counter()  # log pi_l - E(x) once; each zeta is then a per-length shift
         base = [lm_scores(nb, NT.FixedZeta(trf, torch.zeros(trf.max_length)), vocabulary=vocab) for nb in (dev, tst)]

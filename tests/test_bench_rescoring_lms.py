@@ -17,6 +17,7 @@ from _tiny_trf_run import tiny_trf_run
 
 from ebms.data.paths import data_root
 from ebms.metrics.rescoring import evaluate_rescoring, lm_scores, simulate_nbest, tune_weights
+from ebms.sequences import Sequences
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTS = ["the cat sat", "the dog sat on the mat", "a cat ran", "the man ran home", "a dog ran home"]
@@ -125,3 +126,27 @@ def test_no_neural_mode_scores_kn5_and_the_run_only_and_refuses_to_run_without_o
     line = json.loads(out.stdout.strip().splitlines()[-1])
     assert {k for k in line if k.endswith("_wer")} == {"first_pass_wer", "oracle_wer", "kn5_wer", "trf_discrete_wer",
                                                        "trf_kn5_wer"}
+
+
+@pytest.mark.slow
+def test_models_folder_with_only_the_lstm_needs_a_trf_run_and_then_gives_every_combination(tmp_path: Path) -> None:
+    if not (data_root() / "ptb").is_dir():
+        pytest.skip("PTB is not under the data root ($EBMS_DATA)")
+    models = tmp_path / "models"
+    nt = bench("neural_trf_lstm")
+    data = nt.load_ptb()
+    test = data.test[torch.arange(20)]
+    nt.train_all(data, ["lstm"], 1.0, 2, Sequences(test.tokens[:, : int(test.lengths.max())], test.lengths), 0,
+                 models)
+    assert sorted(p.name for p in models.iterdir()) == ["lstm.pt"]  # written whole (no .part left)
+    bad = subprocess.run([sys.executable, "rescoring_lms.py", "--quick", "--no-save", "--models", str(models)],
+                         cwd=ROOT / "benchmarks", capture_output=True, text=True, timeout=600)
+    assert bad.returncode != 0 and "no nce.pt or dnce.pt and no --trf-run" in bad.stderr.strip().splitlines()[-1]
+    run = _tiny_trf_run(tmp_path)
+    out = subprocess.run([sys.executable, "rescoring_lms.py", "--quick", "--no-save", "--models", str(models),
+                          "--sentences", "20", "--samples", "50", "--trf-run", str(run)],
+                         cwd=ROOT / "benchmarks", capture_output=True, text=True, timeout=600, check=True)
+    line = json.loads(out.stdout.strip().splitlines()[-1])
+    assert {k for k in line if k.endswith("_wer")} == {
+        "first_pass_wer", "oracle_wer", "kn5_wer", "lstm_wer", "trf_discrete_wer", "trf_kn5_wer", "lstm_kn5_wer",
+        "trf_lstm_wer", "trf_lstm_kn5_wer"}

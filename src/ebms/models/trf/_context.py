@@ -168,11 +168,13 @@ class ContextIndex(nn.Module):
         key = r[light][seg] * R + self.values[e].long()
         at = torch.searchsorted(targets, key).clamp(max=U - 1)
         hit = targets[at] == key
-        M[at[hit], col[light][seg][hit]] = weight[self.feature[e[hit]].long()]
+        flat = M.view(-1)  # one flat index per entry: cheaper than a two-index put
+        flat[at[hit] * M.shape[1] + col[light][seg][hit]] = weight[self.feature[e[hit]].long()]
         h = ~light  # heavy: look up the row's targets' full keys
         seg, t = _expand(r_start[r[h]], r_count[r[h]])
-        idx, f = feature_table(p[h][seg] + (targets[t] % R) * s[h][seg])
-        M[t[f], col[h][seg][f]] = weight[idx[f]]
+        value = targets % R  # once per target, not once per expanded entry
+        idx, f = feature_table(p[h][seg] + value[t] * s[h][seg])
+        flat[t[f] * M.shape[1] + col[h][seg][f]] = weight[idx[f]]
         return M
 
     def extra_repr(self) -> str:

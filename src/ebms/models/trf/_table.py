@@ -264,12 +264,9 @@ class BucketTable(nn.Module):
         row = self.rows.index_select(0, _bucket(q, mul, self.n_buckets))  # (N, W + W / 2) int64
         hit = row[:, :W] == q[:, None]
         meta = row[:, W:].view(torch.int32)  # (N, W): indices, flag in the sign bit of column 0
-        found = hit.any(1)
-        sel = found.nonzero().squeeze(1)
-        idx = torch.zeros_like(q)
-        # the key's index; repeats of the smallest key in empty slots all carry index 0
-        idx[sel] = ((meta[sel] & 0x7FFFFFFF) * hit[sel]).sum(1)
-        return found, idx, meta[:, 0] < 0
+        # the key's index (0 where absent); repeats of the smallest key in empty slots all carry index 0
+        idx = ((meta & 0x7FFFFFFF) * hit).sum(1)
+        return hit.any(1), idx, meta[:, 0] < 0
 
     def forward(self, keys: Tensor) -> tuple[Tensor, Tensor]:
         """Index of each key in the sorted keys (long, 0 where absent) and whether it is there (bool)."""
