@@ -376,6 +376,13 @@ def load_models(folder: Path, data: PTBData) -> dict[str, Any]:
     return out
 
 
+def missing_proposal(path: Path, wait: float) -> str:
+    """The one-line error for a ``--proposal`` file that is not there (after ``wait`` seconds)."""
+    return (f"--proposal: {path} does not exist" + (f" (waited {wait:.0f} s)" if wait > 0 else "")
+            + "; write it with python benchmarks/neural_trf_lstm.py --models lstm --save DIR"
+            + ("" if wait > 0 else " (or add --proposal-wait SECONDS while that run is still going)"))
+
+
 def load_proposal(path: Path, data: PTBData, wait: float = 0.0) -> tuple[LSTMLM, dict[str, Any]]:
     """The LSTM and its record from an ``lstm.pt`` written by :func:`save_model`; a missing file is waited for
     up to ``wait`` seconds (another process may be training it)."""
@@ -385,8 +392,7 @@ def load_proposal(path: Path, data: PTBData, wait: float = 0.0) -> tuple[LSTMLM,
     while not path.exists() and time.monotonic() < deadline:
         time.sleep(min(10.0, max(0.0, deadline - time.monotonic())))
     if not path.exists():
-        raise SystemExit(f"--proposal: {path} does not exist" + (f" (waited {wait:.0f} s)" if wait > 0 else "")
-                         + "; write it with python benchmarks/neural_trf_lstm.py --models lstm --save DIR")
+        raise SystemExit(missing_proposal(path, wait))
     blob = torch.load(path, weights_only=False)
     if blob.get("kind") != "lstm" or blob.get("vocab_size") != len(data.vocab):
         raise SystemExit(f"--proposal: expected an lstm.pt of this benchmark (vocab_size {len(data.vocab)}); got {path}")
@@ -404,6 +410,16 @@ def train_all(data: PTBData, kinds: list[str], budget: float, n_logz: int, test:
     V = len(data.vocab)
     records: dict[str, Any] = {"lstm": None}
     models: dict[str, Any] = {"lstm": None}
+
+    def lstm() -> LSTMLM:
+        """The proposal LSTM, loaded on first use when it comes from ``proposal``."""
+        if models["lstm"] is None:
+            assert proposal is not None
+            models["lstm"], records["lstm"] = load_proposal(proposal, data, proposal_wait)
+            C.note(f"[{BENCH}] lstm: loaded from {proposal} ({records['lstm']['steps']} steps, test ppl "
+                   f"{records['lstm']['test_perplexity']:.2f})")
+        return models["lstm"]
+
     if proposal is None:
         lm, rec = train_lstm(data, budget, seed)
         p = perplexity(lm, sentence_batches(test, 64, shuffle=False))
@@ -418,14 +434,8 @@ def train_all(data: PTBData, kinds: list[str], budget: float, n_logz: int, test:
         trf, rec = train_trf(data, kind, budget, seed, zeta_lr=zeta_lr,
                              noise_mix=noise_mix if kind == "nce" else 0.0, mix_component=mix_component,
                              max_steps=max_steps, noise_classes=noise_classes if kind == "dnce" else 0)
-        if models["lstm"] is None:
-            assert proposal is not None
-            models["lstm"], records["lstm"] = load_proposal(proposal, data, proposal_wait)
-            C.note(f"[{BENCH}] lstm: loaded from {proposal} ({records['lstm']['steps']} steps, test ppl "
-                   f"{records['lstm']['test_perplexity']:.2f})")
-        lm = models["lstm"]
         t0 = time.perf_counter()
-        est = reestimate(trf, lm, n_logz, seed)
+        est = reestimate(trf, lstm(), n_logz, seed)
         rec["reestimate_s"] = time.perf_counter() - t0
         rec.update(evaluate_trf(trf, test, est), peak_rss_mb=peak_rss_mb())
         log_z = est.as_log_z(trf.max_length)
@@ -438,9 +448,7 @@ def train_all(data: PTBData, kinds: list[str], budget: float, n_logz: int, test:
         if save is not None:
             save_model(save, kind, trf, {"vocab_size": V, "config": TRF_CFG, "reestimated_log_z": log_z,
                                          "record": {k: v for k, v in rec.items() if k != "trace"}})
-    if models["lstm"] is None:  # --proposal and no TRF: the LSTM's record is copied
-        assert proposal is not None
-        models["lstm"], records["lstm"] = load_proposal(proposal, data, proposal_wait)
+    lstm()  # --proposal and no TRF: the LSTM's record is still copied
     return {"records": records, "models": models}
 
 
@@ -461,9 +469,7 @@ def main() -> None:
     if args.proposal_wait > 0 and args.proposal is None:
         raise SystemExit("--proposal-wait: only with --proposal FILE")
     if args.proposal is not None and args.proposal_wait == 0 and not args.proposal.exists():
-        raise SystemExit(f"--proposal: {args.proposal} does not exist; write it with python "
-                         f"benchmarks/neural_trf_lstm.py --models lstm --save DIR (or add --proposal-wait SECONDS "
-                         f"when that run is still going)")
+        raise SystemExit(missing_proposal(args.proposal, 0.0))  # before an hour of training, not after
     budget = args.budget if args.budget is not None else (5.0 if args.quick else 480.0)
     n_logz = args.logz_samples or (2 if args.quick else 40)
     n_test = args.test_sentences if args.test_sentences is not None else (300 if args.quick else 0)

@@ -228,7 +228,9 @@ def main() -> None:
                              f"to rescore with; run python benchmarks/neural_trf_lstm.py --models lstm,dnce --save "
                              f"{args.models}, or add --trf-run DIR")
         models, provenance = found, f"loaded from {args.models} ({', '.join(sorted(found))})"
-        budget = float(torch.load(args.models / "lstm.pt", weights_only=False)["record"].get("budget_s", math.nan))
+        # the record only: mmap leaves the weights (already loaded above) on disk
+        budget = float(torch.load(args.models / "lstm.pt", weights_only=False, mmap=True)["record"].get("budget_s",
+                                                                                                     math.nan))
     else:
         budget = args.budget if args.budget is not None else (5.0 if args.quick else 480.0)
         n_logz = args.logz_samples or (2 if args.quick else 40)
