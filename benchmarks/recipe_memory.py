@@ -25,10 +25,15 @@ the process and its descendants, of the proportional set size (``Pss`` of ``/pro
 each shared page divided among the processes that map it), sampled every 0.25 s by a thread of the
 child (Linux only; absent elsewhere).
 
+``--release both`` measures what :class:`ebms.train.ReleaseMemory` (glibc's ``malloc_trim`` every 100
+steps, in ``ebms train`` and in the sampler's worker processes) saves: each recipe runs twice, first
+with ``EBMS_RELEASE_MEMORY=0`` (rows ``NAME (release off)``), then as shipped; ``--release off`` only
+the first. A long run shows the difference best (the freed temporaries pile up step after step).
+
 Usage::
 
     python benchmarks/recipe_memory.py [--quick] [--steps N | --full] [--only demo,rbm-digits] [--no-eval]
-        [--name NAME]
+        [--name NAME] [--release on|off|both]
 """
 
 from __future__ import annotations
@@ -136,6 +141,8 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS for the recipes (default 2)")
     p.add_argument("--no-save", action="store_true", help="write no record")
     p.add_argument("--name", default="recipe_memory", help="the record's name (default recipe_memory)")
+    p.add_argument("--release", choices=("on", "off", "both"), default="on",
+                   help="ReleaseMemory as shipped (on), turned off (EBMS_RELEASE_MEMORY=0), or both, off first")
     p.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child is not None:
@@ -159,34 +166,46 @@ def main() -> int:
 
     recorder = Recorder(args.name, settings={"steps": steps, "eval": not args.no_eval,
                                                    "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-                                                   "recipes": names})
+                                                   "recipes": names, "release": args.release})
+    modes = {"on": ["on"], "off": ["off"], "both": ["off", "on"]}[args.release]
     rows = [_run_child(None, None, "", False, args.timeout)]
     print(f"{'(baseline: imports)':24s} {rows[0].get('peak_rss_mib', 0):8.0f} MiB", flush=True)
     with tempfile.TemporaryDirectory(prefix="ebms-recipe-mem-") as tmp:
         for name in names:
             extra = [f"{BASES[name][0]}={Path(tmp) / BASES[name][1]}"] if name in BASES else []
-            rec = _run_child(name, steps, tmp, not args.no_eval, args.timeout, extra)
-            rows.append(rec)
-            mem = f"{rec['peak_rss_mib']:8.0f} MiB" if "peak_rss_mib" in rec else "       - MiB"
-            note = rec.get("error", "")
-            print(f"{name:24s} steps={rec['steps'] if rec['steps'] is not None else 'recipe':>6}  {mem}  "
-                  f"{rec.get('wall_s', 0):7.1f} s  {note}", flush=True)
+            for mode in modes:
+                rec = _run_child(name, steps, tmp, not args.no_eval, args.timeout, extra, release=mode == "on")
+                rows.append(rec)
+                mem = f"{rec['peak_rss_mib']:8.0f} MiB" if "peak_rss_mib" in rec else "       - MiB"
+                pss = f"  tree PSS {rec['peak_tree_pss_mib']:8.0f} MiB" if "peak_tree_pss_mib" in rec else ""
+                note = rec.get("error", "")
+                print(f"{row_name(rec):24s} steps={rec['steps'] if rec['steps'] is not None else 'recipe':>6}  {mem}"
+                      f"{pss}  {rec.get('wall_s', 0):7.1f} s  {note}", flush=True)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{args.name}.json").write_text(json.dumps(rows, indent=2))
     ok = [r for r in rows if "peak_rss_mib" in r and r.get("returncode") == 0]
-    recorder.write({r["recipe"] or "baseline": {k: v for k, v in r.items() if k != "recipe"} for r in rows},
+    recorder.write({row_name(r): {k: v for k, v in r.items() if k != "recipe"} for r in rows},
                    notes="peak RSS (MiB) and wall time (s) of `ebms train RECIPE train.steps=N` in a fresh process "
                          "each (evaluation included unless settings.eval is false); 'baseline' only imports "
                          "ebms.cli.main, torch and matplotlib; peak_tree_pss_mib: the largest sum of PSS over the "
-                         "process and its worker processes (sampled every 0.25 s)", enabled=not args.no_save)
+                         "process and its worker processes (sampled every 0.25 s); rows 'NAME (release off)': "
+                         "the recipe with EBMS_RELEASE_MEMORY=0 (no malloc_trim; settings.release)",
+                   enabled=not args.no_save)
     print(json.dumps({"bench": "recipe_memory", "recipes": len(rows), "measured": len(ok),
                       "max_peak_rss_mib": max((r["peak_rss_mib"] for r in ok), default=None)}))
     return 0
 
 
+def row_name(rec: dict) -> str:
+    """A row's name: the recipe (``baseline`` for the imports-only row), `` (release off)`` added when
+    it ran with ``EBMS_RELEASE_MEMORY=0``."""
+    return (rec["recipe"] or "baseline") + ("" if rec.get("release", True) else " (release off)")
+
+
 def _run_child(name: str | None, steps: int | None, tmp: str, eval_: bool, timeout: float,
-               extra: list[str] | None = None) -> dict:
-    """One recipe in a fresh process (``name=None``: the baseline, imports only)."""
+               extra: list[str] | None = None, *, release: bool = True) -> dict:
+    """One recipe in a fresh process (``name=None``: the baseline, imports only); ``release=False``: with
+    ``EBMS_RELEASE_MEMORY=0``."""
     argv = [] if name is None else ["train", name, f"run.out_dir={json.dumps(tmp)}", "run.progress=false",
                                     "--overwrite", *(extra or [])]
     if steps is not None:
@@ -196,10 +215,11 @@ def _run_child(name: str | None, steps: int | None, tmp: str, eval_: bool, timeo
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", *argv]
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "EBMS_RELEASE_MEMORY": "1" if release else "0"})
     except subprocess.TimeoutExpired:
-        return {"recipe": name, "steps": steps, "error": f"timed out after {timeout:.0f} s"}
-    rec: dict = {"recipe": name, "steps": steps, "wall_s": round(time.perf_counter() - t0, 1),
+        return {"recipe": name, "steps": steps, "release": release, "error": f"timed out after {timeout:.0f} s"}
+    rec: dict = {"recipe": name, "steps": steps, "release": release, "wall_s": round(time.perf_counter() - t0, 1),
                  "returncode": proc.returncode}
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("PEAK_RSS_KIB ")]
     if lines:

@@ -71,3 +71,17 @@ def test_peak_tracker_keeps_the_largest_sample() -> None:
     del block
     peak = watch.stop()
     assert peak is not None and peak >= (rm.tree_pss_kib(os.getpid()) or 0) + (100 << 10)
+
+
+def test_release_off_rows_are_named_apart() -> None:
+    rm = _bench()
+    assert rm.row_name({"recipe": None}) == "baseline"
+    assert rm.row_name({"recipe": "trf-ptb", "release": True}) == "trf-ptb"
+    assert rm.row_name({"recipe": "trf-ptb", "release": False}) == "trf-ptb (release off)"
+
+
+def test_the_switch_turns_release_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ebms._memory import release_free_memory
+
+    monkeypatch.setenv("EBMS_RELEASE_MEMORY", "0")
+    assert release_free_memory() is False

@@ -6,16 +6,22 @@
 ``torch.OutOfMemoryError``, the CPU allocator's ``RuntimeError``); :func:`format_bytes` and
 :func:`tried_to_allocate` put sizes into messages. The command line uses them to refuse, in one
 line naming the setting, what cannot fit (``ebms.cli.build.check_memory``).
+:func:`release_free_memory` hands the C heap's free pages back to the kernel (glibc's
+``malloc_trim``), which long training loops call now and then (:class:`ebms.train.ReleaseMemory`).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import re
 
 import torch
 
-__all__ = ["available_memory", "format_bytes", "is_allocation_failure", "tried_to_allocate"]
+__all__ = ["available_memory", "format_bytes", "is_allocation_failure", "release_free_memory", "tried_to_allocate"]
+
+_TRIM: list[object] = []  # [glibc's malloc_trim] or [None] once looked up
 
 _ALLOCATION_TEXT = ("can't allocate memory", "defaultcpuallocator", "out of memory", "cannot allocate memory")
 
@@ -102,3 +108,33 @@ def tried_to_allocate(err: BaseException) -> str:
     if found.lastindex == 1:
         return f"tried to allocate {format_bytes(int(found.group(1)))}"
     return f"tried to allocate {found.group(1)} {found.group(2)}"
+
+
+def release_free_memory() -> bool:
+    """Return the free pages of the C heap to the kernel (glibc's ``malloc_trim(0)``); ``True`` when
+    memory was released, ``False`` when none was or the C library has no such call (macOS, Windows,
+    musl).
+
+    Why: glibc keeps the memory of freed temporaries below its mmap threshold in the process's heaps
+    (the threshold rises to 32 MiB after the first large block is freed), so a loop whose steps
+    allocate and free tens of MiB of tensors sees its resident memory creep up by the fragmentation
+    of those heaps, step after step, though no object leaks (docs/trf-training.md measures it on the
+    PTB recipe). One call takes tens of milliseconds on a heap of a few GiB. Nothing that is in use
+    moves; results do not change. ``EBMS_RELEASE_MEMORY=0`` in the environment turns it off (to
+    measure what it saves: ``benchmarks/recipe_memory.py --release both``).
+    """
+    if os.environ.get("EBMS_RELEASE_MEMORY", "1") == "0":
+        return False
+    if not _TRIM:
+        trim = None
+        name = ctypes.util.find_library("c")
+        if name is not None:
+            try:
+                trim = getattr(ctypes.CDLL(name), "malloc_trim", None)
+            except OSError:
+                trim = None
+        if trim is not None:
+            trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+        _TRIM.append(trim)
+    trim = _TRIM[0]
+    return bool(trim(0)) if callable(trim) else False

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from ebms.errors import CheckpointError, RunFolderError
 from ebms.nets import GaussianEnergy
 from ebms.objectives._base import LossOutput
-from ebms.train import Callback, CheckpointStore, EarlyStopping, PeriodicEval, SampleSnapshot, Trainer
+from ebms.train import Callback, CheckpointStore, EarlyStopping, PeriodicEval, ReleaseMemory, SampleSnapshot, Trainer
 
 
 @pytest.fixture(autouse=True)
@@ -520,3 +520,13 @@ def test_a_fresh_fit_repeats_with_dropout_whatever_the_global_rng_was(tmp_path: 
         make_trainer(_DropoutNCE(), tmp_path / f"r{i}", model=model, steps=20).fit()
         finals.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     assert torch.equal(finals[0], finals[1])
+
+
+def test_release_memory_calls_on_its_period_and_changes_no_number(tmp_path: Path) -> None:
+    release = ReleaseMemory(every=3)
+    with_cb = make_trainer(GaussianML(), tmp_path / "a", steps=10, callbacks=[release]).fit()
+    without = make_trainer(GaussianML(), tmp_path / "b", steps=10).fit()
+    assert release.calls == 3  # steps 3, 6, 9
+    assert with_cb.metrics == without.metrics
+    with pytest.raises(ValueError, match="every"):
+        ReleaseMemory(every=0)

@@ -35,7 +35,7 @@ from ebms.cli.build import build_lr_schedule, resolve, validate_config
 from ebms.cli.config import Config, ConfigError, config_to_dict, load_config, to_toml
 from ebms.cli.tasks import Task, task_for
 from ebms.errors import CheckpointError, RunFolderError
-from ebms.train import CheckpointStore, Trainer
+from ebms.train import CheckpointStore, ReleaseMemory, Trainer
 from ebms.train.checkpoint import Checkpoint, identity_differences
 from ebms.train.run_files import file_identity, read_run_files, write_run_files
 
@@ -267,7 +267,7 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
     objective = task.build_objective(cfg, data)
     source = task.training_data(cfg, data)
     make_optimizer = task.build_optimizer(cfg, data) or _optimizer_factory(cfg)
-    _fit(cfg, run_dir, objective, model, source, make_optimizer, task.callbacks(cfg, data), files,
+    _fit(cfg, run_dir, objective, model, source, make_optimizer, [*task.callbacks(cfg, data), ReleaseMemory()], files,
          clear=state != "empty" and overwrite, resume=resume if state == "checkpoints" else False)
     return run_dir
 

@@ -12,7 +12,8 @@ is a speed setting (a test checks ``workers = 2`` against ``workers = 1`` bit fo
 the process ends (daemon processes). The target's parameters are moved to shared memory before
 the fork (``Tensor.share_memory_``), so in-place updates (an optimizer's step, :math:`\zeta`'s
 update) reach the workers; everything else of the target (buffers, tables, caches) is the workers'
-copy from the fork, which is right for the TRF (its buffers do not change while it trains). When a
+copy from the fork, which is right for the TRF (its buffers do not change while it trains); a worker
+returns its freed heap memory to the kernel every ``TRIM_EVERY`` blocks. When a
 step brings another target, or one whose parameters or buffers have moved to other storage (a
 loaded state dict, a rebuilt table) or whose ``training`` flags changed, the workers are replaced.
 A target that is not an ``nn.Module`` cannot be shared: ``workers > 1`` refuses it. Blocks travel
@@ -30,9 +31,12 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ebms._memory import release_free_memory
 from ebms.sequences import Sequences
 
 __all__ = ["ChainWorkers", "block_generators", "blocks"]  # and _INFO, the step info fields
+
+TRIM_EVERY = 100  # blocks a worker steps between two release_free_memory calls
 
 _INFO = ("accept_prob", "accepted", "energy", "nonfinite", "jump_accept_prob", "jumped", "move_accept_prob")
 
@@ -62,10 +66,14 @@ def _pack(x: Sequences, energy: Tensor) -> tuple[np.ndarray, np.ndarray, np.ndar
 def _serve(conn: Any, kernel: Any, target: Any) -> None:
     """A worker's loop: step each block it receives with the forked kernel and target."""
     torch.set_num_threads(1)
+    served = 0
     while True:
         msg = conn.recv()
         if msg is None:
             return
+        served += 1
+        if served % TRIM_EVERY == 0:  # freed temporaries back to the kernel (ebms.train.ReleaseMemory's reason)
+            release_free_memory()
         tokens, lengths, energy, t, seed = msg
         try:
             from ebms.samplers._base import ChainState

@@ -32,7 +32,7 @@ library calls such as :func:`ebms.models.fit_feature_crf` and
 optimizer or an objective is declared, not probed: :mod:`ebms.train.protocols`.
 """
 
-from ebms.train.callbacks import Callback, EarlyStopping, PeriodicEval, SampleSnapshot
+from ebms.train.callbacks import Callback, EarlyStopping, PeriodicEval, ReleaseMemory, SampleSnapshot
 from ebms.train.checkpoint import Checkpoint, CheckpointStore
 from ebms.train.distributed import DistributedContext
 from ebms.train.guard import DivergenceGuard, TrainingDiverged
@@ -55,6 +55,7 @@ __all__ = [
     "OWLQN",
     "OptimizerLike",
     "PeriodicEval",
+    "ReleaseMemory",
     "ReportsStep",
     "SampleSnapshot",
     "ScaledSGD",

@@ -1,4 +1,4 @@
-"""Hooks into the training loop: evaluation, sample snapshots, early stopping.
+"""Hooks into the training loop: evaluation, sample snapshots, early stopping, memory release.
 
 A callback is a subclass of :class:`Callback`, whose hooks are no-ops to override::
 
@@ -30,11 +30,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ebms._checks import check_int
+from ebms._memory import release_free_memory
 
 if TYPE_CHECKING:
     from ebms.train.trainer import Trainer
 
-__all__ = ["Callback", "EarlyStopping", "PeriodicEval", "SampleSnapshot"]
+__all__ = ["Callback", "EarlyStopping", "PeriodicEval", "ReleaseMemory", "SampleSnapshot"]
 
 
 class Callback:
@@ -62,6 +63,29 @@ class Callback:
         raise TypeError(
             f"{type(self).__name__}: state_dict() returned state but load_state_dict() is not overridden"
         )
+
+
+class ReleaseMemory(Callback):
+    """Every ``every`` steps hand the C heap's free pages back to the kernel
+    (:func:`ebms._memory.release_free_memory`, glibc's ``malloc_trim``; a no-op elsewhere).
+
+    A long run whose steps allocate and free tens of MiB of temporaries otherwise holds on to the
+    freed memory, and its resident set creeps up step after step without any leak (the TRF PTB
+    recipe's main process grew by hundreds of MiB over 20,000 steps). Keeps no state and changes no
+    number; ``ebms train`` adds it to every run.
+
+    Args:
+        every: period in steps (default 100; one call costs tens of milliseconds).
+    """
+
+    def __init__(self, every: int = 100) -> None:
+        self.every = check_int(every, "every", minimum=1)
+        self.calls = 0
+
+    def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, float]) -> None:
+        if step % self.every == 0:
+            release_free_memory()
+            self.calls += 1
 
 
 class PeriodicEval(Callback):
