@@ -35,7 +35,11 @@ Workload (the same n-best lists and the same tuning for every LM):
                 beta as above): the pairs by exhaustive grid (41 x 41 x 29 = 48,749 points), the triple by
                 block coordinate descent over (lambda_k, beta) from the best single LM (its full grid has 2.0 M
                 points; ``ebms.metrics._interpolation``); ties to the first grid point. Every row also gets the paired
-                bootstrap against KN5 alone and its words ("not significant" when the 95 % interval covers 0).
+                bootstrap against KN5 alone and its words ("not significant" when the 95 % interval covers 0),
+                and every interpolation with a TRF the same against the system without its TRF (``trf+lstm``
+                vs ``lstm``, ``trf+lstm+kn5`` vs ``lstm+kn5``): whether the TRF adds to what it is combined with.
+                With ``--trf-run`` and a neural TRF both, ``ntrf+lstm`` interpolates the neural TRF of lowest
+                dev WER with the LSTM (vs ``lstm`` too).
 
 ``--no-neural`` (with ``--trf-run``): kn5, trf-discrete and trf+kn5 only, nothing trained; record
 ``rescoring_lms_discrete``.
@@ -160,15 +164,28 @@ def verdict(low: float, high: float, *, than: str = "KN5") -> str:
     return f"fewer errors than {than}" if high < 0 else f"more errors than {than}"
 
 
-def combinations(trf: str | None, lstm: bool = True) -> list[tuple[str, tuple[str, ...]]]:
+def combinations(trf: str | None, lstm: bool = True, neural: str | None = None) -> list[tuple[str, tuple[str, ...]]]:
     """The interpolated systems ``(row name, LMs in interpolation order)``; without a TRF only lstm+kn5,
-    without the LSTM only trf+kn5."""
+    without the LSTM only trf+kn5. ``neural``: a neural TRF row to add as ``ntrf+lstm`` beside a discrete
+    ``trf`` (the monograph's neural TRF + LSTM interpolation)."""
     rows = [("lstm+kn5", ("lstm", "kn5"))] if lstm else []
     if trf is not None:
         rows = [("trf+kn5", (trf, "kn5")), *rows]
         if lstm:
             rows += [("trf+lstm", (trf, "lstm")), ("trf+lstm+kn5", (trf, "lstm", "kn5"))]
+    if neural is not None and lstm and neural != trf:
+        rows.append(("ntrf+lstm", (neural, "lstm")))
     return rows
+
+
+def without_trf(name: str) -> str | None:
+    """The system an interpolation ``name`` becomes without its TRF (``trf+lstm+kn5`` -> ``lstm+kn5``,
+    ``trf+kn5`` -> ``kn5``, ``ntrf+lstm`` -> ``lstm``); ``None`` for a row that is not an interpolation with
+    a TRF."""
+    parts = name.split("+")
+    if len(parts) < 2 or parts[0] not in ("trf", "ntrf"):
+        return None
+    return "+".join(parts[1:])
 
 
 def interpolate(dev: Any, dev_refs: Any, tst: Any, test_refs: Any, scored: dict[str, Any], lms: tuple[str, ...],
@@ -290,9 +307,9 @@ def main() -> None:
         C.note(f"[{BENCH}] {name}: test {res.rescored_interval} (lambda {tuned.lm_weight:.2f}, beta "
                f"{tuned.length_penalty:+.1f}, dev {100 * tuned.wer:.2f}%), scoring {score_s:.0f} s")
     neural = [k for k in records if k.startswith("trf-") and k not in oov]  # the neural TRF rows
-    combo_trf = (trf_run["label"] if trf_run is not None
-                 else min(neural, key=lambda k: records[k]["dev_wer"]) if neural else None)
-    for name, lms in combinations(combo_trf, lstm="lstm" in scored):
+    best_neural = min(neural, key=lambda k: records[k]["dev_wer"]) if neural else None
+    combo_trf = trf_run["label"] if trf_run is not None else best_neural
+    for name, lms in combinations(combo_trf, lstm="lstm" in scored, neural=best_neural):
         t0 = time.perf_counter()
         tuned_i, res = interpolate(dev, dev_refs, tst, test_refs, scored, lms, dev_err, test_err, args.samples, gen)
         results[name] = res
@@ -313,24 +330,35 @@ def main() -> None:
                                 generator=gen)
         records[name].update(vs_kn5_delta=100 * pair.delta, vs_kn5_low=100 * pair.low, vs_kn5_high=100 * pair.high,
                              vs_kn5_poi=pair.poi, vs_kn5_words=verdict(pair.low, pair.high))
+        alone = without_trf(name)
+        if alone is not None and alone != "kn5" and alone in results:  # vs kn5 is the column above
+            pair = paired_bootstrap(results[alone].rescored_errors, res.rescored_errors, res.ref_lengths,
+                                    samples=args.samples, generator=gen)
+            records[name].update(vs_alone=alone, vs_alone_delta=100 * pair.delta, vs_alone_low=100 * pair.low,
+                                 vs_alone_high=100 * pair.high, vs_alone_poi=pair.poi,
+                                 vs_alone_words=verdict(pair.low, pair.high, than=alone))
     assert first is not None
     fp = first.first_pass_interval
     rows = [["first pass", None, None, None, first.first_pass.percent, f"[{100 * fp.low:.2f}, {100 * fp.high:.2f}]",
-             None, None, None]]
+             None, None, None, None]]
     for name, r in records.items():
         vs = "-" if name == "kn5" else (f"{r['vs_kn5_delta']:+.2f} [{r['vs_kn5_low']:+.2f}, {r['vs_kn5_high']:+.2f}] "
                                         f"{r['vs_kn5_words']}")
         lam = r["lm_weight"] if "lm_weights" not in r else " / ".join(f"{v:.2f}" for v in r["lm_weights"].values())
+        vs_alone = None if "vs_alone" not in r else (f"vs {r['vs_alone']}: {r['vs_alone_delta']:+.2f} "
+                                                     f"[{r['vs_alone_low']:+.2f}, {r['vs_alone_high']:+.2f}] "
+                                                     f"{r['vs_alone_words']}")
         rows.append([name, lam, r["length_penalty"], r["dev_wer"], r["rescored_wer"],
                      f"[{r['rescored_low']:.2f}, {r['rescored_high']:.2f}]",
-                     f"{r['delta']:+.2f} [{r['delta_low']:+.2f}, {r['delta_high']:+.2f}]", vs, r.get("score_s")])
-    rows.append(["oracle", None, None, None, first.oracle.percent, None, None, None, None])
+                     f"{r['delta']:+.2f} [{r['delta_low']:+.2f}, {r['delta_high']:+.2f}]", vs, vs_alone,
+                     r.get("score_s")])
+    rows.append(["oracle", None, None, None, first.oracle.percent, None, None, None, None, None])
     print(f"SIMULATED n-best (not ASR) from PTB: dev {dev.num_utterances} / test {tst.num_utterances} utterances, "
           f"<= {n_hyp} hypotheses; models {provenance}; WER % with 95 % bootstrap intervals; delta = system - "
           f"reference (negative: fewer errors); interpolations: lambda per LM in the order of the name"
           + (f"; trf = {combo_trf}" if combo_trf else ""))
     print(C.format_table(["system", "lambda", "beta", "dev WER", "test WER", "95% CI", "vs first pass", "vs KN5",
-                          "score_s"], rows))
+                          "vs without the TRF", "score_s"], rows))
     record = {"bench": BENCH, "quick": args.quick, "machine": info, "sentences_per_split": n_sent, "n": n_hyp,
               "dev_utterances": dev.num_utterances, "test_utterances": tst.num_utterances,
               "dev_hypotheses": len(dev), "test_hypotheses": len(tst), "models": provenance, "budget_s": budget,
@@ -355,10 +383,13 @@ def main() -> None:
     NT.commit_record(recorder, args, {**record, "summary": summary}, name=name, notes=(
         "SIMULATED n-best lists from PTB valid (dev) and test, not ASR. WER in percent; lambda and beta tuned on "
         "dev; test intervals: utterance-level percentile bootstrap (95 %); delta and vs_kn5: paired bootstrap, "
-        "system minus reference; vs_kn5_words: 'not significant' when the 95 % interval covers 0. models: where "
+        "system minus reference; vs_kn5_words: 'not significant' when the 95 % interval covers 0; vs_alone: the "
+        "same paired bootstrap against the system without the TRF (trf+lstm vs lstm, trf+lstm+kn5 vs lstm+kn5, "
+        "ntrf+lstm vs lstm). models: where "
         "the LMs came from (a --models folder or trained here). Systems named a+b(+c) are log-linear "
         "interpolations (lm_weights per LM, tuned on dev: exhaustive grid for pairs, coordinate descent from the "
-        "best single LM for the triple; 'tuning'); trf = combination_trf. trf_run: the ebms train run folder and "
+        "best single LM for the triple; 'tuning'); trf = combination_trf; ntrf = the neural TRF row of lowest dev "
+        "WER (ntrf+lstm, only beside a discrete trf). trf_run: the ebms train run folder and "
         "checkpoint step of trf-discrete (training zeta; floored_hypotheses: longer than its L; oov_hypotheses: "
         "words mapped to <unk>). score_s, tune_s: wall seconds, load-dependent."))
     C.emit_final_line({k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else v)

@@ -76,6 +76,17 @@ def test_combinations_are_the_monographs_pairs_and_triple() -> None:
     assert rl.combinations(None) == [("lstm+kn5", ("lstm", "kn5"))]
     assert rl.combinations("trf-discrete", lstm=False) == [("trf+kn5", ("trf-discrete", "kn5"))]
     assert rl.combinations(None, lstm=False) == []
+    nd = "trf-dnce (re-estimated)"
+    assert rl.combinations("trf-discrete", neural=nd)[-1] == ("ntrf+lstm", (nd, "lstm"))
+    assert rl.combinations(nd, neural=nd) == rl.combinations(nd)  # the neural TRF is already trf
+    assert rl.combinations("trf-discrete", lstm=False, neural=nd) == [("trf+kn5", ("trf-discrete", "kn5"))]
+
+
+def test_each_interpolation_is_compared_with_itself_without_the_trf() -> None:
+    rl = _bench()
+    assert [rl.without_trf(n) for n in ("trf+kn5", "trf+lstm", "trf+lstm+kn5", "ntrf+lstm")] == [
+        "kn5", "lstm", "lstm+kn5", "lstm"]
+    assert [rl.without_trf(n) for n in ("lstm+kn5", "kn5", "trf-discrete")] == [None, None, None]
 
 
 def test_interpolated_row_uses_the_dev_tuned_weights_on_test() -> None:
