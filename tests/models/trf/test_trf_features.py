@@ -124,6 +124,45 @@ def test_energy_is_minus_weights_dot_counts_and_its_gradient_is_minus_counts(bos
 
 @pytest.mark.parametrize(("bos", "eos", "boundaries"), [(True, False, "all"), (False, True, "all"),
                                                         (True, True, "all"), (True, True, "source")])
+def test_energy_computes_the_keys_of_present_windows_only_and_the_same_ones(bos, eos, boundaries):
+    corpus, feats = corpus_and_features(eos=eos, bos=bos, boundaries=boundaries)
+    x = corpus.pad_to(20)  # mostly padding, as the TRF's chains are (padded to the longest length)
+    keys, valid = feats._window_keys(x)
+    at, present = feats._present_window_keys(x)
+    order = at.argsort()
+    at, present = at[order], present[order]
+    assert torch.equal(at, valid.flatten().nonzero().squeeze(1))
+    assert torch.equal(present, keys.flatten()[at])
+    idx, found = feats.table(keys.flatten()[at])  # the energy from the full block, summed the same way
+    block = feats.weight.new_zeros(valid.numel()).index_put((at,), feats.weight[idx] * found)
+    assert torch.equal(feats(x), -block.view(x.batch_size, -1).sum(1))
+    empty = Sequences(torch.zeros(0, 5, dtype=torch.long), torch.zeros(0, dtype=torch.long))
+    assert feats(empty).shape == (0,)
+
+
+def test_the_last_batch_lookups_are_reused_only_for_the_same_sentences_and_follow_the_weights():
+    corpus, feats = corpus_and_features(eos=True)
+    x = corpus.pad_to(10)
+    first = feats(x)
+    memo = feats._last
+    with torch.no_grad():
+        feats.weight.mul_(-2.0)  # an optimizer step: the ids stay, the energies move
+    again = feats(x)
+    assert feats._last is memo  # looked up once
+    fresh = feats.__class__.__new__(feats.__class__)  # the same features without a memo
+    fresh.__dict__.update(feats.__dict__)
+    fresh._last = None
+    assert torch.equal(again, fresh(x)) and torch.equal(again, -2.0 * first)
+    tokens = x.tokens.clone()
+    tokens[0, 0] = 1 + int(tokens[0, 0]) % 6  # another sentence in the same tensor shape
+    y = Sequences(tokens, x.lengths)
+    assert feats._last is memo and not torch.equal(feats(y), again) and feats._last is not memo
+    fresh._last = None
+    assert torch.equal(feats(y), fresh(y))
+
+
+@pytest.mark.parametrize(("bos", "eos", "boundaries"), [(True, False, "all"), (False, True, "all"),
+                                                        (True, True, "all"), (True, True, "source")])
 def test_token_logits_are_energy_differences_of_the_substituted_sentences(bos, eos, boundaries):
     corpus, feats = corpus_and_features(eos=eos, bos=bos, boundaries=boundaries)
     g = torch.Generator().manual_seed(1)

@@ -141,6 +141,7 @@ class DiscreteFeatures(SubstitutionScores, nn.Module):
         self.table = BucketTable(self.keys)
         self._build_context()
         self._single_ids: Tensor | None = None  # single_token_energies' cache
+        self._last: tuple[Tensor, ...] | None = None  # forward's memo of the last batch's window lookups
         self.register_buffer("observed_counts", torch.zeros(keys.numel(), dtype=torch.float64))
         self.weight = nn.Parameter(torch.zeros(keys.numel()))
 
@@ -313,6 +314,27 @@ class DiscreteFeatures(SubstitutionScores, nn.Module):
                             self.pat_n[None, :, None], self.pat_bnd[None, :, None], lengths)
         return keys, valid
 
+    def _present_window_keys(self, x: Sequences) -> tuple[Tensor, Tensor]:
+        """Flat positions ``(N,)`` in the ``(B, P, T + 1)`` block of :meth:`_window_keys` of the windows that
+        exist, and their keys ``(N,)`` (grouped by pattern, not sorted): the same keys, computed only where a
+        window exists (a batch padded to three times its mean length costs a third of the full block), each
+        window's slots read by one gather from the word and class ids laid end to end."""
+        y, yc = self._padded(x)
+        B, T = x.batch_size, x.max_length
+        cur = torch.arange(1, T + 2, device=y.device)
+        first, prev = self.pat_off[:, 0], self._prev(self.pat_off, self.pat_n)
+        valid = self._valid(cur[None, None, :], (cur[None, :] + first[:, None])[None], (prev[:, None])[None],
+                            self.pat_n[None, :, None], self.pat_bnd[None, :, None], x.lengths[:, None, None])
+        by_pattern = valid.transpose(0, 1)  # (P, B, T + 1): a pattern's windows together
+        p, b, c = by_pattern.nonzero(as_tuple=True)
+        counts = by_pattern.flatten(1).sum(1)
+        W = T + 2  # row width of y and yc
+        cols = (c[:, None] + 1 + self.pat_off.repeat_interleave(counts, 0)).clamp(0, T + 1)  # (N, S)
+        layer = ((self.pat_layer != 0) * (B * W)).repeat_interleave(counts, 0)  # class slots read yc
+        vals = torch.cat([y.flatten(), yc.flatten()])[cols + (b * W)[:, None] + layer]
+        keys = (vals * self.pat_stride.repeat_interleave(counts, 0)).sum(-1) + self.pat_base.repeat_interleave(counts, 0)
+        return b * (valid.shape[1] * (T + 1)) + p * (T + 1) + c, keys
+
     @staticmethod
     def _prev(off: Tensor, n: Tensor) -> Tensor:
         """The offset of each pattern's slot before the current one (0 for single slots)."""
@@ -332,6 +354,7 @@ class DiscreteFeatures(SubstitutionScores, nn.Module):
     def _load_from_state_dict(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super()._load_from_state_dict(*args, **kwargs)
         self._single_ids = None
+        self._last = None
         self._n_class_ids = int(self.class_ids.max()) + 1  # the loaded classes may differ too
         self.table = BucketTable(self.keys)  # the loaded keys may differ from the constructed ones
         self._build_context()
@@ -359,11 +382,24 @@ class DiscreteFeatures(SubstitutionScores, nn.Module):
     def forward(self, x: Sequences) -> Tensor:
         """:math:`E(x) = -\\lambda^\\top f(x)`, ``(B,)``; padding ignored; ids checked below ``V``."""
         self._check(x)
-        keys, valid = self._window_keys(x)
-        at = valid.flatten().nonzero().squeeze(1)  # look up the windows that exist (padding: none)
-        idx, found = self.table(keys.flatten()[at])
-        w = self.weight.new_zeros(valid.numel()).index_put((at,), self.weight[idx] * found)
-        return -w.view(x.batch_size, -1).sum(1)  # summed as the (B, P (T + 1)) block: the order of before
+        at, idx, found = self._lookups(x)
+        width = self.pat_off.shape[0] * (x.max_length + 1)
+        w = self.weight.new_zeros(x.batch_size * width).index_put((at,), self.weight[idx] * found)
+        return -w.view(x.batch_size, width).sum(1)  # summed as the (B, P (T + 1)) block: the order of before
+
+    def _lookups(self, x: Sequences) -> tuple[Tensor, Tensor, Tensor]:
+        """Positions of the present windows in the block, their feature ids and whether each was found
+        (:meth:`_present_window_keys` then the table). They do not depend on the weights, so the last batch's
+        are kept: a trainer that scores the same sentences again after a step (AugSA's samples, then the
+        sampler's start from them) looks them up once."""
+        last = self._last
+        if (last is not None and last[0].shape == x.tokens.shape and last[0].device == x.tokens.device
+                and torch.equal(last[0], x.tokens) and torch.equal(last[1], x.lengths)):
+            return last[2], last[3], last[4]
+        at, keys = self._present_window_keys(x)  # only the windows that exist (padding: none)
+        idx, found = self.table(keys)
+        self._last = (x.tokens.clone(), x.lengths.clone(), at, idx, found)
+        return at, idx, found
 
     def extra_repr(self) -> str:
         return (f"vocab_size={self.vocab_size}, templates={len(self.templates)}, features={self.num_features}, "
