@@ -64,7 +64,8 @@ temperatures at a few lengths) measures position-moves per second and the plan o
 (from the start, loading included): a K runs only when it, and the reverse run at the last K that
 fits, fit in what is left; a later K is marked "not run (budget)"; a K is also stopped between
 groups when the next group would pass the budget. A full run (not ``--quick``, not ``--no-save``)
-writes the record ``benchmarks/records/trf_ais_convergence.json``.
+writes the record ``benchmarks/records/trf_ais_convergence.json`` (``--name NAME``: ``NAME.json``, for a second
+run beside the first, e.g. the reverse bracket at another K).
 
 Neural TRF (``--neural DIR [--neural-kind dnce|nce]``, default dnce; not with ``--model`` / ``--run``): the TRF
 with a ``Hidden2Scalar.bilstm`` energy and the LSTM LM that ``benchmarks/neural_trf_lstm.py --save DIR`` wrote
@@ -198,6 +199,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=float, default=None, help="seconds: AIS seconds (later groups skipped); with "
                                                               "--temps-list the whole run's (later K not run)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--name", default=None, help=f"with --temps-list: the record's name (default {CONVERGENCE}, "
+                                                "plus the neural suffix), e.g. for a second run beside the first")
 
 
 def parse_temps(text: str) -> list[int]:
@@ -540,6 +543,9 @@ def check_sources(args: argparse.Namespace) -> None:
     if args.neural is None and args.neural_kind is not None:
         raise SystemExit(f"--neural-kind: expected it with --neural DIR; got --neural-kind {args.neural_kind} alone")
     args.neural_kind = args.neural_kind or "dnce"
+    if args.name is not None and (args.temps_list is None or not re.fullmatch(r"[a-z0-9_]+", args.name)):
+        raise SystemExit(f"--name: expected lower-case letters, digits and _ with --temps-list; got {args.name!r}"
+                         + ("" if args.temps_list is not None else " without --temps-list"))
     if args.group is None:
         args.group = 15 if args.neural is None else NEURAL_GROUP
 
@@ -819,7 +825,7 @@ def converge(args: argparse.Namespace, d: dict[str, Any], ks: list[int], counts:
     q, trf, test = args.quick, d["trf"], d["test"]
     chains, reverse = counts
     neural = d.get("neural")
-    name = CONVERGENCE + ("" if neural is None else neural_name(d))
+    name = args.name or CONVERGENCE + ("" if neural is None else neural_name(d))
     recorder = Recorder(name, seeds=[args.seed])
     info = C.machine_info()
     lengths = chosen_lengths(args, test, trf.max_length)

@@ -177,6 +177,15 @@ def test_a_class_kernel_without_classes_and_two_models_are_one_line_each(
         _main(monkeypatch, capsys, "--run", str(tiny_run), "--model", "x.pt", "--no-save")
 
 
+@pytest.mark.parametrize(("argv", "got"), [(["--name", "Bad/Name", "--temps-list", "2,4"], "'Bad/Name'"),
+                                           (["--name", "trf_ais_rev"], "'trf_ais_rev' without --temps-list")])
+def test_a_bad_record_name_is_one_line(tiny_run: Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str], argv: list[str], got: str) -> None:
+    with pytest.raises(SystemExit, match=rf"^--name: expected lower-case letters, digits and _ with --temps-list; "
+                                         rf"got {got}$"):
+        _main(monkeypatch, capsys, "--run", str(tiny_run), "--no-save", *argv)
+
+
 @pytest.mark.slow
 def test_quick_mode_ends_with_its_json_line() -> None:
     if not (data_root() / "ptb").is_dir():
