@@ -3,6 +3,7 @@ and a page shared with a forked child once, not twice."""
 
 from __future__ import annotations
 
+import mmap
 import os
 import subprocess
 import sys
@@ -64,11 +65,11 @@ def test_a_page_shared_with_a_forked_child_counts_once() -> None:
 def test_peak_tracker_keeps_the_largest_sample() -> None:
     rm = _bench()
     watch = rm.PeakTreePss(period=0.05)
-    block = bytearray(150 << 20)
+    block = mmap.mmap(-1, 150 << 20)  # fresh pages: a heap block could reuse freed pages already resident
     for i in range(0, len(block), 4096):
         block[i] = 1
     time.sleep(0.3)
-    del block
+    block.close()
     peak = watch.stop()
     assert peak is not None and peak >= (rm.tree_pss_kib(os.getpid()) or 0) + (100 << 10)
 

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from ebms.models.trf import TRF, DiscreteFeatures, feature_templates
+from ebms.models.trf._context import ContextIndex
 from ebms.models.trf.templates import DEFAULT_GROUPS
 from ebms.sequences import Sequences
 
@@ -78,6 +79,45 @@ def test_context_path_equals_lookups_for_each_group_alone_with_light_and_heavy_c
     for ratio in (0.0, 1e9):  # every context scored by lookups, then every context by its list
         feats.context.ratio = ratio
         assert torch.equal(assert_same(feats, x, pos, cand), first)
+
+
+def with_direct_rows(feats: DiscreteFeatures, budget: int) -> None:
+    """Rebuild ``feats``'s context index with direct rows for every list (as long as ``budget`` lasts)."""
+    radix = {"w": feats.vocab_size, "c": feats._n_class_ids}
+    feats.context = ContextIndex(feats.keys, feats.template_base, [t.layers for t in feats.templates], feats._strides,
+                                 [len(t.offsets) for t in feats.templates], radix, dense_bytes=budget, dense_min=1)
+
+
+@pytest.mark.parametrize("group", GROUPS)
+@pytest.mark.parametrize("budget", [1 << 30, 4 * V * 3, 0])  # every list, the three longest, none
+def test_heavy_contexts_read_from_direct_rows_equal_the_lookups(group, budget):
+    feats = model((group,), bos=True, eos=True, dtype=torch.float64, seed=1)
+    x, pos, cand = queries(5, 25, 8, T=12)
+    first = assert_same(feats, x, pos, cand)
+    with_direct_rows(feats, budget)
+    ci = feats.context
+    have = ci.dense_start >= 0
+    assert ci.dense.numel() * 4 <= budget and int(have.sum()) == {0: 0, 1 << 30: ci.n_contexts}.get(budget, int(have.sum()))
+    lengths = ci.offsets[1:] - ci.offsets[:-1]
+    if bool(have.any()) and not bool(have.all()):  # the rows went to the longest lists
+        assert int(lengths[have].min()) >= int(lengths[~have].max())
+    for ratio in (0.0, 2.0):  # every context heavy (direct rows where built), then the default split
+        feats.context.ratio = ratio
+        assert torch.equal(assert_same(feats, x, pos, cand), first)
+
+
+def test_direct_rows_map_each_value_to_its_feature_and_the_rest_to_minus_one():
+    feats = model(GROUPS, bos=True, eos=True, dtype=torch.float64, seed=3)
+    with_direct_rows(feats, 1 << 30)
+    ci = feats.context
+    assert bool((ci.dense_start >= 0).all())  # dense_min 1 and room for all: every context has a row
+    for c in torch.randint(0, ci.n_contexts, (40,), generator=torch.Generator().manual_seed(0)).tolist():
+        lo, hi = int(ci.offsets[c]), int(ci.offsets[c + 1])
+        start, values = int(ci.dense_start[c]), ci.values[lo:hi].long()
+        row = ci.dense[start: start + int(values.max()) + 1]  # up to the largest listed value
+        expect = torch.full_like(row, -1)
+        expect[values] = ci.feature[lo:hi]
+        assert torch.equal(row, expect)
 
 
 def test_context_path_is_exact_on_word_only_templates_and_all_absent_candidates():

@@ -11,8 +11,10 @@ context lookup per valid ``(row, q)`` and then either
 
 - *light* context (its list at most ``ratio`` times the row's distinct targets): the list is read
   and each ``v`` matched against the row's sorted targets (``searchsorted``), or
-- *heavy* context (a longer list, e.g. the unigram context, which lists every word): the row's
-  targets' full keys are looked up in the feature table, as the reference does.
+- *heavy* context (a longer list, e.g. the unigram context, which lists every word): each of the
+  row's targets is read from the context's *direct row* (``value -> feature``, built for the
+  longest lists within :data:`DENSE_BYTES`), or, for a context without one, its full key is looked
+  up in the feature table, as the reference does.
 
 Both routes fill the same matrix ``(targets, q)`` of weights (0 where absent) that the reference
 sums, so the result is bit-identical to it.
@@ -28,8 +30,9 @@ built and the caller keeps the reference path). The distinct context keys live i
 **Cost.** Construction: one pass over the ``F`` keys per slot of their template (``E`` entries,
 :math:`E = \sum_f |t(f)|`), one sort per group, one table of ``D`` distinct contexts. Scoring: at most
 ``B Q`` context lookups, ``sum(light list lengths)`` searchsorted steps and ``sum(heavy rows'
-targets)`` feature lookups. **Memory.** ``8 E`` bytes (int32 values and feature ids) + ``8 (D + 1)``
-(int64 offsets) + the context table's ``~24 D``.
+targets)`` direct reads or feature lookups. **Memory.** ``8 E`` bytes (int32 values and feature ids) +
+``8 (D + 1)`` (int64 offsets) + ``4 D`` (direct-row starts) + the direct rows (at most
+:data:`DENSE_BYTES`) + the context table's ``~24 D``.
 
 References: Knuth (1998), *The Art of Computer Programming* vol. 3, 6.4 (hashing); Saad (2003),
 *Iterative Methods for Sparse Linear Systems*, 3.4 (compressed sparse row storage); Wang & Ou (2018),
@@ -48,6 +51,10 @@ from ebms.models.trf._table import BucketTable
 __all__ = ["ContextIndex"]
 
 _KEY_LIMIT = 1 << 62
+#: bytes of direct rows for the longest context lists (heavy contexts read them instead of hashing)
+DENSE_BYTES = 32 << 20
+#: a context list shorter than this gets no direct row
+DENSE_MIN = 64
 
 
 def _expand(start: Tensor, length: Tensor) -> tuple[Tensor, Tensor]:
@@ -68,6 +75,7 @@ class ContextIndex(nn.Module):
         offsets_per_template: how many offset patterns each template has (substitution rows follow
             ``DiscreteFeatures._build_tables``: template, pattern, slot). radix: ``{"w": V, "c": C + 1}``.
         ratio: a context list longer than ``ratio`` times its row's targets is scored by lookups.
+        dense_bytes, dense_min: the direct rows' budget in bytes, and the shortest list that gets one.
     """
 
     offsets: Tensor
@@ -75,16 +83,19 @@ class ContextIndex(nn.Module):
     feature: Tensor
     q_base: Tensor
     q_radix: Tensor
+    dense_start: Tensor
+    dense: Tensor
 
     def __init__(self, keys: Tensor, template_base: Tensor, layers: Sequence[Sequence[str]],
                  strides: Sequence[Sequence[int]], offsets_per_template: Sequence[int], radix: dict[str, int], *,
-                 ratio: float = 2.0) -> None:
+                 ratio: float = 2.0, dense_bytes: int = DENSE_BYTES, dense_min: int = DENSE_MIN) -> None:
         super().__init__()
         device, keys, tb = keys.device, keys.detach().cpu(), template_base.detach().cpu()
         self.ratio = float(ratio)
         bounds = torch.searchsorted(keys, tb).tolist()
         gbase = 0
         ctx: list[Tensor] = []
+        rads: list[Tensor] = []
         vals: list[Tensor] = []
         fids: list[Tensor] = []
         q_base: list[int] = []
@@ -99,6 +110,7 @@ class ContextIndex(nn.Module):
                 c = gbase + rem // (s * r) * s + rem % s
                 order = torch.argsort(c, stable=True)  # groups ascend, so concatenation stays sorted
                 ctx.append(c[order])
+                rads.append(torch.full((c.numel(),), r, dtype=torch.int32))
                 vals.append(v[order].int())
                 fids.append((order + lo).int())
                 bases.append(gbase)
@@ -114,11 +126,37 @@ class ContextIndex(nn.Module):
         self.table = BucketTable(uniq.to(device))
         self.n_contexts = int(uniq.numel())
         offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(counts, 0)])
+        values, feature = torch.cat(vals), torch.cat(fids)
+        radix_of = torch.cat(rads)[offsets[:-1]].long() if rads else torch.zeros(0, dtype=torch.long)
+        del rads
+        dense_start, dense = self._dense_rows(offsets, counts, radix_of, values, feature, dense_bytes, dense_min)
         self.register_buffer("offsets", offsets.to(device), persistent=False)
-        self.register_buffer("values", torch.cat(vals).to(device), persistent=False)
-        self.register_buffer("feature", torch.cat(fids).to(device), persistent=False)
+        self.register_buffer("values", values.to(device), persistent=False)
+        self.register_buffer("feature", feature.to(device), persistent=False)
+        self.register_buffer("dense_start", dense_start.to(device), persistent=False)
+        self.register_buffer("dense", dense.to(device), persistent=False)
         self.register_buffer("q_base", torch.tensor(q_base, dtype=torch.long, device=device), persistent=False)
         self.register_buffer("q_radix", torch.tensor(q_radix, dtype=torch.long, device=device), persistent=False)
+
+    @staticmethod
+    def _dense_rows(offsets: Tensor, counts: Tensor, radix_of: Tensor, values: Tensor, feature: Tensor,
+                    budget: int, least: int) -> tuple[Tensor, Tensor]:
+        """Direct rows ``value -> feature id`` (``-1``: none) for the longest context lists, longest first,
+        while their int32 rows fit in ``budget`` bytes and the list holds at least ``least`` entries: ``dense_start`` ``(D,)`` int32 (``-1``: no row) and the rows end to end (int32)."""
+        n = counts.numel()
+        dense_start = torch.full((n,), -1, dtype=torch.int32)
+        if n == 0 or budget <= 0:
+            return dense_start, torch.zeros(0, dtype=torch.int32)
+        order = torch.argsort(counts, descending=True, stable=True)
+        size = radix_of[order]
+        fits = (torch.cumsum(size * 4, 0) <= budget) & (counts[order] >= least)
+        chosen = order[: int(fits.long().cumprod(0).sum())]  # the longest lists, up to the first that misses
+        starts = torch.cumsum(radix_of[chosen], 0) - radix_of[chosen]
+        dense_start[chosen] = starts.int()
+        dense = torch.full((int(radix_of[chosen].sum()),), -1, dtype=torch.int32)
+        seg, e = _expand(offsets[chosen], counts[chosen])
+        dense[starts[seg] + values[e].long()] = feature[e]
+        return dense_start, dense
 
     @classmethod
     def build(cls, keys: Tensor, template_base: Tensor, layers: Sequence[Sequence[str]],
@@ -133,7 +171,8 @@ class ContextIndex(nn.Module):
     @property
     def nbytes(self) -> int:
         """Bytes held by the index (CSR arrays and the context table)."""
-        return sum(t.numel() * t.element_size() for t in (self.offsets, self.values, self.feature)) + self.table.nbytes
+        return sum(t.numel() * t.element_size() for t in (self.offsets, self.values, self.feature, self.dense_start,
+                                                          self.dense)) + self.table.nbytes
 
     def fill(self, targets: Tensor, R: int, part: Tensor, valid: Tensor, qs: Tensor, sub_base: Tensor,
              cand_stride: Tensor, weight: Tensor, feature_table: nn.Module) -> Tensor:
@@ -170,11 +209,19 @@ class ContextIndex(nn.Module):
         hit = targets[at] == key
         flat = M.view(-1)  # one flat index per entry: cheaper than a two-index put
         flat[at[hit] * M.shape[1] + col[light][seg][hit]] = weight[self.feature[e[hit]].long()]
-        h = ~light  # heavy: look up the row's targets' full keys
-        seg, t = _expand(r_start[r[h]], r_count[r[h]])
+        h = ~light  # heavy: each of the row's targets, read from the context's direct row or looked up
         value = targets % R  # once per target, not once per expanded entry
-        idx, f = feature_table(p[h][seg] + value[t] * s[h][seg])
-        flat[t[f] * M.shape[1] + col[h][seg][f]] = weight[idx[f]]
+        row_at = self.dense_start[ci[h]].long()
+        direct = row_at >= 0
+        for pick in (direct, ~direct):
+            rh, ch = r[h][pick], col[h][pick]
+            seg, t = _expand(r_start[rh], r_count[rh])
+            if pick is direct:
+                idx = self.dense[row_at[pick][seg] + value[t]].long()
+                f = idx >= 0
+            else:
+                idx, f = feature_table(p[h][pick][seg] + value[t] * s[h][pick][seg])
+            flat[t[f] * M.shape[1] + ch[seg][f]] = weight[idx[f]]
         return M
 
     def extra_repr(self) -> str:
