@@ -140,3 +140,28 @@ def test_a_copied_or_pickled_sampler_leaves_its_workers_behind():
     assert copy.deepcopy(sampler)._pool is None and pickle.loads(pickle.dumps(sampler))._pool is None
     assert "groups=2, workers=2" in repr(sampler)
     sampler._pool.close()
+
+
+def test_the_trainer_process_leaves_a_cpu_to_each_worker(monkeypatch: pytest.MonkeyPatch):
+    from ebms.samplers._chain_groups import fit_threads, usable_cpus
+
+    before = torch.get_num_threads()
+    cpus = usable_cpus()
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        torch.set_num_threads(cpus)
+        if cpus > 1:
+            with pytest.warns(UserWarning, match=rf"^workers: 2 processes on {cpus} CPUs: this process's torch "
+                                                 rf"threads lowered from {cpus} to {cpus - 1} \(each worker uses 1\)"):
+                fit_threads(2)
+            assert torch.get_num_threads() == cpus - 1
+        torch.set_num_threads(cpus)
+        monkeypatch.setenv("OMP_NUM_THREADS", str(cpus))  # the user's choice stands
+        fit_threads(cpus + 4)
+        assert torch.get_num_threads() == cpus
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        torch.set_num_threads(1)
+        fit_threads(cpus + 4)  # one thread is never lowered
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

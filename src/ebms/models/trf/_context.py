@@ -142,7 +142,11 @@ class ContextIndex(nn.Module):
     def _dense_rows(offsets: Tensor, counts: Tensor, radix_of: Tensor, values: Tensor, feature: Tensor,
                     budget: int, least: int) -> tuple[Tensor, Tensor]:
         """Direct rows ``value -> feature id`` (``-1``: none) for the longest context lists, longest first,
-        while their int32 rows fit in ``budget`` bytes and the list holds at least ``least`` entries: ``dense_start`` ``(D,)`` int32 (``-1``: no row) and the rows end to end (int32)."""
+        while their int32 rows fit in ``budget`` bytes and the list holds at least ``least`` entries.
+
+        Returns ``dense_start`` ``(D,)`` int32 (where each context's row starts; ``-1``: no row) and the
+        rows end to end (int32, each as long as its group's radix).
+        """
         n = counts.numel()
         dense_start = torch.full((n,), -1, dtype=torch.int32)
         if n == 0 or budget <= 0:
@@ -211,17 +215,16 @@ class ContextIndex(nn.Module):
         flat[at[hit] * M.shape[1] + col[light][seg][hit]] = weight[self.feature[e[hit]].long()]
         h = ~light  # heavy: each of the row's targets, read from the context's direct row or looked up
         value = targets % R  # once per target, not once per expanded entry
-        row_at = self.dense_start[ci[h]].long()
-        direct = row_at >= 0
-        for pick in (direct, ~direct):
-            rh, ch = r[h][pick], col[h][pick]
-            seg, t = _expand(r_start[rh], r_count[rh])
-            if pick is direct:
-                idx = self.dense[row_at[pick][seg] + value[t]].long()
-                f = idx >= 0
-            else:
-                idx, f = feature_table(p[h][pick][seg] + value[t] * s[h][pick][seg])
-            flat[t[f] * M.shape[1] + ch[seg][f]] = weight[idx[f]]
+        r, col, p, s, row_at = r[h], col[h], p[h], s[h], self.dense_start[ci[h]].long()
+        d = row_at >= 0  # a direct row: one read per target
+        seg, t = _expand(r_start[r[d]], r_count[r[d]])
+        idx = self.dense[row_at[d][seg] + value[t]].long()
+        f = idx >= 0
+        flat[t[f] * M.shape[1] + col[d][seg][f]] = weight[idx[f]]
+        n = ~d  # no direct row: the full key of each target in the feature table
+        seg, t = _expand(r_start[r[n]], r_count[r[n]])
+        idx, f = feature_table(p[n][seg] + value[t] * s[n][seg])
+        flat[t[f] * M.shape[1] + col[n][seg][f]] = weight[idx[f]]
         return M
 
     def extra_repr(self) -> str:
