@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import re
+from typing import Any
 
 import torch
 
 __all__ = ["available_memory", "format_bytes", "is_allocation_failure", "release_free_memory", "tried_to_allocate"]
 
-_TRIM: list[object] = []  # [glibc's malloc_trim] or [None] once looked up
 
 _ALLOCATION_TEXT = ("can't allocate memory", "defaultcpuallocator", "out of memory", "cannot allocate memory")
 
@@ -125,16 +126,18 @@ def release_free_memory() -> bool:
     """
     if os.environ.get("EBMS_RELEASE_MEMORY", "1") == "0":
         return False
-    if not _TRIM:
-        trim = None
-        name = ctypes.util.find_library("c")
-        if name is not None:
-            try:
-                trim = getattr(ctypes.CDLL(name), "malloc_trim", None)
-            except OSError:
-                trim = None
-        if trim is not None:
-            trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-        _TRIM.append(trim)
-    trim = _TRIM[0]
-    return bool(trim(0)) if callable(trim) else False
+    trim = _malloc_trim()
+    return bool(trim(0)) if trim is not None else False
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim`` (looked up once), or ``None`` where the C library has none."""
+    name = ctypes.util.find_library("c")
+    try:
+        trim = None if name is None else getattr(ctypes.CDLL(name), "malloc_trim", None)
+    except OSError:
+        return None
+    if trim is not None:
+        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim

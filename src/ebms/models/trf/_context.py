@@ -95,7 +95,8 @@ class ContextIndex(nn.Module):
         bounds = torch.searchsorted(keys, tb).tolist()
         gbase = 0
         ctx: list[Tensor] = []
-        rads: list[Tensor] = []
+        group_base: list[int] = []  # where each group's context keys start, and its radix
+        group_radix: list[int] = []
         vals: list[Tensor] = []
         fids: list[Tensor] = []
         q_base: list[int] = []
@@ -110,10 +111,11 @@ class ContextIndex(nn.Module):
                 c = gbase + rem // (s * r) * s + rem % s
                 order = torch.argsort(c, stable=True)  # groups ascend, so concatenation stays sorted
                 ctx.append(c[order])
-                rads.append(torch.full((c.numel(),), r, dtype=torch.int32))
                 vals.append(v[order].int())
                 fids.append((order + lo).int())
                 bases.append(gbase)
+                group_base.append(gbase)
+                group_radix.append(r)
                 gbase += size // r
                 if gbase >= _KEY_LIMIT:
                     raise OverflowError("context keys need more than 62 bits")
@@ -127,8 +129,8 @@ class ContextIndex(nn.Module):
         self.n_contexts = int(uniq.numel())
         offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(counts, 0)])
         values, feature = torch.cat(vals), torch.cat(fids)
-        radix_of = torch.cat(rads)[offsets[:-1]].long() if rads else torch.zeros(0, dtype=torch.long)
-        del rads
+        group = torch.searchsorted(torch.tensor(group_base, dtype=torch.long), uniq, right=True) - 1
+        radix_of = torch.tensor(group_radix, dtype=torch.long)[group] if group_radix else group
         dense_start, dense = self._dense_rows(offsets, counts, radix_of, values, feature, dense_bytes, dense_min)
         self.register_buffer("offsets", offsets.to(device), persistent=False)
         self.register_buffer("values", values.to(device), persistent=False)

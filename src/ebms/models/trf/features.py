@@ -308,11 +308,13 @@ class DiscreteFeatures(SubstitutionScores, nn.Module):
         flat = cols.reshape(-1)
         vals = torch.where(self.pat_layer.repeat_interleave(T + 1, 0).reshape(-1) == 0, y[:, flat], yc[:, flat])
         keys = (vals.view(x.batch_size, *cols.shape) * self.pat_stride[:, None, :]).sum(-1) + self.pat_base[:, None]
-        lengths = x.lengths[:, None, None]
+        return keys, self._window_validity(x, cur)
+
+    def _window_validity(self, x: Sequences, cur: Tensor) -> Tensor:
+        """Whether each pattern's window exists at each current slot ``cur`` ``(T + 1,)``: ``(B, P, T + 1)``."""
         first, prev = self.pat_off[:, 0], self._prev(self.pat_off, self.pat_n)
-        valid = self._valid(cur[None, None, :], (cur[None, :] + first[:, None])[None], (prev[:, None])[None],
-                            self.pat_n[None, :, None], self.pat_bnd[None, :, None], lengths)
-        return keys, valid
+        return self._valid(cur[None, None, :], (cur[None, :] + first[:, None])[None], (prev[:, None])[None],
+                           self.pat_n[None, :, None], self.pat_bnd[None, :, None], x.lengths[:, None, None])
 
     def _present_window_keys(self, x: Sequences) -> tuple[Tensor, Tensor]:
         """Flat positions ``(N,)`` in the ``(B, P, T + 1)`` block of :meth:`_window_keys` of the windows that
@@ -321,10 +323,7 @@ class DiscreteFeatures(SubstitutionScores, nn.Module):
         window's slots read by one gather from the word and class ids laid end to end."""
         y, yc = self._padded(x)
         B, T = x.batch_size, x.max_length
-        cur = torch.arange(1, T + 2, device=y.device)
-        first, prev = self.pat_off[:, 0], self._prev(self.pat_off, self.pat_n)
-        valid = self._valid(cur[None, None, :], (cur[None, :] + first[:, None])[None], (prev[:, None])[None],
-                            self.pat_n[None, :, None], self.pat_bnd[None, :, None], x.lengths[:, None, None])
+        valid = self._window_validity(x, torch.arange(1, T + 2, device=y.device))
         by_pattern = valid.transpose(0, 1)  # (P, B, T + 1): a pattern's windows together
         p, b, c = by_pattern.nonzero(as_tuple=True)
         counts = by_pattern.flatten(1).sum(1)
