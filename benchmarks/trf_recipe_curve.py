@@ -19,12 +19,17 @@ Workload:
     memory      with ``--memory-log FILE``: lines ``EPOCH PID hwm=KiB rss=KiB pss=KiB`` written while the
                 run trained (``benchmarks/pss_watch.sh PATTERN`` writes them): the largest sum of PSS over
                 the run's processes at one sampling time, and each process's peak RSS (``VmHWM``).
+    same as     with ``--same-as DIR``: another run of the same configuration and seed (e.g. one trained
+                by older code, or on another machine), compared with this one: every step both logged
+                (loss, gradient norm and every metric, exactly) and every checkpoint step both hold
+                (every tensor, weights and optimiser state, with ``torch.equal``); the first difference
+                of each is recorded. Resumed segments must reproduce an uninterrupted run bit for bit.
     beside      ebms's KN5 (``benchmarks/records/kn5_ptb.json``, when present) and the source's table
                 (``trf_logz_ais.PUBLISHED``: KN5 141.19, the source's TRF with its own zeta 139.94).
 
 Record (not with ``--no-save``): ``benchmarks/records/trf_ptb_recipe.json`` (``--name`` for another).
 Run: ``python benchmarks/trf_recipe_curve.py --run DIR [--command TEXT] [--memory-log FILE]
-[--train-every N] [--steps 1000,5000,...]``. The last stdout line is one JSON object.
+[--train-every N] [--steps 1000,5000,...] [--same-as DIR]``. The last stdout line is one JSON object.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-log", type=Path, default=None, help="PSS samples written while it trained")
     p.add_argument("--train-every", type=int, default=14, help="every N-th training sentence for the train figure")
     p.add_argument("--steps", default=None, help="comma-separated checkpoint steps (default: every one)")
+    p.add_argument("--same-as", type=Path, default=None, help="another run of the same config and seed to compare with")
     p.add_argument("--name", default=BENCH, help=f"the record's name (default {BENCH})")
 
 
@@ -87,6 +93,40 @@ def memory(log: Path) -> dict[str, Any]:
             "peak_rss_mib_per_process": {pid: round(v, 1) for pid, v in sorted(hwm.items())}}
 
 
+def _logged(metrics: Path) -> dict[int, dict[str, Any]]:
+    """Step -> (loss, grad_norm, metrics) of every logged training step of a ``metrics.jsonl``."""
+    out = {}
+    for line in metrics.read_text().splitlines():
+        row = json.loads(line)
+        if "event" not in row and "loss" in row:
+            out[row["step"]] = {"loss": row["loss"], "grad_norm": row.get("grad_norm"), "metrics": row.get("metrics")}
+    return out
+
+
+def same_as(run: Path, other: Path) -> dict[str, Any]:
+    """Exact comparison of two runs of one configuration: logged steps and checkpoint tensors."""
+    from ebms.train.checkpoint import CheckpointStore
+
+    mine, theirs = _logged(run / "metrics.jsonl"), _logged(other / "metrics.jsonl")
+    common = sorted(set(mine) & set(theirs))
+    differ = [s for s in common if mine[s] != theirs[s]]
+    stores = CheckpointStore(run / "checkpoints"), CheckpointStore(other / "checkpoints")
+    ckpt_steps = [sorted(int(p.name[5:14]) for p in st.checkpoints()) for st in stores]
+    both = sorted(set(ckpt_steps[0]) & set(ckpt_steps[1]))
+    first_ckpt_difference = None
+    for step in both:
+        a, b = (st.load(step).tensors for st in stores)
+        bad = sorted(k for k in set(a) | set(b) if k not in a or k not in b or not torch.equal(a[k], b[k]))
+        if bad:
+            first_ckpt_difference = {"step": step, "tensors": bad[:10], "count": len(bad)}
+            break
+        C.note(f"[{BENCH}] same as {other}: step {step}: {len(a)} tensors equal")
+    return {"run": str(other), "logged_steps_compared": len(common), "logged_steps_differing": len(differ),
+            "first_logged_difference": differ[0] if differ else None, "checkpoint_steps_compared": both,
+            "first_checkpoint_difference": first_ckpt_difference,
+            "identical": not differ and first_ckpt_difference is None and bool(common) and bool(both)}
+
+
 def main() -> None:
     args = C.parse_args(__doc__.splitlines()[0], add_args)
     if args.train_every < 1:
@@ -96,6 +136,8 @@ def main() -> None:
     metrics_path = args.run / "metrics.jsonl"
     if not metrics_path.is_file():
         raise SystemExit(f"--run: {args.run}: no metrics.jsonl (is it an `ebms train` run folder?)")
+    if args.same_as is not None and not (args.same_as / "metrics.jsonl").is_file():
+        raise SystemExit(f"--same-as: {args.same_as}: no metrics.jsonl (is it an `ebms train` run folder?)")
     from rescoring_lms import open_trf_run
     from trf_logz_ais import PUBLISHED
 
@@ -150,6 +192,7 @@ def main() -> None:
         if logged else None, "test_sentences": test.batch_size, "train_subset_sentences": train.batch_size,
         "ebms_kn5_test_ppl": kn5, "published": published,
         "memory": memory(args.memory_log) if args.memory_log is not None else None,
+        "same_as": same_as(args.run, args.same_as) if args.same_as is not None else None,
         "evaluation_s": time.perf_counter() - t0,
         "command": args.command or f"ebms train {args.run / 'config.toml'}"}
     rows = [[r["step"], r["test_ppl"], r["train_subset_ppl"]] for r in curve]

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def tiny_trf_run(tmp: Path, train_sentences: list[str], test_sentences: list[str]) -> Path:
-    """``ebms train`` of a TRF with 3 classes and 4 chains for two steps on the given text; the run folder."""
+def tiny_trf_run(tmp: Path, train_sentences: list[str], test_sentences: list[str], *, name: str = "tiny",
+                 overrides: tuple[str, ...] = ()) -> Path:
+    """``ebms train`` of a TRF with 3 classes and 4 chains for two steps on the given text; the run folder
+    (``tmp/name``; ``overrides``: more ``key=value`` settings, applied last)."""
     from ebms.cli.build import validate_config
     from ebms.cli.config import load_config
     from ebms.cli.run import train
@@ -16,6 +18,6 @@ def tiny_trf_run(tmp: Path, train_sentences: list[str], test_sentences: list[str
     cfg = validate_config(load_config(None, [
         "data.name=text", f"language.train_path={tmp}/train.txt", f"language.test_path={tmp}/test.txt",
         "model.kind=trf", "language.classes=3", "language.chains=4", "train.steps=2", "train.batch_size=4",
-        "train.checkpoint_every=1", "train.log_every=1", f"run.out_dir={tmp}", "run.name=tiny", "run.progress=false"]),
+        "train.checkpoint_every=1", "train.log_every=1", f"run.out_dir={tmp}", f"run.name={name}", "run.progress=false", *overrides]),
         device=False)
     return train(cfg)

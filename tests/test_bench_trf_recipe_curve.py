@@ -61,6 +61,21 @@ def test_the_curve_of_a_tiny_run_ends_at_the_newest_models_perplexity(tmp_path: 
         f"--steps: no checkpoint at step(s) [7] in {run}; it has [1, 2]")
 
 
+@pytest.mark.slow
+def test_same_as_finds_a_repeated_run_identical_and_another_seed_different(tmp_path: Path) -> None:
+    a = tiny_trf_run(tmp_path, SENTS * 3, ["the cat ran", "a mat"])
+    b = tiny_trf_run(tmp_path, SENTS * 3, ["the cat ran", "a mat"], name="again")
+    c = tiny_trf_run(tmp_path, SENTS * 3, ["the cat ran", "a mat"], name="seed1", overrides=("run.seed=1",))
+    same = _bench().same_as(a, b)
+    assert same == {"run": str(b), "logged_steps_compared": 2, "logged_steps_differing": 0,
+                    "first_logged_difference": None, "checkpoint_steps_compared": [1, 2],
+                    "first_checkpoint_difference": None, "identical": True}
+    other = _bench().same_as(a, c)
+    assert other["identical"] is False and other["logged_steps_differing"] >= 1
+    first = other["first_checkpoint_difference"]
+    assert first["step"] == 1 and first["count"] >= 1 and any(k.startswith("model/") for k in first["tensors"])
+
+
 def test_a_folder_without_a_run_is_one_line(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "trf_recipe_curve.py", "--run", str(tmp_path), "--no-save"],
                          cwd=ROOT / "benchmarks", capture_output=True, text=True, timeout=120)
