@@ -167,3 +167,123 @@ def test_with_tokens_refuses_float_tokens_and_another_device():
         s.with_tokens(torch.ones(2, 2, dtype=torch.int32))
     with pytest.raises(TypeError, match=r"got list"):
         s.with_tokens([[1, 2], [3, 4]])  # type: ignore[arg-type]
+
+
+# --- Sequences.coerce: the one batch converter ---------------------------------------------------
+PAIR_FORMS = "Sequences or a (tokens (B, T), lengths (B,)) tuple"
+
+
+def test_coerce_returns_a_sequences_batch_itself():
+    s = Sequences.from_lists([[1, 2], [3]])
+    assert Sequences.coerce(s) is s
+    assert Sequences.coerce(s, pairs=False, tensors=True, empty=False) is s
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_coerce_wraps_a_tokens_lengths_pair_of_either_integer_width(dtype):
+    s = Sequences.coerce((torch.tensor([[3, 1], [2, 9]], dtype=dtype), torch.tensor([2, 1], dtype=dtype)))
+    assert s.tokens.dtype == torch.long and s.lengths.dtype == torch.long
+    assert s.tolist() == [[3, 1], [2]]
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_coerce_reads_an_integer_matrix_as_full_length_when_tensors_are_accepted(dtype):
+    s = Sequences.coerce(torch.tensor([[3, 1, 4]], dtype=dtype), name="x", tensors=True)
+    assert s.tokens.dtype == torch.long and s.lengths.tolist() == [3] and s.tolist() == [[3, 1, 4]]
+    blank = Sequences.coerce(torch.zeros(2, 0, dtype=dtype), tensors=True)  # T = 0: two empty sentences
+    assert blank.lengths.tolist() == [0, 0] and blank.tolist() == [[], []]
+
+
+def test_coerce_keeps_lengths_zero_and_one_and_an_empty_batch():
+    s = Sequences.coerce((torch.tensor([[0, 0], [5, 0]]), torch.tensor([0, 1])))
+    assert s.tolist() == [[], [5]]
+    empty = Sequences.coerce((torch.zeros(0, 3, dtype=torch.long), torch.zeros(0, dtype=torch.long)))
+    assert empty.batch_size == 0 and empty.max_length == 3
+
+
+@pytest.mark.parametrize(
+    ("batch", "kwargs", "message"),
+    [
+        (torch.tensor([[1, 2]]), {}, rf"batch: expected {PAIR_FORMS}; got Tensor "
+                                     r"(wrap token ids as Sequences(tokens, lengths))"),
+        ([[1, 2]], {}, f"batch: expected {PAIR_FORMS}; got list"),
+        ((torch.tensor([[1]]), torch.tensor([1]), torch.tensor([1])), {}, f"batch: expected {PAIR_FORMS}; got tuple"),
+        ((torch.tensor([[1]]), torch.tensor([1])), {"name": "x", "pairs": False},
+         "x: expected an ebms.sequences.Sequences (tokens (B, T), lengths (B,)); got tuple"),
+        ([[1]], {"name": "x", "pairs": False, "tensors": True},
+         "x: expected Sequences or an integer tensor (B, T); got list"),
+        ([[1]], {"tensors": True}, f"batch: expected {PAIR_FORMS} or an integer tensor (B, T); got list"),
+        ("12", {"name": "src", "pairs": False, "expected": "an ebms.sequences.Sequences"},
+         "src: expected an ebms.sequences.Sequences; got str"),
+        (torch.ones(1, 2), {"name": "x", "tensors": True},
+         "x: expected Sequences or an integer tensor (B, T) of token ids; got torch.float32 tensor of shape (1, 2)"),
+        (torch.ones(1, 2, dtype=torch.bool), {"name": "x", "tensors": True},
+         "x: expected Sequences or an integer tensor (B, T) of token ids; got torch.bool tensor of shape (1, 2)"),
+        (torch.tensor([1, 2]), {"name": "x", "tensors": True},
+         "x: expected Sequences or an integer tensor (B, T) of token ids; got torch.int64 tensor of shape (2,)"),
+        ((torch.ones(1, 2), torch.tensor([2])), {},
+         "tokens: expected an integer tensor (token ids, not one-hot); got dtype torch.float32"),
+    ],
+)
+def test_coerce_refuses_other_forms_naming_the_accepted_ones(batch, kwargs, message):
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        Sequences.coerce(batch, **kwargs)
+
+
+def test_coerce_refuses_a_malformed_pair_with_the_constructors_message():
+    with pytest.raises(ValueError, match=r"^lengths: expected values in \[0, 2\] \(T = tokens.shape\[1\]\); "
+                                         r"got min 1, max 3$"):
+        Sequences.coerce((torch.tensor([[1, 2], [3, 4]]), torch.tensor([1, 3])))
+    with pytest.raises(ValueError, match=r"^lengths: expected shape \(2,\) to match tokens \(2, 2\); got \(1,\)$"):
+        Sequences.coerce((torch.tensor([[1, 2], [3, 4]]), torch.tensor([1])))
+
+
+def test_coerce_refuses_an_empty_batch_only_when_asked():
+    empty = Sequences.from_lists([])
+    assert Sequences.coerce(empty) is empty
+    with pytest.raises(ValueError, match=r"^batch: expected at least one sentence; got an empty batch "
+                                         r"Sequences\(batch=0, max_length=0, device=cpu\)$"):
+        Sequences.coerce(empty, empty=False)
+    with pytest.raises(ValueError, match=r"^x: expected at least one sentence; got an empty batch"):
+        Sequences.coerce(torch.zeros(0, 4, dtype=torch.long), name="x", tensors=True, empty=False)
+
+
+# --- Sequences.check_vocabulary: the one token-range check ----------------------------------------
+def test_check_vocabulary_looks_at_real_tokens_only():
+    s = Sequences(torch.tensor([[1, 4, 0], [2, 99, -5]]), torch.tensor([3, 1]), validate=False)  # 99, -5: padding
+    assert s.check_vocabulary(5) is s
+    assert s.check_vocabulary(5, boundary=3) is s
+    assert Sequences.from_lists([]).check_vocabulary(2, boundary=0).batch_size == 0
+    assert Sequences.from_lists([[], [1]]).check_vocabulary(2, boundary=0).lengths.tolist() == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("rows", "kwargs", "message"),
+    [
+        ([[1, 2], [7]], {}, "tokens: token ids must be below the vocabulary size 5; got 7 at sequence 1, position 0"),
+        ([[1, 2], [5]], {"name": "x"}, "x: token ids must be below the vocabulary size 5; got 5 at sequence 1, "
+                                       "position 0"),
+        ([[1, 0]], {"name": "x", "boundary": 0},
+         "x: expected token ids in [1, 4] (id 0 is the boundary); got 0 at sequence 0, position 1"),
+        ([[1], [3, 4]], {"name": "x", "boundary": 4, "where": "sequence"},
+         "x: expected token ids in [0, 3] (id 4 is the boundary) within lengths; sequence 1 has 4 at position 1"),
+        ([[1], [2]], {"name": "prefix", "boundary": 2, "where": "row"},
+         "prefix: expected token ids in [0, 4] other than the boundary id 2 within lengths; row 1 has 2 at "
+         "position 0"),
+        ([[9]], {"name": "x", "boundary": 0, "where": "sequence", "expected": "expected ids below 5"},
+         "x: expected ids below 5; sequence 0 has 9 at position 0"),
+    ],
+)
+def test_check_vocabulary_names_the_rule_and_the_first_offending_token(rows, kwargs, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        Sequences.from_lists(rows).check_vocabulary(5, **kwargs)
+
+
+def test_check_vocabulary_refuses_negative_ids_and_an_unknown_locator():
+    negative = Sequences(torch.tensor([[1, -2]]), torch.tensor([2]), validate=False)
+    with pytest.raises(ValueError, match=r"^x: token ids must be non-negative; got -2 at sequence 0, position 1$"):
+        negative.check_vocabulary(5, "x")
+    with pytest.raises(ValueError, match=r"^x: expected token ids in \[1, 4\] \(id 0 is the boundary\); got -2 at "):
+        negative.check_vocabulary(5, "x", boundary=0)
+    with pytest.raises(ValueError, match=r"^where: expected one of \('at', 'sequence', 'row'\); got 'col'$"):
+        negative.check_vocabulary(5, where="col")

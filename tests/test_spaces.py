@@ -217,14 +217,49 @@ def test_position_variants_messages_name_argument_and_value():
         space.position_variants(x, torch.tensor([0, 1], dtype=torch.int32))
 
 
-def test_token_sequences_validate_sentences_refuses_the_boundary_inside_a_sentence():
+def test_token_sequences_check_refuses_the_boundary_inside_a_sentence():
     space = TokenSequences(4, 3, min_length=1)
     ok = Sequences(torch.tensor([[1, 2, 0], [3, 0, 0]]), torch.tensor([2, 1]))  # 0s only in the padding
-    assert space.validate_sentences(ok) is ok
+    assert space.check(ok, boundary=0) is ok
     bad = Sequences(torch.tensor([[1, 2, 0], [3, 0, 0]]), torch.tensor([2, 2]))
     with pytest.raises(ValueError, match=r"batch.tokens: id 0 is the sentence boundary .* sequence 1, position 1"):
-        space.validate_sentences(bad, "batch")
+        space.check(bad, "batch", boundary=0)
     with pytest.raises(ValueError, match="id 3 is the sentence boundary"):
-        space.validate_sentences(ok, boundary=3)
-    with pytest.raises(ValueError, match=r"x.lengths: expected lengths in \[1, 3\]"):  # validate's checks first
-        space.validate_sentences(Sequences(torch.tensor([[1, 2, 3, 1]]), torch.tensor([4])))
+        space.check(ok, boundary=3)
+    with pytest.raises(ValueError, match=r"x.lengths: expected lengths in \[1, 3\]"):  # lengths are checked first
+        space.check(Sequences(torch.tensor([[1, 2, 3, 1]]), torch.tensor([4])), boundary=0)
+
+
+# --- TokenSequences.check: a batch against its space ------------------------------------------------
+def test_token_sequences_check_accepts_lengths_zero_and_one_and_an_empty_batch():
+    space = TokenSequences(3, 2, min_length=0)
+    x = Sequences(torch.tensor([[0, 9], [2, 9], [1, 2]]), torch.tensor([0, 1, 2]))  # 9: padding
+    assert space.check(x) is x and space.check(x, boundary=0) is x
+    empty = Sequences(torch.zeros(0, 5, dtype=torch.long), torch.zeros(0, dtype=torch.long))
+    assert space.check(empty, boundary=0) is empty
+    assert TokenSequences.validate is TokenSequences.check  # the space contract's name
+
+
+@pytest.mark.parametrize(
+    ("x", "kwargs", "error", "message"),
+    [
+        ((torch.tensor([[1]]), torch.tensor([1])), {}, TypeError,
+         "x: expected an ebms.sequences.Sequences (tokens (B, T), lengths (B,)); got tuple"),
+        (torch.tensor([[1]]), {"name": "batch"}, TypeError,
+         "batch: expected an ebms.sequences.Sequences (tokens (B, T), lengths (B,)); got Tensor "
+         "(wrap token ids as Sequences(tokens, lengths))"),
+        (Sequences.from_lists([[1], []]), {}, ValueError, "x.lengths: expected lengths in [1, 3]; got min 0, max 1"),
+        (Sequences.from_lists([[1, 2, 3, 1]]), {"boundary": 0}, ValueError,
+         "x.lengths: expected lengths in [1, 3]; got min 4, max 4"),
+        (Sequences.from_lists([[1], [2, 4]]), {"name": "batch"}, ValueError,
+         "batch.tokens: expected token ids in [0, 3] (vocab_size 4); got 4 at sequence 1, position 1"),
+        (Sequences.from_lists([[1], [2, 4]]), {"boundary": 0}, ValueError,  # the range first, then the boundary
+         "x.tokens: expected token ids in [0, 3] (vocab_size 4); got 4 at sequence 1, position 1"),
+        (Sequences.from_lists([[1], [0, 2]]), {"boundary": 0}, ValueError,
+         "x.tokens: id 0 is the sentence boundary and cannot occur inside a sentence; got it at sequence 1, "
+         "position 0"),
+    ],
+)
+def test_token_sequences_check_messages_are_exact(x, kwargs, error, message):
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        TokenSequences(4, 3).check(x, **kwargs)

@@ -6,6 +6,12 @@ checks it once at the boundary, and moves, slices, concatenates and pads it. Tok
 stored as integers, never one-hot: a ``(64, 50)`` batch over any vocabulary costs
 ``64 * 50 * 8`` bytes of tokens plus ``64 * 8`` of lengths.
 
+Two checks serve every consumer: :meth:`Sequences.coerce` turns a batch argument (a
+``Sequences``, a ``(tokens, lengths)`` tuple, or a ``(B, T)`` integer tensor where the caller
+takes one) into ``Sequences``, and :meth:`Sequences.check_vocabulary` refuses a real token outside
+``[0, V)`` or equal to the boundary id. :meth:`ebms.spaces.TokenSequences.check` adds the length
+range of a space.
+
 Contract: entries at positions ``t >= lengths[b]`` are padding. Every consumer (energies,
 samplers, objectives) must ignore them; :meth:`Sequences.canonical` sets them to ``pad_id`` so
 that two batches holding the same sentences compare equal.
@@ -62,6 +68,62 @@ class Sequences:
         self.lengths: Tensor = lengths
 
     # --- construction -------------------------------------------------------------------------
+    @classmethod
+    def coerce(cls, batch: Any, *, name: str = "batch", pairs: bool = True, tensors: bool = False,
+               empty: bool = True, expected: str | None = None) -> Sequences:
+        """``batch`` as a :class:`Sequences`: the one converter of a sentence-batch argument.
+
+        Accepted forms:
+
+        * a ``Sequences``, returned as is;
+        * with ``pairs`` (the default): a ``(tokens (B, T), lengths (B,))`` tuple of integer tensors,
+          checked by the constructor (a data loader's batch);
+        * with ``tensors``: an integer tensor ``tokens (B, T)``, every sequence of full length ``T``.
+
+        The token ids are not compared with a vocabulary here (see :meth:`check_vocabulary` and
+        :meth:`ebms.spaces.TokenSequences.check`). No host sync unless the constructor runs.
+
+        Args:
+            batch: the argument.
+            name: its name in messages.
+            pairs: accept a ``(tokens, lengths)`` tuple.
+            tensors: accept a ``(B, T)`` integer tensor.
+            empty: accept a batch of ``B = 0`` sequences.
+            expected: the accepted forms as the ``TypeError`` names them (default: from ``pairs``
+                and ``tensors``, e.g. ``"Sequences or a (tokens (B, T), lengths (B,)) tuple"``).
+
+        Returns:
+            ``Sequences`` with ``tokens (B, T)`` and ``lengths (B,)``, int64.
+
+        Raises:
+            TypeError: ``{name}: expected {expected}; got {type}`` (a tensor where none is accepted
+                is told to be wrapped); with ``tensors``, a tensor that is not 2-D integer; a pair of
+                non-integer tensors (the constructor's message).
+            ValueError: ``{name}: expected at least one sentence; got an empty batch`` when not
+                ``empty``; a malformed pair (the constructor's messages).
+
+        Example:
+            >>> Sequences.coerce((torch.tensor([[3, 1], [2, 0]]), torch.tensor([2, 1]))).lengths.tolist()
+            [2, 1]
+            >>> Sequences.coerce(torch.tensor([[3, 1]]), name="x", tensors=True).lengths.tolist()
+            [2]
+        """
+        if isinstance(batch, Sequences):
+            seqs = batch
+        elif pairs and isinstance(batch, tuple) and len(batch) == 2 and all(isinstance(t, Tensor) for t in batch):
+            seqs = cls(batch[0], batch[1])
+        elif tensors and isinstance(batch, Tensor):
+            if batch.dim() != 2 or batch.dtype not in _INT_DTYPES:
+                raise TypeError(f"{name}: expected Sequences or an integer tensor (B, T) of token ids; got "
+                                f"{batch.dtype} tensor of shape {tuple(batch.shape)}")
+            seqs = cls(batch)
+        else:
+            hint = " (wrap token ids as Sequences(tokens, lengths))" if isinstance(batch, Tensor) else ""
+            raise TypeError(f"{name}: expected {expected or _forms(pairs, tensors)}; got {type(batch).__name__}{hint}")
+        if not empty and seqs.batch_size == 0:
+            raise ValueError(f"{name}: expected at least one sentence; got an empty batch {seqs!r}")
+        return seqs
+
     @classmethod
     def from_lists(cls, seqs: Iterable[Sequence[int]], *, pad_id: int = 0,
                    device: torch.device | str | None = None) -> Sequences:
@@ -191,17 +253,73 @@ class Sequences:
         """Same lengths and same real tokens (padding ignored)."""
         return self.tolist() == other.tolist()
 
-    def check_vocabulary(self, vocab_size: int, name: str = "tokens") -> Sequences:
-        """Raise unless every real token is in ``[0, vocab_size)`` (one host sync)."""
-        bad = self.mask() & (self.tokens >= vocab_size)
+    def check_vocabulary(self, vocab_size: int, name: str = "tokens", *, boundary: int | None = None,
+                         where: str = "at", expected: str | None = None) -> Sequences:
+        """Raise unless every real token (``t < lengths[b]``) is an id in ``[0, vocab_size)`` other
+        than ``boundary``: the one token-range check of a batch (one host sync; padding is not
+        looked at).
+
+        The message names the first offending entry, ``{name}: {expected}; {where}``. By default
+        ``expected`` states the rule: ``token ids must be below the vocabulary size V`` (or ``must
+        be non-negative``) without a boundary, the ids the boundary leaves with one (``expected
+        token ids in [1, V-1] (id 0 is the boundary)``, ``in [0, V-2] (id V-1 is the boundary)``,
+        ``in [0, V-1] other than the boundary id k``). ``where`` is ``"at"`` (``got 7 at sequence 1,
+        position 2``), ``"sequence"`` (``within lengths; sequence 1 has 7 at position 2``) or
+        ``"row"`` (``within lengths; row 1 has 7 at position 2``).
+
+        Args:
+            vocab_size: ``V``.
+            name: the argument's name in the message.
+            boundary: an id that may not occur inside a sequence (``<s>``/``</s>``), or ``None``.
+            where: how the message locates the offending token (above).
+            expected: the rule as the message states it (default above).
+
+        Returns:
+            ``self``.
+
+        Raises:
+            ValueError: a real token outside ``[0, V)`` or equal to ``boundary``.
+        """
+        if where not in _WHERE:
+            raise ValueError(f"where: expected one of {tuple(_WHERE)}; got {where!r}")
+        tok = self.tokens
+        out = (tok < 0) | (tok >= vocab_size)
+        bad = self.mask() & (out if boundary is None else out | (tok == boundary))
         if bool(bad.any()):
             b, t = (int(i) for i in bad.nonzero()[0])
-            raise ValueError(f"{name}: token ids must be below the vocabulary size {vocab_size}; "
-                             f"got {int(self.tokens[b, t])} at sequence {b}, position {t}")
+            value = int(tok[b, t])
+            if expected is None:
+                expected = _token_rule(vocab_size, boundary, value) + ("" if where == "at" else " within lengths")
+            raise ValueError(f"{name}: {expected}; {_WHERE[where].format(value=value, b=b, t=t)}")
         return self
 
     def __repr__(self) -> str:
         return f"Sequences(batch={self.batch_size}, max_length={self.max_length}, device={self.device})"
+
+
+#: how :meth:`Sequences.check_vocabulary` locates the offending token in its message.
+_WHERE = {"at": "got {value} at sequence {b}, position {t}", "sequence": "sequence {b} has {value} at position {t}",
+          "row": "row {b} has {value} at position {t}"}
+
+
+def _forms(pairs: bool, tensors: bool) -> str:
+    """The accepted forms of :meth:`Sequences.coerce`, as its ``TypeError`` names them."""
+    forms = [f for f, on in (("a (tokens (B, T), lengths (B,)) tuple", pairs), ("an integer tensor (B, T)", tensors))
+             if on]
+    return "Sequences or " + " or ".join(forms) if forms else "an ebms.sequences.Sequences (tokens (B, T), lengths (B,))"
+
+
+def _token_rule(vocab_size: int, boundary: int | None, value: int) -> str:
+    """The rule :meth:`Sequences.check_vocabulary` states when ``value`` breaks it: the ids a
+    sequence may hold, ``boundary`` (if any) excluded."""
+    if boundary is None:
+        return ("token ids must be non-negative" if value < 0
+                else f"token ids must be below the vocabulary size {vocab_size}")
+    if boundary == 0:
+        return f"expected token ids in [1, {vocab_size - 1}] (id 0 is the boundary)"
+    if boundary == vocab_size - 1:
+        return f"expected token ids in [0, {vocab_size - 2}] (id {boundary} is the boundary)"
+    return f"expected token ids in [0, {vocab_size - 1}] other than the boundary id {boundary}"
 
 
 def token_id_row(row: Any, i: int) -> list[int]:

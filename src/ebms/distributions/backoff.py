@@ -41,7 +41,7 @@ from ebms._checks import check_int, check_positive
 from ebms.distributions import _arpa, _backoff_sampling, _kneser_ney
 from ebms.distributions import _backoff_tables as _tables
 from ebms.distributions._base import Distribution
-from ebms.distributions.ngram import _as_sequences, _check_tokens
+from ebms.distributions.ngram import _as_sequences
 from ebms.errors import DataError
 from ebms.sequences import Sequences
 
@@ -180,7 +180,7 @@ class BackoffNGram(Distribution):
             raise ValueError(f"discounts: only Kneser-Ney smoothing takes discounts; got discounts with "
                              f"smoothing={smoothing!r}")
         seqs = _as_sequences(corpus, "corpus")
-        _check_tokens(seqs, vocab_size, 0, "corpus")
+        seqs.check_vocabulary(vocab_size, "corpus", boundary=0, where="sequence")
         tables, used = _kneser_ney.estimate(seqs, vocab_size, order, smoothing, discounts, k, prune)
         model = cls._from_tables(vocab_size, tables)
         model.discounts = used
@@ -341,11 +341,8 @@ class BackoffNGram(Distribution):
         return out
 
     def _checked(self, x: Sequences, name: str) -> Sequences:
-        if not isinstance(x, Sequences):
-            raise TypeError(f"{name}: expected an ebms.sequences.Sequences (tokens (B, T), lengths (B,)); "
-                            f"got {type(x).__name__}")
-        _check_tokens(x, self.vocab_size, 0, name)
-        return x
+        x = Sequences.coerce(x, name=name, pairs=False)
+        return x.check_vocabulary(self.vocab_size, name, boundary=0, where="sequence")
 
     # --- sampling -----------------------------------------------------------------------------
     def sample(self, n: int, generator: torch.Generator | None = None, *, max_length: int = 1024) -> Sequences:

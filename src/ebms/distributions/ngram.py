@@ -55,14 +55,6 @@ def _check_sizes(vocab_size: int, order: int, boundary: int) -> None:
                          f"limit {_MAX_ENTRIES}; use a lower order")
 
 
-def _token_rule(vocab_size: int, boundary: int) -> str:
-    if boundary == 0:
-        return f"in [1, {vocab_size - 1}] (id 0 is the boundary)"
-    if boundary == vocab_size - 1:
-        return f"in [0, {vocab_size - 2}] (id {boundary} is the boundary)"
-    return f"in [0, {vocab_size - 1}] other than the boundary id {boundary}"
-
-
 class NGram(Distribution):
     """Dense n-gram over token sequences (see the module docstring).
 
@@ -127,7 +119,7 @@ class NGram(Distribution):
         _check_sizes(vocab_size, order, boundary)
         smoother = resolve_smoothing(smoothing, k)
         seqs = _as_sequences(corpus, "corpus")
-        _check_tokens(seqs, vocab_size, boundary, "corpus")
+        seqs.check_vocabulary(vocab_size, "corpus", boundary=boundary, where="sequence")
         windows, valid = _windows(seqs, order, boundary, end)
         w = windows[valid]  # (M, n): history then outcome, one row per counted event
         counts = []
@@ -160,10 +152,8 @@ class NGram(Distribution):
 
         Float in the table's dtype (float64 unless converted). One host sync (the token check).
         """
-        if not isinstance(x, Sequences):
-            raise TypeError(f"x: expected an ebms.sequences.Sequences (tokens (B, T), lengths (B,)); "
-                            f"got {type(x).__name__}")
-        _check_tokens(x, self.vocab_size, self.boundary, "x")
+        x = Sequences.coerce(x, name="x", pairs=False)
+        x.check_vocabulary(self.vocab_size, "x", boundary=self.boundary, where="sequence")
         windows, keep = _windows(x, self.order, self.boundary, self.end)
         powers = self.vocab_size ** torch.arange(self.order - 1, -1, -1, device=x.device)
         table = self.table.reshape(-1).to(x.device)
@@ -299,15 +289,6 @@ def _as_sequences(corpus: Sequences | Sequence[Sequence[int]], name: str) -> Seq
     if seqs.batch_size == 0:
         raise ValueError(f"{name}: expected at least one sequence; got an empty corpus")
     return seqs
-
-
-def _check_tokens(seqs: Sequences, vocab_size: int, boundary: int, name: str) -> None:
-    tok = seqs.tokens
-    bad = seqs.mask() & ((tok < 0) | (tok >= vocab_size) | (tok == boundary))
-    if bool(bad.any()):
-        i, t = (int(v) for v in bad.nonzero()[0])
-        raise ValueError(f"{name}: expected token ids {_token_rule(vocab_size, boundary)} within lengths; "
-                         f"sequence {i} has {int(tok[i, t])} at position {t}")
 
 
 def _windows(seqs: Sequences, order: int, boundary: int, end: bool) -> tuple[Tensor, Tensor]:

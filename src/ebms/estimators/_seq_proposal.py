@@ -89,15 +89,11 @@ class LengthConditionalLM:
     def log_prob(self, x: Sequences) -> Tensor:
         r""":math:`\log q(x \mid |x|)`, float64 ``(B,)`` (one LM pass over the positions up to the longest
         sentence, in row chunks of at most ``2^22`` logits)."""
-        if not isinstance(x, Sequences):
-            raise TypeError(f"x: expected an ebms.sequences.Sequences; got {type(x).__name__}")
+        x = Sequences.coerce(x, name="x", pairs=False, expected="an ebms.sequences.Sequences")
+        x.check_vocabulary(self.vocab_size, "x", boundary=self.boundary, where="sequence", expected=(
+            f"expected token ids in [0, {self.vocab_size}) other than the boundary {self.boundary} within lengths"))
         real = x.mask()
         tok = (x.tokens * real).to(self._device())
-        bad = real & ((x.tokens == self.boundary) | (x.tokens < 0) | (x.tokens >= self.vocab_size))
-        if bool(bad.any()):
-            i, t = (int(v) for v in bad.nonzero()[0])
-            raise ValueError(f"x: expected token ids in [0, {self.vocab_size}) other than the boundary {self.boundary} "
-                             f"within lengths; sentence {i} has {int(x.tokens[i, t])} at position {t}")
         if tok.shape[1] == 0:
             return torch.zeros(x.batch_size, dtype=torch.float64, device=tok.device)
         if self.ngram:

@@ -109,14 +109,8 @@ class NGramContinuations:
         self.vocab_size = int(ngram.vocab_size)
 
     def _check(self, s: Sequences, name: str) -> Sequences:
-        if not isinstance(s, Sequences):
-            raise TypeError(f"{name}: expected an ebms.sequences.Sequences; got {type(s).__name__}")
-        bad = s.mask() & ((s.tokens < 1) | (s.tokens >= self.vocab_size))
-        if bool(bad.any()):
-            b, t = (int(i) for i in bad.nonzero()[0])
-            raise ValueError(f"{name}: expected token ids in [1, {self.vocab_size - 1}] (id 0 is the boundary); "
-                             f"row {b} has {int(s.tokens[b, t])} at position {t}")
-        return s.to(self.ngram.table.device)
+        s = Sequences.coerce(s, name=name, pairs=False, expected="an ebms.sequences.Sequences")
+        return s.check_vocabulary(self.vocab_size, name, boundary=0, where="row").to(self.ngram.table.device)
 
     def continuation_token_log_probs(self, prefix: Sequences, x: Sequences) -> Tensor:
         r"""``(B, T_x + 1)`` as :meth:`AutoregressiveLM.continuation_token_log_probs`: position ``j < L_x``

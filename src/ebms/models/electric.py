@@ -90,14 +90,9 @@ class ElectricCloze(nn.Module):
         self.noise = noise
 
     def _sentences(self, x: object, name: str = "x") -> Sequences:
-        if not isinstance(x, Sequences):
-            raise TypeError(f"{name}: expected Sequences of token ids; got {type(x).__name__}")
+        x = Sequences.coerce(x, name=name, pairs=False, expected="Sequences of token ids")
+        x.check_vocabulary(self.vocab_size, name, boundary=0)
         mask = x.mask()
-        bad = mask & ((x.tokens < 1) | (x.tokens >= self.vocab_size))
-        if bool(bad.any()):
-            b, t = (int(i) for i in bad.nonzero()[0])
-            raise ValueError(f"{name}: expected token ids in [1, {self.vocab_size - 1}] (id 0 is the boundary); "
-                             f"got {int(x.tokens[b, t])} at sequence {b}, position {t}")
         longest = int(x.lengths.max()) if x.batch_size else 0
         if longest > self.max_length:
             raise ValueError(f"{name}: expected sentences of at most max_length={self.max_length} tokens; "

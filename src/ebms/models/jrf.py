@@ -56,7 +56,7 @@ from torch import Tensor
 
 from ebms._checks import check_int, check_positive, check_tensor
 from ebms.models.crf_tagger import NeuralCRFTagger
-from ebms.models.trf._common import LengthMixture, check_sentences, field_energy, token_scores
+from ebms.models.trf._common import LengthMixture, field_energy, token_scores
 from ebms.sequences import Sequences
 from ebms.structured.linear_chain import LinearChainCRF
 
@@ -72,13 +72,6 @@ def _probs(p: Tensor, name: str, L: int | None) -> Tensor:
     if not bool(torch.isfinite(p).all()) or float(p.min()) < 0 or float(p.sum()) <= 0:
         raise ValueError(f"{name}: expected finite non-negative weights with a positive sum; got {p.tolist()[:8]}")
     return (p / p.sum()).detach().float()
-
-
-def _sentences(x: Any, name: str = "x") -> Sequences:
-    if not isinstance(x, Sequences):
-        raise TypeError(f"{name}: expected an ebms.sequences.Sequences (tokens (B, T), lengths (B,)); "
-                        f"got {type(x).__name__}")
-    return x
 
 
 class JRF(LengthMixture):
@@ -128,7 +121,7 @@ class JRF(LengthMixture):
                     smoothing: float = 0.0, **kwargs: Any) -> JRF:
         """A JRF whose :math:`\\pi` is the length frequencies of ``corpus`` (plus ``smoothing`` per
         length); ``max_length`` defaults to its longest sentence. Other keywords go to :class:`JRF`."""
-        corpus = _sentences(corpus, "corpus")
+        corpus = Sequences.coerce(corpus, name="corpus", pairs=False)
         longest = int(corpus.lengths.max()) if corpus.batch_size else 0
         L = check_int(longest if max_length is None else max_length, "max_length", minimum=1)
         if longest > L:
@@ -149,12 +142,12 @@ class JRF(LengthMixture):
     # -- the CRF side -----------------------------------------------------------------------------
     def potentials(self, x: Sequences) -> Tensor:
         """Node potentials :math:`\\Psi_\\theta(x)` ``(B, T, K)`` (rows beyond each length: the bias)."""
-        x = _sentences(x)
+        x = Sequences.coerce(x, name="x", pairs=False)
         return self.tagger.emissions(x.tokens, x.lengths)
 
     def crf(self, x: Sequences) -> LinearChainCRF:
         """The conditional :math:`p_\\theta(y \\mid x)` of sentences of any length ``>= 1``."""
-        x = _sentences(x)
+        x = Sequences.coerce(x, name="x", pairs=False)
         return self.tagger(x.tokens, x.lengths)
 
     def marginal_energy(self, x: Sequences) -> Tensor:
@@ -167,7 +160,7 @@ class JRF(LengthMixture):
 
     def joint_log_prob(self, x: Sequences, y: Tensor) -> Tensor:
         """:math:`\\log p_\\xi(l, x, y) = \\log\\pi_l + U_\\theta(x, y) - \\log Z_l`, ``(B,)`` (sentences checked)."""
-        check_sentences(_sentences(x), self.space)
+        self.space.check(x, boundary=0)
         e = self.joint_energy(x, y)
         idx = x.lengths - 1
         return self.log_pi[idx].to(e.dtype) - e - self.log_normalisers()[idx].to(e.dtype)
@@ -198,7 +191,7 @@ def init_log_z(model: JRF, noise: Any, x: Sequences, *, chunk: int = 256) -> Ten
         x: unlabelled sentences ``Sequences (N, T)`` of lengths ``1..L``, ids ``1..V-1``.
         chunk: sentences scored at once.
     """
-    x = _sentences(x)
+    x = Sequences.coerce(x, name="x", pairs=False)
     if x.batch_size == 0:
         raise ValueError("x: expected at least one sentence to fit log_z on; got an empty batch")
     L = model.max_length
@@ -231,7 +224,7 @@ def pretrain_noise_lm(lm: Any, x: Sequences, *, steps: int, batch_size: int, lr:
     replacement by ``generator``, each minimising the mean :math:`-\log q(x)`; returns the losses.
     ``lm`` needs ``log_prob(Sequences) -> (B,)`` (e.g. :class:`~ebms.models.lm.LSTMLM`).
     """
-    x = _sentences(x)
+    x = Sequences.coerce(x, name="x", pairs=False)
     steps = check_int(steps, "steps", minimum=0)
     batch_size = check_int(batch_size, "batch_size", minimum=1)
     if x.batch_size == 0 and steps > 0:

@@ -124,13 +124,8 @@ class Seq2SeqTransformer(nn.Module):
 
     # --- checks -------------------------------------------------------------------------------
     def _check(self, x: Any, name: str, vocab: int) -> Sequences:
-        if not isinstance(x, Sequences):
-            raise TypeError(f"{name}: expected an ebms.sequences.Sequences; got {type(x).__name__}")
-        bad = x.mask() & ((x.tokens <= self.boundary) | (x.tokens >= vocab))
-        if bool(bad.any()):
-            b, t = (int(i) for i in bad.nonzero()[0])
-            raise ValueError(f"{name}: expected token ids in [1, {vocab - 1}] within lengths (id 0 is the boundary); "
-                             f"sequence {b} has {int(x.tokens[b, t])} at position {t}")
+        x = Sequences.coerce(x, name=name, pairs=False, expected="an ebms.sequences.Sequences")
+        x.check_vocabulary(vocab, name, boundary=self.boundary, where="sequence")
         longest = int(x.lengths.max()) if x.batch_size else 0
         if longest > self.max_length:
             raise ValueError(f"{name}: the longest sequence has {longest} tokens; this model takes at most "

@@ -64,17 +64,11 @@ class _Block(nn.Module):
 
 
 def _check_pair(prefix: Any, x: Any, vocab_size: int) -> None:
-    for name, s in (("prefix", prefix), ("x", x)):
-        if not isinstance(s, Sequences):
-            raise TypeError(f"{name}: expected an ebms.sequences.Sequences; got {type(s).__name__}")
+    prefix, x = Sequences.coerce(prefix, name="prefix", pairs=False), Sequences.coerce(x, name="x", pairs=False)
     if prefix.batch_size != x.batch_size:
         raise ValueError(f"prefix: expected one prefix per continuation ({x.batch_size} rows); got {prefix.batch_size}")
     for name, s in (("prefix", prefix), ("x", x)):
-        bad = s.mask() & ((s.tokens < 1) | (s.tokens >= vocab_size))
-        if bool(bad.any()):
-            b, t = (int(i) for i in bad.nonzero()[0])
-            raise ValueError(f"{name}: expected token ids in [1, {vocab_size - 1}] (id 0 is the boundary); "
-                             f"row {b} has {int(s.tokens[b, t])} at position {t}")
+        s.check_vocabulary(vocab_size, name, boundary=0, where="row")
 
 
 def _join(prefix: Sequences, x: Sequences) -> tuple[Tensor, Tensor]:

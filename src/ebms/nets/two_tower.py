@@ -45,14 +45,8 @@ KINDS = ("transformer", "lstm")
 
 def _check_sentences(x: object, vocab_size: int, name: str = "x") -> Sequences:
     """``x`` as Sequences of token ids in ``[1, vocab_size)`` at real positions, padding set to 0."""
-    if not isinstance(x, Sequences):
-        raise TypeError(f"{name}: expected Sequences of token ids; got {type(x).__name__}")
-    mask = x.mask()
-    bad = mask & ((x.tokens < 1) | (x.tokens >= vocab_size))
-    if bool(bad.any()):
-        b, t = (int(i) for i in bad.nonzero()[0])
-        raise ValueError(f"{name}: expected token ids in [1, {vocab_size - 1}] (id 0 is the boundary); "
-                         f"got {int(x.tokens[b, t])} at sequence {b}, position {t}")
+    x = Sequences.coerce(x, name=name, pairs=False, expected="Sequences of token ids")
+    mask = x.check_vocabulary(vocab_size, name, boundary=0).mask()
     return Sequences(x.tokens.masked_fill(~mask, 0), x.lengths, validate=False)
 
 

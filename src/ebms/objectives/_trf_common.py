@@ -55,21 +55,9 @@ def check_trf(model: Any) -> TRFLike:
     return model
 
 
-def sentences(batch: Any, name: str = "batch") -> Sequences:
-    """``batch`` as :class:`Sequences` (a ``(tokens (B, T), lengths (B,))`` tuple is wrapped), non-empty."""
-    if isinstance(batch, tuple) and len(batch) == 2 and all(isinstance(t, Tensor) for t in batch):
-        batch = Sequences(batch[0], batch[1])
-    if not isinstance(batch, Sequences):
-        raise TypeError(f"{name}: expected Sequences or a (tokens (B, T), lengths (B,)) tuple of sentences; "
-                        f"got {type(batch).__name__}")
-    if batch.batch_size == 0:
-        raise ValueError(f"{name}: expected at least one sentence; got an empty batch {batch!r}")
-    return batch
-
-
 def check_in_space(x: Sequences, space: TokenSequences, name: str) -> Sequences:
     """Lengths in ``[1, L]`` and ids in ``[1, V)`` (id 0 is the boundary), cut to width ``L``."""
-    space.validate_sentences(x, name)
+    space.check(x, name, boundary=0)
     return Sequences(x.tokens[:, : space.max_length], x.lengths, validate=False)
 
 

@@ -68,6 +68,9 @@ from ebms.sequences import Sequences
 
 __all__ = ["AutoregressiveNLL"]
 
+#: the batches :class:`AutoregressiveNLL` reads, as its ``TypeError`` names them.
+_FORMS = "Sequences, a (tokens (B, T), lengths (B,)) tuple, or a running-text chunk (inputs (B, S), targets (B, S))"
+
 
 class AutoregressiveNLL(nn.Module):
     r"""Mean negative log-likelihood per token of an autoregressive LM (see the module docstring).
@@ -115,7 +118,7 @@ class AutoregressiveNLL(nn.Module):
                                  f"with scheduled_sampling={self.scheduled_sampling}")
             loss, nll, tokens = self._running_text(model, batch[0], batch[1])
         else:
-            seqs = _sentences(batch)
+            seqs = Sequences.coerce(batch, empty=False, expected=_FORMS)
             token_log_probs = getattr(model, "token_log_probs", None)
             if not callable(token_log_probs):
                 raise TypeError(f"model: expected an autoregressive LM with token_log_probs(Sequences) -> (B, T + 1) "
@@ -194,17 +197,3 @@ def _masked_ce(logits: Tensor, targets: Tensor, keep: Tensor, smoothing: float) 
     per = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none",
                           label_smoothing=smoothing).view(targets.shape)
     return torch.where(keep, per, per.new_zeros(())).sum()
-
-
-def _sentences(batch: Any) -> Sequences:
-    if isinstance(batch, Sequences):
-        seqs = batch
-    elif isinstance(batch, tuple) and len(batch) == 2 and all(isinstance(t, Tensor) for t in batch):
-        seqs = Sequences(batch[0], batch[1])
-    else:
-        raise TypeError(f"batch: expected Sequences, a (tokens (B, T), lengths (B,)) tuple, or a running-text "
-                        f"chunk (inputs (B, S), targets (B, S)); got {type(batch).__name__}")
-    if seqs.batch_size == 0:
-        raise ValueError(f"batch: expected at least one sentence; got an empty batch {seqs!r}")
-    return seqs
-

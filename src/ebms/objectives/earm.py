@@ -150,7 +150,7 @@ class LMAdapter(nn.Module):
 
     def teacher_forced(self, batch: Sequences | tuple[Tensor, Tensor]) -> Triple:
         """``(logits (B, W + 1, V), targets, mask)`` with ``W`` the longest (cut) length; one LM pass."""
-        seqs = _sequences(batch)
+        seqs = Sequences.coerce(batch, empty=False)
         H = self.horizon
         if H is not None and int(seqs.lengths.max()) > H:
             seqs = Sequences(seqs.tokens[:, :H], seqs.lengths.clamp(max=H), validate=False)
@@ -165,7 +165,7 @@ class LMAdapter(nn.Module):
 
     def draw(self, batch: Sequences | tuple[Tensor, Tensor], generator: torch.Generator | None) -> Any:
         """``B`` sentences of the LM's law (cut at the cap above), in ``batch``'s type."""
-        seqs = _sequences(batch)
+        seqs = Sequences.coerce(batch, empty=False)
         cap = self.max_length
         if cap is None:
             cap = int(seqs.lengths.max()) + 1
@@ -400,14 +400,3 @@ def _adapt(model: Any) -> Any:
         return LMAdapter(model)
     raise TypeError(f"model: expected an EARMModel (teacher_forced(batch), draw(batch, generator)) or an "
                     f"autoregressive sentence LM (ebms.models.lm); got {type(model).__name__}")
-
-
-def _sequences(batch: Any) -> Sequences:
-    if isinstance(batch, tuple) and len(batch) == 2 and all(isinstance(t, Tensor) for t in batch):
-        batch = Sequences(batch[0], batch[1])
-    if not isinstance(batch, Sequences):
-        raise TypeError(f"batch: expected Sequences or a (tokens (B, T), lengths (B,)) tuple; got "
-                        f"{type(batch).__name__}")
-    if batch.batch_size == 0:
-        raise ValueError(f"batch: expected at least one sentence; got an empty batch {batch!r}")
-    return batch

@@ -178,12 +178,7 @@ class ElectricNCE(nn.Module):
                 ``token_scores`` or without a ``noise`` with ``log_probs`` and ``sample_replacements``.
             ValueError: a batch without any token (and the models' token checks).
         """
-        if isinstance(batch, tuple) and len(batch) == 2 and all(isinstance(t, Tensor) for t in batch):
-            batch = Sequences(batch[0], batch[1])
-        if not isinstance(batch, Sequences):
-            raise TypeError(f"batch: expected Sequences or a (tokens (B, T), lengths (B,)) tuple; "
-                            f"got {type(batch).__name__}")
-        x = check_batch(batch, integer=True)
+        x = check_batch(Sequences.coerce(batch), integer=True)
         noise: Any = getattr(model, "noise", None)
         if not callable(getattr(model, "token_scores", None)):
             raise TypeError(f"model: expected an energy cloze model with token_scores(x) (ElectricCloze); "

@@ -99,7 +99,6 @@ from ebms.objectives._trf_common import (
     check_in_space,
     check_trf,
     distributed_sum,
-    sentences,
     single_token_log_z,
 )
 from ebms.objectives._trf_gain import SAGain
@@ -213,7 +212,7 @@ class AugSA(nn.Module):
         model = check_trf(model)
         space = model.space
         L = space.max_length
-        x = check_in_space(sentences(batch), space, "batch")
+        x = check_in_space(Sequences.coerce(batch, empty=False), space, "batch")
         self.finish(model)
         if self.trace is not None:
             self.trace.record(model.log_normalisers())

@@ -85,7 +85,7 @@ from ebms._checks import check_energy_output, check_int, check_positive, check_p
 from ebms.distributions import NormalisedModel
 from ebms.objectives._base import LossOutput, scalar_metrics
 from ebms.objectives._nce_core import nce_logits, nce_loss
-from ebms.objectives._trf_common import TRFLike, check_in_space, check_trf, padded_log_z, sentences
+from ebms.objectives._trf_common import TRFLike, check_in_space, check_trf, padded_log_z
 from ebms.objectives._trf_trace import ZetaEstimate, ZetaTrace
 from ebms.sequences import Sequences
 
@@ -209,7 +209,7 @@ class TRFNCE(nn.Module):
                 generator: torch.Generator | None = None) -> LossOutput:
         """NCE loss on the data ``batch`` (``B`` sentences) with ``round(nu B)`` fresh noise draws."""
         model = check_trf(model)
-        x = check_in_space(sentences(batch), model.space, "batch")
+        x = check_in_space(Sequences.coerce(batch, empty=False), model.space, "batch")
         B = x.batch_size
         y, outside = self._inside(model, self._sample(max(1, round(self.nu * B)), generator))
         both = Sequences.cat([x, y])
@@ -253,7 +253,7 @@ class DynamicNCE(TRFNCE):
                 generator: torch.Generator | None = None) -> LossOutput:
         """DNCE loss on the data ``batch``: NCE term for the TRF plus the noise's likelihood term."""
         model = check_trf(model)
-        x = check_in_space(sentences(batch), model.space, "batch")
+        x = check_in_space(Sequences.coerce(batch, empty=False), model.space, "batch")
         B = x.batch_size
         n1 = round((1.0 - self.alpha) / self.alpha * B)
         fake = self._sample_inside(model, n1, generator) if n1 else None

@@ -27,7 +27,8 @@ class TokenSequences:
 
     The space holds :math:`\sum_{L = L_{min}}^{L_{max}} V^L` sequences (:attr:`num_states`).
 
-    * :meth:`validate`: type, length range and vocabulary range, messages naming the argument.
+    * :meth:`check` (also :meth:`validate`, the space contract's name): type, length range,
+      vocabulary range and, for sentences, the boundary id; messages naming the argument.
     * :meth:`random`: uniform lengths (or given ones) and uniform tokens.
     * :meth:`enumerate` and :meth:`state_index`: every sequence of a tiny space, for exact tests
       (refused above :data:`~ebms.spaces.MAX_EXACT_STATES`).
@@ -74,11 +75,20 @@ class TokenSequences:
         )
 
     # --- validation ---------------------------------------------------------------------------
-    def validate(self, x: Any, name: str = "x") -> Sequences:
-        """Check ``x`` is a :class:`~ebms.sequences.Sequences` batch of this space (one host sync).
+    def check(self, x: Any, name: str = "x", *, boundary: int | None = None) -> Sequences:
+        """Check ``x`` is a :class:`~ebms.sequences.Sequences` batch of this space (two host syncs,
+        three with ``boundary``): the check of every sentence argument against its space.
 
-        Lengths must lie in ``[min_length, max_length]`` and every real token in ``[0, V)``; the
-        padding is not looked at, and the padded width ``T`` may exceed ``max_length``.
+        In order: ``x`` is ``Sequences`` (:meth:`Sequences.coerce <ebms.sequences.Sequences.coerce>`,
+        no other form); its lengths lie in ``[min_length, max_length]``; every real token is in
+        ``[0, V)`` (:meth:`~ebms.sequences.Sequences.check_vocabulary`); with ``boundary`` (``</s>``
+        / ``<s>``, 0 by the LM token contract), that id occurs inside no sequence. The padding is
+        not looked at, and the padded width ``T`` may exceed ``max_length``. An empty batch passes.
+
+        Args:
+            x: the batch, ``tokens (B, T)`` and ``lengths (B,)``.
+            name: its name in messages (``x.lengths: ...``, ``x.tokens: ...``).
+            boundary: an id refused inside a sentence (a sentence model's input), or ``None``.
 
         Returns:
             ``x`` itself.
@@ -86,13 +96,10 @@ class TokenSequences:
         Raises:
             TypeError: ``x`` is not a ``Sequences`` (e.g. a tensor of token ids: wrap it first,
                 ``Sequences(tokens, lengths)``).
-            ValueError: a length or a token id out of range, naming the first offending entry.
+            ValueError: a length, a token id or a boundary out of place, naming the first
+                offending entry.
         """
-        if not isinstance(x, Sequences):
-            raise TypeError(
-                f"{name}: expected an ebms.sequences.Sequences (tokens (B, T), lengths (B,)); got "
-                f"{type(x).__name__} (wrap token ids as Sequences(tokens, lengths))"
-            )
+        x = Sequences.coerce(x, name=name, pairs=False)
         if x.batch_size == 0:
             return x
         lo, hi = (int(v) for v in torch.aminmax(x.lengths))
@@ -100,29 +107,18 @@ class TokenSequences:
             raise ValueError(
                 f"{name}.lengths: expected lengths in [{self.min_length}, {self.max_length}]; got min {lo}, max {hi}"
             )
-        bad = x.mask() & ((x.tokens < 0) | (x.tokens >= self.vocab_size))
-        if bool(bad.any()):
-            b, t = (int(i) for i in bad.nonzero()[0])
-            raise ValueError(
-                f"{name}.tokens: expected token ids in [0, {self.vocab_size - 1}] (vocab_size {self.vocab_size}); "
-                f"got {int(x.tokens[b, t])} at sequence {b}, position {t}"
-            )
+        V = self.vocab_size
+        x.check_vocabulary(V, f"{name}.tokens", expected=f"expected token ids in [0, {V - 1}] (vocab_size {V})")
+        if boundary is not None:
+            inside = x.mask() & (x.tokens == boundary)
+            if bool(inside.any()):
+                b, t = (int(i) for i in inside.nonzero()[0])
+                raise ValueError(f"{name}.tokens: id {boundary} is the sentence boundary and cannot occur inside a "
+                                 f"sentence; got it at sequence {b}, position {t}")
         return x
 
-    def validate_sentences(self, x: Any, name: str = "x", *, boundary: int = 0) -> Sequences:
-        """:meth:`validate`, and no ``boundary`` id (``</s>``/``<s>``, 0 by the LM token contract)
-        inside a sentence: the check of a sentence model's input (one more host sync).
-
-        Returns:
-            ``x`` itself.
-        """
-        self.validate(x, name)
-        inside = x.mask() & (x.tokens == boundary)
-        if bool(inside.any()):
-            b, t = (int(i) for i in inside.nonzero()[0])
-            raise ValueError(f"{name}.tokens: id {boundary} is the sentence boundary and cannot occur inside a "
-                             f"sentence; got it at sequence {b}, position {t}")
-        return x
+    #: the :class:`~ebms.spaces.Space` contract's name of :meth:`check` (samplers call ``space.validate``).
+    validate = check
 
     # --- random starts ------------------------------------------------------------------------
     def random(
@@ -205,7 +201,7 @@ class TokenSequences:
     def state_index(self, x: Sequences) -> Tensor:
         """Position of each sequence in :meth:`enumerate` order, ``LongTensor (B,)`` (no validation).
 
-        ``x`` must lie in the space (see :meth:`validate`); padding is ignored.
+        ``x`` must lie in the space (see :meth:`check`); padding is ignored.
 
         Raises:
             ValueError: the space has more than ``2^63 - 1`` sequences (no 64-bit index).

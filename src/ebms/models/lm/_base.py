@@ -100,19 +100,11 @@ class AutoregressiveLM(Distribution):
 
     def _sequences(self, x: Any, name: str) -> Sequences:
         """``x`` as validated :class:`Sequences` (a ``(B, T)`` integer tensor is read as full length)."""
-        if isinstance(x, torch.Tensor):
-            if x.dim() != 2 or x.dtype.is_floating_point or x.dtype == torch.bool or x.is_complex():
-                raise TypeError(f"{name}: expected Sequences or an integer tensor (B, T) of token ids; "
-                                f"got {x.dtype} tensor of shape {tuple(x.shape)}")
-            x = Sequences(x)
-        elif not isinstance(x, Sequences):
-            raise TypeError(f"{name}: expected an ebms.sequences.Sequences (or an integer tensor (B, T)); "
-                            f"got {type(x).__name__}")
-        bad = x.mask() & ((x.tokens <= self.boundary) | (x.tokens >= self.vocab_size))
-        if bool(bad.any()):
-            b, t = (int(i) for i in bad.nonzero()[0])
-            raise ValueError(f"{name}: expected token ids in [1, {self.vocab_size - 1}] within lengths (id 0 is "
-                             f"the boundary <s>/</s>); sequence {b} has {int(x.tokens[b, t])} at position {t}")
+        x = Sequences.coerce(x, name=name, pairs=False, tensors=True,
+                             expected="an ebms.sequences.Sequences (or an integer tensor (B, T))")
+        V = self.vocab_size
+        x.check_vocabulary(V, name, boundary=self.boundary, where="sequence", expected=(
+            f"expected token ids in [1, {V - 1}] within lengths (id 0 is the boundary <s>/</s>)"))
         return x.to(self._device())
 
     @staticmethod

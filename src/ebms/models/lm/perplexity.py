@@ -54,18 +54,13 @@ class Perplexity:
     sentences: int
 
 
+#: the batches :func:`perplexity` reads, as its ``TypeError`` names them.
+_FORMS = "Sequences, a (tokens, lengths) tuple or an (inputs, targets) running-text chunk"
+
+
 def _is_stream(batch: Any) -> bool:
     return (isinstance(batch, tuple) and len(batch) == 2 and all(isinstance(t, Tensor) for t in batch)
             and batch[0].dim() == 2 and batch[1].dim() == 2)
-
-
-def _sentences(batch: Any, i: int) -> Sequences:
-    if isinstance(batch, Sequences):
-        return batch
-    if isinstance(batch, tuple) and len(batch) == 2 and all(isinstance(t, Tensor) for t in batch):
-        return Sequences(batch[0], batch[1])
-    raise TypeError(f"data[{i}]: expected Sequences, a (tokens, lengths) tuple or an (inputs, targets) running-text "
-                    f"chunk; got {type(batch).__name__}")
 
 
 def perplexity(model: Any, data: Iterable[Any]) -> Perplexity:
@@ -103,7 +98,7 @@ def perplexity(model: Any, data: Iterable[Any]) -> Perplexity:
                     total += lp
                     tokens += batch[1].numel()
                     continue
-                seqs = _sentences(batch, i)
+                seqs = Sequences.coerce(batch, name=f"data[{i}]", expected=_FORMS)
                 total += _checked_sum(model.log_prob(seqs), seqs.batch_size, i)
                 tokens += int(seqs.lengths.sum()) + seqs.batch_size
                 sentences += seqs.batch_size

@@ -46,11 +46,6 @@ def variant_scores(energy: object, x: Sequences, position: Tensor, candidates: T
     return out
 
 
-def check_sentences(x: Sequences, space: TokenSequences, name: str = "x") -> Sequences:
-    """Lengths in ``[1, max_length]``, ids in ``[1, V)`` (:meth:`TokenSequences.validate_sentences`)."""
-    return space.validate_sentences(x, name)
-
-
 def single_token_log_z(energy: object, vocab_size: int, device: torch.device) -> Tensor:
     """``log Z_1`` exactly: log-sum-exp of ``-E`` over the ``V - 1`` one-token sentences (``energy``'s cached
     :meth:`~ebms.capabilities.SupportsSingleTokenEnergies.single_token_energies` when it offers them)."""
@@ -120,10 +115,7 @@ class LengthMixture(nn.Module, abc.ABC):
 
     def log_prob(self, x: Sequences) -> Tensor:
         r""":math:`\log\pi_l - E(x) - \log Z_l`, ``(B,)`` (natural log; sentences checked)."""
-        if not isinstance(x, Sequences):
-            raise TypeError(f"x: expected an ebms.sequences.Sequences (tokens (B, T), lengths (B,)); "
-                            f"got {type(x).__name__}")
-        check_sentences(x, self.space)
+        self.space.check(x, boundary=0)
         e = self.energy(x)
         idx = x.lengths - 1
         return self.log_pi[idx].to(e.dtype) - e - self.log_normalisers()[idx].to(e.dtype)

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_int
-from ebms.models.trf._common import check_sentences, field_energy, token_scores
+from ebms.models.trf._common import field_energy, token_scores
 from ebms.sequences import Sequences
 from ebms.spaces import TokenSequences
 
@@ -83,7 +83,7 @@ class GNELM(nn.Module):
 
     def log_prob(self, x: Sequences) -> Tensor:
         """:math:`-E(x) - \\log Z`, ``(B,)`` (sentences checked)."""
-        check_sentences(x, self.space)
+        self.space.check(x, boundary=0)
         return -self.energy(x) - self.log_z
 
     def forward(self, x: Sequences) -> Tensor:
