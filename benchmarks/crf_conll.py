@@ -20,7 +20,7 @@ Workload (identical for both implementations):
                 ``speedup = crfsuite / ebms`` (> 1: ebms faster).
 
     cli         the command line's path (``ebms train feature-crf-conll2000`` / ``-conll2002``:
-                ``TaggingTask`` data, model and objective, full batch): CPU seconds per
+                ``FeatureCRFTask`` data, model and objective, full batch): CPU seconds per
                 function+gradient evaluation over ``--cli-passes`` passes (after one untimed pass
                 that builds the cached design matrix), beside the library's ``fit_feature_crf``
                 figure above; ``cli_vs_library`` = CLI / library (1: same speed).
@@ -118,13 +118,13 @@ def train_ebms(xs: list, ys: list, *, c1: float, c2: float, iterations: int,
 def time_cli(data_name: str, *, c1: float, c2: float, limit: int | None, passes: int) -> dict[str, float]:
     """CPU seconds per function+gradient pass of the command line's feature-CRF path (full batch)."""
     from ebms.cli.config import load_config
-    from ebms.cli.tagging import TaggingTask
+    from ebms.cli.tagging import FeatureCRFTask
 
     overrides = [f"data.name={data_name}", "model.kind=feature-crf", "objective.kind=crf",
                  f"tagging.c1={c1}", f"tagging.c2={c2}", "train.optimizer=lbfgs"]
     if limit is not None:
         overrides.append(f"tagging.limit={limit}")
-    task, cfg = TaggingTask(), load_config(None, overrides)
+    task, cfg = FeatureCRFTask(), load_config(None, overrides)
     t0 = time.perf_counter()
     data = task.load(cfg)
     model = task.build_model(cfg, data)

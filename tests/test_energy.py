@@ -8,6 +8,7 @@ import torch
 from ebms.energy import (
     Residual,
     SumEnergy,
+    ZeroEnergy,
     autograd_energy_and_grad,
     energy_and_grad,
     energy_to_potential,
@@ -236,3 +237,23 @@ def test_allow_constant_gives_the_zero_gradient_of_a_term_constant_in_x():
     # a residual model over a uniform base: the base term is constant, the correction is not
     r = Residual(base, from_fn(lambda z: (z**2).sum(-1)))
     torch.testing.assert_close(r.energy_and_grad(x)[1], 2 * x)
+
+
+def test_zero_energy_leaves_a_residual_lm_its_base_horizon_law():
+    """``ZeroEnergy`` scores every (prefix, continuation) pair 0, so a ResidualLM around a plain LM is
+    the LM's own horizon law: log Z = 0 per prefix and the joint log-probabilities are the base's."""
+    from ebms.models import LSTMLM
+    from ebms.models.residual_lm import ResidualLM, enumerate_continuations, exact_joint_log_probs, exact_log_z
+    from ebms.sequences import Sequences
+
+    zero = ZeroEnergy()
+    prefix, x = Sequences.from_lists([[1, 2], [3], []]), Sequences.from_lists([[1], [2, 3], []])
+    e = zero(prefix, x)
+    assert e.shape == (3,) and e.dtype == torch.float32 and not e.any() and not list(zero.parameters())
+    torch.manual_seed(0)
+    joint = ResidualLM(LSTMLM(4, embedding_dim=6, hidden_size=6, num_layers=1).eval(), zero, horizon=2)
+    torch.testing.assert_close(exact_log_z(joint, prefix), torch.zeros(3, dtype=torch.float64), rtol=0, atol=1e-6)
+    xs = enumerate_continuations(4, 2)
+    c = Sequences(prefix.tokens.repeat_interleave(xs.batch_size, 0), prefix.lengths.repeat_interleave(xs.batch_size))
+    base = joint.base_log_prob(c, Sequences(xs.tokens.repeat(3, 1), xs.lengths.repeat(3))).double().view(3, -1)
+    torch.testing.assert_close(exact_joint_log_probs(joint, prefix), base, rtol=0, atol=1e-6)

@@ -14,7 +14,8 @@ Samplers need the energy and its input gradient together; they call
 when it offers one (:class:`~ebms.capabilities.SupportsEnergyAndGrad`: analytic
 or fused forms, e.g. :class:`ebms.nets.MLPEnergy`) and autograd otherwise. Any ``nn.Module`` or plain callable that maps
 ``(B, *event) -> (B,)`` works as an energy; :func:`from_fn` turns a callable
-into a module so it composes with ``+`` and :meth:`Energy.tempered`.
+into a module so it composes with ``+`` and :meth:`Energy.tempered`. :class:`ZeroEnergy` is the
+zero correction of a conditional sequence model (a residual LM that is its base).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from torch import Tensor, nn
 
 from ebms._checks import check_energy_output, check_positive
 from ebms.capabilities import SupportsEnergyAndGrad, SupportsLogProb, supports
+from ebms.sequences import Sequences
 
 __all__ = [
     "Energy",
@@ -35,6 +37,7 @@ __all__ = [
     "Residual",
     "SumEnergy",
     "Tempered",
+    "ZeroEnergy",
     "autograd_energy_and_grad",
     "energy_and_grad",
     "energy_to_potential",
@@ -320,3 +323,18 @@ class Residual(Energy):
         e0, g0 = autograd_energy_and_grad(self.base_energy, x, allow_constant=True)  # e.g. a uniform base
         e1, g1 = energy_and_grad(self.correction, x)
         return e0 + e1, g0 + g1
+
+
+class ZeroEnergy(nn.Module):
+    r"""The zero energy of a conditional sequence model: :math:`E(x \mid c) = 0` for every pair.
+
+    As the correction of a :class:`~ebms.models.ResidualLM` it leaves the base LM's law
+    unchanged, :math:`p(x \mid c) = p_{LM}(x \mid c)` with :math:`\log Z(c) = 0`: a plain LM wrapped
+    this way is its own horizon law, evaluated and sampled by the same code as a trained
+    residual EBM (Deng et al., 2020, "Residual Energy-Based Models for Text Generation").
+
+    ``forward(prefix, x) -> (B,)`` zeros on ``x``'s device (``B = x.batch_size``); it has no weights.
+    """
+
+    def forward(self, prefix: Sequences, x: Sequences) -> Tensor:
+        return torch.zeros(x.batch_size, device=x.tokens.device)

@@ -11,9 +11,8 @@ import torch
 
 from ebms.cli._language_data import load_language_data
 from ebms.cli._language_eval import normalised_report
-from ebms.cli._language_keys import reads
 from ebms.cli.build import validate_config
-from ebms.cli.config import ConfigError, load_config
+from ebms.cli.config import Config, ConfigError, load_config
 from ebms.cli.language import LanguageSettings, LanguageTask
 from ebms.cli.main import recipe_path
 from ebms.cli.tasks import task_for
@@ -275,6 +274,11 @@ def test_settings_the_run_would_ignore_are_refused_naming_the_key(tmp_path: Path
 ])
 def test_settings_the_run_reads_are_accepted(tmp_path: Path, extra: tuple[str, ...]) -> None:
     validate_config(_cfg(tmp_path, *extra), device=False)
+
+
+def reads(cfg: Config) -> set[str]:
+    """The ``[language]`` keys the kind of ``cfg`` reads."""
+    return task_for(cfg).reads(cfg)  # type: ignore[union-attr]
 
 
 def test_a_residual_run_reads_heads_only_with_a_transformer_energy(tmp_path: Path) -> None:

@@ -17,9 +17,11 @@ LINES_BEFORE_REGISTRY = 2912
 #: "clearly thinner": at least this many lines below that size.
 MARGIN = 25
 #: tasks registered after issue 10 (issue 11's language task): their modules are not part of the
-#: comparison with the size before the registry; each new task stays under NEW_TASK_LINES lines.
-NEW_TASK_MODULES = {"language": ("language.py", "_language_data.py", "_language_eval.py", "_language_keys.py"),
-                    "generation": ("generation.py", "_generation_text.py"), "vision": ("vision.py",),
+#: comparison with the size before the registry; each new task stays under NEW_TASK_LINES lines (issue 25:
+#: a task per model kind; the TRF kinds of the language corpora are their own tasks in ``_language_trf``).
+NEW_TASK_MODULES = {"language": ("language.py", "_language_data.py", "_language_eval.py"),
+                    "trf": ("_language_trf.py",), "generation": ("generation.py", "_generation_text.py"),
+                    "vision": ("vision.py",),
                     "jrf": ("jrf.py",)}
 NEW_TASK_LINES = 600
 #: lines the new tasks added to the shared modules: the Task hooks ``fitted``,

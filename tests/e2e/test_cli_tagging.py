@@ -12,7 +12,8 @@ import torch
 
 from ebms.cli.config import load_config
 from ebms.cli.main import main
-from ebms.cli.tagging import TaggingTask
+from ebms.cli.tagging import FeatureCRFTask, TaggingTask
+from ebms.cli.tasks import task_for
 from ebms.data.paths import DATA_ENV_VAR, data_root
 
 RECIPES = ["bilstm-crf-conll2000", "bilstm-crf-conll2002", "feature-crf-conll2000", "feature-crf-conll2002"]
@@ -85,7 +86,7 @@ def test_feature_crf_loss_is_crfsuite_objective_over_n(tmp_path):
     cfg = load_config(None, ["data.name=conll2000", "model.kind=feature-crf", "objective.kind=crf", "tagging.limit=30",
                              "tagging.c2=2.0",
                              "train.optimizer=lbfgs", "train.batch_size=30"])
-    task = TaggingTask()
+    task = FeatureCRFTask()
     data = task.load(cfg)
     model = task.build_model(cfg, data)
     with torch.no_grad():
@@ -188,7 +189,8 @@ def test_a_tagger_keeps_its_maps_and_refuses_training_files_edited_since(kind, t
     assert main(args) == 0, capsys.readouterr().err
     run = tmp_path / "t"
     stored = json.loads((run / "vocab.json").read_text())
-    assert stored["tags"] == TaggingTask().load(load_config(None, args[1:-3])).info["tags"]
+    cfg = load_config(None, args[1:-3])
+    assert stored["tags"] == task_for(cfg).load(cfg).info["tags"]  # type: ignore[union-attr]
     assert ("words" in stored and "chars" in stored) if kind == "bilstm-crf" else stored["attributes"][0] == "<pad>"
     train.write_text(_CONLL.replace("B-VP", "B-ADJP") * 6)  # same sentences, other tags
     capsys.readouterr()

@@ -46,7 +46,7 @@ def jem_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_routing_by_model_kind_keeps_the_binary_digits() -> None:
     binary = task_for(load_config(None, ["data.name=digits"]))
     jem = task_for(load_config(None, ["data.name=digits", "model.kind=jem"]))
-    assert type(binary).__name__ == "ImagesTask" and type(jem).__name__ == "VisionTask"
+    assert type(binary).__name__ == "ImagesTask" and type(jem).__name__ == "JEMTask"
     cfg = load_config(None, ["data.name=digits", "model.kind=jem"])
     assert cfg.objective.kind == "jem" and cfg.sampler.kind == "sgld"  # the kind's defaults
     assert load_config(None, ["data.name=digits", "model.kind=classifier"]).objective.kind == "ce"
@@ -104,10 +104,11 @@ def test_resumed_jem_run_equals_an_uninterrupted_one(jem_run: Path, tmp_path: Pa
 
 
 def test_the_classifier_never_sees_a_withheld_label(tmp_path: Path) -> None:
-    from ebms.cli.vision import VisionTask
+    from ebms.cli.vision import ClassifierTask
 
     cfg = load_config(None, [*SMALL, "model.kind=classifier", "vision.labels_per_class=3"])
-    task = VisionTask()
+    task = task_for(cfg)
+    assert isinstance(task, ClassifierTask)
     data = task.load(cfg)
     assert data.n_labelled == 30 and int((data.train_targets == -1).sum()) == data.train.shape[0] - 30
     labelled = {tuple(x.flatten().tolist()) for x in data.train[data.train_targets >= 0]}
@@ -121,7 +122,7 @@ def test_the_classifier_never_sees_a_withheld_label(tmp_path: Path) -> None:
     assert float(nearest.max()) < 0.1 and len(labelled) == 30
     # JEM with withheld labels: of a batch of 9, 5 rows are labelled and 4 carry -1
     jem_cfg = load_config(None, [*SMALL, "model.kind=jem", "vision.labels_per_class=3"])
-    x, y = task.training_data(jem_cfg, data)(9, g)
+    x, y = task_for(jem_cfg).training_data(jem_cfg, data)(9, g)  # type: ignore[union-attr]
     assert x.shape[0] == 9 and bool((y[:5] >= 0).all()) and bool((y[5:] == -1).all())
 
 

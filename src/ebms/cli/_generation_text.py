@@ -1,4 +1,5 @@
-"""Private: the text-generation kinds of the language task (``ebms.cli.language``), on a corpus.
+"""Private: the text-generation kinds of the language task (:mod:`ebms.cli.language`), on a corpus:
+:class:`TextResidualTask` and :class:`TextElectricTask`, registered for their ``model.kind``.
 
 * ``model.kind = "residual"`` (``objective.kind = "nce"``): a residual EBM
   (:class:`~ebms.models.ResidualLM`) on the frozen base LM of the run folder ``language.base_run``
@@ -34,9 +35,10 @@ from torch import Tensor, nn
 from ebms.cli._base_run import BASE_FILE, base_record, base_run_config, check_base, open_base
 from ebms.cli._language_data import LanguageData, load_language_data
 from ebms.cli.config import Config, ConfigError
-from ebms.cli.generation import BASE_KINDS, EVAL_SEED_OFFSET, nce_batches
-from ebms.cli.tasks import check_batch_size
-from ebms.data.text import continuation_pairs, length_windows, replace_one_token
+from ebms.cli.generation import EVAL_SEED_OFFSET, residual_batches
+from ebms.cli.language import LanguageTask, LSTMTask
+from ebms.cli.tasks import check_batch_size, register, task_for
+from ebms.data.text import continuation_pairs, replace_one_token
 from ebms.estimators.residual_log_z import residual_perplexity
 from ebms.models.electric import ElectricCloze
 from ebms.models.residual_lm import ResidualLM
@@ -48,7 +50,7 @@ from ebms.samplers.joint_resampling import join_rows, top_k_joint_sample
 from ebms.sequences import Sequences
 from ebms.train.run_files import dump_json
 
-__all__ = ["KINDS", "SAME_VOCABULARY", "ElectricReport", "TextElectric", "TextResidual", "TextResidualReport"]
+__all__ = ["SAME_VOCABULARY", "ElectricReport", "TextElectricTask", "TextResidualReport", "TextResidualTask"]
 
 #: keys that fix a language run's vocabulary: a residual run must have its base run's values.
 SAME_VOCABULARY = ("data.name", "data.root", "language.level", "language.lower", "language.sentence_split",
@@ -60,12 +62,18 @@ def _value(cfg: Config, key: str) -> Any:
     return getattr(cfg.section(section), name)
 
 
-def _nce_only(cfg: Config) -> None:
-    if cfg.objective.kind != "nce":
-        raise ConfigError(f"objective.kind: model.kind={cfg.model.kind!r} is trained by 'nce'; got {cfg.objective.kind!r}")
-    s = cfg.sections["language"]
-    if s.embedding_dim % s.heads and (cfg.model.kind == "electric" or s.energy == "transformer"):
-        raise ConfigError(f"language.heads: expected a divisor of language.embedding_dim={s.embedding_dim}; got {s.heads}")
+class _NCETextTask(LanguageTask):
+    """A text kind trained by ``nce`` alone, with a Transformer that needs ``heads`` to divide its width."""
+
+    trained_by = ("nce",)
+
+    def check_kind(self, cfg: Config) -> None:
+        s = self.settings(cfg)
+        if cfg.objective.kind not in self.trained_by:
+            raise ConfigError(f"objective.kind: model.kind={cfg.model.kind!r} is trained by 'nce'; got "
+                              f"{cfg.objective.kind!r}")
+        if "heads" in self.reads(cfg) and s.embedding_dim % s.heads:
+            raise ConfigError(f"language.heads: expected a divisor of language.embedding_dim={s.embedding_dim}; got {s.heads}")
 
 
 @dataclass(frozen=True)
@@ -81,12 +89,21 @@ class TextResidualReport:
                 f"of {int(f['pairs'])} prefixes]" for split, f in self.figures.items()]
 
 
-class TextResidual:
+class TextResidualTask(_NCETextTask):
     """``model.kind = "residual"`` on a corpus (module docstring)."""
 
-    def check(self, cfg: Config) -> None:
-        s = cfg.sections["language"]
-        _nce_only(cfg)
+    model_kinds = ("residual",)
+    keys = ("base_run", "prefix_length", "horizon", "energy", "embedding_dim", "layers", "dropout", "negatives",
+            "joint_samples")
+    bounded_length = False
+
+    def reads(self, cfg: Config) -> set[str]:
+        """:attr:`keys`, and ``heads`` with a Transformer energy."""
+        return {*super().reads(cfg), *(("heads",) if self.settings(cfg).energy == "transformer" else ())}
+
+    def check_kind(self, cfg: Config) -> None:
+        s = self.settings(cfg)
+        super().check_kind(cfg)
         if s.base_run is None:
             raise ConfigError("language.base_run: a residual model corrects a trained base LM; expected its run "
                               "folder (e.g. runs/char-lstm-shakespeare); got none")
@@ -94,7 +111,7 @@ class TextResidual:
             raise ConfigError(f"objective.nu: expected a whole number >= 1 of negatives per prefix; got "
                               f"{cfg.objective.nu}")
         b = base_run_config(s.base_run, "language.base_run", "data.name = ptb, tiny-shakespeare or text")
-        if b.data.name not in ("ptb", "tiny-shakespeare", "text") or b.model.kind not in BASE_KINDS:
+        if not isinstance(task_for(b), LSTMTask):  # an lstm or transformer on a language corpus
             raise ConfigError(f"language.base_run: {s.base_run!r} holds a {b.model.kind!r} run on data.name="
                               f"{b.data.name!r}; expected an 'lstm' or 'transformer' run on a language corpus")
         for key in SAME_VOCABULARY:
@@ -103,10 +120,10 @@ class TextResidual:
                                   f"{_value(cfg, key)!r}: the residual model needs the base's vocabulary, set it "
                                   f"the same")
 
-    def load(self, cfg: Config, stored: Mapping[str, bytes] | None) -> LanguageData:
+    def read(self, cfg: Config, stored: Mapping[str, bytes] | None) -> LanguageData:
         """The base run (its newest checkpoint, unchanged since this run was trained when ``stored`` is
         given) and this run's sentences encoded with the base run's vocabulary (or the stored one)."""
-        s = cfg.sections["language"]
+        s = self.settings(cfg)
         _, base, base_data, ckpt = open_base(s.base_run, "language.base_run")
         record = base_record(ckpt)
         if stored:
@@ -120,11 +137,11 @@ class TextResidual:
         return data
 
     def run_files(self, cfg: Config, data: LanguageData) -> dict[str, bytes]:
-        """``base.json``: the base run's checkpoint this run is trained against."""
-        return {BASE_FILE: dump_json(data.cache["base_record"])}
+        """``vocab.json`` and ``base.json``: the base run's checkpoint this run is trained against."""
+        return {**super().run_files(cfg, data), BASE_FILE: dump_json(data.cache["base_record"])}
 
     def build_model(self, cfg: Config, data: Any) -> ResidualLM:
-        s = cfg.sections["language"]
+        s = self.settings(cfg)
         base = data.cache["base"]  # loaded by load()
         longest = getattr(base, "max_length", None)
         if longest is not None and s.prefix_length + s.horizon > longest:
@@ -138,7 +155,7 @@ class TextResidual:
         return ResidualNCE(nu=int(cfg.objective.nu))
 
     def _pairs(self, cfg: Config, x: Sequences, what: str) -> tuple[Sequences, Sequences]:
-        s = cfg.sections["language"]
+        s = self.settings(cfg)
         prefix, cont = continuation_pairs(x, s.prefix_length, s.horizon)
         if prefix.batch_size == 0:
             raise ConfigError(f"language.prefix_length: no {what} sentence is longer than {s.prefix_length} tokens; "
@@ -147,14 +164,14 @@ class TextResidual:
 
     def training_data(self, cfg: Config, data: Any) -> Any:
         """``ResidualNCE.pack`` batches of training pairs with ``objective.nu`` cached base draws of each prefix."""
-        s = cfg.sections["language"]
+        s = self.settings(cfg)
         prefix, cont = self._pairs(cfg, data.train, "training")
         check_batch_size(cfg, prefix.batch_size, f"training sentences longer than language.prefix_length="
                                                  f"{s.prefix_length}")
-        return nce_batches(cfg, data.cache["base"], prefix, cont, s.negatives, s.horizon)
+        return residual_batches(cfg, data.cache["base"], prefix, cont, s.negatives, s.horizon)
 
-    def report(self, cfg: Config, model: Any, data: Any, step: int) -> TextResidualReport:
-        s, out = cfg.sections["language"], {}
+    def evaluate(self, cfg: Config, model: Any, data: Any, step: int, *, use_ais: bool) -> TextResidualReport:
+        s, out = self.settings(cfg), {}
         g = torch.Generator().manual_seed(cfg.run.seed + EVAL_SEED_OFFSET)
         for split, x in data.held_out.items():
             prefix, cont = self._pairs(cfg, x, split)
@@ -164,9 +181,9 @@ class TextResidual:
                           "tokens": r.tokens, "pairs": prefix.batch_size}
         return TextResidualReport(step, out)
 
-    def sample(self, cfg: Config, model: Any, data: Any, n: int, generator: torch.Generator) -> Tensor:
+    def draw(self, cfg: Config, model: Any, data: Any, n: int, steps: int | None, generator: torch.Generator) -> Tensor:
         """``n`` held-out prefixes (cycled) each continued by top-k joint sampling, as token rows."""
-        s = cfg.sections["language"]
+        s = self.settings(cfg)
         x = data.held_out.get("test", data.held_out.get("valid", data.train))
         prefix, _ = self._pairs(cfg, x, "held-out")
         prefix = prefix[torch.arange(n) % prefix.batch_size]
@@ -195,30 +212,22 @@ def _noise_pll(noise: TwoTowerCloze, x: Sequences) -> Tensor:
     return lp.masked_fill(~x.mask(), 0.0).sum(1)
 
 
-class TextElectric:
+class TextElectricTask(_NCETextTask):
     """``model.kind = "electric"`` on a corpus (module docstring)."""
 
-    def check(self, cfg: Config) -> None:
-        _nce_only(cfg)
+    model_kinds = ("electric",)
+    keys = ("embedding_dim", "layers", "heads", "dropout", "mask_rate")
 
     def build_model(self, cfg: Config, data: Any) -> ElectricCloze:
-        s, V = cfg.sections["language"], len(data.vocab)
+        s, V = self.settings(cfg), len(data.vocab)
         noise = TwoTowerCloze(V, dim=s.embedding_dim, layers=s.layers, heads=s.heads, dropout=s.dropout)
         return ElectricCloze(V, dim=s.embedding_dim, layers=s.layers, heads=s.heads, dropout=s.dropout,
                              max_length=data.max_length, noise=noise)
 
     def build_objective(self, cfg: Config, data: Any) -> nn.Module:
-        return ElectricNCE(mask_rate=cfg.sections["language"].mask_rate)
+        return ElectricNCE(mask_rate=self.settings(cfg).mask_rate)
 
-    def run_files(self, cfg: Config, data: LanguageData) -> dict[str, bytes]:
-        """None beyond the language task's ``vocab.json``."""
-        return {}
-
-    def training_data(self, cfg: Config, data: Any) -> Any:
-        check_batch_size(cfg, data.size, f"training sentences of {cfg.data.name}")
-        return length_windows(data.train, cfg.run.seed)
-
-    def report(self, cfg: Config, model: Any, data: Any, step: int) -> ElectricReport:
+    def evaluate(self, cfg: Config, model: Any, data: Any, step: int, *, use_ais: bool) -> ElectricReport:
         g, out, V = torch.Generator().manual_seed(cfg.run.seed + EVAL_SEED_OFFSET), {}, len(data.vocab)
         for split, x in data.held_out.items():
             longest = int(x.lengths.max()) if x.batch_size else 0
@@ -238,10 +247,10 @@ class TextElectric:
                           "tokens": tokens, "sentences": x.batch_size}
         return ElectricReport(step, out)
 
-    def sample(self, cfg: Config, model: Any, data: Any, n: int, generator: torch.Generator) -> Tensor:
+    def draw(self, cfg: Config, model: Any, data: Any, n: int, steps: int | None, generator: torch.Generator) -> Tensor:
         raise ConfigError("sample: model.kind='electric' is a cloze model that scores sentences (pseudo-log-"
                           "likelihood); it draws none: use `ebms eval`")
 
 
-#: the kinds the language task hands over, by ``model.kind``.
-KINDS: dict[str, Any] = {"residual": TextResidual(), "electric": TextElectric()}
+register(TextResidualTask())
+register(TextElectricTask())

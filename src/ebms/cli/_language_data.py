@@ -18,7 +18,7 @@ file, or train a new run. (Using the stored ids on the edited text instead would
 evaluate with, other data than the run says.)
 
 **Lengths.** ``L`` is ``language.max_length``, else the longest training sentence; for the kinds
-whose cost grows with ``L`` (:data:`BOUNDED_KINDS`: positions, attention, per-length normalisers,
+whose cost grows with ``L`` (``bounded_length`` of the kind's task: positions, attention, per-length normalisers,
 back-propagation through whole sentences) an unset ``language.max_length`` may not exceed
 :data:`DEFAULT_MAX_LENGTH`: a longer sentence (a file of running text read one line per sentence,
 say) is refused with one line naming the key and the bound, rather than building a model of that
@@ -38,7 +38,7 @@ from ebms.errors import CheckpointError, DataError
 from ebms.sequences import Sequences
 from ebms.train.run_files import dump_json, fingerprint, stored_json
 
-__all__ = ["BOUNDED_KINDS", "DEFAULT_MAX_LENGTH", "VOCAB_FILE", "LanguageData", "load_language_data",
+__all__ = ["DEFAULT_MAX_LENGTH", "VOCAB_FILE", "LanguageData", "load_language_data",
            "vocabulary_file"]
 
 #: the held-out splits, in the order ``eval`` reports them.
@@ -46,11 +46,10 @@ HELD_OUT = ("valid", "test")
 #: the run file holding the vocabulary, ``L`` and the training fingerprint (module docstring).
 VOCAB_FILE = "vocab.json"
 VOCAB_FORMAT = "ebms-language-vocabulary"
-#: the largest ``L`` an unset ``language.max_length`` gives the kinds of :data:`BOUNDED_KINDS`.
+#: the largest ``L`` an unset ``language.max_length`` gives the kinds whose size or cost grows with it:
+#: Transformer and Electric positions (attention ``L^2``), a TRF's per-length normalisers and sampler, an
+#: LSTM's back-propagation through whole sentences (``bounded_length`` of their task).
 DEFAULT_MAX_LENGTH = 1024
-#: kinds whose size or cost grows with ``L``: Transformer and Electric positions (attention ``L^2``),
-#: a TRF's per-length normalisers and sampler, an LSTM's back-propagation through whole sentences.
-BOUNDED_KINDS = ("lstm", "transformer", "trf", "trf-cnn", "trf-bilstm", "electric")
 
 
 @dataclass
@@ -140,9 +139,13 @@ def _train_key(cfg: Config) -> str:
 
 def _default_length(cfg: Config, encoded: Sequences) -> int:
     """``L`` of an unset ``language.max_length``: the longest training sentence, refused above
-    :data:`DEFAULT_MAX_LENGTH` for the kinds of :data:`BOUNDED_KINDS`."""
-    longest = int(encoded.lengths.max())
-    if cfg.model.kind in BOUNDED_KINDS and longest > DEFAULT_MAX_LENGTH:
+    :data:`DEFAULT_MAX_LENGTH` for the kinds whose size or cost grows with it (their task's
+    ``bounded_length``)."""
+    from ebms.cli.language import LanguageTask
+    from ebms.cli.tasks import task_for
+
+    longest, task = int(encoded.lengths.max()), task_for(cfg)
+    if isinstance(task, LanguageTask) and task.bounded_length and longest > DEFAULT_MAX_LENGTH:
         n_long = int((encoded.lengths > DEFAULT_MAX_LENGTH).sum())
         raise ConfigError(f"language.max_length: unset, it would be the longest training sentence, {longest} tokens, "
                           f"above the default bound of {DEFAULT_MAX_LENGTH} for model.kind={cfg.model.kind!r} (its "
@@ -194,7 +197,7 @@ def load_language_data(cfg: Config, stored: Mapping[str, bytes] | None = None, *
     Raises:
         ConfigError: a missing file (naming the key that names it), a vocabulary that keeps no
             token, a length limit that leaves no training sentence, an unset ``language.max_length``
-            above :data:`DEFAULT_MAX_LENGTH` for a kind of :data:`BOUNDED_KINDS`.
+            above :data:`DEFAULT_MAX_LENGTH` for a kind whose cost grows with it.
         ebms.errors.DataError: a file that is not text (named by the reader); training text that
             changed since the run in ``stored`` was trained.
         ebms.errors.CheckpointError: a stored vocabulary file this run cannot use.

@@ -35,7 +35,7 @@ from ebms._memory import available_memory, is_allocation_failure, tried_to_alloc
 from ebms._memory import format_bytes as gib
 from ebms.cli._unread_keys import refuse_unread
 from ebms.cli.config import Config, ConfigError, ObjectiveConfig, SamplerConfig, check_values
-from ebms.cli.tasks import KIND_TASKS, Task, registered, task_for
+from ebms.cli.tasks import KIND_TASKS, Task, registered, section_readers, task_for, task_sections
 from ebms.data.binary_images import IMAGE_SETS
 from ebms.errors import InputError
 from ebms.nets import ACTIVATIONS, MLPEnergy
@@ -345,15 +345,16 @@ def _served_by(task: Task[Any], kind: str, kinds: Callable[[Task[Any]], tuple[st
 
 def _check_other_sections(cfg: Config, task: Task[Any]) -> None:
     """A key of another task's section set away from its default would be ignored: refuse it."""
-    for t in registered():
-        if not t.section or t.section == task.section or t.settings_type is None:
+    for section, settings_type in task_sections().items():
+        if section == task.section:
             continue
-        mine, default = dataclasses.asdict(cfg.section(t.section)), dataclasses.asdict(t.settings_type())
+        mine, default = dataclasses.asdict(cfg.section(section)), dataclasses.asdict(settings_type())
         for key in mine:
             if mine[key] != default[key]:
-                kinds = f" with model.kind = {', '.join(t.model_kinds)}" if t.routes_by_kind else ""
-                raise ConfigError(f"{t.section}.{key}: the [{t.section}] section is read by data.name = "
-                                  f"{', '.join(sorted(t.data_names))}{kinds}; this run has {task.describe(cfg)}")
+                names, kinds = section_readers(section)
+                only = f" with model.kind = {', '.join(kinds)}" if kinds else ""
+                raise ConfigError(f"{section}.{key}: the [{section}] section is read by data.name = "
+                                  f"{', '.join(names)}{only}; this run has {task.describe(cfg)}")
 
 
 def check_replay_buffer(cfg: Config, *, classes: int | None = None) -> None:
@@ -371,14 +372,6 @@ def check_replay_buffer(cfg: Config, *, classes: int | None = None) -> None:
         raise ConfigError(f"train.batch_size: expected at most {share} (PCD draws each batch's chains from its replay "
                           f"buffer, without replacement); got {t.batch_size}: lower train.batch_size or raise "
                           f"objective.buffer_size")
-
-
-def _check_replay_buffer(cfg: Config, task: Task[Any]) -> None:
-    """:func:`check_replay_buffer` for the energy tasks (their objectives are :data:`OBJECTIVES`)."""
-    from ebms.cli.energy import EnergyTask
-
-    if isinstance(task, EnergyTask) and cfg.objective.kind == "pcd":
-        check_replay_buffer(cfg)
 
 
 def validate_config(cfg: Config, *, device: bool = True) -> Config:
@@ -406,15 +399,14 @@ def validate_config(cfg: Config, *, device: bool = True) -> Config:
     for t in registered():
         t.check_names(cfg)
     where = f"for {task.describe(cfg)}"
-    if task.model_kinds:  # a task that lists none takes any; the name's kind-routed tasks' kinds count too
-        routed = [k for (n, k), t in KIND_TASKS.items() if n == cfg.data.name and t is not task]
-        resolve(dict.fromkeys([*task.model_kinds, *routed]), cfg.model.kind, "model.kind", context=where,
+    if task.model_kinds:  # a task that lists none takes any; every kind served with the name counts
+        kinds = [*task.model_kinds, *(k for n, k in KIND_TASKS if n == cfg.data.name)]
+        resolve(dict.fromkeys(kinds), cfg.model.kind, "model.kind", context=where,
                 note=_served_by(task, cfg.model.kind, lambda t: t.model_kinds))
     if task.objective_kinds:
         resolve(dict.fromkeys(task.objective_kinds), cfg.objective.kind, "objective.kind", context=where,
                 note=_served_by(task, cfg.objective.kind, lambda t: t.objective_kinds))
     task.check(cfg)
-    _check_replay_buffer(cfg, task)
     _check_other_sections(cfg, task)
     resolve(SAMPLERS, cfg.sampler.kind, "sampler.kind")
     resolve(LR_SCHEDULES, cfg.train.lr_schedule, "train.lr_schedule")

@@ -100,7 +100,7 @@ def _apply_task_defaults(cfg: Config, explicit: set[str]) -> None:
 
     task = task_for(cfg)
     hints = config_keys()
-    for key, value in ({} if task is None else task.default_settings(cfg.model.kind)).items():
+    for key, value in ({} if task is None else task.default_settings()).items():
         if key not in explicit and key in hints:
             section, name = key.split(".")
             setattr(cfg.section(section), name, _coerce(value, hints[key], key))

@@ -46,9 +46,11 @@ GRID_CELL_BYTES = 2 * 8 * 2 + 2 * 4 + 4 + 8 + 8
 class _ContinuousTask(EnergyTask[S]):
     """Points in ``R^D``: a box for chains, the grid evaluator in 2-D, scatter plots."""
 
-    def check(self, cfg: Config) -> None:
-        if cfg.model.kind == "rbm":
-            raise ConfigError(f"model.kind: 'rbm' is a Bernoulli RBM for binary data (data.name = one of "
+    trained: ClassVar[tuple[str, ...]] = ("mlp",)  #: the kinds it trains (it serves ``rbm`` to refuse it)
+
+    def check_kind(self, cfg: Config) -> None:
+        if cfg.model.kind not in self.trained:
+            raise ConfigError(f"model.kind: {cfg.model.kind!r} is a Bernoulli RBM for binary data (data.name = one of "
                               f"{', '.join(IMAGE_SETS)}); {self.describe(cfg)} is continuous; expected 'mlp'")
 
     def chain_space(self, data: ToyDataset | PointCloud) -> Box:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import abc
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -31,6 +32,7 @@ from ebms.cli.build import (
     build_sampler,
     building,
     check_memory,
+    check_replay_buffer,
     mlp_weights,
     resolve,
 )
@@ -39,7 +41,7 @@ from ebms.cli.tasks import S, Task, check_batch_size
 from ebms.samplers import Sampler
 from ebms.spaces import Space
 
-__all__ = ["SAMPLE_SEED_OFFSET", "EnergyTask"]
+__all__ = ["OBJECTIVE_MEMORY", "REPLAY_OBJECTIVES", "SAMPLE_SEED_OFFSET", "EnergyTask"]
 
 #: seed offset of the chains ``ebms sample`` and the plots draw (``--seed`` replaces it).
 SAMPLE_SEED_OFFSET = 7
@@ -48,17 +50,34 @@ TRAINING_COPIES = 5
 #: bytes per unit of a layer's activations in a step that also differentiates the energy in its
 #: input (the forward values, their gradients and the double backward's), per float.
 ACTIVATION_COPIES = 4
+REPLAY_OBJECTIVES = ("pcd",)  #: objectives whose chains come from a replay buffer (a batch at most its slots)
+#: what an objective allocates beyond the weights and a batch, ``(objective section, batch size, dimension,
+#: a row's units) -> [(key, what, bytes)]``: PCD's replay buffer, NCE's noise samples.
+OBJECTIVE_MEMORY: dict[str, Callable[[Any, int, int, int], list[tuple[str, str, float]]]] = {
+    "pcd": lambda o, b, d, w: [("objective.buffer_size", "the replay buffer", o.buffer_size * d * FLOAT_BYTES)],
+    "nce": lambda o, b, d, w: [("objective.nu", "the noise samples",
+                                math.ceil(o.nu * b) * w * FLOAT_BYTES * ACTIVATION_COPIES)]}
 
 
 class EnergyTask(Task[S]):
     """A task that learns ``p(x) ∝ exp(-E(x))`` with a sampler-based, score or NCE objective."""
 
-    #: an RBM is for binary data: a continuous task refuses it in :meth:`~ebms.cli.tasks.Task.check`
+    #: an RBM is for binary data: a continuous task takes the name to refuse it in :meth:`check_kind`
     #: with a message saying so.
     model_kinds: ClassVar[tuple[str, ...]] = ("mlp", "rbm")
     objective_kinds: ClassVar[tuple[str, ...]] = tuple(OBJECTIVES)
     #: show the sampler's progress bar while drawing samples (long discrete chains).
     show_progress: ClassVar[bool] = False
+    size_key: ClassVar[str] = "model.hidden"  #: the key that sizes the model (the MLP energy's widths)
+
+    def check(self, cfg: Config) -> None:
+        """:meth:`check_kind`, then a replay buffer that can give each batch its chains."""
+        self.check_kind(cfg)
+        if cfg.objective.kind in REPLAY_OBJECTIVES:
+            check_replay_buffer(cfg)
+
+    def check_kind(self, cfg: Config) -> None:
+        """This kind's combinations of the shared keys."""
 
     @abc.abstractmethod
     def chain_space(self, data: Any) -> Space:
@@ -92,40 +111,26 @@ class EnergyTask(Task[S]):
 
     def sizes(self, cfg: Config) -> dict[str, tuple[str, ...]]:
         """The keys that size what training and evaluation allocate (:func:`ebms.cli.build.size_keys`)."""
-        model = "images.rbm_hidden" if cfg.model.kind == "rbm" else "model.hidden"
         ais = ("eval.ais_chains",) if self.supports_ais else ()
-        return {"train": (model, "train.batch_size", "objective.buffer_size"),
+        return {"train": (self.size_key, "train.batch_size", "objective.buffer_size"),
                 "eval": ("data.n_test", "eval.n_samples", *ais)}
 
     def _width(self, cfg: Config, data: Any) -> int:
         """Units of one example's activations: its inputs and the model's hidden units."""
-        if cfg.model.kind == "rbm":
-            return int(data.dim) + int(cfg.section("images").rbm_hidden)
         return int(data.dim) + sum(cfg.model.hidden)
 
-    def weights(self, cfg: Config, data: Any) -> tuple[str, int]:
-        """The key that sizes the model and its number of weights: ``model.hidden`` of the MLP, or
-        ``images.rbm_hidden`` of an RBM (``D H + D + H``)."""
-        d = int(data.dim)
-        if cfg.model.kind == "rbm":
-            h = int(cfg.section("images").rbm_hidden)
-            return "images.rbm_hidden", d * h + d + h
-        return "model.hidden", mlp_weights(d, cfg.model.hidden)
+    def weights(self, cfg: Config, data: Any) -> int:
+        """The model's number of weights (the MLP's; sized by :attr:`size_key`)."""
+        return mlp_weights(int(data.dim), cfg.model.hidden)
 
     def training_memory(self, cfg: Config, data: Any) -> list[tuple[str, str, float]]:
         """The estimate of what training allocates, ``(key, what, bytes)`` per part."""
-        o, b, d = cfg.objective, cfg.train.batch_size, int(data.dim)
-        key, weights = self.weights(cfg, data)
-        parts: list[tuple[str, str, float]] = [
-            (key, "weights, gradients, Adam's moments and a snapshot", weights * FLOAT_BYTES * TRAINING_COPIES),
-            ("train.batch_size", "a step's activations (data and negatives)",
-             2 * b * self._width(cfg, data) * FLOAT_BYTES * ACTIVATION_COPIES)]
-        if o.kind == "pcd":
-            parts.append(("objective.buffer_size", "the replay buffer", o.buffer_size * d * FLOAT_BYTES))
-        if o.kind == "nce":
-            parts.append(("objective.nu", "the noise samples", math.ceil(o.nu * b) * self._width(cfg, data)
-                          * FLOAT_BYTES * ACTIVATION_COPIES))
-        return parts
+        o, b, width = cfg.objective, cfg.train.batch_size, self._width(cfg, data)
+        objective = OBJECTIVE_MEMORY.get(o.kind, lambda *_: [])(o, b, int(data.dim), width)
+        return [(self.size_key, "weights, gradients, Adam's moments and a snapshot",
+                 self.weights(cfg, data) * FLOAT_BYTES * TRAINING_COPIES),
+                ("train.batch_size", "a step's activations (data and negatives)",
+                 2 * b * width * FLOAT_BYTES * ACTIVATION_COPIES), *objective]
 
     def eval_memory(self, cfg: Config, data: Any) -> list[tuple[str, str, float]]:
         """The estimate of what the evaluation allocates, ``(key, what it does, bytes)`` per part; the

@@ -39,13 +39,15 @@ resume, ``eval`` or ``sample`` of a residual run whose base run was trained agai
 other weights or another step) is refused with one line naming ``generation.base_run`` (or
 ``language.base_run``): the energy was fitted against the old base's samples
 (:mod:`ebms.cli._base_run`). A key of ``[generation]`` set away from its default that the
-configured kind does not read is refused (:data:`KIND_KEYS`).
+configured kind does not read is refused (each kind's :attr:`GenerationTask.keys`). Each ``model.kind`` is
+a :class:`GenerationTask` subclass registered for it: :class:`TransformerAdditionTask`,
+:class:`LSTMAdditionTask` (the base LMs, :class:`BaseLMTask`) and :class:`ResidualAdditionTask`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -56,9 +58,11 @@ from ebms.cli._base_run import BASE_FILE, base_record, base_run_config, check_ba
 from ebms.cli._config_rules import COUNT, DROPOUT, NONNEG, POS, Rule, _is_path
 from ebms.cli._unread_keys import refuse_unread
 from ebms.cli.config import Config, ConfigError, ModelConfig
-from ebms.cli.tasks import Task, check_batch_size, register
+from ebms.cli.tasks import Task, check_batch_size, register, registered, task_for
 from ebms.data.addition import MAX_DIGITS, AdditionTask
+from ebms.data.batch_streams import nce_batches
 from ebms.data.negative_cache import NegativeCache
+from ebms.energy import ZeroEnergy
 from ebms.errors import CheckpointError
 from ebms.estimators.residual_log_z import residual_perplexity
 from ebms.models.lm import LSTMLM, TransformerLM
@@ -70,9 +74,9 @@ from ebms.samplers.joint_resampling import join_rows, top_k_joint_sample
 from ebms.sequences import Sequences
 from ebms.train.run_files import dump_json, fingerprint, stored_json
 
-__all__ = ["EXACT_LIMIT", "KIND_KEYS", "AdditionData", "GenerationReport", "GenerationSettings", "GenerationTask"]
+__all__ = ["EXACT_LIMIT", "AdditionData", "BaseLMTask", "GenerationReport", "GenerationSettings", "GenerationTask",
+           "LSTMAdditionTask", "ResidualAdditionTask", "TransformerAdditionTask"]
 
-BASE_KINDS = ("transformer", "lstm")
 #: the joint model's perplexity is exact when ``13^(d+1)`` is at most this (``d <= 2``).
 EXACT_LIMIT = 5000
 #: the seed of the training/test sentences (a fixed data set, as PTB's splits are).
@@ -81,14 +85,7 @@ SPLIT_SEED = 1234
 CORRUPT_SEED_OFFSET, CACHE_SEED_OFFSET, EVAL_SEED_OFFSET = 23, 29, 31
 #: the run files: the vocabulary with the data's fingerprint, and a residual run's base run.
 VOCAB_FILE, VOCAB_FORMAT = "vocab.json", "ebms-addition-vocabulary"
-#: the ``[generation]`` keys each ``model.kind`` reads (``heads`` for ``residual`` only with a Transformer
-#: energy; the ``earm_*`` keys with ``objective.kind = "earm"``).
-KIND_KEYS: dict[str, tuple[str, ...]] = {
-    "transformer": ("digits", "n_train", "error_rate", "dim", "hidden", "layers", "heads", "dropout"),
-    "lstm": ("digits", "n_train", "error_rate", "dim", "hidden", "layers", "dropout"),
-    "residual": ("digits", "n_train", "base_run", "energy", "dim", "layers", "dropout", "negatives", "joint_samples",
-                 "top_k"),
-}
+#: the ``[generation]`` keys of ``objective.kind = "earm"``.
 EARM_KEYS = ("earm_weight", "earm_start", "earm_truncate")
 
 
@@ -149,21 +146,14 @@ class GenerationReport:
         return [f"{self.task}: {right}", f"{self.task}: {ppl}"]
 
 
-class _NoEnergy(nn.Module):
-    """``E = 0``: a :class:`ResidualLM` around a plain LM is its horizon law (same figures, same code)."""
-
-    def forward(self, prefix: Sequences, x: Sequences) -> Tensor:
-        return torch.zeros(x.batch_size, device=x.tokens.device)
-
-
 class GenerationTask(Task[GenerationSettings]):
-    """Base LMs, E-ARM and residual EBMs on addition strings (module docstring)."""
+    """Base LMs, E-ARM and residual EBMs on addition strings (module docstring): the keys, sentences,
+    checks and figures every kind shares. Each ``model.kind`` is a subclass registered for it."""
 
     data_names = ("addition",)
     what = "a text-generation task"
     section = "generation"
     settings_type = GenerationSettings
-    model_kinds = (*BASE_KINDS, "residual")
     objective_kinds = ("ml", "earm", "nce")
     rules: ClassVar[dict[str, Rule]] = {
         "digits": Rule(low=1, high=MAX_DIGITS), "n_train": COUNT, "error_rate": Rule(low=0, high=1),
@@ -174,6 +164,12 @@ class GenerationTask(Task[GenerationSettings]):
     }
     defaults: ClassVar[dict[str, Any]] = {"data.n_test": 300, "eval.n_samples": 10}
     sample_format = "txt"
+    #: the ``objective.kind`` values this kind trains by (and how a message says so), the ``[generation]``
+    #: keys it reads, and those each of its objectives reads.
+    trained_by: ClassVar[tuple[str, ...]] = ("ml", "earm")
+    trained_by_text: ClassVar[str] = "'ml' or 'earm'"
+    keys: ClassVar[tuple[str, ...]] = ()
+    objective_keys: ClassVar[dict[str, tuple[str, ...]]] = {"earm": EARM_KEYS}
 
     # -- configuration ------------------------------------------------------------------------
     def check(self, cfg: Config) -> None:
@@ -185,47 +181,36 @@ class GenerationTask(Task[GenerationSettings]):
         if s.n_train + cfg.data.n_test > pairs:
             raise ConfigError(f"generation.n_train: {s.n_train} training + data.n_test={cfg.data.n_test} test sentences "
                               f"need distinct operand pairs; {s.digits}-digit operands give {pairs}: ask for fewer")
-        want, said = (("nce",), "nce") if kind == "residual" else (("ml", "earm"), "'ml' or 'earm'")
-        if obj not in want:
-            raise ConfigError(f"objective.kind: model.kind={kind!r} is trained by {said}; got {obj!r}")
-        if kind == "residual" and s.base_run is None:
-            raise ConfigError("generation.base_run: a residual model corrects a trained base LM; expected its run "
-                              "folder (e.g. runs/addition-base); got none")
-        if kind != "residual" and s.base_run is not None:
-            raise ConfigError(f"generation.base_run: only model.kind='residual' reads a base run; model.kind={kind!r} "
-                              f"is a base itself: drop it")
-        if (kind == "transformer" or (kind == "residual" and s.energy == "transformer")) and s.dim % s.heads:
-            raise ConfigError(f"generation.heads: expected a divisor of generation.dim={s.dim}; got {s.heads}")
-        if kind == "residual" and cfg.objective.nu != int(cfg.objective.nu):
-            raise ConfigError(f"objective.nu: expected a whole number >= 1 of negatives per prefix; got {cfg.objective.nu}")
-        if obj == "earm" and s.earm_start >= cfg.train.steps:
+        if obj not in self.trained_by:
+            raise ConfigError(f"objective.kind: model.kind={kind!r} is trained by {self.trained_by_text}; got {obj!r}")
+        self.check_kind(cfg)
+        if "earm_start" in self.reads(cfg) and s.earm_start >= cfg.train.steps:
             raise ConfigError(f"generation.earm_start: E-ARM is switched on after {s.earm_start} steps but the run "
                               f"stops at train.steps={cfg.train.steps}, so it would never start; expected "
                               f"generation.earm_start below train.steps (or objective.kind='ml')")
-        read = {*KIND_KEYS.get(kind, ()), *(EARM_KEYS if obj == "earm" else ())}
-        if kind == "residual" and s.energy == "transformer":
-            read.add("heads")
-        refuse_unread("generation", s, read, f"model.kind={kind!r} with objective.kind={obj!r}", _readers)
+        refuse_unread("generation", s, self.reads(cfg), f"model.kind={kind!r} with objective.kind={obj!r}", _readers)
 
-    def _check_base(self, cfg: Config) -> None:
-        """The base run is an addition base LM on the same sentences."""
+    def check_kind(self, cfg: Config) -> None:
+        """This kind's combinations: a base LM reads no base run; ``heads`` divides the Transformer's width."""
         s = self.settings(cfg)
-        b = base_run_config(s.base_run)
-        if b.data.name != "addition" or b.model.kind not in BASE_KINDS:
-            raise ConfigError(f"generation.base_run: {s.base_run!r} holds a {b.model.kind!r} run on "
-                              f"data.name={b.data.name!r}; expected a base LM (model.kind = 'transformer' or "
-                              f"'lstm') on data.name='addition'")
-        bs = b.sections["generation"]
-        for key, mine, theirs in (("generation.digits", s.digits, bs.digits), ("generation.n_train", s.n_train,
-                                  bs.n_train), ("data.n_test", cfg.data.n_test, b.data.n_test)):
-            if mine != theirs:
-                raise ConfigError(f"{key}: the base run {s.base_run!r} has {key}={theirs}; got {mine}: the residual "
-                                  f"model is trained and tested on the base's sentences, set {key} = {theirs}")
+        if s.base_run is not None:
+            raise ConfigError(f"generation.base_run: only model.kind='residual' reads a base run; model.kind="
+                              f"{cfg.model.kind!r} is a base itself: drop it")
+        self.check_heads(cfg)
+
+    def check_heads(self, cfg: Config) -> None:
+        s = self.settings(cfg)
+        if "heads" in self.reads(cfg) and s.dim % s.heads:
+            raise ConfigError(f"generation.heads: expected a divisor of generation.dim={s.dim}; got {s.heads}")
+
+    def reads(self, cfg: Config) -> set[str]:
+        """The ``[generation]`` keys a run of ``cfg`` reads: :attr:`keys` and its objective's."""
+        return {*self.keys, *self.objective_keys.get(cfg.objective.kind, ())}
 
     # -- data, model, objective ----------------------------------------------------------------
     def load(self, cfg: Config, *, stored: Mapping[str, bytes] | None = None) -> AdditionData:
-        """The sentences (and, for ``residual``, the base run); with ``stored`` (a trained run's files)
-        the vocabulary and sentences must be the recorded ones and the base run unchanged."""
+        """The sentences; with ``stored`` (a trained run's files) the vocabulary and sentences must be the
+        recorded ones."""
         self.check(cfg)
         s = self.settings(cfg)
         task = AdditionTask(s.digits)
@@ -239,12 +224,6 @@ class GenerationTask(Task[GenerationSettings]):
                                       f"than this ebms draws for generation.digits={s.digits}, generation.n_train="
                                       f"{s.n_train}, data.n_test={cfg.data.n_test} (written by another version?); "
                                       f"train the run again (--overwrite)")
-        if cfg.model.kind == "residual":
-            self._check_base(cfg)
-            _, base, _, ckpt = open_base(s.base_run, "generation.base_run")
-            data.cache["base"], data.cache["base_record"] = base, base_record(ckpt)
-            if stored:
-                check_base(stored, data.cache["base_record"], "generation.base_run", s.base_run)
         return data
 
     def run_files(self, cfg: Config, data: AdditionData) -> dict[str, bytes]:
@@ -255,36 +234,19 @@ class GenerationTask(Task[GenerationSettings]):
             files[BASE_FILE] = dump_json(data.cache["base_record"])
         return files
 
-    def build_model(self, cfg: Config, data: AdditionData) -> nn.Module:
-        s, V = self.settings(cfg), data.task.vocab_size
-        if cfg.model.kind == "transformer":
-            return TransformerLM(V, d_model=s.dim, num_heads=s.heads, num_layers=s.layers, dim_feedforward=s.hidden,
-                                 dropout=s.dropout, max_length=data.task.length + 1)
-        if cfg.model.kind == "lstm":
-            return LSTMLM(V, embedding_dim=s.dim, hidden_size=s.hidden, num_layers=s.layers, dropout=s.dropout)
-        base = data.cache["base"]  # loaded by load(); training_data draws its negative cache
-        energy = TextEnergy(V, kind=s.energy, dim=s.dim, layers=s.layers, heads=s.heads, dropout=s.dropout)
-        return ResidualLM(base, energy, horizon=data.task.continuation_length)
+    def training_data(self, cfg: Config, data: AdditionData) -> Any:
+        """Rows of the training sentences, a share ``generation.error_rate`` of their sums corrupted."""
+        check_batch_size(cfg, data.size, "training sentences of addition")
+        train = data.task.corrupt(data.train, self.settings(cfg).error_rate,
+                                  generator=torch.Generator().manual_seed(cfg.run.seed + CORRUPT_SEED_OFFSET))
+        return train.tokens, train.lengths
 
     def build_objective(self, cfg: Config, data: AdditionData) -> nn.Module:
-        s, obj = self.settings(cfg), cfg.objective.kind
-        if obj == "ml":
-            return AutoregressiveNLL()
-        if obj == "earm":
-            return EARM(weight=s.earm_weight, start_step=s.earm_start, truncate=s.earm_truncate)
-        return ResidualNCE(nu=int(cfg.objective.nu))
-
-    def training_data(self, cfg: Config, data: AdditionData) -> Any:
-        """Base kinds: rows of the corrupted training sentences. ``residual``: ``ResidualNCE.pack`` batches
-        of training (prefix, sum) pairs with ``objective.nu`` cached base draws of each prefix."""
         s = self.settings(cfg)
-        check_batch_size(cfg, data.size, "training sentences of addition")
-        if cfg.model.kind in BASE_KINDS:
-            train = data.task.corrupt(data.train, s.error_rate,
-                                      generator=torch.Generator().manual_seed(cfg.run.seed + CORRUPT_SEED_OFFSET))
-            return train.tokens, train.lengths
-        prefix, cont = data.task.split(data.train)
-        return nce_batches(cfg, data.cache["base"], prefix, cont, s.negatives, data.task.continuation_length)
+        objectives: dict[str, Callable[[], nn.Module]] = {
+            "ml": AutoregressiveNLL,
+            "earm": lambda: EARM(weight=s.earm_weight, start_step=s.earm_start, truncate=s.earm_truncate)}
+        return objectives[cfg.objective.kind]()
 
     # -- figures and samples -------------------------------------------------------------------
     def _joint(self, model: nn.Module, data: AdditionData) -> ResidualLM:
@@ -292,7 +254,7 @@ class GenerationTask(Task[GenerationSettings]):
         in the wrapper: this is only called to evaluate or sample)."""
         if isinstance(model, ResidualLM):
             return model
-        return ResidualLM(model, _NoEnergy(), horizon=data.task.continuation_length)
+        return ResidualLM(model, ZeroEnergy(), horizon=data.task.continuation_length)
 
     def _correct(self, data: AdditionData, prefix: Sequences, cont: Sequences) -> Tensor:
         return data.task.is_correct(join_rows(prefix, cont))
@@ -344,22 +306,107 @@ class GenerationTask(Task[GenerationSettings]):
                 for text, ok in zip(data.task.decode(seqs), data.task.is_correct(seqs).tolist())]
 
 
-def nce_batches(cfg: Config, base: nn.Module, prefix: Sequences, cont: Sequences, negatives: int,
-                horizon: int) -> Any:
-    """The trainer's batches of a residual run: ``ResidualNCE.pack`` of random training (prefix,
-    continuation) pairs with ``objective.nu`` draws from a :class:`NegativeCache` of ``negatives``
-    base continuations per prefix (drawn from ``run.seed`` when training starts or resumes)."""
-    nu = int(cfg.objective.nu)
+class BaseLMTask(GenerationTask):
+    """A base LM of addition strings (the ``transformer`` and ``lstm`` kinds), by ``ml`` or ``earm``."""
+
+
+class TransformerAdditionTask(BaseLMTask):
+    """``transformer``: :class:`~ebms.models.lm.TransformerLM` of width ``generation.dim``."""
+
+    model_kinds = ("transformer",)
+    keys = ("digits", "n_train", "error_rate", "dim", "hidden", "layers", "heads", "dropout")
+
+    def build_model(self, cfg: Config, data: AdditionData) -> nn.Module:
+        s = self.settings(cfg)
+        return TransformerLM(data.task.vocab_size, d_model=s.dim, num_heads=s.heads, num_layers=s.layers,
+                             dim_feedforward=s.hidden, dropout=s.dropout, max_length=data.task.length + 1)
+
+
+class LSTMAdditionTask(BaseLMTask):
+    """``lstm``: :class:`~ebms.models.lm.LSTMLM` with ``generation.dim``-wide embeddings."""
+
+    model_kinds = ("lstm",)
+    keys = ("digits", "n_train", "error_rate", "dim", "hidden", "layers", "dropout")
+
+    def build_model(self, cfg: Config, data: AdditionData) -> nn.Module:
+        s = self.settings(cfg)
+        return LSTMLM(data.task.vocab_size, embedding_dim=s.dim, hidden_size=s.hidden, num_layers=s.layers,
+                      dropout=s.dropout)
+
+
+class ResidualAdditionTask(GenerationTask):
+    """``residual``: a :class:`~ebms.models.ResidualLM` on the frozen base of ``generation.base_run``."""
+
+    model_kinds = ("residual",)
+    trained_by = ("nce",)
+    trained_by_text = "nce"
+    keys = ("digits", "n_train", "base_run", "energy", "dim", "layers", "dropout", "negatives", "joint_samples",
+            "top_k")
+    objective_keys: ClassVar[dict[str, tuple[str, ...]]] = {}
+
+    def check_kind(self, cfg: Config) -> None:
+        if self.settings(cfg).base_run is None:
+            raise ConfigError("generation.base_run: a residual model corrects a trained base LM; expected its run "
+                              "folder (e.g. runs/addition-base); got none")
+        self.check_heads(cfg)
+        if cfg.objective.nu != int(cfg.objective.nu):
+            raise ConfigError(f"objective.nu: expected a whole number >= 1 of negatives per prefix; got {cfg.objective.nu}")
+
+    def reads(self, cfg: Config) -> set[str]:
+        """:attr:`keys`, and ``heads`` with a Transformer energy."""
+        return {*super().reads(cfg), *(("heads",) if self.settings(cfg).energy == "transformer" else ())}
+
+    def _check_base(self, cfg: Config) -> None:
+        """The base run is an addition base LM on the same sentences."""
+        s = self.settings(cfg)
+        b = base_run_config(s.base_run)
+        if not isinstance(task_for(b), BaseLMTask):
+            raise ConfigError(f"generation.base_run: {s.base_run!r} holds a {b.model.kind!r} run on "
+                              f"data.name={b.data.name!r}; expected a base LM (model.kind = 'transformer' or "
+                              f"'lstm') on data.name='addition'")
+        bs = b.sections["generation"]
+        for key, mine, theirs in (("generation.digits", s.digits, bs.digits), ("generation.n_train", s.n_train,
+                                  bs.n_train), ("data.n_test", cfg.data.n_test, b.data.n_test)):
+            if mine != theirs:
+                raise ConfigError(f"{key}: the base run {s.base_run!r} has {key}={theirs}; got {mine}: the residual "
+                                  f"model is trained and tested on the base's sentences, set {key} = {theirs}")
+
+    def load(self, cfg: Config, *, stored: Mapping[str, bytes] | None = None) -> AdditionData:
+        """The sentences and the base run, unchanged since this run was trained when ``stored`` is given."""
+        data, s = super().load(cfg, stored=stored), self.settings(cfg)
+        self._check_base(cfg)
+        _, base, _, ckpt = open_base(s.base_run, "generation.base_run")
+        data.cache["base"], data.cache["base_record"] = base, base_record(ckpt)
+        if stored:
+            check_base(stored, data.cache["base_record"], "generation.base_run", s.base_run)
+        return data
+
+    def build_model(self, cfg: Config, data: AdditionData) -> nn.Module:
+        s = self.settings(cfg)
+        energy = TextEnergy(data.task.vocab_size, kind=s.energy, dim=s.dim, layers=s.layers, heads=s.heads,
+                            dropout=s.dropout)
+        return ResidualLM(data.cache["base"], energy, horizon=data.task.continuation_length)
+
+    def build_objective(self, cfg: Config, data: AdditionData) -> nn.Module:
+        return ResidualNCE(nu=int(cfg.objective.nu))
+
+    def training_data(self, cfg: Config, data: AdditionData) -> Any:
+        """``ResidualNCE.pack`` batches of training (prefix, sum) pairs with ``objective.nu`` cached base
+        draws of each prefix (:func:`residual_batches`)."""
+        check_batch_size(cfg, data.size, "training sentences of addition")
+        prefix, cont = data.task.split(data.train)
+        return residual_batches(cfg, data.cache["base"], prefix, cont, self.settings(cfg).negatives,
+                                data.task.continuation_length)
+
+
+def residual_batches(cfg: Config, base: nn.Module, prefix: Sequences, cont: Sequences, negatives: int,
+                     horizon: int) -> Any:
+    """The trainer's batches of a residual run (:func:`~ebms.data.nce_batches`, packed by
+    :meth:`ResidualNCE.pack`) from a :class:`~ebms.data.NegativeCache` of ``negatives`` base continuations
+    per prefix, drawn from ``run.seed`` when training starts or resumes."""
     cache = NegativeCache.build(base, prefix, negatives, horizon=horizon, progress=cfg.run.progress,
                                 generator=torch.Generator().manual_seed(cfg.run.seed + CACHE_SEED_OFFSET))
-    nce = ResidualNCE(nu=nu)
-
-    def batches(batch_size: int, g: torch.Generator) -> tuple[Tensor, ...]:
-        i = torch.randint(prefix.batch_size, (batch_size,), generator=g)
-        return nce.pack(prefix[i], cont[i], cache.draw(i, nu, g))
-
-    return batches
-
+    return nce_batches(cache, prefix, cont, int(cfg.objective.nu), pack=ResidualNCE.pack)
 
 
 def _data_fingerprint(data: AdditionData) -> str:
@@ -367,7 +414,7 @@ def _data_fingerprint(data: AdditionData) -> str:
 
 
 def _readers(key: str) -> list[str]:
-    kinds = [k for k, keys in KIND_KEYS.items() if key in keys]
+    kinds = [k for t in registered() if isinstance(t, GenerationTask) and key in t.keys for k in t.model_kinds]
     out = [f"model.kind = {', '.join(kinds)}"] if kinds else []
     if key in EARM_KEYS:
         out.append("objective.kind = 'earm'")
@@ -376,4 +423,5 @@ def _readers(key: str) -> list[str]:
     return out
 
 
-register(GenerationTask())
+for _task in (TransformerAdditionTask(), LSTMAdditionTask(), ResidualAdditionTask()):
+    register(_task)

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from ebms.cli._config_rules import COUNT, SEED, Rule
-from ebms.cli.build import build, build_mlp, build_sampler
+from ebms.cli.build import build, build_sampler
 from ebms.cli.config import Config, ConfigError, ModelConfig
 from ebms.cli.energy import EnergyTask
 from ebms.cli.tasks import register
@@ -35,8 +35,9 @@ from ebms.models import BernoulliRBM
 from ebms.models.rbm import marginal_logits
 from ebms.spaces import Binary
 
-__all__ = ["ImagesSettings", "ImagesTask"]
+__all__ = ["ImagesSettings", "ImagesTask", "RBMImagesTask"]
 
+LAYERED_SAMPLERS = ("block_gibbs",)  #: the kernels that need a model with layer conditionals (an RBM)
 #: seed offsets of the AIS chains and of the model chains that start reverse AIS.
 AIS_SEED_OFFSET, REVERSE_SEED_OFFSET = 11, 13
 
@@ -53,7 +54,7 @@ class ImagesSettings:
 
 
 class ImagesTask(EnergyTask[ImagesSettings]):
-    """An energy of binary images (see the module docstring)."""
+    """An energy of binary images (module docstring): ``model.kind = "mlp"`` (and :class:`RBMImagesTask`'s base)."""
 
     data_names = IMAGE_SETS
     what = "a binary image set"
@@ -63,14 +64,12 @@ class ImagesTask(EnergyTask[ImagesSettings]):
                                         "download": Rule(), "limit": COUNT, "rbm_hidden": COUNT}
     moved: ClassVar[dict[str, str]] = {"data.binarize": "binarize", "data.binarize_seed": "binarize_seed",
                                        "data.download": "download", "data.limit": "limit"}
+    model_kinds = ("mlp",)
     show_progress = True
     supports_ais = True
 
-    def check(self, cfg: Config) -> None:
-        if cfg.model.kind == "rbm" and cfg.model.hidden != ModelConfig().hidden:
-            raise ConfigError(f"model.hidden: the MLP's hidden widths; an RBM's hidden units are images.rbm_hidden "
-                              f"(renamed); got model.hidden={cfg.model.hidden}")
-        if cfg.sampler.kind == "block_gibbs" and cfg.model.kind != "rbm":
+    def check_kind(self, cfg: Config) -> None:
+        if cfg.sampler.kind in LAYERED_SAMPLERS:
             raise ConfigError(
                 f"sampler.kind: 'block_gibbs' needs a model with layer conditionals (model.kind = 'rbm') or a "
                 f"colouring; model.kind = {cfg.model.kind!r} has neither; expected one of gibbs, gwg, mh"
@@ -81,13 +80,6 @@ class ImagesTask(EnergyTask[ImagesSettings]):
         return build("images", s, load_binary_images, d.name, binarize=s.binarize, binarize_seed=s.binarize_seed,
                      test_fraction=d.test_fraction, split_seed=cfg.run.seed, root=d.root, download=s.download,
                      limit=s.limit, max_bytes=None if d.max_mb is None else d.max_mb << 20)
-
-    def build_model(self, cfg: Config, data: BinaryImages) -> nn.Module:
-        if cfg.model.kind != "rbm":
-            return build_mlp(cfg, (data.dim,))
-        rbm = build("images", self.settings(cfg), BernoulliRBM, data.dim, self.settings(cfg).rbm_hidden)
-        rbm.init_visible_bias_from_data(data.train)  # log-odds of the pixel marginals (Hinton's practical guide)
-        return cast(nn.Module, rbm)
 
     def chain_space(self, data: BinaryImages) -> Binary:
         return data.space
@@ -124,4 +116,29 @@ class ImagesTask(EnergyTask[ImagesSettings]):
         return image_grid(x[:k].reshape(k, 1, *data.image_shape), ax=ax, title=title, nrow=10)
 
 
+class RBMImagesTask(ImagesTask):
+    """``model.kind = "rbm"``: a :class:`~ebms.models.BernoulliRBM` of ``images.rbm_hidden`` units."""
+
+    model_kinds = ("rbm",)
+    size_key = "images.rbm_hidden"
+
+    def check_kind(self, cfg: Config) -> None:
+        if cfg.model.hidden != ModelConfig().hidden:
+            raise ConfigError(f"model.hidden: the MLP's hidden widths; an RBM's hidden units are images.rbm_hidden "
+                              f"(renamed); got model.hidden={cfg.model.hidden}")
+
+    def build_model(self, cfg: Config, data: BinaryImages) -> nn.Module:
+        rbm = build("images", self.settings(cfg), BernoulliRBM, data.dim, self.settings(cfg).rbm_hidden)
+        rbm.init_visible_bias_from_data(data.train)  # log-odds of the pixel marginals (Hinton's practical guide)
+        return cast(nn.Module, rbm)
+
+    def _width(self, cfg: Config, data: BinaryImages) -> int:
+        return int(data.dim) + int(self.settings(cfg).rbm_hidden)
+
+    def weights(self, cfg: Config, data: BinaryImages) -> int:  # D H + D + H
+        d, h = int(data.dim), int(self.settings(cfg).rbm_hidden)
+        return d * h + d + h
+
+
 register(ImagesTask())
+register(RBMImagesTask())

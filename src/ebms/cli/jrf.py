@@ -51,6 +51,7 @@ from ebms.cli._config_rules import COUNT, FRACTION, NONNEG, POS, Rule
 from ebms.cli._unread_keys import refuse_unread
 from ebms.cli.config import Config, ConfigError, ModelConfig
 from ebms.cli.tasks import StructuredTask, TaskData, register
+from ebms.data.batch_streams import tagged_batches
 from ebms.data.conll import MAX_CONLL_BYTES, Sentence, load_conll2000, tag_names
 from ebms.data.vocab import WordVocabulary
 from ebms.errors import DataError
@@ -81,6 +82,8 @@ VOCAB_FILE, VOCAB_FORMAT = "vocab.json", "ebms-jrf-vocabulary"
 #: the ``[jrf]`` keys each objective reads.
 COMMON_KEYS = ("label_fraction", "limit", "min_count", "embed", "hidden")
 OBJECTIVE_KEYS = {"jrf": (*COMMON_KEYS, "alpha", "noise_hidden", "noise_steps", "zeta_lr"), "crf": COMMON_KEYS}
+#: each ``objective.kind`` and whether it also learns from unlabelled sentences (``jrf``: half of each batch).
+SEMI_SUPERVISED = {"jrf": True, "crf": False}
 
 
 @dataclass
@@ -115,17 +118,12 @@ def _tag_ids(sents: list[Sentence], names: list[str], width: int) -> Tensor:
     return y
 
 
-def _cut(words: Tensor, tags: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    t = int(lengths.max())
-    return words[:, :t], tags[:, :t], lengths
-
-
 class JRFTask(StructuredTask[JRFSettings]):
     """Semi-supervised chunking with a JRF on CoNLL-2000 (see the module docstring)."""
 
     data_names = ("conll2000",)
     model_kinds = ("jrf",)
-    objective_kinds = ("jrf", "crf")
+    objective_kinds = tuple(SEMI_SUPERVISED)
     routes_by_kind = True
     section = "jrf"
     settings_type = JRFSettings
@@ -143,7 +141,7 @@ class JRFTask(StructuredTask[JRFSettings]):
         if cfg.train.optimizer == "lbfgs":
             raise ConfigError("train.optimizer: the JRF task draws fresh batches (and noise) at every step, so a "
                               "line search would compare different objectives; expected 'adam' or 'sgd'; got 'lbfgs'")
-        if cfg.objective.kind == "jrf" and not (cfg.objective.nu >= 1 and float(cfg.objective.nu).is_integer()):
+        if SEMI_SUPERVISED[cfg.objective.kind] and not (cfg.objective.nu >= 1 and float(cfg.objective.nu).is_integer()):
             raise ConfigError(f"objective.nu: expected a whole number >= 1 of noise sentences per sentence; "
                               f"got {cfg.objective.nu}")
         refuse_unread("jrf", self.settings(cfg), OBJECTIVE_KEYS.get(cfg.objective.kind, ()),
@@ -164,10 +162,11 @@ class JRFTask(StructuredTask[JRFSettings]):
                             f"takes at most {MAX_SENTENCE} (its length law and noise draws grow with it): is the blank "
                             f"line between sentences missing? (jrf.limit keeps the first N sentences)")
         n_lab = round(s.label_fraction * len(train))
-        if n_lab < 1 or (cfg.objective.kind == "jrf" and n_lab >= len(train)):
+        semi = SEMI_SUPERVISED[cfg.objective.kind]
+        if n_lab < 1 or (semi and n_lab >= len(train)):
             raise ConfigError(f"jrf.label_fraction: {s.label_fraction} of {len(train)} training sentences labels "
                               f"{n_lab}; expected at least 1 labelled"
-                              + (" and 1 unlabelled (objective.kind = 'jrf')" if cfg.objective.kind == "jrf" else "")
+                              + (" and 1 unlabelled (objective.kind = 'jrf')" if semi else "")
                               + " sentence: raise jrf.limit or change jrf.label_fraction")
         names = tag_names(s.tags for s in train) if was is None else stored_strings(was, "tags", VOCAB_FILE)
         vocab = WordVocabulary(train, min_count=s.min_count) if was is None else stored_word_vocabulary(was, VOCAB_FILE, chars=False)
@@ -197,23 +196,13 @@ class JRFTask(StructuredTask[JRFSettings]):
         return {VOCAB_FILE: dump_json({"format": VOCAB_FORMAT, "version": 1, **data.info["maps"]})}
 
     def training_data(self, cfg: Config, data: TaskData) -> Callable[[int, torch.Generator], Any]:
-        words, tags, lengths = data.train  # the labelled rows
-        if cfg.objective.kind == "crf":
-            def labelled(n: int, g: torch.Generator) -> Any:
-                i = torch.randint(words.shape[0], (n,), generator=g)
-                return _cut(words[i], tags[i], lengths[i])
-            return labelled
+        """Tagged sentences (``crf``), or half of them unlabelled (``jrf``): :func:`~ebms.data.tagged_batches`."""
+        if not SEMI_SUPERVISED[cfg.objective.kind]:
+            return tagged_batches(*data.train)
         if cfg.train.batch_size < 2:
             raise ConfigError(f"train.batch_size: objective.kind = 'jrf' splits each batch into labelled and "
                               f"unlabelled halves; expected at least 2; got {cfg.train.batch_size}")
-        u_words, u_lengths = data.info["unlabelled"]  # rows of the same padded encoding as words
-
-        def mixed(n: int, g: torch.Generator) -> Any:  # n - n // 2 labelled, n // 2 unlabelled (tags -1)
-            i = torch.randint(words.shape[0], (n - n // 2,), generator=g)
-            j = torch.randint(u_words.shape[0], (n // 2,), generator=g)
-            y = torch.cat([tags[i], torch.full((n // 2, tags.shape[1]), -1, dtype=torch.long)])
-            return _cut(torch.cat([words[i], u_words[j]]), y, torch.cat([lengths[i], u_lengths[j]]))
-        return mixed
+        return tagged_batches(*data.train, unlabelled=data.info["unlabelled"])
 
     # -- model and objective ------------------------------------------------------------------
     def build_model(self, cfg: Config, data: TaskData) -> nn.Module:
@@ -226,7 +215,7 @@ class JRFTask(StructuredTask[JRFSettings]):
 
     def build_objective(self, cfg: Config, data: TaskData) -> nn.Module:
         s, info = self.settings(cfg), data.info
-        if cfg.objective.kind == "crf":
+        if not SEMI_SUPERVISED[cfg.objective.kind]:  # the supervised baseline: the CRF's likelihood alone
             return JRFObjective(None, alpha=0.0)
         u_words, u_lengths = info["unlabelled"]
         unlabelled = Sequences(u_words, u_lengths)

@@ -36,10 +36,13 @@ lengths and the Transformer's positions (unset: the longest training sentence, r
 
 ``lstm``/``transformer`` with ``earm``: :class:`~ebms.objectives.EARM` (``language.earm_weight``, ``earm_start``,
 ``earm_truncate``). ``residual``, ``electric``: residual EBMs and Electric (:mod:`ebms.cli._generation_text`).
+Each ``model.kind`` is a :class:`LanguageTask` subclass registered for it: :class:`NGramTask`, :class:`LSTMTask`,
+:class:`TransformerTask` here, the TRFs in :mod:`ebms.cli._language_trf`, residual and Electric in
+:mod:`ebms.cli._generation_text`.
 
 Every run keeps its vocabulary (``vocab.json``, with ``L`` and ``trf``'s word classes) for ``eval``, ``sample``,
 a resume and a residual run; changed training text is refused (:mod:`ebms.cli._language_data`). A key of ``[language]`` set away from its default that the
-configured ``model.kind``/``objective.kind`` does not read is refused (:mod:`ebms.cli._language_keys`).
+configured ``model.kind``/``objective.kind`` does not read is refused (each kind's :attr:`LanguageTask.keys`).
 
 ``eval``: exact perplexity of the normalised models; a TRF's with training :math:`\\zeta` and re-estimated,
 with its interval (:mod:`ebms.cli._language_eval`). ``sample``: sentences, printed and written as text
@@ -56,34 +59,34 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from ebms.cli import _generation_text as gen
 from ebms.cli._config_rules import COUNT, DROPOUT, FRACTION, NONNEG, POS, Rule
 from ebms.cli._language_data import VOCAB_FILE, LanguageData, load_language_data, vocabulary_file
-from ebms.cli._language_eval import normalised_report, trf_report
-from ebms.cli._language_keys import KIND_KEYS, TRF_KINDS, check_discounts, readers, reads
+from ebms.cli._language_eval import normalised_report
 from ebms.cli._unread_keys import refuse_unread
 from ebms.cli.config import Config, ConfigError, ModelConfig
-from ebms.cli.tasks import Task, check_batch_size, register
-from ebms.data.text import length_windows, unigram_probs
+from ebms.cli.tasks import Task, check_batch_size, register, registered
+from ebms.data.text import length_windows
 from ebms.distributions import BackoffNGram
 from ebms.errors import CheckpointError, DiscountError
 from ebms.models.lm import LSTMLM, TransformerLM
-from ebms.models.trf import TEMPLATE_GROUPS, TRF, DiscreteFeatures, Hidden2Scalar, WordClasses, feature_templates
-from ebms.models.trf.moments import feature_moments
-from ebms.models.trf.ngram_init import start_from_ngram
-from ebms.models.trf.templates import source_cutoffs
-from ebms.objectives import EARM, AutoregressiveNLL, SAGain
-from ebms.objectives.trf_augsa import AugSA
-from ebms.objectives.trf_nce import TRFNCE, DynamicNCE
-from ebms.samplers.trans_dimensional import TransDimensional
+from ebms.models.trf import TEMPLATE_GROUPS, WordClasses
+from ebms.objectives import EARM, AutoregressiveNLL
 from ebms.sequences import Sequences
 
-__all__ = ["KIND_KEYS", "LanguageSettings", "LanguageTask"]
+__all__ = ["DATA_KEYS", "LSTMTask", "LanguageSettings", "LanguageTask", "NGramTask", "TransformerTask", "readers"]
 
-AR_KINDS = ("kn", "lstm", "transformer")
 SMOOTHINGS = ("modified_kneser_ney", "kneser_ney", "witten_bell", "add_k")
 #: ``language.feature_cutoffs`` / ``feature_boundaries``: every observed feature / window, or the source's.
 FEATURE_CUTOFFS, FEATURE_BOUNDARIES = ("none", "source"), ("all", "source")
+KN_SMOOTHINGS = ("modified_kneser_ney", "kneser_ney")
+#: ``[language]`` keys every kind reads: the text, its vocabulary and ``L``.
+DATA_KEYS = ("level", "lower", "sentence_split", "train_path", "valid_path", "test_path", "limit", "min_count",
+             "max_vocab", "max_length")
+_NET = ("embedding_dim", "hidden", "layers", "dropout")
+#: keys some kinds read only with another key's value.
+_CONDITIONAL = {"heads": "model.kind = residual with language.energy = 'transformer'",
+                "step_clip": "language.feature_scaling = true", "smoothing": "language.trf_init = 'kn'",
+                "discounts": "language.trf_init = 'kn'"}
 #: seed offsets of the noise LM's initial weights (dnce) and of training chains for ``sample``.
 NOISE_SEED_OFFSET = 19
 #: longest draw of an autoregressive model in ``ebms sample`` (longer draws are cut).
@@ -185,14 +188,20 @@ def _ngram(data: LanguageData, order: int, smoothing: str, key: str, discounts: 
                           f"order 1 first)") from None
 
 
+def _alternatives(names: tuple[str, ...]) -> str:
+    """``'ml'``, ``'ml' or 'earm'``, ``'ml', 'nce' or 'dnce'``."""
+    quoted = [repr(n) for n in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+
+
 class LanguageTask(Task[LanguageSettings]):
-    """Sentence language models on PTB, Tiny Shakespeare or your text (module docstring)."""
+    """Sentence language models on PTB, Tiny Shakespeare or your text (module docstring): the keys,
+    data, checks and files every kind shares. Each ``model.kind`` is a subclass registered for it."""
 
     data_names = ("ptb", "tiny-shakespeare", "text")
     what = "a language corpus"
     section = "language"
     settings_type = LanguageSettings
-    model_kinds = (*AR_KINDS, *TRF_KINDS, *gen.KINDS)
     objective_kinds = ("ml", "nce", "dnce", "earm")
     rules: ClassVar[dict[str, Rule]] = {
         "level": Rule(choices=("word", "char")), "lower": Rule(), "sentence_split": Rule(),
@@ -217,6 +226,22 @@ class LanguageTask(Task[LanguageSettings]):
     defaults: ClassVar[dict[str, Any]] = {"eval.n_samples": 10, "eval.ais_temperatures": 200}
     supports_ais = True
     sample_format = "txt"
+    #: the ``objective.kind`` values this kind trains by, the ``[language]`` keys it reads beyond
+    #: :data:`DATA_KEYS`, and those each of its objectives reads (``readers`` names it with ``objective_note``).
+    trained_by: ClassVar[tuple[str, ...]] = ("ml",)
+    keys: ClassVar[tuple[str, ...]] = ()
+    objective_keys: ClassVar[dict[str, tuple[str, ...]]] = {}
+    objective_note: ClassVar[str] = ""
+    #: its size or cost grows with ``L`` (:data:`~ebms.cli._language_data.DEFAULT_MAX_LENGTH` bounds an unset one).
+    bounded_length: ClassVar[bool] = True
+    #: it covers only the lengths up to ``L`` (positions, per-length normalisers): longer held-out text is refused.
+    positions: ClassVar[bool] = False
+    #: its objectives draw fresh samples at every evaluation (no line search), and the source's
+    #: variance-scaled SGD applies to it (``language.feature_scaling``).
+    sampled: ClassVar[bool] = False
+    scales_features: ClassVar[bool] = False
+    #: why ``--ais`` does not apply (``""``: it does, a TRF's per-length normalisers).
+    no_ais: ClassVar[str] = "has no per-length normalisers"
 
     # -- configuration ------------------------------------------------------------------------
     def check(self, cfg: Config) -> None:
@@ -232,28 +257,16 @@ class LanguageTask(Task[LanguageSettings]):
         if cfg.data.name != "text" and given:
             raise ConfigError(f"language.{given[0]}: your own files are read with data.name='text'; "
                               f"data.name={cfg.data.name!r} has its own splits: drop it or set data.name=text")
-        if kind in gen.KINDS:
-            gen.KINDS[kind].check(cfg)
-        elif (kind in AR_KINDS and obj not in ("ml", "earm")) or (obj == "earm" and kind not in ("lstm", "transformer")):
-            what = "an lstm or transformer LM" if obj == "earm" else f"a TRF (model.kind = {', '.join(TRF_KINDS)})"
-            want = {"kn": "'ml'", "lstm": "'ml' or 'earm'", "transformer": "'ml' or 'earm'"}.get(kind, "'ml', 'nce' or 'dnce'")
-            raise ConfigError(f"objective.kind: {obj!r} trains {what}; model.kind={kind!r} is trained by {want}")
-        if kind == "transformer" and s.embedding_dim % s.heads:
-            raise ConfigError(f"language.heads: expected a divisor of language.embedding_dim={s.embedding_dim}; "
-                              f"got {s.heads}")
-        class_groups = [g for g in s.features if g.startswith("c")]
-        if kind == "trf" and class_groups and s.classes == 0:
-            raise ConfigError(f"language.features: the class templates {', '.join(class_groups)} need word "
-                              f"classes; set language.classes >= 1 or drop them")
-        if s.feature_scaling and (kind != "trf" or cfg.train.optimizer != "sgd" or cfg.train.momentum != 0):
+        self.check_kind(cfg)
+        if s.feature_scaling and (not self.scales_features or cfg.train.optimizer != "sgd" or cfg.train.momentum != 0):
             raise ConfigError(f"language.feature_scaling: the source's variance-scaled steps are for the discrete TRF "
                               f"with plain SGD; expected model.kind='trf', train.optimizer='sgd' and train.momentum=0; "
                               f"got model.kind={kind!r}, train.optimizer={cfg.train.optimizer!r}, "
                               f"train.momentum={cfg.train.momentum}")
-        if kind in TRF_KINDS and cfg.train.optimizer == "lbfgs":
+        if self.sampled and cfg.train.optimizer == "lbfgs":
             raise ConfigError("train.optimizer: TRF objectives draw fresh samples at every evaluation, so a line "
                               "search would compare different objectives; expected 'adam' or 'sgd'; got 'lbfgs'")
-        if obj == "earm" and s.earm_start >= cfg.train.steps:
+        if "earm_start" in self.reads(cfg) and s.earm_start >= cfg.train.steps:
             raise ConfigError(f"language.earm_start: E-ARM is switched on after {s.earm_start} steps but the run stops "
                               f"at train.steps={cfg.train.steps}, so it would never start; expected language.earm_start "
                               f"below train.steps (or objective.kind='ml')")
@@ -263,191 +276,214 @@ class LanguageTask(Task[LanguageSettings]):
         if s.workers > s.chain_groups:  # each process steps whole blocks of chains
             raise ConfigError(f"language.workers: expected at most language.chain_groups={s.chain_groups} processes; "
                               f"got {s.workers} (raise chain_groups, which changes the chains' random streams)")
-        check_discounts(cfg)
-        refuse_unread("language", s, reads(cfg), f"model.kind={kind!r} with objective.kind={obj!r}", readers)
+        self.check_discounts(cfg)
+        refuse_unread("language", s, self.reads(cfg), f"model.kind={kind!r} with objective.kind={obj!r}", readers)
 
-    def fitted(self, cfg: Config) -> bool:
-        return cfg.model.kind == "kn"
+    def check_kind(self, cfg: Config) -> None:
+        """This kind's own combinations: its objectives (and its sizes, in subclasses)."""
+        obj = cfg.objective.kind
+        if obj not in self.trained_by:
+            trfs = [k for t in registered() if isinstance(t, LanguageTask) and t.sampled for k in t.model_kinds]
+            what = "an lstm or transformer LM" if obj == "earm" else f"a TRF (model.kind = {', '.join(trfs)})"
+            raise ConfigError(f"objective.kind: {obj!r} trains {what}; model.kind={cfg.model.kind!r} is trained by "
+                              f"{_alternatives(self.trained_by)}")
 
-    # -- data, model, objective ----------------------------------------------------------------
+    def reads(self, cfg: Config) -> set[str]:
+        """The ``[language]`` keys a run of ``cfg`` reads: :data:`DATA_KEYS`, :attr:`keys` and its objective's."""
+        return {*DATA_KEYS, *self.keys, *self.objective_keys.get(cfg.objective.kind, ())}
+
+    def check_discounts(self, cfg: Config) -> None:
+        """``language.discounts`` of the Kneser–Ney n-gram this run fits (``kn``, a TRF's ``nce`` noise, a
+        TRF's KN start): one per order, or three per order for modified Kneser–Ney (ranges are checked by
+        the n-gram itself).
+
+        Raises:
+            ConfigError: discounts with another smoothing, or of another length.
+        """
+        s, read = self.settings(cfg), self.reads(cfg)
+        if not s.discounts or "smoothing" not in read:
+            return  # unread: refused as such
+        order, key = (s.noise_order, "noise_order") if "noise_order" in read else (s.order, "order")
+        if s.smoothing not in KN_SMOOTHINGS:
+            raise ConfigError(f"language.discounts: only Kneser-Ney smoothing takes discounts; language.smoothing="
+                              f"{s.smoothing!r}: drop them or use 'modified_kneser_ney' / 'kneser_ney'")
+        sizes = (order, 3 * order) if s.smoothing == "modified_kneser_ney" else (order,)
+        if len(s.discounts) not in sizes:
+            what = " or three (D1, D2, D3+) per order" if len(sizes) == 2 else ""
+            raise ConfigError(f"language.discounts: expected one discount per order{what}, lowest order first: "
+                              f"{' or '.join(map(str, sizes))} values for language.{key}={order}; got "
+                              f"{len(s.discounts)} ({s.discounts})")
+
+    # -- data, files ---------------------------------------------------------------------------
     def load(self, cfg: Config, *, stored: Mapping[str, bytes] | None = None) -> LanguageData:
         """The run's sentences; with ``stored`` (a trained run's files) its vocabulary, ``L`` and word classes."""
         self.check(cfg)
-        residual = cfg.model.kind == "residual"
-        data: LanguageData = gen.KINDS["residual"].load(cfg, stored) if residual else load_language_data(cfg, stored)
+        data = self.read(cfg, stored)
         n, V = self.settings(cfg).classes, len(data.vocab)
-        if cfg.model.kind == "trf" and n > V - 1:
+        if self.class_count(cfg) > V - 1:
             raise ConfigError(f"language.classes: exchange clustering sorts the vocabulary's {V - 1} token ids (<unk> "
                               f"and the {V - 2} kept tokens) into classes; expected at most {V - 1}; got {n}")
         if data.stored is not None and data.stored.get("classes") is not None:
             classes = torch.tensor(data.stored["classes"], dtype=torch.long)
-            if classes.shape != (V,) or self._classes_key(cfg) is None:
+            if classes.shape != (V,) or self.class_count(cfg) == 0:
                 raise CheckpointError(f"{VOCAB_FILE}: word classes for {classes.numel()} ids with language.classes="
                                       f"{n} and a vocabulary of {V}; train the run again (--overwrite)")
-            data.cache[self._classes_key(cfg)] = classes
+            data.cache[("classes", n)] = classes
         return data
 
+    def read(self, cfg: Config, stored: Mapping[str, bytes] | None) -> LanguageData:
+        """The sentences encoded with a new vocabulary (or the stored one)."""
+        return load_language_data(cfg, stored)
+
+    def class_count(self, cfg: Config) -> int:
+        """The number of word classes this kind fits (``language.classes`` of a ``trf``; else 0)."""
+        return 0
+
+    def classes(self, cfg: Config, data: LanguageData) -> Tensor | None:
+        """The exchange word classes of :meth:`class_count` (fitted once; ``None`` for 0)."""
+        n = self.class_count(cfg)
+        if n == 0:
+            return None
+        if ("classes", n) not in data.cache:
+            data.cache[("classes", n)] = WordClasses.fit(data.train, len(data.vocab), n).classes
+        return data.cache[("classes", n)]  # type: ignore[no-any-return]
+
     def run_files(self, cfg: Config, data: LanguageData) -> dict[str, bytes]:
-        """``vocab.json`` (the vocabulary, ``L``, the training fingerprint, the word classes of a ``trf``)
-        and, for a residual run, its base run's identity (``base.json``)."""
-        classes = self._classes(cfg, data)
-        files = {VOCAB_FILE: vocabulary_file(data, **({} if classes is None else {"classes": classes.tolist()}))}
-        if cfg.model.kind in gen.KINDS:
-            files.update(gen.KINDS[cfg.model.kind].run_files(cfg, data))
-        return files
-
-    def _classes_key(self, cfg: Config) -> tuple[str, int] | None:
-        n = self.settings(cfg).classes
-        return None if n == 0 or cfg.model.kind != "trf" else ("classes", n)
-
-    def _classes(self, cfg: Config, data: LanguageData) -> Tensor | None:
-        key = self._classes_key(cfg)
-        if key is None:
-            return None
-        if key not in data.cache:
-            data.cache[key] = WordClasses.fit(data.train, len(data.vocab), key[1]).classes
-        return data.cache[key]
-
-    def build_model(self, cfg: Config, data: LanguageData) -> nn.Module:
-        s, kind, V = self.settings(cfg), cfg.model.kind, len(data.vocab)
-        if kind == "kn":
-            return _ngram(data, s.order, s.smoothing, "order", s.discounts)
-        if kind in gen.KINDS:
-            return gen.KINDS[kind].build_model(cfg, data)
-        if kind == "lstm":
-            return LSTMLM(V, embedding_dim=s.embedding_dim, hidden_size=s.hidden, num_layers=s.layers,
-                          dropout=s.dropout, tie_weights=s.tie_weights)
-        if kind == "transformer":
-            return TransformerLM(V, d_model=s.embedding_dim, num_heads=s.heads, num_layers=s.layers,
-                                 dim_feedforward=s.hidden, dropout=s.dropout, max_length=data.max_length,
-                                 tie_weights=s.tie_weights)
-        energy: nn.Module
-        if kind == "trf":
-            classes = self._classes(cfg, data)
-            groups = s.features or [g for g in ("w", "c", "ws", "cs", "wsh", "csh") if classes is not None or g[0] == "w"]
-            templates = feature_templates(groups, s.order)
-            cuts = source_cutoffs(templates) if s.feature_cutoffs == "source" else 1
-            energy = DiscreteFeatures.fit(data.train, V, templates, classes=classes, eos=True,
-                                          boundaries=s.feature_boundaries, min_count=cuts)
-            data.cache["features"] = energy  # build_optimizer's feature variances
-        else:
-            make = Hidden2Scalar.cnn if kind == "trf-cnn" else Hidden2Scalar.bilstm
-            energy = make(V, s.embedding_dim, s.hidden, layers=s.layers, dropout=s.dropout)
-        # add-one over lengths 1..L: a held-out length unseen in training keeps a probability > 0
-        trf = TRF.from_corpus(energy, data.train, V, max_length=data.max_length, smoothing=1.0)
-        if kind == "trf" and s.trf_init == "kn" and data.stored is None:  # KN start of a new run (a stored one loads its checkpoint)
-            start_from_ngram(trf, _ngram(data, s.order, s.smoothing, "order", s.discounts),
-                             generator=torch.Generator().manual_seed(cfg.run.seed + NOISE_SEED_OFFSET))
-        return trf
-
-    def kernel(self, cfg: Config, data: LanguageData, *, jump: bool = True) -> TransDimensional:
-        """The trans-dimensional sampler of the TRF runs (unigram proposals, class proposals with classes)."""
-        s = self.settings(cfg)
-        return TransDimensional(token_probs=unigram_probs(data.train, len(data.vocab)), classes=self._classes(cfg, data),
-                                trials=s.trials, sweeps=cfg.sampler.sweeps, jump=jump, groups=s.chain_groups,
-                                workers=s.workers)
-
-    def build_objective(self, cfg: Config, data: LanguageData) -> nn.Module:
-        s, obj, V = self.settings(cfg), cfg.objective.kind, len(data.vocab)
-        if cfg.model.kind in gen.KINDS:
-            return gen.KINDS[cfg.model.kind].build_objective(cfg, data)  # type: ignore[no-any-return]
-        if cfg.model.kind in AR_KINDS:
-            return EARM(weight=s.earm_weight, start_step=s.earm_start, truncate=s.earm_truncate) if obj == "earm" \
-                else AutoregressiveNLL()
-        if obj == "ml":  # the source's update (feature_scaling): the whole training set's data term
-            return AugSA(self.kernel(cfg, data), chains=s.chains, zeta_gain=SAGain(s.zeta_tc, s.zeta_beta, s.zeta_t0),
-                         data_mean=self._moments(data)[0] if s.feature_scaling else None)
-        if obj == "nce":
-            return TRFNCE(_ngram(data, s.noise_order, s.smoothing, "noise_order", s.discounts), nu=cfg.objective.nu)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cfg.run.seed + NOISE_SEED_OFFSET)
-            lstm = LSTMLM(V, embedding_dim=s.noise_hidden, hidden_size=s.noise_hidden, num_layers=1)
-        lstm.init_unigram(unigram_probs(data.train, V, end=True))  # a zero bias draws ~V tokens before an end
-        return DynamicNCE(lstm, nu=cfg.objective.nu)
-
-    @staticmethod
-    def _moments(data: LanguageData) -> tuple[Tensor, Tensor]:
-        """Mean and within-length variance of the discrete TRF's features on the training sentences (once)."""
-        if "moments" not in data.cache:
-            data.cache["moments"] = feature_moments(data.cache["features"], data.train)
-        return data.cache["moments"]  # type: ignore[no-any-return]
-
-    def build_optimizer(self, cfg: Config, data: LanguageData) -> Callable[[list[dict[str, Any]]], torch.optim.Optimizer] | None:
-        """With ``language.feature_scaling``: :class:`~ebms.train.ScaledSGD` on the discrete TRF's weights,
-        each feature's step divided by its within-length variance on the training sentences
-        (:func:`~ebms.models.trf.feature_moments`), L2 ``train.weight_decay`` (added to the gradient and
-        to the variance, as in the source), steps clipped to ``language.step_clip``."""
-        s = self.settings(cfg)
-        if not s.feature_scaling:
-            return None
-        feats, (_, variance), t = data.cache["features"], self._moments(data), cfg.train
-
-        def make(groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
-            from ebms.train import ScaledSGD
-
-            return ScaledSGD(groups, lr=t.lr, scales={feats.weight: variance}, l2=t.weight_decay, clip=s.step_clip)
-
-        return make
+        """``vocab.json``: the vocabulary, ``L``, the training fingerprint and the word classes of a ``trf``."""
+        classes = self.classes(cfg, data)
+        return {VOCAB_FILE: vocabulary_file(data, **({} if classes is None else {"classes": classes.tolist()}))}
 
     def training_data(self, cfg: Config, data: LanguageData) -> Callable[[int, torch.Generator], tuple[Tensor, ...]]:
         """Batches of sentences of similar length (:func:`~ebms.data.text.length_windows`)."""
-        if cfg.model.kind in gen.KINDS:
-            return gen.KINDS[cfg.model.kind].training_data(cfg, data)  # type: ignore[no-any-return]
         check_batch_size(cfg, data.size, f"training sentences of {cfg.data.name}")
         return length_windows(data.train, cfg.run.seed)
 
-    # -- files, figures, samples ---------------------------------------------------------------
     def write_model_files(self, run_dir: Path, cfg: Config, model: nn.Module, data: LanguageData) -> list[Path]:
-        """``vocab.txt`` and, for ``kn``, ``model.arpa`` (a whitespace token written ``<U+0020>``)."""
-        out = [data.vocab.save(run_dir / "vocab.txt")]
-        if isinstance(model, BackoffNGram):
-            model.to_arpa(run_dir / "model.arpa", data.vocab.tokens)
-            out.append(run_dir / "model.arpa")
-        return out
+        """``vocab.txt``."""
+        return [data.vocab.save(run_dir / "vocab.txt")]
 
+    # -- figures, samples ----------------------------------------------------------------------
     def report(self, cfg: Config, model: nn.Module, data: LanguageData, step: int, *,
                use_ais: bool = False) -> Any:
-        if use_ais and cfg.model.kind not in TRF_KINDS:
-            why = "is normalised and its perplexity exact" if cfg.model.kind in AR_KINDS else "has no per-length normalisers"
-            raise ConfigError(f"--ais: AIS estimates the normalisers of a TRF; model.kind={cfg.model.kind!r} {why}: drop --ais")
+        if use_ais and self.no_ais:
+            raise ConfigError(f"--ais: AIS estimates the normalisers of a TRF; model.kind={cfg.model.kind!r} "
+                              f"{self.no_ais}: drop --ais")
         if not data.held_out:
             raise ConfigError("language.test_path: nothing to evaluate: data.name='text' without valid_path or "
                               "test_path; set language.test_path=FILE")
-        if cfg.model.kind in gen.KINDS:
-            return gen.KINDS[cfg.model.kind].report(cfg, model, data, step)
         longest = max(int(x.lengths.max()) for x in data.held_out.values())
-        if cfg.model.kind in ("transformer", *TRF_KINDS) and longest > data.max_length:
+        if self.positions and longest > data.max_length:
             raise ConfigError(f"language.max_length: the held-out text has a sentence of {longest} tokens; this "
                               f"{cfg.model.kind} covers lengths up to {data.max_length} (the longest training sentence "
                               f"unless language.max_length says more): train with language.max_length >= {longest}")
-        if cfg.model.kind in AR_KINDS:
-            return normalised_report(cfg, model, data, step)
-        if "test" not in data.held_out:
-            raise ConfigError("language.test_path: a TRF is evaluated on a test set; set language.test_path=FILE")
-        return trf_report(cfg, model, data, step, kernel=self.kernel(cfg, data, jump=False), use_ais=use_ais)
+        return self.evaluate(cfg, model, data, step, use_ais=use_ais)
+
+    def evaluate(self, cfg: Config, model: nn.Module, data: LanguageData, step: int, *, use_ais: bool) -> Any:
+        """The figures of a normalised model: exact perplexity of each held-out split."""
+        return normalised_report(cfg, model, data, step)
 
     def sample(self, cfg: Config, model: nn.Module, data: LanguageData, *, n: int | None = None,
                steps: int | None = None, seed: int | None = None) -> Tensor:
-        """``n`` sentences as token ids ``(n, T)``, padding 0: ancestral draws of a normalised model (cut at
-        :data:`SAMPLE_LIMIT` tokens), or ``steps`` trans-dimensional steps of a TRF from training sentences."""
+        """``n`` sentences as token ids ``(n, T)``, padding 0 (:meth:`draw`)."""
         n = cfg.eval.n_samples if n is None else n
         g = torch.Generator().manual_seed(cfg.run.seed if seed is None else seed)
-        if cfg.model.kind in gen.KINDS:
-            return gen.KINDS[cfg.model.kind].sample(cfg, model, data, n, g)  # type: ignore[no-any-return]
+        return self.draw(cfg, model, data, n, steps, g)
+
+    def draw(self, cfg: Config, model: Any, data: LanguageData, n: int, steps: int | None,
+             g: torch.Generator) -> Tensor:
+        """Ancestral draws of a normalised model, cut at :data:`SAMPLE_LIMIT` tokens."""
         with torch.no_grad():
-            if isinstance(model, BackoffNGram):
-                x = model.sample(n, g, max_length=SAMPLE_LIMIT)
-            elif isinstance(model, (LSTMLM, TransformerLM)):
-                limit = min(SAMPLE_LIMIT, model.max_length or SAMPLE_LIMIT)
-                x = model.sample(n, g, max_length=limit, truncate=True)
-            else:  # the TRF's sampler from training sentences
-                start = data.train[torch.arange(n) % data.size].canonical().pad_to(model.max_length)  # type: ignore[arg-type]
-                x = self.kernel(cfg, data).sample(model, start, cfg.eval.sample_steps if steps is None else steps, generator=g)
-        return x.canonical().tokens
+            limit = min(SAMPLE_LIMIT, model.max_length or SAMPLE_LIMIT)
+            return model.sample(n, g, max_length=limit, truncate=True).canonical().tokens  # type: ignore[no-any-return]
 
     def sample_text(self, x: Tensor, data: LanguageData) -> list[str]:
         """The sentences of ``x`` (token ids, padding 0) as text."""
         return data.vocab.to_text(Sequences(x, (x > 0).sum(1)))
 
 
-register(LanguageTask())
+def readers(key: str) -> list[str]:
+    """The configurations that read ``key`` of ``[language]``, in words (for the message of an unread key)."""
+    tasks = [t for t in registered() if isinstance(t, LanguageTask)]
+    kinds = [k for t in tasks if key in t.keys for k in t.model_kinds]
+    out = [f"model.kind = {', '.join(kinds)}"] if kinds else []
+    notes = {obj: t.objective_note for t in tasks for obj, keys in t.objective_keys.items() if key in keys}
+    out += [f"objective.kind = {obj!r}{note}" for obj, note in notes.items()]
+    return out + ([_CONDITIONAL[key]] if key in _CONDITIONAL else [])
+
+
+class NGramTask(LanguageTask):
+    """``kn``: a backoff n-gram fitted by counting (module docstring)."""
+
+    model_kinds = ("kn",)
+    keys = ("order", "smoothing", "discounts")
+    bounded_length = False
+    no_ais = "is normalised and its perplexity exact"
+
+    def fitted(self, cfg: Config) -> bool:
+        return True
+
+    def build_model(self, cfg: Config, data: LanguageData) -> nn.Module:
+        s = self.settings(cfg)
+        return _ngram(data, s.order, s.smoothing, "order", s.discounts)
+
+    def build_objective(self, cfg: Config, data: LanguageData) -> nn.Module:
+        return AutoregressiveNLL()
+
+    def write_model_files(self, run_dir: Path, cfg: Config, model: nn.Module, data: LanguageData) -> list[Path]:
+        """``vocab.txt`` and ``model.arpa`` (a whitespace token written ``<U+0020>``)."""
+        out = super().write_model_files(run_dir, cfg, model, data)
+        assert isinstance(model, BackoffNGram)
+        model.to_arpa(run_dir / "model.arpa", data.vocab.tokens)
+        return [*out, run_dir / "model.arpa"]
+
+    def draw(self, cfg: Config, model: Any, data: LanguageData, n: int, steps: int | None,
+             g: torch.Generator) -> Tensor:
+        with torch.no_grad():
+            return model.sample(n, g, max_length=SAMPLE_LIMIT).canonical().tokens  # type: ignore[no-any-return]
+
+
+class LSTMTask(LanguageTask):
+    """``lstm``: :class:`~ebms.models.lm.LSTMLM` trained by ``ml`` or ``earm``."""
+
+    model_kinds = ("lstm",)
+    trained_by = ("ml", "earm")
+    keys: ClassVar[tuple[str, ...]] = (*_NET, "tie_weights")
+    objective_keys: ClassVar[dict[str, tuple[str, ...]]] = {"earm": ("earm_weight", "earm_start", "earm_truncate")}
+    no_ais = "is normalised and its perplexity exact"
+
+    def build_model(self, cfg: Config, data: LanguageData) -> nn.Module:
+        s = self.settings(cfg)
+        return LSTMLM(len(data.vocab), embedding_dim=s.embedding_dim, hidden_size=s.hidden, num_layers=s.layers,
+                      dropout=s.dropout, tie_weights=s.tie_weights)
+
+    def build_objective(self, cfg: Config, data: LanguageData) -> nn.Module:
+        s = self.settings(cfg)
+        objectives: dict[str, Callable[[], nn.Module]] = {
+            "ml": AutoregressiveNLL,
+            "earm": lambda: EARM(weight=s.earm_weight, start_step=s.earm_start, truncate=s.earm_truncate)}
+        return objectives[cfg.objective.kind]()
+
+
+class TransformerTask(LSTMTask):
+    """``transformer``: :class:`~ebms.models.lm.TransformerLM` trained by ``ml`` or ``earm``."""
+
+    model_kinds = ("transformer",)
+    keys = (*_NET, "heads", "tie_weights")
+    positions = True
+
+    def check_kind(self, cfg: Config) -> None:
+        super().check_kind(cfg)
+        s = self.settings(cfg)
+        if s.embedding_dim % s.heads:
+            raise ConfigError(f"language.heads: expected a divisor of language.embedding_dim={s.embedding_dim}; "
+                              f"got {s.heads}")
+
+    def build_model(self, cfg: Config, data: LanguageData) -> nn.Module:
+        s = self.settings(cfg)
+        return TransformerLM(len(data.vocab), d_model=s.embedding_dim, num_heads=s.heads, num_layers=s.layers,
+                             dim_feedforward=s.hidden, dropout=s.dropout, max_length=data.max_length,
+                             tie_weights=s.tie_weights)
+
+
+for _task in (NGramTask(), LSTMTask(), TransformerTask()):
+    register(_task)

@@ -48,6 +48,8 @@ EVAL_BATCH = 64
 DATA_FILE, DATA_FORMAT = "data.json", "ebms-speech-data"
 #: ``[speech]`` keys only ``objective.kind = "ctc-crf"`` reads.
 CRF_KEYS = ("ctc_weight", "lm_order")
+#: each ``objective.kind`` and whether it trains against a denominator graph (``ctc-crf``: the keys above).
+DEN_GRAPH = {"ctc": False, "ctc-crf": True}
 
 
 @dataclass
@@ -77,7 +79,7 @@ class SpeechTask(StructuredTask[SpeechSettings]):
 
     data_names = ("fsdd-digits",)
     model_kinds = ("conv-bilstm",)
-    objective_kinds = ("ctc", "ctc-crf")
+    objective_kinds = tuple(DEN_GRAPH)
     section = "speech"
     settings_type = SpeechSettings
     rules: ClassVar[dict[str, Rule]] = {
@@ -100,7 +102,7 @@ class SpeechTask(StructuredTask[SpeechSettings]):
             raise ConfigError(f"model.hidden: the MLP's hidden widths; the acoustic model's sizes are speech.channels "
                               f"and speech.hidden (renamed); got model.hidden={cfg.model.hidden}")
         s = self.settings(cfg)
-        read = {f.name for f in dataclasses.fields(s) if cfg.objective.kind == "ctc-crf" or f.name not in CRF_KEYS}
+        read = {f.name for f in dataclasses.fields(s) if DEN_GRAPH[cfg.objective.kind] or f.name not in CRF_KEYS}
         refuse_unread("speech", s, read, f"objective.kind={cfg.objective.kind!r}",
                       lambda key: ["objective.kind = 'ctc-crf'"] if key in CRF_KEYS else [])
 
@@ -119,7 +121,7 @@ class SpeechTask(StructuredTask[SpeechSettings]):
             raise ConfigError(f"speech.test_speakers: {e}" if str(e).startswith("test_speakers") else f"data: {e}") from None
         tr = task.train
         graph = None
-        if cfg.objective.kind == "ctc-crf":
+        if DEN_GRAPH[cfg.objective.kind]:
             try:
                 graph = _den_graph(tr.transcripts(), task.n_classes, s.lm_order)
             except ValueError as e:

@@ -48,6 +48,7 @@ sklearn-crfsuite tutorial's figure (:func:`ebms.metrics.tagger_eval.evaluate_tag
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -59,8 +60,8 @@ from ebms.cli._config_rules import COUNT, DROPOUT, NONNEG, Rule
 from ebms.cli._unread_keys import refuse_unread
 from ebms.cli.build import resolve
 from ebms.cli.config import Config, ConfigError, ModelConfig
-from ebms.cli.tasks import StructuredTask, TaskData, register
-from ebms.data.conll import MAX_CONLL_BYTES, Sentence, load_conll2000, load_conll2002, tag_names, to_iob2
+from ebms.cli.tasks import StructuredTask, TaskData, register, registered
+from ebms.data.conll import CONLL_NAMES, MAX_CONLL_BYTES, Sentence, load_conll, tag_names, to_iob2
 from ebms.data.vocab import WordVocabulary
 from ebms.metrics.tagger_eval import evaluate_tagger
 from ebms.models.crf_tagger import NeuralCRFTagger
@@ -78,11 +79,10 @@ from ebms.train.run_files import (
     stored_word_vocabulary,
 )
 
-__all__ = ["TaggingSettings", "TaggingTask"]
+__all__ = ["FeatureCRFTask", "NeuralTaggingTask", "TaggingSettings", "TaggingTask"]
 
-DATA_NAMES = ("conll2000", "conll2002-esp", "conll2002-ned")
-MODEL_KINDS = ("bilstm-crf", "cnn-crf", "feature-crf")
-OBJECTIVE_KINDS = ("crf", "crf-nce")
+#: each ``objective.kind``: does it draw noise (``crf-nce``: a whole ``nu``, no line search, no L1/L2 terms)?
+DRAWS_NOISE = {"crf": False, "crf-nce": True}
 DEFAULT_FEATURES = {"conll2000": "crfsuite-chunking", "conll2002-esp": "crfsuite-ner", "conll2002-ned": "crfsuite-ner"}
 #: sentences per length-sorted chunk in a full-batch (L-BFGS) pass: fewer, larger chunks pay the
 #: per-call cost of the model (e.g. FeatureCRF's masked weights) less often; 2048 halved the time
@@ -92,9 +92,6 @@ FULL_BATCH_CHUNK = 2048
 DECODE_CHUNK = 512
 #: the run file of the fitted maps (module docstring).
 VOCAB_FILE, VOCAB_FORMAT = "vocab.json", "ebms-tagging-vocabulary"
-#: the ``[tagging]`` keys each model kind reads.
-NEURAL_KEYS = ("limit", "embedding_dim", "char_dim", "hidden", "layers", "dropout", "c1", "c2")
-KIND_KEYS = {"bilstm-crf": NEURAL_KEYS, "cnn-crf": NEURAL_KEYS, "feature-crf": ("features", "limit", "c1", "c2")}
 
 
 @dataclass
@@ -112,15 +109,11 @@ def _split(sents: list[Sentence], inputs: tuple[Tensor, ...] | EncodedCorpus) ->
 
 
 def _load_split(cfg: Config, split: str, limit: int | None) -> list[Sentence]:
-    name, root, max_mb = cfg.data.name, cfg.data.root, cfg.data.max_mb
-    max_bytes = MAX_CONLL_BYTES if max_mb is None else int(max_mb * 2**20)
+    max_bytes = MAX_CONLL_BYTES if cfg.data.max_mb is None else int(cfg.data.max_mb * 2**20)
     try:
-        if name == "conll2000":
-            sents = load_conll2000(split, root, max_bytes=max_bytes)
-        else:
-            sents = load_conll2002(name.split("-")[1], split, root, max_bytes=max_bytes)
+        sents = load_conll(cfg.data.name, split, cfg.data.root, max_bytes=max_bytes)
     except FileNotFoundError as e:
-        raise ConfigError(f"data.name={name!r}: {e}") from None
+        raise ConfigError(f"data.name={cfg.data.name!r}: {e}") from None
     return sents if limit is None else sents[:limit]
 
 
@@ -140,11 +133,12 @@ class TaggingSettings:
 
 
 class TaggingTask(StructuredTask[TaggingSettings]):
-    """CRF taggers on CoNLL-2000 / CoNLL-2002 (see the module docstring)."""
+    """CRF taggers on CoNLL-2000 / CoNLL-2002 (module docstring): what every kind shares; each ``model.kind``
+    is a subclass (:class:`NeuralTaggingTask`, :class:`FeatureCRFTask`)."""
 
-    data_names = DATA_NAMES
-    model_kinds = MODEL_KINDS
-    objective_kinds = OBJECTIVE_KINDS
+    data_names = CONLL_NAMES
+    objective_kinds = tuple(DRAWS_NOISE)
+    keys: ClassVar[tuple[str, ...]] = ()  #: the ``[tagging]`` keys this kind reads
     section = "tagging"
     settings_type = TaggingSettings
     rules: ClassVar[dict[str, Rule]] = {
@@ -172,20 +166,20 @@ class TaggingTask(StructuredTask[TaggingSettings]):
         if cfg.model.hidden != ModelConfig().hidden:
             raise ConfigError(f"model.hidden: the MLP's hidden widths; the CoNLL taggers' width is tagging.hidden "
                               f"(renamed); got model.hidden={cfg.model.hidden}")
-        if o.kind == "crf-nce" and not (o.nu >= 1 and float(o.nu).is_integer()):
+        noise = DRAWS_NOISE[o.kind]
+        if noise and not (o.nu >= 1 and float(o.nu).is_integer()):
             raise ConfigError(f"objective.nu: expected a whole number >= 1 of noise sequences per sentence; got {o.nu}")
-        if o.kind == "crf-nce" and cfg.train.optimizer == "lbfgs":
+        if noise and cfg.train.optimizer == "lbfgs":
             raise ConfigError("train.optimizer: crf-nce draws fresh noise sequences at every evaluation, so a "
                               "line search would compare different objectives; expected 'adam' or 'sgd'; "
                               "got 'lbfgs'")
-        if o.kind == "crf-nce" and (s.c1 > 0 or s.c2 > 0):
+        if noise and (s.c1 > 0 or s.c2 > 0):
             raise ConfigError(f"tagging.c1/c2: the L1/L2 terms belong to the crf objective; crf-nce takes "
                               f"none (use train.weight_decay); got c1={s.c1}, c2={s.c2}")
         if s.c1 > 0 and cfg.train.optimizer != "lbfgs":
             raise ConfigError(f"tagging.c1: an L1 term needs train.optimizer='lbfgs' (OWL-QN); "
                               f"got train.optimizer={cfg.train.optimizer!r}")
-        refuse_unread("tagging", s, KIND_KEYS.get(cfg.model.kind, ()), f"model.kind={cfg.model.kind!r}",
-                      lambda key: [f"model.kind = {', '.join(k for k, keys in KIND_KEYS.items() if key in keys)}"])
+        refuse_unread("tagging", s, self.keys, f"model.kind={cfg.model.kind!r}", _readers)
 
     # -- StructuredTask -----------------------------------------------------------------------
     def load(self, cfg: Config, *, stored: Mapping[str, bytes] | None = None) -> TaskData:
@@ -209,67 +203,31 @@ class TaggingTask(StructuredTask[TaggingSettings]):
         except ValueError:  # a training tag the stored list lacks
             raise changed_data("data.root", f"the {cfg.data.name} training sentences", VOCAB_FILE) from None
         info: dict[str, Any] = {"tags": tags, "n_train": len(train)}
-        if cfg.model.kind == "feature-crf":
-            from ebms.structured.features import FEATURE_SETS, observed_transitions
-
-            extract: Callable[[Sentence], list[dict[str, float]]] = FEATURE_SETS[
-                s.features or DEFAULT_FEATURES[cfg.data.name]]
-            # One pass, one sentence at a time: the attribute dicts are never all held in memory,
-            # and the corpus is kept without padding (see CorpusRowsObjective).
-            vocab = AttributeVocabulary([] if was is None else stored_strings(was, "attributes", VOCAB_FILE)[1:])
-            corpus = vocab.encode_flat((extract(s) for s in train), grow=was is None)
-            info.update(n_attributes=len(vocab), observed=corpus.observed_pairs(y, len(vocab), len(tags)),
-                        observed_transitions=(observed_transitions(y, lengths, len(tags))
-                                              if cfg.data.name == "conll2000" else None),
-                        corpus=corpus)
-            x: tuple[Tensor, ...] = (torch.arange(len(train)),)
-            info["maps"] = {"tags": tags, "attributes": vocab.attributes}
-            info["train_sha256"] = fingerprint(corpus.ids, corpus.values, corpus.offsets, corpus.lengths, y, lengths)
-            _check_stored(cfg, was, info)
-            test = {k: _split(v, vocab.encode_flat(extract(s) for s in v)) for k, v in splits.items() if v}
-            return TaskData(train=(*x, y, lengths), test=test, info=info, name=cfg.data.name)
-        words = WordVocabulary(train) if was is None else stored_word_vocabulary(was, VOCAB_FILE, chars=True)
-        use_chars = s.char_dim > 0
-        info.update(vocab_size=len(words.words), char_vocab_size=len(words.chars) if use_chars else None)
-        x = words.encode(train, chars=use_chars)
-        info["maps"] = {"tags": tags, "words": words.words, "chars": words.chars}
-        info["train_sha256"] = fingerprint(*x, y, lengths)
-        _check_stored(cfg, was, info)
-        test = {k: _split(v, words.encode(v, chars=use_chars)) for k, v in splits.items() if v}
+        x, encode = self.encoder(cfg, was, train, y, lengths, info)
+        if was is not None and was.get("train_sha256") != info["train_sha256"]:  # no longer the recorded sentences
+            raise changed_data("data.root", f"the {cfg.data.name} training sentences", VOCAB_FILE)
+        test = {k: _split(v, encode(v)) for k, v in splits.items() if v}
         return TaskData(train=(*x, y, lengths), test=test, info=info, name=cfg.data.name)
+
+    @abc.abstractmethod
+    def encoder(self, cfg: Config, was: Any, train: list[Sentence], y: Tensor, lengths: Tensor, info: dict[str, Any]
+                ) -> tuple[tuple[Tensor, ...], Callable[[list[Sentence]], Any]]:
+        """The training inputs and how to encode test sentences, with the maps fitted to ``train`` (or stored
+        in ``was``) and ``train_sha256`` written to ``info``."""
 
     def run_files(self, cfg: Config, data: TaskData) -> dict[str, bytes]:
         """``vocab.json``: the tag list, the word and character (or attribute) lists, the training fingerprint."""
         return {VOCAB_FILE: dump_json({"format": VOCAB_FORMAT, "version": 1, **data.info["maps"],
                                        "train_sha256": data.info["train_sha256"]})}
 
-    def build_model(self, cfg: Config, data: TaskData) -> nn.Module:
+    def inner_objective(self, cfg: Config, data: TaskData, chunk: int | None) -> nn.Module:
+        """Conditional ML (``crf``, with the L2 term ``c2 / N``) or conditional NCE (``crf-nce``) of padded rows."""
         s, info = self.settings(cfg), data.info
-        if cfg.model.kind == "feature-crf":
-            from ebms.models.feature_crf import FeatureCRF
-
-            return FeatureCRF(info["n_attributes"], len(info["tags"]), observed=info["observed"],
-                              observed_transitions=info["observed_transitions"])
-        allowed, allowed_start = bio_allowed_transitions(info["tags"])
-        return NeuralCRFTagger(info["vocab_size"], len(info["tags"]), embedding_dim=s.embedding_dim, hidden=s.hidden,
-                               encoder=cfg.model.kind.split("-")[0], layers=s.layers, dropout=s.dropout,
-                               char_vocab_size=info["char_vocab_size"], char_dim=max(s.char_dim, 1),
-                               allowed=allowed, allowed_start=allowed_start)
-
-    def build_objective(self, cfg: Config, data: TaskData) -> nn.Module:
-        s, info, feature_crf = self.settings(cfg), data.info, cfg.model.kind == "feature-crf"
-        if feature_crf and cfg.objective.kind == "crf":  # the feature-CRF likelihood (full batch: cached CSR pass)
-            return FeatureCRFLikelihood.from_corpus(info["corpus"], data.train[1], n_attributes=info["n_attributes"],
-                                                    l2=s.c2 / data.size, bucket_size=FULL_BATCH_CHUNK)
-        chunk = FULL_BATCH_CHUNK if cfg.train.optimizer == "lbfgs" else None
-        inner: nn.Module
-        if cfg.objective.kind == "crf-nce":
+        if DRAWS_NOISE[cfg.objective.kind]:
             *_, y, lengths = data.train
-            inner = ConditionalNCE(TagBigramNoise.fit(y, lengths, len(info["tags"])), nu=int(cfg.objective.nu),
-                                   chunk_size=chunk)
-        else:
-            inner = ConditionalML(l2=s.c2 / data.size, chunk_size=chunk)
-        return CorpusRowsObjective(info["corpus"], inner) if feature_crf else inner  # feature CRF: pad rows per batch
+            return ConditionalNCE(TagBigramNoise.fit(y, lengths, len(info["tags"])), nu=int(cfg.objective.nu),
+                                  chunk_size=chunk)
+        return ConditionalML(l2=s.c2 / data.size, chunk_size=chunk)
 
     def build_optimizer(self, cfg: Config,
                         data: TaskData) -> Callable[[list[dict[str, Any]]], torch.optim.Optimizer] | None:
@@ -297,10 +255,82 @@ class TaggingTask(StructuredTask[TaggingSettings]):
         return out
 
 
-def _check_stored(cfg: Config, was: Mapping[str, Any] | None, info: dict[str, Any]) -> None:
-    """Refuse training sentences that no longer encode to the ones a stored run recorded."""
-    if was is not None and was.get("train_sha256") != info["train_sha256"]:
-        raise changed_data("data.root", f"the {cfg.data.name} training sentences", VOCAB_FILE)
+class NeuralTaggingTask(TaggingTask):
+    """``bilstm-crf`` / ``cnn-crf``: :class:`~ebms.models.crf_tagger.NeuralCRFTagger` on word (and character) ids."""
+
+    model_kinds = ("bilstm-crf", "cnn-crf")
+    keys = ("limit", "embedding_dim", "char_dim", "hidden", "layers", "dropout", "c1", "c2")
+    encoders: ClassVar[dict[str, str]] = {"bilstm-crf": "bilstm", "cnn-crf": "cnn"}  #: each kind's encoder
+
+    def encoder(self, cfg: Config, was: Any, train: list[Sentence], y: Tensor, lengths: Tensor, info: dict[str, Any]
+                ) -> tuple[tuple[Tensor, ...], Callable[[list[Sentence]], Any]]:
+        words = WordVocabulary(train) if was is None else stored_word_vocabulary(was, VOCAB_FILE, chars=True)
+        use_chars = self.settings(cfg).char_dim > 0
+        info.update(vocab_size=len(words.words), char_vocab_size=len(words.chars) if use_chars else None)
+        x = words.encode(train, chars=use_chars)
+        info["maps"] = {"tags": info["tags"], "words": words.words, "chars": words.chars}
+        info["train_sha256"] = fingerprint(*x, y, lengths)
+        return x, lambda sents: words.encode(sents, chars=use_chars)
+
+    def build_model(self, cfg: Config, data: TaskData) -> nn.Module:
+        s, info = self.settings(cfg), data.info
+        allowed, allowed_start = bio_allowed_transitions(info["tags"])
+        return NeuralCRFTagger(info["vocab_size"], len(info["tags"]), embedding_dim=s.embedding_dim, hidden=s.hidden,
+                               encoder=self.encoders[cfg.model.kind], layers=s.layers, dropout=s.dropout,
+                               char_vocab_size=info["char_vocab_size"], char_dim=max(s.char_dim, 1),
+                               allowed=allowed, allowed_start=allowed_start)
+
+    def build_objective(self, cfg: Config, data: TaskData) -> nn.Module:
+        return self.inner_objective(cfg, data, FULL_BATCH_CHUNK if cfg.train.optimizer == "lbfgs" else None)
 
 
-register(TaggingTask())
+class FeatureCRFTask(TaggingTask):
+    """``feature-crf``: :class:`~ebms.models.feature_crf.FeatureCRF` on the attributes of ``tagging.features``."""
+
+    model_kinds = ("feature-crf",)
+    keys = ("features", "limit", "c1", "c2")
+
+    def encoder(self, cfg: Config, was: Any, train: list[Sentence], y: Tensor, lengths: Tensor, info: dict[str, Any]
+                ) -> tuple[tuple[Tensor, ...], Callable[[list[Sentence]], Any]]:
+        """Row ids into the unpadded attribute corpus (one sentence at a time); test sentences as their own."""
+        from ebms.structured.features import FEATURE_SETS, observed_transitions
+
+        s, tags = self.settings(cfg), info["tags"]
+        extract: Callable[[Sentence], list[dict[str, float]]] = FEATURE_SETS[
+            s.features or DEFAULT_FEATURES[cfg.data.name]]
+        # One pass, one sentence at a time: the attribute dicts are never all held in memory,
+        # and the corpus is kept without padding (see CorpusRowsObjective).
+        vocab = AttributeVocabulary([] if was is None else stored_strings(was, "attributes", VOCAB_FILE)[1:])
+        corpus = vocab.encode_flat((extract(s) for s in train), grow=was is None)
+        info.update(n_attributes=len(vocab), observed=corpus.observed_pairs(y, len(vocab), len(tags)),
+                    observed_transitions=(observed_transitions(y, lengths, len(tags))
+                                          if cfg.data.name == "conll2000" else None),
+                    corpus=corpus)
+        info["maps"] = {"tags": tags, "attributes": vocab.attributes}
+        info["train_sha256"] = fingerprint(corpus.ids, corpus.values, corpus.offsets, corpus.lengths, y, lengths)
+        return (torch.arange(len(train)),), lambda sents: vocab.encode_flat(extract(s) for s in sents)
+
+    def build_model(self, cfg: Config, data: TaskData) -> nn.Module:
+        from ebms.models.feature_crf import FeatureCRF
+
+        info = data.info
+        return FeatureCRF(info["n_attributes"], len(info["tags"]), observed=info["observed"],
+                          observed_transitions=info["observed_transitions"])
+
+    def build_objective(self, cfg: Config, data: TaskData) -> nn.Module:
+        """``crf``: the likelihood of the whole corpus (one cached CSR pass); else padded rows per batch."""
+        s, info = self.settings(cfg), data.info
+        if not DRAWS_NOISE[cfg.objective.kind]:
+            return FeatureCRFLikelihood.from_corpus(info["corpus"], data.train[1], n_attributes=info["n_attributes"],
+                                                    l2=s.c2 / data.size, bucket_size=FULL_BATCH_CHUNK)
+        chunk = FULL_BATCH_CHUNK if cfg.train.optimizer == "lbfgs" else None
+        return CorpusRowsObjective(info["corpus"], self.inner_objective(cfg, data, chunk))
+
+
+def _readers(key: str) -> list[str]:
+    kinds = (k for t in registered() if isinstance(t, TaggingTask) and key in t.keys for k in t.model_kinds)
+    return [f"model.kind = {', '.join(kinds)}"]
+
+
+register(NeuralTaggingTask())
+register(FeatureCRFTask())

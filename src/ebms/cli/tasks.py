@@ -43,9 +43,11 @@ __all__ = [
     "TaskData",
     "TaskReport",
     "check_batch_size",
+    "default_task",
     "moved_message",
     "register",
     "registered",
+    "section_readers",
     "task_for",
     "task_names",
     "task_rules",
@@ -54,7 +56,8 @@ __all__ = [
 
 #: modules whose import registers the packaged tasks (in this order: their sections' order).
 BUILTIN_TASK_MODULES = ("ebms.cli.continuous", "ebms.cli.images", "ebms.cli.tagging", "ebms.cli.speech",
-                        "ebms.cli.language", "ebms.cli.generation", "ebms.cli.vision", "ebms.cli.jrf")
+                        "ebms.cli.language", "ebms.cli._language_trf", "ebms.cli._generation_text",
+                        "ebms.cli.generation", "ebms.cli.vision", "ebms.cli.jrf")
 
 S = TypeVar("S")
 
@@ -78,16 +81,12 @@ class Task(abc.ABC, Generic[S]):
     rules: ClassVar[dict[str, Rule]] = {}
     #: keys it took over from the shared sections: old dotted key -> key of its section.
     moved: ClassVar[dict[str, str]] = {}
-    #: ``model.kind`` and ``objective.kind`` values it accepts; the first of each is the default
-    #: when the user sets ``data.name`` alone.
+    #: ``model.kind`` values it serves (with each data name: its registry keys), ``objective.kind`` values its
+    #: family accepts; the first of each is the default when the user sets ``data.name`` alone.
     model_kinds: ClassVar[tuple[str, ...]] = ()
     objective_kinds: ClassVar[tuple[str, ...]] = ()
-    #: further defaults (dotted key -> value) for shared keys the user did not set, then per ``model.kind``.
+    #: further defaults (dotted key -> value) for shared keys the user did not set.
     defaults: ClassVar[dict[str, Any]] = {}
-    kind_defaults: ClassVar[dict[str, dict[str, Any]]] = {}
-    #: route by ``(data.name, model.kind)``: this task serves its names only with its model kinds, ahead
-    #: of the task serving the name (continuous images share the binary sets' names).
-    routes_by_kind: ClassVar[bool] = False
     #: a conditional task ``p(y | x)``: no unconditional samples.
     conditional: ClassVar[bool] = False
     #: ``ebms eval --ais`` applies (log Z of a model of binary data, a TRF's per-length log Z).
@@ -104,16 +103,15 @@ class Task(abc.ABC, Generic[S]):
         """The data of ``cfg`` in words, e.g. ``data.name='rings' (a toy set)``."""
         return f"data.name={cfg.data.name!r} ({self.what})"
 
-    def default_settings(self, model_kind: str | None = None) -> dict[str, Any]:
+    def default_settings(self) -> dict[str, Any]:
         """Values this task gives the shared keys a config did not set (applied by
-        :func:`~ebms.cli.config.load_config`): its first model and objective kind, then :attr:`defaults`
-        and :attr:`kind_defaults` of ``model_kind``."""
+        :func:`~ebms.cli.config.load_config`): its first model and objective kind, then :attr:`defaults`."""
         out: dict[str, Any] = {}
         if self.model_kinds:
             out["model.kind"] = self.model_kinds[0]
         if self.objective_kinds:
             out["objective.kind"] = self.objective_kinds[0]
-        return {**out, **self.defaults, **self.kind_defaults.get(model_kind or "", {})}
+        return {**out, **self.defaults}
 
     def check_names(self, cfg: Config) -> None:
         """Check the name-valued keys of this task's section (called for every task, served or not)."""
@@ -257,20 +255,22 @@ class StructuredTask(Task[S]):
             return TaskReport(step=step, task=cfg.data.name, figures=self.evaluate(cfg, model, data))
 
 
-TASKS: dict[str, Task[Any]] = {}
-#: tasks routed by ``(data.name, model.kind)`` (:attr:`Task.routes_by_kind`), consulted first.
+#: the registry :func:`task_for` routes by: tasks by their ``(data.name, model.kind)`` pairs.
 KIND_TASKS: dict[tuple[str, str], Task[Any]] = {}
+#: tasks that list no model kinds (they take any ``model.kind``), by ``data.name``.
+TASKS: dict[str, Task[Any]] = {}
 #: the task a config with ``data.path`` set goes to (a file of the user's own points).
 PATH_TASK: list[Task[Any]] = []
 _loaded = False
 
 
 def register(task: Task[Any], *, path: bool = False) -> Task[Any]:
-    """Serve ``task.data_names`` (or, with ``path``, configs that set ``data.path``) with ``task``.
+    """Serve each ``(data.name, model.kind)`` pair of ``task`` (a name with any kind when it lists no kinds;
+    with ``path``, configs that set ``data.path``).
 
     Raises:
         TypeError: ``task`` is not a :class:`Task`.
-        ValueError: it names no ``data.name``, or a name another task serves already.
+        ValueError: it names no ``data.name``, or a pair (or name) another task serves already.
     """
     if not isinstance(task, Task):
         raise TypeError(f"task: expected a Task instance; got {type(task).__name__}")
@@ -279,14 +279,14 @@ def register(task: Task[Any], *, path: bool = False) -> Task[Any]:
         return task
     if not task.data_names:
         raise ValueError(f"task: {type(task).__name__} names no data.name values (data_names is empty)")
-    if task.routes_by_kind:
-        KIND_TASKS.update({(name, kind): task for name in task.data_names for kind in task.model_kinds})
-        return task
-    for name in task.data_names:
-        other = TASKS.get(name)
+    table: dict[Any, Task[Any]] = KIND_TASKS if task.model_kinds else TASKS
+    keys = [(n, k) for n in task.data_names for k in task.model_kinds] if task.model_kinds else list(task.data_names)
+    for key in keys:
+        other = table.get(key)
         if other is not None and type(other) is not type(task):
-            raise ValueError(f"task: data.name {name!r} is already served by {type(other).__name__}")
-        TASKS[name] = task
+            served = "data.name {!r} with model.kind {!r}".format(*key) if task.model_kinds else f"data.name {key!r}"
+            raise ValueError(f"task: {served} is already served by {type(other).__name__}")
+    table.update(dict.fromkeys(keys, task))
     return task
 
 
@@ -313,16 +313,32 @@ def registered() -> list[Task[Any]]:
 def task_names() -> list[str]:
     """Every ``data.name`` some task serves."""
     _load_builtin()
-    return sorted(TASKS)
+    return sorted({*TASKS, *(name for name, _ in KIND_TASKS)})
+
+
+def default_task(name: str) -> Task[Any] | None:
+    """The task serving ``data.name = name`` with a ``model.kind`` of none of its tasks (unset, unknown):
+    the first serving it in :func:`registered` order, whose first model kind is the name's default."""
+    return next((t for t in registered() if name in t.data_names), None)
 
 
 def task_for(cfg: Config) -> Task[Any] | None:
-    """The task serving ``cfg``: the point-file task when ``data.path`` is set, else the one
-    registered under ``(data.name, model.kind)``, else under ``data.name`` (``None`` for an unknown name)."""
+    """The task serving ``cfg``: the point-file task when ``data.path`` is set, else the one registered
+    under ``(data.name, model.kind)``, else :func:`default_task` (``None`` for an unknown name)."""
     _load_builtin()
     if cfg.data.path is not None and PATH_TASK:
         return PATH_TASK[0]
-    return KIND_TASKS.get((cfg.data.name, cfg.model.kind)) or TASKS.get(cfg.data.name)
+    return KIND_TASKS.get((cfg.data.name, cfg.model.kind)) or default_task(cfg.data.name)
+
+
+def section_readers(section: str) -> tuple[list[str], list[str]]:
+    """The ``data.name`` values of the tasks reading ``section``, and their model kinds when another
+    task is their names' :func:`default_task` (``[]`` otherwise)."""
+    tasks = [t for t in registered() if t.section == section]
+    names = sorted({n for t in tasks for n in t.data_names})
+    kinds = list(dict.fromkeys(k for t in tasks for k in t.model_kinds))
+    defaults = {default_task(n) for n in names}
+    return names, ([] if any(t in defaults for t in tasks) else kinds)
 
 
 def task_sections() -> dict[str, type]:
@@ -338,12 +354,15 @@ def task_rules() -> dict[str, Rule]:
 def moved_message(key: str) -> str | None:
     """The one-line error for a key spelled as before issue 10 (``data.scale``), naming its new
     key(s); ``None`` when ``key`` never existed."""
-    targets = [(t, f"{t.section}.{t.moved[key]}") for t in registered() if key in t.moved]
+    targets: dict[str, set[str]] = {}  # new key -> the data names of the tasks that read it
+    for t in registered():
+        if key in t.moved:
+            targets.setdefault(f"{t.section}.{t.moved[key]}", set()).update(t.data_names)
     if not targets:
         return None
     if len(targets) == 1:
-        return f"{key}: renamed; use {targets[0][1]}"
-    uses = " or ".join(f"{new} (data.name = {', '.join(sorted(t.data_names))})" for t, new in targets)
+        return f"{key}: renamed; use {next(iter(targets))}"
+    uses = " or ".join(f"{new} (data.name = {', '.join(sorted(names))})" for new, names in targets.items())
     return f"{key}: renamed; use {uses}"
 
 

@@ -92,11 +92,34 @@ from ebms.samplers import Sampler
 from ebms.spaces import Box
 from ebms.train.callbacks import SampleSnapshot
 
-__all__ = ["VisionClassifierReport", "VisionEnergyReport", "VisionSettings", "VisionTask"]
+__all__ = ["IMAGE_OBJECTIVES", "ClassifierTask", "ConvTask", "ImageObjective", "JEMTask", "VisionClassifierReport",
+           "VisionEnergyReport", "VisionSettings", "VisionTask"]
 
 #: seed offsets: the labelled subset, the evaluation's noise and bootstrap, the samples of ``sample``.
 LABEL_SEED, EVAL_SEED, SAMPLE_SEED = 37, 41, 7
-OBJECTIVES_OF = {"conv": ("pcd", "improved-cd", "recovery"), "jem": ("jem",), "classifier": ("ce",)}
+#: the kernels that move on images (in the box [-1, 1]).
+IMAGE_SAMPLERS = ("sgld", "ula", "mala")
+
+
+@dataclass(frozen=True)
+class ImageObjective:
+    """What an ``objective.kind`` of the image tasks needs besides its builder.
+
+    Attributes:
+        replay: its chains come from a replay buffer (``train.batch_size`` at most its slots).
+        noise_conditional: it trains a noise-conditional energy (levels ``objective.sigmas``), sampled
+            progressively and evaluated at its lowest level (the recovery likelihood).
+        restarts: its chains may restart at ``vision.informative_init``'s Gaussians.
+    """
+
+    replay: bool = False
+    noise_conditional: bool = False
+    restarts: bool = True
+
+
+IMAGE_OBJECTIVES = {"pcd": ImageObjective(replay=True), "improved-cd": ImageObjective(replay=True),
+                    "recovery": ImageObjective(noise_conditional=True, restarts=False),
+                    "jem": ImageObjective(replay=True), "ce": ImageObjective(restarts=False)}
 
 
 @dataclass
@@ -152,13 +175,14 @@ class VisionEnergyReport(ImageEnergyReport):
 
 
 class VisionTask(Task[VisionSettings]):
-    """Continuous images (see the module docstring)."""
+    """Continuous images (see the module docstring): the keys, data, chains, OOD sets and plots every
+    kind shares. Each ``model.kind`` is a subclass registered for it (:class:`ConvTask`,
+    :class:`JEMTask`, :class:`ClassifierTask`)."""
 
     data_names = ("mnist", "fashion-mnist", "digits")
     what = "continuous images"
     section = "vision"
     settings_type = VisionSettings
-    routes_by_kind = True
     rules: ClassVar[dict[str, Rule]] = {
         "limit": COUNT, "val_fraction": FRACTION, "labels_per_class": COUNT,
         "channels": Rule(low=1, min_items=1), "groups": COUNT, "spectral_norm": Rule(), "data_noise": NONNEG,
@@ -167,36 +191,40 @@ class VisionTask(Task[VisionSettings]):
         "recovery_b": Rule(low=0, high=4, low_open=True, high_open=True),
         "ood": Rule(choices=OOD_SETS, text=f"a list of out-of-distribution sets among {', '.join(OOD_SETS)} "
                                           f"([]: none)"), "ood_size": COUNT, "ece_bins": COUNT, "snapshot_every": NONNEG}
-    model_kinds = ("conv", "jem", "classifier")
-    objective_kinds = ("pcd", "improved-cd", "recovery", "jem", "ce")
+    objective_kinds = tuple(IMAGE_OBJECTIVES)
     defaults: ClassVar[dict[str, Any]] = {"train.batch_size": 64, "train.lr": 1e-4, "sampler.step_size": 1.0,
                                           "sampler.noise_scale": 0.01, "objective.buffer_size": 10000}
-    kind_defaults: ClassVar[dict[str, dict[str, Any]]] = {"jem": {"objective.kind": "jem"},
-                                                          "classifier": {"objective.kind": "ce", "train.lr": 1e-3}}
+    #: the ``objective.kind`` values this kind trains by.
+    trained_by: ClassVar[tuple[str, ...]] = ()
+    #: it learns from labels (a classifier); else an energy of the images alone.
+    labels: ClassVar[bool] = True
 
     def describe(self, cfg: Config) -> str:
         return f"data.name={cfg.data.name!r} with model.kind={cfg.model.kind!r} ({self.what})"
 
+    def objective(self, cfg: Config) -> ImageObjective:
+        """What the configured ``objective.kind`` needs (:data:`IMAGE_OBJECTIVES`)."""
+        return IMAGE_OBJECTIVES[cfg.objective.kind]
+
     def check(self, cfg: Config) -> None:
         s, kind = self.settings(cfg), cfg.model.kind
-        if cfg.objective.kind not in OBJECTIVES_OF[kind]:
-            raise ConfigError(f"objective.kind: model.kind = {kind!r} trains by {', '.join(OBJECTIVES_OF[kind])}; "
+        if cfg.objective.kind not in self.trained_by:
+            raise ConfigError(f"objective.kind: model.kind = {kind!r} trains by {', '.join(self.trained_by)}; "
                               f"got {cfg.objective.kind!r}")
-        if cfg.sampler.kind not in ("sgld", "ula", "mala"):
+        if cfg.sampler.kind not in IMAGE_SAMPLERS:
             raise ConfigError(f"sampler.kind: images move by sgld, ula or mala; got {cfg.sampler.kind!r}")
         if any(c % s.groups for c in s.channels):
             raise ConfigError(f"vision.groups: expected a divisor of every entry of vision.channels {s.channels}; "
                               f"got {s.groups}")
-        if cfg.objective.kind in ("pcd", "improved-cd", "jem"):  # chains drawn from a replay buffer
-            # a class-conditional JEM buffer splits its slots among the 10 classes every image set has
-            check_replay_buffer(cfg, classes=10 if s.conditional and cfg.objective.kind == "jem" else None)
-        if cfg.objective.kind == "recovery" and len(cfg.objective.sigmas) < 1:
+        if self.objective(cfg).replay:  # chains drawn from a replay buffer
+            check_replay_buffer(cfg, classes=self.buffer_classes(cfg))
+        if self.objective(cfg).noise_conditional and len(cfg.objective.sigmas) < 1:
             raise ConfigError("objective.sigmas: the recovery likelihood needs its noise levels, e.g. "
                               "objective.sigmas=[0.05, 0.1, 0.2]; got []")
-        if cfg.objective.kind == "recovery" and s.spectral_norm:
+        if self.objective(cfg).noise_conditional and s.spectral_norm:
             raise ConfigError("vision.spectral_norm: the recovery likelihood's noise-conditional energy has no "
                               "spectral-norm option; set vision.spectral_norm = false")
-        if s.labels_per_class is not None and kind == "conv":
+        if s.labels_per_class is not None and not self.labels:
             raise ConfigError("vision.labels_per_class: an image energy (model.kind = 'conv') uses no labels; "
                               "set model.kind = 'jem' or 'classifier'")
         other_size = ("mnist", "fashion-mnist") if cfg.data.name == "digits" else ()
@@ -206,6 +234,14 @@ class VisionTask(Task[VisionSettings]):
             raise ConfigError(f"vision.ood: {bad[0]!r} is not an out-of-distribution set for data.name = "
                               f"{cfg.data.name!r} (the same data, or images of another size); expected some of "
                               f"{', '.join(valid)}")
+
+    def buffer_classes(self, cfg: Config) -> int | None:
+        """Classes a class-conditional replay buffer splits its slots among (``None``: one pool)."""
+        return None
+
+    def semi_supervised(self, cfg: Config) -> bool:
+        """Each batch holds labelled and unlabelled halves (JEM with ``vision.labels_per_class``)."""
+        return False
 
     def ood_sets(self, cfg: Config) -> list[str]:
         """``vision.ood`` (``[]``: none), or when it is unset the default sets: the other 28x28 set (for
@@ -250,26 +286,23 @@ class VisionTask(Task[VisionSettings]):
     def space(self, data: ImageSplits) -> Box:
         return Box(data.image_shape, -1.0, 1.0)
 
+    def common(self, cfg: Config) -> dict[str, Any]:
+        """The network keys every kind's convolutional trunk takes."""
+        s = self.settings(cfg)
+        return {"channels": tuple(s.channels), "groups": s.groups, "spectral_norm": s.spectral_norm,
+                "activation": cfg.model.activation}
+
     def build_model(self, cfg: Config, data: ImageSplits) -> nn.Module:
-        s, kind = self.settings(cfg), cfg.model.kind
-        common = {"channels": tuple(s.channels), "groups": s.groups, "spectral_norm": s.spectral_norm,
-                  "activation": cfg.model.activation}
-        c, size = data.image_shape[0], data.image_shape[1:]
-        if kind == "conv" and cfg.objective.kind == "recovery":
-            return build("vision", s, NoiseConditionalEnergy, data.image_shape, len(cfg.objective.sigmas), trunk="conv",
-                         channels=tuple(s.channels), groups=s.groups, activation=cfg.model.activation)
-        if kind == "conv":
-            return build("vision", s, ConvEnergy, c, size, **common)
-        return JEM(build("vision", s, ConvClassifier, c, size, data.n_classes, **common), data.n_classes)
+        """JEM's model: a :class:`~ebms.nets.ConvClassifier` whose logits also give ``E(x)``."""
+        c, size, s = data.image_shape[0], data.image_shape[1:], self.settings(cfg)
+        return JEM(build("vision", s, ConvClassifier, c, size, data.n_classes, **self.common(cfg)), data.n_classes)
 
     def informative_start(self, cfg: Config, data: ImageSplits) -> ClassConditionalGaussian | None:
         """Where chains restart with ``vision.informative_init``: JEM's class-conditional Gaussians fitted
         to the labelled training images; for an image energy (``conv``, no labels used) one Gaussian
         fitted to all training images. ``None`` when the key is off or for the recovery likelihood."""
-        if not self.settings(cfg).informative_init or cfg.objective.kind in ("recovery", "ce"):
+        if not self.settings(cfg).informative_init or not self.objective(cfg).restarts:
             return None
-        if cfg.model.kind == "conv":
-            return ClassConditionalGaussian.fit(data.train, torch.zeros(data.train.shape[0], dtype=torch.long))
         lab = data.train_targets >= 0
         return ClassConditionalGaussian.fit(data.train[lab], data.train_targets[lab], n_classes=data.n_classes)
 
@@ -283,36 +316,20 @@ class VisionTask(Task[VisionSettings]):
                      n_classes=n_classes, **kw)
 
     def build_objective(self, cfg: Config, data: ImageSplits) -> Callable[..., Any]:
-        s, o, kind = self.settings(cfg), cfg.objective, cfg.objective.kind
-        sampler = build_sampler(cfg, self.space(data))
-        if kind == "recovery":
-            return build("objective", o, RecoveryLikelihood, tuple(o.sigmas), k=o.k, b=s.recovery_b)
-        if kind == "ce":
-            return CrossEntropy()
-        if kind == "jem":
-            buffer = self._buffer(cfg, data, data.n_classes if s.conditional else None)
-            return build("objective", o, JEMObjective, sampler, buffer, k=o.k, generative_weight=s.generative_weight,
-                         warmup_steps=s.warmup_steps, conditional=s.conditional, regularization=o.regularization)
-        buffer = self._buffer(cfg, data, None)
-        if kind == "pcd":
-            return PersistentContrastiveDivergence(sampler, buffer, k=o.k, regularization=o.regularization)
-        # shifted-in pixels take the background value -1 (black), not 0 (mid-grey in [-1, 1])
-        shift = partial(random_shift, max_shift=2, fill=-1.0)
-        augment = Augment([shift], clamp=(-1.0, 1.0)) if s.augment else None
-        return build("objective", o, ImprovedCD, sampler, buffer, k=o.k, kl_weight=s.kl_weight,
-                     entropy_weight=s.entropy_weight, augment=augment, regularization=o.regularization)
+        return self.objectives(cfg, data, build_sampler(cfg, self.space(data)))[cfg.objective.kind]()
+
+    def objectives(self, cfg: Config, data: ImageSplits, sampler: Sampler) -> dict[str, Callable[[], Any]]:
+        """The builder of each ``objective.kind`` this kind trains by."""
+        return {}
 
     def training_data(self, cfg: Config, data: ImageSplits) -> Callable[[int, torch.Generator], Any]:
         """``(n, generator) -> batch``: noisy images (and labels; ``-1`` marks an unlabelled row)."""
-        s, kind = self.settings(cfg), cfg.model.kind
+        s, half, labels = self.settings(cfg), self.semi_supervised(cfg), self.labels
         labelled = torch.nonzero(data.train_targets >= 0).squeeze(1)
-        pool = labelled if kind == "classifier" or s.labels_per_class is None else None
-        check_batch_size(cfg, int(labelled.numel() if pool is not None else data.train.shape[0]),
+        check_batch_size(cfg, int(data.train.shape[0] if half else labelled.numel()),
                          f"training images of {cfg.data.name}")
         noise = s.data_noise
-
-        half = pool is None and kind != "conv"  # semi-supervised JEM: a labelled and an unlabelled half
-        if half and cfg.train.batch_size < 2:
+        if half and cfg.train.batch_size < 2:  # semi-supervised JEM: a labelled and an unlabelled half
             raise ConfigError(f"train.batch_size: semi-supervised JEM splits each batch into labelled and unlabelled "
                               f"halves; expected at least 2; got {cfg.train.batch_size}")
 
@@ -321,13 +338,13 @@ class VisionTask(Task[VisionSettings]):
             rows = [labelled[torch.randint(labelled.numel(), (n_lab,), generator=g)]]
             if half:
                 rows.append(torch.randint(data.train.shape[0], (n // 2,), generator=g))
-            elif kind == "conv":
+            elif not labels:
                 rows = [torch.randint(data.train.shape[0], (n,), generator=g)]
             idx = torch.cat(rows)
             x = data.train[idx]
             if noise > 0:
                 x = (x + noise * torch.randn(x.shape, generator=g)).clamp_(-1.0, 1.0)  # stay in the chains' box
-            if kind == "conv":
+            if not labels:
                 return x
             y = data.train_targets[idx].clone()
             y[n_lab:] = -1
@@ -335,20 +352,23 @@ class VisionTask(Task[VisionSettings]):
 
         return draw
 
+    def energy(self, cfg: Config, model: nn.Module) -> Any:
+        """The energy of images the model defines (a noise-conditional one's at its lowest level)."""
+        return cast(Any, model).at(0) if self.objective(cfg).noise_conditional else model
+
     def report(self, cfg: Config, model: nn.Module, data: ImageSplits, step: int, *, use_ais: bool = False) -> Any:
         """The figures of the module docstring; a default OOD set that is not installed is skipped
         (one line on stderr, ``ood_skipped`` in the report)."""
-        s = self.settings(cfg)
         g = torch.Generator().manual_seed(cfg.run.seed + EVAL_SEED)
         ood, skipped = self.ood_data(cfg, data, g)
         for name, note in skipped.items():
             print(f"note: vision.ood: the default set {name!r} is skipped: {note}", file=sys.stderr)
-        if cfg.model.kind == "conv":
-            samples = self.sample(cfg, model, data, n=min(s.ood_size, cfg.eval.n_samples))
-            energy = cast(Any, model).at(0) if cfg.objective.kind == "recovery" else model
-            report: Any = evaluate_image_energy(energy, data.test[: s.ood_size], samples, ood, step=step, generator=g,
-                                                progress=cfg.run.progress)
-            return VisionEnergyReport(**vars(report), ood_skipped=skipped)
+        return self.evaluate(cfg, model, data, step, ood, skipped, g)
+
+    def evaluate(self, cfg: Config, model: nn.Module, data: ImageSplits, step: int, ood: dict[str, Tensor],
+                 skipped: dict[str, str], g: torch.Generator) -> Any:
+        """A classifier's figures (:func:`~ebms.metrics.image_eval.evaluate_image_classifier`)."""
+        s = self.settings(cfg)
         report = evaluate_image_classifier(cast(JEM, model).logits, data.test, data.test_targets, data.val,
                                            data.val_targets, ood, n_bins=s.ece_bins, n_ood=s.ood_size, step=step,
                                            generator=g, progress=cfg.run.progress)
@@ -363,14 +383,13 @@ class VisionTask(Task[VisionSettings]):
         (where its chains restart in training), or the recovery likelihood's progressive sampling."""
         n = cfg.eval.n_samples if n is None else n
         g = torch.Generator().manual_seed(cfg.run.seed + SAMPLE_SEED if seed is None else seed)
-        if cfg.objective.kind == "recovery":
+        if self.objective(cfg).noise_conditional:
             return recovery_sample(model, tuple(cfg.objective.sigmas), n, k=cfg.objective.k, b=self.settings(cfg).recovery_b,
                                    event_shape=data.image_shape, generator=g)
         q = self.informative_start(cfg, data)
         x0 = self.space(data).random(n, generator=g) if q is None else q.sample(n, g).clamp(-1.0, 1.0)
         steps = cfg.eval.sample_steps if steps is None else steps
         return self.sampler(cfg, data).sample(model, x0, steps, generator=g)
-
     def plot(self, x: Tensor, data: ImageSplits, title: str, ax: Any = None) -> Any:
         from ebms.viz import image_grid
 
@@ -411,12 +430,12 @@ class VisionTask(Task[VisionSettings]):
         paths = {"samples.png": fig}
         g = torch.Generator().manual_seed(cfg.run.seed + EVAL_SEED)
         ood, _ = self.ood_data(cfg, data, g)  # a skipped set was reported by `report`
-        energy: Any = cast(Any, model).at(0) if cfg.objective.kind == "recovery" else model
+        energy = self.energy(cfg, model)
         x_in = data.test[: s.ood_size]
         sets = {"test": x_in, "samples": samples, **ood}
         paths["energy_hist.png"] = plot_energy_histograms({k: batched(energy, v) for k, v in sets.items()},
                                                           title=f"energies ({data.name}, step of the checkpoint)")
-        if cfg.model.kind != "conv":
+        if self.labels:
             logits = cast(JEM, model).logits
             probs = torch.softmax(batched(logits, data.test), dim=-1)
             paths["reliability.png"] = plot_reliability(probs, data.test_targets, n_bins=s.ece_bins,
@@ -432,4 +451,87 @@ class VisionTask(Task[VisionSettings]):
         return [run_dir / name for name in paths]
 
 
-register(VisionTask())
+class ConvTask(VisionTask):
+    """``conv``: an image energy (:class:`~ebms.nets.ConvEnergy`, or a noise-conditional one for the
+    recovery likelihood) trained by ``pcd``, ``improved-cd`` or ``recovery``; no labels."""
+
+    model_kinds = ("conv",)
+    trained_by = ("pcd", "improved-cd", "recovery")
+    labels = False
+
+    def build_model(self, cfg: Config, data: ImageSplits) -> nn.Module:
+        s, c, size = self.settings(cfg), data.image_shape[0], data.image_shape[1:]
+        if self.objective(cfg).noise_conditional:
+            return build("vision", s, NoiseConditionalEnergy, data.image_shape, len(cfg.objective.sigmas), trunk="conv",
+                         channels=tuple(s.channels), groups=s.groups, activation=cfg.model.activation)
+        return build("vision", s, ConvEnergy, c, size, **self.common(cfg))
+
+    def informative_start(self, cfg: Config, data: ImageSplits) -> ClassConditionalGaussian | None:
+        if not self.settings(cfg).informative_init or not self.objective(cfg).restarts:
+            return None
+        return ClassConditionalGaussian.fit(data.train, torch.zeros(data.train.shape[0], dtype=torch.long))
+
+    def objectives(self, cfg: Config, data: ImageSplits, sampler: Sampler) -> dict[str, Callable[[], Any]]:
+        s, o = self.settings(cfg), cfg.objective
+
+        def improved_cd(buffer: ReplayBuffer) -> Any:
+            # shifted-in pixels take the background value -1 (black), not 0 (mid-grey in [-1, 1])
+            shift = partial(random_shift, max_shift=2, fill=-1.0)
+            augment = Augment([shift], clamp=(-1.0, 1.0)) if s.augment else None
+            return build("objective", o, ImprovedCD, sampler, buffer, k=o.k, kl_weight=s.kl_weight,
+                         entropy_weight=s.entropy_weight, augment=augment, regularization=o.regularization)
+
+        return {"recovery": lambda: build("objective", o, RecoveryLikelihood, tuple(o.sigmas), k=o.k, b=s.recovery_b),
+                "pcd": lambda: PersistentContrastiveDivergence(sampler, self._buffer(cfg, data, None), k=o.k,
+                                                               regularization=o.regularization),
+                "improved-cd": lambda: improved_cd(self._buffer(cfg, data, None))}
+
+    def evaluate(self, cfg: Config, model: nn.Module, data: ImageSplits, step: int, ood: dict[str, Tensor],
+                 skipped: dict[str, str], g: torch.Generator) -> Any:
+        """An energy's figures (:func:`~ebms.metrics.image_eval.evaluate_image_energy`)."""
+        s = self.settings(cfg)
+        samples = self.sample(cfg, model, data, n=min(s.ood_size, cfg.eval.n_samples))
+        report = evaluate_image_energy(self.energy(cfg, model), data.test[: s.ood_size], samples, ood, step=step,
+                                       generator=g, progress=cfg.run.progress)
+        return VisionEnergyReport(**vars(report), ood_skipped=skipped)
+
+
+class JEMTask(VisionTask):
+    """``jem``: :class:`~ebms.models.JEM` trained by :class:`~ebms.objectives.JEMObjective` (module docstring)."""
+
+    model_kinds = ("jem",)
+    trained_by = ("jem",)
+    defaults: ClassVar[dict[str, Any]] = {**VisionTask.defaults, "objective.kind": "jem"}
+
+    def buffer_classes(self, cfg: Config) -> int | None:
+        """10 with ``vision.conditional``: a class-conditional buffer splits its slots among the 10
+        classes every image set has."""
+        return 10 if self.settings(cfg).conditional else None
+
+    def semi_supervised(self, cfg: Config) -> bool:
+        return self.settings(cfg).labels_per_class is not None
+
+    def objectives(self, cfg: Config, data: ImageSplits, sampler: Sampler) -> dict[str, Callable[[], Any]]:
+        s, o = self.settings(cfg), cfg.objective
+
+        def jem() -> Any:
+            buffer = self._buffer(cfg, data, data.n_classes if s.conditional else None)
+            return build("objective", o, JEMObjective, sampler, buffer, k=o.k, generative_weight=s.generative_weight,
+                         warmup_steps=s.warmup_steps, conditional=s.conditional, regularization=o.regularization)
+
+        return {"jem": jem}
+
+
+class ClassifierTask(VisionTask):
+    """``classifier``: JEM's network trained by cross-entropy alone (``ce``), the baseline JEM is judged against."""
+
+    model_kinds = ("classifier",)
+    trained_by = ("ce",)
+    defaults: ClassVar[dict[str, Any]] = {**VisionTask.defaults, "objective.kind": "ce", "train.lr": 1e-3}
+
+    def objectives(self, cfg: Config, data: ImageSplits, sampler: Sampler) -> dict[str, Callable[[], Any]]:
+        return {"ce": CrossEntropy}
+
+
+for _task in (ConvTask(), JEMTask(), ClassifierTask()):
+    register(_task)

@@ -22,6 +22,8 @@
 * :func:`load_fsdd` / :func:`connected_digits` — the Free Spoken Digit recordings and the
   connected-digit task built from them (fixed seed, speaker-disjoint test set).
 * :func:`lag_copy_tagging` — a synthetic tagging task with long-range label dependencies.
+* :func:`nce_batches` / :func:`tagged_batches` — the trainer's batch streams of residual-EBM training
+  (pairs with cached negatives) and of (semi-supervised) tagging (:mod:`ebms.data.batch_streams`).
 * :mod:`ebms.data.text` — language-model text: :func:`ptb`, :func:`tiny_shakespeare`, a user's
   files (:func:`read_sentences`, streamed by :func:`iter_sentences`), the LM
   :class:`Vocabulary` (``0`` = the sentence boundary ``</s>``/``<s>``, ``1`` = ``<unk>``; not the
@@ -39,6 +41,7 @@ Randomness comes only from the ``generator`` argument.
 from ebms.data.addition import AdditionTask, addition_corpus, corrupted_corpus
 from ebms.data.audio import CMVNStats, cmvn, log_mel, mel_filterbank, read_wav
 from ebms.data.augment import Augment, color_jitter, gaussian_noise, random_flip, random_shift, shift_images
+from ebms.data.batch_streams import nce_batches, tagged_batches
 from ebms.data.binarize import binarize, binarized_mnist
 from ebms.data.binary_images import IMAGE_SETS, BinaryImages, load_binary_images
 from ebms.data.conll import Sentence, load_conll2000, load_conll2002, read_conll
@@ -124,6 +127,8 @@ __all__ = [
     "data_root",
     "get_toy",
     "lag_copy_tagging",
+    "nce_batches",
+    "tagged_batches",
     "load_binary_images",
     "load_conll2000",
     "load_conll2002",

@@ -57,12 +57,14 @@ from ebms.errors import DataError
 
 __all__ = [
     "CONLL2000_COLUMNS",
+    "CONLL_NAMES",
     "MAX_CONLL_BYTES",
     "MD5",
     "Sentence",
     "bio_to_spans",
     "iob_to_iobes",
     "iobes_to_iob",
+    "load_conll",
     "load_conll2000",
     "load_conll2002",
     "parse_tag",
@@ -315,6 +317,25 @@ def load_conll2002(
         raise ValueError(f"split: expected 'train', 'testa' or 'testb'; got {split!r}")
     lines = _read_member("conll2002", f"{lang}.{split}", root, verify, encoding, max_bytes)
     return read_conll(lines, columns=("word", "pos", "tag"))
+
+
+#: the data sets :func:`load_conll` reads, by name.
+CONLL_NAMES = ("conll2000", "conll2002-esp", "conll2002-ned")
+
+
+def load_conll(name: str, split: str, root: str | Path | None = None, *,
+               max_bytes: int = MAX_CONLL_BYTES) -> list[Sentence]:
+    """The sentences of ``split`` of the data set ``name`` (:data:`CONLL_NAMES`): CoNLL-2000 chunking
+    (:func:`load_conll2000`) or CoNLL-2002 NER in Spanish or Dutch (:func:`load_conll2002`).
+
+    Raises:
+        ValueError: an unknown ``name``; the loaders' errors otherwise.
+    """
+    if name not in CONLL_NAMES:
+        raise ValueError(f"name: expected one of {', '.join(CONLL_NAMES)}; got {name!r}")
+    if name == "conll2000":
+        return load_conll2000(split, root, max_bytes=max_bytes)
+    return load_conll2002(name.split("-")[1], split, root, max_bytes=max_bytes)
 
 
 def parse_tag(tag: str) -> tuple[str, str]:
