@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeGuard, TypeVar, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeGuard, TypeVar, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -41,21 +41,44 @@ from ebms.spaces import Space, TokenSequences
 
 __all__ = [
     "AnnealingPath",
+    "ClozeNoise",
+    "EARMModel",
+    "EnergyCloze",
+    "HasChannels",
+    "HasEventShape",
+    "HasLengthConditioning",
     "HasSpace",
+    "HasVocabSize",
+    "JointEnergyModel",
+    "JointRandomField",
+    "NormalisedModel",
+    "RecurrentState",
+    "ResidualEnergy",
+    "ResidualModel",
+    "SentenceLM",
     "SupportsAISPath",
     "SupportsAllConditionalLogits",
     "SupportsBipartiteSampling",
     "SupportsBlocks",
     "SupportsConditionalLogits",
+    "SupportsContinuations",
+    "SupportsEffectiveWeights",
     "SupportsEnergyAndGrad",
     "SupportsFlatTokenLogits",
     "SupportsLogPartition",
     "SupportsLogProb",
     "SupportsLogProbGrad",
+    "SupportsLogits",
+    "SupportsNextLogProbs",
+    "SupportsScore",
     "SupportsSingleTokenEnergies",
     "SupportsSiteLogits",
+    "SupportsTeacherForcing",
+    "SupportsTokenLogProbs",
     "SupportsTokenLogits",
     "SupportsWeightIncrement",
+    "TeacherForcedLogProb",
+    "TransDimensionalField",
     "TransDimensionalTarget",
     "supports",
 ]
@@ -175,17 +198,64 @@ class SupportsLogPartition(Protocol):
     def log_partition(self) -> float | Tensor: ...
 
 
-# -- normalised models (optional members of ebms.distributions.NormalisedModel) ----------------
+# -- normalised models --------------------------------------------------------------------------
 @runtime_checkable
 class SupportsLogProb(Protocol):
-    """A (normalised) log-density or log-mass: ``log_prob(x) -> (B,)``.
+    r"""A (normalised) log-density or log-mass: ``log_prob(x) -> (B,)``.
 
-    The half of :class:`ebms.distributions.NormalisedModel` that does not sample. Used by
+    The half of :class:`NormalisedModel` that does not sample. Used by
     :class:`~ebms.energy.Residual` (its base model), :func:`~ebms.estimators.true_log_likelihood`
-    (a toy data set's density).
+    (a toy data set's density), and :class:`~ebms.objectives.ConditionalML`, whose
+    ``model(*inputs, lengths)`` returns a law over tag sequences with ``log_prob(tags (B, T)) ->
+    (B,)``, the normalised :math:`\log p(y \mid x)` (entries beyond each length ignored; a
+    :class:`~ebms.structured.LinearChainCRF`).
     """
 
     def log_prob(self, x: Any) -> Tensor: ...
+
+
+@runtime_checkable
+class NormalisedModel(Protocol):
+    """What every consumer of a normalised model (NCE noise, importance proposal, AIS base,
+    independence proposal) needs.
+
+    ``sample(n, *, generator=None)`` returns ``n`` independent draws (a tensor ``(n, *event)`` or a
+    :class:`~ebms.sequences.Sequences` of ``n`` sequences) taking randomness only from
+    ``generator``; ``log_prob(x) -> (B,)`` is the normalised log-density or log-mass. Any object
+    with the two methods qualifies; the members of :mod:`ebms.distributions` subclass
+    :class:`~ebms.distributions.Distribution`, which also declares ``conditional_on_length``
+    (``log_prob`` is ``log q(x | length)``, drawn with ``sample(n, lengths=...)``).
+
+    Offered by every :class:`~ebms.distributions.Distribution` (hence the LMs) and
+    :class:`~ebms.estimators.LengthConditionalLM`. Used by :class:`~ebms.objectives.NCE` and the
+    sentence NCE objectives (noise), :func:`~ebms.estimators.importance_log_z` and the per-length
+    estimators (proposal), :class:`~ebms.estimators.GeometricPath` (base),
+    :class:`~ebms.samplers.MetropolisIndependence` (proposal),
+    :class:`~ebms.distributions.MixtureLM` (components) and
+    :func:`~ebms.distributions.as_distribution`.
+    """
+
+    def sample(self, n: int, *, generator: torch.Generator | None = None) -> Any: ...
+
+    def log_prob(self, x: Any) -> Tensor: ...
+
+
+@runtime_checkable
+class HasLengthConditioning(Protocol):
+    r"""A normalised model that declares whether it is a law of sentences given their lengths.
+
+    ``conditional_on_length``: ``True`` when ``log_prob(x)`` is :math:`\log q(x \mid |x|)` and
+    ``sample(n, generator, lengths=...)`` draws sentences of the given lengths; ``False`` for a law
+    over sentences ending in ``</s>``. A class attribute of every
+    :class:`~ebms.distributions.Distribution` (``False``; ``not end`` for an
+    :class:`~ebms.distributions.NGram`) and of :class:`~ebms.estimators.LengthConditionalLM` (``True``).
+
+    Used by the per-length log-normaliser estimators and
+    :class:`~ebms.samplers.MetropolisIndependence` on sentences (both need ``True``),
+    :class:`~ebms.distributions.MixtureLM` (its components need ``False``).
+    """
+
+    conditional_on_length: bool
 
 
 @runtime_checkable
@@ -329,6 +399,363 @@ class SupportsSingleTokenEnergies(Protocol):
     """
 
     def single_token_energies(self) -> Tensor: ...
+
+
+@runtime_checkable
+class TransDimensionalField(TransDimensionalTarget, Protocol):
+    r"""A trans-dimensional random field :math:`p(l, x) = \pi_l e^{-E(x)} / Z_l` with learned
+    :math:`\zeta_l \approx \log Z_l`: a :class:`TransDimensionalTarget` with its length parameters.
+
+    * ``energy(x: Sequences) -> (B,)``: :math:`E`;
+    * ``log_z``: the parameter :math:`\zeta` ``(L,)`` for lengths ``1..L``;
+    * ``log_pi`` / ``log_pi0``: :math:`\log\pi` and the sampling prior :math:`\log\pi^0`, ``(L,)``;
+    * ``log_normalisers() -> (L,)``: :math:`\log Z_l` as the model uses it (:math:`\zeta`, or
+      anchored at the exact :math:`\log Z_1` when ``anchor_first``);
+    * ``length_log_weights() -> (L + 1,)``: :math:`\log\pi^0_l - \zeta_l` (the sampler's target);
+    * ``space``: the :class:`~ebms.spaces.TokenSequences` of sentences; ``vocab_size``.
+
+    Offered by :class:`~ebms.models.trf.TRF` and :class:`~ebms.models.jrf.JRF`. Used by the TRF
+    objectives :class:`~ebms.objectives.AugSA`, :class:`~ebms.objectives.TRFNCE` and
+    :class:`~ebms.objectives.DynamicNCE` (which also need ``log_z`` to be an ``nn.Parameter``).
+    """
+
+    log_z: Tensor
+    log_pi: Tensor
+    log_pi0: Tensor
+    anchor_first: bool
+    vocab_size: int
+
+    @property
+    def space(self) -> TokenSequences: ...
+
+    def log_normalisers(self) -> Tensor: ...
+
+
+@runtime_checkable
+class JointRandomField(TransDimensionalField, Protocol):
+    r"""A :class:`TransDimensionalField` over sentences whose tags given the words are a CRF.
+
+    ``crf(x: Sequences) -> LinearChainCRF`` of :math:`p(y \mid x)` (tags ``(B, T)``).
+    Offered by :class:`~ebms.models.jrf.JRF`; used by :class:`~ebms.objectives.JRFObjective`.
+    """
+
+    def crf(self, x: Sequences) -> Any: ...
+
+
+# -- language models (autoregressive, residual) ---------------------------------------------------
+@runtime_checkable
+class HasVocabSize(Protocol):
+    """A model of token ids that declares its vocabulary: ``vocab_size``, the ``V`` ids ``0 .. V - 1``
+    (0 the boundary ``<s>``/``</s>``).
+
+    Offered by the n-gram models, the sentence LMs, the TRFs and the proposals and residual LMs built
+    on them. Used by :class:`~ebms.distributions.MixtureLM` (one vocabulary for all components),
+    :class:`~ebms.models.ResidualLM` (the energy's must be the base's),
+    :class:`~ebms.estimators.LengthConditionalLM`, :func:`~ebms.models.lm.perplexity` and
+    :class:`~ebms.objectives.AutoregressiveNLL` (running-text ids checked against it), and the
+    residual samplers and estimators.
+    """
+
+    vocab_size: int
+
+
+@runtime_checkable
+class SupportsTokenLogProbs(Protocol):
+    r"""Per-position log-probabilities of sentences under an autoregressive law.
+
+    ``token_log_probs(x: Sequences (B, T)) -> (B, T + 1)``: position ``t < L_b`` is
+    :math:`\log p(x_{t+1} \mid x_{\le t})`, position ``L_b`` is :math:`\log p(\texttt{</s>} \mid x)`,
+    0 beyond. Offered by the sentence LMs (:class:`~ebms.models.LSTMLM`,
+    :class:`~ebms.models.TransformerLM`, ...) and :class:`~ebms.distributions.BackoffNGram`. Used by
+    :class:`~ebms.objectives.AutoregressiveNLL`, :func:`~ebms.metrics.exposure_bias_ratio` and the
+    fast n-gram route of :class:`~ebms.estimators.LengthConditionalLM`.
+    """
+
+    def token_log_probs(self, x: Sequences) -> Tensor: ...
+
+
+@runtime_checkable
+class RecurrentState(Protocol):
+    """The state an autoregressive LM carries after a batch of histories (LSTM hidden state,
+    Transformer key/value cache): ``model(inputs (B, S), state) -> (logits, state)``.
+
+    ``batch_size``: the rows ``B`` it holds; ``detach()``: the same state cut from the autograd graph;
+    ``select(index: LongTensor (B',))``: the state of those rows. Offered by the states of the LMs
+    (every :class:`~ebms.models.lm.LMState`: ``LSTMState``, ``KVCache``, ``HFState``). Used by
+    :class:`~ebms.objectives.AutoregressiveNLL` and :func:`~ebms.models.lm.perplexity` on running
+    text (a state is carried to the next chunk only when it holds as many rows).
+    """
+
+    @property
+    def batch_size(self) -> int: ...
+
+    def detach(self) -> Any: ...
+
+    def select(self, index: Tensor) -> Any: ...
+
+
+@runtime_checkable
+class SupportsNextLogProbs(Protocol):
+    r"""The next-token law after each prefix: ``next_log_probs(prefixes: Sequences (B, T)) -> (B, V)``,
+    :math:`\log p(v \mid \text{prefix}_b)` with column 0 the ``</s>`` outcome.
+
+    Offered by :class:`~ebms.distributions.BackoffNGram`. Used by
+    :class:`~ebms.estimators.LengthConditionalLM` (its n-gram route: no network call per position).
+    """
+
+    def next_log_probs(self, prefixes: Sequences) -> Tensor: ...
+
+
+@runtime_checkable
+class SupportsLogits(Protocol):
+    """Unnormalised log-probabilities of every outcome: ``logits(x) -> (..., K)``.
+
+    A classifier's ``(B, K)`` for inputs ``(B, *event)`` (:class:`~ebms.models.JEM`), a sentence LM's
+    ``(B, T + 1, V)`` for ``Sequences (B, T)`` (the next-token logits after ``<s>`` and each token).
+    Used by :class:`~ebms.objectives.CrossEntropy` (else ``model(x)``),
+    :class:`~ebms.objectives.AutoregressiveNLL` (label smoothing, scheduled sampling) and
+    :func:`~ebms.samplers.token_level_joint_sample` (one base pass per context).
+    """
+
+    def logits(self, x: Any) -> Tensor: ...
+
+
+@runtime_checkable
+class SentenceLM(Protocol):
+    r"""An autoregressive law of whole sentences, read by next-token logits and ancestral draws.
+
+    * ``logits(x: Sequences (B, T)) -> (B, T + 1, V)``: the next-token logits after ``<s>`` and after
+      each token (column 0 the ``</s>`` outcome);
+    * ``sample(n, generator=None, *, max_length=None, truncate=False) -> Sequences``: ``n`` draws,
+      those still running at ``max_length`` cut there with ``truncate``;
+    * ``max_length``: the longest sentence it scores (``None``: unbounded).
+
+    Offered by the sentence LMs (every :class:`~ebms.models.lm.AutoregressiveLM`). Used by
+    :class:`~ebms.objectives.EARM`, which reads such an LM through
+    :class:`~ebms.objectives.LMAdapter` (an :class:`EARMModel` with a horizon).
+    """
+
+    @property
+    def max_length(self) -> int | None: ...
+
+    def logits(self, x: Sequences) -> Tensor: ...
+
+    def sample(self, n: int, generator: torch.Generator | None = None, *, max_length: int | None = None,
+               truncate: bool = False) -> Sequences: ...
+
+
+@runtime_checkable
+class SupportsContinuations(Protocol):
+    r"""A base LM for residual models: scores and draws continuations of prefixes.
+
+    * ``continuation_token_log_probs(prefix: Sequences, x: Sequences) -> (B, T_x + 1)``: position
+      ``j < L_x`` is :math:`\log p(x_{j+1} \mid c, x_{\le j})`, position ``L_x`` the ``</s>`` term;
+    * ``sample(n, generator=None, *, max_length, temperature, top_k, top_p, prefix, truncate) ->
+      Sequences``: ``n`` continuations of ``prefix`` (``n`` rows), cut at ``max_length`` with ``truncate``;
+    * ``per_prefix_sampling``: ``True`` when ``sample`` also takes ``per_prefix=m`` (``prefix`` of
+      ``n / m`` rows, each encoded once for its ``m`` draws).
+
+    Offered by the sentence LMs (``per_prefix_sampling`` ``True``) and
+    :class:`~ebms.models.NGramContinuations` (``False``). Used by :class:`~ebms.models.ResidualLM`
+    (its base) and :meth:`~ebms.data.NegativeCache.build` (``sample`` and ``per_prefix_sampling``).
+    """
+
+    per_prefix_sampling: ClassVar[bool]
+
+    def continuation_token_log_probs(self, prefix: Sequences, x: Sequences) -> Tensor: ...
+
+    def sample(self, n: int, generator: torch.Generator | None = None, *, max_length: int | None = None,
+               temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+               prefix: Sequences | None = None, truncate: bool = False) -> Sequences: ...
+
+
+@runtime_checkable
+class ResidualEnergy(Protocol):
+    r"""A residual language model's energy of continuations: ``energy(prefix: Sequences, x:
+    Sequences) -> (B,)``, :math:`E_\theta(c, x)` (lower = more likely under
+    :math:`p \propto p_{LM}(x \mid c)\, e^{-E_\theta(c, x)}`).
+
+    Offered by :class:`~ebms.models.ResidualLM`; used by :class:`~ebms.objectives.ResidualNCE`.
+    """
+
+    def energy(self, prefix: Sequences, x: Sequences) -> Tensor: ...
+
+
+@runtime_checkable
+class ResidualModel(ResidualEnergy, Protocol):
+    r"""A residual language model :math:`p(x \mid c) \propto p_{LM}(x \mid c)\, e^{-E(c, x)}` over the
+    continuations of its horizon law: a :class:`ResidualEnergy` with
+
+    * ``base``: the base LM (its ``logits``, when it offers :class:`SupportsLogits`, are a fast path);
+    * ``horizon``: ``None`` (continuations run to ``</s>``) or ``K >= 1`` (at most ``K`` tokens);
+    * ``base_log_prob(prefix, x) -> (B,)``: :math:`\log p_{LM}(x \mid c)` under the horizon law;
+    * ``sample_base(prefix, n, *, generator=None, top_k=None, top_p=None, temperature=1.0) ->
+      Sequences``: ``n`` base draws per prefix row, row ``b``'s at ``b n .. b n + n - 1``.
+
+    Its vocabulary is its ``vocab_size`` when it declares one (:class:`HasVocabSize`), else the
+    base's. Offered by :class:`~ebms.models.ResidualLM`; used by the samplers of
+    :mod:`ebms.samplers.joint_resampling` and the estimators of
+    :mod:`ebms.estimators.residual_log_z`.
+    """
+
+    base: Any
+    horizon: int | None
+
+    def base_log_prob(self, prefix: Sequences, x: Sequences) -> Tensor: ...
+
+    def sample_base(self, prefix: Sequences, n: int, *, generator: torch.Generator | None = None,
+                    top_k: int | None = None, top_p: float | None = None, temperature: float = 1.0) -> Sequences: ...
+
+
+# -- taggers, autoregressive and joint models (what their objectives take) ------------------------
+@runtime_checkable
+class SupportsScore(Protocol):
+    r"""An unnormalised log-potential of tag sequences: ``score(tags (B, T)) -> (B,)``, :math:`U(x, y)`
+    (entries beyond each length ignored).
+
+    Offered by :class:`~ebms.structured.LinearChainCRF`. Used by
+    :class:`~ebms.objectives.ConditionalNCE`, whose ``model(*inputs, lengths)`` returns one.
+    """
+
+    def score(self, tags: Tensor) -> Tensor: ...
+
+
+@runtime_checkable
+class TeacherForcedLogProb(Protocol):
+    r"""A locally normalised tagger: ``log_prob(words (B, T), lengths (B,), tags (B, T), *,
+    chars=None) -> (B,)``, the exact :math:`\log p(y \mid x)`.
+
+    Offered by :class:`~ebms.models.AlignedRNNT`; used by :class:`~ebms.objectives.TransducerML`.
+    Its member is named like :class:`SupportsLogProb`'s, so ``isinstance`` cannot tell the two
+    apart: mypy checks the signature.
+    """
+
+    def log_prob(self, words: Tensor, lengths: Tensor, tags: Tensor, *, chars: Tensor | None = None) -> Tensor: ...
+
+
+@runtime_checkable
+class SupportsTeacherForcing(Protocol):
+    """An autoregressive model's next-step logits after the observed history, at every step.
+
+    ``teacher_forced(batch) -> (logits (B, K, V) float, targets (B, K) int64, mask (B, K) bool)``
+    (shapes as in :class:`EARMModel`). Used by :func:`~ebms.metrics.exposure_bias_ratio`; the
+    half of :class:`EARMModel` that does not sample.
+    """
+
+    def teacher_forced(self, batch: Any) -> tuple[Tensor, Tensor, Tensor]: ...
+
+
+@runtime_checkable
+class EARMModel(SupportsTeacherForcing, Protocol):
+    """An autoregressive model seen step by step (sentence LM, seq2seq decoder, PixelCNN).
+
+    Shapes: ``B`` rows, ``K`` steps (``L + 1`` for a sentence, ``</s>`` included; ``H W`` for an
+    image), ``V`` outcomes per step.
+
+    * ``teacher_forced(batch) -> (logits (B, K, V) float, targets (B, K) int64, mask (B, K) bool)``:
+      the next-step logits after the observed history at every step (with gradient), the observed
+      outcome, and which steps are real; targets at masked steps may be anything in ``[0, V)``;
+    * ``draw(batch, generator) -> batch``: one draw of the model's law per row of ``batch``
+      (conditioned on the same sources where the model is conditional), in ``batch``'s type,
+      without gradient, in evaluation mode (the model's law, no dropout).
+
+    Offered by the sentence LMs (:class:`~ebms.models.LSTMLM`, :class:`~ebms.models.TransformerLM`,
+    :class:`~ebms.models.HuggingFaceLM`), :class:`~ebms.models.Seq2SeqAdapter` and
+    :class:`~ebms.models.PixelCNNAdapter`. Used by :class:`~ebms.objectives.EARM`.
+    """
+
+    def draw(self, batch: Any, generator: torch.Generator | None) -> Any: ...
+
+
+@runtime_checkable
+class JointEnergyModel(Protocol):
+    r"""A classifier read as an energy: ``model(x) -> (B,)`` is the marginal energy
+    :math:`-\log\sum_y e^{f(x)[y]}`, ``logits(x) -> (B, K)`` the logits it is made of,
+    ``class_energy(y: LongTensor (B,))`` the energy of ``x | y`` (a callable ``(B, *event) -> (B,)``),
+    and ``n_classes`` is ``K``.
+
+    Offered by :class:`~ebms.models.JEM`; used by :class:`~ebms.objectives.JEMObjective`.
+    """
+
+    n_classes: int
+
+    def __call__(self, x: Tensor) -> Tensor: ...
+
+    def logits(self, x: Tensor) -> Tensor: ...
+
+    def class_energy(self, y: Tensor) -> Callable[[Tensor], Tensor]: ...
+
+
+# -- cloze and image models ----------------------------------------------------------------------
+@runtime_checkable
+class ClozeNoise(Protocol):
+    r"""The noise side of a cloze energy model: per-position token laws and replacement draws.
+
+    * ``log_probs(x: Sequences (B, T)) -> (B, T, V)``: :math:`\log q(v \mid x_{\setminus t})` at
+      every position, from the clean context;
+    * ``sample_replacements(x, positions: bool (B, T), *, generator=None, log_probs=None) -> (B, T)``:
+      the tokens of ``x`` with the marked positions redrawn from ``q`` (``log_probs``: the
+      ``log_probs(x)`` output, when already computed).
+
+    Offered by :class:`~ebms.nets.TwoTowerCloze`; used by :class:`~ebms.objectives.ElectricNCE`
+    (through :class:`EnergyCloze`).
+    """
+
+    def log_probs(self, x: Sequences) -> Tensor: ...
+
+    def sample_replacements(self, x: Sequences, positions: Tensor, *, generator: torch.Generator | None = None,
+                            log_probs: Tensor | None = None) -> Tensor: ...
+
+
+@runtime_checkable
+class EnergyCloze(Protocol):
+    r"""An energy-based cloze model: ``token_scores(x: Sequences (B, T)) -> (B, T)``, the negative
+    energy :math:`\log\hat p(x_t \mid x_{\setminus t})` of each token given the rest (0 at padding),
+    and its ``noise`` (a :class:`ClozeNoise`, checked separately).
+
+    Offered by :class:`~ebms.models.ElectricCloze`; used by :class:`~ebms.objectives.ElectricNCE`.
+    """
+
+    noise: Any
+
+    def token_scores(self, x: Sequences) -> Tensor: ...
+
+
+@runtime_checkable
+class HasEventShape(Protocol):
+    """A model that declares the shape of one point: ``event_shape``, a tuple of ints.
+
+    Offered by the networks of :mod:`ebms.nets` (``MLPEnergy``, ``ConvEnergy``, the classifiers,
+    the noise-conditional energies) and some laws (:class:`~ebms.distributions.TorchDistribution`).
+    Used by :func:`~ebms.objectives.recovery_sample` (the shape of its draws when not given).
+    """
+
+    event_shape: tuple[int, ...]
+
+
+@runtime_checkable
+class HasChannels(Protocol):
+    """An image network that declares its channels per pixel: ``channels``, an int ``C >= 1``.
+
+    Offered by :class:`~ebms.nets.PixelCNN`. Used by :class:`~ebms.models.PixelCNNModel` (the event
+    shape ``(C, H, W)`` of its images; ``C = 1`` for a network that declares none).
+    """
+
+    channels: int
+
+
+@runtime_checkable
+class SupportsEffectiveWeights(Protocol):
+    """A feature CRF's dense weights: ``effective_weights() -> (state weights (A, C), transitions
+    (C, C))`` (with gradient), and its trainable ``parameters()``.
+
+    Offered by :class:`~ebms.models.FeatureCRF`; used by
+    :class:`~ebms.objectives.FeatureCRFLikelihood`.
+    """
+
+    def effective_weights(self) -> tuple[Tensor, Tensor]: ...
+
+    def parameters(self, recurse: bool = True) -> Any: ...
 
 
 # -- resolution for per-step code ----------------------------------------------------------------

@@ -12,9 +12,10 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
+from ebms.capabilities import TransDimensionalField
 from ebms.models.jrf import JRF
 from ebms.models.trf import exact_log_z
-from ebms.objectives._trf_common import TRFLike, check_trf
+from ebms.objectives._trf_common import check_trf
 from ebms.objectives.trf_nce import TRFNCE, DynamicNCE
 from ebms.sequences import Sequences
 
@@ -170,7 +171,7 @@ def test_from_corpus_takes_the_length_law():
 
 def test_the_trf_contract_holds():
     m = _jrf(2)
-    assert isinstance(m, TRFLike) and check_trf(m) is m
+    assert isinstance(m, TransDimensionalField) and check_trf(m) is m
     w = m.length_log_weights()
     assert w.shape == (L + 1,) and math.isinf(float(w[0])) and not w.requires_grad
     x = Sequences.from_lists([[1, 2, 1]])

@@ -14,10 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ebms.capabilities import EARMModel
 from ebms.distributions import NGram
 from ebms.models.lm import LSTMLM, perplexity
 from ebms.objectives import AutoregressiveNLL
-from ebms.objectives.earm import EARM, EARMModel, EARMTerms, LMAdapter
+from ebms.objectives.earm import EARM, EARMTerms, LMAdapter
 from ebms.sequences import Sequences
 from ebms.train import Trainer
 

@@ -10,10 +10,11 @@ import pytest
 import torch
 from torch import Tensor, nn
 
+from ebms.capabilities import JointRandomField
 from ebms.models.jrf import JRF
 from ebms.models.trf import TRF, DiscreteFeatures, feature_templates
 from ebms.objectives.conditional import ConditionalML
-from ebms.objectives.jrf import JRFLike, JRFObjective
+from ebms.objectives.jrf import JRFObjective
 from ebms.sequences import Sequences
 
 V, L, K = 3, 3, 2
@@ -58,7 +59,7 @@ def _grads(m: nn.Module) -> dict[str, Tensor]:
 
 
 def test_jrf_follows_the_objective_protocol():
-    assert isinstance(_jrf(), JRFLike)
+    assert isinstance(_jrf(), JointRandomField)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

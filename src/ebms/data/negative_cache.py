@@ -32,10 +32,11 @@ from typing import Any
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
-from torch import Tensor
+from torch import Tensor, nn
 
 from ebms._checks import check_int
 from ebms._progress import progress_bar
+from ebms.capabilities import SupportsContinuations
 from ebms.errors import DataError
 from ebms.sequences import Sequences
 
@@ -88,7 +89,9 @@ class NegativeCache:
         """Draw ``samples_per_prefix`` continuations of every prefix from ``lm``.
 
         Args:
-            lm: the base LM in eval mode (its ``sample`` is called with ``prefix=``, ``max_length=horizon``,
+            lm: the base LM in eval mode (a :class:`~ebms.capabilities.SupportsContinuations`: an
+                :class:`~ebms.models.lm.AutoregressiveLM` or :class:`~ebms.models.NGramContinuations`;
+                its ``sample`` is called with ``prefix=``, ``max_length=horizon``,
                 ``truncate=horizon is not None``).
             prefixes: ``P`` prefixes.
             samples_per_prefix: ``S >= 1``.
@@ -104,9 +107,9 @@ class NegativeCache:
             TypeError: ``lm`` without ``sample``, ``prefixes`` not Sequences.
             ValueError: ``lm`` in training mode, ``S < 1``, ``batch_size < 1``.
         """
-        if not callable(getattr(lm, "sample", None)):
+        if not isinstance(lm, SupportsContinuations):
             raise TypeError(f"lm: expected a language model with sample(n, prefix=...); got {type(lm).__name__}")
-        if getattr(lm, "training", False):
+        if isinstance(lm, nn.Module) and lm.training:
             raise ValueError("lm: is in training mode (dropout changes its law); call lm.eval() first")
         if not isinstance(prefixes, Sequences):
             raise TypeError(f"prefixes: expected an ebms.sequences.Sequences; got {type(prefixes).__name__}")
@@ -119,11 +122,12 @@ class NegativeCache:
         parts = []
         for start in progress_bar(starts, desc="negatives", unit="batch", enabled=show):
             chunk = prefixes[start:start + per_call]
-            law = dict(generator=generator, max_length=horizon, temperature=temperature, top_k=top_k, top_p=top_p,
-                       truncate=horizon is not None)
+            law: dict[str, Any] = dict(generator=generator, max_length=horizon, temperature=temperature,
+                                       top_k=top_k, top_p=top_p, truncate=horizon is not None)
             with torch.no_grad():
-                if getattr(lm, "per_prefix_sampling", False):  # declared: each prefix encoded once for its S draws
-                    draws = lm.sample(chunk.batch_size * S, prefix=chunk, per_prefix=S, **law)
+                if lm.per_prefix_sampling:  # declared: each prefix encoded once for its S draws
+                    per_prefix: Any = lm.sample  # the declared per_prefix= form
+                    draws = per_prefix(chunk.batch_size * S, prefix=chunk, per_prefix=S, **law)
                 else:
                     rep = Sequences(chunk.tokens.repeat_interleave(S, 0), chunk.lengths.repeat_interleave(S),
                                     validate=False)

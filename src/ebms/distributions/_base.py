@@ -1,18 +1,19 @@
-"""The protocol every normalised model follows and its base class.
+"""The base class of the normalised models.
 
-The optional-method protocols :class:`SupportsLogProbGrad` and :class:`SupportsSiteLogits` are
-defined, with every other capability, in :mod:`ebms.capabilities`, and re-exported here.
+The protocol every normalised model follows, :class:`NormalisedModel`, and the optional-method
+protocols :class:`SupportsLogProbGrad` and :class:`SupportsSiteLogits` are defined, with every other
+capability, in :mod:`ebms.capabilities`, and re-exported here.
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from ebms.capabilities import SupportsLogProbGrad, SupportsSiteLogits
+from ebms.capabilities import NormalisedModel, SupportsLogProbGrad, SupportsSiteLogits
 from ebms.sequences import Sequences
 from ebms.spaces import Space
 
@@ -23,22 +24,6 @@ __all__ = [
     "SupportsSiteLogits",
     "check_event",
 ]
-
-
-@runtime_checkable
-class NormalisedModel(Protocol):
-    """What every consumer (NCE noise, importance proposal, AIS base, independence proposal) needs.
-
-    ``sample(n, *, generator)`` returns ``n`` independent draws (a tensor ``(n, *event)`` or a
-    :class:`~ebms.sequences.Sequences` of ``n`` sequences) taking randomness only from
-    ``generator``; ``log_prob(x)`` returns the normalised log-density or log-mass, shape ``(B,)``.
-    Any object with the two methods qualifies (``isinstance`` checks their presence); the members
-    of :mod:`ebms.distributions` subclass :class:`Distribution`.
-    """
-
-    def sample(self, n: int, *, generator: torch.Generator | None = None) -> Any: ...
-
-    def log_prob(self, x: Any) -> Tensor: ...
 
 
 class Distribution(nn.Module, abc.ABC):
@@ -53,14 +38,17 @@ class Distribution(nn.Module, abc.ABC):
 
     ``rsample`` and ``entropy`` are defined exactly when the flag is ``True``. Instances also carry
     ``space`` (the :class:`~ebms.spaces.Space` of one draw, ``None`` when no space type describes
-    it) and ``conditional_on_length`` (``True`` for sequence models that give ``log p(y | length)``
-    and need ``sample(n, lengths=...)``). Parameters live in buffers, so ``.to(device)`` and
-    ``.double()`` move them and an objective holding the model carries them in its state dict.
+    it), ``conditional_on_length`` (``True`` for sequence models that give ``log p(y | length)``
+    and need ``sample(n, lengths=...)``; :class:`~ebms.capabilities.HasLengthConditioning`) and
+    ``normalised`` (``False`` for a score table that is not a law, e.g. ``NGram.zeros``). Parameters
+    live in buffers, so ``.to(device)`` and ``.double()`` move them and an objective holding the
+    model carries them in its state dict.
     """
 
     has_rsample: ClassVar[bool] = False
     has_entropy: ClassVar[bool] = False
     conditional_on_length: bool = False
+    normalised: bool = True
     space: Space | None = None
 
     def log_partition(self) -> float:

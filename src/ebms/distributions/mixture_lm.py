@@ -44,7 +44,8 @@ import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_energy_output, check_int
-from ebms.distributions._base import Distribution, NormalisedModel
+from ebms.capabilities import HasLengthConditioning, HasSpace, HasVocabSize, NormalisedModel
+from ebms.distributions._base import Distribution
 from ebms.sequences import Sequences
 
 __all__ = ["MixtureLM"]
@@ -87,22 +88,22 @@ class MixtureLM(Distribution):
             if not isinstance(c, NormalisedModel):
                 raise TypeError(f"components[{k}]: expected a normalised LM with sample(n, generator=) and "
                                 f"log_prob(Sequences); got {type(c).__name__}")
-            if getattr(c, "normalised", True) is False:
+            if isinstance(c, Distribution) and not c.normalised:
                 raise ValueError(f"components[{k}]: expected a normalised LM; got a {type(c).__name__} whose "
                                  "normalised attribute is False (e.g. NGram.zeros, a score table, not a law)")
-            if getattr(c, "conditional_on_length", False):
+            if isinstance(c, HasLengthConditioning) and c.conditional_on_length:
                 raise ValueError(f"components[{k}]: expected an LM over sentences ending in </s>; got a "
                                  f"length-conditional {type(c).__name__} (it needs sample(n, lengths=...))")
         K = len(components)
         w = self._check_weights(weights, K)
-        sizes = [getattr(c, "vocab_size", None) for c in components]
+        sizes = [c.vocab_size if isinstance(c, HasVocabSize) else None for c in components]
         if all(s is not None for s in sizes) and len(set(sizes)) > 1:
             raise ValueError(f"components: expected one vocab_size for all; got {sizes}")
         self.vocab_size: int | None = sizes[0] if all(s is not None for s in sizes) else None
         self._components = list(components)
         self.component_modules = nn.ModuleList([c for c in components if isinstance(c, nn.Module)])
         self.register_buffer("weights", w)
-        spaces = [getattr(c, "space", None) for c in components]
+        spaces: list[Any] = [c.space if isinstance(c, HasSpace) else None for c in components]
         self.space = spaces[0] if all(s is spaces[0] for s in spaces) else None
 
     @staticmethod

@@ -19,7 +19,8 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_int
-from ebms.distributions._base import Distribution, NormalisedModel, check_event
+from ebms.capabilities import NormalisedModel
+from ebms.distributions._base import Distribution, check_event
 from ebms.spaces import Binary, Reals, Space
 
 __all__ = ["TorchDistribution", "as_distribution"]

@@ -25,7 +25,15 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_energy_output, check_int
-from ebms.capabilities import HasSpace, SupportsTokenLogits, TransDimensionalTarget, supports
+from ebms.capabilities import (
+    HasLengthConditioning,
+    HasSpace,
+    NormalisedModel,
+    SupportsTokenLogits,
+    TransDimensionalTarget,
+    supports,
+)
+from ebms.distributions import BackoffNGram
 from ebms.estimators._base import Estimate
 from ebms.estimators.importance import log_mean_weight
 from ebms.sequences import Sequences
@@ -67,15 +75,15 @@ def resolve_lengths(lengths: int | Iterable[int] | None, space: TokenSequences) 
 
 def check_proposal(proposal: Any) -> Any:
     """A length-conditional proposal: ``conditional_on_length`` true, ``sample`` and ``log_prob``."""
-    if not (callable(getattr(proposal, "sample", None)) and callable(getattr(proposal, "log_prob", None))):
+    if not isinstance(proposal, NormalisedModel):
         raise TypeError(f"proposal: expected an object with sample(n, lengths=, generator=) and log_prob(x); "
                         f"got {type(proposal).__name__}")
-    if getattr(proposal, "conditional_on_length", False) is not True:
+    declared = proposal.conditional_on_length if isinstance(proposal, HasLengthConditioning) else None
+    if declared is not True:
         raise ValueError(
             "proposal: expected a length-conditional law q(x | l) (conditional_on_length=True: log_prob gives "
             "log q(x | l), sample(n, lengths=...) draws from it), e.g. NGram.fit(corpus, V, end=False) or "
-            f"NGram.uniform(V, end=False); got {type(proposal).__name__} with conditional_on_length="
-            f"{getattr(proposal, 'conditional_on_length', None)!r}"
+            f"NGram.uniform(V, end=False); got {type(proposal).__name__} with conditional_on_length={declared!r}"
         )
     return proposal
 
@@ -96,7 +104,7 @@ def draw(proposal: Any, lengths: Tensor, generator: torch.Generator | None) -> S
 _NORMALISED: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
 
-def _sums_to_one(lm: Any) -> bool:
+def _sums_to_one(lm: BackoffNGram) -> bool:
     """Whether the n-gram's next-word laws sum to 1 (to 1e-6) after the empty prefix and 16 random
     histories (checked once per model): the condition of :func:`ngram_log_q_terms`."""
     if lm not in _NORMALISED:
@@ -118,8 +126,7 @@ def fast_ngram(proposal: Any) -> Any:
     if not isinstance(proposal, LengthConditionalLM) or not proposal.ngram or proposal.boundary != 0:
         return None
     lm = proposal.lm
-    ok = callable(getattr(lm, "token_log_probs", None)) and isinstance(getattr(lm, "order", None), int)
-    return lm if ok and _sums_to_one(lm) else None
+    return lm if isinstance(lm, BackoffNGram) and _sums_to_one(lm) else None
 
 
 def ngram_log_q_terms(lm: Any, x: Sequences, first: Tensor | None = None) -> Tensor:

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_int
+from ebms.capabilities import HasVocabSize, SupportsNextLogProbs
 from ebms.distributions import sample_categorical
 from ebms.sequences import Sequences
 
@@ -58,12 +59,12 @@ class LengthConditionalLM:
     conditional_on_length = True
 
     def __init__(self, lm: Any, *, boundary: int = 0) -> None:
-        self.ngram = callable(getattr(lm, "next_log_probs", None))
-        if not (callable(lm) or self.ngram) or not isinstance(getattr(lm, "vocab_size", None), int):
+        self.ngram = isinstance(lm, SupportsNextLogProbs)
+        if not (callable(lm) or self.ngram) or not (isinstance(lm, HasVocabSize) and isinstance(lm.vocab_size, int)):
             raise TypeError(f"lm: expected an autoregressive LM with vocab_size and lm(inputs, state) -> (logits, "
                             f"state), or an n-gram with vocab_size and next_log_probs; got {type(lm).__name__}")
-        self.lm = lm
-        self.vocab_size = lm.vocab_size
+        self.lm: Any = lm
+        self.vocab_size: int = lm.vocab_size
         self.boundary = check_int(boundary, "boundary", minimum=0)
         if self.boundary >= self.vocab_size:
             raise ValueError(f"boundary: expected an id in [0, {self.vocab_size - 1}]; got {boundary}")
@@ -111,13 +112,13 @@ class LengthConditionalLM:
         tok, real = tok[:, :width], real[:, :width].to(tok.device)
         start = torch.full((x.batch_size, 1), self.boundary, dtype=torch.long, device=tok.device)
         inputs = torch.cat([start, tok[:, :-1]], 1)
-        rows = max(1, _CHUNK // max(1, width * self.vocab_size))
+        chunk = max(1, _CHUNK // max(1, width * self.vocab_size))
         parts: list[Tensor] = []
         with torch.no_grad():
-            for i in range(0, x.batch_size, rows):
-                logits, _ = self.lm(inputs[i:i + rows], None)
-                lp = self._log_softmax(logits).gather(-1, tok[i:i + rows].unsqueeze(-1)).squeeze(-1)
-                parts.append(torch.where(real[i:i + rows], lp, lp.new_zeros(())).sum(1))
+            for i in range(0, x.batch_size, chunk):
+                logits, _ = self.lm(inputs[i:i + chunk], None)
+                lp = self._log_softmax(logits).gather(-1, tok[i:i + chunk].unsqueeze(-1)).squeeze(-1)
+                parts.append(torch.where(real[i:i + chunk], lp, lp.new_zeros(())).sum(1))
         return torch.cat(parts)
 
     def sample(self, n: int, generator: torch.Generator | None = None, *, lengths: int | Tensor) -> Sequences:

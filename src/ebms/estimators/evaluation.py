@@ -39,8 +39,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from ebms.capabilities import AnnealingPath, SupportsAISPath, SupportsLogPartition
-from ebms.distributions import NormalisedModel
+from ebms.capabilities import AnnealingPath, NormalisedModel, SupportsAISPath, SupportsLogPartition
 from ebms.estimators._base import Estimate
 from ebms.estimators.ais import ais, ais_bracket, salakhutdinov_betas, sigmoid_betas
 from ebms.estimators.exact import exact_log_partition

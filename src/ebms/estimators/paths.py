@@ -20,6 +20,7 @@ from torch import Tensor
 from ebms._checks import check_int
 from ebms.capabilities import (
     HasSpace,
+    NormalisedModel,
     SupportsAllConditionalLogits,
     SupportsBlocks,
     SupportsConditionalLogits,
@@ -27,7 +28,7 @@ from ebms.capabilities import (
     SupportsLogProbGrad,
     SupportsSiteLogits,
 )
-from ebms.distributions import NormalisedModel, as_distribution
+from ebms.distributions import as_distribution
 from ebms.energy import Energy, EnergyLike, autograd_energy_and_grad, energy_and_grad, evaluate
 from ebms.samplers import ChainState, Sampler
 from ebms.spaces import Space, TokenSequences

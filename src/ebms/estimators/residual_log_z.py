@@ -43,6 +43,7 @@ from torch import Tensor
 
 from ebms._checks import check_int, check_tensor
 from ebms._progress import progress_bar
+from ebms.capabilities import HasVocabSize
 from ebms.samplers.joint_resampling import base_draw_energies, empty_rows, join_rows, negative_energies, repeat_rows
 from ebms.sequences import Sequences
 
@@ -338,7 +339,8 @@ def exact_last_step(model: Any, prefix: Sequences, x: Sequences, *, batch_size: 
     if bool((x.lengths != horizon).any()):
         raise ValueError(f"x: expected every continuation to have exactly horizon={horizon} tokens; got lengths "
                          f"{sorted(set(x.lengths.tolist()))}")
-    V, P = int(getattr(model, "vocab_size", None) or model.base.vocab_size), x.batch_size
+    own = model.vocab_size if isinstance(model, HasVocabSize) else None
+    V, P = int(own or model.base.vocab_size), x.batch_size
     cand = x.tokens[:, :horizon].repeat_interleave(V, 0).clone()
     v = torch.arange(V, device=cand.device).repeat(P)
     cand[:, horizon - 1] = v

@@ -128,7 +128,7 @@ def _default_kernel(space: TokenSequences) -> TransDimensional:
 def _check_kernel(kernel: Sampler | None, space: TokenSequences) -> Sampler:
     if kernel is None:
         return _default_kernel(space)
-    if not isinstance(kernel, Sampler) or not getattr(kernel, "accepts_sequences", False):
+    if not isinstance(kernel, Sampler) or not kernel.accepts_sequences:
         raise TypeError("kernel: expected an ebms.samplers.Sampler over Sequences that keeps lengths (e.g. "
                         f"TransDimensional(jump=False), Gibbs(), MetropolisHastings()); got {kernel!r}")
     if isinstance(kernel, TransDimensional) and kernel.jump:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ebms._checks import check_int
+from ebms.data.text import Vocabulary
 from ebms.sequences import Sequences
 
 __all__ = ["LengthBucketBLEU", "bleu_by_length", "corpus_bleu"]
@@ -53,11 +54,10 @@ class LengthBucketBLEU:
 
 def _texts(corpus: Any, vocab: Any, name: str) -> list[str]:
     if isinstance(corpus, Sequences):
-        to_text = getattr(vocab, "to_text", None)
-        if not callable(to_text):
+        if not isinstance(vocab, Vocabulary):
             raise TypeError(f"vocab: {name} are token-id Sequences, so a vocabulary with to_text(Sequences) is "
                             f"needed (ebms.data.text.Vocabulary); got {type(vocab).__name__}")
-        return list(to_text(corpus))
+        return list(vocab.to_text(corpus))
     if isinstance(corpus, str) or not isinstance(corpus, Sequence):
         raise TypeError(f"{name}: expected a list of strings or token-id Sequences; got {type(corpus).__name__}")
     bad = next((i for i, s in enumerate(corpus) if not isinstance(s, str)), None)

@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ebms.capabilities import SupportsTeacherForcing, SupportsTokenLogProbs
 from ebms.sequences import Sequences
 
 __all__ = ["ExposureBiasRatio", "exposure_bias_ratio"]
@@ -105,11 +106,11 @@ def exposure_bias_ratio(model_a: nn.Module, model_b: nn.Module, data: Any) -> Ex
 
 def _gold_log_probs(model: Any, batch: Any, name: str) -> tuple[Tensor, Tensor, Tensor]:
     """``(log q(gold) (B, K), targets (B, K), mask (B, K))`` of one teacher-forced pass."""
-    if callable(getattr(model, "teacher_forced", None)):
+    if isinstance(model, SupportsTeacherForcing):
         logits, targets, mask = model.teacher_forced(batch)
         lp = logits.log_softmax(-1).gather(-1, targets.masked_fill(~mask, 0).unsqueeze(-1)).squeeze(-1)
         return lp, targets, mask
-    if not callable(getattr(model, "token_log_probs", None)):
+    if not isinstance(model, SupportsTokenLogProbs):
         raise TypeError(f"{name}: expected a sentence LM with token_log_probs(Sequences) or a model with "
                         f"teacher_forced(batch) (ebms.objectives.earm.EARMModel); got {type(model).__name__}")
     if isinstance(batch, tuple) and len(batch) == 2 and all(isinstance(t, Tensor) for t in batch):

@@ -47,7 +47,9 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_int
+from ebms.capabilities import SupportsLogProb
 from ebms.data.nbest import NBest
+from ebms.data.text import Vocabulary
 from ebms.metrics._interpolation import (
     MAX_GRID,
     MAX_SWEEPS,
@@ -121,8 +123,8 @@ def lm_scores(hypotheses: NBest | Sequence[Sequence[str]], lm: Any, *, vocabular
         lm: an object with ``log_prob(Sequences) -> (B,)`` (a sentence LM of
             :mod:`ebms.distributions`; ``vocabulary`` required), or a callable
             ``list[list[str]] -> (B,)`` (tensor or list of floats).
-        vocabulary: an object with ``encode(list[list[str]]) -> Sequences``
-            (:class:`ebms.data.text.Vocabulary`).
+        vocabulary: a :class:`ebms.data.text.Vocabulary` (its ``encode(list[list[str]]) -> Sequences``
+            turns the hypotheses into the lm's input).
         batch_size: hypotheses per call (>= 1); batches hold hypotheses of similar length.
         device: where the encoded batches go (the LM's device).
 
@@ -132,8 +134,8 @@ def lm_scores(hypotheses: NBest | Sequence[Sequence[str]], lm: Any, *, vocabular
     """
     hyps = [list(h) for h in (hypotheses.hypotheses if isinstance(hypotheses, NBest) else hypotheses)]
     check_int(batch_size, "batch_size", minimum=1)
-    if hasattr(lm, "log_prob"):
-        if vocabulary is None or not hasattr(vocabulary, "encode"):
+    if isinstance(lm, SupportsLogProb):
+        if not isinstance(vocabulary, Vocabulary):
             raise TypeError(f"vocabulary: an lm with log_prob needs a vocabulary with encode(list[list[str]]) -> "
                             f"Sequences; got {type(vocabulary).__name__}")
 

@@ -19,7 +19,7 @@ probabilities can serve as the base LM or the data law in tests and toy studies.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -100,6 +100,9 @@ class NGramContinuations:
 
     Cost: scoring ``O(B (T_c + T_x) n)``; sampling one table lookup per step, ``O(n_draws V)``.
     """
+
+    #: declared (:class:`~ebms.capabilities.SupportsContinuations`): no ``per_prefix=`` form of ``sample``
+    per_prefix_sampling: ClassVar[bool] = False
 
     def __init__(self, ngram: NGram) -> None:
         if not ngram.end or ngram.boundary != 0 or not ngram.normalised:

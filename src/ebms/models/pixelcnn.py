@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ebms._checks import check_int
+from ebms.capabilities import HasChannels
 from ebms.distributions import Distribution
 from ebms.nets.pixelcnn import PixelCNN
 from ebms.objectives import LossOutput, scalar_metrics
@@ -72,7 +73,7 @@ class PixelCNNModel(Distribution):
         if not isinstance(net, nn.Module):
             raise TypeError(f"net: expected a torch.nn.Module mapping (B, C, H, W) to logits; got {type(net).__name__}")
         self.net = net
-        self.channels = check_int(getattr(net, "channels", 1), "net.channels", minimum=1)
+        self.channels = check_int(net.channels if isinstance(net, HasChannels) else 1, "net.channels", minimum=1)
         self.height = check_int(height, "height", minimum=1)
         self.width = check_int(width, "width", minimum=1)
         self.event_shape = (self.channels, self.height, self.width)

@@ -32,12 +32,13 @@ of ``B`` rows), ``n`` draws per prefix, ``P`` prefixes, ``N`` enumerated continu
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_energy_output, check_int
+from ebms.capabilities import HasVocabSize, SupportsContinuations
 from ebms.distributions import NGram
 from ebms.models._residual_exact import (
     NGramContinuations,
@@ -84,18 +85,17 @@ class ResidualLM(nn.Module):
             raise TypeError(f"base: expected an nn.Module language model; got {type(base).__name__}")
         if isinstance(base, NGram):
             NGramContinuations(base)  # checks that the n-gram is a sentence law
-        elif not (callable(getattr(base, "continuation_token_log_probs", None))
-                  and callable(getattr(base, "sample", None))):
+        elif not isinstance(base, SupportsContinuations):
             raise TypeError(f"base: expected an AutoregressiveLM (continuation_token_log_probs and sample(prefix=...)) "
                             f"or an NGram; got {type(base).__name__}")
         if not isinstance(energy, nn.Module):
             raise TypeError(f"energy: expected an nn.Module called as energy(prefix, x) -> (B,); "
                             f"got {type(energy).__name__}")
         self.horizon = None if horizon is None else check_int(horizon, "horizon", minimum=1)
-        vocab = getattr(base, "vocab_size", None)
+        vocab = base.vocab_size if isinstance(base, HasVocabSize) else None
         if isinstance(vocab, bool) or not isinstance(vocab, int):
             raise TypeError(f"base: expected an integer attribute vocab_size; got {vocab!r}")
-        energy_vocab = getattr(energy, "vocab_size", None)
+        energy_vocab = energy.vocab_size if isinstance(energy, HasVocabSize) else None
         if energy_vocab is not None and energy_vocab != vocab:
             raise ValueError(f"energy: its vocab_size is {energy_vocab!r} but the base LM's is {vocab}; the energy "
                              "scores the base's token ids, so both must use the same vocabulary (build the energy "
@@ -105,9 +105,9 @@ class ResidualLM(nn.Module):
         self.energy_net = energy
 
     @property
-    def _law(self) -> Any:
+    def _law(self) -> SupportsContinuations:
         """What the horizon law is read from: the base, or its n-gram continuation view."""
-        return NGramContinuations(self.base) if isinstance(self.base, NGram) else self.base
+        return NGramContinuations(self.base) if isinstance(self.base, NGram) else cast(SupportsContinuations, self.base)
 
     def train(self, mode: bool = True) -> ResidualLM:
         """Set the energy's mode; the base always stays in eval mode (it is the fixed law)."""
@@ -176,10 +176,10 @@ class ResidualLM(nn.Module):
             raise TypeError(f"prefix: expected an ebms.sequences.Sequences; got {type(prefix).__name__}")
         n = check_int(n, "n", minimum=1)
         self.base.eval()
-        law = dict(generator=generator, max_length=self.horizon, temperature=temperature, top_k=top_k, top_p=top_p,
-                   truncate=self.horizon is not None)
+        law: dict[str, Any] = dict(generator=generator, max_length=self.horizon, temperature=temperature,
+                                   top_k=top_k, top_p=top_p, truncate=self.horizon is not None)
         with torch.no_grad():
-            if not getattr(self._law, "per_prefix_sampling", False):  # e.g. an n-gram: n copies of each prefix
+            if not self._law.per_prefix_sampling:  # e.g. an n-gram: n copies of each prefix
                 rep = Sequences(prefix.tokens.repeat_interleave(n, 0), prefix.lengths.repeat_interleave(n),
                                 validate=False)
                 return self._law.sample(rep.batch_size, prefix=rep, **law)

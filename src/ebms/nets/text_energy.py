@@ -152,10 +152,11 @@ class TextEnergy(nn.Module):
 
         Args:
             lm: a :class:`~ebms.models.TransformerLM` (read through its attributes ``vocab_size``,
-                ``d_model``, ``num_heads``, ``num_layers``, ``max_length``, ``layers``, ``dropout``).
+                ``d_model``, ``num_heads``, ``num_layers``, ``max_length``, ``layers``, ``dropout``,
+                ``sinusoids``).
             dropout: the energy's dropout (default the LM's).
         """
-        need = ("vocab_size", "d_model", "num_heads", "num_layers", "max_length", "layers")
+        need = ("vocab_size", "d_model", "num_heads", "num_layers", "max_length", "layers", "dropout", "sinusoids")
         missing = [a for a in need if not hasattr(lm, a)]
         if missing or not isinstance(cast(Any, lm), nn.Module):
             raise TypeError(f"lm: expected a TransformerLM (attributes {', '.join(need)}); got {type(lm).__name__}"
@@ -163,11 +164,10 @@ class TextEnergy(nn.Module):
         ff = int(lm.layers[0].ff1.out_features)
         energy = cls(int(lm.vocab_size), kind="causal", dim=int(lm.d_model), layers=int(lm.num_layers),
                      heads=int(lm.num_heads), ff=ff, max_length=int(lm.max_length),
-                     dropout=float(getattr(lm, "dropout", 0.0)) if dropout is None else dropout)
+                     dropout=float(lm.dropout) if dropout is None else dropout)
         source = dict(lm.state_dict())
-        sinusoids = getattr(lm, "sinusoids", None)
-        if "position_embedding.weight" not in source and isinstance(sinusoids, Tensor):
-            source["position_embedding.weight"] = sinusoids
+        if "position_embedding.weight" not in source and isinstance(lm.sinusoids, Tensor):
+            source["position_embedding.weight"] = lm.sinusoids
         own = energy.state_dict()
         copied = {k: v for k, v in source.items() if k in own and own[k].shape == v.shape and not k.startswith("head.")}
         energy.load_state_dict(copied, strict=False)

@@ -56,10 +56,10 @@ Conditional and sequence objectives ``p(y | x)`` have the same call and output, 
 
 * :class:`ConditionalML` — exact conditional maximum likelihood, for any model whose
   ``model(*inputs, lengths)`` returns a distribution with ``log_prob(tags)``
-  (:class:`ConditionalLogProb`; a :class:`~ebms.structured.LinearChainCRF`: neural and feature
+  (:class:`~ebms.capabilities.SupportsLogProb`; a :class:`~ebms.structured.LinearChainCRF`: neural and feature
   CRF taggers), batch ``(*inputs, tags, lengths)``.
 * :class:`ConditionalNCE` — Ma & Collins' conditional NCE against a tag-sequence noise law such
-  as :class:`TagBigramNoise`; needs the unnormalised ``score(tags)`` (:class:`ConditionalScore`).
+  as :class:`TagBigramNoise`; needs the unnormalised ``score(tags)`` (:class:`~ebms.capabilities.SupportsScore`).
 * :class:`CorpusRowsObjective` — either of the two above over the rows of an unpadded feature
   corpus (pads only each batch), batch ``(rows, tags, lengths)``.
 * :class:`TransducerML` — teacher-forced ML of a locally normalised transducer (aligned RNN-T).
@@ -86,28 +86,22 @@ from ebms.objectives.autoregressive import AutoregressiveNLL
 from ebms.objectives.buffer import BufferInit, ReplayBuffer
 from ebms.objectives.cd import ContrastiveDivergence, PersistentContrastiveDivergence
 from ebms.objectives.classification import CrossEntropy
-from ebms.objectives.conditional import (
-    ConditionalLogProb,
-    ConditionalML,
-    ConditionalNCE,
-    ConditionalScore,
-    TagBigramNoise,
-)
+from ebms.objectives.conditional import ConditionalML, ConditionalNCE, TagBigramNoise
 from ebms.objectives.conditional_rows import CorpusRowsObjective
 from ebms.objectives.ctc import CTCObjective
-from ebms.objectives.earm import EARM, EARMModel, EARMTerms, LMAdapter
+from ebms.objectives.earm import EARM, EARMTerms, LMAdapter
 from ebms.objectives.electric import ElectricNCE
 from ebms.objectives.feature_crf import FeatureCRFLikelihood
 from ebms.objectives.improved_cd import ImprovedCD
-from ebms.objectives.jem import JEMObjective, JointEnergyModel
-from ebms.objectives.jrf import JRFLike, JRFObjective
+from ebms.objectives.jem import JEMObjective
+from ebms.objectives.jrf import JRFObjective
 from ebms.objectives.nce import NCE, GaussianNoise
 from ebms.objectives.rbm_cd import RBMContrastiveDivergence
 from ebms.objectives.recovery import RecoveryLikelihood, RecoveryPairs, recovery_sample
 from ebms.objectives.reservoir import ReservoirBuffer
 from ebms.objectives.residual_nce import ResidualNCE
 from ebms.objectives.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
-from ebms.objectives.transducer import BeamEarlyUpdate, TeacherForcedLogProb, TransducerML
+from ebms.objectives.transducer import BeamEarlyUpdate, TransducerML
 from ebms.objectives.trf_augsa import AugSA
 from ebms.objectives.trf_nce import TRFNCE, DynamicNCE
 
@@ -117,10 +111,8 @@ __all__ = [
     "AutoregressiveNLL",
     "BeamEarlyUpdate",
     "CTCObjective",
-    "ConditionalLogProb",
     "ConditionalML",
     "ConditionalNCE",
-    "ConditionalScore",
     "ContrastiveDivergence",
     "DenoisingScoreMatching",
     "DynamicNCE",
@@ -136,7 +128,6 @@ __all__ = [
     "SlicedScoreMatching",
     "TagBigramNoise",
     "TRFNCE",
-    "TeacherForcedLogProb",
     "TransducerML",
     "ZetaEstimate",
     "nce_logits",
@@ -145,11 +136,9 @@ __all__ = [
     "ElectricNCE",
     "ResidualNCE",
     "EARM",
-    "EARMModel",
     "EARMTerms",
     "LMAdapter",
     "JEMObjective",
-    "JointEnergyModel",
     "CrossEntropy",
     "BufferInit",
     "ImprovedCD",
@@ -158,5 +147,4 @@ __all__ = [
     "RecoveryPairs",
     "recovery_sample",
     "JRFObjective",
-    "JRFLike",
 ]

@@ -1,55 +1,25 @@
-"""Private: what the TRF training objectives (:mod:`~ebms.objectives.trf_augsa`,
-:mod:`~ebms.objectives.trf_nce`) need from a model, and the checks they share.
+"""Private: the checks the TRF training objectives (:mod:`~ebms.objectives.trf_augsa`,
+:mod:`~ebms.objectives.trf_nce`) share.
 
-The objectives sit below :mod:`ebms.models` in the layer order, so they see the TRF only through
-the protocol :class:`TRFLike` (which :class:`ebms.models.trf.TRF` follows).
+They see the model through the protocol :class:`~ebms.capabilities.TransDimensionalField`
+(which :class:`ebms.models.trf.TRF` follows).
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_energy_output
-from ebms.capabilities import SupportsSingleTokenEnergies, supports
+from ebms.capabilities import SupportsSingleTokenEnergies, TransDimensionalField, supports
 from ebms.sequences import Sequences
 from ebms.spaces import TokenSequences
 
 
-@runtime_checkable
-class TRFLike(Protocol):
-    r"""A trans-dimensional random field :math:`p(l, x) = \pi_l e^{-E(x)} / Z_l` with learned
-    :math:`\zeta_l \approx \log Z_l` (:class:`ebms.models.trf.TRF` follows it).
-
-    * ``energy(x: Sequences) -> (B,)``: :math:`E`;
-    * ``log_z``: the parameter :math:`\zeta` ``(L,)`` for lengths ``1..L``;
-    * ``log_pi`` / ``log_pi0``: :math:`\log\pi` and the sampling prior :math:`\log\pi^0`, ``(L,)``;
-    * ``log_normalisers() -> (L,)``: :math:`\log Z_l` as the model uses it (:math:`\zeta`, or
-      anchored at the exact :math:`\log Z_1` when ``anchor_first``);
-    * ``length_log_weights() -> (L + 1,)``: :math:`\log\pi^0_l - \zeta_l` (the sampler's target);
-    * ``space``: the :class:`~ebms.spaces.TokenSequences` of sentences; ``vocab_size``.
-    """
-
-    log_z: Tensor
-    log_pi: Tensor
-    log_pi0: Tensor
-    anchor_first: bool
-    vocab_size: int
-
-    @property
-    def space(self) -> TokenSequences: ...
-
-    def energy(self, x: Sequences) -> Tensor: ...
-
-    def log_normalisers(self) -> Tensor: ...
-
-    def length_log_weights(self) -> Tensor: ...
-
-
-def check_trf(model: Any) -> TRFLike:
-    if not isinstance(model, TRFLike) or not isinstance(getattr(model, "log_z", None), nn.Parameter):
+def check_trf(model: Any) -> TransDimensionalField:
+    if not isinstance(model, TransDimensionalField) or not isinstance(model.log_z, nn.Parameter):
         raise TypeError("model: expected a TRF (ebms.models.trf.TRF or any model with energy, log_z parameter, "
                         f"log_pi, log_pi0, log_normalisers, length_log_weights, space); got {type(model).__name__}")
     return model
@@ -61,7 +31,7 @@ def check_in_space(x: Sequences, space: TokenSequences, name: str) -> Sequences:
     return Sequences(x.tokens[:, : space.max_length], x.lengths, validate=False)
 
 
-def single_token_log_z(model: TRFLike) -> Tensor:
+def single_token_log_z(model: TransDimensionalField) -> Tensor:
     """:math:`\\log Z_1` exactly: log-sum-exp of :math:`-E` over the ``V - 1`` one-token sentences (0-d)."""
     V = model.vocab_size
     if supports(model, SupportsSingleTokenEnergies):  # cached one-token features (DiscreteFeatures)
@@ -70,13 +40,13 @@ def single_token_log_z(model: TRFLike) -> Tensor:
     return torch.logsumexp(-check_energy_output(model.energy(ones), V - 1, "model.energy(x)"), 0)
 
 
-def padded_log_z(model: TRFLike) -> Tensor:
+def padded_log_z(model: TransDimensionalField) -> Tensor:
     """``(L + 1,)``: 0 then :math:`\\log Z_l` as the model uses it, indexed by length (for ``nce_logits``)."""
     z = model.log_normalisers()
     return torch.cat([z.new_zeros(1), z])
 
 
-def log_prior(model: TRFLike, lengths: Tensor) -> Tensor:
+def log_prior(model: TransDimensionalField, lengths: Tensor) -> Tensor:
     """:math:`\\log\\pi_l` of each length ``(B,)`` in ``[1, L]``."""
     return model.log_pi[lengths - 1]
 

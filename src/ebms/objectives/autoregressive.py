@@ -62,6 +62,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ebms._checks import check_probability
+from ebms.capabilities import HasVocabSize, RecurrentState, SupportsLogits, SupportsTokenLogProbs, supports
 from ebms.distributions import sample_categorical
 from ebms.objectives._base import LossOutput, scalar_metrics
 from ebms.sequences import Sequences
@@ -119,15 +120,15 @@ class AutoregressiveNLL(nn.Module):
             loss, nll, tokens = self._running_text(model, batch[0], batch[1])
         else:
             seqs = Sequences.coerce(batch, empty=False, expected=_FORMS)
-            token_log_probs = getattr(model, "token_log_probs", None)
-            if not callable(token_log_probs):
+            lm = model
+            if not supports(lm, SupportsTokenLogProbs):
                 raise TypeError(f"model: expected an autoregressive LM with token_log_probs(Sequences) -> (B, T + 1) "
                                 f"(ebms.models.lm); got {type(model).__name__}")
             width = int(seqs.lengths.max())
             seqs = Sequences(seqs.tokens[:, :width], seqs.lengths, validate=False)
             tokens = int(seqs.lengths.sum()) + seqs.batch_size
             if self.label_smoothing == 0 and (self.scheduled_sampling == 0 or not self.training):
-                nll = loss = -token_log_probs(seqs).sum() / tokens
+                nll = loss = -lm.token_log_probs(seqs).sum() / tokens
             else:
                 loss, nll = self._sentence_options(model, seqs, tokens, generator)
         return LossOutput(loss, scalar_metrics(nll=nll.detach(), ppl=nll.detach().exp(), tokens=float(tokens)))
@@ -135,14 +136,14 @@ class AutoregressiveNLL(nn.Module):
     def _sentence_options(self, model: nn.Module, seqs: Sequences, tokens: int,
                           generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
         """Sentence loss with label smoothing and/or scheduled sampling: ``(loss, teacher-forced nll)``."""
-        logits_fn = getattr(model, "logits", None)
-        if not callable(logits_fn):
+        lm = model
+        if not supports(lm, SupportsLogits):
             raise TypeError(f"model: label_smoothing and scheduled_sampling need an autoregressive LM with "
                             f"logits(Sequences) -> (B, T + 1, V) (ebms.models.lm); got {type(model).__name__}")
         B, width = seqs.tokens.shape
         use_ss = self.scheduled_sampling > 0 and self.training
         with torch.no_grad() if use_ss else contextlib.nullcontext():
-            first = logits_fn(seqs)  # (B, width + 1, V)
+            first = lm.logits(seqs)  # (B, width + 1, V)
         real_in = seqs.mask().to(first.device)
         gold = seqs.tokens.to(first.device).masked_fill(~real_in, 0)  # (B, width), padding = boundary id
         targets = F.pad(gold, (0, 1))  # y_1 .. y_L, </s>, padding
@@ -165,14 +166,14 @@ class AutoregressiveNLL(nn.Module):
         if inputs.shape != targets.shape or inputs.numel() == 0:
             raise ValueError(f"batch: expected running-text inputs and targets of one non-empty shape (B, S); got "
                              f"{tuple(inputs.shape)} and {tuple(targets.shape)}")
-        vocab = getattr(model, "vocab_size", None)
+        vocab = model.vocab_size if supports(model, HasVocabSize) else None
         for name, t in (("inputs", inputs), ("targets", targets)):
             lo, hi = int(t.min()), int(t.max())
             if lo < 0 or (vocab is not None and hi >= vocab):
                 raise ValueError(f"batch: expected {name} token ids in [0, {vocab if vocab is not None else 'V'}); "
                                  f"got values in [{lo}, {hi}]")
         state = self._state if self.carry_state else None
-        if state is not None and getattr(state, "batch_size", None) != inputs.shape[0]:
+        if state is not None and not (supports(state, RecurrentState) and state.batch_size == inputs.shape[0]):
             state = None
         logits, state = model(inputs.long(), state)
         if self.carry_state:

@@ -19,14 +19,14 @@ import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_tensor
+from ebms.capabilities import SupportsLogits, supports
 from ebms.objectives._base import LossOutput, scalar_metrics
 
 __all__ = ["CrossEntropy"]
 
 
 def _logits(model: Any, x: Tensor) -> Tensor:
-    fn = getattr(model, "logits", None)
-    out = fn(x) if callable(fn) else model(x)
+    out = model.logits(x) if supports(model, SupportsLogits) else model(x)
     if not isinstance(out, Tensor) or out.dim() != 2 or out.shape[0] != x.shape[0]:
         got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
         raise ValueError(f"model: expected logits of shape ({x.shape[0]}, K); got {got}")

@@ -4,8 +4,8 @@ Both are ``nn.Module`` objectives with the package's one call, ``out = objective
 generator=g)`` returning a :class:`~ebms.objectives.LossOutput`. The model is any module whose
 ``forward(*inputs, lengths)`` returns a distribution over tag sequences offering what the
 objective needs: ``log_prob(tags) -> (B,)`` for :class:`ConditionalML`
-(:class:`ConditionalLogProb`), the unnormalised ``score(tags) -> (B,)`` for
-:class:`ConditionalNCE` (:class:`ConditionalScore`). A
+(:class:`~ebms.capabilities.SupportsLogProb`), the unnormalised ``score(tags) -> (B,)`` for
+:class:`ConditionalNCE` (:class:`~ebms.capabilities.SupportsScore`). A
 :class:`~ebms.structured.linear_chain.LinearChainCRF` offers both, so
 :class:`ebms.models.crf_tagger.NeuralCRFTagger` and :class:`ebms.models.feature_crf.FeatureCRF`
 qualify. A batch is the tuple ``(*inputs, tags, lengths)`` (or ``(*inputs, Sequences(tags,
@@ -46,12 +46,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_int, check_positive, check_shape, check_tensor
+from ebms.capabilities import SupportsLogProb, SupportsScore
 from ebms.distributions import Distribution, NGram
 from ebms.objectives._base import LossOutput, scalar_metrics
 from ebms.objectives._nce_core import nce_logits, nce_loss
@@ -59,25 +60,7 @@ from ebms.objectives._tagging_batch import check_chunk, chunks, rows, split_batc
 from ebms.sequences import Sequences
 from ebms.structured.linear_chain import LinearChainCRF
 
-__all__ = ["ConditionalLogProb", "ConditionalML", "ConditionalNCE", "ConditionalScore", "TagBigramNoise"]
-
-
-@runtime_checkable
-class ConditionalLogProb(Protocol):
-    """What :class:`ConditionalML` needs from ``model(*inputs, lengths)``: a distribution over tag
-    sequences with ``log_prob(tags (B, T)) -> (B,)``, the normalised ``log p(y | x)`` (entries
-    beyond each length ignored). :class:`~ebms.structured.LinearChainCRF` is one."""
-
-    def log_prob(self, tags: Tensor) -> Tensor: ...
-
-
-@runtime_checkable
-class ConditionalScore(Protocol):
-    """What :class:`ConditionalNCE` needs from ``model(*inputs, lengths)``: ``score(tags (B, T)) ->
-    (B,)``, the unnormalised log-potential ``U(x, y)`` (entries beyond each length ignored).
-    :class:`~ebms.structured.LinearChainCRF` is one."""
-
-    def score(self, tags: Tensor) -> Tensor: ...
+__all__ = ["ConditionalML", "ConditionalNCE", "TagBigramNoise"]
 
 
 def _distribution(model: nn.Module, inputs: Sequence[Any], lengths: Tensor, kind: type, method: str) -> Any:
@@ -97,7 +80,7 @@ class ConditionalML(nn.Module):
 
     Call: ``objective(model, batch, generator=None)`` with ``batch = (*inputs, tags, lengths)``
     or ``(*inputs, Sequences(tags, lengths))`` and ``model(*inputs, lengths)`` returning a
-    :class:`ConditionalLogProb`. Keeps no state, draws no randomness.
+    :class:`~ebms.capabilities.SupportsLogProb`. Keeps no state, draws no randomness.
 
     Metrics: ``nll`` (mean ``-log p`` per sentence) and ``nll_token`` (per token).
     """
@@ -113,7 +96,7 @@ class ConditionalML(nn.Module):
         for idx in chunks(lengths, self.chunk_size):
             ln = lengths if idx is None else lengths[idx]
             t = int(ln.max())
-            dist = _distribution(model, [rows(x, idx, t) for x in inputs], ln, ConditionalLogProb, "log_prob(tags)")
+            dist = _distribution(model, [rows(x, idx, t) for x in inputs], ln, SupportsLogProb, "log_prob(tags)")
             part = -dist.log_prob(rows(tags, idx, t)).sum()
             nll = part if nll is None else nll + part
         assert nll is not None
@@ -211,7 +194,7 @@ class ConditionalNCE(nn.Module):
         chunk_size: sentences per length-sorted chunk (``None``: the batch at once).
 
     Call: ``objective(model, batch, generator=g)`` with the batches of :class:`ConditionalML` and
-    ``model(*inputs, lengths)`` returning a :class:`ConditionalScore`. The logistic loss is
+    ``model(*inputs, lengths)`` returning a :class:`~ebms.capabilities.SupportsScore`. The logistic loss is
     :func:`~ebms.objectives.nce_logits` / :func:`~ebms.objectives.nce_loss` with no ``log Z`` (the
     model self-normalises). Random draws: ``noise.sample(nu * B, lengths=..., generator=generator)``.
 
@@ -255,7 +238,7 @@ class ConditionalNCE(nn.Module):
             t = int(ln.max())
             y = rows(tags, idx, t)
             ys = noise_tags if idx is None else noise_tags[:, idx, :t]
-            dist = _distribution(model, [rows(x, idx, t) for x in inputs], ln, ConditionalScore, "score(tags)")
+            dist = _distribution(model, [rows(x, idx, t) for x in inputs], ln, SupportsScore, "score(tags)")
             self._check_tags(dist)
             s_data = dist.score(y)
             g_data = nce_logits(s_data, self._log_q(y, ln, s_data.dtype), nu=nu)

@@ -51,9 +51,9 @@ evaluation mode the loss is the cross-entropy only. Metrics: ``ce``, ``earm`` (=
 ``ess`` (Kish ESS :math:`(\sum w)^2 / \sum w^2` of the draws' weights, mean over the steps used, 0
 when off), ``active`` (1 or 0).
 
-**Models** follow :class:`EARMModel`; an :class:`~ebms.models.lm.AutoregressiveLM` (anything with
-``logits`` and ``sample`` but no ``teacher_forced``) is wrapped in :class:`LMAdapter` with its default
-``max_length=None`` automatically.
+**Models** follow :class:`~ebms.capabilities.EARMModel`; an :class:`~ebms.models.lm.AutoregressiveLM` (any
+:class:`~ebms.capabilities.SentenceLM` without ``teacher_forced``) is wrapped in :class:`LMAdapter`
+with its default ``max_length=None`` automatically.
 
 Cost per active step: the data pass (shared with the cross-entropy), ``B`` ancestral draws without
 gradient, a teacher-forced pass with gradient on the draws; ``O(B K V)`` memory for each pass.
@@ -67,45 +67,26 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ebms._checks import check_int, check_positive, check_probability
+from ebms.capabilities import EARMModel, SentenceLM, supports
 from ebms.objectives._base import LossOutput, scalar_metrics
 from ebms.sequences import Sequences
 
-__all__ = ["EARM", "EARMModel", "EARMTerms", "LMAdapter"]
+__all__ = ["EARM", "EARMTerms", "LMAdapter"]
 
 Triple = tuple[Tensor, Tensor, Tensor]
 
 
-@runtime_checkable
-class EARMModel(Protocol):
-    """What :class:`EARM` needs from an autoregressive model (LM, seq2seq decoder, PixelCNN).
-
-    Shapes: ``B`` rows, ``K`` steps (``L + 1`` for a sentence, ``</s>`` included; ``H W`` for an image),
-    ``V`` outcomes per step.
-    """
-
-    def teacher_forced(self, batch: Any) -> Triple:
-        """``(logits (B, K, V) float, targets (B, K) int64, mask (B, K) bool)``: the next-step logits
-        after the observed history at every step (with gradient), the observed outcome, and which
-        steps are real. Targets at masked steps may be anything in ``[0, V)``."""
-        ...
-
-    def draw(self, batch: Any, generator: torch.Generator | None) -> Any:
-        """One draw of the model's law per row of ``batch`` (conditioned on the same sources where the
-        model is conditional), in ``batch``'s type, without gradient; sample in evaluation mode (the
-        model's law, no dropout)."""
-        ...
-
-
 class LMAdapter(nn.Module):
-    r""":class:`EARMModel` view of a sentence LM (:class:`~ebms.models.lm.AutoregressiveLM`, duck-typed:
-    ``logits``, ``sample``, ``max_length``).
+    r""":class:`~ebms.capabilities.EARMModel` view of a sentence LM (an
+    :class:`~ebms.capabilities.SentenceLM`: ``logits``, ``sample``, ``max_length``; every
+    :class:`~ebms.models.lm.AutoregressiveLM`).
 
     Batches are :class:`~ebms.sequences.Sequences` or ``(tokens (B, T), lengths (B,))`` tuples (the
     Trainer's form); :meth:`draw` returns the same type. Step ``k < L`` predicts ``y_{k+1}`` after
@@ -129,13 +110,12 @@ class LMAdapter(nn.Module):
 
     lm: Any
 
-    def __init__(self, lm: nn.Module, *, max_length: int | None = None) -> None:
+    def __init__(self, lm: SentenceLM, *, max_length: int | None = None) -> None:
         super().__init__()
-        for name in ("logits", "sample"):
-            if not callable(getattr(lm, name, None)):
-                raise TypeError(f"lm: expected an autoregressive sentence LM with logits(Sequences) and sample(n, "
-                                f"...) (ebms.models.lm); got {type(lm).__name__}")
-        own = getattr(lm, "max_length", None)
+        if not isinstance(lm, SentenceLM):
+            raise TypeError(f"lm: expected an autoregressive sentence LM with logits(Sequences) and sample(n, "
+                            f"...) (ebms.models.lm); got {type(lm).__name__}")
+        own = lm.max_length
         if max_length is not None:
             max_length = check_int(max_length, "max_length", minimum=1)
             if own is not None and max_length > own:
@@ -268,7 +248,7 @@ class EARM(nn.Module):
 
     def surrogate(self, data: Triple, draws: Triple, *, draw_log_mass: Tensor | None = None,
                   log_denominator: Tensor | None = None) -> EARMTerms:
-        r"""``S`` for teacher-forced data and draws (:meth:`EARMModel.teacher_forced` triples), without
+        r"""``S`` for teacher-forced data and draws (:meth:`~ebms.capabilities.EARMModel.teacher_forced` triples), without
         touching the moving averages.
 
         Args:
@@ -394,9 +374,9 @@ def _checked(out: Any, name: str) -> Triple:
 
 
 def _adapt(model: Any) -> Any:
-    if callable(getattr(model, "teacher_forced", None)) and callable(getattr(model, "draw", None)):
+    if supports(model, EARMModel):
         return model
-    if callable(getattr(model, "logits", None)) and callable(getattr(model, "sample", None)):
+    if supports(model, SentenceLM):
         return LMAdapter(model)
     raise TypeError(f"model: expected an EARMModel (teacher_forced(batch), draw(batch, generator)) or an "
                     f"autoregressive sentence LM (ebms.models.lm); got {type(model).__name__}")

@@ -61,6 +61,7 @@ from torch import Tensor, nn
 
 from ebms._checks import check_positive, check_probability, check_tensor
 from ebms._numerics import softplus
+from ebms.capabilities import ClozeNoise, EnergyCloze, supports
 from ebms.objectives._base import LossOutput, check_batch, scalar_metrics
 from ebms.sequences import Sequences
 
@@ -179,11 +180,11 @@ class ElectricNCE(nn.Module):
             ValueError: a batch without any token (and the models' token checks).
         """
         x = check_batch(Sequences.coerce(batch), integer=True)
-        noise: Any = getattr(model, "noise", None)
-        if not callable(getattr(model, "token_scores", None)):
+        if not supports(model, EnergyCloze):
             raise TypeError(f"model: expected an energy cloze model with token_scores(x) (ElectricCloze); "
                             f"got {type(model).__name__}")
-        if not (callable(getattr(noise, "log_probs", None)) and callable(getattr(noise, "sample_replacements", None))):
+        noise = model.noise
+        if not supports(noise, ClozeNoise):
             raise TypeError(f"model: expected a model.noise with log_probs and sample_replacements (TwoTowerCloze); "
                             f"got model.noise of type {type(noise).__name__}")
         mask = x.mask()

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ebms._checks import check_int, check_positive, check_shape, check_tensor
+from ebms.capabilities import SupportsEffectiveWeights
 from ebms.objectives._base import LossOutput, scalar_metrics
 from ebms.structured.features import EncodedCorpus
 from ebms.structured.linear_chain import LinearChainCRF
@@ -43,14 +44,6 @@ __all__ = ["BucketedCorpus", "FeatureCRFLikelihood", "attribute_emissions", "cor
 
 #: ``rows(sentence ids (n,)) -> (ids (n, >= t, F), values (n, >= t, F))``: padded attribute rows
 Rows = Callable[[Tensor], tuple[Tensor, Tensor]]
-
-
-class FeatureWeights(Protocol):
-    """What the objective needs from the model: dense state weights and transitions."""
-
-    def effective_weights(self) -> tuple[Tensor, Tensor]: ...
-
-    def parameters(self, recurse: bool = True) -> Any: ...
 
 
 def attribute_emissions(w: Tensor, ids: Tensor, weights: Tensor) -> Tensor:
@@ -196,7 +189,7 @@ class FeatureCRFLikelihood(nn.Module):
         check_shape(values, tuple(ids.shape), "values (as ids)")
         return cls(lambda b: (ids[b], values[b]), lengths, tags, **kw)
 
-    def forward(self, model: FeatureWeights, batch: Tensor | tuple[Tensor, ...], *,
+    def forward(self, model: SupportsEffectiveWeights, batch: Tensor | tuple[Tensor, ...], *,
                 generator: torch.Generator | None = None) -> LossOutput:
         rows = batch[0] if isinstance(batch, tuple) else batch
         check_tensor(rows, "batch (sentence ids)", min_dim=1)

@@ -55,37 +55,20 @@ References:
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_int, check_positive, check_shape, check_tensor
+from ebms.capabilities import JointEnergyModel
 from ebms.energy import EnergyLike
 from ebms.objectives._base import LossOutput, scalar_metrics
 from ebms.objectives.buffer import ReplayBuffer
 from ebms.objectives.cd import ContrastiveDivergence, _check_batch
 from ebms.samplers import Sampler
 
-__all__ = ["JEMObjective", "JointEnergyModel"]
-
-
-@runtime_checkable
-class JointEnergyModel(Protocol):
-    """What :class:`JEMObjective` needs of its model (:class:`ebms.models.jem.JEM` is one).
-
-    ``model(x)`` is the marginal energy ``(B,)``, ``model.logits(x)`` the ``(B, K)`` logits it is
-    made of, ``model.class_energy(y)`` the energy of ``x | y`` for ``y: LongTensor (B,)``, and
-    ``model.n_classes`` is ``K``. (A protocol, because models sit above objectives in the layers.)
-    """
-
-    n_classes: int
-
-    def __call__(self, x: Tensor) -> Tensor: ...
-
-    def logits(self, x: Tensor) -> Tensor: ...
-
-    def class_energy(self, y: Tensor) -> EnergyLike: ...
+__all__ = ["JEMObjective"]
 
 
 def _check_labels(y: object, n: int, n_classes: int) -> Tensor:
@@ -119,7 +102,7 @@ class JEMObjective(nn.Module):
         ce_weight: :math:`\lambda_{ce} >= 0`, weight of the cross-entropy.
 
     Call: ``objective(model, batch, *, generator=None) -> LossOutput``, with ``model`` a
-    :class:`~ebms.models.jem.JEM` (any :class:`JointEnergyModel`) and ``batch`` a
+    :class:`~ebms.models.jem.JEM` (any :class:`~ebms.capabilities.JointEnergyModel`) and ``batch`` a
     tensor ``x: (B, *event)`` (all rows unlabelled) or a pair ``(x, y)``, ``y: LongTensor (B,)``
     in ``[-1, K)``. ``LossOutput.negatives`` holds the ``B`` chains' new positions.
 

@@ -52,30 +52,22 @@ References:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_positive, check_probability
+from ebms.capabilities import JointRandomField
 from ebms.objectives._base import LossOutput, scalar_metrics
 from ebms.objectives._tagging_batch import split_batch
-from ebms.objectives._trf_common import TRFLike, check_trf
+from ebms.objectives._trf_common import check_trf
 from ebms.objectives.trf_nce import DynamicNCE
 from ebms.sequences import Sequences
-from ebms.structured.linear_chain import LinearChainCRF
 
-__all__ = ["JRFLike", "JRFObjective"]
+__all__ = ["JRFObjective"]
 
 _RENAMED = {"accuracy": "nce_accuracy", "alpha": "data_share"}
-
-
-@runtime_checkable
-class JRFLike(TRFLike, Protocol):
-    """A TRF (:class:`~ebms.objectives._trf_common.TRFLike`) whose conditional is a CRF:
-    ``crf(x: Sequences) -> LinearChainCRF`` of :math:`p(y \\mid x)` (:class:`ebms.models.jrf.JRF`)."""
-
-    def crf(self, x: Sequences) -> LinearChainCRF: ...
 
 
 def _split(batch: Any) -> tuple[Sequences, Tensor | None]:
@@ -140,10 +132,10 @@ class JRFObjective(nn.Module):
             self.dnce = DynamicNCE(noise_lm, nu=nu, alpha=data_share, noise_weight=inner,
                                    sample_options=sample_options)
 
-    def forward(self, model: JRFLike, batch: Any, *, generator: torch.Generator | None = None) -> LossOutput:
+    def forward(self, model: JointRandomField, batch: Any, *, generator: torch.Generator | None = None) -> LossOutput:
         """Loss on one batch of labelled and/or unlabelled sentences (module docstring)."""
         check_trf(model)
-        if not isinstance(model, JRFLike):
+        if not isinstance(model, JointRandomField):
             raise TypeError(f"model: expected a JRF (a TRF with crf(x) -> LinearChainCRF, e.g. "
                             f"ebms.models.jrf.JRF); got {type(model).__name__}")
         x, tags = _split(batch)

@@ -38,7 +38,8 @@ import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_energy_output, check_positive, check_shape, check_tensor
-from ebms.distributions import Gaussian, NormalisedModel, as_distribution
+from ebms.capabilities import NormalisedModel
+from ebms.distributions import Gaussian, as_distribution
 from ebms.energy import EnergyLike, evaluate
 from ebms.objectives._base import LossOutput, check_batch, scalar_metrics
 from ebms.objectives._nce_core import nce_logits, nce_loss

@@ -52,6 +52,7 @@ import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_int, check_positive, check_tensor
+from ebms.capabilities import HasEventShape
 from ebms.energy import Energy, from_fn
 from ebms.objectives._base import LossOutput, check_batch, scalar_metrics
 from ebms.samplers.langevin import ULA
@@ -269,7 +270,9 @@ def recovery_sample(
     """
     check_int(n, "n", minimum=1)
     obj = RecoveryLikelihood(sigmas, k, b=b, step_size_fn=step_size_fn)
-    shape = event_shape if event_shape is not None else getattr(model, "event_shape", None)
+    shape = event_shape
+    if shape is None and isinstance(model, HasEventShape):
+        shape = model.event_shape
     if shape is None:
         raise ValueError("event_shape: expected a shape, or a model with an event_shape attribute; got neither")
     x = torch.randn((n, *tuple(shape)), generator=generator, dtype=dtype, device=device)

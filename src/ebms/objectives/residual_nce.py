@@ -37,6 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_int
+from ebms.capabilities import ResidualEnergy, supports
 from ebms.objectives._base import LossOutput, scalar_metrics
 from ebms.objectives._nce_core import nce_logits, nce_loss
 from ebms.sequences import Sequences
@@ -104,7 +105,7 @@ class ResidualNCE(nn.Module):
             TypeError: a model without ``energy``, a batch of the wrong form.
             ValueError: an empty batch, positives not one per prefix, negatives not ``nu`` per prefix.
         """
-        if not callable(getattr(model, "energy", None)):
+        if not supports(model, ResidualEnergy):
             raise TypeError(f"model: expected a residual LM with energy(prefix, x) -> (B,); got {type(model).__name__}")
         prefix, positive, negatives = self._unpack(batch)
         B, nu = prefix.batch_size, self.nu

@@ -9,8 +9,8 @@ uncut arguments (what the models' own methods call).
 
 **Teacher-forced ML** (:class:`TransducerML`) for a *locally normalised* transducer such as
 :class:`ebms.models.rnnt_aligned.AlignedRNNT` (monograph eqs. 4.28-4.29): the model offers
-``log_prob(words, lengths, tags, *, chars=None) -> (B,)`` (:class:`TeacherForcedLogProb`), exact in
-one pass, and the loss is :math:`-\frac1B\sum_i \log p(y_i \mid x_i)`.
+``log_prob(words, lengths, tags, *, chars=None) -> (B,)``
+(:class:`~ebms.capabilities.TeacherForcedLogProb`), exact in one pass, and the loss is :math:`-\frac1B\sum_i \log p(y_i \mid x_i)`.
 
 **Beam search with early updates** (:class:`BeamEarlyUpdate`) for a *globally normalised*
 transducer such as :class:`ebms.models.crf_transducer.CRFTransducer`, whose :math:`\log Z(x)` has
@@ -32,25 +32,18 @@ defines :math:`u`). Cost per batch: one teacher-forced pass plus ``<= T`` beam s
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_int
+from ebms.capabilities import TeacherForcedLogProb
 from ebms.nets.transducer import AlignedTransducer, check_tagging_batch, transducer_beam_search
 from ebms.objectives._base import LossOutput, scalar_metrics
 from ebms.objectives._tagging_batch import split_batch
 
-__all__ = ["BeamEarlyUpdate", "TeacherForcedLogProb", "TransducerML"]
-
-
-@runtime_checkable
-class TeacherForcedLogProb(Protocol):
-    """A locally normalised tagger: ``log_prob(words, lengths, tags, *, chars=None) -> (B,)`` is the
-    exact ``log p(y | x)`` (e.g. :class:`ebms.models.rnnt_aligned.AlignedRNNT`)."""
-
-    def log_prob(self, words: Tensor, lengths: Tensor, tags: Tensor, *, chars: Tensor | None = None) -> Tensor: ...
+__all__ = ["BeamEarlyUpdate", "TransducerML"]
 
 
 def _unpack(batch: Any) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
@@ -73,7 +66,7 @@ class TransducerML(nn.Module):
 
     def compute(self, model: nn.Module, words: Tensor, lengths: Tensor, tags: Tensor, *,
                 chars: Tensor | None = None) -> LossOutput:
-        """The loss of one padded batch (no cutting); ``model`` a :class:`TeacherForcedLogProb`."""
+        """The loss of one padded batch (no cutting); ``model`` a :class:`~ebms.capabilities.TeacherForcedLogProb`."""
         if not isinstance(model, TeacherForcedLogProb):
             raise TypeError(f"model: expected a locally normalised tagger with log_prob(words, lengths, tags, *, "
                             f"chars) (e.g. AlignedRNNT); got {type(model).__name__}")

@@ -93,9 +93,9 @@ import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_int
+from ebms.capabilities import TransDimensionalField
 from ebms.objectives._base import LossOutput, scalar_metrics
 from ebms.objectives._trf_common import (
-    TRFLike,
     check_in_space,
     check_trf,
     distributed_sum,
@@ -206,7 +206,7 @@ class AugSA(nn.Module):
             self.chain_lengths = start.lengths.clone()
         return Sequences(self.chain_tokens, self.chain_lengths, validate=False)
 
-    def forward(self, model: TRFLike, batch: Sequences | tuple[Tensor, Tensor], *,
+    def forward(self, model: TransDimensionalField, batch: Sequences | tuple[Tensor, Tensor], *,
                 generator: torch.Generator | None = None) -> LossOutput:
         """One SA iteration on the data ``batch`` (``B`` sentences); see the class docstring."""
         model = check_trf(model)
@@ -247,7 +247,7 @@ class AugSA(nn.Module):
                                  length_tv=0.5 * (delta - pi0).abs().sum())
         return LossOutput(loss=loss, metrics=metrics)
 
-    def _field_weight(self, model: TRFLike) -> Tensor:
+    def _field_weight(self, model: TransDimensionalField) -> Tensor:
         """``model.field.weight`` ``(F,)`` matched to ``data_mean`` (moved once to its device and dtype)."""
         w = getattr(getattr(model, "field", None), "weight", None)
         assert self.data_mean is not None
@@ -260,7 +260,7 @@ class AugSA(nn.Module):
         return w.double()
 
     @torch.no_grad()
-    def _zeta_step(self, model: TRFLike, lengths: Tensor) -> tuple[float, Tensor]:
+    def _zeta_step(self, model: TransDimensionalField, lengths: Tensor) -> tuple[float, Tensor]:
         """Step 3 of the module docstring, kept in ``pending``; returns the rate and :math:`\\delta` ``(L,)``."""
         L = model.log_z.shape[0]
         counts = torch.bincount(lengths - 1, minlength=L).to(torch.float64)
@@ -274,7 +274,7 @@ class AugSA(nn.Module):
         return gain, delta
 
     @torch.no_grad()
-    def finish(self, model: TRFLike) -> None:
+    def finish(self, model: TransDimensionalField) -> None:
         """Apply the pending :math:`\\zeta` step of the last call to ``model.log_z``, then the anchor.
 
         Each call does this first, so call it once more after the last training step (with the

@@ -82,10 +82,10 @@ import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_energy_output, check_int, check_positive, check_probability
-from ebms.distributions import NormalisedModel
+from ebms.capabilities import NormalisedModel, TransDimensionalField
 from ebms.objectives._base import LossOutput, scalar_metrics
 from ebms.objectives._nce_core import nce_logits, nce_loss
-from ebms.objectives._trf_common import TRFLike, check_in_space, check_trf, padded_log_z
+from ebms.objectives._trf_common import check_in_space, check_trf, padded_log_z
 from ebms.objectives._trf_trace import ZetaEstimate, ZetaTrace
 from ebms.sequences import Sequences
 
@@ -158,7 +158,7 @@ class TRFNCE(nn.Module):
             lq = self.noise.log_prob(x)
         return check_energy_output(lq, x.batch_size, "noise.log_prob(x)")
 
-    def _inside(self, model: TRFLike, y: Sequences) -> tuple[Sequences, int]:
+    def _inside(self, model: TransDimensionalField, y: Sequences) -> tuple[Sequences, int]:
         """The draws with lengths in ``[1, L]`` (checked, cut to width ``L``) and how many fell outside."""
         ok = (y.lengths >= 1) & (y.lengths <= model.space.max_length)
         kept = y[ok.nonzero().squeeze(1)]
@@ -166,7 +166,7 @@ class TRFNCE(nn.Module):
             kept = check_in_space(kept, model.space, "noise.sample(n)")
         return kept, y.batch_size - kept.batch_size
 
-    def _sample_inside(self, model: TRFLike, n: int, generator: torch.Generator | None) -> Sequences:
+    def _sample_inside(self, model: TransDimensionalField, n: int, generator: torch.Generator | None) -> Sequences:
         """``n`` draws of the noise restricted to lengths ``1..L``, by rejection (each round draws the
         missing number divided by the acceptance rate so far, with 20 % to spare)."""
         parts, kept, drawn = [], 0, 0
@@ -183,13 +183,13 @@ class TRFNCE(nn.Module):
                          f"{_MAX_ROUNDS} rounds; the noise puts too little mass on the TRF's lengths (pre-train it "
                          "by maximum likelihood, e.g. with AutoregressiveNLL)")
 
-    def _logits(self, model: TRFLike, x: Sequences, log_q: Tensor, table: Tensor) -> tuple[Tensor, Tensor]:
+    def _logits(self, model: TransDimensionalField, x: Sequences, log_q: Tensor, table: Tensor) -> tuple[Tensor, Tensor]:
         """``G`` and ``E`` of sentences inside the TRF's lengths ``(B,)``."""
         e = model.energy(x)
         lp = model.log_pi[x.lengths - 1].to(e.dtype) - e
         return nce_logits(lp, log_q.to(e.dtype), nu=self.nu, log_z=table.to(e.dtype), lengths=x.lengths), e
 
-    def _table(self, model: TRFLike) -> Tensor:
+    def _table(self, model: TransDimensionalField) -> Tensor:
         table = padded_log_z(model)
         if self.trace is not None:
             self.trace.record(table[1:])
@@ -205,7 +205,7 @@ class TRFNCE(nn.Module):
                               e_neg=mean_neg, gap=mean_neg - mean_pos, noise_outside=outside / n)
 
     # -- the objective --------------------------------------------------------------------------
-    def forward(self, model: TRFLike, batch: Sequences | tuple[Tensor, Tensor], *,
+    def forward(self, model: TransDimensionalField, batch: Sequences | tuple[Tensor, Tensor], *,
                 generator: torch.Generator | None = None) -> LossOutput:
         """NCE loss on the data ``batch`` (``B`` sentences) with ``round(nu B)`` fresh noise draws."""
         model = check_trf(model)
@@ -249,7 +249,7 @@ class DynamicNCE(TRFNCE):
         self.alpha = check_probability(alpha, "alpha", open_low=True)
         self.noise_weight = check_positive(noise_weight, "noise_weight")
 
-    def forward(self, model: TRFLike, batch: Sequences | tuple[Tensor, Tensor], *,
+    def forward(self, model: TransDimensionalField, batch: Sequences | tuple[Tensor, Tensor], *,
                 generator: torch.Generator | None = None) -> LossOutput:
         """DNCE loss on the data ``batch``: NCE term for the TRF plus the noise's likelihood term."""
         model = check_trf(model)

@@ -27,12 +27,12 @@ over continuations of the model's horizon law (an integer ``horizon``: at most t
   ``K M`` energy evaluations — far dearer than Algorithm 1; the paper uses it for qualitative
   analysis only (``K = 128``, ``M = 10^4``).
 
-The model is duck-typed (``ebms.models.ResidualLM`` or anything alike): ``energy(prefix, x) ->
-(B,)``, ``base_log_prob(prefix, x) -> (B,)`` (the horizon law), ``sample_base(prefix, n, *,
-generator, top_k, top_p, temperature)`` (``n`` draws per prefix row, rows ``b*n .. b*n+n-1``),
-``horizon``, ``vocab_size`` (or ``base.vocab_size``) and ``base``, whose ``logits`` (an
-autoregressive LM's next-token logits) is a fast path of the token-level sampler, not a
-requirement. Everything runs under ``torch.no_grad`` in the model's current mode: call
+The model is a :class:`~ebms.capabilities.ResidualModel` (``ebms.models.ResidualLM`` or anything
+alike): ``energy(prefix, x) -> (B,)``, ``base_log_prob(prefix, x) -> (B,)`` (the horizon law),
+``sample_base(prefix, n, *, generator, top_k, top_p, temperature)`` (``n`` draws per prefix row,
+rows ``b*n .. b*n+n-1``), ``horizon``, ``vocab_size`` (or ``base.vocab_size``) and ``base``, whose
+``logits`` (an autoregressive LM's next-token logits) is a fast path of the token-level sampler,
+not a requirement. Everything runs under ``torch.no_grad`` in the model's current mode: call
 ``model.eval()`` first.
 
 Reference: Deng, Bakhtin, Ott, Szlam, Ranzato (2020), "Residual Energy-Based Models for Text
@@ -52,6 +52,7 @@ from torch import Tensor
 
 from ebms._checks import check_energy_output, check_int, check_tensor
 from ebms._progress import progress_bar
+from ebms.capabilities import HasVocabSize, ResidualModel, SupportsLogits
 from ebms.distributions import sample_categorical
 from ebms.sequences import Sequences
 
@@ -262,7 +263,7 @@ def empty_rows(n: int, device: torch.device) -> Sequences:
                                                                                        device=device), validate=False)
 
 
-def _next_log_probs(model: Any, ctx: Sequences, vocab_size: int) -> Tensor:
+def _next_log_probs(model: ResidualModel, ctx: Sequences, vocab_size: int) -> Tensor:
     r"""``(A, V)`` float64 base log-probabilities of the outcome after each context (column 0 = ``</s>``).
 
     One ``model.base.logits`` pass when the base has it; otherwise from ``model.base_log_prob``
@@ -271,7 +272,7 @@ def _next_log_probs(model: Any, ctx: Sequences, vocab_size: int) -> Tensor:
     law gives a one-token continuation its ``</s>``), ``2V - 1`` scored rows per context.
     """
     A = ctx.batch_size
-    if callable(getattr(getattr(model, "base", None), "logits", None)):
+    if isinstance(model.base, SupportsLogits):
         logits = model.base.logits(ctx)
         last = logits[torch.arange(A, device=logits.device), ctx.lengths.to(logits.device)]
         return last.double().log_softmax(-1)
@@ -316,7 +317,8 @@ def token_level_joint_sample(model: Any, prefix: Sequences, *, candidates: int, 
     K = check_int(candidates, "candidates", minimum=1)
     M = check_int(completions, "completions", minimum=1)
     horizon = model.horizon
-    vocab = int(getattr(model, "vocab_size", None) or model.base.vocab_size)
+    own = model.vocab_size if isinstance(model, HasVocabSize) else None
+    vocab = int(own or model.base.vocab_size)
     limit = check_int(max_length, "max_length", minimum=1) if horizon is None else int(horizon)
     if K > vocab:
         raise ValueError(f"candidates: expected at most the vocabulary size {vocab}; got {K}")

@@ -44,7 +44,7 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_finite, check_int, check_tensor
-from ebms.distributions import NormalisedModel
+from ebms.capabilities import HasLengthConditioning, NormalisedModel
 from ebms.energy import EnergyLike
 from ebms.samplers._base import ChainState, StepInfo, batch_where, evaluate_states, mh_accept
 from ebms.samplers._discrete import DiscreteSampler, resolve_space, resolve_token_space, sample_categorical
@@ -341,7 +341,7 @@ class MetropolisIndependence(DiscreteSampler):
 
     def _propose_sentences(self, x: Sequences, generator: torch.Generator | None) -> Sequences:
         """New sentences of the chains' lengths from the length-conditional proposal, at ``x``'s width."""
-        if not getattr(self.proposal, "conditional_on_length", False):
+        if not (isinstance(self.proposal, HasLengthConditioning) and self.proposal.conditional_on_length):
             raise TypeError(f"proposal: on token sequences the chains keep their lengths, so the proposal must be "
                             f"length-conditional (conditional_on_length = True, sample(n, generator, lengths=); "
                             f"e.g. ebms.estimators.LengthConditionalLM); got {type(self.proposal).__name__}")

@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ebms.capabilities import HasVocabSize, RecurrentState
+from ebms.distributions import Distribution
 from ebms.sequences import Sequences
 
 __all__ = ["Perplexity", "perplexity"]
@@ -82,7 +84,7 @@ def perplexity(model: Any, data: Iterable[Any]) -> Perplexity:
             an energy-based model's unnormalised score gives no perplexity).
         TypeError: a batch of another kind, or float token ids (never rounded).
     """
-    if getattr(model, "normalised", True) is False:
+    if isinstance(model, Distribution) and not model.normalised:
         raise ValueError(f"model: this {type(model).__name__} is not normalised (model.normalised is False, e.g. "
                          "NGram.zeros scores sentences, it is not a law); a perplexity needs a normalised model")
     module = model if isinstance(model, nn.Module) else None
@@ -133,13 +135,13 @@ def _chunk(model: Any, batch: tuple[Tensor, Tensor], state: Any, i: int) -> tupl
     if inputs.shape != targets.shape:
         raise ValueError(f"data[{i}]: expected inputs and targets of one shape; got {tuple(inputs.shape)} and "
                          f"{tuple(targets.shape)}")
-    V = getattr(model, "vocab_size", None)
+    V = model.vocab_size if isinstance(model, HasVocabSize) else None
     if isinstance(V, int) and inputs.numel():
         lo, hi = int(torch.minimum(inputs.min(), targets.min())), int(torch.maximum(inputs.max(), targets.max()))
         if lo < 0 or hi >= V:
             raise ValueError(f"data[{i}]: expected token ids in [0, {V - 1}] (the model's vocabulary); got "
                              f"{lo}..{hi}")
-    if state is not None and getattr(state, "batch_size", None) != inputs.shape[0]:
+    if state is not None and not (isinstance(state, RecurrentState) and state.batch_size == inputs.shape[0]):
         state = None
     device = next(model.parameters()).device
     logits, state = model(inputs.to(device).long(), state)
