@@ -70,6 +70,7 @@ __all__ = [
     "SupportsLogProbGrad",
     "SupportsLogits",
     "SupportsNextLogProbs",
+    "SupportsPrefixSampling",
     "SupportsScore",
     "SupportsSingleTokenEnergies",
     "SupportsSiteLogits",
@@ -545,28 +546,39 @@ class SentenceLM(Protocol):
 
 
 @runtime_checkable
-class SupportsContinuations(Protocol):
-    r"""A base LM for residual models: scores and draws continuations of prefixes.
+class SupportsPrefixSampling(Protocol):
+    r"""A base LM that draws continuations of prefixes.
 
-    * ``continuation_token_log_probs(prefix: Sequences, x: Sequences) -> (B, T_x + 1)``: position
-      ``j < L_x`` is :math:`\log p(x_{j+1} \mid c, x_{\le j})`, position ``L_x`` the ``</s>`` term;
     * ``sample(n, generator=None, *, max_length, temperature, top_k, top_p, prefix, truncate) ->
       Sequences``: ``n`` continuations of ``prefix`` (``n`` rows), cut at ``max_length`` with ``truncate``;
     * ``per_prefix_sampling``: ``True`` when ``sample`` also takes ``per_prefix=m`` (``prefix`` of
       ``n / m`` rows, each encoded once for its ``m`` draws).
 
     Offered by the sentence LMs (``per_prefix_sampling`` ``True``) and
-    :class:`~ebms.models.NGramContinuations` (``False``). Used by :class:`~ebms.models.ResidualLM`
-    (its base) and :meth:`~ebms.data.NegativeCache.build` (``sample`` and ``per_prefix_sampling``).
+    :class:`~ebms.models.NGramContinuations` (``False``). Used by
+    :meth:`~ebms.data.NegativeCache.build`, which only draws.
     """
 
     per_prefix_sampling: ClassVar[bool]
 
-    def continuation_token_log_probs(self, prefix: Sequences, x: Sequences) -> Tensor: ...
-
     def sample(self, n: int, generator: torch.Generator | None = None, *, max_length: int | None = None,
                temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
                prefix: Sequences | None = None, truncate: bool = False) -> Sequences: ...
+
+
+@runtime_checkable
+class SupportsContinuations(SupportsPrefixSampling, Protocol):
+    r"""A base LM for residual models: scores and draws continuations of prefixes.
+
+    * ``continuation_token_log_probs(prefix: Sequences, x: Sequences) -> (B, T_x + 1)``: position
+      ``j < L_x`` is :math:`\log p(x_{j+1} \mid c, x_{\le j})`, position ``L_x`` the ``</s>`` term;
+    * ``sample`` and ``per_prefix_sampling`` of :class:`SupportsPrefixSampling`.
+
+    Offered by the sentence LMs and :class:`~ebms.models.NGramContinuations`. Used by
+    :class:`~ebms.models.ResidualLM` (its base).
+    """
+
+    def continuation_token_log_probs(self, prefix: Sequences, x: Sequences) -> Tensor: ...
 
 
 @runtime_checkable

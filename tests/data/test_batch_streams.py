@@ -15,6 +15,8 @@ CONT = Sequences.from_lists([[4], [5, 6], [7]])
 class _Echo:
     """A base LM whose draw for prefix ``p`` is ``[p's first token + 10]``, one per prefix row (as the cache calls it)."""
 
+    per_prefix_sampling = False  # declared: no per_prefix= form (ebms.capabilities.SupportsPrefixSampling)
+
     def sample(self, n: int, *, prefix: Sequences, **_: object) -> Sequences:
         return Sequences((prefix.tokens[:, 0] + 10).unsqueeze(1), torch.ones(n, dtype=torch.long))
 

@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from ebms._checks import check_int
 from ebms._progress import progress_bar
-from ebms.capabilities import SupportsContinuations
+from ebms.capabilities import SupportsPrefixSampling
 from ebms.errors import DataError
 from ebms.sequences import Sequences
 
@@ -89,7 +89,7 @@ class NegativeCache:
         """Draw ``samples_per_prefix`` continuations of every prefix from ``lm``.
 
         Args:
-            lm: the base LM in eval mode (a :class:`~ebms.capabilities.SupportsContinuations`: an
+            lm: the base LM in eval mode (a :class:`~ebms.capabilities.SupportsPrefixSampling`: an
                 :class:`~ebms.models.lm.AutoregressiveLM` or :class:`~ebms.models.NGramContinuations`;
                 its ``sample`` is called with ``prefix=``, ``max_length=horizon``,
                 ``truncate=horizon is not None``).
@@ -107,7 +107,7 @@ class NegativeCache:
             TypeError: ``lm`` without ``sample``, ``prefixes`` not Sequences.
             ValueError: ``lm`` in training mode, ``S < 1``, ``batch_size < 1``.
         """
-        if not isinstance(lm, SupportsContinuations):
+        if not isinstance(lm, SupportsPrefixSampling):
             raise TypeError(f"lm: expected a language model with sample(n, prefix=...); got {type(lm).__name__}")
         if isinstance(lm, nn.Module) and lm.training:
             raise ValueError("lm: is in training mode (dropout changes its law); call lm.eval() first")
