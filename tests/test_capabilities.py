@@ -44,6 +44,7 @@ from ebms.models import (
 )
 from ebms.models.trf import GNELM, TRF, DiscreteFeatures, MixedEnergy, feature_templates
 from ebms.nets import ConvEnergy, GaussianEnergy, MLPEnergy
+from ebms.objectives.rbm_cd import ModelProducts
 from ebms.samplers import (
     MALA,
     ULA,
@@ -96,6 +97,7 @@ FACTORIES = {
     "LinearChainCRF": lambda: LinearChainCRF(torch.zeros(2, 3, 2), torch.zeros(2, 2)),
     "GeometricPath": lambda: GeometricPath(IsingModel.lattice(2, 2), IndependentBernoulli(torch.zeros(2, 2)), Gibbs()),
     "BernoulliRBMAISPath": lambda: BernoulliRBM(4, 3).ais_path(),
+    "ModelProducts": lambda: ModelProducts(BernoulliRBM(4, 3)),
 }
 GENERIC = {"Energy", "Distribution"}  # stand for whole families: checked one way only
 LATTICE = Spins((3, 3))  # the space of IsingModel.lattice(3, 3)

@@ -54,8 +54,9 @@ from ebms.cli.tasks import StructuredTask, TaskData, register
 from ebms.data.conll import MAX_CONLL_BYTES, Sentence, load_conll2000, tag_names
 from ebms.data.vocab import WordVocabulary
 from ebms.errors import DataError
+from ebms.fit import init_log_z, pretrain_noise_lm
 from ebms.metrics.tagger_eval import evaluate_tagger
-from ebms.models.jrf import JRF, init_log_z, pretrain_noise_lm
+from ebms.models.jrf import JRF
 from ebms.models.lm import LSTMLM
 from ebms.objectives.jrf import JRFObjective
 from ebms.sequences import Sequences

@@ -67,10 +67,10 @@ from ebms.cli.tasks import Task, check_batch_size, register
 from ebms.data.text import length_windows, unigram_probs
 from ebms.distributions import BackoffNGram
 from ebms.errors import CheckpointError, DiscountError
+from ebms.fit import start_from_ngram
 from ebms.models.lm import LSTMLM, TransformerLM
 from ebms.models.trf import TEMPLATE_GROUPS, TRF, DiscreteFeatures, Hidden2Scalar, WordClasses, feature_templates
 from ebms.models.trf.moments import feature_moments
-from ebms.models.trf.ngram_init import start_from_ngram
 from ebms.models.trf.templates import source_cutoffs
 from ebms.objectives import EARM, AutoregressiveNLL, SAGain
 from ebms.objectives.trf_augsa import AugSA
