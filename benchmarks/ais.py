@@ -52,8 +52,8 @@ Run = Callable[[int], tuple[float, float, float]]  # seed -> (estimate, stderr, 
 
 def train_model() -> tuple[Any, torch.Tensor, dict[str, Any]]:
     from ebms.data.binarize import binarized_mnist
+    from ebms.fit import RBMEstimator
     from ebms.models.rbm import marginal_logits
-    from ebms.models.rbm_estimator import RBMEstimator
 
     x, _, settings = binarized_mnist("train")
     x = x[:10_000].contiguous()

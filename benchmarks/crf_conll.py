@@ -48,9 +48,10 @@ import _speed_record as SR
 import torch
 
 from ebms.data.conll import load_conll2000, load_conll2002
+from ebms.fit import fit_feature_crf
 from ebms.metrics.chunking import conlleval
 from ebms.metrics.tagging import token_f1
-from ebms.models.feature_crf import FeatureCRF, fit_feature_crf
+from ebms.models.feature_crf import FeatureCRF
 from ebms.structured.features import AttributeVocabulary, chunking_features, ner_features, observed_transitions
 
 warnings.filterwarnings("ignore", message=".*Sparse.*")

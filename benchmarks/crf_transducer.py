@@ -56,6 +56,7 @@ from ebms.metrics.seeds import compare_over_seeds
 from ebms.models.crf_transducer import CRFTransducer
 from ebms.models.rnnt_aligned import AlignedRNNT
 from ebms.nets.transducer import TranscriptionNet
+from ebms.objectives import BeamEarlyUpdate, TransducerML
 from ebms.structured.linear_chain import LinearChainCRF, bio_allowed_transitions
 
 MODELS = ("linear-chain", "rnnt", "crf-transducer")
@@ -120,8 +121,8 @@ def loss_of(name: str, model: nn.Module, words: Tensor, tags: Tensor, lengths: T
     if name == "linear-chain":
         return -model.crf(words, lengths).log_prob(tags).mean()  # type: ignore[operator]
     if name == "rnnt":
-        return model.loss(words, lengths, tags).loss  # type: ignore[operator]
-    return model.early_update_loss(words, lengths, tags, beam=beam).loss  # type: ignore[operator]
+        return TransducerML().compute(model, words, lengths, tags).loss
+    return BeamEarlyUpdate(beam).compute(model, words, lengths, tags).loss
 
 
 @torch.no_grad()

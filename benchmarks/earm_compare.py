@@ -77,10 +77,10 @@ from ebms.metrics.exposure_bias import exposure_bias_ratio
 from ebms.metrics.seeds import SeedComparison, compare_over_seeds
 from ebms.models.lm import LSTMLM
 from ebms.models.lm.perplexity import perplexity
-from ebms.models.pixelcnn import PixelCNNAdapter, PixelCNNModel, PixelNLL
-from ebms.models.seq2seq import Seq2SeqAdapter, Seq2SeqNLL, Seq2SeqTransformer
+from ebms.models.pixelcnn import PixelCNNAdapter, PixelCNNModel
+from ebms.models.seq2seq import Seq2SeqAdapter, Seq2SeqTransformer
 from ebms.nets.pixelcnn import PixelCNN
-from ebms.objectives import AutoregressiveNLL
+from ebms.objectives import AutoregressiveNLL, PixelNLL, Seq2SeqNLL
 from ebms.objectives.earm import EARM
 from ebms.sequences import Sequences
 from ebms.train import Trainer

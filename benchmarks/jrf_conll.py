@@ -12,7 +12,7 @@ Workload (the monograph's Table 5.3 chunking column, scaled to CPU; §5.3, Song 
                 start/end scores), ids from ``WordVocabulary`` over the non-held-out training words.
     methods     ``supervised``: the JRF's CRF trained by likelihood on the labelled sentences only
                 (``JRFObjective(None, alpha=0)``, the CRF NLL exactly); ``self_training``:
-                ``ebms.models.self_train`` (``--rounds`` rounds, sequence-posterior threshold from
+                ``ebms.fit.self_train`` (``--rounds`` rounds, sequence-posterior threshold from
                 ``--thresholds``, a fresh network per round, the round with the best development F1
                 kept); ``jrf``: ``JRFObjective`` (CRF NLL on a
                 labelled batch + ``alpha`` x DNCE on an unlabelled batch of the same size, noise = an
@@ -84,11 +84,11 @@ from torch import Tensor
 
 from ebms.data.conll import load_conll2000, tag_names
 from ebms.data.vocab import WordVocabulary
+from ebms.fit import init_log_z, pretrain_noise_lm, self_train
 from ebms.metrics.seeds import compare_over_seeds
 from ebms.metrics.tagger_eval import evaluate_tagger
-from ebms.models.jrf import JRF, init_log_z, pretrain_noise_lm
+from ebms.models.jrf import JRF
 from ebms.models.lm import LSTMLM
-from ebms.models.self_training import self_train
 from ebms.objectives.jrf import JRFObjective
 from ebms.sequences import Sequences
 
@@ -242,7 +242,7 @@ def pretrain_noise(data: dict[str, Any], unl: tuple[Tensor, Tensor], args: argpa
 
 
 def init_zeta(model: JRF, noise: LSTMLM, unl: tuple[Tensor, Tensor], seed: int, n: int = 2000) -> None:
-    """``zeta`` fitted to the noise (``ebms.models.jrf.init_log_z``) on ``n`` unlabelled sentences
+    """``zeta`` fitted to the noise (``ebms.fit.init_log_z``) on ``n`` unlabelled sentences
     drawn with ``seed``; see the module docstring."""
     idx = torch.randperm(unl[0].shape[0], generator=torch.Generator().manual_seed(seed))[:n]
     init_log_z(model, noise, Sequences(unl[0][idx], unl[1][idx]))

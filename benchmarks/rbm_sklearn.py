@@ -61,7 +61,7 @@ def _sklearn(h: int, n_iter: int, seed: int) -> Any:
 
 
 def _ebms(h: int, n_iter: int, seed: int, **kw: Any) -> Any:
-    from ebms.models.rbm_estimator import RBMEstimator
+    from ebms.fit import RBMEstimator
 
     return RBMEstimator(h, learning_rate=LR, batch_size=BATCH, n_iter=n_iter, random_state=seed,
                         shuffle=False, **kw)

@@ -1,6 +1,6 @@
 """Binarised-MNIST RBM log-likelihoods, evaluated as in Salakhutdinov & Murray (2008).
 
-Two models, trained here by contrastive divergence (:func:`ebms.models.rbm_estimator.cd_update`)
+Two models, trained here by contrastive divergence (:func:`ebms.fit.cd_update`)
 on stochastically binarised MNIST (60,000 training, 10,000 test images, fixed seed):
 
 1. **784-25 RBM, CD-1.** Test log-likelihood with the *exact* ``log Z`` (all ``2^25`` hidden
@@ -63,8 +63,8 @@ from ebms.data.binarize import binarized_mnist
 from ebms.estimators._base import Estimate
 from ebms.estimators.ais import ais, ais_bracket, salakhutdinov_betas
 from ebms.estimators.likelihood import log_likelihood_report
+from ebms.fit import CDState, cd_update
 from ebms.models.rbm import BernoulliRBM, marginal_logits
-from ebms.models.rbm_estimator import CDState, cd_update
 from ebms.spaces import Binary
 from ebms.viz import image_grid, new_figure, save_figure
 

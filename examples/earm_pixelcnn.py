@@ -20,9 +20,9 @@ import copy
 import torch
 
 from ebms.data import binarized_digits
-from ebms.models import PixelCNNAdapter, PixelCNNModel, PixelNLL
+from ebms.models import PixelCNNAdapter, PixelCNNModel
 from ebms.nets import PixelCNN
-from ebms.objectives import EARM
+from ebms.objectives import EARM, PixelNLL
 from ebms.train import Trainer
 
 

@@ -31,8 +31,8 @@ from pathlib import Path
 import torch
 
 from ebms.data import lag_copy_tagging
+from ebms.fit import init_log_z, pretrain_noise_lm
 from ebms.models import JRF
-from ebms.models.jrf import init_log_z, pretrain_noise_lm
 from ebms.models.lm import LSTMLM
 from ebms.objectives import JRFObjective
 from ebms.sequences import Sequences

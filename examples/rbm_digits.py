@@ -32,7 +32,8 @@ import torch
 
 from ebms.data.digits import binarized_digits
 from ebms.estimators import ais_bracket, log_likelihood_report, salakhutdinov_betas, sigmoid_betas
-from ebms.models import BernoulliRBM, RBMEstimator
+from ebms.fit import RBMEstimator
+from ebms.models import BernoulliRBM
 from ebms.models.rbm import marginal_logits
 from ebms.samplers import BlockGibbs
 from ebms.viz import image_grid, save_figure

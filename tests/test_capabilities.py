@@ -56,6 +56,7 @@ from ebms.models import (
 )
 from ebms.models.trf import GNELM, TRF, DiscreteFeatures, MixedEnergy, feature_templates
 from ebms.nets import ConvEnergy, GaussianEnergy, MLPClassifier, MLPEnergy, PixelCNN, TextEnergy, TwoTowerCloze
+from ebms.objectives.rbm_cd import ModelProducts
 from ebms.samplers import (
     MALA,
     ULA,
@@ -121,6 +122,7 @@ FACTORIES = {
     "ElectricCloze": lambda: ElectricCloze(4, dim=4, layers=1, heads=1, noise=TwoTowerCloze(4, dim=4, layers=1, heads=1)),
     "TwoTowerCloze": lambda: TwoTowerCloze(4, dim=4, layers=1, heads=1),
     "LSTMState": lambda: LSTMLM(4, embedding_dim=3, hidden_size=3, num_layers=1)(torch.ones(1, 1, dtype=torch.long))[1],
+    "ModelProducts": lambda: ModelProducts(BernoulliRBM(4, 3)),
 }
 GENERIC = {"Energy", "Distribution"}  # stand for whole families: checked one way only
 FAMILIES = {"Energy": Energy, "Distribution": Distribution}

@@ -41,6 +41,7 @@ from ebms.spaces import Space, TokenSequences
 
 __all__ = [
     "AnnealingPath",
+    "BlockProducts",
     "ClozeNoise",
     "EARMModel",
     "EnergyCloze",
@@ -52,6 +53,7 @@ __all__ = [
     "JointEnergyModel",
     "JointRandomField",
     "NormalisedModel",
+    "RBMLike",
     "RecurrentState",
     "ResidualEnergy",
     "ResidualModel",
@@ -852,3 +854,61 @@ def supports(obj: object, protocol: Callable[..., T]) -> TypeGuard[T]:
     if found is None:
         found = memo[proto] = isinstance(obj, proto)
     return found
+
+
+# -- RBMs (moved from ebms.objectives.rbm_cd) --
+@runtime_checkable
+class RBMLike(Protocol):
+    r"""An RBM with analytic contrastive-divergence statistics.
+
+    ``space`` (the visible units' space, ``event`` their shape); ``grad_uses_params`` (whether the
+    statistics read the parameters, as the Gaussian RBM's do); ``visible_term(v: (B, *event)) ->
+    (B,)`` (the :math:`\phi(v)` of the free energy), ``hidden_input(v) -> (B, H)``,
+    ``visible_mean(h: (B, H)) -> (B, *event)``, ``sample_visible(h, generator) -> (B, *event)``;
+    ``add_loglik_grad_(out, v, ph, alpha)`` adds ``alpha`` times the sufficient statistics
+    :math:`\sum_b \nabla_\theta(-F(v_b))` (hidden probabilities ``ph: (B, H)``) into ``out``, aligned
+    with ``cd_parameters()``. Every :class:`~ebms.models.BernoulliRBM`,
+    :class:`~ebms.models.GaussianBernoulliRBM` and :class:`~ebms.models.CategoricalRBM` has it.
+
+    Used by :class:`~ebms.objectives.RBMContrastiveDivergence` and its
+    :func:`~ebms.objectives.rbm_cd.negative_phase`, hence by :class:`ebms.fit.RBMEstimator` and
+    :func:`ebms.fit.cd_update`.
+    """
+
+    @property
+    def space(self) -> Space: ...
+    @property
+    def grad_uses_params(self) -> bool: ...
+
+    def visible_term(self, v: Tensor) -> Tensor: ...
+    def hidden_input(self, v: Tensor) -> Tensor: ...
+    def visible_mean(self, h: Tensor) -> Tensor: ...
+    def sample_visible(self, h: Tensor, generator: torch.Generator | None = None) -> Tensor: ...
+    def add_loglik_grad_(self, out: Sequence[Tensor], v: Tensor, ph: Tensor, alpha: float) -> None: ...
+    def cd_parameters(self) -> list[Tensor]: ...
+
+
+@runtime_checkable
+class BlockProducts(Protocol):
+    """The products of one contrastive-divergence update of an :class:`RBMLike`.
+
+    ``hidden_input(v: (B, *event)) -> (B, H)``, ``visible_term(v) -> (B,)``,
+    ``visible_mean(h: (B, H)) -> (B, *event)``, ``sample_visible(mean, h, generator) -> (B, *event)``
+    (a draw that may reuse the means); ``statistics(v, ph, vn, phn, alpha_pos, alpha_neg)``
+    returns ``alpha_pos s(v, ph) + alpha_neg s(vn, phn)`` as new tensors (aligned with
+    ``cd_parameters()``), and ``add_grad_(out, ...)`` adds the same into ``out`` in place.
+
+    Used by :func:`~ebms.objectives.rbm_cd.negative_phase` and
+    :class:`~ebms.objectives.RBMContrastiveDivergence` (its ``products`` factory returns one), and
+    by :func:`ebms.fit.cd_update`; offered by :class:`~ebms.objectives.rbm_cd.ModelProducts` (the
+    model's own methods) and the faster Bernoulli products of :func:`ebms.fit.rbm_products`.
+    """
+
+    def hidden_input(self, v: Tensor) -> Tensor: ...
+    def visible_term(self, v: Tensor) -> Tensor: ...
+    def visible_mean(self, h: Tensor) -> Tensor: ...
+    def sample_visible(self, mean: Tensor, h: Tensor, generator: torch.Generator | None) -> Tensor: ...
+    def statistics(self, v: Tensor, ph: Tensor, vn: Tensor, phn: Tensor, alpha_pos: float,
+                   alpha_neg: float) -> list[Tensor]: ...
+    def add_grad_(self, out: Sequence[Tensor], v: Tensor, ph: Tensor, vn: Tensor, phn: Tensor,
+                  alpha_pos: float, alpha_neg: float) -> None: ...

@@ -13,7 +13,8 @@ import torch
 
 from ebms.data import data_root
 from ebms.estimators import ais_bracket, salakhutdinov_betas
-from ebms.models import BernoulliRBM, RBMEstimator
+from ebms.fit import RBMEstimator
+from ebms.models import BernoulliRBM
 from ebms.models.rbm import marginal_logits
 
 pytestmark = pytest.mark.skipif(

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from ebms.models.crf_transducer import CRFTransducer
+from ebms.objectives import BeamEarlyUpdate
 from ebms.objectives._base import LossOutput
 
 K, T, V = 3, 4, 12
@@ -55,7 +56,7 @@ def test_early_update_loss_with_full_beam_is_exact_negative_log_likelihood(poten
     m = _model(potentials)
     words, lengths = _batch()
     gold = torch.tensor([[0, 2, 1, 1], [2, 2, 0, 0], [1, 0, 2, 0]])
-    out = m.early_update_loss(words, lengths, gold, beam=K**T)
+    out = BeamEarlyUpdate(K**T).compute(m, words, lengths, gold)
     assert isinstance(out, LossOutput)
     nll = []
     for b in range(3):
@@ -73,7 +74,7 @@ def test_early_update_loss_uses_beam_and_oracle_prefix_when_oracle_falls_out():
     # the worst sequence of sentence 0 is certainly pruned at some step with a beam of 2
     all_tags, s = _enumerate(m, words[:1], 4)
     worst = all_tags[int(s.argmin())].unsqueeze(0)
-    out = m.early_update_loss(words[:1], lengths[:1], worst, beam=beam)
+    out = BeamEarlyUpdate(beam).compute(m, words[:1], lengths[:1], worst)
     assert out.metrics["early"] == 1.0
     # recompute by hand: walk the beam step by step
     prefixes = [()]
@@ -101,7 +102,7 @@ def test_early_update_loss_is_differentiable_and_gradients_reach_both_networks()
     m = _model()
     m.train()
     words, lengths = _batch()
-    out = m.early_update_loss(words, lengths, torch.zeros(3, T, dtype=torch.long), beam=2)
+    out = BeamEarlyUpdate(2).compute(m, words, lengths, torch.zeros(3, T, dtype=torch.long))
     out.loss.backward()
     for net in (m.transcription, m.prediction):
         grads = [p.grad for p in net.parameters()]
@@ -115,7 +116,7 @@ def test_early_update_loss_gradient_matches_finite_differences(beam):
     words, lengths = _batch()
     gold = torch.tensor([[0, 2, 1, 1], [2, 2, 0, 0], [1, 0, 2, 0]])
     params = [m.transcription.out.bias, m.prediction.out.weight]
-    out = m.early_update_loss(words, lengths, gold, beam=beam)
+    out = BeamEarlyUpdate(beam).compute(m, words, lengths, gold)
     assert out.metrics["early"] == (1.0 if beam == 2 else 0.0)  # both branches of the loss are covered
     grads = torch.autograd.grad(out.loss, params)
     eps = 1e-6
@@ -125,9 +126,9 @@ def test_early_update_loss_gradient_matches_finite_differences(beam):
             old = flat[i].item()
             with torch.no_grad():
                 flat[i] = old + eps
-                up = m.early_update_loss(words, lengths, gold, beam=beam).loss
+                up = BeamEarlyUpdate(beam).compute(m, words, lengths, gold).loss
                 flat[i] = old - eps
-                down = m.early_update_loss(words, lengths, gold, beam=beam).loss
+                down = BeamEarlyUpdate(beam).compute(m, words, lengths, gold).loss
                 flat[i] = old
             # central difference: error O(eps^2) + rounding O(1e-16 / eps)
             assert gflat[i].item() == pytest.approx(((up - down) / (2 * eps)).item(), abs=1e-7)
@@ -180,7 +181,7 @@ def test_allowed_mask_keeps_beam_search_inside_the_allowed_set_and_rejects_forbi
     bad = torch.tensor([[1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]])
     assert torch.isneginf(m.score(words, lengths, bad)[0])
     with pytest.raises(ValueError, match=r"tags: sequences \[0\]"):
-        m.early_update_loss(words, lengths, bad, beam=2)
+        BeamEarlyUpdate(2).compute(m, words, lengths, bad)
 
 
 @pytest.mark.parametrize(
@@ -204,7 +205,7 @@ def test_crf_transducer_bad_inputs_name_the_argument(change, match):
     with pytest.raises((ValueError, TypeError), match=match):
         m.score(args["words"], args["lengths"], args["tags"])
     with pytest.raises((ValueError, TypeError), match=match):
-        m.early_update_loss(args["words"], args["lengths"], args["tags"], beam=2)
+        BeamEarlyUpdate(2).compute(m, args["words"], args["lengths"], args["tags"])
 
 
 def test_crf_transducer_bad_options_name_the_argument():
@@ -235,11 +236,11 @@ def test_early_update_loss_is_never_negative_at_large_float32_potentials(potenti
         with torch.no_grad():
             gold, _ = m.beam_search(words, lengths, beam=K**T)
         for b in range(3):
-            out = m.early_update_loss(words[b : b + 1], lengths[b : b + 1], gold[b : b + 1].clamp_min(0), beam=beam)
+            out = BeamEarlyUpdate(beam).compute(m, words[b : b + 1], lengths[b : b + 1], gold[b : b + 1].clamp_min(0))
             assert out.loss.item() >= 0.0
         if beam == K**T:  # equals the exact NLL of the float64 model by enumeration, to float32 rounding
             m64 = m.double()
-            out = m64.early_update_loss(words, lengths, gold.clamp_min(0), beam=beam)
+            out = BeamEarlyUpdate(beam).compute(m64, words, lengths, gold.clamp_min(0))
             nll = []
             for b in range(3):
                 _, s = _enumerate(m64, words[b : b + 1], int(lengths[b]))

@@ -1,4 +1,4 @@
-"""Tests for ebms.models.feature_crf: exact log Z, gradients, masks, training, crfsuite objective."""
+"""Tests for ebms.models.feature_crf and its trainer ebms.fit.fit_feature_crf: exact log Z, gradients, masks, training, crfsuite objective."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import math
 import pytest
 import torch
 
-from ebms.models.feature_crf import FeatureCRF, corpus_from_padded, fit_feature_crf
+from ebms.fit import fit_feature_crf
+from ebms.models.feature_crf import FeatureCRF
+from ebms.objectives.feature_crf import corpus_from_padded
 from ebms.structured.features import AttributeVocabulary, observed_pairs, observed_transitions
 
 A, C = 6, 3
@@ -124,7 +126,7 @@ def test_a_checkpoint_of_dense_weights_loads_into_the_compact_model():
 
 
 def test_encoded_corpus_gives_the_same_full_batch_objective_as_padded_tensors():
-    from ebms.models.feature_crf import BucketedCorpus
+    from ebms.objectives.feature_crf import BucketedCorpus
 
     xs = [[{f"a{(i * 7 + j * 3 + k) % 11}": 1.0 + k for k in range(1 + (i + j) % 4)} for j in range(1 + i % 5)]
           for i in range(9)]

@@ -257,7 +257,7 @@ class _FixedNoise(nn.Module):
 
 
 def test_init_log_z_matches_the_noise_on_average_per_length_and_fits_a_line_elsewhere():
-    from ebms.models.jrf import init_log_z
+    from ebms.fit import init_log_z
 
     m = _jrf(K=2, anchor_first=False)
     m.train()
@@ -279,7 +279,7 @@ def test_init_log_z_matches_the_noise_on_average_per_length_and_fits_a_line_else
 
 
 def test_init_log_z_refuses_empty_and_too_long_input():
-    from ebms.models.jrf import init_log_z
+    from ebms.fit import init_log_z
 
     m = _jrf(K=2)
     with pytest.raises(ValueError, match="x: expected at least one sentence"):
@@ -289,7 +289,7 @@ def test_init_log_z_refuses_empty_and_too_long_input():
 
 
 def test_pretrain_noise_lm_lowers_the_likelihood_loss_and_zero_steps_change_nothing():
-    from ebms.models.jrf import pretrain_noise_lm
+    from ebms.fit import pretrain_noise_lm
     from ebms.models.lm import LSTMLM
 
     torch.manual_seed(0)

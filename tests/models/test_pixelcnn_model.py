@@ -10,8 +10,9 @@ import time
 import pytest
 import torch
 
-from ebms.models.pixelcnn import PixelCNNAdapter, PixelCNNModel, PixelNLL
+from ebms.models.pixelcnn import PixelCNNAdapter, PixelCNNModel
 from ebms.nets.pixelcnn import PixelCNN
+from ebms.objectives import PixelNLL
 
 
 def _model(height: int, width: int, *, gated: bool = False, channels: int = 1, scale: float = 0.7) -> PixelCNNModel:

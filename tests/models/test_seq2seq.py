@@ -9,7 +9,8 @@ import torch
 
 from ebms.capabilities import EARMModel
 from ebms.data.toy_translation import toy_translation
-from ebms.models.seq2seq import Seq2SeqAdapter, Seq2SeqNLL, Seq2SeqTransformer
+from ebms.models.seq2seq import Seq2SeqAdapter, Seq2SeqTransformer
+from ebms.objectives import Seq2SeqNLL
 from ebms.sequences import Sequences
 
 SOURCES = Sequences.from_lists([[1, 2, 3], [4], [], [2, 2, 5, 1, 3]])

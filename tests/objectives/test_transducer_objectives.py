@@ -1,4 +1,4 @@
-"""Tests for ebms.objectives.transducer: TransducerML and BeamEarlyUpdate against the models' own losses."""
+"""Tests for ebms.objectives.transducer: TransducerML and BeamEarlyUpdate, called on batches and on unpacked arguments."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_transducer_ml_is_the_rnnt_loss_and_the_mean_negative_log_likelihood():
     words, _, tags, lengths = _batch()
     out = TransducerML()(m, (words, tags, lengths))
     assert isinstance(out, LossOutput) and out.negatives is None
-    same = m.loss(words, lengths, tags)
+    same = TransducerML().compute(m, words, lengths, tags)
     assert torch.equal(out.loss, same.loss) and out.metrics == same.metrics
     lp = m.log_prob(words, lengths, tags)
     torch.testing.assert_close(out.loss, -lp.mean(), rtol=0, atol=1e-14)
@@ -50,7 +50,7 @@ def test_transducer_ml_is_the_rnnt_loss_and_the_mean_negative_log_likelihood():
 def test_transducer_ml_takes_chars_sequences_and_padding():
     m = _rnnt(char_vocab_size=6)
     words, chars, tags, lengths = _batch()
-    want = m.loss(words, lengths, tags, chars=chars).loss
+    want = TransducerML().compute(m, words, lengths, tags, chars=chars).loss
     assert torch.equal(TransducerML()(m, (words, chars, tags, lengths)).loss, want)
     assert torch.equal(TransducerML()(m, (words, chars, Sequences(tags, lengths))).loss, want)
     pad = (torch.nn.functional.pad(words, (0, 3)), torch.nn.functional.pad(chars, (0, 0, 0, 3)),
@@ -64,7 +64,7 @@ def test_beam_early_update_is_the_crf_transducer_loss(potentials, beam):
     m = _crf_transducer(potentials=potentials)
     words, _, tags, lengths = _batch(2)
     out = BeamEarlyUpdate(beam)(m, (words, tags, lengths))
-    same = m.early_update_loss(words, lengths, tags, beam=beam)
+    same = BeamEarlyUpdate(beam).compute(m, words, lengths, tags)
     assert torch.equal(out.loss, same.loss) and out.metrics == same.metrics
     assert set(out.metrics) == {"loss", "early", "prefix"}
 

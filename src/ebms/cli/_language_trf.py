@@ -18,10 +18,10 @@ from ebms.cli.config import Config, ConfigError
 from ebms.cli.language import _NET, NOISE_SEED_OFFSET, LanguageTask, _ngram
 from ebms.cli.tasks import register
 from ebms.data.text import unigram_probs
+from ebms.fit import start_from_ngram
 from ebms.models.lm import LSTMLM
 from ebms.models.trf import TRF, DiscreteFeatures, Hidden2Scalar, feature_templates
 from ebms.models.trf.moments import feature_moments
-from ebms.models.trf.ngram_init import start_from_ngram
 from ebms.models.trf.templates import source_cutoffs
 from ebms.objectives import SAGain
 from ebms.objectives.trf_augsa import AugSA

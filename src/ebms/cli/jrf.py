@@ -20,9 +20,9 @@ that length is not an impossible positive).
   CRF NLL on the labelled ones + ``jrf.alpha`` x dynamic NCE on the unlabelled ones, with
   ``objective.nu`` noise sentences per sentence from an :class:`~ebms.models.lm.LSTMLM`
   (``jrf.noise_hidden`` units) that is first fitted by likelihood to the unlabelled text for
-  ``jrf.noise_steps`` steps (:func:`~ebms.models.jrf.pretrain_noise_lm`) and then trained with the
+  ``jrf.noise_steps`` steps (:func:`~ebms.fit.pretrain_noise_lm`) and then trained with the
   JRF. :math:`\\zeta` starts where the marginal matches the noise on 2000 unlabelled sentences
-  (:func:`~ebms.models.jrf.init_log_z`) and is learned at ``jrf.zeta_lr`` (the rest at ``train.lr``).
+  (:func:`~ebms.fit.init_log_z`) and is learned at ``jrf.zeta_lr`` (the rest at ``train.lr``).
 * ``crf``: the supervised baseline, the same network trained by the CRF's likelihood on
   ``train.batch_size`` labelled sentences per step (``JRFObjective(None, alpha=0)``).
 
@@ -55,8 +55,9 @@ from ebms.data.batch_streams import tagged_batches
 from ebms.data.conll import MAX_CONLL_BYTES, Sentence, load_conll2000, tag_names
 from ebms.data.vocab import WordVocabulary
 from ebms.errors import DataError
+from ebms.fit import init_log_z, pretrain_noise_lm
 from ebms.metrics.tagger_eval import evaluate_tagger
-from ebms.models.jrf import JRF, init_log_z, pretrain_noise_lm
+from ebms.models.jrf import JRF
 from ebms.models.lm import LSTMLM
 from ebms.objectives.jrf import JRFObjective
 from ebms.sequences import Sequences
@@ -71,7 +72,7 @@ from ebms.train.run_files import (
 
 __all__ = ["JRFSettings", "JRFTask"]
 
-#: unlabelled sentences :func:`~ebms.models.jrf.init_log_z` averages over.
+#: unlabelled sentences :func:`~ebms.fit.init_log_z` averages over.
 ZETA_INIT_SENTENCES = 2000
 #: sentences decoded at once in ``eval``.
 DECODE_CHUNK = 512

@@ -21,7 +21,7 @@ and the model and regularisation keys below.
   sklearn-crfsuite tutorial's ``all_possible_transitions=True``). Attributes are extracted one
   sentence at a time into an :class:`~ebms.structured.features.EncodedCorpus` (no padding); the
   trainer's data are row ids into it. A full batch with ``objective.kind = crf`` (the recipes'
-  L-BFGS / OWL-QN) takes the compact path of :func:`~ebms.models.feature_crf.fit_feature_crf`
+  L-BFGS / OWL-QN) takes the compact path of :func:`~ebms.fit.fit_feature_crf`
   (one cached CSR design matrix; the parameters are the observed weights only).
 
 ``objective.kind``: ``crf`` (conditional ML, :class:`~ebms.objectives.ConditionalML`)

@@ -1,18 +1,17 @@
 """Named models: compositions of energies, spaces and conditionals that users ask for by name.
 
+Models sit below the objectives and the trainer: they import nothing from ``ebms.objectives``,
+``ebms.estimators``, ``ebms.train`` or ``ebms.fit``. Their losses are objectives
+(:mod:`ebms.objectives`, which take the model) and their training drivers live in :mod:`ebms.fit`.
+
 * :class:`IsingModel` — spins ``{-1, +1}`` on a lattice (periodic or free, per-edge couplings) or
   with any symmetric coupling matrix; field; temperature. Closed-form conditionals, block colouring.
 * :class:`PottsModel` — the ``K``-state generalisation on one-hot sites.
 * :class:`BernoulliRBM`, :class:`GaussianBernoulliRBM`, :class:`CategoricalRBM` — restricted
   Boltzmann machines as free energies of the visible units, with layer conditionals (block
   Gibbs), exact log Z over the smaller layer and the Salakhutdinov–Murray AIS path.
-* :class:`RBMEstimator` — a scikit-learn-style RBM (``fit``/``transform``/``score_samples`` with
-  real log-likelihoods), trained by fast analytic CD-k / PCD: the objective
-  :class:`ebms.objectives.rbm_cd.RBMContrastiveDivergence` with :class:`ebms.train.LeanSGD` in an in-memory
-  :class:`ebms.train.Trainer`; :func:`cd_update` is the same update as one call.
-* :class:`FeatureCRF` / :func:`fit_feature_crf` — the CRFsuite-style feature CRF tagger, trained by
-  L-BFGS / OWL-QN (L1 + L2) or SGD/Adam: the objective
-  :class:`ebms.objectives.feature_crf.FeatureCRFLikelihood` in an in-memory trainer.
+  (The scikit-learn-style :class:`ebms.fit.RBMEstimator` trains them.)
+* :class:`FeatureCRF` — the CRFsuite-style feature CRF tagger (trained by :func:`ebms.fit.fit_feature_crf`).
 * :class:`NeuralCRFTagger` — a BiLSTM/CNN encoder with a CRF output layer (BIO-constrained decoding).
 * :class:`LSTMLM`, :class:`ClassFactoredLSTMLM` (class-factored softmax), :class:`TransformerLM` — autoregressive sentence LMs over :class:`~ebms.sequences.Sequences`
   (``</s>`` = id 0), normalised models of :mod:`ebms.distributions` with exact ``log_prob``,
@@ -31,26 +30,24 @@
   classifier's trunk (pre-training for semi-supervised learning).
 * :class:`JRF` — a joint random field for sequence labelling: a neural CRF whose conditional is the CRF and
   whose marginal (the CRF's log partition by the forward algorithm) is a TRF language model
-  (the monograph's §5.3), trained on unlabelled text by NCE/DNCE (:class:`~ebms.objectives.JRFObjective`);
-  :func:`self_train` — the self-training baseline.
+  (the monograph's §5.3), trained on unlabelled text by NCE/DNCE (:class:`~ebms.objectives.JRFObjective`;
+  its noise LM and log normalisers started by :mod:`ebms.fit`).
 """
 
 from ebms.models.crf_tagger import NeuralCRFTagger
 from ebms.models.crf_transducer import CRFTransducer
 from ebms.models.electric import ElectricCloze
-from ebms.models.feature_crf import FeatureCRF, FitResult, fit_feature_crf
+from ebms.models.feature_crf import FeatureCRF
 from ebms.models.ising import IsingModel
 from ebms.models.jem import JEM, ScalarHeadEBM
 from ebms.models.jrf import JRF
 from ebms.models.lm import LSTMLM, AutoregressiveLM, ClassFactoredLSTMLM, Perplexity, TransformerLM, perplexity
-from ebms.models.pixelcnn import PixelCNNAdapter, PixelCNNModel, PixelNLL
+from ebms.models.pixelcnn import PixelCNNAdapter, PixelCNNModel
 from ebms.models.potts import PottsModel
 from ebms.models.rbm import BernoulliRBM, CategoricalRBM, GaussianBernoulliRBM, RBMBase
-from ebms.models.rbm_estimator import CDState, RBMEstimator, cd_update
 from ebms.models.residual_lm import NGramContinuations, ResidualLM
 from ebms.models.rnnt_aligned import AlignedRNNT
-from ebms.models.self_training import SelfTrainingResult, SelfTrainingRound, self_train
-from ebms.models.seq2seq import Seq2SeqAdapter, Seq2SeqNLL, Seq2SeqTransformer
+from ebms.models.seq2seq import Seq2SeqAdapter, Seq2SeqTransformer
 from ebms.models.trf import GNELM, TRF, DiscreteFeatures, Hidden2Scalar, MixedEnergy, SumTargetLogit, WordClasses
 
 __all__ = [
@@ -69,32 +66,22 @@ __all__ = [
     "perplexity",
     "AlignedRNNT",
     "BernoulliRBM",
-    "CDState",
     "CRFTransducer",
     "CategoricalRBM",
     "FeatureCRF",
-    "FitResult",
     "GaussianBernoulliRBM",
     "IsingModel",
     "NeuralCRFTagger",
     "PottsModel",
     "RBMBase",
-    "RBMEstimator",
-    "cd_update",
-    "fit_feature_crf",
     "ElectricCloze",
     "NGramContinuations",
     "PixelCNNAdapter",
     "PixelCNNModel",
-    "PixelNLL",
     "ResidualLM",
     "Seq2SeqAdapter",
-    "Seq2SeqNLL",
     "Seq2SeqTransformer",
     "JEM",
     "ScalarHeadEBM",
     "JRF",
-    "self_train",
-    "SelfTrainingResult",
-    "SelfTrainingRound",
 ]

@@ -14,7 +14,7 @@ the module's energy is the *free energy*
 
 :class:`RBMBase` implements the parts common to all layers: hidden conditionals and sampling,
 joint energy, exact :math:`\log Z` by summing over the smaller layer (chunked), ``log_prob`` and
-the contrastive-divergence statistics used by :func:`ebms.models.rbm_estimator.cd_update`.
+the contrastive-divergence statistics used by :func:`ebms.fit.cd_update`.
 Subclasses supply :math:`\phi`, :math:`\psi`, the visible conditional and the marginal over ``v``
 for a fixed ``h``.
 
@@ -109,7 +109,7 @@ class RBMBase(Energy, metaclass=abc.ABCMeta):
         """
 
     def cd_parameters(self) -> list[Tensor]:
-        """Parameters trained by :func:`~ebms.models.rbm_estimator.cd_update`, in ``add_loglik_grad_`` order."""
+        """Parameters trained by :func:`~ebms.fit.cd_update`, in ``add_loglik_grad_`` order."""
         return [self.weight, self.visible_bias, self.hidden_bias]
 
     # -- shared ---------------------------------------------------------------------------------

@@ -25,9 +25,10 @@ An allowed-label mask (e.g. BIO) adds :math:`-\infty` to forbidden (previous tag
 **Training by beam search with early updates** (Collins & Roark 2004; Wiseman & Rush 2016): the
 conditional negative log-likelihood with :math:`Z` restricted to the beam at the first step where
 the gold prefix falls out of it (or to the final beam), exact with ``W >= K^T``. The objective is
-:class:`ebms.objectives.transducer.BeamEarlyUpdate` (``objective(model, (words, tags, lengths))``,
-what a :class:`~ebms.train.Trainer` runs); :meth:`CRFTransducer.early_update_loss` is the same loss
-called on the model. Cost per batch: one teacher-forced pass plus ``<= T`` beam steps.
+:class:`ebms.objectives.BeamEarlyUpdate`, which takes the model: ``objective(model, (words, tags,
+lengths))`` (what a :class:`~ebms.train.Trainer` runs), or ``BeamEarlyUpdate(W).compute(model,
+words, lengths, tags)`` on unpacked arguments. Cost per batch: one teacher-forced pass plus
+``<= T`` beam steps.
 """
 
 from __future__ import annotations
@@ -35,8 +36,6 @@ from __future__ import annotations
 from torch import Tensor
 
 from ebms.nets.transducer import AlignedTransducer
-from ebms.objectives import LossOutput
-from ebms.objectives.transducer import BeamEarlyUpdate
 
 __all__ = ["POTENTIALS", "CRFTransducer"]
 
@@ -80,17 +79,3 @@ class CRFTransducer(AlignedTransducer):
     def score(self, words: Tensor, lengths: Tensor, tags: Tensor, *, chars: Tensor | None = None) -> Tensor:
         """``u(y, x)`` with ``G`` teacher-forced on ``tags``, ``(B,)``; ``-inf`` for a forbidden sequence."""
         return self.local_scores(words, lengths, tags, chars=chars).sum(1)
-
-    def early_update_loss(self, words: Tensor, lengths: Tensor, tags: Tensor, *, beam: int = 8,
-                          chars: Tensor | None = None) -> LossOutput:
-        """Beam-search-with-early-update loss, averaged over the batch:
-        ``BeamEarlyUpdate(beam).compute(self, words, lengths, tags, chars=chars)``.
-
-        Returns a :class:`~ebms.objectives.LossOutput` whose metrics are ``loss``,
-        ``early`` (fraction of sentences whose oracle fell out of the beam) and ``prefix``
-        (mean fraction of each sentence searched before its update).
-
-        Raises:
-            ValueError: a gold sequence is forbidden by the allowed-label mask.
-        """
-        return BeamEarlyUpdate(beam).compute(self, words, lengths, tags, chars=chars)

@@ -60,7 +60,7 @@ from ebms.models.trf._common import LengthMixture, field_energy, token_scores
 from ebms.sequences import Sequences
 from ebms.structured.linear_chain import LinearChainCRF
 
-__all__ = ["JRF", "init_log_z", "pretrain_noise_lm"]
+__all__ = ["JRF"]
 
 
 def _probs(p: Tensor, name: str, L: int | None) -> Tensor:
@@ -173,71 +173,3 @@ class JRF(LengthMixture):
     def extra_repr(self) -> str:
         return (f"vocab_size={self.vocab_size}, n_tags={self.n_tags}, max_length={self.max_length}, "
                 f"anchor_first={self.anchor_first}")
-
-
-@torch.no_grad()
-def init_log_z(model: JRF, noise: Any, x: Sequences, *, chunk: int = 256) -> Tensor:
-    r"""Set :math:`\zeta` so that the marginal matches the noise on ``x``: returns the new ``log_z`` ``(L,)``.
-
-    :math:`\zeta_l` becomes the mean of :math:`\log\pi_l + U_\theta(x) - \log q(x)` over the
-    sentences of ``x`` of length :math:`l` (so :math:`\log p_\xi(l, x) = \log q(x)` on average there);
-    a length without a sentence takes a least-squares straight line in :math:`l` through all of them.
-    Noise-contrastive training then starts with its classifier near chance instead of saturated:
-    the default :math:`l \log((V-1)K)` is far off for a network at its random initialisation.
-
-    Args:
-        model: the JRF (``model.log_z`` is overwritten; train/eval mode restored).
-        noise: a language model with ``log_prob(Sequences) -> (B,)`` (e.g. :class:`~ebms.models.lm.LSTMLM`).
-        x: unlabelled sentences ``Sequences (N, T)`` of lengths ``1..L``, ids ``1..V-1``.
-        chunk: sentences scored at once.
-    """
-    x = Sequences.coerce(x, name="x", pairs=False)
-    if x.batch_size == 0:
-        raise ValueError("x: expected at least one sentence to fit log_z on; got an empty batch")
-    L = model.max_length
-    if int(x.lengths.max()) > L:
-        raise ValueError(f"x: a sentence of length {int(x.lengths.max())} > the model's max_length {L}")
-    was_training = model.training
-    model.eval()
-    diffs = []
-    for start in range(0, x.batch_size, check_int(chunk, "chunk", minimum=1)):
-        part = x[start:start + chunk]
-        part = Sequences(part.tokens[:, : int(part.lengths.max())], part.lengths)
-        diffs.append((model.log_pi[part.lengths - 1] - model.energy(part) - noise.log_prob(part)).double())
-    model.train(was_training)
-    d, n = torch.cat(diffs).cpu(), x.lengths.cpu()
-    sums = torch.zeros(L + 1, dtype=torch.float64).index_add_(0, n, d)
-    counts = torch.bincount(n, minlength=L + 1).double()
-    design = torch.stack([n.double(), torch.ones_like(d)], 1)
-    slope, intercept = torch.linalg.lstsq(design, d.unsqueeze(1)).solution.squeeze(1)
-    line = slope * torch.arange(L + 1, dtype=torch.float64) + intercept
-    zeta = torch.where(counts > 0, sums / counts.clamp(min=1), line)[1:]
-    model.log_z.copy_(zeta.to(model.log_z))
-    return model.log_z.detach().clone()
-
-
-def pretrain_noise_lm(lm: Any, x: Sequences, *, steps: int, batch_size: int, lr: float,
-                      generator: torch.Generator | None = None) -> list[float]:
-    r"""Fit a noise language model to ``x`` by likelihood before noise-contrastive training.
-
-    ``steps`` Adam steps (learning rate ``lr``) on ``batch_size`` sentences of ``x`` drawn with
-    replacement by ``generator``, each minimising the mean :math:`-\log q(x)`; returns the losses.
-    ``lm`` needs ``log_prob(Sequences) -> (B,)`` (e.g. :class:`~ebms.models.lm.LSTMLM`).
-    """
-    x = Sequences.coerce(x, name="x", pairs=False)
-    steps = check_int(steps, "steps", minimum=0)
-    batch_size = check_int(batch_size, "batch_size", minimum=1)
-    if x.batch_size == 0 and steps > 0:
-        raise ValueError("x: expected at least one sentence to fit the noise LM on; got an empty batch")
-    opt = torch.optim.Adam(lm.parameters(), lr=check_positive(lr, "lr"))
-    losses = []
-    for _ in range(steps):
-        idx = torch.randint(x.batch_size, (batch_size,), generator=generator)
-        part = x[idx]
-        part = Sequences(part.tokens[:, : int(part.lengths.max())], part.lengths)
-        loss = -lm.log_prob(part).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-    return losses

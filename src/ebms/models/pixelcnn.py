@@ -1,4 +1,4 @@
-r"""A PixelCNN as a normalised model over binary images, its E-ARM adapter and its NLL objective.
+r"""A PixelCNN as a normalised model over binary images and its E-ARM adapter.
 
 :class:`PixelCNNModel` wraps a network ``f`` (e.g. :class:`ebms.nets.pixelcnn.PixelCNN`) that
 maps images ``(B, C, H, W)`` to Bernoulli logits ``(B, C, H, W)`` where the logit of pixel
@@ -16,7 +16,7 @@ is ancestral in raster order: ``H W`` passes of ``f`` on the partly drawn batch.
 2022, "Your Autoregressive Generative Model Can be Better If You Treat It as an Energy-Based
 One") its two views: teacher-forced next-step logits and model draws.
 
-:class:`PixelNLL` is the maximum-likelihood objective for :class:`~ebms.train.Trainer`.
+Its maximum-likelihood objective is :class:`ebms.objectives.PixelNLL`.
 """
 
 from __future__ import annotations
@@ -32,10 +32,9 @@ from ebms._checks import check_int
 from ebms.capabilities import HasChannels
 from ebms.distributions import Distribution
 from ebms.nets.pixelcnn import PixelCNN
-from ebms.objectives import LossOutput, scalar_metrics
 from ebms.spaces import Binary
 
-__all__ = ["PixelCNNAdapter", "PixelCNNModel", "PixelNLL"]
+__all__ = ["PixelCNNAdapter", "PixelCNNModel"]
 
 _PAIRS = ("zero", "symmetric")
 
@@ -209,23 +208,3 @@ class PixelCNNAdapter(nn.Module):
 
     def extra_repr(self) -> str:
         return f"pair={self.pair!r}"
-
-
-class PixelNLL(nn.Module):
-    r"""Mean negative log-likelihood per pixel of a :class:`PixelCNNModel` (maximum likelihood).
-
-    .. math::  \mathcal L = -\frac{1}{B\,C H W} \sum_b \log p(x_b)
-
-    in nats; metrics ``nll`` (the loss) and ``bits_per_dim = nll / ln 2``. ``model`` is a
-    :class:`PixelCNNModel` or a :class:`PixelCNNAdapter` (its model is used, so the same
-    trainer setup serves cross-entropy and E-ARM runs). ``batch``: images ``(B, C, H, W)`` or
-    ``(B, C H W)`` in {0, 1}. The ``generator`` is unused. Cost: one forward and backward pass.
-    """
-
-    def forward(self, model: nn.Module, batch: Tensor, *, generator: torch.Generator | None = None) -> LossOutput:
-        if isinstance(model, PixelCNNAdapter):
-            model = model.model
-        if not isinstance(model, PixelCNNModel):
-            raise TypeError(f"model: expected a PixelCNNModel or PixelCNNAdapter; got {type(model).__name__}")
-        nll = -model.log_prob(batch).mean() / model.dims
-        return LossOutput(nll, scalar_metrics(nll=nll.detach(), bits_per_dim=nll.detach() / math.log(2.0)))

@@ -8,8 +8,8 @@ r"""Restricted Boltzmann machines as energies of their visible units (hidden uni
 The module's energy is the free energy :math:`F(v)`, :math:`p(v) \propto e^{-F(v)}`, so every
 sampler and estimator of the package applies; ``sample_hidden``/``sample_visible`` make
 :class:`~ebms.samplers.block_gibbs.BlockGibbs` run in bipartite mode. Training by CD-k/PCD with
-analytic gradients: :func:`ebms.models.rbm_estimator.cd_update` and
-:class:`ebms.models.rbm_estimator.RBMEstimator`.
+analytic gradients: :func:`ebms.fit.cd_update` and
+:class:`ebms.fit.RBMEstimator`.
 
 Example:
     >>> import torch
@@ -39,6 +39,7 @@ __all__ = [
     "CategoricalRBM",
     "GaussianBernoulliRBM",
     "RBMBase",
+    "bernoulli",
     "check_binary",
     "marginal_logits",
 ]

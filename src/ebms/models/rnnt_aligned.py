@@ -12,10 +12,10 @@ emits exactly one tag),
 with :math:`f_i` from the transcription net and :math:`g_i` from the prediction net over the
 label history (:mod:`ebms.nets.transducer`); an allowed-label mask renormalises over the
 allowed tags. Trained by maximum likelihood with teacher forcing (exact, one pass: the objective
-:class:`ebms.objectives.transducer.TransducerML`, or :meth:`AlignedRNNT.loss`); decoded by beam
-search on :math:`\log p`. It is the locally normalised counterpart of the CRF transducer
-(:mod:`ebms.models.crf_transducer`) and suffers from label and exposure bias (monograph 4.1.2).
-Cost: one encoder pass and one LSTM pass over the tags per batch.
+:class:`ebms.objectives.TransducerML`, which takes the model, or its ``compute(model, words, lengths,
+tags)`` on unpacked arguments); decoded by beam search on :math:`\log p`. It is the locally
+normalised counterpart of the CRF transducer (:mod:`ebms.models.crf_transducer`) and suffers from
+label and exposure bias (monograph 4.1.2). Cost: one encoder pass and one LSTM pass over the tags per batch.
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ from __future__ import annotations
 from torch import Tensor
 
 from ebms.nets.transducer import AlignedTransducer
-from ebms.objectives import LossOutput
-from ebms.objectives.transducer import TransducerML
 
 __all__ = ["AlignedRNNT"]
 
@@ -56,8 +54,3 @@ class AlignedRNNT(AlignedTransducer):
     def log_prob(self, words: Tensor, lengths: Tensor, tags: Tensor, *, chars: Tensor | None = None) -> Tensor:
         """``log p(y | x)`` by teacher forcing, ``(B,)``."""
         return self.local_scores(words, lengths, tags, chars=chars).sum(1)
-
-    def loss(self, words: Tensor, lengths: Tensor, tags: Tensor, *, chars: Tensor | None = None) -> LossOutput:
-        """Negative log-likelihood averaged over sentences; metric ``nll_token`` per tag
-        (``TransducerML().compute(self, words, lengths, tags, chars=chars)``)."""
-        return TransducerML().compute(self, words, lengths, tags, chars=chars)

@@ -1,4 +1,4 @@
-r"""Encoder-decoder Transformer for translation, its training loss and its E-ARM adapter.
+r"""Encoder-decoder Transformer for translation and its E-ARM adapter.
 
 .. math::  h = \mathrm{Enc}(E_x[x_1 .. x_S\, \texttt{</s>}] + P_x), \qquad
            p(y_t \mid y_{<t}, x) = \mathrm{softmax}(W\, \mathrm{Dec}(E_y[\texttt{<s>}\, y_{<t}] + P_y, h)_t + b),
@@ -14,12 +14,11 @@ masked out of self- and cross-attention. Token ids follow the text contract: 0 i
 
 * :class:`Seq2SeqTransformer` — ``logits``, ``token_log_probs``, ``log_prob`` (teacher-forced, one
   pass), ``greedy``, ``beam_search``, ``sample``.
-* :class:`Seq2SeqNLL` — the training objective: cross-entropy per target token (``</s>``
-  included) with optional label smoothing (Szegedy et al. 2016, *Rethinking the Inception
-  architecture*) and scheduled sampling in its two-pass parallel form (Bengio et al. 2015,
-  *Scheduled sampling for sequence prediction with recurrent neural networks*; Mihaylova &
-  Martins 2019, *Scheduled sampling for Transformers*).
 * :class:`Seq2SeqAdapter` — the ``EARMModel`` protocol of :mod:`ebms.objectives.earm`.
+* :func:`source_target_pair` — a batch as ``(src, tgt)`` Sequences.
+
+The training objective is :class:`ebms.objectives.Seq2SeqNLL` (cross-entropy per target token,
+with label smoothing and scheduled sampling).
 
 Modes: every method uses the module's current mode (dropout in training mode); call ``eval()``
 for the model's law. Batches are pairs ``(src, tgt)`` of :class:`~ebms.sequences.Sequences`.
@@ -34,12 +33,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ebms._checks import check_int, check_probability
-from ebms.distributions import sample_categorical
 from ebms.models._beam import BeamSearchResult, beam_search, greedy, sample
-from ebms.objectives import LossOutput, scalar_metrics
 from ebms.sequences import Sequences
 
-__all__ = ["BeamSearchResult", "Seq2SeqAdapter", "Seq2SeqNLL", "Seq2SeqTransformer"]
+__all__ = ["BeamSearchResult", "Seq2SeqAdapter", "Seq2SeqTransformer", "source_target_pair"]
 
 
 class Seq2SeqTransformer(nn.Module):
@@ -226,7 +223,7 @@ class Seq2SeqTransformer(nn.Module):
         return f"src_vocab={self.src_vocab}, tgt_vocab={self.tgt_vocab}, max_length={self.max_length}"
 
 
-def _pair(batch: Any) -> tuple[Sequences, Sequences]:
+def source_target_pair(batch: Any) -> tuple[Sequences, Sequences]:
     """``(src, tgt)`` Sequences, or the four tensors ``(src tokens, src lengths, tgt tokens, tgt lengths)``
     that the :class:`~ebms.train.Trainer` streams (every tensor has ``B`` rows)."""
     if isinstance(batch, (tuple, list)) and len(batch) == 4 and all(isinstance(b, Tensor) for b in batch):
@@ -237,79 +234,6 @@ def _pair(batch: Any) -> tuple[Sequences, Sequences]:
     if batch[0].batch_size == 0:
         raise ValueError("batch: expected at least one pair; got an empty batch")
     return batch
-
-
-def _unwrap(model: Any) -> Seq2SeqTransformer:
-    inner = model.model if isinstance(model, Seq2SeqAdapter) else model
-    if not isinstance(inner, Seq2SeqTransformer):
-        raise TypeError(f"model: expected a Seq2SeqTransformer (or its Seq2SeqAdapter); got {type(model).__name__}")
-    return inner
-
-
-class Seq2SeqNLL(nn.Module):
-    r"""Mean cross-entropy per target token of a :class:`Seq2SeqTransformer`, ``</s>`` included.
-
-    .. math::  \mathcal L = \frac{1}{\sum_b (L_b + 1)} \sum_b \sum_{t=1}^{L_b + 1}
-               \Big[(1 - \varepsilon)\, (-\log p(y_t \mid \tilde y_{<t}, x))
-               + \frac{\varepsilon}{V} \sum_{v} (-\log p(v \mid \tilde y_{<t}, x))\Big].
-
-    Label smoothing ``epsilon`` mixes the one-hot target with the uniform law over all ``V`` ids
-    (:func:`torch.nn.functional.cross_entropy`'s ``label_smoothing``). Scheduled sampling with
-    probability ``p``: a first teacher-forced pass without gradient predicts every position
-    (a draw from the softmax, or its argmax with ``mode="argmax"``); each decoder input
-    :math:`\tilde y_t` (``t >= 1``) is that prediction of ``y_t`` with probability ``p``, else
-    ``y_t``; the loss is taken on a second pass over the mixed inputs — the parallel variant of
-    Mihaylova & Martins 2019 of Bengio et al. 2015. With ``epsilon = p = 0`` it is the plain
-    teacher-forced NLL ``-sum log p(y | x) / sum (L + 1)`` (one pass).
-
-    Batch: ``(src, tgt)`` Sequences, or the four tensors ``(src tokens, src lengths, tgt tokens, tgt
-    lengths)`` a :class:`~ebms.train.Trainer` streams. Randomness (scheduled sampling only) from ``generator``;
-    dropout from torch's global RNG. Metrics: ``nll`` (unsmoothed, nats per token, of the pass
-    the loss uses), ``ppl = exp(nll)``, ``tokens``, ``replaced`` (fraction of inputs replaced).
-    Cost: one forward and backward pass, plus one forward pass when ``p > 0``.
-
-    Args:
-        label_smoothing: ``epsilon`` in ``[0, 1)``.
-        scheduled_sampling: ``p`` in ``[0, 1]``.
-        mode: ``"sample"`` or ``"argmax"`` (the first pass's prediction).
-    """
-
-    def __init__(self, label_smoothing: float = 0.0, scheduled_sampling: float = 0.0, *, mode: str = "sample") -> None:
-        super().__init__()
-        self.label_smoothing = check_probability(label_smoothing, "label_smoothing", open_high=True)
-        self.scheduled_sampling = check_probability(scheduled_sampling, "scheduled_sampling")
-        if mode not in ("sample", "argmax"):
-            raise ValueError(f"mode: expected 'sample' or 'argmax'; got {mode!r}")
-        self.mode = mode
-
-    def forward(self, model: nn.Module, batch: tuple[Sequences, Sequences], *,
-                generator: torch.Generator | None = None) -> LossOutput:
-        net = _unwrap(model)
-        src, tgt = net.check_pair(*_pair(batch))
-        inputs, targets, mask = net.teacher_forcing(tgt)
-        memory, pad = net.encode(src)
-        replaced = torch.zeros((), device=inputs.device)
-        if self.scheduled_sampling > 0 and inputs.shape[1] > 1:
-            with torch.no_grad():
-                first = net.decode(memory, pad, inputs)[:, :-1]  # predictions of y_1 .. y_W
-                guess = first.argmax(-1) if self.mode == "argmax" else sample_categorical(first, generator)
-            u = torch.rand(guess.shape, generator=generator, device=guess.device)
-            swap = (u < self.scheduled_sampling) & mask[:, 1:]
-            inputs = torch.cat([inputs[:, :1], torch.where(swap, guess, inputs[:, 1:])], 1)
-            replaced = swap.sum() / mask[:, 1:].sum().clamp(min=1)
-        logits = net.decode(memory, pad, inputs).transpose(1, 2)  # (B, V, W + 1)
-        tokens = mask.sum()
-        nll = F.cross_entropy(logits, targets, reduction="none").masked_fill(~mask, 0.0).sum() / tokens
-        if self.label_smoothing:
-            smoothed = F.cross_entropy(logits, targets, reduction="none", label_smoothing=self.label_smoothing)
-            loss = smoothed.masked_fill(~mask, 0.0).sum() / tokens
-        else:
-            loss = nll
-        return LossOutput(loss, scalar_metrics(nll=nll.detach(), ppl=nll.detach().exp(), tokens=tokens,
-                                               replaced=replaced))
-
-    def extra_repr(self) -> str:
-        return f"label_smoothing={self.label_smoothing}, scheduled_sampling={self.scheduled_sampling}, mode={self.mode!r}"
 
 
 class Seq2SeqAdapter(nn.Module):
@@ -349,7 +273,7 @@ class Seq2SeqAdapter(nn.Module):
     def teacher_forced(self, batch: tuple[Sequences, Sequences]) -> tuple[Tensor, Tensor, Tensor]:
         """``logits (B, K, V)`` (with grad), ``targets (B, K)`` long (``y`` then ``</s>`` = 0, 0 after)
         and ``mask (B, K)`` bool (steps ``k < L``, and ``k = L`` when ``L < H``); one pass."""
-        src, tgt = _pair(batch)
+        src, tgt = source_target_pair(batch)
         H = self.horizon
         if int(tgt.lengths.max()) > H:
             tgt = Sequences(tgt.tokens[:, :H], tgt.lengths.clamp(max=H), validate=False)
@@ -363,7 +287,7 @@ class Seq2SeqAdapter(nn.Module):
     def draw(self, batch: Any, generator: torch.Generator | None) -> Any:
         """``(src, y)``: the same sources and one draw ``y ~ p(. | src)`` per row (cut at the cap above),
         as four tensors when ``batch`` was four tensors."""
-        src, tgt = _pair(batch)
+        src, tgt = source_target_pair(batch)
         cap = self.max_length if self.max_length is not None else min(int(tgt.lengths.max()) + 1, self.horizon)
         was_training = self.model.training
         self.model.eval()

@@ -69,6 +69,9 @@ Conditional and sequence objectives ``p(y | x)`` have the same call and output, 
 * :class:`AutoregressiveNLL` — teacher-forced maximum likelihood of an autoregressive LM
   (:mod:`ebms.models.lm`), mean NLL per token with ``</s>``; sentence batches (``Sequences`` or
   ``(tokens, lengths)``) or running-text chunks ``(inputs, targets)`` with truncated BPTT.
+* :class:`Seq2SeqNLL` — the same for a translation model (:class:`~ebms.models.Seq2SeqTransformer`),
+  with label smoothing and scheduled sampling, batch ``(src, tgt)``; :class:`PixelNLL` — maximum
+  likelihood of a :class:`~ebms.models.PixelCNNModel`, batch images ``(B, C, H, W)``.
 * :class:`AugSA` — stochastic approximation for TRF language models (persistent
   trans-dimensional chains, per-length ``log Z`` updated by the objective at the rate of
   :class:`SAGain`); :class:`TRFNCE` and :class:`DynamicNCE` — NCE of a TRF against a fixed or a
@@ -96,11 +99,13 @@ from ebms.objectives.improved_cd import ImprovedCD
 from ebms.objectives.jem import JEMObjective
 from ebms.objectives.jrf import JRFObjective
 from ebms.objectives.nce import NCE, GaussianNoise
+from ebms.objectives.pixelcnn import PixelNLL
 from ebms.objectives.rbm_cd import RBMContrastiveDivergence
 from ebms.objectives.recovery import RecoveryLikelihood, RecoveryPairs, recovery_sample
 from ebms.objectives.reservoir import ReservoirBuffer
 from ebms.objectives.residual_nce import ResidualNCE
 from ebms.objectives.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
+from ebms.objectives.seq2seq import Seq2SeqNLL
 from ebms.objectives.transducer import BeamEarlyUpdate, TransducerML
 from ebms.objectives.trf_augsa import AugSA
 from ebms.objectives.trf_nce import TRFNCE, DynamicNCE
@@ -147,4 +152,6 @@ __all__ = [
     "RecoveryPairs",
     "recovery_sample",
     "JRFObjective",
+    "PixelNLL",
+    "Seq2SeqNLL",
 ]

@@ -18,7 +18,7 @@ place.
   over length-sorted buckets, so each pass is two sparse products (``X @ W`` and ``X^T G``) and the
   forward-backward of :class:`ebms.structured.LinearChainCRF` per bucket.
 * **Any other batch** is padded to its own longest sentence and its emissions gathered by
-  :func:`attribute_emissions` (one ``embedding_bag``).
+  :func:`ebms.structured.features.attribute_emissions` (one ``embedding_bag``).
 
 Both give the same loss to round-off. Cost per pass: ``O(M C)`` for the ``M`` attribute values and
 ``O(tokens C^2)`` for the chain, ``C`` tags.
@@ -31,27 +31,20 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ebms._checks import check_int, check_positive, check_shape, check_tensor
 from ebms.capabilities import SupportsEffectiveWeights
 from ebms.objectives._base import LossOutput, scalar_metrics
-from ebms.structured.features import EncodedCorpus
+from ebms.structured.features import EncodedCorpus, attribute_emissions
 from ebms.structured.linear_chain import LinearChainCRF
 
-__all__ = ["BucketedCorpus", "FeatureCRFLikelihood", "attribute_emissions", "corpus_from_padded"]
+__all__ = ["BucketedCorpus", "FeatureCRFLikelihood", "corpus_from_padded"]
 
 #: ``rows(sentence ids (n,)) -> (ids (n, >= t, F), values (n, >= t, F))``: padded attribute rows
 Rows = Callable[[Tensor], tuple[Tensor, Tensor]]
 
 
-def attribute_emissions(w: Tensor, ids: Tensor, weights: Tensor) -> Tensor:
-    """Node potentials ``sum_f weights[..., f] * w[ids[..., f]]``: ``(..., C)`` for ``w (A, C)`` and
-    ``ids, weights (..., F)`` (one ``embedding_bag``; no input checks)."""
-    flat = ids.reshape(-1, ids.shape[-1])
-    em = F.embedding_bag(flat, w, per_sample_weights=weights.reshape(flat.shape).to(w.dtype), mode="sum")
-    return em.view(*ids.shape[:-1], w.shape[1])
 
 
 def _sorted_chunks(lengths: Tensor, size: int) -> list[Tensor]:

@@ -24,7 +24,8 @@ Boltzmann machines using approximations to the likelihood gradient"; scikit-lear
 optimizer takes the step (SGD with momentum, and weight decay on ``W`` only through a parameter
 group, is the classic recipe; :class:`ebms.train.LeanSGD` runs it without ``torch.optim``'s
 per-step overhead). :func:`negative_phase` is the sampling half, shared with
-:func:`ebms.models.rbm_estimator.cd_update`.
+:func:`ebms.fit.cd_update`. What the objective needs from the model is
+:class:`ebms.capabilities.RBMLike`; the products it runs, :class:`ebms.capabilities.BlockProducts`.
 
 Cost per call: ``2k + 1`` ``B x D x H`` products for the conditionals plus two for the statistics;
 the free energies for the metrics (``energies=True``) add ``2 (B x H)`` softplus and one ``B x D``
@@ -35,51 +36,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ebms._checks import check_int, check_shape, check_tensor
+from ebms.capabilities import BlockProducts, RBMLike
 from ebms.objectives._base import LossOutput, scalar_metrics
-from ebms.spaces import DiscreteSpace, Space
+from ebms.spaces import DiscreteSpace
 
-__all__ = ["BlockProducts", "ModelProducts", "NegativePhase", "RBMContrastiveDivergence", "negative_phase"]
-
-
-class RBMLike(Protocol):
-    """What contrastive divergence needs from an RBM (every :class:`ebms.models.rbm.BernoulliRBM`,
-    ``GaussianBernoulliRBM`` and ``CategoricalRBM`` has it)."""
-
-    @property
-    def space(self) -> Space: ...
-    @property
-    def grad_uses_params(self) -> bool: ...
-
-    def visible_term(self, v: Tensor) -> Tensor: ...
-    def hidden_input(self, v: Tensor) -> Tensor: ...
-    def visible_mean(self, h: Tensor) -> Tensor: ...
-    def sample_visible(self, h: Tensor, generator: torch.Generator | None = None) -> Tensor: ...
-    def add_loglik_grad_(self, out: Sequence[Tensor], v: Tensor, ph: Tensor, alpha: float) -> None: ...
-    def cd_parameters(self) -> list[Tensor]: ...
-
-
-class BlockProducts(Protocol):
-    """The products of one update: conditionals, a visible draw, the weighted statistics.
-
-    ``statistics`` returns ``alpha_pos s(v, ph) + alpha_neg s(vn, phn)`` as new tensors (aligned
-    with ``cd_parameters()``); ``add_grad_`` adds the same into ``out`` in place.
-    """
-
-    def hidden_input(self, v: Tensor) -> Tensor: ...
-    def visible_term(self, v: Tensor) -> Tensor: ...
-    def visible_mean(self, h: Tensor) -> Tensor: ...
-    def sample_visible(self, mean: Tensor, h: Tensor, generator: torch.Generator | None) -> Tensor: ...
-    def statistics(self, v: Tensor, ph: Tensor, vn: Tensor, phn: Tensor, alpha_pos: float,
-                   alpha_neg: float) -> list[Tensor]: ...
-    def add_grad_(self, out: Sequence[Tensor], v: Tensor, ph: Tensor, vn: Tensor, phn: Tensor,
-                  alpha_pos: float, alpha_neg: float) -> None: ...
+__all__ = ["ModelProducts", "NegativePhase", "RBMContrastiveDivergence", "negative_phase"]
 
 
 #: ``products(model, batch) -> BlockProducts``: a faster implementation for a model and batch
@@ -195,7 +163,7 @@ class RBMContrastiveDivergence(nn.Module):
     the trainer calls no ``backward()``). With ``energies=True`` the loss is the CD surrogate
     :math:`\overline{F(v)} - \overline{F(\tilde v)}` and the metrics are ``e_pos``, ``e_neg`` (mean
     free energies) and ``gap = e_neg - e_pos``; with ``energies=False`` (drivers that read no
-    metrics, e.g. :class:`ebms.models.RBMEstimator`) none are computed, there are no metrics and
+    metrics, e.g. :class:`ebms.fit.RBMEstimator`) none are computed, there are no metrics and
     the loss is 0.
 
     Persistent chains (``persistent=True``) live in the buffer ``chain`` ``(C, H)``: empty until

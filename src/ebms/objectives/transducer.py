@@ -5,7 +5,7 @@ Both follow the objective contract, ``out = objective(model, batch, generator=No
 ``(words, tags, lengths)`` or ``(words, chars, tags, lengths)`` (``tags, lengths`` may come as one
 :class:`~ebms.sequences.Sequences`), cut to the longest sentence first. Neither keeps state or
 draws randomness. ``compute(model, words, lengths, tags, chars=)`` is the same loss on unpacked,
-uncut arguments (what the models' own methods call).
+uncut arguments. The models do not build their losses: the objective takes the model.
 
 **Teacher-forced ML** (:class:`TransducerML`) for a *locally normalised* transducer such as
 :class:`ebms.models.rnnt_aligned.AlignedRNNT` (monograph eqs. 4.28-4.29): the model offers

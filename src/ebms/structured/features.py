@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ebms._checks import check_int, check_shape, check_tensor
@@ -48,6 +49,7 @@ __all__ = [
     "FEATURE_SETS",
     "AttributeVocabulary",
     "EncodedCorpus",
+    "attribute_emissions",
     "chunking_features",
     "ner_features",
     "observed_pairs",
@@ -410,3 +412,11 @@ def observed_transitions(tags: Tensor, lengths: Tensor, n_tags: int) -> Tensor:
     mask = torch.zeros(n_tags * n_tags, dtype=torch.bool)
     mask[tags[:, :-1][both] * n_tags + tags[:, 1:][both]] = True
     return mask.view(n_tags, n_tags)
+
+
+def attribute_emissions(w: Tensor, ids: Tensor, weights: Tensor) -> Tensor:
+    """Node potentials ``sum_f weights[..., f] * w[ids[..., f]]``: ``(..., C)`` for ``w (A, C)`` and
+    ``ids, weights (..., F)`` (one ``embedding_bag``; no input checks)."""
+    flat = ids.reshape(-1, ids.shape[-1])
+    em = F.embedding_bag(flat, w, per_sample_weights=weights.reshape(flat.shape).to(w.dtype), mode="sum")
+    return em.view(*ids.shape[:-1], w.shape[1])

@@ -27,8 +27,8 @@ good state and lowers the learning rate when training diverges
 early stopping. Quasi-Newton optimizers (:class:`OWLQN`, ``torch.optim.LBFGS``)
 take one iteration per step through a closure over the batch. With
 ``run_dir=None`` the trainer runs in memory (no files): the driver behind
-library calls such as :func:`ebms.models.fit_feature_crf` and
-:class:`ebms.models.RBMEstimator`. What the trainer may be told about an
+library calls such as :func:`ebms.fit.fit_feature_crf` and
+:class:`ebms.fit.RBMEstimator`. What the trainer may be told about an
 optimizer or an objective is declared, not probed: :mod:`ebms.train.protocols`.
 """
 

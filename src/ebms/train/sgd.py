@@ -16,7 +16,7 @@ operation, so the two give the same numbers (bit for bit on the CPU; the test co
 
 Why it exists: ``torch.optim.Optimizer.step`` wraps every call in a profiler record and runs the
 step hooks, about 35 µs of Python per step on a desktop CPU, which is most of an update of a small
-model (an RBM at batch size 10: :class:`ebms.models.RBMEstimator`). Here a step is a few
+model (an RBM at batch size 10: :class:`ebms.fit.RBMEstimator`). Here a step is a few
 ``torch._foreach_*`` calls per parameter group (one dispatch for all of the group's tensors) and
 nothing else: no hooks, no profiler record, no ``differentiable``/``fused``/``foreach`` variants,
 no sparse gradients (a ``ValueError``), learning rates as Python floats only. The gradients are

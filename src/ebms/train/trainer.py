@@ -67,8 +67,8 @@ class Trainer:
     reproduces the uninterrupted one bit for bit.
 
     **In memory** (``run_dir=None``): for library calls that train a model
-    and return it (:func:`ebms.models.fit_feature_crf`,
-    :class:`ebms.models.RBMEstimator`). Nothing is written (no metrics log,
+    and return it (:func:`ebms.fit.fit_feature_crf`,
+    :class:`ebms.fit.RBMEstimator`). Nothing is written (no metrics log,
     no checkpoints; ``checkpoint_every`` and ``keep_checkpoints`` are unused),
     ``fit`` cannot resume or overwrite, and torch's global RNG is left as the
     caller has it. The divergence guard still works (its snapshots are in

@@ -86,7 +86,8 @@ def test_ngram_weights_errors_name_the_argument(build, match):
 
 
 def test_start_from_ngram_sets_the_lm_weights_and_zeta_near_the_exact_log_z():
-    from ebms.models.trf import TRF, exact_log_z, start_from_ngram
+    from ebms.fit import start_from_ngram
+    from ebms.models.trf import TRF, exact_log_z
 
     small = 6  # lengths 1..4 over 5 words: 780 sentences, enumerable
     g = torch.Generator().manual_seed(4)
@@ -106,7 +107,8 @@ def test_start_from_ngram_sets_the_lm_weights_and_zeta_near_the_exact_log_z():
 
 
 def test_start_from_ngram_refuses_a_trf_without_discrete_features():
-    from ebms.models.trf import TRF, start_from_ngram
+    from ebms.fit import start_from_ngram
+    from ebms.models.trf import TRF
 
     trf = TRF(torch.nn.Identity(), torch.ones(3), 5)
     with pytest.raises(TypeError, match=r"^trf: expected an ebms.models.trf.TRF over DiscreteFeatures; got TRF over "

@@ -9,7 +9,7 @@ r"""Energy-based language models over sentences: TRF and GN-ELM (monograph chapt
 * :func:`feature_moments` — data means and within-length variances of discrete features (the
   per-feature step scales of :class:`~ebms.train.ScaledSGD`).
 * :func:`ngram_weights` — word n-gram weights that reproduce a backoff LM (a TRF's start);
-  :func:`start_from_ngram` sets them and :math:`\zeta` in a TRF (the KN-started variant).
+  :func:`ebms.fit.start_from_ngram` sets them and :math:`\zeta` in a TRF (the KN-started variant).
 * :func:`exact_log_z` — per-length :math:`\log Z_l` by enumeration on tiny vocabularies.
 
 Token id 0 is the sentence boundary: sentences hold ids ``1..V-1``. Sampling over lengths is
@@ -24,7 +24,7 @@ from ebms.models.trf.hidden2scalar import Hidden2Scalar
 from ebms.models.trf.mixed import MixedEnergy
 from ebms.models.trf.model import TRF
 from ebms.models.trf.moments import feature_moments
-from ebms.models.trf.ngram_init import ngram_weights, start_from_ngram
+from ebms.models.trf.ngram_init import ngram_weights
 from ebms.models.trf.sum_target_logit import SumTargetLogit
 from ebms.models.trf.templates import DEFAULT_GROUPS, TEMPLATE_GROUPS, Template, feature_templates, source_cutoffs
 
@@ -43,6 +43,5 @@ __all__ = [
     "feature_moments",
     "feature_templates",
     "ngram_weights",
-    "start_from_ngram",
     "source_cutoffs",
 ]

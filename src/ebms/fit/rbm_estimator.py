@@ -14,7 +14,7 @@ machines using approximations to the likelihood gradient"). The learning rate mu
 batch-*mean* gradient, as in scikit-learn's ``BernoulliRBM`` (which runs PCD-1 with ``C = B`` chains
 that store hidden states, as ``persistent=True`` does here). Cost per update: ``2k + 1``
 ``B x D x H`` products for the sampling plus two for the statistics (the fastest kernels for the
-model and batch: :func:`rbm_products`); parameters change in place.
+model and batch: :func:`ebms.fit.rbm_products`); parameters change in place.
 
 :class:`RBMEstimator` wraps it for scikit-learn: ``fit`` and ``partial_fit`` run the objective
 with :class:`ebms.train.LeanSGD` (``torch.optim.SGD``'s rule without its per-step hooks; momentum,
@@ -23,7 +23,7 @@ weight decay on ``W`` only) in an in-memory
 log-likelihoods ``-F(x) - log Z`` with ``log Z`` exact (smaller layer summed out) or estimated by
 AIS (:mod:`ebms.estimators.ais`).
 
-:func:`cd_update` is the same update as one function call on a batch (same sampling and
+:func:`ebms.fit.cd_update` is the same update as one function call on a batch (same sampling and
 statistics code), with its own velocity :math:`u \leftarrow \mu u + \eta g`,
 :math:`\theta \leftarrow \theta + u`: equal to SGD's ``buf = mu buf + g``, ``theta -= eta buf`` for
 a constant ``eta``, and the right rule when ``eta`` changes between calls (a learning-rate curve).
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -42,27 +41,29 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_in_range, check_positive
+from ebms._progress import progress_bar
 from ebms.estimators import Estimate
-from ebms.models._rbm_cd import CDState, cd_update, rbm_products
-from ebms.models._rbm_layers import MAX_EXACT_STATES, RBMBase
-from ebms.models._rbm_sklearn import (
+from ebms.fit._rbm_cd import rbm_products
+from ebms.fit._sklearn import (
     ConstructorParams,
-    _check_unit_interval,
-    _EpochBar,
+    _allocation_error,
+    _check_allocatable,
+    _check_binary_rows,
     _Epochs,
     _int_param,
     _is_sparse,
+    _named_input_error,
     _not_fitted_error,
     _plain_validate,
     _Rows,
     _sklearn_validate_data,
-    sklearn_expected_failed_checks,
 )
-from ebms.models.rbm import BernoulliRBM, GaussianBernoulliRBM, check_binary
+from ebms.models.rbm import BernoulliRBM, GaussianBernoulliRBM, RBMBase, check_binary
 from ebms.objectives.rbm_cd import RBMContrastiveDivergence
+from ebms.spaces import MAX_EXACT_STATES
 from ebms.train import Callback, DistributedContext, LeanSGD, Trainer
 
-__all__ = ["CDState", "RBMEstimator", "cd_update", "rbm_products", "sklearn_expected_failed_checks"]
+__all__ = ["RBMEstimator", "sklearn_expected_failed_checks"]
 
 _VISIBLE = ("bernoulli", "gaussian")
 #: rows per chunk of the inference methods (bounded float64 temporaries; sparse rows densified per chunk)
@@ -77,7 +78,7 @@ class RBMEstimator(ConstructorParams):
     in ``_``; ``__sklearn_tags__``), so ``GridSearchCV``, ``cross_val_score``, ``clone`` and pipelines
     take it, and it passes scikit-learn's ``check_estimator`` (see ``docs/discrete.md`` for the checks
     that do not apply to binary visibles). scikit-learn is optional: it is imported only when used
-    (``import ebms.models`` stays fast); without it the same methods run with equivalent input checks.
+    (``import ebms.fit`` stays fast); without it the same methods run with equivalent input checks.
 
     Args:
         n_components: hidden units ``H``.
@@ -86,7 +87,7 @@ class RBMEstimator(ConstructorParams):
         n_iter: epochs.
         cd_k: Gibbs sweeps per negative phase.
         persistent: PCD (persistent chains, as scikit-learn's ``BernoulliRBM``) instead of CD-k.
-        momentum, weight_decay, mean_field: see :func:`cd_update` (``mean_field=None``: visible means in
+        momentum, weight_decay, mean_field: see :func:`ebms.fit.cd_update` (``mean_field=None``: visible means in
             the last CD sweep for binary data, Hinton's recipe; samples for PCD and Gaussian visibles).
         random_state: ``None`` (fresh entropy), an int seed, or a ``numpy.random.RandomState`` (a seed is
             drawn from it at ``fit``); one ``torch.Generator`` then drives everything.
@@ -119,7 +120,7 @@ class RBMEstimator(ConstructorParams):
 
     Example:
         >>> import numpy as np
-        >>> from ebms.models.rbm_estimator import RBMEstimator
+        >>> from ebms.fit import RBMEstimator
         >>> X = (np.random.default_rng(0).random((200, 8)) < 0.3).astype(np.float32)
         >>> est = RBMEstimator(4, batch_size=20, n_iter=5, random_state=0).fit(X)
         >>> est.transform(X).shape, est.score_samples(X).shape
@@ -461,61 +462,92 @@ class RBMEstimator(ConstructorParams):
         return self._fitted_model().visible_bias.detach().numpy().copy()
 
 
-# -- messages that name RBMEstimator's own arguments -------------------------------------------------
+# -- the scikit-learn side that names the estimator ------------------------------------------------
 
 
-def _named_input_error(err: Exception) -> Exception:
-    """scikit-learn's ``validate_data`` error as one line naming ``X`` (same exception type).
-
-    Its first line is kept (the phrases scikit-learn's own checks look for: "Reshape your data",
-    "Complex data not supported", "0 feature(s)", "NaN", ...), and a "Reshape your data" advice
-    line; the array dump and the long missing-value advice are dropped.
-    """
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()] or [type(err).__name__]
-    first = lines[0][:-1] + "." if lines[0].endswith(":") else lines[0]
-    advice = [ln for ln in lines[1:] if ln.startswith("Reshape your data")]
-    if first.startswith("X "):  # "X has 3 features, but RBMEstimator is expecting 5 ...": already names X
-        return type(err)(" ".join([first, *advice]))
-    if "could not convert" in first or "inhomogeneous" in first or "with a sequence" in first:
-        first = f"expected a 2-D array of real numbers (n_samples, n_features); {first}"
-    elif "contains NaN" in first or "contains infinity" in first:
-        first = f"expected finite values; {first}"
-    cls = TypeError if isinstance(err, TypeError) else ValueError
-    return cls(" ".join([f"X: {first}", *advice]))
-
-
-def _check_binary_rows(x: Any) -> None:
-    """``X`` (a validated ndarray or CSR matrix) holds zeros and ones only: what ``score_samples`` of Bernoulli
-    visibles scores (log-likelihoods of binary vectors)."""
+def _check_unit_interval(x: Any) -> None:
+    """Bernoulli visibles take binary data or Bernoulli means: every value in [0, 1]."""
     values = x.data if _is_sparse(x) else x
-    other = (values != 0) & (values != 1)
-    if other.any():
-        example = float(values[other].flat[0])
+    if values.size == 0:
+        return
+    lo, hi = float(values.min()), float(values.max())
+    if lo < 0:
         raise ValueError(
-            f"X: expected binary values (0 or 1) for score_samples with visible='bernoulli' (log-likelihoods of "
-            f"binary vectors); got {int(other.sum())} other value(s), e.g. {example:.4g}; binarise X first "
-            f"(e.g. X > 0.5), or use transform for Bernoulli means"
+            f"X: Negative values in data passed to RBMEstimator: visible='bernoulli' needs values in [0, 1] "
+            f"(binary, or Bernoulli means); got min {lo:.4g}; rescale X to [0, 1] or use visible='gaussian'"
+        )
+    if hi > 1:
+        raise ValueError(
+            f"X: expected values in [0, 1] for visible='bernoulli' (binary, or Bernoulli means); got max {hi:.4g}; "
+            f"rescale X to [0, 1] (e.g. divide by its maximum) or use visible='gaussian'"
         )
 
 
-def _physical_memory() -> int | None:
-    """Bytes of physical memory, or ``None`` where the platform does not say."""
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (AttributeError, OSError, ValueError):
-        return None
+class _EpochBar(Callback):
+    """``verbose=True``: a progress bar over epochs with the reconstruction error of the first 1000 rows."""
+
+    def __init__(self, est: RBMEstimator, rows: _Rows, n_batches: int, n_iter: int) -> None:
+        self.est, self.rows, self.n_batches, self.n_iter = est, rows, n_batches, n_iter
+        self.bar: Any = None
+
+    def on_fit_start(self, trainer: Trainer) -> None:
+        self.bar = progress_bar(total=self.n_iter, desc="RBM", unit="epoch")
+
+    def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, float]) -> None:
+        if step % self.n_batches == 0:
+            self.bar.update(1)
+            self.bar.set_postfix(recon_error=f"{self.est._recon_error(self.rows.span(0, 1000)):.4f}")
+
+    def on_fit_end(self, trainer: Trainer) -> None:
+        self.bar.close()
 
 
-def _check_allocatable(nbytes: int, what: str, fix: str) -> None:
-    """``what`` needs ``nbytes``: a ``ValueError`` naming it when that exceeds the machine's physical memory."""
-    total = _physical_memory()
-    if total is not None and nbytes > total:
-        raise ValueError(f"{what} need about {nbytes / 2**30:.3g} GiB, more than this machine's "
-                         f"{total / 2**30:.3g} GiB of memory; {fix}")
+#: scikit-learn checks whose data leave [0, 1] (see :func:`sklearn_expected_failed_checks`)
+_CHECKS_WITH_DATA_ABOVE_ONE = (
+    "check_dict_unchanged",
+    "check_dont_overwrite_parameters",
+    "check_estimators_dtypes",
+    "check_estimators_fit_returns_self",
+    "check_estimators_overwrite_params",
+    "check_estimators_pickle",
+    "check_f_contiguous_array_estimator",
+    "check_fit2d_1feature",
+    "check_fit2d_1sample",
+    "check_fit2d_predict1d",
+    "check_fit_check_is_fitted",
+    "check_fit_idempotent",
+    "check_methods_sample_order_invariance",
+    "check_methods_subset_invariance",
+    "check_n_features_in",
+    "check_n_features_in_after_fitting",
+    "check_pipeline_consistency",
+    "check_readonly_memmap_input",
+    "check_transformer_data_not_an_array",
+    "check_transformer_general",
+    "check_transformer_preserve_dtypes",
+)
 
 
-def _allocation_error(err: BaseException, what: str, fix: str) -> BaseException:
-    """A failed allocation as a ``ValueError`` naming the argument; any other error unchanged."""
-    if isinstance(err, MemoryError) or "alloc" in str(err).lower() or "out of memory" in str(err).lower():
-        return ValueError(f"{what} could not be allocated ({str(err).splitlines()[0][:120]}); {fix}")
-    return err
+#: scikit-learn checks that score data in [0, 1] that is not binary (see :func:`sklearn_expected_failed_checks`)
+_CHECKS_SCORING_NON_BINARY_DATA = ("check_fit_score_takes_y",)
+
+
+def sklearn_expected_failed_checks(estimator: Any) -> dict[str, str]:
+    """The scikit-learn ``check_estimator`` checks that do not apply to ``estimator``, with the reason.
+
+    Pass it as ``expected_failed_checks`` to ``sklearn.utils.estimator_checks.check_estimator`` /
+    ``parametrize_with_checks``. Empty for ``visible="gaussian"`` (every check applies and passes). For
+    Bernoulli visibles, the checks that fit on data with values above 1 (random uniforms times 3, iris,
+    blobs: scikit-learn shifts data to a minimum of 0 for ``positive_only`` estimators but does not scale
+    it), which the estimator rejects with a one-line ``ValueError`` by design: values above 1 are neither
+    binary nor Bernoulli means; and the check that scores uniform draws in [0, 1], which ``score_samples``
+    refuses by design (a Bernoulli RBM's log-likelihood is that of binary vectors).
+    ``tests/fit/test_rbm_sklearn.py`` runs every check on the same data rounded to {0, 1}, where all of
+    them pass, and asserts that the plain estimator fails exactly these checks, for these reasons.
+    """
+    if not isinstance(estimator, RBMEstimator) or estimator.visible != "bernoulli":
+        return {}
+    above = "fits on data with values above 1, which visible='bernoulli' rejects by design (ValueError)"
+    scored = ("scores data in [0, 1] that is not binary, which score_samples with visible='bernoulli' refuses "
+              "by design (ValueError)")
+    return {**dict.fromkeys(_CHECKS_WITH_DATA_ABOVE_ONE, above), **dict.fromkeys(_CHECKS_SCORING_NON_BINARY_DATA, scored)}

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from ebms.fit import CDState, RBMEstimator, cd_update
 from ebms.models.rbm import BernoulliRBM, GaussianBernoulliRBM
-from ebms.models.rbm_estimator import CDState, RBMEstimator, cd_update
 
 
 def _gen(seed: int = 0) -> torch.Generator:
@@ -303,7 +303,7 @@ def test_bad_inputs_and_log_z_are_errors():
 def test_onednn_fast_path_matches_the_generic_update(kw):
     # 600 x 64 x 64 products (2.5M multiply-adds) take cd_update's oneDNN path for float32 BernoulliRBMs;
     # with oneDNN disabled the same update runs through the model's own methods: equal up to round-off
-    from ebms.models import _rbm_cd  # where rbm_estimator's CD update lives
+    from ebms.fit import _rbm_cd  # where the CD update lives
 
     g = _gen(0)
     x = (torch.rand(600, 64, generator=g) < 0.3).float()

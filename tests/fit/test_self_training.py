@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import Tensor, nn
 
+from ebms.fit import SelfTrainingResult, self_train
 from ebms.models.jrf import JRF
-from ebms.models.self_training import SelfTrainingResult, self_train
 from ebms.sequences import Sequences
 from ebms.structured.linear_chain import LinearChainCRF
 

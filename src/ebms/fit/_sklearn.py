@@ -1,31 +1,30 @@
-"""Private: the scikit-learn side of :class:`~ebms.models.rbm_estimator.RBMEstimator`: input checks
-(scikit-learn's ``validate_data`` when installed, equivalent checks without it), training rows and
-their epoch stream, the verbose progress bar, the constructor-argument protocol (``get_params`` /
-``set_params`` / ``repr``), and the ``check_estimator`` checks that do not apply.
+"""Private: the scikit-learn protocol of :class:`~ebms.fit.RBMEstimator`, without the estimator.
+
+Input checks (scikit-learn's ``validate_data`` when installed, equivalent checks without it, and
+its errors as one line naming ``X``), the not-fitted error, training rows and their epoch stream,
+the constructor-argument protocol (``get_params`` / ``set_params`` / ``repr``), and the checks
+that a requested size fits in memory. Nothing here names the estimator, so
+:mod:`ebms.fit.rbm_estimator` imports this module and not the other way round.
 """
 
 from __future__ import annotations
 
 import inspect
 import numbers
+import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from ebms._checks import check_int
-from ebms._progress import progress_bar
-from ebms.train import Callback, Trainer
-
-if TYPE_CHECKING:
-    from ebms.models.rbm_estimator import RBMEstimator
 
 
 class _NotFittedError(ValueError, AttributeError):
-    """Raised by an unfitted :class:`RBMEstimator` when scikit-learn (and its ``NotFittedError``) is absent."""
+    """Raised by an unfitted estimator when scikit-learn (and its ``NotFittedError``) is absent."""
 
 
 def _not_fitted_error(est: object) -> Exception:
@@ -78,24 +77,6 @@ def _plain_validate(est: Any, X: Any, *, reset: bool) -> Any:
     return x
 
 
-def _check_unit_interval(x: Any) -> None:
-    """Bernoulli visibles take binary data or Bernoulli means: every value in [0, 1]."""
-    values = x.data if _is_sparse(x) else x
-    if values.size == 0:
-        return
-    lo, hi = float(values.min()), float(values.max())
-    if lo < 0:
-        raise ValueError(
-            f"X: Negative values in data passed to RBMEstimator: visible='bernoulli' needs values in [0, 1] "
-            f"(binary, or Bernoulli means); got min {lo:.4g}; rescale X to [0, 1] or use visible='gaussian'"
-        )
-    if hi > 1:
-        raise ValueError(
-            f"X: expected values in [0, 1] for visible='bernoulli' (binary, or Bernoulli means); got max {hi:.4g}; "
-            f"rescale X to [0, 1] (e.g. divide by its maximum) or use visible='gaussian'"
-        )
-
-
 def _int_param(value: Any, name: str, minimum: int) -> int:
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         value = int(value)  # numpy integers from a parameter grid
@@ -146,25 +127,6 @@ class _Epochs:
         return self.rows.take(idx) if self.shuffle else self.rows.span(int(idx[0]), int(idx[-1]) + 1)
 
 
-class _EpochBar(Callback):
-    """``verbose=True``: a progress bar over epochs with the reconstruction error of the first 1000 rows."""
-
-    def __init__(self, est: RBMEstimator, rows: _Rows, n_batches: int, n_iter: int) -> None:
-        self.est, self.rows, self.n_batches, self.n_iter = est, rows, n_batches, n_iter
-        self.bar: Any = None
-
-    def on_fit_start(self, trainer: Trainer) -> None:
-        self.bar = progress_bar(total=self.n_iter, desc="RBM", unit="epoch")
-
-    def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, float]) -> None:
-        if step % self.n_batches == 0:
-            self.bar.update(1)
-            self.bar.set_postfix(recon_error=f"{self.est._recon_error(self.rows.span(0, 1000)):.4f}")
-
-    def on_fit_end(self, trainer: Trainer) -> None:
-        self.bar.close()
-
-
 _P = TypeVar("_P", bound="ConstructorParams")
 
 
@@ -201,54 +163,58 @@ class ConstructorParams:
         return f"{type(self).__name__}({', '.join(changed)})"
 
 
-#: scikit-learn checks whose data leave [0, 1] (see :func:`sklearn_expected_failed_checks`)
-_CHECKS_WITH_DATA_ABOVE_ONE = (
-    "check_dict_unchanged",
-    "check_dont_overwrite_parameters",
-    "check_estimators_dtypes",
-    "check_estimators_fit_returns_self",
-    "check_estimators_overwrite_params",
-    "check_estimators_pickle",
-    "check_f_contiguous_array_estimator",
-    "check_fit2d_1feature",
-    "check_fit2d_1sample",
-    "check_fit2d_predict1d",
-    "check_fit_check_is_fitted",
-    "check_fit_idempotent",
-    "check_methods_sample_order_invariance",
-    "check_methods_subset_invariance",
-    "check_n_features_in",
-    "check_n_features_in_after_fitting",
-    "check_pipeline_consistency",
-    "check_readonly_memmap_input",
-    "check_transformer_data_not_an_array",
-    "check_transformer_general",
-    "check_transformer_preserve_dtypes",
-)
+def _named_input_error(err: Exception) -> Exception:
+    """scikit-learn's ``validate_data`` error as one line naming ``X`` (same exception type).
 
-
-#: scikit-learn checks that score data in [0, 1] that is not binary (see :func:`sklearn_expected_failed_checks`)
-_CHECKS_SCORING_NON_BINARY_DATA = ("check_fit_score_takes_y",)
-
-
-def sklearn_expected_failed_checks(estimator: Any) -> dict[str, str]:
-    """The scikit-learn ``check_estimator`` checks that do not apply to ``estimator``, with the reason.
-
-    Pass it as ``expected_failed_checks`` to ``sklearn.utils.estimator_checks.check_estimator`` /
-    ``parametrize_with_checks``. Empty for ``visible="gaussian"`` (every check applies and passes). For
-    Bernoulli visibles, the checks that fit on data with values above 1 (random uniforms times 3, iris,
-    blobs: scikit-learn shifts data to a minimum of 0 for ``positive_only`` estimators but does not scale
-    it), which the estimator rejects with a one-line ``ValueError`` by design: values above 1 are neither
-    binary nor Bernoulli means; and the check that scores uniform draws in [0, 1], which ``score_samples``
-    refuses by design (a Bernoulli RBM's log-likelihood is that of binary vectors).
-    ``tests/models/test_rbm_sklearn.py`` runs every check on the same data rounded to {0, 1}, where all of
-    them pass, and asserts that the plain estimator fails exactly these checks, for these reasons.
+    Its first line is kept (the phrases scikit-learn's own checks look for: "Reshape your data",
+    "Complex data not supported", "0 feature(s)", "NaN", ...), and a "Reshape your data" advice
+    line; the array dump and the long missing-value advice are dropped.
     """
-    from ebms.models.rbm_estimator import RBMEstimator  # the public module imports this one
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()] or [type(err).__name__]
+    first = lines[0][:-1] + "." if lines[0].endswith(":") else lines[0]
+    advice = [ln for ln in lines[1:] if ln.startswith("Reshape your data")]
+    if first.startswith("X "):  # "X has 3 features, but RBMEstimator is expecting 5 ...": already names X
+        return type(err)(" ".join([first, *advice]))
+    if "could not convert" in first or "inhomogeneous" in first or "with a sequence" in first:
+        first = f"expected a 2-D array of real numbers (n_samples, n_features); {first}"
+    elif "contains NaN" in first or "contains infinity" in first:
+        first = f"expected finite values; {first}"
+    cls = TypeError if isinstance(err, TypeError) else ValueError
+    return cls(" ".join([f"X: {first}", *advice]))
 
-    if not isinstance(estimator, RBMEstimator) or estimator.visible != "bernoulli":
-        return {}
-    above = "fits on data with values above 1, which visible='bernoulli' rejects by design (ValueError)"
-    scored = ("scores data in [0, 1] that is not binary, which score_samples with visible='bernoulli' refuses "
-              "by design (ValueError)")
-    return {**dict.fromkeys(_CHECKS_WITH_DATA_ABOVE_ONE, above), **dict.fromkeys(_CHECKS_SCORING_NON_BINARY_DATA, scored)}
+
+def _check_binary_rows(x: Any) -> None:
+    """``X`` (a validated ndarray or CSR matrix) holds zeros and ones only: what ``score_samples`` of Bernoulli
+    visibles scores (log-likelihoods of binary vectors)."""
+    values = x.data if _is_sparse(x) else x
+    other = (values != 0) & (values != 1)
+    if other.any():
+        example = float(values[other].flat[0])
+        raise ValueError(
+            f"X: expected binary values (0 or 1) for score_samples with visible='bernoulli' (log-likelihoods of "
+            f"binary vectors); got {int(other.sum())} other value(s), e.g. {example:.4g}; binarise X first "
+            f"(e.g. X > 0.5), or use transform for Bernoulli means"
+        )
+
+
+def _physical_memory() -> int | None:
+    """Bytes of physical memory, or ``None`` where the platform does not say."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _check_allocatable(nbytes: int, what: str, fix: str) -> None:
+    """``what`` needs ``nbytes``: a ``ValueError`` naming it when that exceeds the machine's physical memory."""
+    total = _physical_memory()
+    if total is not None and nbytes > total:
+        raise ValueError(f"{what} need about {nbytes / 2**30:.3g} GiB, more than this machine's "
+                         f"{total / 2**30:.3g} GiB of memory; {fix}")
+
+
+def _allocation_error(err: BaseException, what: str, fix: str) -> BaseException:
+    """A failed allocation as a ``ValueError`` naming the argument; any other error unchanged."""
+    if isinstance(err, MemoryError) or "alloc" in str(err).lower() or "out of memory" in str(err).lower():
+        return ValueError(f"{what} could not be allocated ({str(err).splitlines()[0][:120]}); {fix}")
+    return err

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
+from ebms.fit import CDState, RBMEstimator, cd_update, rbm_products
 from ebms.models import CategoricalRBM
 from ebms.models.rbm import BernoulliRBM, GaussianBernoulliRBM
-from ebms.models.rbm_estimator import CDState, RBMEstimator, cd_update, rbm_products
 from ebms.objectives.rbm_cd import RBMContrastiveDivergence
 from ebms.train import DistributedContext, Trainer
 

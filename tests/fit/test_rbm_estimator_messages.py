@@ -12,7 +12,7 @@ import torch
 
 pytest.importorskip("sklearn")
 
-from ebms.models.rbm_estimator import RBMEstimator  # noqa: E402
+from ebms.fit import RBMEstimator  # noqa: E402
 
 
 def _x(n: int = 30, d: int = 5) -> np.ndarray:
@@ -61,7 +61,7 @@ def test_sizes_that_cannot_be_allocated_name_the_argument():
 
 
 def test_an_allocator_failure_becomes_a_message_naming_n_components(monkeypatch):
-    from ebms.models import rbm_estimator
+    from ebms.fit import rbm_estimator
 
     def refuse(self, n_features):
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory")

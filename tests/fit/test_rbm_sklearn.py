@@ -28,7 +28,7 @@ from sklearn.pipeline import make_pipeline  # noqa: E402
 from sklearn.preprocessing import MinMaxScaler  # noqa: E402
 from sklearn.utils.estimator_checks import check_estimator, parametrize_with_checks  # noqa: E402
 
-from ebms.models.rbm_estimator import RBMEstimator, sklearn_expected_failed_checks  # noqa: E402
+from ebms.fit import RBMEstimator, sklearn_expected_failed_checks  # noqa: E402
 from ebms.spaces import Binary  # noqa: E402
 
 
@@ -196,7 +196,7 @@ def test_sparse_input_gives_the_dense_results(fmt, shuffle):
 
 
 def test_sparse_rows_are_densified_in_chunks_and_partial_fit_takes_sparse(monkeypatch):
-    from ebms.models import rbm_estimator
+    from ebms.fit import rbm_estimator
 
     monkeypatch.setattr(rbm_estimator, "_CHUNK_ROWS", 7)  # 60 rows -> 9 chunks
     x = _binary(60)
@@ -275,15 +275,17 @@ def test_pseudo_likelihood_is_the_mean_of_scikit_learns_one_site_score_samples()
 
 
 @pytest.mark.slow  # a new process: ~5 s
-def test_works_without_scikit_learn_and_importing_ebms_models_does_not_load_it():
+def test_works_without_scikit_learn_and_importing_ebms_models_or_fit_does_not_load_it():
     script = textwrap.dedent(
         """
         import sys
         import numpy as np
         import ebms.models
         assert "sklearn" not in sys.modules, "import ebms.models loaded scikit-learn"
+        import ebms.fit
+        assert "sklearn" not in sys.modules, "import ebms.fit loaded scikit-learn"
         sys.modules["sklearn"] = None  # from here on, importing scikit-learn fails
-        from ebms.models import RBMEstimator
+        from ebms.fit import RBMEstimator
         x = (np.random.default_rng(0).random((30, 5)) < 0.4).astype(np.float64)
         est = RBMEstimator(2, n_iter=2, random_state=0)
         try:

@@ -1,5 +1,5 @@
 r"""Private: the RBM's CD update as one function (:func:`cd_update`) and the fastest block products
-for a model and batch (:func:`rbm_products`); public through :mod:`ebms.models.rbm_estimator`.
+for a model and batch (:func:`rbm_products`); public through :mod:`ebms.fit`.
 
 :func:`cd_update` runs :func:`ebms.objectives.rbm_cd.negative_phase` and the statistics of
 :func:`rbm_products`, then its own velocity step :math:`u \leftarrow \mu u + \eta g`,
@@ -16,10 +16,10 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_int, check_shape
-from ebms.models._rbm_layers import RBMBase, bernoulli
-from ebms.models.rbm import BernoulliRBM, GaussianBernoulliRBM
+from ebms.capabilities import BlockProducts
+from ebms.models.rbm import BernoulliRBM, GaussianBernoulliRBM, RBMBase, bernoulli
 from ebms.nets import onednn_linear, onednn_pays, onednn_usable
-from ebms.objectives.rbm_cd import BlockProducts, ModelProducts, negative_phase
+from ebms.objectives.rbm_cd import ModelProducts, negative_phase
 
 _ONEDNN = onednn_linear()
 
@@ -112,7 +112,7 @@ def cd_update(
 
 
 def rbm_products(model: RBMBase, v: Tensor) -> BlockProducts:
-    """The fastest :class:`~ebms.objectives.rbm_cd.BlockProducts` for ``model`` on the batch ``v``.
+    """The fastest :class:`~ebms.capabilities.BlockProducts` for ``model`` on the batch ``v``.
 
     oneDNN's linear kernel for a float32 CPU :class:`BernoulliRBM` batch large enough to gain
     (:class:`_OneDNNProducts`); for any other Bernoulli RBM its own methods with the visible draw
