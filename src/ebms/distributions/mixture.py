@@ -90,5 +90,5 @@ class GaussianMixture(Energy, Distribution):
         check_int(n, "n", minimum=1)
         dev = self.means.device
         k = torch.multinomial(self.log_weights.exp(), n, replacement=True, generator=generator)
-        eps = torch.randn(n, self.dim, generator=generator, device=dev)
+        eps = torch.randn(n, self.dim, generator=generator, device=dev, dtype=self.means.dtype)
         return self.means[k] + (self.chol[k] @ eps.unsqueeze(-1)).squeeze(-1)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ebms._checks import check_tensor
+from ebms._checks import check_finite, check_tensor
 from ebms.capabilities import SupportsLogits, supports
 from ebms.objectives._base import LossOutput, scalar_metrics
 
@@ -53,7 +53,7 @@ class CrossEntropy(nn.Module):
         if not isinstance(batch, (tuple, list)) or len(batch) != 2:
             raise TypeError(f"batch: expected a pair (x, y); got {type(batch).__name__}")
         x, y = batch
-        check_tensor(x, "x", floating=True, min_dim=1)
+        check_finite(check_tensor(x, "x", floating=True, min_dim=1), "x")
         check_tensor(y, "y")
         if y.dtype != torch.long or tuple(y.shape) != (x.shape[0],):
             raise ValueError(f"y: expected a LongTensor of shape ({x.shape[0]},); got dtype {y.dtype}, "

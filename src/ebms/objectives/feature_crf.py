@@ -190,6 +190,10 @@ class FeatureCRFLikelihood(nn.Module):
         if rows.dtype != torch.long or rows.dim() != 1 or rows.numel() == 0:
             raise ValueError(f"batch: expected sentence ids, a non-empty 1-d long tensor; got {rows.dtype} "
                              f"of shape {tuple(rows.shape)}")
+        low, high = int(rows.min()), int(rows.max())
+        if low < 0 or high >= n:
+            raise ValueError(f"batch: expected sentence ids in [0, {n - 1}] (the corpus has {n}); "
+                             f"got ids from {low} to {high}")
         w, a = model.effective_weights()
         if rows.numel() == n and bool((torch.bincount(rows, minlength=n) == 1).all()):
             if self.corpus is None:

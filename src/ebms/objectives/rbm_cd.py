@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ebms._checks import check_int, check_shape, check_tensor
+from ebms._checks import check_finite, check_int, check_shape, check_tensor
 from ebms.capabilities import BlockProducts, RBMLike
 from ebms.objectives._base import LossOutput, scalar_metrics
 from ebms.spaces import DiscreteSpace
@@ -204,6 +204,7 @@ class RBMContrastiveDivergence(nn.Module):
         v = check_shape(batch, (None, *model.space.event_shape), "batch")
         if v.shape[0] == 0:
             raise ValueError(f"batch: expected at least one row; got shape {tuple(v.shape)}")
+        check_finite(v, "batch")
         persistent, mean_field = self.persistent, self.mean_field
         if mean_field is None:
             mean_field = not persistent and isinstance(model.space, DiscreteSpace)
@@ -227,6 +228,13 @@ class RBMContrastiveDivergence(nn.Module):
             return LossOutput(v.new_zeros(()), {}, phase.v_neg)
         gap = phase.f_neg - phase.f_pos
         return LossOutput(-gap, scalar_metrics(e_pos=phase.f_pos, e_neg=phase.f_neg, gap=gap), phase.v_neg)
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        """Chains of any size load (they are created on the first call, so a fresh objective has none)."""
+        stored = state_dict.get(prefix + "chain")
+        if isinstance(stored, Tensor) and stored.shape != self.chain.shape:
+            self._buffers["chain"] = torch.empty(stored.shape, dtype=self.chain.dtype, device=self.chain.device)
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     def extra_repr(self) -> str:
         return (f"k={self.k}, persistent={self.persistent}, mean_field={self.mean_field}, "
