@@ -390,7 +390,7 @@ def load_proposal(path: Path, data: PTBData, wait: float = 0.0) -> tuple[LSTMLM,
     if not path.exists() and wait > 0:
         C.note(f"[{BENCH}] --proposal: waiting up to {wait:.0f} s for {path}")
     while not path.exists() and time.monotonic() < deadline:
-        time.sleep(min(10.0, max(0.0, deadline - time.monotonic())))
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))  # poll twice a second: read it as soon as it exists
     if not path.exists():
         raise SystemExit(missing_proposal(path, wait))
     blob = torch.load(path, weights_only=False)
