@@ -47,7 +47,7 @@ a :class:`GenerationTask` subclass registered for it: :class:`TransformerAdditio
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -58,6 +58,7 @@ from ebms.cli._base_run import BASE_FILE, base_record, base_run_config, check_ba
 from ebms.cli._config_rules import COUNT, DROPOUT, NONNEG, POS, Rule, _is_path
 from ebms.cli._unread_keys import refuse_unread
 from ebms.cli.config import Config, ConfigError, ModelConfig
+from ebms.cli.language import autoregressive_objective
 from ebms.cli.tasks import Task, check_batch_size, register, registered, task_for
 from ebms.data.addition import MAX_DIGITS, AdditionTask
 from ebms.data.batch_streams import nce_batches
@@ -68,7 +69,6 @@ from ebms.estimators.residual_log_z import residual_perplexity
 from ebms.models.lm import LSTMLM, TransformerLM
 from ebms.models.residual_lm import ResidualLM, exact_log_z
 from ebms.nets.text_energy import TextEnergy
-from ebms.objectives import EARM, AutoregressiveNLL
 from ebms.objectives.residual_nce import ResidualNCE
 from ebms.samplers.joint_resampling import join_rows, top_k_joint_sample
 from ebms.sequences import Sequences
@@ -242,11 +242,7 @@ class GenerationTask(Task[GenerationSettings]):
         return train.tokens, train.lengths
 
     def build_objective(self, cfg: Config, data: AdditionData) -> nn.Module:
-        s = self.settings(cfg)
-        objectives: dict[str, Callable[[], nn.Module]] = {
-            "ml": AutoregressiveNLL,
-            "earm": lambda: EARM(weight=s.earm_weight, start_step=s.earm_start, truncate=s.earm_truncate)}
-        return objectives[cfg.objective.kind]()
+        return autoregressive_objective(cfg.objective.kind, self.settings(cfg))
 
     # -- figures and samples -------------------------------------------------------------------
     def _joint(self, model: nn.Module, data: AdditionData) -> ResidualLM:

@@ -442,6 +442,14 @@ class NGramTask(LanguageTask):
             return model.sample(n, g, max_length=SAMPLE_LIMIT).canonical().tokens  # type: ignore[no-any-return]
 
 
+def autoregressive_objective(objective: str, s: Any) -> nn.Module:
+    """The objective named ``objective`` (``ml`` or ``earm``) of an autoregressive LM whose section ``s`` holds
+    ``earm_weight``, ``earm_start`` and ``earm_truncate`` (the language and addition tasks)."""
+    if objective == "earm":
+        return EARM(weight=s.earm_weight, start_step=s.earm_start, truncate=s.earm_truncate)
+    return AutoregressiveNLL()
+
+
 class LSTMTask(LanguageTask):
     """``lstm``: :class:`~ebms.models.lm.LSTMLM` trained by ``ml`` or ``earm``."""
 
@@ -457,11 +465,7 @@ class LSTMTask(LanguageTask):
                       dropout=s.dropout, tie_weights=s.tie_weights)
 
     def build_objective(self, cfg: Config, data: LanguageData) -> nn.Module:
-        s = self.settings(cfg)
-        objectives: dict[str, Callable[[], nn.Module]] = {
-            "ml": AutoregressiveNLL,
-            "earm": lambda: EARM(weight=s.earm_weight, start_step=s.earm_start, truncate=s.earm_truncate)}
-        return objectives[cfg.objective.kind]()
+        return autoregressive_objective(cfg.objective.kind, self.settings(cfg))
 
 
 class TransformerTask(LSTMTask):
