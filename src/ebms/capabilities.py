@@ -67,6 +67,7 @@ __all__ = [
     "SupportsEffectiveWeights",
     "SupportsEnergyAndGrad",
     "SupportsFlatTokenLogits",
+    "SupportsInteractionRange",
     "SupportsLogPartition",
     "SupportsLogProb",
     "SupportsLogProbGrad",
@@ -388,6 +389,22 @@ class SupportsFlatTokenLogits(Protocol):
     """
 
     def token_logits_flat(self, x: Sequences, position: Tensor, row: Tensor, candidates: Tensor) -> Tensor: ...
+
+
+@runtime_checkable
+class SupportsInteractionRange(Protocol):
+    r"""How far apart two positions of a sentence can share a term of the energy.
+
+    ``interaction_range() -> int | None``: the largest distance :math:`d` between two positions read by
+    one term of :math:`E(x)` (0: every term reads one position; ``None``: not bounded, e.g. a neural
+    energy). Positions at least :math:`d + 1` apart are then conditionally independent given the rest
+    of the sentence (and of its length), so a sampler may update them at once. Offered by
+    :class:`~ebms.models.trf.DiscreteFeatures` (its longest template span) and
+    :class:`~ebms.models.trf.TRF` (its field's, else ``None``); used by
+    :class:`~ebms.samplers.TransDimensional`'s ``scan="colored"``.
+    """
+
+    def interaction_range(self) -> int | None: ...
 
 
 @runtime_checkable

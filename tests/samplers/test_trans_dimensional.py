@@ -85,6 +85,24 @@ class FlatField(LocalField):
         return self.token_logits(sub, position[row], candidates[:, None])[:, 0]
 
 
+class RangedField(FlatField):
+    """Declares its interaction range (the bigram ``W``: 1; ``declared`` overrides it, for negative controls)."""
+
+    def __init__(self, *args, declared: int | None = 1, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.declared = declared
+
+    def interaction_range(self) -> int | None:
+        return self.declared
+
+
+class PlainRangedField(Field):
+    """Whole-sentence energies only, with the interaction range (the generic scoring route)."""
+
+    def interaction_range(self) -> int:
+        return 1
+
+
 def exact(field: Field) -> tuple[Sequences, torch.Tensor]:
     """Every state of the field's space and its exact probability (enumeration order)."""
     states = Sequences.cat(list(field.space.enumerate()))
@@ -92,20 +110,27 @@ def exact(field: Field) -> tuple[Sequences, torch.Tensor]:
 
 
 class Script:
-    """Scripted ``_draw``/``_accept``: option ``choices[:, d]`` at the ``d``-th decision, probabilities logged."""
+    """Scripted ``_draw``/``_accept``: option ``choices[:, d]`` at the ``d``-th decision, probabilities logged.
 
-    def __init__(self, choices: torch.Tensor | None) -> None:
-        self.choices, self.d, self.logp, self.options = choices, 0, None, []
+    A decision over ``k`` times the ``batch`` rows (``scan="colored"`` moves ``k`` positions of each chain
+    in one call, rows ``p * batch + b``) is ``k`` decisions per chain, ``choices[:, d + p]`` for row ``p``.
+    """
+
+    def __init__(self, choices: torch.Tensor | None, batch: int) -> None:
+        self.choices, self.batch, self.d, self.logp, self.options = choices, batch, 0, None, []
 
     def _take(self, logp: torch.Tensor) -> torch.Tensor:
-        self.options.append(logp.shape[1])
+        k = logp.shape[0] // self.batch
+        assert k * self.batch == logp.shape[0] and k >= 1, "a decision over rows that are not whole chains"
+        self.options.extend([logp.shape[1]] * k)
         if self.choices is None:  # dry run: record the number of options
             return logp.argmax(1)
-        c = self.choices[:, self.d]
-        self.d += 1
+        c = self.choices[:, self.d:self.d + k].T.reshape(-1)
+        self.d += k
         lp = logp.gather(1, c[:, None]).squeeze(1)
         assert not bool(torch.isnan(lp).any()), "a scripted decision met NaN probabilities"
-        self.logp = lp if self.logp is None else self.logp + lp
+        per_chain = lp.view(k, self.batch).sum(0)
+        self.logp = per_chain if self.logp is None else self.logp + per_chain
         return torch.where(lp > -math.inf, c, logp.argmax(1))  # impossible choices: a valid stand-in
 
     def draw(self, logits: torch.Tensor, generator) -> torch.Tensor:
@@ -137,11 +162,11 @@ def _run(script: Script, sampler: TransDimensional, target, x: Sequences):
 
 def kernel(sampler: TransDimensional, target, states: Sequences) -> torch.Tensor:
     """The exact transition matrix ``(N, N)`` of one ``sampler.step`` over ``states`` (all of a space)."""
-    dry = Script(None)
+    dry = Script(None, states.batch_size)
     _run(dry, sampler, target, states)
     branches = torch.tensor(list(itertools.product(*[range(k) for k in dry.options])), dtype=torch.long)
     N, nb = states.batch_size, branches.shape[0]
-    script = Script(branches.repeat(N, 1))
+    script = Script(branches.repeat(N, 1), N * nb)
     out = _run(script, sampler, target, states[torch.arange(N).repeat_interleave(nb)])
     assert script.d == len(dry.options)  # the same decisions as the dry run
     dst = sampler.token_space.state_index(out.x)
@@ -373,6 +398,73 @@ def test_nonfinite_proposals_are_rejected_and_flagged():
     assert not bool(torch.isnan(state.energy).any())
 
 
+@pytest.mark.parametrize(("kw", "target"), [(dict(classes=ONE_CLASS), RangedField), (dict(classes=TWO_CLASSES), RangedField),
+                                           (dict(trials=1), RangedField), (dict(classes=TWO_CLASSES), PlainRangedField)],
+                         ids=["gibbs", "classes", "independent", "classes-whole-sentence"])
+def test_colored_sweep_leaves_the_target_invariant(kw, target):
+    """Colours {0, 2} and {1, 3} of the bigram field (range 1), each moved in one call: exact kernel, invariant."""
+    field = target()
+    states, pi = exact(field)
+    P = kernel(TransDimensional(space=field.space, jump=False, scan="colored", **kw), field, states)
+    check_invariant(P, pi, reversible=False)
+    assert bool((P[states.lengths[:, None] != states.lengths[None, :]] == 0).all())
+
+
+def test_colored_full_step_is_the_jump_then_the_colored_sweep():
+    field = RangedField(max_length=3)
+    states, pi = exact(field)
+    kw = dict(classes=TWO_CLASSES, scan="colored")
+    P = kernel(TransDimensional(space=field.space, **kw), field, states)
+    P_jump = kernel(TransDimensional(space=field.space, sweeps=0, **kw), field, states)
+    P_sweep = kernel(TransDimensional(space=field.space, jump=False, **kw), field, states)
+    torch.testing.assert_close(P, P_jump @ P_sweep, atol=1e-12, rtol=0)
+    check_invariant(P, pi, reversible=False)
+
+
+def test_colored_sweep_with_a_range_too_short_is_caught():
+    """Negative control: declaring range 0 for the bigram field moves neighbours at once, and the exact
+    kernel is no longer invariant (so the invariance check above can fail)."""
+    field = RangedField(declared=0)
+    states, pi = exact(field)
+    P = kernel(TransDimensional(space=field.space, jump=False, scan="colored", classes=ONE_CLASS), field, states)
+    torch.testing.assert_close(P.sum(1), torch.ones_like(pi), atol=1e-12, rtol=0)
+    assert float((pi @ P - pi).abs().max()) > 1e-3
+
+
+def test_colored_sweep_with_one_position_per_colour_is_the_sequential_sweep():
+    """A range as long as the sentences leaves one position per colour: the sequential kernel exactly."""
+    field = RangedField(declared=MAX_LENGTH)
+    states, _ = exact(field)
+    for kw in (dict(classes=TWO_CLASSES), dict(trials=1)):
+        P_col = kernel(TransDimensional(space=field.space, jump=False, scan="colored", **kw), field, states)
+        P_seq = kernel(TransDimensional(space=field.space, jump=False, **kw), field, states)
+        torch.testing.assert_close(P_col, P_seq, atol=1e-12, rtol=0)
+
+
+def test_colored_chains_match_the_exact_law_in_distribution():
+    field, S, N = RangedField(), 20000, 30
+    states, pi = exact(field)
+    g = torch.Generator().manual_seed(2)
+    x0 = field.space.random(S, generator=g, lengths=torch.ones(S, dtype=torch.long))
+    sampler = TransDimensional(space=field.space, classes=TWO_CLASSES, scan="colored")
+    x = sampler.sample(field, x0, N, generator=g)
+    tv, bound = tv_and_bound(x, pi, field.space)
+    assert tv < bound + 1e-3, f"TV to the exact law {tv:.4f} exceeds its sampling bound {bound:.4f}"
+    state = sampler.init(field, x)  # the cached energies still match a fresh evaluation
+    stepped, info = sampler.step(field, state, generator=g)
+    torch.testing.assert_close(stepped.energy, field.joint(stepped.x), atol=1e-10, rtol=0)
+    assert bool((info.move_accept_prob <= 1).all()) and bool((info.accept_prob >= 0).all())
+
+
+def test_colored_scan_needs_a_bounded_interaction_range():
+    field = Field()
+    with pytest.raises(ValueError, match="scan: 'colored' needs a target whose terms read positions a bounded "
+                                         "distance apart .* Field declares none: use scan='sequential'"):
+        TransDimensional(space=field.space, scan="colored").sample(field, field.space.random(2), 1)
+    with pytest.raises(ValueError, match="scan: 'colored' needs .* RangedField declares none"):
+        TransDimensional(space=field.space, scan="colored").sample(RangedField(declared=None), field.space.random(2), 1)
+
+
 def test_empty_batch_steps():
     field = Field()
     sampler = TransDimensional(space=field.space)
@@ -386,6 +478,7 @@ def test_empty_batch_steps():
         (dict(trials=0), ValueError, "trials"),
         (dict(sweeps=-1), ValueError, "sweeps"),
         (dict(jump=1), TypeError, "jump: expected a bool; got int"),
+        (dict(scan="random"), ValueError, "scan: expected one of 'sequential', 'colored'; got 'random'"),
         (dict(space=object()), TypeError, "space: expected an ebms.spaces.TokenSequences or None; got object"),
         (dict(token_probs=torch.tensor([1.0, -1.0, 1.0])), ValueError, "token_probs: expected finite non-negative"),
         (dict(token_probs=torch.ones(2, 2)), ValueError, r"token_probs: expected a 1-D tensor \(V,\); got shape"),

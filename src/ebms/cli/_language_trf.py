@@ -63,7 +63,7 @@ class NeuralTRFTask(LanguageTask):
         s = self.settings(cfg)
         return TransDimensional(token_probs=unigram_probs(data.train, len(data.vocab)),
                                 classes=self.classes(cfg, data), trials=s.trials, sweeps=cfg.sampler.sweeps,
-                                jump=jump, groups=s.chain_groups, workers=s.workers)
+                                jump=jump, groups=s.chain_groups, workers=s.workers, scan=s.scan)
 
     def build_objective(self, cfg: Config, data: LanguageData) -> nn.Module:
         return {"ml": self._augsa, "nce": self._nce, "dnce": self._dnce}[cfg.objective.kind](cfg, data)
@@ -105,6 +105,8 @@ class TRFTask(NeuralTRFTask):
     word classes, the source's feature cutoffs, a KN start and variance-scaled SGD as options."""
 
     model_kinds = ("trf",)
+    #: the colored sweep needs the features' bounded interaction range (a neural energy has none)
+    objective_keys = {**NeuralTRFTask.objective_keys, "ml": (*NeuralTRFTask.objective_keys["ml"], "scan")}
     keys = ("order", "features", "feature_cutoffs", "feature_boundaries", "trf_init", "classes", "trials",
             "logz_samples", "feature_scaling")
     scales_features = True

@@ -27,7 +27,8 @@ lengths and the Transformer's positions (unset: the longest training sentence, r
   with ``embedding_dim``, ``hidden``, ``layers``): a :class:`~ebms.models.trf.TRF` trained by AugSA
   (``ml``: ``language.chains`` chains of the trans-dimensional sampler, ``trials`` trials,
   ``sampler.sweeps`` sweeps, in ``chain_groups`` seeded blocks stepped by ``workers`` processes: a
-  speed setting), NCE (``nce``: noise a KN n-gram of order ``language.noise_order``, ``objective.nu``
+  speed setting; ``trf`` only: ``language.scan = "colored"`` moves the positions farther apart than the
+  features reach in one call), NCE (``nce``: noise a KN n-gram of order ``language.noise_order``, ``objective.nu``
   draws per sentence) or dynamic NCE (``dnce``: noise an LSTM of ``language.noise_hidden`` units).
   AugSA's :math:`\\zeta` moves at ``SAGain(language.zeta_tc, zeta_beta, zeta_t0)`` (default ``(0, 0.6, 500)``).
   ``language.feature_scaling`` (``trf``, ``train.optimizer = "sgd"``; recipe ``trf-ptb``): the authors' update,
@@ -71,6 +72,7 @@ from ebms.errors import CheckpointError, DiscountError
 from ebms.models.lm import LSTMLM, TransformerLM
 from ebms.models.trf import TEMPLATE_GROUPS, WordClasses
 from ebms.objectives import EARM, AutoregressiveNLL
+from ebms.samplers.trans_dimensional import SCANS
 from ebms.sequences import Sequences
 
 __all__ = ["DATA_KEYS", "LSTMTask", "LanguageSettings", "LanguageTask", "NGramTask", "TransformerTask", "readers"]
@@ -128,6 +130,7 @@ class LanguageSettings:
     chains: int = 100
     chain_groups: int = 1
     workers: int = 1
+    scan: str = "sequential"
     trials: int = 1
     noise_order: int = 2
     noise_hidden: int = 200
@@ -216,7 +219,7 @@ class LanguageTask(Task[LanguageSettings]):
                               "default ones", check=lambda v: all(g in TEMPLATE_GROUPS for g in v)),
         "feature_cutoffs": Rule(choices=FEATURE_CUTOFFS), "feature_boundaries": Rule(choices=FEATURE_BOUNDARIES),
         "trf_init": Rule(choices=("zero", "kn")),
-        "chains": COUNT, "chain_groups": COUNT, "workers": COUNT,
+        "chains": COUNT, "chain_groups": COUNT, "workers": COUNT, "scan": Rule(choices=SCANS),
         "trials": COUNT, "noise_order": COUNT, "noise_hidden": COUNT, "logz_samples": Rule(low=2),
         "feature_scaling": Rule(), "step_clip": POS, "zeta_tc": NONNEG, "zeta_beta": Rule(low=0, high=1),
         "zeta_t0": NONNEG, "earm_weight": POS, "earm_start": NONNEG, "earm_truncate": COUNT,

@@ -133,7 +133,7 @@ KEY_ROLES: dict[str, str] = {
         "run": "device",
         "sampler": "kind step_size noise_scale n_leapfrog sweeps scan temperature n_flips",
         "train": "batch_size lr lr_schedule lr_final sa_tc sa_beta sa_t0 optimizer momentum weight_decay grad_clip",
-        "language": "zeta_tc zeta_beta zeta_t0 chain_groups",
+        "language": "zeta_tc zeta_beta zeta_t0 chain_groups scan",
     }),
     **_rows("run", {"run": "name out_dir progress", "train": "steps log_every checkpoint_every", "language": "workers",
                     "vision": "snapshot_every"}),

@@ -42,6 +42,17 @@ independent trials :math:`y_1..y_m \sim g` and weights :math:`w(y) = \tilde p(y)
 Each move satisfies detailed balance with respect to :math:`p`, so a step leaves it invariant
 (``tests/samplers/test_trans_dimensional.py`` builds the exact transition matrix by enumeration).
 
+**Scan order.** ``scan="sequential"`` (default) sweeps the positions ``0, 1, ..., T - 1`` one call
+each. ``scan="colored"`` needs a target whose terms read positions at most ``d`` apart
+(:class:`~ebms.capabilities.SupportsInteractionRange`; an order-4 TRF with the ``tied`` group: 9):
+positions ``d + 1`` or more apart are conditionally independent given the others, so the positions
+``i = c mod (d + 1)`` of colour ``c`` are moved in one call, colours ``0, 1, ..., d`` in turn. Moving
+independent positions at once is moving them one after the other, so a colored sweep is the
+sequential sweep in the order ``0, d + 1, 2(d + 1), ..., 1, d + 2, ...``: the same moves and
+invariant law, in ``min(d + 1, T)`` calls instead of ``T``, and other chains than the sequential
+scan's for the same seed (Gelfand & Smith 1990 on Gibbs sampling of conditionally independent sites;
+the chequerboard update of Ising models is the case ``d = 1``).
+
 **Cost per step** (``B`` chains, ``T`` the longest length, ``K`` the candidates of a trial: 1
 without classes, the class size with classes, ``V`` for exact Gibbs): one jump = one score call over
 about ``B (m + 1) K`` candidates and one energy call of ``B`` rows; one sweep = ``T`` score calls
@@ -71,7 +82,13 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_energy_output, check_int, check_tensor
-from ebms.capabilities import SupportsFlatTokenLogits, SupportsTokenLogits, TransDimensionalTarget, supports
+from ebms.capabilities import (
+    SupportsFlatTokenLogits,
+    SupportsInteractionRange,
+    SupportsTokenLogits,
+    TransDimensionalTarget,
+    supports,
+)
 from ebms.distributions import sample_categorical
 from ebms.energy import EnergyLike
 from ebms.samplers._base import ChainState, StepInfo, _check_start, mh_accept
@@ -97,6 +114,10 @@ class TransDimensionalInfo(StepInfo):
     jump_accept_prob: Tensor
     jumped: Tensor
     move_accept_prob: Tensor
+
+
+#: the scan orders of the within-length sweep (module docstring)
+SCANS = ("sequential", "colored")
 
 
 class _Tables(NamedTuple):
@@ -149,6 +170,8 @@ class TransDimensional(DiscreteSampler):
             seeded from the caller's (:mod:`ebms.samplers._chain_groups`); 1: one generator for all.
         workers: processes that step the blocks (``<= groups``; 1: this one); a speed setting only:
             the chains do not depend on it. CPU chains and an ``nn.Module`` target only.
+        scan: ``"sequential"`` (one position per call) or ``"colored"`` (positions farther apart than
+            the target's ``interaction_range()`` in one call; see the module docstring).
 
     Example:
         >>> import torch
@@ -166,7 +189,7 @@ class TransDimensional(DiscreteSampler):
 
     def __init__(self, *, space: TokenSequences | None = None, token_probs: Tensor | None = None,
                  classes: Tensor | None = None, trials: int = 1, sweeps: int = 1, jump: bool = True,
-                 groups: int = 1, workers: int = 1) -> None:
+                 groups: int = 1, workers: int = 1, scan: str = "sequential") -> None:
         if space is not None and not isinstance(space, TokenSequences):
             raise TypeError(f"space: expected an ebms.spaces.TokenSequences or None; got {type(space).__name__}")
         super().__init__(space=space)
@@ -180,6 +203,9 @@ class TransDimensional(DiscreteSampler):
         if self.workers > self.groups:
             raise ValueError(f"workers: expected at most groups={self.groups} processes (one block each at least); "
                              f"got {self.workers}")
+        if scan not in SCANS:
+            raise ValueError(f"scan: expected one of {', '.join(map(repr, SCANS))}; got {scan!r}")
+        self.scan = scan
         self._pool: ChainWorkers | None = None
         self._probs = None if token_probs is None else self._check_probs(token_probs)
         self._classes = None if classes is None else self._check_classes(classes, self._probs)
@@ -376,21 +402,46 @@ class TransDimensional(DiscreteSampler):
                           validate=False)
         return x_out, torch.where(accepted, e_new, e), accepted, prob, bad
 
-    def _move(self, fn: Any, tl: Any, tab: _Tables, x: Sequences, e: Tensor, i: int,
+    def _colors(self, energy: Any, longest: int) -> int:
+        """The stride between the positions of one call: ``longest`` (sequential: one position per call), or
+        the target's interaction range + 1 (colored)."""
+        if self.scan == "sequential":
+            return max(longest, 1)
+        d = energy.interaction_range() if supports(energy, SupportsInteractionRange) else None
+        if d is None:
+            raise ValueError(f"scan: 'colored' needs a target whose terms read positions a bounded distance apart "
+                             f"(interaction_range(), e.g. a TRF over DiscreteFeatures); {type(energy).__name__} "
+                             "declares none: use scan='sequential'")
+        return max(int(d) + 1, 1)
+
+    def _move(self, fn: Any, tl: Any, tab: _Tables, x: Sequences, e: Tensor, at: list[int],
               gen: Any) -> tuple[Sequences, Tensor, Tensor, Tensor, Tensor]:
-        """The within-length move at position ``i``: ``(x, e, accept_prob, active, nonfinite)``."""
-        active = x.lengths > i
-        pos = torch.full((x.batch_size,), i, dtype=torch.long, device=x.device)
-        cur = x.tokens[:, i]
-        y, ly, lw, l_cur, lw_cur = self._trials(fn, tl, tab, x, pos, cur, active, gen)
+        """The within-length moves at the positions ``at`` ``(P,)`` of every chain, at once (they must be
+        conditionally independent: one position, or a colour of ``scan="colored"``).
+
+        The ``P B`` moves are rows ``p B + b`` (position ``at[p]`` of chain ``b``); rows beyond a chain's
+        length do not move. Returns ``(x, e, accept_prob summed, moves made, nonfinite)``, per chain ``(B,)``.
+        """
+        B, P = x.batch_size, len(at)
+        pos = torch.tensor(at, dtype=torch.long, device=x.device).repeat_interleave(B)  # (P B,) slot-major
+        xs = x if P == 1 else Sequences(x.tokens.repeat(P, 1), x.lengths.repeat(P), validate=False)
+        active = xs.lengths > pos
+        cur = xs.tokens.gather(1, pos[:, None]).squeeze(1)
+        y, ly, lw, l_cur, lw_cur = self._trials(fn, tl, tab, xs, pos, cur, active, gen)
         sel = _draw(lw, gen)
         log_ratio = lw.logsumexp(1) - lw.scatter(1, sel[:, None], lw_cur[:, None]).logsumexp(1)
-        e_new = e + l_cur - _pick(ly, sel)
+        ly_sel = _pick(ly, sel)
+        e_new = e.repeat(P) + l_cur - ly_sel  # each row's move alone in its chain
         bad = active & (torch.isnan(e_new) | (e_new == -math.inf))
         accepted, prob = _accept(log_ratio.masked_fill(bad | ~active, -math.inf), gen)
+        new = torch.where(accepted, _pick(y, sel), cur)
         tokens = x.tokens.clone()
-        tokens[:, i] = torch.where(accepted, _pick(y, sel), cur)
-        return x.with_tokens(tokens), torch.where(accepted, e_new, e), prob * active, active, bad
+        for p, i in enumerate(at):  # one position after the other: the sequential scan's running energy
+            r = slice(p * B, (p + 1) * B)
+            tokens[:, i] = new[r]
+            e = torch.where(accepted[r], e_new[r] if p == 0 else e + l_cur[r] - ly_sel[r], e)
+        per_chain = (prob * active).view(P, B).sum(0), active.view(P, B).sum(0), bad.view(P, B).any(0)
+        return x.with_tokens(tokens), e, *per_chain
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -463,9 +514,10 @@ class TransDimensional(DiscreteSampler):
             else:
                 longest = int(x.lengths.max()) if B else 0
             moves, move_sum = zeros.clone(), zeros.clone()
+            width = self._colors(energy, longest) if self.sweeps else 1
             for _ in range(self.sweeps):
-                for i in range(longest):
-                    x, e, p, active, bad_m = self._move(fn, tl, tab, x, e, i, generator)
+                for i in range(min(width, longest)):
+                    x, e, p, active, bad_m = self._move(fn, tl, tab, x, e, list(range(i, longest, width)), generator)
                     bad, moves, move_sum = bad | bad_m, moves + active, move_sum + p
         n_dec, total = n_dec + moves, total + move_sum
         info = TransDimensionalInfo(
@@ -477,5 +529,6 @@ class TransDimensional(DiscreteSampler):
     def __repr__(self) -> str:
         cls = "" if self._classes is None else f", classes={int(self._classes.max()) + 1}"
         par = "" if self.groups == 1 else f", groups={self.groups}, workers={self.workers}"
+        par += "" if self.scan == "sequential" else f", scan={self.scan!r}"
         return (f"TransDimensional(trials={self.trials}, sweeps={self.sweeps}, jump={self.jump}{cls}{par}, "
                 f"space={self.token_space!r})")

@@ -339,6 +339,11 @@ class DiscreteFeatures(SubstitutionScores, nn.Module):
         """The offset of each pattern's slot before the current one (0 for single slots)."""
         return off.gather(1, (n - 2).clamp(min=0)[:, None]).squeeze(1) * (n > 1)
 
+    def interaction_range(self) -> int:
+        """The longest template span (the ``tied`` group: 9): a feature reads positions at most this far
+        apart, boundaries included, so positions farther apart are conditionally independent."""
+        return max(t.span for t in self.templates)
+
     def single_token_energies(self) -> Tensor:
         """:math:`E` of the ``V - 1`` one-token sentences ``(V - 1,)``, equal to ``self(ones)``; their windows'
         feature ids are found once and cached (they depend on the keys and classes, not on the weights)."""

@@ -30,7 +30,12 @@ import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_int, check_positive, check_tensor
-from ebms.capabilities import SupportsFlatTokenLogits, SupportsSingleTokenEnergies, supports
+from ebms.capabilities import (
+    SupportsFlatTokenLogits,
+    SupportsInteractionRange,
+    SupportsSingleTokenEnergies,
+    supports,
+)
 from ebms.models.trf._common import LengthMixture, field_energy, token_scores
 from ebms.sequences import Sequences
 
@@ -116,6 +121,11 @@ class TRF(LengthMixture):
             return self.field.single_token_energies()
         return self.energy(Sequences(torch.arange(1, self.vocab_size, device=self.log_z.device)[:, None],
                                      validate=False))
+
+    def interaction_range(self) -> int | None:
+        """The field's :meth:`~ebms.capabilities.SupportsInteractionRange.interaction_range` (``None`` when it
+        declares none: the length term reads no position)."""
+        return self.field.interaction_range() if supports(self.field, SupportsInteractionRange) else None
 
     def token_logits(self, x: Sequences, position: Tensor, candidates: Tensor) -> Tensor:
         """Single-position substitution scores for samplers (the field's own when it offers them)."""
