@@ -44,8 +44,13 @@ False``, i.e. the implementation before issue 24: linear probing and one lookup 
 ``token_logits`` differs), and the record holds the
 ratio old / new of CPU time per iteration (also per position, robust to the chains drifting apart).
 The old model also scores class members as a padded block (``PaddedTransDimensional``) in one
-process; the new one uses the flat route and ``--groups`` chain blocks on ``--workers`` processes
-(default 2 and 2, the recipe's), so the trajectories differ (both exact samplers of the same law). Otherwise only the current implementation runs,
+process with the sequential sweep (one call per position); the new one uses the flat route, ``--groups``
+chain blocks on ``--workers`` processes (default 2 and 2, the recipe's) and the sweep order ``--scan``
+(default ``colored``, the recipe's: the positions 10 or more apart moved in one call; ``sequential``
+times the new code with the old order), so the trajectories differ (all exact samplers of the same law).
+With ``--scan colored`` a third implementation, ``new_sequential`` (the new code with the sequential sweep,
+unless ``--no-scan-pair``), alternates with the other two, and the record holds the ratio
+``sequential_over_colored``: the sweep order's own share of the speed-up. Otherwise only the current implementation runs,
 and one line says so. Ratios are the robust figure on this shared machine; absolute rates depend on
 its load (the record states CPU, threads and load).
 
@@ -132,6 +137,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="feature count cutoffs: the source's per group (default) or none (every observed feature)")
     p.add_argument("--groups", type=int, default=2, help="new: chain blocks (the recipe's language.chain_groups)")
     p.add_argument("--workers", type=int, default=2, help="new: processes stepping them (language.workers)")
+    p.add_argument("--scan", choices=("colored", "sequential"), default="colored",
+                   help="new: the within-length sweep's order (language.scan; the old implementation: sequential)")
+    p.add_argument("--no-scan-pair", action="store_true",
+                   help="with --scan colored, do not also time the new code with the sequential sweep")
     p.add_argument("--state", default="",
                    help="a checkpoint (.safetensors) of an `ebms train trf-ptb` run: both implementations start "
                         "from its weights, log Z and chains (the steady state of training) instead of zero weights")
@@ -201,7 +210,7 @@ class Run:
     """One implementation's model, chains, optimizer and generators, stepped one AugSA iteration at a time."""
 
     def __init__(self, s: dict[str, Any], *, chains: int, batch: int, seed: int, table: Any = None,
-                 padded: bool = False, groups: int = 1, workers: int = 1) -> None:
+                 padded: bool = False, groups: int = 1, workers: int = 1, scan: str = "sequential") -> None:
         self.feats = DiscreteFeatures(s["templates"], s["keys"], s["V"], classes=s["classes"], eos=True,
                                       boundaries="source")
         self.native_table = getattr(self.feats, "table", None)  # None: DiscreteFeatures has no swappable table
@@ -209,7 +218,8 @@ class Run:
             self.feats.table = table(self.feats.keys)
         self.trf = TRF(self.feats, s["pi"], s["V"])
         kind = PaddedTransDimensional if padded else TransDimensional
-        self.sampler = kind(token_probs=s["unigram"], classes=s["classes"], sweeps=1, groups=groups, workers=workers)
+        self.sampler = kind(token_probs=s["unigram"], classes=s["classes"], sweeps=1, groups=groups, workers=workers,
+                            scan=scan)
         # the recipe's update: the whole training set's data term (language.feature_scaling)
         self.objective = AugSA(self.sampler, chains=chains, zeta_gain=ZETA_GAIN, data_mean=s["mean"])
         self.opt = ScaledSGD(self.feats.parameters(), lr=WEIGHT_GAIN(0), scales={self.feats.weight: s["variance"]},
@@ -510,7 +520,7 @@ def main() -> None:
     settings = {"quick": q, "groups": GROUPS, "order": 4, "cutoffs": args.cutoffs, "chains": chains, "batch": batch, "sweeps": 1,
                 "steps": steps, "warmup": warmup, "chunk": args.chunk, "profile_steps": args.profile_steps if
                 args.profile else 0, "weight_gain": repr(WEIGHT_GAIN), "zeta_gain": repr(ZETA_GAIN), "l2": L2,
-                "boundaries": "source", "new_groups": args.groups, "new_workers": args.workers,
+                "boundaries": "source", "new_groups": args.groups, "new_workers": args.workers, "new_scan": args.scan,
                 "state": args.state or None}
     name = BENCH + ("_trained" if args.state else "")  # from a training checkpoint: its own record
     rec = Recorder(name, seeds=[args.seed], settings=settings)
@@ -536,7 +546,10 @@ def main() -> None:
         else:
             runs["old"] = probe
             runs["new"] = Run(s, chains=chains, batch=batch, seed=args.seed, table=tables.BucketTable,
-                              groups=args.groups, workers=args.workers)
+                              groups=args.groups, workers=args.workers, scan=args.scan)
+            if args.scan == "colored" and not args.no_scan_pair:  # the sweep order's own share of the speed-up
+                runs["new_sequential"] = Run(s, chains=chains, batch=batch, seed=args.seed, table=tables.BucketTable,
+                                             groups=args.groups, workers=args.workers, scan="sequential")
     else:
         runs["current"] = Run(s, chains=chains, batch=batch, seed=args.seed)
     if why:
@@ -580,6 +593,12 @@ def main() -> None:
         line["identical_trajectories"] = same
     else:
         figures["old_over_new"] = None
+    if "new_sequential" in runs:
+        seq, col = runs["new_sequential"], runs["new"]
+        figures["sequential_over_colored"] = {
+            "cpu_per_iteration": sum(seq.cpu) / sum(col.cpu), "wall_per_iteration": sum(seq.wall) / sum(col.wall),
+            "cpu_per_position": impl["new_sequential"]["cpu_us_per_position"] / impl["new"]["cpu_us_per_position"]}
+        line["sequential_over_colored_wall"] = round(figures["sequential_over_colored"]["wall_per_iteration"], 3)
     head = "new" if "new" in runs else "current"
     cpp = run_cpp(args)
     figures["cpp_anchor"] = {"cpu_s_per_iteration": CPP_CPU_S_PER_ITER,
@@ -604,6 +623,10 @@ def main() -> None:
         o = figures["old_over_new"]
         print(f"old / new: CPU per iteration {o['cpu_per_iteration']:.3f}, per position {o['cpu_per_position']:.3f}, "
               f"paired median {o['median_paired_cpu']:.3f}; identical trajectories: {o['identical_trajectories']}")
+    if "new_sequential" in runs:
+        o = figures["sequential_over_colored"]
+        print(f"new with the sequential sweep / with the colored one: wall per iteration {o['wall_per_iteration']:.3f}, "
+              f"CPU per iteration {o['cpu_per_iteration']:.3f}, CPU per position {o['cpu_per_position']:.3f}")
     print(f"C++ anchor {CPP_CPU_S_PER_ITER} CPU-s/iteration{' (PTB scale; this run is not)' if q else ''}: "
           f"{figures['cpp_anchor']['anchor_over_ebms_cpu']:.2f}x "
           f"the {head} implementation; recipe (20,000 iterations) at this rate "
@@ -621,10 +644,13 @@ def main() -> None:
         "shared-machine figures at the load stated. CPU-s per iteration is the CPU time of the process and of its "
         "sampler worker processes. old = the implementation before issue 24 (linear probing, per-candidate "
         "token_logits, class members scored as a padded block, one process); new = the current one with "
-        f"{args.groups} chain blocks on {args.workers} process(es). Their trajectories differ (the flat route's "
-        "draws agree with the padded route's up to rounding, and chain blocks have their own random streams): "
+        f"{args.groups} chain blocks on {args.workers} process(es) and the {args.scan} sweep. Their trajectories "
+        "differ (the flat route's draws agree with the padded route's up to rounding, chain blocks have their own "
+        "random streams, and the colored sweep moves the positions in another order): "
         "both are exact samplers of the same law (tests/samplers).", why,
-        "Peak RSS holds both implementations' models." if len(names) > 1 else ""]))
+        "new_sequential = new with the sequential sweep (the sweep order's share of the speed-up)."
+        if "new_sequential" in runs else "",
+        "Peak RSS holds every implementation's model." if len(names) > 1 else ""]))
     rec.write(figures, notes=notes, enabled=not (q or args.no_save))
     line.update({"implementation": head, "iterations_per_s": round(impl[head]["iterations_per_s"], 4),
                  "cpu_s_per_iteration": round(impl[head]["cpu_s_per_iteration"], 4),
