@@ -4,6 +4,8 @@ import pytest
 import torch
 
 from ebms._checks import (
+    check_bool,
+    check_choice,
     check_energy_output,
     check_exactly_one,
     check_finite,
@@ -55,6 +57,19 @@ def test_scalar_checks_name_argument_and_value():
     with pytest.raises(ValueError, match=r"expected exactly one of \(a, b\); got \['a', 'b'\]"):
         check_exactly_one(a=1, b=2)
     assert check_exactly_one(a=None, b=2) == "b"
+
+
+def test_bool_check_takes_only_python_bools():
+    assert check_bool(False, "flag") is False
+    for value in (1, 0, "yes", None, torch.tensor(True)):
+        with pytest.raises(TypeError, match=r"^flag: expected a bool; got "):
+            check_bool(value, "flag")
+
+
+def test_choice_check_lists_the_names_quoted():
+    assert check_choice("mean", "reduction", ("mean", "sum")) == "mean"
+    with pytest.raises(ValueError, match=r"^reduction: expected one of 'mean', 'sum'; got 'avg'$"):
+        check_choice("avg", "reduction", ("mean", "sum"))
 
 
 def test_tensor_and_energy_output_checks():

@@ -20,6 +20,8 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "check_bool",
+    "check_choice",
     "check_energy_output",
     "check_exactly_one",
     "check_finite",
@@ -133,6 +135,20 @@ def check_probability(value: Any, name: str, *, open_low: bool = False, open_hig
         hi = ")" if open_high else "]"
         raise ValueError(f"{name}: expected a number in {lo}0, 1{hi}; got {value!r}")
     return v
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """A ``bool`` (``0``, ``1`` and NumPy booleans rejected)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected a bool; got {value!r}")
+    return value
+
+
+def check_choice(value: Any, name: str, valid: Sequence[str]) -> str:
+    """One of the names ``valid`` (the message lists them quoted)."""
+    if value not in valid:
+        raise ValueError(f"{name}: expected one of {', '.join(map(repr, valid))}; got {value!r}")
+    return value
 
 
 def check_int(value: Any, name: str, *, minimum: int | None = None) -> int:

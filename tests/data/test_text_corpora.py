@@ -6,10 +6,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
+import urllib.request
 
 import pytest
 
-import ebms.data._text_corpora as corpora
 from ebms.data.mnist import ChecksumError
 from ebms.data.paths import DATA_ENV_VAR, data_root
 from ebms.data.text import SHA256, Vocabulary, ptb, tiny_shakespeare, tiny_shakespeare_bounds
@@ -138,7 +138,7 @@ def _fake_urlopen(payload: bytes, seen: list[str]):
 def test_download_keeps_a_file_only_when_its_checksum_matches(tmp_path, monkeypatch):
     payload = b" the cat \n sat \n"
     seen: list[str] = []
-    monkeypatch.setattr(corpora.urllib.request, "urlopen", _fake_urlopen(payload, seen))
+    monkeypatch.setattr(urllib.request, "urlopen", _fake_urlopen(payload, seen))
     with pytest.raises(ChecksumError, match=r"could not download ptb/ptb\.train\.txt .*\(nothing kept\): .*"
                                             r"expected fcea919f"):
         ptb("train", root=tmp_path, download=True)
@@ -152,7 +152,7 @@ def test_download_keeps_a_file_only_when_its_checksum_matches(tmp_path, monkeypa
 def test_download_failure_is_an_os_error_naming_the_urls(tmp_path, monkeypatch):
     def offline(url: str, timeout: float = 0):
         raise OSError("network unreachable")
-    monkeypatch.setattr(corpora.urllib.request, "urlopen", offline)
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
     with pytest.raises(OSError, match=r"could not download tinyshakespeare/input\.txt .*karpathy/char-rnn.*: "
                                       r"network unreachable"):
         tiny_shakespeare("train", root=tmp_path, download=True)

@@ -196,9 +196,9 @@ def test_sparse_input_gives_the_dense_results(fmt, shuffle):
 
 
 def test_sparse_rows_are_densified_in_chunks_and_partial_fit_takes_sparse(monkeypatch):
-    from ebms.fit import rbm_estimator
+    from ebms.fit import _rbm_fitted  # where the inference methods live
 
-    monkeypatch.setattr(rbm_estimator, "_CHUNK_ROWS", 7)  # 60 rows -> 9 chunks
+    monkeypatch.setattr(_rbm_fitted, "_CHUNK_ROWS", 7)  # 60 rows -> 9 chunks
     x = _binary(60)
     est = RBMEstimator(3, random_state=0).partial_fit(sp.csr_matrix(x))
     ref = RBMEstimator(3, random_state=0).partial_fit(x)

@@ -34,8 +34,7 @@ def sentence_batches(data: Sequences, batch_size: int, *, shuffle: bool = True,
     Returns:
         A list of :class:`~ebms.sequences.Sequences` batches.
     """
-    if not isinstance(data, Sequences):
-        raise TypeError(f"data: expected a Sequences batch (Vocabulary.encode); got {type(data).__name__}")
+    data = Sequences.coerce(data, name="data", pairs=False, expected="a Sequences batch (Vocabulary.encode)")
     check_int(batch_size, "batch_size", minimum=1)
     groups = length_buckets(data.lengths, batch_size, shuffle=shuffle, generator=generator)
     return [data[idx.to(data.device)].canonical() for idx in groups]
@@ -107,8 +106,7 @@ def length_windows(x: Sequences, seed: int) -> Callable[[int, torch.Generator], 
         TypeError: ``x`` is not a :class:`~ebms.sequences.Sequences`, or ``seed`` not an int.
         ValueError: no sentences.
     """
-    if not isinstance(x, Sequences):
-        raise TypeError(f"x: expected a Sequences batch (Vocabulary.encode); got {type(x).__name__}")
+    x = Sequences.coerce(x, name="x", pairs=False, expected="a Sequences batch (Vocabulary.encode)")
     if x.batch_size == 0:
         raise ValueError("x: expected at least one sentence to draw batches from; got none")
     check_int(seed, "seed")
@@ -134,8 +132,7 @@ def unigram_probs(x: Sequences, vocab_size: int, *, end: bool = False) -> Tensor
     Raises:
         ValueError: a token id at or above ``vocab_size`` (the result would be longer than ``V``).
     """
-    if not isinstance(x, Sequences):
-        raise TypeError(f"x: expected a Sequences batch (Vocabulary.encode); got {type(x).__name__}")
+    x = Sequences.coerce(x, name="x", pairs=False, expected="a Sequences batch (Vocabulary.encode)")
     check_int(vocab_size, "vocab_size", minimum=2)
     x.check_vocabulary(vocab_size, "x")
     counts = torch.bincount(x.tokens[x.mask()], minlength=vocab_size).double() + 1.0
@@ -152,8 +149,7 @@ def continuation_pairs(x: Sequences, prefix_length: int, horizon: int) -> tuple[
     Raises:
         ValueError: ``prefix_length`` or ``horizon`` below 1.
     """
-    if not isinstance(x, Sequences):
-        raise TypeError(f"x: expected a Sequences batch (Vocabulary.encode); got {type(x).__name__}")
+    x = Sequences.coerce(x, name="x", pairs=False, expected="a Sequences batch (Vocabulary.encode)")
     P, K = check_int(prefix_length, "prefix_length", minimum=1), check_int(horizon, "horizon", minimum=1)
     rows = (x.lengths > P).nonzero().squeeze(1)
     tokens, lengths = x.tokens[rows], x.lengths[rows]
@@ -172,8 +168,7 @@ def replace_one_token(x: Sequences, vocab_size: int, *, generator: torch.Generat
         ValueError: an empty sentence (nothing to replace) or ``vocab_size < 3``.
     """
     V = check_int(vocab_size, "vocab_size", minimum=3)
-    if not isinstance(x, Sequences):
-        raise TypeError(f"x: expected a Sequences batch (Vocabulary.encode); got {type(x).__name__}")
+    x = Sequences.coerce(x, name="x", pairs=False, expected="a Sequences batch (Vocabulary.encode)")
     x.check_vocabulary(V, "x")
     if x.batch_size and int(x.lengths.min()) == 0:
         raise ValueError(f"x: sentence {int((x.lengths == 0).nonzero()[0])} is empty; it has no token to replace")

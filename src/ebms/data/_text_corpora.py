@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
-import urllib.request
 from pathlib import Path
 
+from ebms._checks import check_choice
 from ebms.data._text_read import check_level, sentences_from_lines
-from ebms.data.mnist import ChecksumError
+from ebms.data.mnist import ChecksumError, download_verified
 from ebms.data.paths import DATA_ENV_VAR, data_root
 from ebms.errors import DataError
 
@@ -45,42 +44,6 @@ URLS = {
 }
 
 
-def _choice(value: object, name: str, valid: tuple[str, ...]) -> str:
-    if value not in valid:
-        raise ValueError(f"{name}: expected one of {', '.join(map(repr, valid))}; got {value!r}")
-    return str(value)
-
-
-def _download(key: str, target: Path) -> None:
-    """Fetch ``key`` into ``target``; keep it only when its SHA-256 matches."""
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise OSError(f"cannot create {target.parent} for the download ({e}); pass root= a writable folder") from None
-    failures, mismatch = [], False
-    for url in URLS[key]:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
-        try:
-            digest = hashlib.sha256()
-            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as resp:
-                while chunk := resp.read(1 << 20):
-                    digest.update(chunk)
-                    out.write(chunk)
-            if digest.hexdigest() != SHA256[key]:
-                mismatch = True
-                failures.append(f"{url}: SHA-256 {digest.hexdigest()}, expected {SHA256[key]}")
-                continue
-            os.replace(tmp, target)
-            return
-        except OSError as e:
-            failures.append(f"{url}: {e}")
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-    err = ChecksumError if mismatch else OSError
-    raise err(f"could not download {key} into {target.parent} (nothing kept): " + "; ".join(failures))
-
-
 def _read_text(key: str, root: str | os.PathLike[str] | None, verify: bool, download: bool) -> str:
     """The checked, decoded text of ``key`` (``"ptb/ptb.train.txt"``) from ``root`` or the data root."""
     folder_name, name = key.split("/")
@@ -97,7 +60,7 @@ def _read_text(key: str, root: str | os.PathLike[str] | None, verify: bool, down
             raise FileNotFoundError(f"{path}: no such file (looked in {where}); set {DATA_ENV_VAR} to the folder "
                                     f"holding {folder_name}/{name}, pass root= the folder holding {name}, or pass "
                                     "download=True")
-        _download(key, path)
+        download_verified(URLS[key], path, SHA256[key], key)
     data = path.read_bytes()
     if verify:
         got = hashlib.sha256(data).hexdigest()
@@ -140,7 +103,7 @@ def ptb(split: str = "train", root: str | os.PathLike[str] | None = None, *, ver
         of Advanced Language Modeling Techniques"; Marcus, Santorini, Marcinkiewicz (1993),
         "Building a Large Annotated Corpus of English: The Penn Treebank".
     """
-    _choice(split, "split", SPLITS)
+    check_choice(split, "split", SPLITS)
     text = _read_text(f"ptb/ptb.{split}.txt", root, verify, download)
     return sentences_from_lines(text.split("\n"), "word", False)
 
@@ -191,9 +154,9 @@ def tiny_shakespeare(split: str = "train", root: str | os.PathLike[str] | None =
     Raises:
         As :func:`ptb`; ``ValueError`` also for a bad ``level`` or ``form``.
     """
-    _choice(split, "split", SPLITS)
+    check_choice(split, "split", SPLITS)
     level = check_level(level)
-    _choice(form, "form", TEXT_FORMS)
+    check_choice(form, "form", TEXT_FORMS)
     text = _read_text("tinyshakespeare/input.txt", root, verify, download)
     c1, c2 = tiny_shakespeare_bounds(text)
     part = {"train": text[:c1], "valid": text[c1:c2], "test": text[c2:]}[split]

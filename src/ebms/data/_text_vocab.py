@@ -242,8 +242,7 @@ class Vocabulary:
 
     def decode(self, batch: Sequences) -> list[list[str]]:
         """A :class:`~ebms.sequences.Sequences` batch -> token lists (padding dropped)."""
-        if not isinstance(batch, Sequences):
-            raise TypeError(f"batch: expected a Sequences; got {type(batch).__name__}")
+        batch = Sequences.coerce(batch, name="batch", pairs=False, expected="a Sequences")
         self._check_ids(batch.tokens[batch.mask()], "batch")
         toks = self.tokens
         return [[toks[i] for i in row] for row in batch.tolist()]

@@ -37,7 +37,7 @@ from typing import overload
 import torch
 from torch import Tensor
 
-from ebms._checks import check_int, check_probability
+from ebms._checks import check_bool, check_int, check_probability
 from ebms.data.text import Vocabulary
 from ebms.sequences import Sequences
 
@@ -76,9 +76,7 @@ class AdditionTask:
         self.digits = check_int(digits, "digits", minimum=1)
         if digits > MAX_DIGITS:
             raise ValueError(f"digits: expected an int in [1, {MAX_DIGITS}]; got {digits}")
-        if not isinstance(reverse_sum, bool):
-            raise TypeError(f"reverse_sum: expected a bool; got {reverse_sum!r}")
-        self.reverse_sum = reverse_sum
+        self.reverse_sum = check_bool(reverse_sum, "reverse_sum")
         self.vocabulary = Vocabulary(list(CHARACTERS), level="char")
         self.vocab_size = len(self.vocabulary)
         self.length, self.prefix_length, self.continuation_length = 3 * digits + 3, 2 * digits + 2, digits + 1

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ebms._checks import check_int, check_probability, check_tensor
+from ebms._checks import check_choice, check_int, check_probability, check_tensor
 from ebms.data.mnist import MAX_IDX_BYTES, load_mnist
 
 __all__ = ["BINARIZE_METHODS", "binarize", "binarized_mnist", "split_seed"]
@@ -74,8 +74,7 @@ def binarize(
     Returns:
         Float32 tensor in {0, 1}, shaped like ``images``. Cost: one uniform draw per pixel.
     """
-    if method not in BINARIZE_METHODS:
-        raise ValueError(f"method: expected one of {', '.join(map(repr, BINARIZE_METHODS))}; got {method!r}")
+    check_choice(method, "method", BINARIZE_METHODS)
     check_int(seed, "seed", minimum=0)
     t = check_probability(threshold, "threshold", open_low=True)
     p = _intensity(images)

@@ -46,7 +46,7 @@ import math
 import os
 import tempfile
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -55,6 +55,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ebms._checks import check_choice
 from ebms.data._limits import BLOCK, check_max_bytes, check_size, file_size, read_at_most
 from ebms.data.paths import data_root
 from ebms.errors import DataError
@@ -268,12 +269,6 @@ def read_idx(path: str | os.PathLike[str], *, max_bytes: int = MAX_IDX_BYTES) ->
     return _read_idx_file(Path(path), max_bytes)[0]
 
 
-def _choice(value: str, name: str, valid: tuple[str, ...]) -> str:
-    if value not in valid:
-        raise ValueError(f"{name}: expected one of {', '.join(map(repr, valid))}; got {value!r}")
-    return value
-
-
 def _find(folder: Path, stem: str) -> Path | None:
     for candidate in (folder / f"{stem}.gz", folder / stem):
         if candidate.is_file():
@@ -296,36 +291,50 @@ def _read_checked(path: Path, stem: str, dataset: str, verify: bool, max_bytes: 
 
 def _download(dataset: str, stem: str, folder: Path) -> Path:
     """Fetch ``stem.gz`` from the mirrors into ``folder``; keep it only when its SHA-256 matches."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise OSError(f"cannot create {folder} for the download ({e}); pass root= a writable folder") from None
     target = folder / f"{stem}.gz"
-    want = SHA256[dataset][stem][0]
+    urls = [f"{base}{stem}.gz" for base in MIRRORS[dataset]]
+    download_verified(urls, target, SHA256[dataset][stem][0], f"{dataset} {stem}.gz")
+    return target
+
+
+def download_verified(urls: Sequence[str], target: Path, sha256: str, what: str) -> None:
+    """Fetch ``target`` from the first of ``urls`` that serves it whole; keep it only when its SHA-256 matches.
+
+    Each download goes to a temporary file beside ``target`` (removed on any failure) and replaces
+    ``target`` only once its hex digest equals ``sha256``.
+
+    Raises:
+        OSError: ``target``'s folder cannot be created, or every URL failed to download; one line
+            naming ``what``, the folder and each URL's failure.
+        ChecksumError: as the ``OSError``, when a download arrived but did not match ``sha256``.
+    """
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OSError(f"cannot create {target.parent} for the download ({e}); pass root= a writable folder") from None
     failures: list[str] = []
     mismatch = False
-    for base in MIRRORS[dataset]:
-        url = f"{base}{stem}.gz"
-        fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=".part", dir=folder)
+    for url in urls:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
         try:
             digest = hashlib.sha256()
             with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as resp:
                 while chunk := resp.read(1 << 20):
                     digest.update(chunk)
                     out.write(chunk)
-            if digest.hexdigest() != want:
+            if digest.hexdigest() != sha256:
                 mismatch = True
-                failures.append(f"{url}: SHA-256 {digest.hexdigest()}, expected {want}")
+                failures.append(f"{url}: SHA-256 {digest.hexdigest()}, expected {sha256}")
                 continue
             os.replace(tmp, target)
-            return target
+            return
         except OSError as e:
             failures.append(f"{url}: {e}")
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
     err = ChecksumError if mismatch else OSError
-    raise err(f"could not download {dataset} {stem}.gz into {folder} (nothing kept): " + "; ".join(failures))
+    raise err(f"could not download {what} into {target.parent} (nothing kept): " + "; ".join(failures))
 
 
 def load_mnist(
@@ -362,8 +371,8 @@ def load_mnist(
         ValueError: a bad ``split``/``dataset``.
     """
     check_max_bytes(max_bytes)
-    _choice(split, "split", tuple(_FILES))
-    _choice(dataset, "dataset", DATASETS)
+    check_choice(split, "split", tuple(_FILES))
+    check_choice(dataset, "dataset", DATASETS)
     stems = _FILES[split]
     if root is not None:
         folders = [Path(root).expanduser()]

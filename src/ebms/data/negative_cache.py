@@ -66,8 +66,7 @@ class NegativeCache:
     def __init__(self, prefixes: Sequences, samples: Sequences, samples_per_prefix: int, *,
                  horizon: int | None, settings: dict[str, Any] | None = None) -> None:
         for name, s in (("prefixes", prefixes), ("samples", samples)):
-            if not isinstance(s, Sequences):
-                raise TypeError(f"{name}: expected an ebms.sequences.Sequences; got {type(s).__name__}")
+            Sequences.coerce(s, name=name, pairs=False, expected="an ebms.sequences.Sequences")
         self.samples_per_prefix = check_int(samples_per_prefix, "samples_per_prefix", minimum=1)
         if samples.batch_size != prefixes.batch_size * self.samples_per_prefix:
             raise ValueError(f"samples: expected {prefixes.batch_size} prefixes x {self.samples_per_prefix} = "
@@ -111,8 +110,7 @@ class NegativeCache:
             raise TypeError(f"lm: expected a language model with sample(n, prefix=...); got {type(lm).__name__}")
         if isinstance(lm, nn.Module) and lm.training:
             raise ValueError("lm: is in training mode (dropout changes its law); call lm.eval() first")
-        if not isinstance(prefixes, Sequences):
-            raise TypeError(f"prefixes: expected an ebms.sequences.Sequences; got {type(prefixes).__name__}")
+        prefixes = Sequences.coerce(prefixes, name="prefixes", pairs=False, expected="an ebms.sequences.Sequences")
         S = check_int(samples_per_prefix, "samples_per_prefix", minimum=1)
         per_call = max(1, check_int(batch_size, "batch_size", minimum=1) // S)
         horizon = None if horizon is None else check_int(horizon, "horizon", minimum=1)

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from ebms._checks import check_int, check_probability
+from ebms._checks import check_bool, check_int, check_probability
 
 __all__ = ["SyntheticTagging", "lag_copy_tagging"]
 
@@ -124,8 +124,7 @@ def lag_copy_tagging(n_train: int = 2000, n_test: int = 500, *, n_tags: int = 4,
         raise ValueError(f"max_length: expected an int >= min_length ({min_length}); got {max_length}")
     if direction not in ("past", "future"):
         raise ValueError(f"direction: expected 'past' or 'future'; got {direction!r}")
-    if not isinstance(copy_tags, bool):
-        raise TypeError(f"copy_tags: expected a bool; got {copy_tags!r}")
+    check_bool(copy_tags, "copy_tags")
     check_int(seed, "seed")
     g = torch.Generator().manual_seed(seed)
     args = (k, lag, p, words_per_tag, n_ambiguous_words, min_length, max_length, direction == "future", copy_tags)

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ebms._checks import check_int, check_positive
+from ebms._checks import check_choice, check_int, check_positive
 from ebms.distributions import _arpa, _backoff_sampling, _kneser_ney
 from ebms.distributions import _backoff_tables as _tables
 from ebms.distributions._base import Distribution
@@ -172,9 +172,7 @@ class BackoffNGram(Distribution):
         """
         check_int(vocab_size, "vocab_size", minimum=2)
         check_int(order, "order", minimum=1)
-        if smoothing not in _kneser_ney.SMOOTHINGS:
-            raise ValueError(f"smoothing: expected one of {', '.join(map(repr, _kneser_ney.SMOOTHINGS))}; "
-                             f"got {smoothing!r}")
+        check_choice(smoothing, "smoothing", _kneser_ney.SMOOTHINGS)
         k = check_positive(k, "k")
         if discounts is not None and smoothing not in ("modified_kneser_ney", "kneser_ney"):
             raise ValueError(f"discounts: only Kneser-Ney smoothing takes discounts; got discounts with "

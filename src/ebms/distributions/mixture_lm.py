@@ -132,9 +132,7 @@ class MixtureLM(Distribution):
     # --- scoring ------------------------------------------------------------------------------
     def component_log_probs(self, x: Sequences) -> Tensor:
         r"""``(B, K)``: :math:`\log w_k + \log q_k(x)` (``-inf`` in the columns of weight 0, never scored)."""
-        if not isinstance(x, Sequences):
-            raise TypeError(f"x: expected an ebms.sequences.Sequences (tokens (B, T), lengths (B,)); "
-                            f"got {type(x).__name__}")
+        x = Sequences.coerce(x, name="x", pairs=False)
         B, active = x.batch_size, self._active()
         scores = {k: check_energy_output(self._components[k].log_prob(x), B, f"components[{k}].log_prob(x)")
                   for k in active}
@@ -153,9 +151,7 @@ class MixtureLM(Distribution):
         active = self._active()
         if len(active) == 1:
             k = active[0]
-            if not isinstance(x, Sequences):
-                raise TypeError(f"x: expected an ebms.sequences.Sequences (tokens (B, T), lengths (B,)); "
-                                f"got {type(x).__name__}")
+            x = Sequences.coerce(x, name="x", pairs=False)
             return check_energy_output(self._components[k].log_prob(x), x.batch_size, f"components[{k}].log_prob(x)")
         return torch.logsumexp(self.component_log_probs(x), dim=1)
 

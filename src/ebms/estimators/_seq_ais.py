@@ -40,34 +40,20 @@ def _log_ratio(target: AnnealedSentenceEnergy, x: Sequences) -> Tensor:
     return -e - lq
 
 
-def forward_weights(target: AnnealedSentenceEnergy, kernel: Any, x: Sequences, betas: tuple[float, ...],
-                    steps: int, generator: torch.Generator | None, progress: bool = False) -> Tensor:
-    r"""Forward AIS from base draws ``x``: log weights of :math:`Z_l / 1`, float64 ``(B,)``."""
+def annealed_weights(target: AnnealedSentenceEnergy, kernel: Any, x: Sequences, betas: tuple[float, ...],
+                     steps: int, generator: torch.Generator | None, progress: bool = False, *,
+                     reverse: bool = False) -> Tensor:
+    r"""AIS log weights, float64 ``(B,)``: forward from base draws ``x`` (of :math:`Z_l / 1`), or with
+    ``reverse`` from target draws ``x`` down the same schedule (of :math:`1 / Z_l`)."""
     log_w = torch.zeros(x.batch_size, dtype=torch.float64, device=x.device)
     K = len(betas) - 1
     with torch.no_grad():
         slope = _log_ratio(target, x)
-        for k in _loop(range(1, K + 1), progress, "AIS"):
+        for k in _loop(range(K, 0, -1) if reverse else range(1, K + 1), progress, "reverse AIS" if reverse else "AIS"):
             if betas[k] != betas[k - 1]:
-                log_w += (betas[k] - betas[k - 1]) * slope
-            if k < K:
-                x = _transition(kernel, target, x, betas[k], steps, generator)
-                slope = _log_ratio(target, x)
-    return log_w
-
-
-def reverse_weights(target: AnnealedSentenceEnergy, kernel: Any, x: Sequences, betas: tuple[float, ...],
-                    steps: int, generator: torch.Generator | None, progress: bool = False) -> Tensor:
-    r"""Reverse AIS from target draws ``x``: log weights of :math:`1 / Z_l`, float64 ``(B,)``."""
-    log_w = torch.zeros(x.batch_size, dtype=torch.float64, device=x.device)
-    K = len(betas) - 1
-    with torch.no_grad():
-        slope = _log_ratio(target, x)
-        for k in _loop(range(K, 0, -1), progress, "reverse AIS"):
-            if betas[k] != betas[k - 1]:
-                log_w += (betas[k - 1] - betas[k]) * slope
-            if k > 1:
-                x = _transition(kernel, target, x, betas[k - 1], steps, generator)
+                log_w += (betas[k - 1] - betas[k] if reverse else betas[k] - betas[k - 1]) * slope
+            if (k > 1) if reverse else (k < K):  # the next temperature's kernel moves the chains there
+                x = _transition(kernel, target, x, betas[k - 1] if reverse else betas[k], steps, generator)
                 slope = _log_ratio(target, x)
     return log_w
 

@@ -134,8 +134,7 @@ def residual_log_z(model: Any, prefix: Sequences, n: int, *, generator: torch.Ge
 
 def _pair(prefix: Any, x: Any, horizon: int | None, names: tuple[str, str] = ("prefix", "x")) -> None:
     for name, s in zip(names, (prefix, x)):
-        if not isinstance(s, Sequences):
-            raise TypeError(f"{name}: expected an ebms.sequences.Sequences; got {type(s).__name__}")
+        Sequences.coerce(s, name=name, pairs=False, expected="an ebms.sequences.Sequences")
     if prefix.batch_size != x.batch_size or x.batch_size == 0:
         raise ValueError(f"{names[0]}: expected one prefix per continuation (>= 1); got {prefix.batch_size} "
                          f"prefixes and {x.batch_size} continuations")

@@ -44,7 +44,7 @@ from torch import Tensor
 from ebms._checks import check_int, check_positive
 from ebms._progress import progress_bar
 from ebms.estimators._base import Estimate
-from ebms.estimators._seq_ais import forward_weights, reverse_weights
+from ebms.estimators._seq_ais import annealed_weights
 from ebms.estimators._seq_common import (
     AnnealedSentenceEnergy,
     annealed_energy,
@@ -207,7 +207,7 @@ def ais_log_z_per_length(
     fwd: dict[int, tuple[Estimate, Tensor]] = {}
     for group in _groups(ls, n_chains, batch_size):
         rows = _repeat(group, n_chains)
-        log_w = forward_weights(target, kernel, draw(proposal, rows, generator), bs, steps, generator, progress)
+        log_w = annealed_weights(target, kernel, draw(proposal, rows, generator), bs, steps, generator, progress)
         fwd.update(per_length(log_w, rows, group, "forward AIS log weights", settings))
     weights = tuple(fwd[n][1] for n in ls)
     if target_samples is None:
@@ -220,8 +220,7 @@ def ais_log_z_per_length(
 def _reverse(target: AnnealedSentenceEnergy, kernel: Sampler, x: Sequences, ls: tuple[int, ...],
              bs: tuple[float, ...], steps: int, space: TokenSequences, generator: torch.Generator | None,
              batch_size: int, progress: bool, settings: dict[str, Any]) -> dict[int, tuple[Estimate, Tensor]]:
-    if not isinstance(x, Sequences):
-        raise TypeError(f"target_samples: expected an ebms.sequences.Sequences; got {type(x).__name__}")
+    x = Sequences.coerce(x, name="target_samples", pairs=False, expected="an ebms.sequences.Sequences")
     space.validate(x, "target_samples")
     if bool(boundary_rows(x).any()):
         raise ValueError("target_samples: expected sentences without the boundary id 0")
@@ -234,7 +233,7 @@ def _reverse(target: AnnealedSentenceEnergy, kernel: Sampler, x: Sequences, ls: 
             raise ValueError(f"target_samples: the proposal gives sentence {start + int(zero.nonzero()[0])} (among "
                              "those of the estimated lengths) probability 0, so reverse AIS cannot start there "
                              "(its base must cover the target)")
-        parts.append(reverse_weights(target, kernel, y, bs, steps, generator, progress))
+        parts.append(annealed_weights(target, kernel, y, bs, steps, generator, progress, reverse=True))
     if not parts:
         return {}
     rev_settings = {**settings, "method": "reverse ais"}

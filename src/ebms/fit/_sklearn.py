@@ -4,7 +4,8 @@ Input checks (scikit-learn's ``validate_data`` when installed, equivalent checks
 its errors as one line naming ``X``), the not-fitted error, training rows and their epoch stream,
 the constructor-argument protocol (``get_params`` / ``set_params`` / ``repr``), and the checks
 that a requested size fits in memory. Nothing here names the estimator, so
-:mod:`ebms.fit.rbm_estimator` imports this module and not the other way round.
+:mod:`ebms.fit.rbm_estimator` and its base class's module ``ebms.fit._rbm_fitted`` import this
+module and not the other way round.
 """
 
 from __future__ import annotations

@@ -152,8 +152,7 @@ def self_train(tagger_factory: Callable[[], nn.Module],
     x_lab, y_lab = labelled
     check_tensor(y_lab, "labelled tags")
     check_shape(y_lab, tuple(x_lab.tokens.shape), "labelled tags")
-    if not isinstance(unlabelled, Sequences):
-        raise TypeError(f"unlabelled: expected an ebms.sequences.Sequences; got {type(unlabelled).__name__}")
+    unlabelled = Sequences.coerce(unlabelled, name="unlabelled", pairs=False, expected="an ebms.sequences.Sequences")
     rounds = check_int(rounds, "rounds", minimum=0)
     threshold = check_probability(threshold, "threshold")
     if confidence not in CONFIDENCES:

@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ebms._checks import check_finite, check_int, check_shape, check_tensor
+from ebms._checks import check_choice, check_finite, check_int, check_shape, check_tensor
 
 __all__ = ["CALIBRATION_KINDS", "CalibrationBins", "CalibrationReport", "TemperatureScaling",
            "calibration_bins", "calibration_report", "expected_calibration_error"]
@@ -69,12 +69,6 @@ def _labels(labels: object, n: int, k: int) -> Tensor:
         raise ValueError(f"labels: expected class indices in [0, {k - 1}]; got values in "
                          f"[{int(t.min())}, {int(t.max())}]")
     return t
-
-
-def _kind(kind: str) -> str:
-    if kind not in CALIBRATION_KINDS:
-        raise ValueError(f"kind: expected one of {', '.join(map(repr, CALIBRATION_KINDS))}; got {kind!r}")
-    return kind
 
 
 @dataclass(frozen=True)
@@ -127,7 +121,7 @@ def calibration_bins(probs: Tensor, labels: Tensor, *, n_bins: int = 20, kind: s
         TypeError: ``probs`` is not a floating tensor, ``labels`` not an integer tensor.
         ValueError: wrong shapes, empty input, non-finite or out-of-range entries, bad ``n_bins``/``kind``.
     """
-    _kind(kind)
+    check_choice(kind, "kind", CALIBRATION_KINDS)
     check_int(n_bins, "n_bins", minimum=1)
     p = _matrix(probs, "probs", "probabilities")
     if bool(((p < 0) | (p > 1)).any()):

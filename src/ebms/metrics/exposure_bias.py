@@ -113,11 +113,8 @@ def _gold_log_probs(model: Any, batch: Any, name: str) -> tuple[Tensor, Tensor, 
     if not isinstance(model, SupportsTokenLogProbs):
         raise TypeError(f"{name}: expected a sentence LM with token_log_probs(Sequences) or a model with "
                         f"teacher_forced(batch) (ebms.objectives.earm.EARMModel); got {type(model).__name__}")
-    if isinstance(batch, tuple) and len(batch) == 2 and all(isinstance(t, Tensor) for t in batch):
-        batch = Sequences(batch[0], batch[1])
-    if not isinstance(batch, Sequences):
-        raise TypeError(f"data: expected Sequences, a (tokens (B, T), lengths (B,)) tuple, or a list of them for "
-                        f"sentence LMs; got {type(batch).__name__}")
+    batch = Sequences.coerce(batch, name="data", expected="Sequences, a (tokens (B, T), lengths (B,)) tuple, or a "
+                             "list of them for sentence LMs")
     lp = model.token_log_probs(batch)
     k = torch.arange(lp.shape[1], device=lp.device)
     lengths = batch.lengths.to(lp.device).unsqueeze(1)

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ebms._checks import check_finite, check_int, check_probability, check_tensor
+from ebms._checks import check_choice, check_finite, check_int, check_probability, check_tensor
 
 __all__ = ["OOD_SCORE_KINDS", "DetectionReport", "aupr", "auroc", "detection_report", "fpr_at_tpr",
            "ood_scores", "roc_curve"]
@@ -249,8 +249,7 @@ def ood_scores(classifier: Callable[[Tensor], Tensor], x: Tensor, *, kind: str =
     Returns:
         ``(N,)`` detached scores, dtype of the logits, on ``x``'s device. Parameter ``.grad`` is untouched.
     """
-    if kind not in OOD_SCORE_KINDS:
-        raise ValueError(f"kind: expected one of {', '.join(map(repr, OOD_SCORE_KINDS))}; got {kind!r}")
+    check_choice(kind, "kind", OOD_SCORE_KINDS)
     if not callable(classifier):
         raise TypeError(f"classifier: expected a callable (B, *event) -> (B, K); got {type(classifier).__name__}")
     check_tensor(x, "x", floating=True, min_dim=1)

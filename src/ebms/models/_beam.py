@@ -11,6 +11,7 @@ sentence of ``L`` tokens costs ``O(L)`` decoder passes over at most ``L + 1`` po
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,24 +41,7 @@ class BeamSearchResult:
 def greedy(model: Any, src: Sequences, limit: int) -> Sequences:
     """The argmax token at every step until ``</s>``; a sentence still running after ``limit``
     tokens is cut there."""
-    memory, pad = model.encode(src)
-    B, dev = src.batch_size, memory.device
-    tokens = torch.zeros(B, limit, dtype=torch.long, device=dev)
-    lengths = torch.full((B,), limit, dtype=torch.long, device=dev)
-    done = torch.zeros(B, dtype=torch.bool, device=dev)
-    inputs = torch.zeros(B, 1, dtype=torch.long, device=dev)
-    for t in range(limit):
-        w = model.decode(memory, pad, inputs)[:, -1].argmax(-1)
-        ended = ~done & (w == 0)
-        lengths = torch.where(ended, t, lengths)
-        done = done | ended
-        if bool(done.all()):
-            break
-        w = w.masked_fill(done, 0)
-        tokens[:, t] = w
-        inputs = torch.cat([inputs, w.unsqueeze(1)], 1)
-    width = int(lengths.max()) if B else 0
-    return Sequences(tokens[:, :width], lengths, validate=False)
+    return _decode(model, src, lambda logits: logits.argmax(-1), limit, truncate=True)
 
 
 def beam_search(model: Any, src: Sequences, beam: int, limit: int, length_penalty: float) -> BeamSearchResult:
@@ -114,6 +98,12 @@ def beam_search(model: Any, src: Sequences, beam: int, limit: int, length_penalt
 def sample(model: Any, src: Sequences, generator: torch.Generator | None, limit: int, truncate: bool) -> Sequences:
     """One ancestral draw ``y ~ p(y | x)`` per source row (one categorical per step from
     ``generator``); a draw still running after ``limit`` tokens is cut (``truncate``) or raises."""
+    return _decode(model, src, lambda logits: sample_categorical(logits, generator), limit, truncate)
+
+
+def _decode(model: Any, src: Sequences, pick: Callable[[Tensor], Tensor], limit: int, truncate: bool) -> Sequences:
+    """Left to right, ``pick(next-token logits (n, V)) -> (n,)`` at every step until ``</s>``; a row
+    still running after ``limit`` tokens is cut (``truncate``) or raises."""
     memory, pad = model.encode(src)
     n, dev = src.batch_size, memory.device
     tokens = torch.zeros(n, limit, dtype=torch.long, device=dev)
@@ -123,7 +113,7 @@ def sample(model: Any, src: Sequences, generator: torch.Generator | None, limit:
     for t in range(limit + 1):
         if t == limit and truncate:
             break
-        w = sample_categorical(model.decode(memory, pad, inputs)[:, -1], generator)
+        w = pick(model.decode(memory, pad, inputs)[:, -1])
         ended = ~done & (w == 0)
         lengths = torch.where(ended, t, lengths)
         done = done | ended

@@ -67,6 +67,18 @@ def couplings_dtype(couplings: LatticeCouplings | DenseCouplings) -> torch.dtype
     return couplings.weight.dtype if isinstance(couplings, DenseCouplings) else couplings.right.dtype
 
 
+def couplings_module(couplings: Tensor | LatticeCouplings | DenseCouplings,
+                     learn_couplings: bool) -> LatticeCouplings | DenseCouplings:
+    """``couplings`` as a module: a prepared one as is (it keeps its own ``learnable`` setting, so
+    ``learn_couplings`` must be False), a symmetric matrix as :class:`DenseCouplings`."""
+    if not isinstance(couplings, (LatticeCouplings, DenseCouplings)):
+        return DenseCouplings(couplings, learnable=learn_couplings)
+    if learn_couplings:
+        raise ValueError("learn_couplings: expected False with a prepared couplings module (set learnable= on the "
+                         f"module instead); got True with {type(couplings).__name__}")
+    return couplings
+
+
 def greedy_colouring(adjacency: Tensor) -> list[Tensor]:
     """Partition the vertices of a graph into independent sets (Welsh–Powell greedy colouring).
 

@@ -61,8 +61,7 @@ def enumerate_continuations(vocab_size: int, horizon: int) -> Sequences:
 def _scores(model: ResidualLM, prefix: Sequences, batch_size: int, progress: bool = False) -> Tensor:
     """``(P, N)`` float64 ``log p_LM(x | c) - E(c, x)`` over the enumeration, ``batch_size`` rows per call
     (``progress``: a progress bar over the calls)."""
-    if not isinstance(prefix, Sequences):
-        raise TypeError(f"prefix: expected an ebms.sequences.Sequences; got {type(prefix).__name__}")
+    prefix = Sequences.coerce(prefix, name="prefix", pairs=False, expected="an ebms.sequences.Sequences")
     batch_size = check_int(batch_size, "batch_size", minimum=1)
     if model.horizon is None:
         raise ValueError("model: exact enumeration needs a finite horizon; got horizon=None")

@@ -25,6 +25,7 @@ from ebms.models._lattice import (
     PairwiseEnergy,
     _real_tensor,
     couplings_dtype,
+    couplings_module,
     resolve_beta,
 )
 from ebms.spaces import Spins
@@ -84,14 +85,7 @@ class IsingModel(PairwiseEnergy):
         learn_field: bool = False,
     ) -> None:
         b = resolve_beta(beta, temperature)
-        if isinstance(couplings, (LatticeCouplings, DenseCouplings)):
-            if learn_couplings:
-                raise ValueError(
-                    "learn_couplings: expected False with a prepared couplings module (set learnable= on the "
-                    f"module instead); got True with {type(couplings).__name__}"
-                )
-        else:
-            couplings = DenseCouplings(couplings, learnable=learn_couplings)
+        couplings = couplings_module(couplings, learn_couplings)
         site_shape = tuple(couplings.site_shape)
         h = _spin_field(field, site_shape, couplings.num_sites, couplings_dtype(couplings))
         super().__init__(couplings, h, b, learn_field)

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ebms._checks import check_int
+from ebms._checks import check_choice, check_int
 from ebms.capabilities import HasChannels
 from ebms.distributions import Distribution
 from ebms.nets.pixelcnn import PixelCNN
@@ -169,9 +169,7 @@ class PixelCNNAdapter(nn.Module):
         super().__init__()
         if not isinstance(model, PixelCNNModel):
             raise TypeError(f"model: expected a PixelCNNModel; got {type(model).__name__}")
-        if pair not in _PAIRS:
-            raise ValueError(f"pair: expected one of {', '.join(map(repr, _PAIRS))}; got {pair!r}")
-        self.model, self.pair = model, pair
+        self.model, self.pair = model, check_choice(pair, "pair", _PAIRS)
 
     def forward(self, batch: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Same as :meth:`teacher_forced`."""

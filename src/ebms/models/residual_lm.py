@@ -117,8 +117,7 @@ class ResidualLM(nn.Module):
 
     def _pair(self, prefix: Any, x: Any) -> tuple[Sequences, Sequences]:
         for name, s in (("prefix", prefix), ("x", x)):
-            if not isinstance(s, Sequences):
-                raise TypeError(f"{name}: expected an ebms.sequences.Sequences; got {type(s).__name__}")
+            Sequences.coerce(s, name=name, pairs=False, expected="an ebms.sequences.Sequences")
         if prefix.batch_size != x.batch_size:
             raise ValueError(f"prefix: expected one prefix per continuation ({x.batch_size} rows); "
                              f"got {prefix.batch_size}")
@@ -172,8 +171,7 @@ class ResidualLM(nn.Module):
 
         Cost: one base ``sample`` call of ``n B`` rows (``horizon`` steps at most).
         """
-        if not isinstance(prefix, Sequences):
-            raise TypeError(f"prefix: expected an ebms.sequences.Sequences; got {type(prefix).__name__}")
+        prefix = Sequences.coerce(prefix, name="prefix", pairs=False, expected="an ebms.sequences.Sequences")
         n = check_int(n, "n", minimum=1)
         self.base.eval()
         law: dict[str, Any] = dict(generator=generator, max_length=self.horizon, temperature=temperature,

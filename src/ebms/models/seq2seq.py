@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ebms._checks import check_int, check_probability
+from ebms._checks import check_bool, check_int, check_probability
 from ebms.models._beam import BeamSearchResult, beam_search, greedy, sample
 from ebms.sequences import Sequences
 
@@ -215,8 +215,7 @@ class Seq2SeqTransformer(nn.Module):
                truncate: bool = True) -> Sequences:
         """One draw ``y ~ p(. | x)`` per source row (exact up to ``max_length``, default the model's;
         a longer draw is cut when ``truncate``, else raises ValueError)."""
-        if not isinstance(truncate, bool):
-            raise TypeError(f"truncate: expected a bool; got {truncate!r}")
+        check_bool(truncate, "truncate")
         return sample(self, self.check_source(src), generator, self._limit(max_length), truncate)
 
     def extra_repr(self) -> str:

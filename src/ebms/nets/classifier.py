@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from torch import Tensor, nn
 from torch.nn.utils.parametrizations import spectral_norm as _spectral_norm
 
-from ebms._checks import check_int
+from ebms._checks import check_bool, check_int
 from ebms.nets._activations import Activation, resolve_activation
 from ebms.nets.conv import _Block, _positive_ints
 from ebms.nets.mlp import _event_shape, _hidden
@@ -40,8 +40,7 @@ Wrap = Callable[[nn.Module], nn.Module]
 
 
 def _wrap(spectral_norm: bool) -> Wrap:
-    if not isinstance(spectral_norm, bool):
-        raise TypeError(f"spectral_norm: expected a bool; got {spectral_norm!r}")
+    check_bool(spectral_norm, "spectral_norm")
     return _spectral_norm if spectral_norm else (lambda m: m)
 
 
@@ -149,8 +148,7 @@ class ConvClassifier(nn.Module):
         check_int(groups, "groups", minimum=1)
         if any(c % groups for c in chans):
             raise ValueError(f"groups: expected a divisor of every entry of channels {chans}; got {groups}")
-        if not isinstance(residual, bool):
-            raise TypeError(f"residual: expected a bool; got {residual!r}")
+        check_bool(residual, "residual")
         wrap = _wrap(spectral_norm)
         act = resolve_activation(activation)
         self.trunk = _ConvTrunk(in_channels, (hw[0], hw[1]), chans, groups, act, residual, wrap)

@@ -30,7 +30,7 @@ from typing import Any
 from torch import Tensor, nn
 from torch.nn.utils.parametrizations import spectral_norm as _spectral_norm
 
-from ebms._checks import check_int
+from ebms._checks import check_bool, check_int
 from ebms.energy import Energy
 from ebms.nets._activations import Activation, resolve_activation
 
@@ -128,8 +128,7 @@ class ConvEnergy(Energy):
         if any(c % groups for c in self.channels):
             raise ValueError(f"groups: expected a divisor of every entry of channels {self.channels}; got {groups}")
         for flag, name in ((residual, "residual"), (spectral_norm, "spectral_norm")):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name}: expected a bool; got {flag!r}")
+            check_bool(flag, name)
         self.activation = resolve_activation(activation)
         self.event_shape = (self.in_channels, *self.image_size)
         wrap: Callable[[nn.Module], nn.Module] = _spectral_norm if spectral_norm else (lambda m: m)

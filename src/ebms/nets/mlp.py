@@ -53,6 +53,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.parametrizations import spectral_norm as _spectral_norm
 
+from ebms._checks import check_bool
 from ebms.energy import Energy
 from ebms.nets._activations import Activation, resolve_activation
 from ebms.nets._linear import _ONEDNN_LINEAR, linear
@@ -165,8 +166,7 @@ class MLPEnergy(Energy):
         self.event_shape = _event_shape(in_dim)
         self.hidden = _hidden(hidden)
         self.activation = resolve_activation(activation)
-        if not isinstance(spectral_norm, bool):
-            raise TypeError(f"spectral_norm: expected a bool; got {spectral_norm!r}")
+        check_bool(spectral_norm, "spectral_norm")
         dim = 1
         for s in self.event_shape:
             dim *= s

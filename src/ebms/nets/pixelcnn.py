@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ebms._checks import check_int
+from ebms._checks import check_bool, check_int
 
 __all__ = ["PixelCNN"]
 
@@ -135,9 +135,7 @@ class PixelCNN(nn.Module):
         self.kernel = check_int(kernel, "kernel", minimum=3)
         if kernel % 2 == 0:
             raise ValueError(f"kernel: expected an odd int >= 3; got {kernel}")
-        if not isinstance(gated, bool):
-            raise TypeError(f"gated: expected a bool; got {gated!r}")
-        self.gated = gated
+        self.gated = check_bool(gated, "gated")
         if gated:
             self.stack = nn.ModuleList(
                 _GatedLayer(channels if i == 0 else hidden, hidden, kernel, i == 0) for i in range(layers)

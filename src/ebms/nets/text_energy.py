@@ -38,14 +38,21 @@ from ebms._checks import check_int, check_probability
 from ebms.nets.sequence import SequenceEncoder
 from ebms.sequences import Sequences
 
-__all__ = ["KINDS", "TextEnergy"]
+__all__ = ["KINDS", "PreLNBlock", "TextEnergy"]
 
 #: encoder kinds :class:`TextEnergy` accepts.
 KINDS = ("bilstm", "transformer", "causal")
 
 
-class _Block(nn.Module):
-    """One pre-LN Transformer block; ``mask`` ``(B, 1, S, S)`` bool, True where attention is allowed."""
+class PreLNBlock(nn.Module):
+    """One pre-LN Transformer block: self-attention and a GELU feed-forward layer, each residual.
+
+    The block of :class:`TextEnergy` and of :class:`~ebms.models.TransformerLM` (one parameter
+    layout, which :meth:`TextEnergy.from_lm` copies). ``forward(x (B, S, d), mask, past=None) ->
+    (x, keys, values)``: ``mask`` bool ``(B, 1, S, P + S)``, True where attention is allowed, or
+    ``None`` for causal attention; ``past`` the ``(keys, values)`` ``(B, heads, P, d / heads)`` of
+    earlier positions (a cache), put before this call's, which come back for the next call.
+    """
 
     def __init__(self, d: int, heads: int, ff: int, dropout: float) -> None:
         super().__init__()
@@ -55,12 +62,17 @@ class _Block(nn.Module):
         self.ff1, self.ff2 = nn.Linear(d, ff), nn.Linear(ff, d)
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, h: Tensor, mask: Tensor) -> Tensor:
-        B, S, d = h.shape
-        q, k, v = self.qkv(self.ln1(h)).view(B, S, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.p if self.training else 0.0)
-        h = h + self.drop(self.out(a.transpose(1, 2).reshape(B, S, d)))
-        return h + self.drop(self.ff2(self.drop(F.gelu(self.ff1(self.ln2(h))))))
+    def forward(self, x: Tensor, mask: Tensor | None, past: tuple[Tensor, Tensor] | None = None
+                ) -> tuple[Tensor, Tensor, Tensor]:
+        B, S, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(B, S, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        if past is not None:
+            k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.p if self.training else 0.0,
+                                           is_causal=mask is None)
+        x = x + self.drop(self.out(a.transpose(1, 2).reshape(B, S, d)))
+        x = x + self.drop(self.ff2(self.drop(F.gelu(self.ff1(self.ln2(x))))))
+        return x, k, v
 
 
 def _check_pair(prefix: Any, x: Any, vocab_size: int) -> None:
@@ -129,7 +141,7 @@ class TextEnergy(nn.Module):
             ff = 4 * dim if ff is None else check_int(ff, "ff", minimum=1)
             self.embedding = nn.Embedding(vocab_size, dim)
             self.position_embedding = nn.Embedding(max_length + 1, dim)
-            self.layers = nn.ModuleList(_Block(dim, heads, ff, self.dropout) for _ in range(layers))
+            self.layers = nn.ModuleList(PreLNBlock(dim, heads, ff, self.dropout) for _ in range(layers))
             self.ln = nn.LayerNorm(dim)
             self.drop = nn.Dropout(self.dropout)
             for m in self.modules():
@@ -186,7 +198,7 @@ class TextEnergy(nn.Module):
             mask = mask & (pos.unsqueeze(1) >= pos).view(1, 1, S, S)
         h = self.drop(self.embedding(tokens) + self.position_embedding(pos))
         for block in self.layers:
-            h = block(h, mask)
+            h = block(h, mask)[0]
         return self.ln(h)
 
     def forward(self, prefix: Sequences, x: Sequences) -> Tensor:

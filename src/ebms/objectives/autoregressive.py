@@ -61,7 +61,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ebms._checks import check_probability
+from ebms._checks import check_bool, check_probability
 from ebms.capabilities import HasVocabSize, RecurrentState, SupportsLogits, SupportsTokenLogProbs, supports
 from ebms.distributions import sample_categorical
 from ebms.objectives._base import LossOutput, scalar_metrics
@@ -96,9 +96,7 @@ class AutoregressiveNLL(nn.Module):
     def __init__(self, *, carry_state: bool = False, label_smoothing: float = 0.0, scheduled_sampling: float = 0.0,
                  scheduled_sampling_decode: str = "sample") -> None:
         super().__init__()
-        if not isinstance(carry_state, bool):
-            raise TypeError(f"carry_state: expected a bool; got {carry_state!r}")
-        self.carry_state = carry_state
+        self.carry_state = check_bool(carry_state, "carry_state")
         self.label_smoothing = check_probability(label_smoothing, "label_smoothing", open_high=True)
         self.scheduled_sampling = check_probability(scheduled_sampling, "scheduled_sampling")
         if scheduled_sampling_decode not in ("sample", "argmax"):

@@ -73,7 +73,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ebms._checks import check_int, check_positive, check_probability
+from ebms._checks import check_bool, check_int, check_positive, check_probability
 from ebms.capabilities import EARMModel, SentenceLM, supports
 from ebms.objectives._base import LossOutput, scalar_metrics
 from ebms.sequences import Sequences
@@ -216,9 +216,7 @@ class EARM(nn.Module):
         self.start_step = check_int(start_step, "start_step", minimum=0)
         self.truncate = None if truncate is None else check_int(truncate, "truncate", minimum=0)
         self.ema = None if ema is None else check_probability(ema, "ema", open_high=True)
-        if not isinstance(rao_blackwell, bool):
-            raise TypeError(f"rao_blackwell: expected a bool; got {rao_blackwell!r}")
-        self.rao_blackwell = rao_blackwell
+        self.rao_blackwell = check_bool(rao_blackwell, "rao_blackwell")
         self.label_smoothing = check_probability(label_smoothing, "label_smoothing", open_high=True)
         self.register_buffer("steps", torch.zeros((), dtype=torch.long))
         self.max_steps = check_int(max_steps, "max_steps", minimum=1)

@@ -60,7 +60,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ebms._checks import check_int, check_positive, check_shape, check_tensor
+from ebms._checks import check_bool, check_int, check_positive, check_shape, check_tensor
 from ebms.capabilities import JointEnergyModel
 from ebms.energy import EnergyLike
 from ebms.objectives._base import LossOutput, scalar_metrics
@@ -138,8 +138,7 @@ class JEMObjective(nn.Module):
         self.cd = ContrastiveDivergence(sampler, k, regularization=regularization)
         if not isinstance(buffer, ReplayBuffer):
             raise TypeError(f"buffer: expected an ebms.objectives.ReplayBuffer; got {type(buffer).__name__}")
-        if not isinstance(conditional, bool):
-            raise TypeError(f"conditional: expected a bool; got {conditional!r}")
+        check_bool(conditional, "conditional")
         if conditional and buffer.n_classes is None:
             raise ValueError(
                 "buffer: conditional=True samples x | y from per-class blocks; expected a ReplayBuffer with "

@@ -74,10 +74,7 @@ def _split(batch: Any) -> tuple[Sequences, Tensor | None]:
     """Sentences and tags (``-1`` rows unlabelled), or ``None`` tags for an all-unlabelled batch."""
     if isinstance(batch, Sequences) or (isinstance(batch, tuple) and len(batch) == 2
                                         and all(isinstance(t, Tensor) for t in batch)):
-        x = batch if isinstance(batch, Sequences) else Sequences(batch[0], batch[1])
-        if x.batch_size == 0:
-            raise ValueError(f"batch: expected at least one sentence; got an empty batch {x!r}")
-        return x, None
+        return Sequences.coerce(batch, empty=False), None
     inputs, tags, lengths = split_batch(batch)
     if len(inputs) != 1 or not isinstance(inputs[0], Tensor) or inputs[0].shape != tags.shape:
         got = [tuple(i.shape) if isinstance(i, Tensor) else type(i).__name__ for i in inputs]

@@ -73,8 +73,7 @@ class ResidualNCE(nn.Module):
         positive lengths (B,), negative tokens (B, nu, T_n), negative lengths (B, nu))`` of a batch
         (every tensor has ``B`` rows, as the Trainer's data streams require)."""
         for name, s in (("prefix", prefix), ("positive", positive), ("negatives", negatives)):
-            if not isinstance(s, Sequences):
-                raise TypeError(f"{name}: expected an ebms.sequences.Sequences; got {type(s).__name__}")
+            Sequences.coerce(s, name=name, pairs=False, expected="an ebms.sequences.Sequences")
         B = prefix.batch_size
         if B == 0 or negatives.batch_size % B:
             raise ValueError(f"negatives: expected a positive multiple of the {B} prefixes; got {negatives.batch_size}")
@@ -94,8 +93,7 @@ class ResidualNCE(nn.Module):
             raise TypeError(f"batch: expected (prefix, positive, negatives) Sequences or their six-tensor pack; "
                             f"got {type(batch).__name__}" + (f" of {len(batch)}" if isinstance(batch, tuple) else ""))
         for name, s in zip(("prefix", "positive", "negatives"), batch):
-            if not isinstance(s, Sequences):
-                raise TypeError(f"{name}: expected an ebms.sequences.Sequences; got {type(s).__name__}")
+            Sequences.coerce(s, name=name, pairs=False, expected="an ebms.sequences.Sequences")
         return batch[0], batch[1], batch[2]
 
     def forward(self, model: Any, batch: Batch, *, generator: torch.Generator | None = None) -> LossOutput:

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from ebms._checks import check_energy_output, check_int, check_tensor
+from ebms._checks import check_bool, check_energy_output, check_int, check_tensor
 from ebms.energy import EnergyLike, evaluate
 from ebms.objectives._base import LossOutput, check_batch, scalar_metrics
 
@@ -170,8 +170,7 @@ class DenoisingScoreMatching(nn.Module):
             raise ValueError(f"sigma: expected finite noise level(s) > 0; got {s.tolist()}")
         if weighting is not None and not callable(weighting):
             raise TypeError(f"weighting: expected a callable sigmas (B,) -> weights (B,) or None; got {weighting!r}")
-        if not isinstance(noise_conditional, bool):
-            raise TypeError(f"noise_conditional: expected a bool; got {noise_conditional!r}")
+        check_bool(noise_conditional, "noise_conditional")
         # float64 so that float64 data sees the exact levels; cast to the data dtype per call
         self.register_buffer("sigmas", s, persistent=False)
         self.weighting = weighting
@@ -259,8 +258,7 @@ class SlicedScoreMatching(nn.Module):
         self.n_projections = check_int(n_projections, "n_projections", minimum=1)
         if distribution not in _DISTRIBUTIONS:
             raise ValueError(f"distribution: expected one of {list(_DISTRIBUTIONS)}; got {distribution!r}")
-        if not isinstance(variance_reduced, bool):
-            raise TypeError(f"variance_reduced: expected a bool; got {variance_reduced!r}")
+        check_bool(variance_reduced, "variance_reduced")
         self.distribution = distribution
         self.variance_reduced = variance_reduced
 

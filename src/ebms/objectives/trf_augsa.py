@@ -92,7 +92,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ebms._checks import check_int
+from ebms._checks import check_bool, check_int
 from ebms.capabilities import TransDimensionalField
 from ebms.objectives._base import LossOutput, scalar_metrics
 from ebms.objectives._trf_common import (
@@ -162,8 +162,7 @@ class AugSA(nn.Module):
             raise TypeError(f"zeta_gain: expected a callable step -> rate (e.g. SAGain) or None; got {zeta_gain!r}")
         self.zeta_gain: Callable[[int], float] = SAGain(0.0, 0.6, 500) if zeta_gain is None else zeta_gain
         for name, flag in (("cap", cap), ("anchor", anchor)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name}: expected a bool; got {flag!r}")
+            check_bool(flag, name)
         self.cap, self.anchor = cap, anchor
         self._default: dict[int, TransDimensional] = {}
         self.register_buffer("chain_tokens", torch.zeros(0, 0, dtype=torch.long))

@@ -52,7 +52,7 @@ from typing import cast
 import torch
 from torch import Tensor
 
-from ebms._checks import check_int, check_positive, check_probability
+from ebms._checks import check_bool, check_int, check_positive, check_probability
 from ebms.energy import EnergyLike
 from ebms.samplers._base import ChainState, Sampler, StepInfo
 from ebms.samplers.langevin import SGLD, ULA
@@ -152,9 +152,7 @@ class StepSizeAdaptation(Sampler):
                     f"target_accept: expected a number in (0, 1) (no default for {type(kernel).__name__}); got None"
                 )
         self.target_accept = check_probability(target_accept, "target_accept", open_low=True, open_high=True)
-        if not isinstance(per_chain, bool):
-            raise TypeError(f"per_chain: expected a bool; got {per_chain!r}")
-        self.per_chain = per_chain
+        self.per_chain = check_bool(per_chain, "per_chain")
         self.gain = check_positive(gain, "gain")
         d = check_positive(decay, "decay")
         if not 0.5 < d <= 1.0:

@@ -158,8 +158,7 @@ def base_draw_energies(model: Any, prefix: Sequences, n: int, *, generator: torc
     Draws come from ``model.sample_base`` in calls of at most ``max(batch_size, n)`` rows (whole
     prefixes); with ``keep_draws=False`` only the energies are kept (memory ``O(P n)`` floats).
     """
-    if not isinstance(prefix, Sequences):
-        raise TypeError(f"prefix: expected an ebms.sequences.Sequences; got {type(prefix).__name__}")
+    prefix = Sequences.coerce(prefix, name="prefix", pairs=False, expected="an ebms.sequences.Sequences")
     n = check_int(n, "n", minimum=1)
     batch_size = check_int(batch_size, "batch_size", minimum=1)
     per_call = max(1, batch_size // n)
@@ -312,8 +311,7 @@ def token_level_joint_sample(model: Any, prefix: Sequences, *, candidates: int, 
     Returns:
         :class:`TokenLevelSample`. Cost: per generated token ``P K M`` completions and energies.
     """
-    if not isinstance(prefix, Sequences):
-        raise TypeError(f"prefix: expected an ebms.sequences.Sequences; got {type(prefix).__name__}")
+    prefix = Sequences.coerce(prefix, name="prefix", pairs=False, expected="an ebms.sequences.Sequences")
     K = check_int(candidates, "candidates", minimum=1)
     M = check_int(completions, "completions", minimum=1)
     horizon = model.horizon

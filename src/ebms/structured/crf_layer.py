@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from ebms._checks import check_int, check_tensor
+from ebms._checks import check_choice, check_int, check_tensor
 from ebms.structured.linear_chain import LinearChainCRF
 
 __all__ = ["CRF"]
@@ -92,9 +92,7 @@ class CRF(nn.Module):
         Returns:
             The log-likelihood, ``(B,)`` for ``"none"``, a scalar otherwise.
         """
-        if reduction not in _REDUCTIONS:
-            raise ValueError(f"reduction: expected one of {', '.join(map(repr, _REDUCTIONS))}; "
-                             f"got {reduction!r}")
+        check_choice(reduction, "reduction", _REDUCTIONS)
         crf = self.distribution(emissions, mask, lengths=lengths)
         check_tensor(tags, "tags")
         if tags.is_floating_point() or tags.is_complex() or tags.dtype == torch.bool:

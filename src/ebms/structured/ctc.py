@@ -56,7 +56,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ebms._checks import check_int, check_tensor
+from ebms._checks import check_bool, check_choice, check_int, check_tensor
 from ebms.structured._ctc_dp import dp_total
 from ebms.structured._ctc_fused import FUSED_DTYPES, fused_log_likelihood
 from ebms.structured._ctc_inputs import CTCInputs, check_log_probs, check_normalized, lengths_tensor, prepare
@@ -122,8 +122,7 @@ def _log_likelihood(x: CTCInputs, semiring: Semiring | None, method: str) -> Ten
     semiring = LogSemiring() if semiring is None else semiring
     if not isinstance(semiring, Semiring):
         raise TypeError(f"semiring: expected an ebms Semiring; got {type(semiring).__name__}")
-    if method not in METHODS:
-        raise ValueError(f"method: expected one of {', '.join(map(repr, METHODS))}; got {method!r}")
+    check_choice(method, "method", METHODS)
     fused = type(semiring) is LogSemiring and x.log_probs.dtype in FUSED_DTYPES
     if method == "torch" and not fused:
         raise ValueError(f"method: 'torch' needs the log semiring and float32/float64 log_probs; "
@@ -137,8 +136,7 @@ def _log_likelihood(x: CTCInputs, semiring: Semiring | None, method: str) -> Ten
 def _normalize_scores(log_probs: Any, normalized: Any) -> Any:
     """``log_probs`` unchanged when ``normalized`` (checked later, against the input lengths), else
     ``log_softmax`` over the last axis of the float tensor ``log_probs`` (unnormalised scores)."""
-    if not isinstance(normalized, bool):
-        raise TypeError(f"normalized: expected a bool; got {normalized!r}")
+    check_bool(normalized, "normalized")
     if normalized:
         return log_probs
     check_tensor(log_probs, "log_probs", floating=True, min_dim=1)
@@ -173,8 +171,7 @@ def ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths: Any = None,
     """
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction: expected 'mean', 'sum' or 'none'; got {reduction!r}")
-    if not isinstance(zero_infinity, bool):
-        raise TypeError(f"zero_infinity: expected a bool; got {zero_infinity!r}")
+    check_bool(zero_infinity, "zero_infinity")
     x = prepare(_normalize_scores(log_probs, normalized), targets, input_lengths, target_lengths, blank)
     if normalized:
         check_normalized(x.log_probs, x.input_lengths)

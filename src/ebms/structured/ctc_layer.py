@@ -17,7 +17,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from ebms._checks import check_int
+from ebms._checks import check_bool, check_choice, check_int
 from ebms.structured.ctc import METHODS, ctc_loss
 
 __all__ = ["CTCLoss"]
@@ -47,12 +47,9 @@ class CTCLoss(nn.Module):
         self.blank = check_int(blank, "blank", minimum=0)
         if reduction not in ("mean", "sum", "none"):
             raise ValueError(f"reduction: expected 'mean', 'sum' or 'none'; got {reduction!r}")
-        if not isinstance(zero_infinity, bool):
-            raise TypeError(f"zero_infinity: expected a bool; got {zero_infinity!r}")
-        if method not in METHODS:
-            raise ValueError(f"method: expected one of {', '.join(map(repr, METHODS))}; got {method!r}")
-        if not isinstance(normalized, bool):
-            raise TypeError(f"normalized: expected a bool; got {normalized!r}")
+        check_bool(zero_infinity, "zero_infinity")
+        check_choice(method, "method", METHODS)
+        check_bool(normalized, "normalized")
         self.reduction = reduction
         self.zero_infinity = zero_infinity
         self.method = method

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from ebms._checks import check_int, check_probability
+from ebms._checks import check_bool, check_int, check_probability
 from ebms.models.lm._base import AutoregressiveLM, LMState
 
 __all__ = ["LSTMLM", "LSTMState"]
@@ -81,9 +81,7 @@ class LSTMLM(AutoregressiveLM):
         self.hidden_size = check_int(hidden_size, "hidden_size", minimum=1)
         self.num_layers = check_int(num_layers, "num_layers", minimum=1)
         self.dropout = check_probability(dropout, "dropout", open_high=True)
-        if not isinstance(tie_weights, bool):
-            raise TypeError(f"tie_weights: expected a bool; got {tie_weights!r}")
-        self.tie_weights = tie_weights
+        self.tie_weights = check_bool(tie_weights, "tie_weights")
         self.embedding = nn.Embedding(vocab_size, embedding_dim)
         self.lstm = nn.LSTM(embedding_dim, hidden_size, num_layers, batch_first=True,
                             dropout=self.dropout if num_layers > 1 else 0.0)

@@ -6,11 +6,12 @@ r"""Decoder-only Transformer language model (word or character level).
            p(y_t \mid y_{<t}) = \mathrm{softmax}(W\, \mathrm{LN}(x^{N}_t) + b),
 
 with causal multi-head self-attention (position ``t`` attends to ``0..t``), a GELU feed-forward
-layer, pre-layer-norm blocks (Vaswani et al. 2017, *Attention is all you need*; Radford et al.
-2019, *Language models are unsupervised multitask learners*), learned or sinusoidal positions
-``P`` for positions ``0 .. max_length`` and ``y_0 = <s>`` (id 0). ``</s>`` (id 0) is the last
-outcome (see :mod:`ebms.models.lm`). Dropout on the embeddings, the attention weights and each
-residual branch, in training mode only. ``tie_weights`` uses ``E`` as ``W``.
+layer, pre-layer-norm blocks (:class:`~ebms.nets.text_energy.PreLNBlock`; Vaswani et al. 2017,
+*Attention is all you need*; Radford et al. 2019, *Language models are unsupervised multitask
+learners*), learned or sinusoidal positions ``P`` for positions ``0 .. max_length`` and
+``y_0 = <s>`` (id 0). ``</s>`` (id 0) is the last outcome (see :mod:`ebms.models.lm`). Dropout on
+the embeddings, the attention weights and each residual branch, in training mode only.
+``tie_weights`` uses ``E`` as ``W``.
 
 Incremental decoding: ``forward(inputs, state)`` continues from a :class:`KVCache` (each layer's
 keys and values of the inputs so far, a validity mask for ragged prefixes, each row's next
@@ -27,11 +28,11 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ebms._checks import check_int, check_probability
+from ebms._checks import check_bool, check_int, check_probability
 from ebms.models.lm._base import AutoregressiveLM, LMState
+from ebms.nets.text_energy import PreLNBlock
 
 __all__ = ["KVCache", "TransformerLM"]
 
@@ -61,30 +62,6 @@ class KVCache(LMState):
     def select(self, index: Tensor) -> KVCache:
         return KVCache(tuple(k[index] for k in self.keys), tuple(v[index] for v in self.values),
                        self.valid[index], self.positions[index], self.horizon)
-
-
-class _Block(nn.Module):
-    """One pre-LN decoder block: causal self-attention and a GELU feed-forward layer."""
-
-    def __init__(self, d_model: int, num_heads: int, dim_feedforward: int, dropout: float) -> None:
-        super().__init__()
-        self.num_heads, self.p = num_heads, dropout
-        self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.qkv, self.out = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
-        self.ff1, self.ff2 = nn.Linear(d_model, dim_feedforward), nn.Linear(dim_feedforward, d_model)
-        self.drop = nn.Dropout(dropout)
-
-    def forward(self, x: Tensor, mask: Tensor | None, past: tuple[Tensor, Tensor] | None
-                ) -> tuple[Tensor, Tensor, Tensor]:
-        B, S, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(B, S, 3, self.num_heads, d // self.num_heads).permute(2, 0, 3, 1, 4)
-        if past is not None:
-            k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.p if self.training else 0.0,
-                                           is_causal=mask is None)
-        x = x + self.drop(self.out(a.transpose(1, 2).reshape(B, S, d)))
-        x = x + self.drop(self.ff2(self.drop(F.gelu(self.ff1(self.ln2(x))))))
-        return x, k, v
 
 
 def _sinusoids(n: int, d: int) -> Tensor:
@@ -140,14 +117,13 @@ class TransformerLM(AutoregressiveLM):
         self.max_length = check_int(max_length, "max_length", minimum=1)
         if positions not in POSITIONS:
             raise ValueError(f"positions: expected one of {', '.join(POSITIONS)}; got {positions!r}")
-        if not isinstance(tie_weights, bool):
-            raise TypeError(f"tie_weights: expected a bool; got {tie_weights!r}")
+        check_bool(tie_weights, "tie_weights")
         self.positions, self.tie_weights = positions, tie_weights
         self.embedding = nn.Embedding(vocab_size, d_model)
         self.position_embedding = nn.Embedding(max_length + 1, d_model) if positions == "learned" else None
         self.register_buffer("sinusoids", _sinusoids(max_length + 1, d_model) if positions == "sinusoidal" else None,
                              persistent=False)
-        self.layers = nn.ModuleList(_Block(d_model, num_heads, dim_feedforward, self.dropout)
+        self.layers = nn.ModuleList(PreLNBlock(d_model, num_heads, dim_feedforward, self.dropout)
                                     for _ in range(num_layers))
         self.ln = nn.LayerNorm(d_model)
         self.drop = nn.Dropout(self.dropout)

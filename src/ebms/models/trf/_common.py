@@ -16,8 +16,7 @@ from ebms.spaces import TokenSequences
 
 def field_energy(energy: object, x: Sequences) -> Tensor:
     """``energy(x)`` checked to be ``(B,)``, ``+inf`` for sentences holding the boundary id 0."""
-    if not isinstance(x, Sequences):
-        raise TypeError(f"x: expected an ebms.sequences.Sequences (tokens (B, T), lengths (B,)); got {type(x).__name__}")
+    x = Sequences.coerce(x, name="x", pairs=False)
     e = check_energy_output(energy(x), x.batch_size)  # type: ignore[operator]
     boundary = (x.mask() & (x.tokens == 0)).any(1)
     return e.masked_fill(boundary, math.inf)

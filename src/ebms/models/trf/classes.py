@@ -115,8 +115,7 @@ class WordClasses:
         V = check_int(vocab_size, "vocab_size", minimum=2)
         C = check_int(num_classes, "num_classes", minimum=1)
         check_int(passes, "passes", minimum=0)
-        if not isinstance(corpus, Sequences):
-            raise TypeError(f"corpus: expected an ebms.sequences.Sequences; got {type(corpus).__name__}")
+        corpus = Sequences.coerce(corpus, name="corpus", pairs=False, expected="an ebms.sequences.Sequences")
         corpus = corpus.to("cpu").check_vocabulary(V, "corpus")
         if bool((corpus.mask() & (corpus.tokens == 0)).any()):
             raise ValueError("corpus: token id 0 is the sentence boundary and cannot occur inside a sentence")

@@ -59,8 +59,7 @@ class Hidden2Scalar(nn.Module):
 
     def forward(self, x: Sequences) -> Tensor:
         """Energies ``(B,)`` of a ``Sequences`` batch (lengths >= 1)."""
-        if not isinstance(x, Sequences):
-            raise TypeError(f"x: expected an ebms.sequences.Sequences; got {type(x).__name__}")
+        x = Sequences.coerce(x, name="x", pairs=False, expected="an ebms.sequences.Sequences")
         h = self.encoder(x.tokens, x.lengths)  # (B, T, H)
         pooled = (h * x.mask()[:, :, None]).sum(1)
         return -self.readout(pooled).squeeze(-1)

@@ -46,8 +46,7 @@ def feature_moments(features: DiscreteFeatures, corpus: Sequences, *, floor: flo
     """
     if not isinstance(features, DiscreteFeatures):
         raise TypeError(f"features: expected an ebms.models.trf.DiscreteFeatures; got {type(features).__name__}")
-    if not isinstance(corpus, Sequences):
-        raise TypeError(f"corpus: expected an ebms.sequences.Sequences; got {type(corpus).__name__}")
+    corpus = Sequences.coerce(corpus, name="corpus", pairs=False, expected="an ebms.sequences.Sequences")
     if corpus.batch_size == 0:
         raise ValueError("corpus: expected at least one sentence; got an empty batch")
     check_positive(floor, "floor")

@@ -71,8 +71,7 @@ class SumTargetLogit(nn.Module):
 
     def forward(self, x: Sequences) -> Tensor:
         """Energies ``(B,)``; padding ignored."""
-        if not isinstance(x, Sequences):
-            raise TypeError(f"x: expected an ebms.sequences.Sequences; got {type(x).__name__}")
+        x = Sequences.coerce(x, name="x", pairs=False, expected="an ebms.sequences.Sequences")
         mask = x.mask()
         tokens = x.tokens * mask
         inputs = torch.nn.functional.pad(tokens[:, :-1], (1, 0))  # <s> x_1 .. x_{T-1}
