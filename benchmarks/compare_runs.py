@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 #: recipe -> (the recipe its base run comes from, the key naming that run folder).
-BASES = {"residual-shakespeare": ("char-lstm-shakespeare", "language.base_run"),
+BASES = {"residual-shakespeare": ("char-lstm-shakespeare", "residual.base_run"),
          "residual-addition": ("addition-base", "generation.base_run")}
 #: overrides that keep a recipe's run tiny whatever the command line adds: the first 300 sentences of a
 #: corpus (5000 for the counted n-gram), 200 addition sentences (a residual run and its base must agree on
@@ -36,7 +36,7 @@ TINY: dict[str, list[str]] = {
                      "lstm-ptb", "trf-ptb", "trf-nce-ptb"], _CORPUS),
     "kn5-ptb": ["language.limit=5000"],  # modified KN estimates its order-5 discounts from the counts-of-counts
     **dict.fromkeys(["addition-base", "residual-addition", "earm-addition"], _ADDITION)}
-TINY["earm-shakespeare"] = [*_CORPUS, "language.earm_start=1"]  # E-ARM switched on within the few steps
+TINY["earm-shakespeare"] = [*_CORPUS, "lm.earm_start=1"]  # E-ARM switched on within the few steps
 TINY["earm-addition"] = [*_ADDITION, "generation.earm_start=1"]
 TINY.update({"rbm-mnist": ["images.limit=500"], "jrf-conll2000": ["jrf.limit=300", "jrf.noise_steps=5"],
              "jrf-supervised-conll2000": ["jrf.limit=300"],

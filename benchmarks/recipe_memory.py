@@ -18,7 +18,7 @@ row is the baseline: a process that only imports the command line, torch and
 matplotlib. Without ``--no-save`` the figures go to ``benchmarks/records/recipe_memory.json``
 (``--name NAME``: ``benchmarks/records/NAME.json``, e.g. for one recipe measured again).
 
-Recipes that fork worker processes (``trf-ptb``: ``language.workers = 2``) share most of their pages
+Recipes that fork worker processes (``trf-ptb``: ``trf.workers = 2``) share most of their pages
 with them, so the sum of the processes' RSS overstates their memory and ``ru_maxrss`` of the main
 process understates it. Each row therefore also has ``peak_tree_pss_mib``: the largest sum, over
 the process and its descendants, of the proportional set size (``Pss`` of ``/proc/PID/smaps_rollup``:
@@ -51,7 +51,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 #: a residual recipe's base: (the key naming the base run, the recipe that trains it)
 BASES = {"residual-addition": ("generation.base_run", "addition-base"),
-         "residual-shakespeare": ("language.base_run", "char-lstm-shakespeare")}
+         "residual-shakespeare": ("residual.base_run", "char-lstm-shakespeare")}
 #: recipes small enough for --quick (seconds each with 20 steps)
 QUICK = ("demo", "rbm-digits")
 

@@ -241,7 +241,7 @@ def build_run(run_dir: Path) -> dict[str, Any]:
         raise SystemExit(f"--run: {run_dir}: the run has no test split (language.test_path)")
     test = data.held_out["test"]
     keep = test.lengths <= trf.max_length  # `ebms eval` refuses longer ones; counted here
-    V, order = len(data.vocab), cfg.sections["language"].order
+    V, order = len(data.vocab), cfg.sections["trf"].order
     stored = (data.stored or {}).get("classes")
     return {"trf": trf, "classes": None if stored is None else torch.tensor(stored, dtype=torch.long),
             "vocab_size": V, "order": order, "unigram": unigram_counts(data.train, V), "steps": info["checkpoint_step"],
@@ -493,7 +493,7 @@ def make_kernel(args: argparse.Namespace, d: dict[str, Any]) -> Sampler:
     if args.kernel == "class" and "neural" in d:
         raise SystemExit("--kernel class: a neural TRF has no word classes; use --kernel unigram")
     if args.kernel == "class" and d["classes"] is None:
-        raise SystemExit("--kernel class: the model has no word classes (language.classes = 0); use --kernel unigram")
+        raise SystemExit("--kernel class: the model has no word classes (trf.classes = 0); use --kernel unigram")
     return TransDimensional(token_probs=d["unigram"] / d["unigram"].sum(), jump=False, sweeps=args.sweeps,
                             classes=d["classes"] if args.kernel == "class" else None, trials=args.trials)
 

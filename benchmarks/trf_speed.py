@@ -135,10 +135,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cpp-iters", type=int, default=0, help="AugSA iterations the C++ command runs")
     p.add_argument("--cutoffs", choices=("source", "none"), default="source",
                    help="feature count cutoffs: the source's per group (default) or none (every observed feature)")
-    p.add_argument("--groups", type=int, default=2, help="new: chain blocks (the recipe's language.chain_groups)")
-    p.add_argument("--workers", type=int, default=2, help="new: processes stepping them (language.workers)")
+    p.add_argument("--groups", type=int, default=2, help="new: chain blocks (the recipe's trf.chain_groups)")
+    p.add_argument("--workers", type=int, default=2, help="new: processes stepping them (trf.workers)")
     p.add_argument("--scan", choices=("colored", "sequential"), default="colored",
-                   help="new: the within-length sweep's order (language.scan; the old implementation: sequential)")
+                   help="new: the within-length sweep's order (trf.scan; the old implementation: sequential)")
     p.add_argument("--no-scan-pair", action="store_true",
                    help="with --scan colored, do not also time the new code with the sequential sweep")
     p.add_argument("--state", default="",
@@ -220,7 +220,7 @@ class Run:
         kind = PaddedTransDimensional if padded else TransDimensional
         self.sampler = kind(token_probs=s["unigram"], classes=s["classes"], sweeps=1, groups=groups, workers=workers,
                             scan=scan)
-        # the recipe's update: the whole training set's data term (language.feature_scaling)
+        # the recipe's update: the whole training set's data term (trf.feature_scaling)
         self.objective = AugSA(self.sampler, chains=chains, zeta_gain=ZETA_GAIN, data_mean=s["mean"])
         self.opt = ScaledSGD(self.feats.parameters(), lr=WEIGHT_GAIN(0), scales={self.feats.weight: s["variance"]},
                              l2=L2, clip=1.0)

@@ -17,7 +17,7 @@ def tiny_trf_run(tmp: Path, train_sentences: list[str], test_sentences: list[str
     (tmp / "test.txt").write_text("\n".join(test_sentences) + "\n")
     cfg = validate_config(load_config(None, [
         "data.name=text", f"language.train_path={tmp}/train.txt", f"language.test_path={tmp}/test.txt",
-        "model.kind=trf", "language.classes=3", "language.chains=4", "train.steps=2", "train.batch_size=4",
+        "model.kind=trf", "trf.classes=3", "trf.chains=4", "train.steps=2", "train.batch_size=4",
         "train.checkpoint_every=1", "train.log_every=1", f"run.out_dir={tmp}", f"run.name={name}", "run.progress=false", *overrides]),
         device=False)
     return train(cfg)

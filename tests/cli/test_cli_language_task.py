@@ -114,8 +114,8 @@ def test_unigram_proposal_never_proposes_the_boundary(tmp_path: Path) -> None:
 
 
 def test_normalised_report_is_the_exact_perplexity(tmp_path: Path) -> None:
-    cfg = validate_config(load_config(None, [*_files(tmp_path), "model.kind=kn", "language.smoothing=witten_bell",
-                                             "language.order=2"]), device=False)
+    cfg = validate_config(load_config(None, [*_files(tmp_path), "model.kind=kn", "ngram.smoothing=witten_bell",
+                                             "ngram.order=2"]), device=False)
     task = task_for(cfg)
     data = task.load(cfg)
     model = task.build_model(cfg, data)
@@ -151,7 +151,7 @@ def test_dnce_noise_starts_at_the_unigram_so_its_draws_end(tmp_path: Path) -> No
              for n in torch.randint(1, 9, (800,), generator=g)]
     (tmp_path / "train.txt").write_text("\n".join(lines) + "\n")
     cfg = validate_config(load_config(None, ["data.name=text", f"language.train_path={tmp_path}/train.txt",
-                                             "model.kind=trf-cnn", "objective.kind=dnce", "language.noise_hidden=8"]),
+                                             "model.kind=trf-cnn", "objective.kind=dnce", "trf.noise_hidden=8"]),
                           device=False)
     task = task_for(cfg)
     data = task.load(cfg)
@@ -170,12 +170,12 @@ def test_kn_start_sets_the_word_ngram_weights_of_the_configured_backoff_lm_and_i
 
     # min_count 2: d, e, f become <unk>, so every id is seen in training (an unseen id has no unigram
     # feature, and the started TRF is not the LM there)
-    over = [*_files(tmp_path), "model.kind=trf", "language.order=2", "language.max_length=5", "language.min_count=2"]
+    over = [*_files(tmp_path), "model.kind=trf", "trf.order=2", "language.max_length=5", "language.min_count=2"]
     plain = validate_config(load_config(None, over), device=False)
     task = task_for(plain)
     zero = task.build_model(plain, task.load(plain))
     assert not bool(zero.field.weight.any())  # the default: the source's zero start
-    cfg = validate_config(load_config(None, [*over, "language.trf_init=kn", "language.smoothing=witten_bell"]),
+    cfg = validate_config(load_config(None, [*over, "trf.trf_init=kn", "ngram.smoothing=witten_bell"]),
                           device=False)
     data = task.load(cfg)
     model = task.build_model(cfg, data)
@@ -196,8 +196,8 @@ def test_feature_scaling_builds_scaled_sgd_with_the_training_variances(tmp_path:
     from ebms.train import ScaledSGD
 
     cfg = validate_config(load_config(None, [*_files(tmp_path), "model.kind=trf", "train.optimizer=sgd",
-                                             "train.lr=0.1", "train.weight_decay=0.01", "language.feature_scaling=true",
-                                             "language.step_clip=0.5"]), device=False)
+                                             "train.lr=0.1", "train.weight_decay=0.01", "trf.feature_scaling=true",
+                                             "trf.step_clip=0.5"]), device=False)
     task = task_for(cfg)
     data = task.load(cfg)
     model = task.build_model(cfg, data)
@@ -229,34 +229,40 @@ def _cfg(tmp_path: Path, *extra: str):
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    (("model.kind=lstm", "language.base_run=runs/base"),
-     "language.base_run: model.kind='lstm' with objective.kind='ml' does not read it, so language.base_run="),
-    (("model.kind=lstm", "objective.kind=earm", "train.steps=100", "language.earm_start=100"),
-     "language.earm_start: E-ARM is switched on after 100 steps but the run stops at train.steps=100, so it would "
+    (("model.kind=lstm", "residual.base_run=runs/base"),
+     "residual.base_run: the [residual] section is read by data.name = ptb, text, tiny-shakespeare with model.kind = "
+     "residual; this run has data.name='text'"),
+    (("model.kind=lstm", "objective.kind=earm", "train.steps=100", "lm.earm_start=100"),
+     "lm.earm_start: E-ARM is switched on after 100 steps but the run stops at train.steps=100, so it would "
      "never start"),
-    (("model.kind=lstm", "language.smoothing=witten_bell"),
-     "language.smoothing: model.kind='lstm' with objective.kind='ml' does not read it"),
-    (("model.kind=residual", "objective.kind=nce", "language.hidden=16"), "language.base_run: a residual model"),
-    (("model.kind=electric", "objective.kind=nce", "language.hidden=16"),
-     "language.hidden: model.kind='electric' with objective.kind='nce' does not read it"),
-    (("model.kind=trf-cnn", "language.classes=5"), "language.classes: model.kind='trf-cnn' with objective.kind='ml' "
+    (("model.kind=lstm", "ngram.smoothing=witten_bell"),
+     "ngram.smoothing: the [ngram] section is read by data.name = ptb, text, tiny-shakespeare with model.kind = kn, "
+     "trf, trf-cnn, trf-bilstm; this run has data.name='text'"),
+    (("model.kind=residual", "objective.kind=nce", "lm.hidden=16"), "residual.base_run: a residual model"),
+    (("model.kind=electric", "objective.kind=nce", "lm.hidden=16"),
+     "lm.hidden: the [lm] section is read by data.name = ptb, text, tiny-shakespeare with model.kind = lstm, "
+     "transformer; this run has data.name='text'"),
+    (("model.kind=trf", "ngram.order=4"), "ngram.order: model.kind='trf' with objective.kind='ml' does not read it, "
+                                          "so ngram.order=4 would be ignored; it is read with model.kind = kn: drop it"),
+    (("model.kind=trf-cnn", "trf.classes=5"), "trf.classes: model.kind='trf-cnn' with objective.kind='ml' "
                                                    "does not read it"),
-    (("model.kind=trf", "language.noise_hidden=8"), "language.noise_hidden: model.kind='trf' with objective.kind='ml' "
+    (("model.kind=trf", "trf.noise_hidden=8"), "trf.noise_hidden: model.kind='trf' with objective.kind='ml' "
                                                     "does not read it"),
-    (("model.kind=trf", "language.step_clip=0.5"), "language.step_clip: model.kind='trf' with objective.kind='ml' does "
-                                                   "not read it, so language.step_clip=0.5 would be ignored; it is "
-                                                   "read with language.feature_scaling = true: drop it"),
-    (("model.kind=lstm", "language.earm_weight=0.5"), "language.earm_weight: model.kind='lstm' with objective.kind="
+    (("model.kind=trf", "trf.step_clip=0.5"), "trf.step_clip: model.kind='trf' with objective.kind='ml' does "
+                                                   "not read it, so trf.step_clip=0.5 would be ignored; it is "
+                                                   "read with trf.feature_scaling = true: drop it"),
+    (("model.kind=lstm", "lm.earm_weight=0.5"), "lm.earm_weight: model.kind='lstm' with objective.kind="
                                                       "'ml' does not read it"),
-    (("model.kind=transformer", "language.chains=4"), "language.chains: model.kind='transformer'"),
-    (("model.kind=kn", "language.discounts=[0.5, 0.5]"),
-     "language.discounts: expected one discount per order or three (D1, D2, D3+) per order, lowest order first: 3 or "
-     "9 values for language.order=3; got 2"),
-    (("model.kind=kn", "language.smoothing=witten_bell", "language.discounts=[0.5, 0.5, 0.5]"),
-     "language.discounts: only Kneser-Ney smoothing takes discounts"),
-    (("model.kind=kn", "language.smoothing=kneser_ney", "language.discounts=[0.5, 1, 1.5, 0.5, 1, 1.5, 0.5, 1, 1.5]"),
-     "language.discounts: expected one discount per order, lowest order first: 3 values"),
-    (("model.kind=lstm", "language.discounts=[0.5, 0.5, 0.5]"), "language.discounts: model.kind='lstm'"),
+    (("model.kind=transformer", "trf.chains=4"), "trf.chains: the [trf] section is read by data.name = ptb, text, "
+                                                 "tiny-shakespeare with model.kind = trf, trf-cnn, trf-bilstm"),
+    (("model.kind=kn", "ngram.discounts=[0.5, 0.5]"),
+     "ngram.discounts: expected one discount per order or three (D1, D2, D3+) per order, lowest order first: 3 or "
+     "9 values for ngram.order=3; got 2"),
+    (("model.kind=kn", "ngram.smoothing=witten_bell", "ngram.discounts=[0.5, 0.5, 0.5]"),
+     "ngram.discounts: only Kneser-Ney smoothing takes discounts"),
+    (("model.kind=kn", "ngram.smoothing=kneser_ney", "ngram.discounts=[0.5, 1, 1.5, 0.5, 1, 1.5, 0.5, 1, 1.5]"),
+     "ngram.discounts: expected one discount per order, lowest order first: 3 values"),
+    (("model.kind=lstm", "ngram.discounts=[0.5, 0.5, 0.5]"), "ngram.discounts: the [ngram] section is read by"),
 ])
 def test_settings_the_run_would_ignore_are_refused_naming_the_key(tmp_path: Path, extra: tuple[str, ...],
                                                                   message: str) -> None:
@@ -267,33 +273,34 @@ def test_settings_the_run_would_ignore_are_refused_naming_the_key(tmp_path: Path
 
 
 @pytest.mark.parametrize("extra", [
-    ("model.kind=kn", "language.discounts=[0.5, 0.5, 0.5]"),
-    ("model.kind=trf", "objective.kind=nce", "language.noise_order=1", "language.discounts=[0.4]"),
-    ("model.kind=trf", "train.optimizer=sgd", "language.feature_scaling=true", "language.step_clip=0.5"),
-    ("model.kind=lstm", "objective.kind=earm", "train.steps=100", "language.earm_start=99"),
+    ("model.kind=kn", "ngram.discounts=[0.5, 0.5, 0.5]"),
+    ("model.kind=trf", "objective.kind=nce", "trf.noise_order=1", "ngram.discounts=[0.4]"),
+    ("model.kind=trf", "train.optimizer=sgd", "trf.feature_scaling=true", "trf.step_clip=0.5"),
+    ("model.kind=lstm", "objective.kind=earm", "train.steps=100", "lm.earm_start=99"),
 ])
 def test_settings_the_run_reads_are_accepted(tmp_path: Path, extra: tuple[str, ...]) -> None:
     validate_config(_cfg(tmp_path, *extra), device=False)
 
 
 def reads(cfg: Config) -> set[str]:
-    """The ``[language]`` keys the kind of ``cfg`` reads."""
+    """The dotted keys the kind of ``cfg`` reads."""
     return task_for(cfg).reads(cfg)  # type: ignore[union-attr]
 
 
 def test_a_residual_run_reads_heads_only_with_a_transformer_energy(tmp_path: Path) -> None:
     residual = ("model.kind=residual", "objective.kind=nce")
-    assert "heads" in reads(_cfg(tmp_path, *residual, "language.energy=transformer"))
-    assert "heads" not in reads(_cfg(tmp_path, *residual)) and "hidden" not in reads(_cfg(tmp_path, *residual))
+    assert "residual.heads" in reads(_cfg(tmp_path, *residual, "residual.energy=transformer"))
+    assert "residual.heads" not in reads(_cfg(tmp_path, *residual))
+    assert not any(k.endswith(".hidden") for k in reads(_cfg(tmp_path, *residual)))
 
 
 def test_classes_above_the_vocabulary_are_refused_before_clustering(tmp_path: Path) -> None:
     """100,000 classes on a 9-id vocabulary used to reach exchange clustering (74.5 GiB for a C x C table)."""
-    cfg = validate_config(_cfg(tmp_path, "model.kind=trf", "language.classes=100000"), device=False)
-    with pytest.raises(ConfigError, match=r"^language.classes: exchange clustering sorts the vocabulary's 7 token ids "
+    cfg = validate_config(_cfg(tmp_path, "model.kind=trf", "trf.classes=100000"), device=False)
+    with pytest.raises(ConfigError, match=r"^trf.classes: exchange clustering sorts the vocabulary's 7 token ids "
                                           r"\(<unk> and the 6 kept tokens\) into classes; expected at most 7; got 100000$"):
         task_for(cfg).load(cfg)
-    ok = validate_config(_cfg(tmp_path, "model.kind=trf", "language.classes=7"), device=False)
+    ok = validate_config(_cfg(tmp_path, "model.kind=trf", "trf.classes=7"), device=False)
     assert task_for(ok).load(ok).vocab.tokens[0] == "</s>"
 
 
@@ -310,22 +317,22 @@ def test_kn_discounts_go_to_the_backoff_model(tmp_path: Path) -> None:
     for given, used in (("[0.3, 0.6, 0.9]", [[0.3] * 3, [0.6] * 3, [0.9] * 3]),
                         ("[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]", [[0.1, 0.2, 0.3], [0.4, 0.5, 0.6],
                                                                           [0.7, 0.8, 0.9]])):
-        cfg = validate_config(_cfg(tmp_path, "model.kind=kn", f"language.discounts={given}"), device=False)
+        cfg = validate_config(_cfg(tmp_path, "model.kind=kn", f"ngram.discounts={given}"), device=False)
         task = task_for(cfg)
         model = task.build_model(cfg, task.load(cfg))
         assert model.discounts == used
 
 
 def test_a_discount_out_of_range_names_the_key(tmp_path: Path) -> None:
-    cfg = validate_config(_cfg(tmp_path, "model.kind=kn", "language.discounts=[0.5, 1.5, 0.5]"), device=False)
+    cfg = validate_config(_cfg(tmp_path, "model.kind=kn", "ngram.discounts=[0.5, 1.5, 0.5]"), device=False)
     task = task_for(cfg)
-    with pytest.raises(ConfigError, match=r"^language.discounts: D1 must be in \[0, 1\].*\(entry 1, order 1 first\)$"):
+    with pytest.raises(ConfigError, match=r"^ngram.discounts: D1 must be in \[0, 1\].*\(entry 1, order 1 first\)$"):
         task.build_model(cfg, task.load(cfg))
 
 
 def test_modified_kn_on_a_small_vocabulary_asks_for_discounts_not_a_lower_order(tmp_path: Path) -> None:
     """35 word types, each after many others: no type has a continuation count of 1, 2 or 3, so the
-    discounts of order 1 cannot be estimated and no lower language.order can help."""
+    discounts of order 1 cannot be estimated and no lower ngram.order can help."""
     words = [f"w{i}" for i in range(35)]
     g = torch.Generator().manual_seed(0)
     lines = [" ".join(words[int(i)] for i in torch.randint(0, 35, (int(n),), generator=g))
@@ -338,10 +345,10 @@ def test_modified_kn_on_a_small_vocabulary_asks_for_discounts_not_a_lower_order(
     with pytest.raises(ConfigError) as err:
         task.build_model(cfg, data)
     msg = str(err.value)
-    assert msg.startswith("language.smoothing: 'modified_kneser_ney' cannot estimate its discounts at order 1")
-    assert "set language.discounts=[0.5, 1, 1.5, 0.5, 1, 1.5, 0.5, 1, 1.5]" in msg and "language.order" not in msg
+    assert msg.startswith("ngram.smoothing: 'modified_kneser_ney' cannot estimate its discounts at order 1")
+    assert "set ngram.discounts=[0.5, 1, 1.5, 0.5, 1, 1.5, 0.5, 1, 1.5]" in msg and "ngram.order" not in msg
     fixed = validate_config(load_config(None, ["data.name=text", f"language.train_path={tmp_path}/train.txt",
-                                               "model.kind=kn", "language.discounts=[0.5, 1, 1.5, 0.5, 1, 1.5, 0.5, 1, "
+                                               "model.kind=kn", "ngram.discounts=[0.5, 1, 1.5, 0.5, 1, 1.5, 0.5, 1, "
                                                "1.5]"]), device=False)
     assert task.build_model(fixed, task.load(fixed)).discounts == [[0.5, 1.0, 1.5]] * 3
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from ebms.cli._language_trf import TRFSettings
 from ebms.cli.build import build_lr_schedule, validate_config
 from ebms.cli.config import Config, ConfigError, load_config
-from ebms.cli.language import LanguageSettings
 from ebms.cli.main import recipe_path
 from ebms.cli.run import KEY_ROLES
 from ebms.objectives import SAGain
@@ -38,7 +38,7 @@ def test_the_recipe_rate_is_one_over_3001_then_one_over_t() -> None:
 
 def test_trf_ptb_recipe_holds_the_sources_settings() -> None:
     cfg = validate_config(load_config(recipe_path("trf-ptb")), device=False)
-    s, t = cfg.sections["language"], cfg.train
+    s, t = cfg.sections["trf"], cfg.train
     assert (s.order, s.classes, s.features) == (4, 200, ["w", "c", "ws", "cs", "wsh", "csh", "tied"])
     assert (t.steps, t.batch_size, t.optimizer, t.lr, t.lr_schedule) == (20000, 100, "sgd", 1.0, "sa")
     assert (t.sa_tc, t.sa_beta, t.sa_t0, t.weight_decay, t.momentum) == (3000.0, 0.0, 2000, 4e-5, 0.0)
@@ -48,7 +48,7 @@ def test_trf_ptb_recipe_holds_the_sources_settings() -> None:
 
 
 def test_defaults_keep_the_previous_zeta_gain_and_a_gain_starting_at_one() -> None:
-    s, t = LanguageSettings(), Config().train
+    s, t = TRFSettings(), Config().train
     assert (s.zeta_tc, s.zeta_beta, s.zeta_t0) == (0.0, 0.6, 500)  # AugSA's default SAGain(0, 0.6, 500)
     assert SAGain(t.sa_tc, t.sa_beta, t.sa_t0)(0) == 1.0
 
@@ -61,7 +61,7 @@ def test_sa_keys_are_refused_with_another_schedule() -> None:
 
 
 def test_new_keys_are_training_keys() -> None:
-    keys = ("train.sa_tc", "train.sa_beta", "train.sa_t0", "language.zeta_tc", "language.zeta_beta", "language.zeta_t0")
+    keys = ("train.sa_tc", "train.sa_beta", "train.sa_t0", "trf.zeta_tc", "trf.zeta_beta", "trf.zeta_t0")
     assert {KEY_ROLES[k] for k in keys} == {"training"}
 
 
@@ -70,8 +70,8 @@ def test_augsa_takes_its_zeta_gain_from_the_language_keys(tmp_path) -> None:
 
     (tmp_path / "train.txt").write_text("a b c\na b\nb c a\n")
     cfg = validate_config(load_config(None, ["data.name=text", f"language.train_path={tmp_path}/train.txt",
-                                             "model.kind=trf", "objective.kind=ml", "language.zeta_tc=2",
-                                             "language.zeta_beta=0.5", "language.zeta_t0=3"]), device=False)
+                                             "model.kind=trf", "objective.kind=ml", "trf.zeta_tc=2",
+                                             "trf.zeta_beta=0.5", "trf.zeta_t0=3"]), device=False)
     task = task_for(cfg)
     objective = task.build_objective(cfg, task.load(cfg))
     gain = objective.zeta_gain

@@ -260,6 +260,12 @@ def _moved() -> dict[str, list[str]]:
 #: one row per key that moved to a task's section: its old spelling is a one-line error naming the new key.
 MOVED = [Bad(f"old spelling {old}", (*TRAIN, f"{old}=1"), f"{old}: renamed; use {new[0]}")
          for old, new in sorted(_moved().items())]
+#: issue 25: one row per key that moved to a model kind's own section, for each kind's task (its first kind):
+#: the old spelling names the home for the run's model.kind.
+KIND_MOVED = [Bad(f"old spelling {old} of {task.model_kinds[0]}",
+                  ("train", "run.out_dir={tmp}/runs", "data.name=text", f"model.kind={task.model_kinds[0]}",
+                   f"{old}=1"), f"{old}: moved to {new} (model.kind={task.model_kinds[0]!r}); [language] keeps only")
+              for task in registered() for old, new in sorted(task.kind_moves().items())]
 
 
 # language corpora (issue 11): tiny text files and runs trained in the row's folder
@@ -269,9 +275,10 @@ LM = ("train", "run.out_dir={tmp}/runs", "run.progress=false", "data.name=text",
 LM_FILES: dict[str, str | bytes] = {"train.txt": LM_TEXT}
 
 
-#: a tiny neural LM for the rows that need one trained (LM_NET: the sizes an Electric model reads too)
-LM_NET = ("language.embedding_dim=8", "language.layers=1", "train.steps=2", "train.batch_size=2")
-LM_TINY = (*LM_NET, "language.hidden=8")
+#: a tiny neural LM (lstm, transformer: [lm]) and Electric model ([electric]) for the rows that need one trained
+LM_STEPS = ("train.steps=2", "train.batch_size=2")
+LM_TINY = ("lm.embedding_dim=8", "lm.layers=1", "lm.hidden=8", *LM_STEPS)
+ELECTRIC_TINY = ("electric.embedding_dim=8", "electric.layers=1", *LM_STEPS)
 
 
 def _no_fashion_mnist(tmp: Path, mp: pytest.MonkeyPatch) -> None:
@@ -290,8 +297,8 @@ def _lm_run(*extra: str) -> Callable[[Path, Path, pytest.MonkeyPatch], object]:
 
     def setup(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
         (tmp / "train.txt").write_text(LM_TEXT * 5 + "a cat ran on the mat\n")
-        ngram = not any(e.startswith("model.kind=") for e in extra)  # only an n-gram reads language.smoothing
-        argv = [a.format(tmp=tmp) for a in LM] + ["run.name=lm", *(["language.smoothing=witten_bell"] if ngram else []),
+        ngram = not any(e.startswith("model.kind=") for e in extra)  # only an n-gram reads ngram.smoothing
+        argv = [a.format(tmp=tmp) for a in LM] + ["run.name=lm", *(["ngram.smoothing=witten_bell"] if ngram else []),
                                                   *extra]
         assert main(argv) == 0
 
@@ -471,17 +478,80 @@ ISSUE24 = [
         "train.sa_t0: train.lr_schedule='constant' does not read it"),
     Bad("sa key with cosine", (*TRAIN, "train.lr_schedule=cosine", "train.sa_beta=0.5"),
         "train.sa_beta: train.lr_schedule='cosine' does not read it"),
-    Bad("zeta: negative tc", (*TRAIN, "language.zeta_tc=-1"), "language.zeta_tc: expected a finite number >= 0; got -1"),
-    Bad("zeta: beta above 1", (*TRAIN, "language.zeta_beta=1.5"),
-        "language.zeta_beta: expected a finite number in [0, 1]; got 1.5"),
-    Bad("zeta: negative t0", (*TRAIN, "language.zeta_t0=-1"), "language.zeta_t0: expected an integer >= 0; got -1"),
-    Bad("zeta: t0 not a number", (*TRAIN, "language.zeta_t0='x'"), "language.zeta_t0: expected an integer"),
-    Bad("zeta: tc not a number", (*TRAIN, "language.zeta_tc='x'"), "language.zeta_tc: expected a number"),
-    Bad("zeta key with an n-gram", (*LM, "model.kind=kn", "language.zeta_t0=2000"),
-        "language.zeta_t0: model.kind='kn' with objective.kind='ml' does not read it", files=LM_FILES),
-    Bad("zeta key with trf nce", (*LM, "model.kind=trf", "objective.kind=nce", "language.zeta_tc=1"),
-        "language.zeta_tc: model.kind='trf' with objective.kind='nce' does not read it, so language.zeta_tc=1.0 would "
+    Bad("zeta: negative tc", (*TRAIN, "trf.zeta_tc=-1"), "trf.zeta_tc: expected a finite number >= 0; got -1"),
+    Bad("zeta: beta above 1", (*TRAIN, "trf.zeta_beta=1.5"),
+        "trf.zeta_beta: expected a finite number in [0, 1]; got 1.5"),
+    Bad("zeta: negative t0", (*TRAIN, "trf.zeta_t0=-1"), "trf.zeta_t0: expected an integer >= 0; got -1"),
+    Bad("zeta: t0 not a number", (*TRAIN, "trf.zeta_t0='x'"), "trf.zeta_t0: expected an integer"),
+    Bad("zeta: tc not a number", (*TRAIN, "trf.zeta_tc='x'"), "trf.zeta_tc: expected a number"),
+    Bad("zeta key with an n-gram", (*LM, "model.kind=kn", "trf.zeta_t0=2000"),
+        "trf.zeta_t0: the [trf] section is read by data.name = ptb, text, tiny-shakespeare with model.kind = trf, "
+        "trf-cnn, trf-bilstm; this run has data.name='text' (a language corpus)", files=LM_FILES),
+    Bad("zeta key with trf nce", (*LM, "model.kind=trf", "objective.kind=nce", "trf.zeta_tc=1"),
+        "trf.zeta_tc: model.kind='trf' with objective.kind='nce' does not read it, so trf.zeta_tc=1.0 would "
         "be ignored; it is read with objective.kind = 'ml' (a TRF)", files=LM_FILES),
+]
+
+#: issue 25: each language model kind reads its own section ([ngram], [lm], [trf], [residual], [electric]) beside
+#: [language]: for each, a bad value, a key its kind does not read, and the old spelling language.KEY
+_RESIDUAL_ON_LSTM = (*LM, "model.kind=residual", "objective.kind=nce", "residual.base_run={tmp}/runs/lm")
+ISSUE25 = [
+    Bad("ngram: order 0", (*LM, "model.kind=kn", "ngram.order=0"), "ngram.order: expected an integer >= 1; got 0",
+        files=LM_FILES),
+    Bad("ngram: order of a TRF", (*LM, "model.kind=trf", "ngram.order=4"),
+        "ngram.order: model.kind='trf' with objective.kind='ml' does not read it, so ngram.order=4 would be ignored; "
+        "it is read with model.kind = kn: drop it", files=LM_FILES),
+    Bad("ngram: old spelling", (*LM, "model.kind=kn", "language.smoothing=witten_bell"),
+        "language.smoothing: moved to ngram.smoothing (model.kind='kn'); [language] keeps only the keys every kind "
+        "reads", files=LM_FILES),
+    Bad("ngram: old spelling of a TRF's order", (*LM, "model.kind=trf", "language.order=2"),
+        "language.order: moved to trf.order (model.kind='trf')", files=LM_FILES),
+    Bad("ngram: old spelling, no kind given", (*LM, "language.order=2"),
+        "language.order: moved to ngram.order (model.kind = kn) or trf.order (model.kind = trf)", files=LM_FILES),
+    Bad("lm: dropout 1", (*LM, "model.kind=lstm", "lm.dropout=1"), "lm.dropout: expected a finite number in [0, 1)",
+        files=LM_FILES),
+    Bad("lm: heads of an LSTM", (*LM, "model.kind=lstm", "lm.heads=2"),
+        "lm.heads: model.kind='lstm' with objective.kind='ml' does not read it, so lm.heads=2 would be ignored; it is "
+        "read with model.kind = transformer: drop it", files=LM_FILES),
+    Bad("lm: old spelling", (*LM, "model.kind=lstm", "language.hidden=8"),
+        "language.hidden: moved to lm.hidden (model.kind='lstm')", files=LM_FILES),
+    Bad("lm: old spelling in a file", ("train", "{tmp}/old.toml"),
+        "language.tie_weights: moved to lm.tie_weights (model.kind='transformer')",
+        files={"old.toml": "[data]\nname = 'ptb'\n[language]\ntie_weights = true\n[model]\nkind = 'transformer'\n"}),
+    Bad("trf: chains 0", (*LM, "model.kind=trf", "trf.chains=0"), "trf.chains: expected an integer >= 1; got 0",
+        files=LM_FILES),
+    Bad("trf: encoder width of a discrete TRF", (*LM, "model.kind=trf", "trf.hidden=8"),
+        "trf.hidden: model.kind='trf' with objective.kind='ml' does not read it, so trf.hidden=8 would be ignored; it "
+        "is read with model.kind = trf-cnn, trf-bilstm: drop it", files=LM_FILES),
+    Bad("trf: old spelling", (*LM, "model.kind=trf", "language.chains=8"),
+        "language.chains: moved to trf.chains (model.kind='trf'); [language] keeps only the keys every kind reads",
+        files=LM_FILES),
+    Bad("trf: old spelling in a file", ("train", "{tmp}/old.toml"),
+        "language.chains: moved to trf.chains (model.kind='trf-bilstm')",
+        files={"old.toml": "[data]\nname = 'ptb'\n[model]\nkind = 'trf-bilstm'\n[language]\nchains = 8\n"}),
+    Bad("trf: old spelling for a kind that does not read it", (*LM, "model.kind=lstm", "language.chains=8"),
+        "language.chains: moved to trf.chains (model.kind = trf, trf-cnn, trf-bilstm); model.kind='lstm' does not "
+        "read it", files=LM_FILES),
+    Bad("residual: energy unknown", (*LM, "model.kind=residual", "residual.energy=lstm"),
+        "residual.energy: unknown value 'lstm'; expected one of bilstm, transformer", files=LM_FILES),
+    Bad("residual: heads of a BiLSTM energy", (*_RESIDUAL_ON_LSTM, "residual.heads=2"),
+        "residual.heads: model.kind='residual' with objective.kind='nce' does not read it, so residual.heads=2 would "
+        "be ignored; it is read with model.kind = residual with residual.energy = 'transformer': drop it",
+        setup=_lm_run("model.kind=lstm", *LM_TINY)),
+    Bad("residual: old spelling", (*LM, "model.kind=residual", "objective.kind=nce", "language.base_run=runs/lm"),
+        "language.base_run: moved to residual.base_run (model.kind='residual')", files=LM_FILES),
+    Bad("electric: mask rate 1", (*LM, "model.kind=electric", "electric.mask_rate=1"),
+        "electric.mask_rate: expected a finite number in (0, 1)", files=LM_FILES),
+    Bad("electric: its section on an LSTM", (*LM, "model.kind=lstm", "electric.mask_rate=0.2"),
+        "electric.mask_rate: the [electric] section is read by data.name = ptb, text, tiny-shakespeare with "
+        "model.kind = electric; this run has data.name='text'", files=LM_FILES),
+    Bad("electric: old spelling", (*LM, "model.kind=electric", "objective.kind=nce", "language.mask_rate=0.2"),
+        "language.mask_rate: moved to electric.mask_rate (model.kind='electric')", files=LM_FILES),
+    Bad("another kind's section on toy data", (*TRAIN, "trf.chains=8"),
+        "trf.chains: the [trf] section is read by data.name = ptb, text, tiny-shakespeare with model.kind = trf, "
+        "trf-cnn, trf-bilstm; this run has data.name='eight_gaussians' (a toy set)"),
+    Bad("a kind's section typo", (*LM, "model.kind=trf", "trf.chain=8"), "did you mean 'trf.chains'?",
+        files=LM_FILES),
 ]
 
 
@@ -688,62 +758,64 @@ HAND = [
         "objective.kind: 'nce' trains a TRF (model.kind = trf, trf-cnn, trf-bilstm); model.kind='lstm'",
         files=LM_FILES),
     Bad("model.hidden of a language model", (*LM, "model.kind=lstm", "model.hidden=[64]"),
-        "model.hidden: the MLP's hidden widths; a language model's sizes are language.embedding_dim", files=LM_FILES),
-    Bad("transformer heads", (*LM, "model.kind=transformer", "language.embedding_dim=10", "language.heads=4"),
-        "language.heads: expected a divisor of language.embedding_dim=10; got 4", files=LM_FILES),
-    Bad("class features without classes", (*LM, "model.kind=trf", 'language.features=["w", "c"]'),
-        "language.features: the class templates c need word classes; set language.classes >= 1", files=LM_FILES),
-    Bad("unknown feature group", (*LM, "model.kind=trf", 'language.features=["w", "x"]'),
-        "language.features: expected a list of TRF feature template groups (w, c, ws", files=LM_FILES),
-    Bad("feature scaling with adam", (*LM, "model.kind=trf", "language.feature_scaling=true"),
-        "language.feature_scaling: the source's variance-scaled steps are for the discrete TRF with plain SGD; "
+        "model.hidden: the MLP's hidden widths; the sizes of model.kind='lstm' are lm.embedding_dim and lm.hidden; "
+        "got model.hidden=[64]", files=LM_FILES),
+    Bad("transformer heads", (*LM, "model.kind=transformer", "lm.embedding_dim=10", "lm.heads=4"),
+        "lm.heads: expected a divisor of lm.embedding_dim=10; got 4", files=LM_FILES),
+    Bad("class features without classes", (*LM, "model.kind=trf", 'trf.features=["w", "c"]'),
+        "trf.features: the class templates c need word classes; set trf.classes >= 1", files=LM_FILES),
+    Bad("unknown feature group", (*LM, "model.kind=trf", 'trf.features=["w", "x"]'),
+        "trf.features: expected a list of TRF feature template groups (w, c, ws", files=LM_FILES),
+    Bad("feature scaling with adam", (*LM, "model.kind=trf", "trf.feature_scaling=true"),
+        "trf.feature_scaling: the source's variance-scaled steps are for the discrete TRF with plain SGD; "
         "expected model.kind='trf', train.optimizer='sgd' and train.momentum=0; got model.kind='trf', "
         "train.optimizer='adam'", files=LM_FILES),
     Bad("feature scaling of a neural TRF", (*LM, "model.kind=trf-cnn", "train.optimizer=sgd",
-                                            "language.feature_scaling=true"),
-        "language.feature_scaling: the source's variance-scaled steps are for the discrete TRF", files=LM_FILES),
+                                            "trf.feature_scaling=true"),
+        "trf.feature_scaling: the source's variance-scaled steps are for the discrete TRF", files=LM_FILES),
     Bad("feature scaling with momentum", (*LM, "model.kind=trf", "train.optimizer=sgd", "train.momentum=0.9",
-                                          "language.feature_scaling=true"),
+                                          "trf.feature_scaling=true"),
         "train.momentum=0.9", files=LM_FILES),
-    Bad("step clip 0", (*LM, "model.kind=trf", "language.step_clip=0"), "language.step_clip: expected ",
+    Bad("step clip 0", (*LM, "model.kind=trf", "trf.step_clip=0"), "trf.step_clip: expected ",
         files=LM_FILES),
-    Bad("feature scaling not a bool", (*LM, "model.kind=trf", "language.feature_scaling=2"),
-        "language.feature_scaling: ", files=LM_FILES),
-    Bad("feature cutoffs unknown", (*LM, "model.kind=trf", "language.feature_cutoffs=sourc"),
-        "language.feature_cutoffs: unknown value 'sourc'; expected one of none, source; did you mean 'source'?", files=LM_FILES),
-    Bad("feature cutoffs not a string", (*LM, "model.kind=trf", "language.feature_cutoffs=2"),
-        "language.feature_cutoffs: ", files=LM_FILES),
-    Bad("trf init unknown", (*LM, "model.kind=trf", "language.trf_init=kneser"),
-        "language.trf_init: unknown value 'kneser'; expected one of zero, kn", files=LM_FILES),
-    Bad("kn start with nce", (*LM, "model.kind=trf", "objective.kind=nce", "language.trf_init=kn"),
-        "language.trf_init: 'kn' starts AugSA ('ml') at a backoff LM's word n-gram weights; got objective.kind='nce'",
+    Bad("feature scaling not a bool", (*LM, "model.kind=trf", "trf.feature_scaling=2"),
+        "trf.feature_scaling: ", files=LM_FILES),
+    Bad("feature cutoffs unknown", (*LM, "model.kind=trf", "trf.feature_cutoffs=sourc"),
+        "trf.feature_cutoffs: unknown value 'sourc'; expected one of none, source; did you mean 'source'?", files=LM_FILES),
+    Bad("feature cutoffs not a string", (*LM, "model.kind=trf", "trf.feature_cutoffs=2"),
+        "trf.feature_cutoffs: ", files=LM_FILES),
+    Bad("trf init unknown", (*LM, "model.kind=trf", "trf.trf_init=kneser"),
+        "trf.trf_init: unknown value 'kneser'; expected one of zero, kn", files=LM_FILES),
+    Bad("kn start with nce", (*LM, "model.kind=trf", "objective.kind=nce", "trf.trf_init=kn"),
+        "trf.trf_init: 'kn' starts AugSA ('ml') at a backoff LM's word n-gram weights; got objective.kind='nce'",
         files=LM_FILES),
-    Bad("kn start without word n-grams", (*LM, "model.kind=trf", "language.classes=2", "language.features=['c']",
-                                          "language.trf_init=kn"),
+    Bad("kn start without word n-grams", (*LM, "model.kind=trf", "trf.classes=2", "trf.features=['c']",
+                                          "trf.trf_init=kn"),
         "features ['c']: use 'ml' and 'w', or trf_init='zero'", files=LM_FILES),
-    Bad("kn start of a neural TRF", (*LM, "model.kind=trf-cnn", "language.trf_init=kn"),
-        "language.trf_init: model.kind='trf-cnn' with objective.kind='ml' does not read it", files=LM_FILES),
-    Bad("smoothing of a zero-started TRF", (*LM, "model.kind=trf", "language.smoothing=witten_bell"),
-        "language.smoothing: model.kind='trf' with objective.kind='ml' does not read it", files=LM_FILES),
-    Bad("more workers than chain groups", (*LM, "model.kind=trf", "language.workers=2"),
-        "language.workers: expected at most language.chain_groups=1 processes; got 2", files=LM_FILES),
-    Bad("chain groups of an LSTM", (*LM, "model.kind=lstm", "language.chain_groups=2"),
-        "language.chain_groups: model.kind='lstm' with objective.kind='ml' does not read it", files=LM_FILES),
-    Bad("zero chain groups", (*LM, "model.kind=trf", "language.chain_groups=0"),
-        "language.chain_groups: ", files=LM_FILES),
-    Bad("scan order unknown", (*LM, "model.kind=trf", "language.scan=random"),
-        "language.scan: unknown value 'random'; expected one of sequential, colored", files=LM_FILES),
-    Bad("colored scan of a neural TRF", (*LM, "model.kind=trf-cnn", "language.scan=colored"),
-        "language.scan: model.kind='trf-cnn' with objective.kind='ml' does not read it", files=LM_FILES),
-    Bad("colored scan of an NCE-trained TRF", (*LM, "model.kind=trf", "objective.kind=nce", "language.scan=colored"),
-        "language.scan: model.kind='trf' with objective.kind='nce' does not read it", files=LM_FILES),
-    Bad("feature boundaries unknown", (*LM, "model.kind=trf", "language.feature_boundaries=ngram"),
-        "language.feature_boundaries: unknown value 'ngram'; expected one of all, source", files=LM_FILES),
-    Bad("feature boundaries of an LSTM", (*LM, "model.kind=lstm", "language.feature_boundaries=source"),
-        "language.feature_boundaries: model.kind='lstm' with objective.kind='ml' does not read it", files=LM_FILES),
-    Bad("feature cutoffs of a neural TRF", (*LM, "model.kind=trf-cnn", "language.feature_cutoffs=source"),
-        "language.feature_cutoffs: model.kind='trf-cnn' with objective.kind='ml' does not read it, so "
-        "language.feature_cutoffs='source' would be ignored; it is read with model.kind = trf: drop it",
+    Bad("kn start of a neural TRF", (*LM, "model.kind=trf-cnn", "trf.trf_init=kn"),
+        "trf.trf_init: model.kind='trf-cnn' with objective.kind='ml' does not read it", files=LM_FILES),
+    Bad("smoothing of a zero-started TRF", (*LM, "model.kind=trf", "ngram.smoothing=witten_bell"),
+        "ngram.smoothing: model.kind='trf' with objective.kind='ml' does not read it", files=LM_FILES),
+    Bad("more workers than chain groups", (*LM, "model.kind=trf", "trf.workers=2"),
+        "trf.workers: expected at most trf.chain_groups=1 processes; got 2", files=LM_FILES),
+    Bad("chain groups of an LSTM", (*LM, "model.kind=lstm", "trf.chain_groups=2"),
+        "trf.chain_groups: the [trf] section is read by data.name = ptb, text, tiny-shakespeare with model.kind = "
+        "trf, trf-cnn, trf-bilstm; this run has data.name='text'", files=LM_FILES),
+    Bad("zero chain groups", (*LM, "model.kind=trf", "trf.chain_groups=0"),
+        "trf.chain_groups: ", files=LM_FILES),
+    Bad("scan order unknown", (*LM, "model.kind=trf", "trf.scan=random"),
+        "trf.scan: unknown value 'random'; expected one of sequential, colored", files=LM_FILES),
+    Bad("colored scan of a neural TRF", (*LM, "model.kind=trf-cnn", "trf.scan=colored"),
+        "trf.scan: model.kind='trf-cnn' with objective.kind='ml' does not read it", files=LM_FILES),
+    Bad("colored scan of an NCE-trained TRF", (*LM, "model.kind=trf", "objective.kind=nce", "trf.scan=colored"),
+        "trf.scan: model.kind='trf' with objective.kind='nce' does not read it", files=LM_FILES),
+    Bad("feature boundaries unknown", (*LM, "model.kind=trf", "trf.feature_boundaries=ngram"),
+        "trf.feature_boundaries: unknown value 'ngram'; expected one of all, source", files=LM_FILES),
+    Bad("feature boundaries of an LSTM", (*LM, "model.kind=lstm", "trf.feature_boundaries=source"),
+        "trf.feature_boundaries: the [trf] section is read by data.name = ptb, text, tiny-shakespeare", files=LM_FILES),
+    Bad("feature cutoffs of a neural TRF", (*LM, "model.kind=trf-cnn", "trf.feature_cutoffs=source"),
+        "trf.feature_cutoffs: model.kind='trf-cnn' with objective.kind='ml' does not read it, so "
+        "trf.feature_cutoffs='source' would be ignored; it is read with model.kind = trf: drop it",
         files=LM_FILES),
     Bad("lbfgs for a TRF", (*LM, "model.kind=trf", "train.optimizer=lbfgs"),
         "train.optimizer: TRF objectives draw fresh samples", files=LM_FILES),
@@ -754,23 +826,27 @@ HAND = [
     Bad("min_count leaves no vocabulary", (*LM, "model.kind=lstm", "language.min_count=9"), "", files=LM_FILES,
         absent="Traceback"),
     Bad("modified KN on a tiny text", (*LM, "model.kind=kn"),
-        "language.smoothing: 'modified_kneser_ney' cannot estimate its discounts at order", files=LM_FILES),
+        "ngram.smoothing: 'modified_kneser_ney' cannot estimate its discounts at order", files=LM_FILES),
     Bad("nce noise on a tiny text", (*LM, "model.kind=trf", "objective.kind=nce"),
         "cannot estimate its discounts at order", files=LM_FILES),
-    Bad("base_run on a non-residual LM", (*LM, "model.kind=lstm", "language.base_run={tmp}/runs/lm"),
-        "language.base_run: model.kind='lstm' with objective.kind='ml' does not read it", files=LM_FILES),
+    Bad("base_run on a non-residual LM", (*LM, "model.kind=lstm", "residual.base_run={tmp}/runs/lm"),
+        "residual.base_run: the [residual] section is read by data.name = ptb, text, tiny-shakespeare with "
+        "model.kind = residual; this run has data.name='text'", files=LM_FILES),
     Bad("earm that never starts", (*LM, "model.kind=lstm", "objective.kind=earm", "train.steps=5",
-                                   "language.earm_start=5"),
-        "language.earm_start: E-ARM is switched on after 5 steps but the run stops at train.steps=5", files=LM_FILES),
-    Bad("classes above the vocabulary", (*LM, "model.kind=trf", "language.classes=100000"),
-        "language.classes: exchange clustering sorts the vocabulary's", files=LM_FILES),
-    Bad("a key the kind does not read", (*LM, "model.kind=lstm", "language.smoothing=kneser_ney"),
-        "language.smoothing: model.kind='lstm' with objective.kind='ml' does not read it", files=LM_FILES),
-    Bad("discounts of another length", (*LM, "model.kind=kn", "language.discounts=[0.5, 0.5]"),
-        "language.discounts: expected one discount per order or three", files=LM_FILES),
-    Bad("discounts for Witten-Bell", (*LM, "model.kind=kn", "language.smoothing=witten_bell",
-                                      "language.discounts=[0.5, 0.5, 0.5]"),
-        "language.discounts: only Kneser-Ney smoothing takes discounts", files=LM_FILES),
+                                   "lm.earm_start=5"),
+        "lm.earm_start: E-ARM is switched on after 5 steps but the run stops at train.steps=5", files=LM_FILES),
+    Bad("classes above the vocabulary", (*LM, "model.kind=trf", "trf.classes=100000"),
+        "trf.classes: exchange clustering sorts the vocabulary's", files=LM_FILES),
+    Bad("a key the kind does not read", (*LM, "model.kind=lstm", "lm.earm_truncate=3"),
+        "lm.earm_truncate: model.kind='lstm' with objective.kind='ml' does not read it", files=LM_FILES),
+    Bad("another kind's section", (*LM, "model.kind=lstm", "ngram.smoothing=kneser_ney"),
+        "ngram.smoothing: the [ngram] section is read by data.name = ptb, text, tiny-shakespeare with model.kind = "
+        "kn, trf, trf-cnn, trf-bilstm; this run has data.name='text'", files=LM_FILES),
+    Bad("discounts of another length", (*LM, "model.kind=kn", "ngram.discounts=[0.5, 0.5]"),
+        "ngram.discounts: expected one discount per order or three", files=LM_FILES),
+    Bad("discounts for Witten-Bell", (*LM, "model.kind=kn", "ngram.smoothing=witten_bell",
+                                      "ngram.discounts=[0.5, 0.5, 0.5]"),
+        "ngram.discounts: only Kneser-Ney smoothing takes discounts", files=LM_FILES),
     Bad("a transformer on one overlong line", (*LM, "model.kind=transformer"),
         "language.max_length: unset, it would be the longest training sentence, 1100 tokens, above the default "
         "bound of 1024", files={"train.txt": LM_TEXT + " ".join(["the"] * 1100) + "\n"}),
@@ -779,10 +855,10 @@ HAND = [
                                                   (tmp / "train.txt").write_text(LM_TEXT * 9))),
     Bad("eval with an altered vocab.json", ("eval", "{tmp}/runs/lm"), "vocab.json: altered since the run was trained",
         setup=lambda tmp, run, mp: (_lm_run()(tmp, run, mp), (tmp / "runs/lm/vocab.json").write_text("{}"))),
-    Bad("language keys on toy data", (*TRAIN, "language.order=4"),
-        "language.order: the [language] section is read by data.name = ptb, text, tiny-shakespeare; this run has "
+    Bad("language keys on toy data", (*TRAIN, "language.min_count=4"),
+        "language.min_count: the [language] section is read by data.name = ptb, text, tiny-shakespeare; this run has "
         "data.name='eight_gaussians' (a toy set)"),
-    Bad("language section typo", (*TRAIN, "language.oder=4"), "did you mean 'language.order'?"),
+    Bad("language section typo", (*TRAIN, "language.levl=char"), "did you mean 'language.level'?"),
     Bad("eval --ais of an n-gram", ("eval", "--run", "{tmp}/runs/lm", "--ais"),
         "--ais: AIS estimates the normalisers of a TRF; model.kind='kn' is normalised", setup=_lm_run()),
     Bad("eval without held-out text", ("eval", "{tmp}/runs/lm"), "language.test_path: nothing to evaluate",
@@ -793,7 +869,7 @@ HAND = [
         "language.max_length: the held-out text has a sentence of 6 tokens; this trf covers lengths up to 5",
         files={"long.txt": "the cat sat on the mat\n"},
         setup=_lm_run("model.kind=trf", "language.max_length=5", "train.steps=2", "train.batch_size=2",
-                      "language.chains=4")),
+                      "trf.chains=4")),
     Bad("sample of an n-gram twice", ("sample", "{tmp}/runs/lm", "--n", "2", "--seed", "3"),
         "exists (same --n, --steps and --seed); pass --overwrite",
         setup=lambda tmp, run, mp: (_lm_run()(tmp, run, mp), (tmp / "runs/lm/samples-n2-steps500-seed3.txt").write_text("x"))),
@@ -838,25 +914,25 @@ HAND = [
         "generation.digits: the [generation] section is read by data.name = addition"),
     # residual EBMs, E-ARM and Electric on a corpus (issue 12)
     Bad("text residual without a base run", (*LM, "model.kind=residual", "objective.kind=nce"),
-        "language.base_run: a residual model corrects a trained base LM", files=LM_FILES),
-    Bad("text residual on a toy run", (*LM, "model.kind=residual", "objective.kind=nce", "language.base_run={run}"),
-        "language.base_run: '", files=LM_FILES),
+        "residual.base_run: a residual model corrects a trained base LM", files=LM_FILES),
+    Bad("text residual on a toy run", (*LM, "model.kind=residual", "objective.kind=nce", "residual.base_run={run}"),
+        "residual.base_run: '", files=LM_FILES),
     Bad("text residual on an n-gram run", (*LM, "model.kind=residual", "objective.kind=nce",
-                                           "language.base_run={tmp}/runs/lm"),
+                                           "residual.base_run={tmp}/runs/lm"),
         "holds a 'kn' run on data.name='text'; expected an 'lstm' or 'transformer' run", setup=_lm_run()),
     Bad("text residual with another vocabulary", (*LM, "model.kind=residual", "objective.kind=nce",
-                                                  "language.base_run={tmp}/runs/lm", "language.min_count=2"),
+                                                  "residual.base_run={tmp}/runs/lm", "language.min_count=2"),
         "language.min_count: the base run", setup=_lm_run("model.kind=lstm", *LM_TINY)),
-    Bad("text residual trained by ml", (*LM, "model.kind=residual", "language.base_run={tmp}/runs/lm"),
+    Bad("text residual trained by ml", (*LM, "model.kind=residual", "residual.base_run={tmp}/runs/lm"),
         "objective.kind: model.kind='residual' is trained by 'nce'; got 'ml'", files=LM_FILES),
     Bad("text residual: prefix longer than every sentence", (*LM, "model.kind=residual", "objective.kind=nce",
-                                                             "language.base_run={tmp}/runs/lm", "language.prefix_length=9"),
-        "language.prefix_length: no training sentence is longer than 9 tokens", setup=_lm_run("model.kind=lstm", *LM_TINY)),
+                                                             "residual.base_run={tmp}/runs/lm", "residual.prefix_length=9"),
+        "residual.prefix_length: no training sentence is longer than 9 tokens", setup=_lm_run("model.kind=lstm", *LM_TINY)),
     Bad("text residual: horizon beyond a transformer base", (*LM, "model.kind=residual", "objective.kind=nce",
-                                                             "language.base_run={tmp}/runs/lm", "language.horizon=9"),
-        "language.horizon: the base covers 6 tokens", setup=_lm_run("model.kind=transformer", "language.heads=2", *LM_TINY)),
+                                                             "residual.base_run={tmp}/runs/lm", "residual.horizon=9"),
+        "residual.horizon: the base covers 6 tokens", setup=_lm_run("model.kind=transformer", "lm.heads=2", *LM_TINY)),
     Bad("text residual: fractional nu", (*LM, "model.kind=residual", "objective.kind=nce", "objective.nu=0.5",
-                                         "language.base_run={tmp}/runs/lm"),
+                                         "residual.base_run={tmp}/runs/lm"),
         "objective.nu: expected a whole number >= 1 of negatives per prefix; got 0.5",
         setup=_lm_run("model.kind=lstm", *LM_TINY)),
     Bad("earm for an n-gram", (*LM, "model.kind=kn", "objective.kind=earm"),
@@ -866,13 +942,13 @@ HAND = [
         files=LM_FILES),
     Bad("electric trained by ml", (*LM, "model.kind=electric"),
         "objective.kind: model.kind='electric' is trained by 'nce'; got 'ml'", files=LM_FILES),
-    Bad("electric heads", (*LM, "model.kind=electric", "objective.kind=nce", "language.embedding_dim=10"),
-        "language.heads: expected a divisor of language.embedding_dim=10; got 4", files=LM_FILES),
+    Bad("electric heads", (*LM, "model.kind=electric", "objective.kind=nce", "electric.embedding_dim=10"),
+        "electric.heads: expected a divisor of electric.embedding_dim=10; got 4", files=LM_FILES),
     Bad("sample of an electric run", ("sample", "{tmp}/runs/lm"), "sample: model.kind='electric' is a cloze model",
-        setup=_lm_run("model.kind=electric", "objective.kind=nce", "language.heads=2", *LM_NET)),
+        setup=_lm_run("model.kind=electric", "objective.kind=nce", "electric.heads=2", *ELECTRIC_TINY)),
     Bad("eval --ais of an electric run", ("eval", "{tmp}/runs/lm", "--ais"),
         "--ais: AIS estimates the normalisers of a TRF; model.kind='electric' has no per-length normalisers",
-        setup=_lm_run("model.kind=electric", "objective.kind=nce", "language.heads=2", *LM_NET)),
+        setup=_lm_run("model.kind=electric", "objective.kind=nce", "electric.heads=2", *ELECTRIC_TINY)),
     Bad("vision: jem trained by pcd", (*VISION, "model.kind=jem", "objective.kind=pcd"),
         "objective.kind: model.kind = 'jem' trains by jem; got 'pcd'"),
     Bad("vision: conv trained by ce", (*VISION, "model.kind=conv", "objective.kind=ce"),
@@ -941,7 +1017,9 @@ HAND = [
         "least 2; got 1"),
     *ISSUE23,
     *ISSUE24,
+    *ISSUE25,
     *MOVED,
+    *KIND_MOVED,
 ]
 
 TABLE = [*HAND, *GENERATED]

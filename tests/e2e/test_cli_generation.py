@@ -108,6 +108,8 @@ def test_earm_switches_on_at_its_start_step(tmp_path: Path) -> None:
 
 # -- residual EBMs, E-ARM and Electric on a corpus (model.kind of ebms.cli.language) ------------------
 WORDS = ("the", "cat", "dog", "sat", "ran", "on", "a", "mat")
+#: the LSTM base (and E-ARM run) of the text runs: the sizes of its [lm] section
+LM_16 = ["lm.embedding_dim=16", "lm.layers=1", "lm.hidden=16"]
 
 
 @pytest.fixture(scope="module")
@@ -121,11 +123,11 @@ def text_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]
         (root / f"{split}.txt").write_text("".join(" ".join(r.choice(WORDS) for _ in range(r.randint(2, 8))) + "\n"
                                                    for _ in range(n)))
     common = ["data.name=text", f"language.train_path={root}/train.txt", f"language.test_path={root}/test.txt",
-              f"run.out_dir={root}/runs", "run.progress=false", "language.embedding_dim=16", "language.layers=1",
-              "train.batch_size=16"]
-    assert main(["train", *common, "model.kind=lstm", "language.hidden=16", "train.steps=150", "run.name=base"]) == 0
-    assert main(["train", *common, "model.kind=residual", "objective.kind=nce", f"language.base_run={root}/runs/base",
-                 "language.prefix_length=2", "language.horizon=3", "language.negatives=4", "language.joint_samples=30",
+              f"run.out_dir={root}/runs", "run.progress=false", "train.batch_size=16"]
+    assert main(["train", *common, "model.kind=lstm", *LM_16, "train.steps=150", "run.name=base"]) == 0
+    assert main(["train", *common, "model.kind=residual", "objective.kind=nce", f"residual.base_run={root}/runs/base",
+                 "residual.embedding_dim=16", "residual.layers=1",
+                 "residual.prefix_length=2", "residual.horizon=3", "residual.negatives=4", "residual.joint_samples=30",
                  "train.steps=60", "run.name=res"]) == 0
     return root, common
 
@@ -163,13 +165,14 @@ def test_text_residual_samples_continue_held_out_prefixes(text_runs, capsys: pyt
 
 def test_text_earm_and_electric_train_and_report(text_runs, capsys: pytest.CaptureFixture[str]) -> None:
     root, common = text_runs
-    assert main(["train", *common, "model.kind=lstm", "language.hidden=16", "objective.kind=earm", "language.earm_start=10",
+    assert main(["train", *common, "model.kind=lstm", *LM_16, "objective.kind=earm", "lm.earm_start=10",
                  "train.steps=20", "train.log_every=1", "run.name=earm"]) == 0
     rows = [json.loads(line) for line in (root / "runs" / "earm" / "metrics.jsonl").read_text().splitlines()]
     active = {r["step"]: r["metrics"]["active"] for r in rows if "active" in r.get("metrics", {})}
     assert len(active) == 20 and all(v == (1.0 if s > 10 else 0.0) for s, v in active.items()), active
     capsys.readouterr()
-    assert main(["train", *common, "model.kind=electric", "objective.kind=nce", "language.heads=2", "train.steps=30",
+    assert main(["train", *common, "model.kind=electric", "objective.kind=nce", "electric.embedding_dim=16",
+                 "electric.layers=1", "electric.heads=2", "train.steps=30",
                  "run.name=electric"]) == 0
     assert "pseudo-log-likelihood per token, step 30: Electric " in capsys.readouterr().out
     _, model, data, _ = load_run(root / "runs" / "electric")
@@ -186,13 +189,13 @@ def test_the_shakespeare_recipes_run_on_tiny_text(text_runs, tmp_path: Path) -> 
     common = ["data.name=text", f"language.train_path={root}/train.txt", f"language.test_path={root}/test.txt",
               f"run.out_dir={tmp_path}", "run.progress=false", "train.steps=4", "train.batch_size=8",
               "train.log_every=2", "train.checkpoint_every=2"]
-    assert main(["train", "char-lstm-shakespeare", *common, "language.embedding_dim=4", "language.hidden=8"]) == 0
-    assert main(["train", "residual-shakespeare", *common, f"language.base_run={tmp_path}/char-lstm-shakespeare",
-                 "language.prefix_length=4", "language.horizon=3", "language.embedding_dim=8", "language.negatives=2",
-                 "language.joint_samples=5"]) == 0
-    assert main(["train", "earm-shakespeare", *common, "language.embedding_dim=4", "language.hidden=8",
-                 "language.earm_start=2"]) == 0
-    assert main(["train", "electric-shakespeare", *common, "language.embedding_dim=8", "language.heads=2"]) == 0
+    assert main(["train", "char-lstm-shakespeare", *common, "lm.embedding_dim=4", "lm.hidden=8"]) == 0
+    assert main(["train", "residual-shakespeare", *common, f"residual.base_run={tmp_path}/char-lstm-shakespeare",
+                 "residual.prefix_length=4", "residual.horizon=3", "residual.embedding_dim=8", "residual.negatives=2",
+                 "residual.joint_samples=5"]) == 0
+    assert main(["train", "earm-shakespeare", *common, "lm.embedding_dim=4", "lm.hidden=8",
+                 "lm.earm_start=2"]) == 0
+    assert main(["train", "electric-shakespeare", *common, "electric.embedding_dim=8", "electric.heads=2"]) == 0
     figures = {name: _eval(tmp_path / name)["figures"]["test"] for name in
                ("residual-shakespeare", "earm-shakespeare", "electric-shakespeare")}
     assert figures["residual-shakespeare"]["lower"] <= figures["residual-shakespeare"]["upper"]

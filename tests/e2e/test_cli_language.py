@@ -47,12 +47,12 @@ def text(tmp_path: Path) -> list[str]:
 
 
 SMALL = {
-    "kn5-ptb": ["language.smoothing=witten_bell"],
-    "lstm-ptb": ["language.embedding_dim=8", "language.hidden=8"],
-    "char-lstm-shakespeare": ["language.embedding_dim=4", "language.hidden=8"],
-    "trf-ptb": ["language.classes=2", "language.chains=8", "language.logz_samples=200"],
-    "trf-nce-ptb": ["language.embedding_dim=8", "language.hidden=8", "language.noise_hidden=8",
-                    "language.logz_samples=200"],
+    "kn5-ptb": ["ngram.smoothing=witten_bell"],
+    "lstm-ptb": ["lm.embedding_dim=8", "lm.hidden=8"],
+    "char-lstm-shakespeare": ["lm.embedding_dim=4", "lm.hidden=8"],
+    "trf-ptb": ["trf.classes=2", "trf.chains=8", "trf.logz_samples=200"],
+    "trf-nce-ptb": ["trf.embedding_dim=8", "trf.hidden=8", "trf.noise_hidden=8",
+                    "trf.logz_samples=200"],
 }
 
 
@@ -90,7 +90,7 @@ def test_recipe_trains_evaluates_and_samples_on_tiny_text(recipe: str, text: lis
 
 
 def test_kn_run_leaves_an_arpa_file_that_scores_the_test_set_like_eval(text: list[str], tmp_path: Path) -> None:
-    assert main(["train", "kn5-ptb", *text, "language.smoothing=witten_bell", "language.order=3"]) == 0
+    assert main(["train", "kn5-ptb", *text, "ngram.smoothing=witten_bell", "ngram.order=3"]) == 0
     run = tmp_path / "runs" / "kn5-ptb"
     assert not (run / "metrics.jsonl").exists()  # fitted by counting: no optimizer steps
     vocab = Vocabulary.load(run / "vocab.txt")
@@ -102,7 +102,7 @@ def test_kn_run_leaves_an_arpa_file_that_scores_the_test_set_like_eval(text: lis
 
 
 def test_resumed_lstm_run_equals_the_uninterrupted_one(text: list[str], tmp_path: Path) -> None:
-    args = ["train", "lstm-ptb", *text, *SMALL["lstm-ptb"], "language.dropout=0.3", "train.lr_schedule=constant", "--no-eval"]
+    args = ["train", "lstm-ptb", *text, *SMALL["lstm-ptb"], "lm.dropout=0.3", "train.lr_schedule=constant", "--no-eval"]
     assert main([*args, "run.name=whole", "train.steps=6"]) == 0
     assert main([*args, "run.name=split", "train.steps=3"]) == 0
     assert main([*args, "run.name=split", "train.steps=6", "--resume"]) == 0
@@ -117,7 +117,7 @@ def test_resumed_lstm_run_equals_the_uninterrupted_one(text: list[str], tmp_path
 def test_trf_reestimated_normalisers_agree_with_enumeration(text: list[str], tmp_path: Path) -> None:
     """On 6 ids and lengths up to 5 every log Z_l is enumerable: the importance estimate of the
     perplexity must be within 4 of its standard errors of the exact one (z = 4)."""
-    args = ["train", "trf-ptb", *text, *SMALL["trf-ptb"], "train.steps=20", "language.logz_samples=2000"]
+    args = ["train", "trf-ptb", *text, *SMALL["trf-ptb"], "train.steps=20", "trf.logz_samples=2000"]
     assert main(args) == 0
     test = _eval(tmp_path / "runs" / "trf-ptb")["figures"]["test"]
     re, exact = test["reestimated"], test["exact"]
@@ -141,7 +141,7 @@ def test_running_text_is_split_into_sentences(tmp_path: Path, capsys: pytest.Cap
     story = "The cat sat. The dog ran! Did the cat run? The dog sat.\n" * 20
     (tmp_path / "story.txt").write_text(story)
     args = ["train", "data.name=text", f"language.train_path={tmp_path}/story.txt", f"language.test_path={tmp_path}/story.txt",
-            "language.sentence_split=true", "language.lower=true", "model.kind=kn", "language.smoothing=witten_bell",
+            "language.sentence_split=true", "language.lower=true", "model.kind=kn", "ngram.smoothing=witten_bell",
             f"run.out_dir={tmp_path}", "run.name=story"]
     assert main(args) == 0, capsys.readouterr().err
     fig = _eval(tmp_path / "story")["figures"]["test"]
@@ -170,7 +170,7 @@ def test_a_character_kn_run_on_text_with_spaces_writes_its_arpa_file_and_checkpo
     """The space is a token of a character model; ARPA separates words by whitespace, so the file
     names it ``<U+0020>`` and reads it back as the space (the old run died writing it, with no checkpoint)."""
     run = tmp_path / "runs" / "kc"
-    assert main(["train", *text, "model.kind=kn", "language.level=char", "language.smoothing=witten_bell",
+    assert main(["train", *text, "model.kind=kn", "language.level=char", "ngram.smoothing=witten_bell",
                  "run.name=kc"]) == 0, capsys.readouterr().err
     assert (run / "checkpoints").is_dir() and "\t<U+0020>\t" in (run / "model.arpa").read_text()
     vocab = Vocabulary.load(run / "vocab.txt")
@@ -189,9 +189,9 @@ def test_characters_with_modified_kn_need_discounts_and_take_them(text: list[str
     args = ["train", *text, "model.kind=kn", "language.level=char", "run.name=kd", "--no-eval"]
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert err.startswith("ebms train: error: language.smoothing: 'modified_kneser_ney' cannot estimate its discounts "
-                          "at order") and "set language.discounts=[" in err and err.count("\n") == 1
-    assert main([*args, "language.discounts=[0.5, 1, 1.5, 0.5, 1, 1.5, 0.5, 1, 1.5]"]) == 0
+    assert err.startswith("ebms train: error: ngram.smoothing: 'modified_kneser_ney' cannot estimate its discounts "
+                          "at order") and "set ngram.discounts=[" in err and err.count("\n") == 1
+    assert main([*args, "ngram.discounts=[0.5, 1, 1.5, 0.5, 1, 1.5, 0.5, 1, 1.5]"]) == 0
     assert main(["eval", str(tmp_path / "runs" / "kd")]) == 0
 
 
@@ -204,7 +204,7 @@ def test_a_transformer_on_one_overlong_line_is_refused_naming_max_length(tmp_pat
     long_line = " ".join(WORDS[i % 5] for i in range(DEFAULT_MAX_LENGTH + 1))
     (tmp_path / "train.txt").write_text("the cat sat\nthe dog ran\n" * 4 + long_line + "\n")
     args = ["train", "data.name=text", f"language.train_path={tmp_path}/train.txt", "model.kind=transformer",
-            "language.embedding_dim=8", "language.hidden=8", "language.layers=1", "language.heads=2",
+            "lm.embedding_dim=8", "lm.hidden=8", "lm.layers=1", "lm.heads=2",
             "train.steps=2", "train.batch_size=2", f"run.out_dir={tmp_path}", "run.progress=false", "--no-eval"]
     assert main(args) == 2
     err = capsys.readouterr().err
@@ -217,11 +217,15 @@ def test_a_transformer_on_one_overlong_line_is_refused_naming_max_length(tmp_pat
 
 
 @pytest.mark.parametrize(("extra", "start"), [
-    (("model.kind=lstm", "language.base_run=runs/none"), "language.base_run: model.kind='lstm'"),
-    (("model.kind=lstm", "objective.kind=earm", "language.earm_start=4"),
-     "language.earm_start: E-ARM is switched on after 4 steps but the run stops at train.steps=4"),
-    (("model.kind=lstm", "language.classes=100"), "language.classes: model.kind='lstm'"),
-    (("model.kind=trf", "language.classes=100000"), "language.classes: exchange clustering sorts the vocabulary's"),
+    (("model.kind=lstm", "residual.base_run=runs/none"),
+     "residual.base_run: the [residual] section is read by data.name = ptb, text, tiny-shakespeare with model.kind = "
+     "residual"),
+    (("model.kind=lstm", "objective.kind=earm", "lm.earm_start=4"),
+     "lm.earm_start: E-ARM is switched on after 4 steps but the run stops at train.steps=4"),
+    (("model.kind=lstm", "trf.classes=100"),
+     "trf.classes: the [trf] section is read by data.name = ptb, text, tiny-shakespeare with model.kind = trf"),
+    (("model.kind=lstm", "lm.heads=2"), "lm.heads: model.kind='lstm' with objective.kind='ml' does not read it"),
+    (("model.kind=trf", "trf.classes=100000"), "trf.classes: exchange clustering sorts the vocabulary's"),
 ])
 def test_settings_that_would_do_nothing_are_one_line_and_exit_2(text: list[str], extra: tuple[str, ...], start: str,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,7 +6,7 @@ and the sha256 of its training sentences as encoded) and records its sha256 in e
 it is now: an edited training file is refused with one line naming its key, an altered
 ``vocab.json`` with one line naming the file. A residual run records its base run's checkpoint in
 ``base.json``: once the base is trained again, resuming, evaluating or sampling the residual run
-is refused with one line naming ``language.base_run`` / ``generation.base_run``.
+is refused with one line naming ``residual.base_run`` / ``generation.base_run``.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ def lm(tmp_path: Path) -> list[str]:
             f"run.out_dir={tmp_path}/runs", "run.progress=false", "train.batch_size=8", "train.checkpoint_every=2"]
 
 
-#: a tiny LSTM (a residual energy reads no language.hidden)
-NET = ["language.embedding_dim=8", "language.layers=1"]
-LSTM = ["model.kind=lstm", *NET, "language.hidden=8"]
+#: a tiny LSTM and a residual energy of the same width (which reads no hidden size)
+LSTM = ["model.kind=lstm", "lm.embedding_dim=8", "lm.layers=1", "lm.hidden=8"]
+NET = ["residual.embedding_dim=8", "residual.layers=1"]
 
 
 def _error(capsys: pytest.CaptureFixture[str]) -> str:
@@ -97,7 +97,7 @@ def test_eval_uses_the_stored_vocabulary_and_refuses_an_altered_one(lm: list[str
 
 def test_a_trf_keeps_its_word_classes(lm: list[str], tmp_path: Path) -> None:
     run = tmp_path / "runs" / "trf"
-    assert main(["train", *lm, "model.kind=trf", "language.classes=3", "language.chains=4", "train.steps=2",
+    assert main(["train", *lm, "model.kind=trf", "trf.classes=3", "trf.chains=4", "train.steps=2",
                  "run.name=trf", "--no-eval"]) == 0
     classes = json.loads((run / "vocab.json").read_text())["classes"]
     _, model, data, _ = load_run(run)
@@ -106,7 +106,7 @@ def test_a_trf_keeps_its_word_classes(lm: list[str], tmp_path: Path) -> None:
 
 def test_a_char_kn_run_keeps_its_vocabulary_with_the_space(lm: list[str], tmp_path: Path) -> None:
     run = tmp_path / "runs" / "kc"
-    assert main(["train", *lm, "model.kind=kn", "language.level=char", "language.smoothing=witten_bell",
+    assert main(["train", *lm, "model.kind=kn", "language.level=char", "ngram.smoothing=witten_bell",
                  "run.name=kc", "--no-eval"]) == 0
     tokens = json.loads((run / "vocab.json").read_text())["tokens"]
     assert " " in tokens and load_run(run)[2].vocab.tokens == tuple(tokens)
@@ -117,8 +117,8 @@ def test_a_text_residual_run_refuses_a_base_trained_again(lm: list[str], tmp_pat
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     """Resuming the base gives it a newer checkpoint: the residual energy was fitted to the old one's samples."""
     base = ["train", *lm, *LSTM, "run.name=base", "--no-eval"]
-    residual = ["train", *lm, *NET, "model.kind=residual", "objective.kind=nce", f"language.base_run={tmp_path}/runs/base",
-                "language.prefix_length=2", "language.horizon=2", "language.negatives=2", "language.joint_samples=4",
+    residual = ["train", *lm, *NET, "model.kind=residual", "objective.kind=nce", f"residual.base_run={tmp_path}/runs/base",
+                "residual.prefix_length=2", "residual.horizon=2", "residual.negatives=2", "residual.joint_samples=4",
                 "run.name=res", "--no-eval"]
     assert main([*base, "train.steps=2"]) == 0
     assert main([*residual, "train.steps=2"]) == 0
@@ -129,7 +129,7 @@ def test_a_text_residual_run_refuses_a_base_trained_again(lm: list[str], tmp_pat
     for argv in (["eval", str(run)], ["sample", str(run), "--n", "2"], [*residual, "train.steps=4", "--resume"]):
         assert main(argv) == 2
         err = _error(capsys)
-        assert err.startswith(f"ebms {argv[0]}: error: language.base_run: the base run '{tmp_path}/runs/base' changed "
+        assert err.startswith(f"ebms {argv[0]}: error: residual.base_run: the base run '{tmp_path}/runs/base' changed "
                               f"since this run was trained: its newest checkpoint is ckpt-000000004.json (step 4), this "
                               f"run was trained against ckpt-000000002.json (step 2)"), err
     assert json.loads((run / "base.json").read_text())["step"] == 2

@@ -1,4 +1,4 @@
-"""Private: a residual run's base run (``generation.base_run`` / ``language.base_run``).
+"""Private: a residual run's base run (``generation.base_run`` / ``residual.base_run``).
 
 A residual EBM is trained against samples of a frozen base LM, the newest checkpoint of another
 run folder (:func:`open_base`). The residual run records that checkpoint in its run file
@@ -34,7 +34,7 @@ def base_run_config(run: str | None, key: str = "generation.base_run", data: str
     if not path.is_file():
         raise ConfigError(f"{key}: {str(run)!r} is not a run folder (no config.toml); train a base first "
                           f"(model.kind = 'transformer' or 'lstm' on {data})")
-    return load_config(path)
+    return load_config(path, stored=True)
 
 
 def open_base(run: str | None, key: str) -> tuple[Config, nn.Module, Any, Any]:

@@ -124,20 +124,22 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     raise ConfigError(f"{key}: unsupported type {_type_name(tp)}")
 
 
-def _fill(obj: Any, table: dict[str, Any], prefix: str) -> None:
-    """Set the keys of one section ``obj`` from ``table``; an old spelling names its new key."""
+def _fill(obj: Any, table: dict[str, Any], prefix: str, kind: str | None) -> None:
+    """Set the keys of one section ``obj`` from ``table``; an old spelling names its new key (for the
+    ``model.kind`` ``kind``, when known)."""
     hints = get_type_hints(type(obj))
     for k, v in table.items():
         if k not in hints:
             from ebms.cli.tasks import moved_message
 
-            moved = moved_message(f"{prefix}{k}")
+            moved = moved_message(f"{prefix}{k}", kind)
             raise ConfigError(moved or f"{prefix}{k}: unknown key{key_hint(prefix[:-1], k)}")
         setattr(obj, k, _coerce(v, hints[k], f"{prefix}{k}"))
 
 
-def fill_config(cfg: Config, table: dict[str, Any]) -> None:
-    """Set ``cfg`` from a TOML table of sections (``{"train": {"steps": 500}, ...}``)."""
+def fill_config(cfg: Config, table: dict[str, Any], *, kind: str | None = None) -> None:
+    """Set ``cfg`` from a TOML table of sections (``{"train": {"steps": 500}, ...}``); ``kind``: the
+    ``model.kind`` the config will have, which a key that moved by model kind names the home of."""
     names = list(section_types())
     for k, v in table.items():
         if k not in names:  # a key without its section first, then a misspelt section, then a misspelt key
@@ -146,7 +148,7 @@ def fill_config(cfg: Config, table: dict[str, Any]) -> None:
             raise ConfigError(f"{k}: unknown key{hint}")
         if not isinstance(v, dict):
             raise ConfigError(f"{k}: expected a table [{k}]; got {v!r}")
-        _fill(cfg.section(k), v, f"{k}.")
+        _fill(cfg.section(k), v, f"{k}.", kind)
 
 
 def _parse_value(text: str, key: str) -> Any:
@@ -159,8 +161,8 @@ def _parse_value(text: str, key: str) -> Any:
                           f"stop at 2^63 - 1)") from None
 
 
-def apply_overrides(cfg: Config, overrides: list[str] | tuple[str, ...]) -> Config:
-    """Apply ``section.key=value`` strings in order."""
+def apply_overrides(cfg: Config, overrides: list[str] | tuple[str, ...], *, kind: str | None = None) -> Config:
+    """Apply ``section.key=value`` strings in order (``kind``: as for :func:`fill_config`)."""
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r}: expected section.key=value, e.g. train.steps=500")
@@ -175,17 +177,18 @@ def apply_overrides(cfg: Config, overrides: list[str] | tuple[str, ...]) -> Conf
         if len(parts) == 1:
             hint = bare_key_hint(parts[0], text.strip()) or f"; valid sections: {', '.join(section_types())}"
             raise ConfigError(f"override {item!r}: expected section.key=value{hint}")
-        fill_config(cfg, nested)
+        fill_config(cfg, nested, kind=kind)
     return cfg
 
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:
-    """Plain nested dict (for JSON / TOML output): the shared sections and the section of the
-    task that serves ``cfg`` (another task's section is not part of the run)."""
+    """Plain nested dict (for JSON / TOML output): the shared sections and the sections of the
+    task that serves ``cfg`` (:meth:`~ebms.cli.tasks.Task.sections`; another task's section is not
+    part of the run)."""
     from ebms.cli.tasks import task_for
 
     task = task_for(cfg)
-    names = [*CORE_SECTIONS, *([task.section] if task is not None and task.section else [])]
+    names = [*CORE_SECTIONS, *(task.sections() if task is not None else [])]
     return {name: dataclasses.asdict(cfg.section(name)) for name in names}
 
 

@@ -2,21 +2,21 @@
 :class:`TextResidualTask` and :class:`TextElectricTask`, registered for their ``model.kind``.
 
 * ``model.kind = "residual"`` (``objective.kind = "nce"``): a residual EBM
-  (:class:`~ebms.models.ResidualLM`) on the frozen base LM of the run folder ``language.base_run``
+  (:class:`~ebms.models.ResidualLM`) on the frozen base LM of the run folder ``residual.base_run``
   (an ``lstm`` or ``transformer`` run on the same text; the residual run encodes its sentences
   with the base run's stored vocabulary, and records the base's checkpoint in ``base.json``: a
   base trained again since is refused, :func:`ebms.cli._base_run.check_base`), a :class:`~ebms.nets.TextEnergy`
-  (``language.energy``, width ``embedding_dim``, ``layers``, ``heads``), horizon ``language.horizon``.
-  Each sentence longer than ``language.prefix_length`` gives a (prefix, continuation) pair
+  (``residual.energy``, width ``embedding_dim``, ``layers``, ``heads``), horizon ``residual.horizon``.
+  Each sentence longer than ``residual.prefix_length`` gives a (prefix, continuation) pair
   (:func:`~ebms.data.text.continuation_pairs`); training is :class:`~ebms.objectives.ResidualNCE`
-  against ``objective.nu`` of ``language.negatives`` cached base draws per prefix. ``eval``: per
+  against ``objective.nu`` of ``residual.negatives`` cached base draws per prefix. ``eval``: per
   held-out split, the base's exact perplexity of the true continuations and the joint model's
-  ``[lower, upper]`` from ``language.joint_samples`` base draws per prefix; ``sample``: held-out
+  ``[lower, upper]`` from ``residual.joint_samples`` base draws per prefix; ``sample``: held-out
   prefixes continued by top-k joint sampling.
 * ``model.kind = "electric"`` (``objective.kind = "nce"``): the Electric cloze model
   (:class:`~ebms.models.ElectricCloze`, width ``embedding_dim``, ``layers``, ``heads``) with a
   :class:`~ebms.nets.TwoTowerCloze` noise of the same sizes trained jointly by
-  :class:`~ebms.objectives.ElectricNCE` (``language.mask_rate``). ``eval``: per held-out split, the
+  :class:`~ebms.objectives.ElectricNCE` (``electric.mask_rate``). ``eval``: per held-out split, the
   one-pass pseudo-log-likelihood per token (a score: the model is only trained towards
   self-normalisation), the noise's (normalised) one, and how often the model prefers each sentence
   over the same sentence with one token replaced at random (:func:`~ebms.data.text.replace_one_token`);
@@ -27,17 +27,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import Tensor, nn
 
 from ebms.cli._base_run import BASE_FILE, base_record, base_run_config, check_base, open_base
+from ebms.cli._config_rules import COUNT, FRACTION, Rule
 from ebms.cli._language_data import LanguageData, load_language_data
 from ebms.cli.config import Config, ConfigError
 from ebms.cli.generation import EVAL_SEED_OFFSET, residual_batches
-from ebms.cli.language import LanguageTask, LSTMTask
-from ebms.cli.tasks import check_batch_size, register, task_for
+from ebms.cli.language import NET_RULES, PATH, LanguageTask, LSTMTask, net_keys
+from ebms.cli.tasks import Section, check_batch_size, register, task_for
 from ebms.data.text import continuation_pairs, replace_one_token
 from ebms.estimators.residual_log_z import residual_perplexity
 from ebms.models.electric import ElectricCloze
@@ -50,7 +51,42 @@ from ebms.samplers.joint_resampling import join_rows, top_k_joint_sample
 from ebms.sequences import Sequences
 from ebms.train.run_files import dump_json
 
-__all__ = ["SAME_VOCABULARY", "ElectricReport", "TextElectricTask", "TextResidualReport", "TextResidualTask"]
+__all__ = ["ELECTRIC", "RESIDUAL", "SAME_VOCABULARY", "ElectricReport", "ElectricSettings", "ResidualSettings",
+           "TextElectricTask", "TextResidualReport", "TextResidualTask"]
+
+
+@dataclass
+class ResidualSettings:
+    """``[residual]``: a residual EBM on a corpus: its base run, pairs, energy and negatives (module docstring)."""
+
+    base_run: str | None = None
+    prefix_length: int = 10
+    horizon: int = 6
+    energy: str = "bilstm"
+    embedding_dim: int = 256
+    layers: int = 2
+    heads: int = 4
+    dropout: float = 0.0
+    negatives: int = 16
+    joint_samples: int = 100
+
+
+@dataclass
+class ElectricSettings:
+    """``[electric]``: the Electric cloze model's sizes and mask rate (module docstring)."""
+
+    embedding_dim: int = 256
+    layers: int = 2
+    heads: int = 4
+    dropout: float = 0.0
+    mask_rate: float = 0.15
+
+
+_NET_RULES = {k: r for k, r in NET_RULES.items() if k != "hidden"}  # a text energy's width is embedding_dim
+RESIDUAL = Section(ResidualSettings, {"base_run": PATH, "prefix_length": COUNT, "horizon": COUNT,
+                                      "energy": Rule(choices=("bilstm", "transformer")), **_NET_RULES,
+                                      "negatives": COUNT, "joint_samples": COUNT})
+ELECTRIC = Section(ElectricSettings, {**_NET_RULES, "mask_rate": FRACTION})
 
 #: keys that fix a language run's vocabulary: a residual run must have its base run's values.
 SAME_VOCABULARY = ("data.name", "data.root", "language.level", "language.lower", "language.sentence_split",
@@ -66,14 +102,20 @@ class _NCETextTask(LanguageTask):
     """A text kind trained by ``nce`` alone, with a Transformer that needs ``heads`` to divide its width."""
 
     trained_by = ("nce",)
+    #: its own section: ``"residual"`` or ``"electric"``.
+    own: ClassVar[str] = ""
+
+    def own_settings(self, cfg: Config) -> Any:
+        """Its own section of ``cfg`` (``[residual]``, ``[electric]``)."""
+        return cfg.sections[self.own]
 
     def check_kind(self, cfg: Config) -> None:
-        s = self.settings(cfg)
+        s, own = self.own_settings(cfg), self.own
         if cfg.objective.kind not in self.trained_by:
             raise ConfigError(f"objective.kind: model.kind={cfg.model.kind!r} is trained by 'nce'; got "
                               f"{cfg.objective.kind!r}")
-        if "heads" in self.reads(cfg) and s.embedding_dim % s.heads:
-            raise ConfigError(f"language.heads: expected a divisor of language.embedding_dim={s.embedding_dim}; got {s.heads}")
+        if f"{own}.heads" in self.reads(cfg) and s.embedding_dim % s.heads:
+            raise ConfigError(f"{own}.heads: expected a divisor of {own}.embedding_dim={s.embedding_dim}; got {s.heads}")
 
 
 @dataclass(frozen=True)
@@ -93,26 +135,33 @@ class TextResidualTask(_NCETextTask):
     """``model.kind = "residual"`` on a corpus (module docstring)."""
 
     model_kinds = ("residual",)
-    keys = ("base_run", "prefix_length", "horizon", "energy", "embedding_dim", "layers", "dropout", "negatives",
-            "joint_samples")
+    own = "residual"
+    more_sections: ClassVar[dict[str, Section]] = {"residual": RESIDUAL}
+    keys = ("residual.base_run", "residual.prefix_length", "residual.horizon", "residual.energy",
+            *net_keys("residual", "embedding_dim", "layers", "dropout"), "residual.negatives", "residual.joint_samples")
+    optional_keys: ClassVar[dict[str, str]] = {"residual.heads": "model.kind = residual with residual.energy = "
+                                                                 "'transformer'"}
     bounded_length = False
+
+    def own_settings(self, cfg: Config) -> ResidualSettings:
+        return cast(ResidualSettings, cfg.sections["residual"])
 
     def reads(self, cfg: Config) -> set[str]:
         """:attr:`keys`, and ``heads`` with a Transformer energy."""
-        return {*super().reads(cfg), *(("heads",) if self.settings(cfg).energy == "transformer" else ())}
+        return {*super().reads(cfg), *(("residual.heads",) if self.own_settings(cfg).energy == "transformer" else ())}
 
     def check_kind(self, cfg: Config) -> None:
-        s = self.settings(cfg)
+        s = self.own_settings(cfg)
         super().check_kind(cfg)
         if s.base_run is None:
-            raise ConfigError("language.base_run: a residual model corrects a trained base LM; expected its run "
+            raise ConfigError("residual.base_run: a residual model corrects a trained base LM; expected its run "
                               "folder (e.g. runs/char-lstm-shakespeare); got none")
         if cfg.objective.nu != int(cfg.objective.nu):
             raise ConfigError(f"objective.nu: expected a whole number >= 1 of negatives per prefix; got "
                               f"{cfg.objective.nu}")
-        b = base_run_config(s.base_run, "language.base_run", "data.name = ptb, tiny-shakespeare or text")
+        b = base_run_config(s.base_run, "residual.base_run", "data.name = ptb, tiny-shakespeare or text")
         if not isinstance(task_for(b), LSTMTask):  # an lstm or transformer on a language corpus
-            raise ConfigError(f"language.base_run: {s.base_run!r} holds a {b.model.kind!r} run on data.name="
+            raise ConfigError(f"residual.base_run: {s.base_run!r} holds a {b.model.kind!r} run on data.name="
                               f"{b.data.name!r}; expected an 'lstm' or 'transformer' run on a language corpus")
         for key in SAME_VOCABULARY:
             if _value(cfg, key) != _value(b, key):
@@ -123,14 +172,14 @@ class TextResidualTask(_NCETextTask):
     def read(self, cfg: Config, stored: Mapping[str, bytes] | None) -> LanguageData:
         """The base run (its newest checkpoint, unchanged since this run was trained when ``stored`` is
         given) and this run's sentences encoded with the base run's vocabulary (or the stored one)."""
-        s = self.settings(cfg)
-        _, base, base_data, ckpt = open_base(s.base_run, "language.base_run")
+        s = self.own_settings(cfg)
+        _, base, base_data, ckpt = open_base(s.base_run, "residual.base_run")
         record = base_record(ckpt)
         if stored:
-            check_base(stored, record, "language.base_run", s.base_run)
+            check_base(stored, record, "residual.base_run", s.base_run)
         data = load_language_data(cfg, stored, vocab=base_data.vocab)
         if data.vocab != base_data.vocab:
-            raise ConfigError(f"language.base_run: the base run {s.base_run!r} has a vocabulary of "
+            raise ConfigError(f"residual.base_run: the base run {s.base_run!r} has a vocabulary of "
                               f"{len(base_data.vocab)} tokens, this run's stored one has {len(data.vocab)}: the energy "
                               f"and the base would read token ids differently; train this run again (--overwrite)")
         data.cache["base"], data.cache["base_record"] = base, record
@@ -141,12 +190,12 @@ class TextResidualTask(_NCETextTask):
         return {**super().run_files(cfg, data), BASE_FILE: dump_json(data.cache["base_record"])}
 
     def build_model(self, cfg: Config, data: Any) -> ResidualLM:
-        s = self.settings(cfg)
+        s = self.own_settings(cfg)
         base = data.cache["base"]  # loaded by load()
         longest = getattr(base, "max_length", None)
         if longest is not None and s.prefix_length + s.horizon > longest:
-            raise ConfigError(f"language.horizon: the base covers {longest} tokens; language.prefix_length="
-                              f"{s.prefix_length} + language.horizon={s.horizon} is more: lower them")
+            raise ConfigError(f"residual.horizon: the base covers {longest} tokens; residual.prefix_length="
+                              f"{s.prefix_length} + residual.horizon={s.horizon} is more: lower them")
         energy = TextEnergy(len(data.vocab), kind=s.energy, dim=s.embedding_dim, layers=s.layers, heads=s.heads,
                             dropout=s.dropout)
         return ResidualLM(base, energy, horizon=s.horizon)
@@ -155,23 +204,23 @@ class TextResidualTask(_NCETextTask):
         return ResidualNCE(nu=int(cfg.objective.nu))
 
     def _pairs(self, cfg: Config, x: Sequences, what: str) -> tuple[Sequences, Sequences]:
-        s = self.settings(cfg)
+        s = self.own_settings(cfg)
         prefix, cont = continuation_pairs(x, s.prefix_length, s.horizon)
         if prefix.batch_size == 0:
-            raise ConfigError(f"language.prefix_length: no {what} sentence is longer than {s.prefix_length} tokens; "
+            raise ConfigError(f"residual.prefix_length: no {what} sentence is longer than {s.prefix_length} tokens; "
                               f"lower it")
         return prefix, cont
 
     def training_data(self, cfg: Config, data: Any) -> Any:
         """``ResidualNCE.pack`` batches of training pairs with ``objective.nu`` cached base draws of each prefix."""
-        s = self.settings(cfg)
+        s = self.own_settings(cfg)
         prefix, cont = self._pairs(cfg, data.train, "training")
-        check_batch_size(cfg, prefix.batch_size, f"training sentences longer than language.prefix_length="
+        check_batch_size(cfg, prefix.batch_size, f"training sentences longer than residual.prefix_length="
                                                  f"{s.prefix_length}")
         return residual_batches(cfg, data.cache["base"], prefix, cont, s.negatives, s.horizon)
 
     def evaluate(self, cfg: Config, model: Any, data: Any, step: int, *, use_ais: bool) -> TextResidualReport:
-        s, out = self.settings(cfg), {}
+        s, out = self.own_settings(cfg), {}
         g = torch.Generator().manual_seed(cfg.run.seed + EVAL_SEED_OFFSET)
         for split, x in data.held_out.items():
             prefix, cont = self._pairs(cfg, x, split)
@@ -183,7 +232,7 @@ class TextResidualTask(_NCETextTask):
 
     def draw(self, cfg: Config, model: Any, data: Any, n: int, steps: int | None, generator: torch.Generator) -> Tensor:
         """``n`` held-out prefixes (cycled) each continued by top-k joint sampling, as token rows."""
-        s = self.settings(cfg)
+        s = self.own_settings(cfg)
         x = data.held_out.get("test", data.held_out.get("valid", data.train))
         prefix, _ = self._pairs(cfg, x, "held-out")
         prefix = prefix[torch.arange(n) % prefix.batch_size]
@@ -216,16 +265,21 @@ class TextElectricTask(_NCETextTask):
     """``model.kind = "electric"`` on a corpus (module docstring)."""
 
     model_kinds = ("electric",)
-    keys = ("embedding_dim", "layers", "heads", "dropout", "mask_rate")
+    own = "electric"
+    more_sections: ClassVar[dict[str, Section]] = {"electric": ELECTRIC}
+    keys = (*net_keys("electric", "embedding_dim", "layers", "heads", "dropout"), "electric.mask_rate")
+
+    def own_settings(self, cfg: Config) -> ElectricSettings:
+        return cast(ElectricSettings, cfg.sections["electric"])
 
     def build_model(self, cfg: Config, data: Any) -> ElectricCloze:
-        s, V = self.settings(cfg), len(data.vocab)
+        s, V = self.own_settings(cfg), len(data.vocab)
         noise = TwoTowerCloze(V, dim=s.embedding_dim, layers=s.layers, heads=s.heads, dropout=s.dropout)
         return ElectricCloze(V, dim=s.embedding_dim, layers=s.layers, heads=s.heads, dropout=s.dropout,
                              max_length=data.max_length, noise=noise)
 
     def build_objective(self, cfg: Config, data: Any) -> nn.Module:
-        return ElectricNCE(mask_rate=self.settings(cfg).mask_rate)
+        return ElectricNCE(mask_rate=self.own_settings(cfg).mask_rate)
 
     def evaluate(self, cfg: Config, model: Any, data: Any, step: int, *, use_ais: bool) -> ElectricReport:
         g, out, V = torch.Generator().manual_seed(cfg.run.seed + EVAL_SEED_OFFSET), {}, len(data.vocab)

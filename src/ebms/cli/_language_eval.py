@@ -4,7 +4,7 @@
   :func:`ebms.models.lm.perplexity` (``</s>`` counted as a token).
 * TRFs: :func:`ebms.metrics.trf_perplexity` on the test split, with the normalisers estimated in
   training (:math:`\\zeta`) and re-estimated now for the test set's lengths, by importance sampling
-  (:func:`ebms.estimators.importance_log_z_per_length`, ``language.logz_samples`` draws per length)
+  (:func:`ebms.estimators.importance_log_z_per_length`, ``trf.logz_samples`` draws per length)
   or, with ``--ais``, by AIS (:func:`ebms.estimators.ais_log_z_per_length`, ``eval.ais_chains``
   chains per length, ``eval.ais_temperatures`` linear steps, the training kernel without jumps);
   the proposal is the training unigram at each length (``NGram(order=1, end=False)``). When the
@@ -73,7 +73,7 @@ def _row(r: PerplexityRow) -> dict[str, Any]:
 
 def trf_report(cfg: Config, model: Any, data: LanguageData, step: int, *, kernel: Any, use_ais: bool) -> LanguageReport:
     """The test perplexity of a TRF with training and re-estimated normalisers (module docstring)."""
-    s = cfg.sections["language"]
+    s = cfg.sections["trf"]
     x = data.held_out["test"]
     batches = sentence_batches(x, EVAL_BATCH, shuffle=False)
     V, L = len(data.vocab), model.max_length

@@ -1,7 +1,7 @@
 """Private: refuse a task-section key that the chosen ``model.kind`` / ``objective.kind`` never reads.
 
 A key of a task's own section set away from its default but not read by the configured model
-would be ignored without a word (``language.hidden`` on a residual run, ``tagging.features`` on
+would be ignored without a word (``trf.hidden`` on a discrete ``trf`` run, ``tagging.features`` on
 a BiLSTM-CRF, ``jrf.alpha`` with the supervised objective). Each task says which of its keys the
 configuration in hand reads; :func:`refuse_unread` names the first other key that is set, with
 the kinds that do read it. (Keys of *other* tasks' sections are refused by

@@ -194,16 +194,15 @@ def size_keys(cfg: Config, stage: str = "train") -> tuple[str, ...]:
 
     A task may declare them (a method ``sizes(cfg) -> {"train": (...), "eval": (...)}``); otherwise
     they are ``train.batch_size`` (training) or ``data.n_test`` (evaluation) and the keys of the
-    task's section named like sizes (:data:`SIZE_NAMES`, :data:`EVAL_SIZE_NAMES`).
+    task's sections named like sizes (:data:`SIZE_NAMES`, :data:`EVAL_SIZE_NAMES`).
     """
     task = task_for(cfg)
     declared = task.sizes(cfg) if callable(getattr(task, "sizes", None)) else None  # type: ignore[union-attr]
     if isinstance(declared, dict) and stage in declared:
         return tuple(declared[stage])
     names = SIZE_NAMES if stage == "train" else EVAL_SIZE_NAMES
-    own = []
-    if task is not None and task.section and task.settings_type is not None:
-        own = [f"{task.section}.{f.name}" for f in dataclasses.fields(task.settings_type) if f.name in names]
+    own = [] if task is None else [f"{name}.{f.name}" for name, s in task.sections().items()
+                                   for f in dataclasses.fields(s.settings_type) if f.name in names]
     return ("train.batch_size" if stage == "train" else "data.n_test", *own)
 
 
@@ -346,12 +345,12 @@ def _served_by(task: Task[Any], kind: str, kinds: Callable[[Task[Any]], tuple[st
 def _check_other_sections(cfg: Config, task: Task[Any]) -> None:
     """A key of another task's section set away from its default would be ignored: refuse it."""
     for section, settings_type in task_sections().items():
-        if section == task.section:
+        if section in task.sections():
             continue
         mine, default = dataclasses.asdict(cfg.section(section)), dataclasses.asdict(settings_type())
         for key in mine:
             if mine[key] != default[key]:
-                names, kinds = section_readers(section)
+                names, kinds = section_readers(section, cfg.data.name)
                 only = f" with model.kind = {', '.join(kinds)}" if kinds else ""
                 raise ConfigError(f"{section}.{key}: the [{section}] section is read by data.name = "
                                   f"{', '.join(names)}{only}; this run has {task.describe(cfg)}")

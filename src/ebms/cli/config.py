@@ -3,7 +3,8 @@
 A config file has one table per section: the shared ones (``[run]``, ``[data]``, ``[model]``,
 ``[sampler]``, ``[objective]``, ``[train]``, ``[eval]``) and the section of the task that
 ``data.name`` selects (``[toy]``, ``[images]``, ``[tagging]``, ``[speech]``; see
-:mod:`ebms.cli.tasks`), which holds the keys only that task reads. Every key is typed;
+:mod:`ebms.cli.tasks`), which holds the keys only that task reads (a language model kind reads its
+own beside ``[language]``: ``[ngram]``, ``[lm]``, ``[trf]``, ``[residual]``, ``[electric]``). Every key is typed;
 unknown keys, wrong types and missing files raise :class:`ConfigError` with a
 one-line message and, where possible, a suggestion::
 
@@ -106,14 +107,28 @@ def _apply_task_defaults(cfg: Config, explicit: set[str]) -> None:
             setattr(cfg.section(section), name, _coerce(value, hints[key], key))
 
 
+def _planned_kind(table: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> str | None:
+    """The ``model.kind`` that ``overrides`` (the last one) or ``table`` sets: the home a moved key names."""
+    given = [o.partition("=")[2].strip().strip("'\"") for o in overrides if o.partition("=")[0].strip() == "model.kind"]
+    model = table.get("model")
+    kind = given[-1] if given else model.get("kind") if isinstance(model, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
 #: keys holding a path; a relative one is made absolute when the config is loaded, so the run's
 #: ``config.toml`` means the same file from any folder.
 PATH_KEYS = ("data.path", "data.root", "language.train_path", "language.valid_path", "language.test_path",
-             "generation.base_run", "language.base_run")
+             "generation.base_run", "residual.base_run")
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (), *,
+                stored: bool = False) -> Config:
     """Defaults, then the TOML file (if given), then ``key=value`` overrides; then checked.
+
+    With ``stored``, the file is a run folder's ``config.toml``: keys written before they moved by model
+    kind are read in their new spelling (:func:`~ebms.cli.tasks.stored_spelling`); in a file or an
+    override from the user, an old spelling is a one-line error naming the new key for the config's
+    ``model.kind``.
 
     The defaults of the task serving the config (``model.kind``, ``objective.kind``, ...; see
     :meth:`ebms.cli.tasks.Task.default_settings`) replace the generic ones for every key that
@@ -123,13 +138,17 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     Raises:
         ConfigError: an unreadable file, an unknown key, a wrong type or a value outside its rule.
     """
+    from ebms.cli.tasks import stored_spelling
+
     cfg = Config()
     explicit: set[str] = set()
-    if path is not None:
-        table = read_toml(path)
-        fill_config(cfg, table)
-        explicit |= _dotted(table)
-    apply_overrides(cfg, overrides)
+    table = {} if path is None else read_toml(path)
+    if stored:
+        table = stored_spelling(table)
+    kind = _planned_kind(table, overrides)
+    fill_config(cfg, table, kind=kind)
+    explicit |= _dotted(table)
+    apply_overrides(cfg, overrides, kind=kind)
     explicit |= {item.split("=", 1)[0].strip() for item in overrides}
     _apply_task_defaults(cfg, explicit)
     check_values(cfg)

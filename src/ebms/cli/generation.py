@@ -37,7 +37,7 @@ sentences, refused when this ebms draws other ones) and a residual run ``base.js
 run's checkpoint it was trained against (file, step, sha256 of its weights and identity). A
 resume, ``eval`` or ``sample`` of a residual run whose base run was trained again since (to
 other weights or another step) is refused with one line naming ``generation.base_run`` (or
-``language.base_run``): the energy was fitted against the old base's samples
+``residual.base_run``): the energy was fitted against the old base's samples
 (:mod:`ebms.cli._base_run`). A key of ``[generation]`` set away from its default that the
 configured kind does not read is refused (each kind's :attr:`GenerationTask.keys`). Each ``model.kind`` is
 a :class:`GenerationTask` subclass registered for it: :class:`TransformerAdditionTask`,

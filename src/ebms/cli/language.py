@@ -7,43 +7,50 @@ text with ``language.sentence_split``). Tokens are words or characters (``langua
 vocabulary keeps training tokens seen ``language.min_count`` times (at most ``max_vocab``), else ``<unk>``. ``language.max_length`` leaves longer training sentences out and bounds the TRF's
 lengths and the Transformer's positions (unset: the longest training sentence, refused above
 1,024 tokens for the kinds that grow with it: :data:`ebms.cli._language_data.DEFAULT_MAX_LENGTH`).
+Those keys (:data:`DATA_KEYS`) are the ``[language]`` section; each ``model.kind`` reads its own section
+beside it (issue 25): ``[ngram]`` (``kn``), ``[lm]`` (``lstm``, ``transformer``), ``[trf]`` (the TRFs, which
+also read ``[ngram]``'s smoothing and discounts for the KN n-grams they fit), ``[residual]``, ``[electric]``.
+A key spelled ``language.KEY`` as before is refused naming the kind's new key (:meth:`LanguageTask.kind_moves`,
+:func:`ebms.cli.tasks.moved_message`); a run folder's ``config.toml`` written before is read in the new
+spelling (:func:`ebms.cli.tasks.stored_spelling`).
 
 ``model.kind`` and ``objective.kind``:
 
-* ``kn``: :class:`~ebms.distributions.BackoffNGram` of order ``language.order`` with ``language.smoothing``,
+* ``kn``: :class:`~ebms.distributions.BackoffNGram` of order ``ngram.order`` with ``ngram.smoothing``,
   fitted by counting (no optimizer steps; ``objective.kind = "ml"``); the run folder gets ``model.arpa``
   (SRILM/KenLM format; whitespace tokens written ``<U+0020>``, as :meth:`BackoffNGram.to_arpa` does) and
-  ``vocab.txt``. Kneser–Ney's discounts come from the counts-of-counts unless ``language.discounts``
+  ``vocab.txt``. Kneser–Ney's discounts come from the counts-of-counts unless ``ngram.discounts``
   gives them: one per order, or three (``D1, D2, D3+``) per order for modified KN, lowest order first.
-* ``lstm`` / ``transformer``: :class:`~ebms.models.lm.LSTMLM` (``embedding_dim``, ``hidden`` units,
+* ``lstm`` / ``transformer``: :class:`~ebms.models.lm.LSTMLM` (``lm.embedding_dim``, ``hidden`` units,
   ``layers``, ``dropout``, ``tie_weights``) / :class:`~ebms.models.lm.TransformerLM` (width
   ``embedding_dim``, ``heads``, ``layers``, feed-forward ``hidden``), trained with
   :class:`~ebms.objectives.AutoregressiveNLL` (``ml``) under the Trainer.
-* ``trf`` (discrete n-gram features of ``language.features`` up to ``language.order`` over ``<s> x </s>``,
-  every observed one, or with ``language.feature_cutoffs = "source"`` the source's (word 4-grams and
+* ``trf`` (discrete n-gram features of ``trf.features`` up to ``trf.order`` over ``<s> x </s>``,
+  every observed one, or with ``trf.feature_cutoffs = "source"`` the source's (word 4-grams and
   word skip features seen twice: :func:`~ebms.models.trf.templates.source_cutoffs`; ``feature_boundaries =
   "source"``: only n-gram windows read ``<s>``/``</s>``, never both); exchange word classes when
-  ``language.classes > 0``), ``trf-cnn`` / ``trf-bilstm`` (:class:`~ebms.models.trf.Hidden2Scalar`
-  with ``embedding_dim``, ``hidden``, ``layers``): a :class:`~ebms.models.trf.TRF` trained by AugSA
-  (``ml``: ``language.chains`` chains of the trans-dimensional sampler, ``trials`` trials,
+  ``trf.classes > 0``), ``trf-cnn`` / ``trf-bilstm`` (:class:`~ebms.models.trf.Hidden2Scalar`
+  with ``trf.embedding_dim``, ``hidden``, ``layers``): a :class:`~ebms.models.trf.TRF` trained by AugSA
+  (``ml``: ``trf.chains`` chains of the trans-dimensional sampler, ``trials`` trials,
   ``sampler.sweeps`` sweeps, in ``chain_groups`` seeded blocks stepped by ``workers`` processes: a
-  speed setting; ``trf`` only: ``language.scan = "colored"`` moves the positions farther apart than the
-  features reach in one call), NCE (``nce``: noise a KN n-gram of order ``language.noise_order``, ``objective.nu``
-  draws per sentence) or dynamic NCE (``dnce``: noise an LSTM of ``language.noise_hidden`` units).
-  AugSA's :math:`\\zeta` moves at ``SAGain(language.zeta_tc, zeta_beta, zeta_t0)`` (default ``(0, 0.6, 500)``).
-  ``language.feature_scaling`` (``trf``, ``train.optimizer = "sgd"``; recipe ``trf-ptb``): the authors' update,
+  speed setting; ``trf`` only: ``trf.scan = "colored"`` moves the positions farther apart than the
+  features reach in one call), NCE (``nce``: noise a KN n-gram of order ``trf.noise_order``, ``objective.nu``
+  draws per sentence) or dynamic NCE (``dnce``: noise an LSTM of ``trf.noise_hidden`` units).
+  AugSA's :math:`\\zeta` moves at ``SAGain(trf.zeta_tc, zeta_beta, zeta_t0)`` (default ``(0, 0.6, 500)``).
+  ``trf.feature_scaling`` (``trf``, ``train.optimizer = "sgd"``; recipe ``trf-ptb``): the authors' update,
   the whole training set's feature means as AugSA's data term, :class:`~ebms.train.ScaledSGD` (gradients over each
-  feature's within-length variance, ``train.weight_decay`` as L2, steps of at most ``language.step_clip``).
+  feature's within-length variance, ``train.weight_decay`` as L2, steps of at most ``trf.step_clip``).
 
-``lstm``/``transformer`` with ``earm``: :class:`~ebms.objectives.EARM` (``language.earm_weight``, ``earm_start``,
+``lstm``/``transformer`` with ``earm``: :class:`~ebms.objectives.EARM` (``lm.earm_weight``, ``earm_start``,
 ``earm_truncate``). ``residual``, ``electric``: residual EBMs and Electric (:mod:`ebms.cli._generation_text`).
 Each ``model.kind`` is a :class:`LanguageTask` subclass registered for it: :class:`NGramTask`, :class:`LSTMTask`,
 :class:`TransformerTask` here, the TRFs in :mod:`ebms.cli._language_trf`, residual and Electric in
 :mod:`ebms.cli._generation_text`.
 
 Every run keeps its vocabulary (``vocab.json``, with ``L`` and ``trf``'s word classes) for ``eval``, ``sample``,
-a resume and a residual run; changed training text is refused (:mod:`ebms.cli._language_data`). A key of ``[language]`` set away from its default that the
-configured ``model.kind``/``objective.kind`` does not read is refused (each kind's :attr:`LanguageTask.keys`).
+a resume and a residual run; changed training text is refused (:mod:`ebms.cli._language_data`). A key of the kind's sections set away from its
+default that the configured ``model.kind``/``objective.kind`` does not read is refused (each kind's
+:attr:`LanguageTask.keys`); a key of another kind's section, as any other task's (:func:`ebms.cli.build.validate_config`).
 
 ``eval``: exact perplexity of the normalised models; a TRF's with training :math:`\\zeta` and re-estimated,
 with its interval (:mod:`ebms.cli._language_eval`). ``sample``: sentences, printed and written as text
@@ -54,41 +61,43 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import Tensor, nn
 
-from ebms.cli._config_rules import COUNT, DROPOUT, FRACTION, NONNEG, POS, Rule
+from ebms.cli._config_rules import COUNT, DROPOUT, NONNEG, POS, Rule
 from ebms.cli._language_data import VOCAB_FILE, LanguageData, load_language_data, vocabulary_file
 from ebms.cli._language_eval import normalised_report
 from ebms.cli._unread_keys import refuse_unread
 from ebms.cli.config import Config, ConfigError, ModelConfig
-from ebms.cli.tasks import Task, check_batch_size, register, registered
+from ebms.cli.tasks import Section, Task, check_batch_size, register, registered
 from ebms.data.text import length_windows
 from ebms.distributions import BackoffNGram
 from ebms.errors import CheckpointError, DiscountError
 from ebms.models.lm import LSTMLM, TransformerLM
-from ebms.models.trf import TEMPLATE_GROUPS, WordClasses
+from ebms.models.trf import WordClasses
 from ebms.objectives import EARM, AutoregressiveNLL
-from ebms.samplers.trans_dimensional import SCANS
 from ebms.sequences import Sequences
 
-__all__ = ["DATA_KEYS", "LSTMTask", "LanguageSettings", "LanguageTask", "NGramTask", "TransformerTask", "readers"]
+__all__ = ["DATA_KEYS", "LM", "LMSettings", "LSTMTask", "LanguageSettings", "LanguageTask", "NET_RULES", "NGRAM",
+           "NGramSettings", "NGramTask", "TransformerTask", "net_keys", "readers"]
 
 SMOOTHINGS = ("modified_kneser_ney", "kneser_ney", "witten_bell", "add_k")
-#: ``language.feature_cutoffs`` / ``feature_boundaries``: every observed feature / window, or the source's.
+#: ``trf.feature_cutoffs`` / ``feature_boundaries``: every observed feature / window, or the source's.
 FEATURE_CUTOFFS, FEATURE_BOUNDARIES = ("none", "source"), ("all", "source")
 KN_SMOOTHINGS = ("modified_kneser_ney", "kneser_ney")
 #: ``[language]`` keys every kind reads: the text, its vocabulary and ``L``.
 DATA_KEYS = ("level", "lower", "sentence_split", "train_path", "valid_path", "test_path", "limit", "min_count",
              "max_vocab", "max_length")
-_NET = ("embedding_dim", "hidden", "layers", "dropout")
-#: keys some kinds read only with another key's value.
-_CONDITIONAL = {"heads": "model.kind = residual with language.energy = 'transformer'",
-                "step_clip": "language.feature_scaling = true", "smoothing": "language.trf_init = 'kn'",
-                "discounts": "language.trf_init = 'kn'"}
+
+
+def net_keys(section: str, *names: str) -> tuple[str, ...]:
+    """The dotted keys ``section.name`` of a neural kind's sizes (default: width, hidden, layers, dropout)."""
+    return tuple(f"{section}.{n}" for n in names or ("embedding_dim", "hidden", "layers", "dropout"))
+
 #: seed offsets of the noise LM's initial weights (dnce) and of training chains for ``sample``.
 NOISE_SEED_OFFSET = 19
 #: longest draw of an autoregressive model in ``ebms sample`` (longer draws are cut).
@@ -101,7 +110,7 @@ def _path(v: str) -> bool:
 
 @dataclass
 class LanguageSettings:
-    """``[language]``: the language task's own keys (module docstring)."""
+    """``[language]``: the keys every language kind reads: the text, its vocabulary and ``L``."""
 
     level: str = "word"
     lower: bool = False
@@ -113,50 +122,48 @@ class LanguageSettings:
     min_count: int = 1
     max_vocab: int | None = None
     max_length: int | None = None
+
+
+@dataclass
+class NGramSettings:
+    """``[ngram]``: the backoff n-gram of ``kn``; a ``trf``'s KN start and a TRF's ``nce`` noise are fitted
+    with its ``smoothing`` and ``discounts`` (their orders are the TRF's: ``trf.order``, ``trf.noise_order``)."""
+
     order: int = 3
     smoothing: str = "modified_kneser_ney"
+    discounts: list[float] = field(default_factory=list)
+
+
+@dataclass
+class LMSettings:
+    """``[lm]``: the sizes of ``lstm`` and ``transformer``, and E-ARM's keys (``objective.kind = "earm"``)."""
+
     embedding_dim: int = 256
     hidden: int = 256
     layers: int = 2
     heads: int = 4
     dropout: float = 0.0
     tie_weights: bool = False
-    discounts: list[float] = field(default_factory=list)
-    classes: int = 0
-    features: list[str] = field(default_factory=list)
-    feature_cutoffs: str = "none"
-    feature_boundaries: str = "all"
-    trf_init: str = "zero"
-    chains: int = 100
-    chain_groups: int = 1
-    workers: int = 1
-    scan: str = "sequential"
-    trials: int = 1
-    noise_order: int = 2
-    noise_hidden: int = 200
-    logz_samples: int = 1000
-    feature_scaling: bool = False
-    step_clip: float = 1.0
-    zeta_tc: float = 0.0
-    zeta_beta: float = 0.6
-    zeta_t0: int = 500
     earm_weight: float = 1.0
     earm_start: int = 0
     earm_truncate: int = 2
-    base_run: str | None = None
-    prefix_length: int = 10
-    horizon: int = 6
-    energy: str = "bilstm"
-    negatives: int = 16
-    joint_samples: int = 100
-    mask_rate: float = 0.15
 
 
 PATH = Rule(text="a file path (not empty)", check=_path)
+#: the rules of the network sizes every neural kind's section has.
+NET_RULES: dict[str, Rule] = {"embedding_dim": COUNT, "hidden": COUNT, "layers": COUNT, "heads": COUNT,
+                              "dropout": DROPOUT}
+NGRAM = Section(NGramSettings, {
+    "order": COUNT, "smoothing": Rule(choices=SMOOTHINGS),
+    "discounts": Rule(low=0, text="Kneser-Ney discounts, lowest order first: one per order, or three (D1, D2, "
+                                   "D3+) per order for modified Kneser-Ney, each D_k in [0, k]; empty: estimated",
+                      check=lambda v: all(x >= 0 for x in v))})
+LM = Section(LMSettings, {**NET_RULES, "tie_weights": Rule(), "earm_weight": POS, "earm_start": NONNEG,
+                          "earm_truncate": COUNT})
 
 
 def _discounts(values: list[float], order: int, smoothing: str) -> list[float] | list[list[float]] | None:
-    """``language.discounts`` as :meth:`BackoffNGram.fit` takes them: one per order, or ``(D1, D2, D3+)`` per order."""
+    """``ngram.discounts`` as :meth:`BackoffNGram.fit` takes them: one per order, or ``(D1, D2, D3+)`` per order."""
     if not values:
         return None
     if len(values) == order:
@@ -168,26 +175,28 @@ def _discounts(values: list[float], order: int, smoothing: str) -> list[float] |
 FALLBACK_DISCOUNTS = (0.5, 1.0, 1.5)
 
 
-def _ngram(data: LanguageData, order: int, smoothing: str, key: str, discounts: list[float]) -> BackoffNGram:
-    """The backoff n-gram of the training sentences; a corpus too small for the smoothing is a config error
-    naming the orders whose discounts cannot be estimated and the ``language.discounts`` to set."""
+def _ngram(data: LanguageData, order: int, key: str, n: NGramSettings) -> BackoffNGram:
+    """The backoff n-gram of order ``order`` (the dotted ``key``) of the training sentences with ``[ngram]``'s
+    smoothing and discounts; a corpus too small for the smoothing is a config error naming the orders whose
+    discounts cannot be estimated and the ``ngram.discounts`` to set."""
+    smoothing, discounts = n.smoothing, n.discounts
     try:
         return BackoffNGram.fit(data.train, len(data.vocab), order=order, smoothing=smoothing,
                                 discounts=_discounts(discounts, order, smoothing))
     except DiscountError as e:
         per_order = FALLBACK_DISCOUNTS if smoothing == "modified_kneser_ney" else FALLBACK_DISCOUNTS[:1]
         example = ", ".join(f"{d:g}" for _ in range(order) for d in per_order)
-        lower = f"language.{key} below {min(e.orders)}, " if min(e.orders) > 1 else ""
+        lower = f"{key} below {min(e.orders)}, " if min(e.orders) > 1 else ""
         orders = f"order{'s' * (len(e.orders) > 1)} {', '.join(map(str, e.orders))}"
-        raise ConfigError(f"language.smoothing: {smoothing!r} cannot estimate its discounts at {orders} of this "
+        raise ConfigError(f"ngram.smoothing: {smoothing!r} cannot estimate its discounts at {orders} of this "
                           f"training text ({'; '.join(e.reasons)}): the estimate needs n-grams of adjusted count 1, "
                           f"2 and 3 at every order{', which even the word types (order 1) lack' if min(e.orders) == 1 else ''}; set "
-                          f"language.discounts=[{example}] (KenLM's fallback, {len(per_order)} per order, lowest "
-                          f"first), {lower}or use language.smoothing='witten_bell'") from None
-    except ValueError as e:  # language.discounts out of range: "discounts[i]: ..."
+                          f"ngram.discounts=[{example}] (KenLM's fallback, {len(per_order)} per order, lowest "
+                          f"first), {lower}or use ngram.smoothing='witten_bell'") from None
+    except ValueError as e:  # ngram.discounts out of range: "discounts[i]: ..."
         if not (text := str(e)).startswith("discounts["):
             raise
-        raise ConfigError(f"language.discounts: {text.split(': ', 1)[1]} (entry {text[10:text.index(']')]}, "
+        raise ConfigError(f"ngram.discounts: {text.split(': ', 1)[1]} (entry {text[10:text.index(']')]}, "
                           f"order 1 first)") from None
 
 
@@ -209,49 +218,47 @@ class LanguageTask(Task[LanguageSettings]):
     rules: ClassVar[dict[str, Rule]] = {
         "level": Rule(choices=("word", "char")), "lower": Rule(), "sentence_split": Rule(),
         "train_path": PATH, "valid_path": PATH, "test_path": PATH, "limit": COUNT, "min_count": COUNT,
-        "max_vocab": Rule(low=2), "max_length": COUNT, "order": COUNT, "smoothing": Rule(choices=SMOOTHINGS),
-        "embedding_dim": COUNT, "hidden": COUNT, "layers": COUNT, "heads": COUNT, "dropout": DROPOUT,
-        "tie_weights": Rule(), "classes": NONNEG,
-        "discounts": Rule(low=0, text="Kneser-Ney discounts, lowest order first: one per order, or three (D1, D2, "
-                                       "D3+) per order for modified Kneser-Ney, each D_k in [0, k]; empty: estimated",
-                          check=lambda v: all(x >= 0 for x in v)),
-        "features": Rule(text=f"a list of TRF feature template groups ({', '.join(TEMPLATE_GROUPS)}); empty: the "
-                              "default ones", check=lambda v: all(g in TEMPLATE_GROUPS for g in v)),
-        "feature_cutoffs": Rule(choices=FEATURE_CUTOFFS), "feature_boundaries": Rule(choices=FEATURE_BOUNDARIES),
-        "trf_init": Rule(choices=("zero", "kn")),
-        "chains": COUNT, "chain_groups": COUNT, "workers": COUNT, "scan": Rule(choices=SCANS),
-        "trials": COUNT, "noise_order": COUNT, "noise_hidden": COUNT, "logz_samples": Rule(low=2),
-        "feature_scaling": Rule(), "step_clip": POS, "zeta_tc": NONNEG, "zeta_beta": Rule(low=0, high=1),
-        "zeta_t0": NONNEG, "earm_weight": POS, "earm_start": NONNEG, "earm_truncate": COUNT,
-        "base_run": PATH, "prefix_length": COUNT, "horizon": COUNT, "energy": Rule(choices=("bilstm", "transformer")),
-        "negatives": COUNT, "joint_samples": COUNT, "mask_rate": FRACTION,
+        "max_vocab": Rule(low=2), "max_length": COUNT,
     }
     defaults: ClassVar[dict[str, Any]] = {"eval.n_samples": 10, "eval.ais_temperatures": 200}
     supports_ais = True
     sample_format = "txt"
-    #: the ``objective.kind`` values this kind trains by, the ``[language]`` keys it reads beyond
-    #: :data:`DATA_KEYS`, and those each of its objectives reads (``readers`` names it with ``objective_note``).
+    #: the ``objective.kind`` values this kind trains by, the keys it reads beyond :data:`DATA_KEYS` (dotted:
+    #: those of its own sections, :attr:`~ebms.cli.tasks.Task.more_sections`), those each of its objectives reads
+    #: (``readers`` names it with ``objective_note``), and those it reads only with another key's value (the
+    #: condition in words).
     trained_by: ClassVar[tuple[str, ...]] = ("ml",)
     keys: ClassVar[tuple[str, ...]] = ()
     objective_keys: ClassVar[dict[str, tuple[str, ...]]] = {}
     objective_note: ClassVar[str] = ""
+    optional_keys: ClassVar[dict[str, str]] = {}
     #: its size or cost grows with ``L`` (:data:`~ebms.cli._language_data.DEFAULT_MAX_LENGTH` bounds an unset one).
     bounded_length: ClassVar[bool] = True
     #: it covers only the lengths up to ``L`` (positions, per-length normalisers): longer held-out text is refused.
     positions: ClassVar[bool] = False
     #: its objectives draw fresh samples at every evaluation (no line search), and the source's
-    #: variance-scaled SGD applies to it (``language.feature_scaling``).
+    #: variance-scaled SGD applies to it (``trf.feature_scaling``).
     sampled: ClassVar[bool] = False
     scales_features: ClassVar[bool] = False
     #: why ``--ais`` does not apply (``""``: it does, a TRF's per-length normalisers).
     no_ais: ClassVar[str] = "has no per-length normalisers"
 
     # -- configuration ------------------------------------------------------------------------
+    def readable(self) -> set[str]:
+        """Every dotted key this kind reads with some objective or value: :attr:`keys`, every objective's
+        and :attr:`optional_keys` (beyond :data:`DATA_KEYS`)."""
+        return {*self.keys, *(k for keys in self.objective_keys.values() for k in keys), *self.optional_keys}
+
+    def kind_moves(self) -> dict[str, str]:
+        """``language.KEY`` -> the key of this kind's own section that holds ``KEY`` now (issue 25)."""
+        return {f"language.{key.split('.', 1)[1]}": key for key in sorted(self.readable())}
+
     def check(self, cfg: Config) -> None:
         s, kind, obj = self.settings(cfg), cfg.model.kind, cfg.objective.kind
         if cfg.model.hidden != ModelConfig().hidden:
-            raise ConfigError(f"model.hidden: the MLP's hidden widths; a language model's sizes are "
-                              f"language.embedding_dim and language.hidden; got model.hidden={cfg.model.hidden}")
+            sizes = [k for k in sorted(self.readable()) if k.endswith((".embedding_dim", ".hidden"))]
+            raise ConfigError(f"model.hidden: the MLP's hidden widths; the sizes of model.kind={kind!r} are "
+                              f"{' and '.join(sizes) or 'keys of its own section'}; got model.hidden={cfg.model.hidden}")
         paths = {"train_path": s.train_path, "valid_path": s.valid_path, "test_path": s.test_path}
         given = [k for k, v in paths.items() if v is not None]
         if cfg.data.name == "text" and s.train_path is None:
@@ -261,26 +268,14 @@ class LanguageTask(Task[LanguageSettings]):
             raise ConfigError(f"language.{given[0]}: your own files are read with data.name='text'; "
                               f"data.name={cfg.data.name!r} has its own splits: drop it or set data.name=text")
         self.check_kind(cfg)
-        if s.feature_scaling and (not self.scales_features or cfg.train.optimizer != "sgd" or cfg.train.momentum != 0):
-            raise ConfigError(f"language.feature_scaling: the source's variance-scaled steps are for the discrete TRF "
-                              f"with plain SGD; expected model.kind='trf', train.optimizer='sgd' and train.momentum=0; "
-                              f"got model.kind={kind!r}, train.optimizer={cfg.train.optimizer!r}, "
-                              f"train.momentum={cfg.train.momentum}")
         if self.sampled and cfg.train.optimizer == "lbfgs":
             raise ConfigError("train.optimizer: TRF objectives draw fresh samples at every evaluation, so a line "
                               "search would compare different objectives; expected 'adam' or 'sgd'; got 'lbfgs'")
-        if "earm_start" in self.reads(cfg) and s.earm_start >= cfg.train.steps:
-            raise ConfigError(f"language.earm_start: E-ARM is switched on after {s.earm_start} steps but the run stops "
-                              f"at train.steps={cfg.train.steps}, so it would never start; expected language.earm_start "
-                              f"below train.steps (or objective.kind='ml')")
-        if s.trf_init == "kn" and (obj != "ml" or (s.features and "w" not in s.features)):
-            raise ConfigError(f"language.trf_init: 'kn' starts AugSA ('ml') at a backoff LM's word n-gram weights; got "
-                              f"objective.kind={obj!r}, features {s.features}: use 'ml' and 'w', or trf_init='zero'")
-        if s.workers > s.chain_groups:  # each process steps whole blocks of chains
-            raise ConfigError(f"language.workers: expected at most language.chain_groups={s.chain_groups} processes; "
-                              f"got {s.workers} (raise chain_groups, which changes the chains' random streams)")
         self.check_discounts(cfg)
-        refuse_unread("language", s, self.reads(cfg), f"model.kind={kind!r} with objective.kind={obj!r}", readers)
+        read, context = self.reads(cfg), f"model.kind={kind!r} with objective.kind={obj!r}"
+        for name in self.sections():
+            refuse_unread(name, cfg.section(name), {k.split(".", 1)[1] for k in read if k.startswith(f"{name}.")},
+                          context, partial(readers, name))
 
     def check_kind(self, cfg: Config) -> None:
         """This kind's own combinations: its objectives (and its sizes, in subclasses)."""
@@ -292,44 +287,49 @@ class LanguageTask(Task[LanguageSettings]):
                               f"{_alternatives(self.trained_by)}")
 
     def reads(self, cfg: Config) -> set[str]:
-        """The ``[language]`` keys a run of ``cfg`` reads: :data:`DATA_KEYS`, :attr:`keys` and its objective's."""
-        return {*DATA_KEYS, *self.keys, *self.objective_keys.get(cfg.objective.kind, ())}
+        """The dotted keys a run of ``cfg`` reads: :data:`DATA_KEYS`, :attr:`keys` and its objective's."""
+        return {*(f"language.{k}" for k in DATA_KEYS), *self.keys, *self.objective_keys.get(cfg.objective.kind, ())}
+
+    def ngram_order(self, cfg: Config, read: set[str]) -> tuple[int, str]:
+        """The order of the n-gram this run fits with ``[ngram]``'s smoothing, and its dotted key: ``ngram.order``."""
+        return cfg.sections["ngram"].order, "ngram.order"
 
     def check_discounts(self, cfg: Config) -> None:
-        """``language.discounts`` of the Kneser–Ney n-gram this run fits (``kn``, a TRF's ``nce`` noise, a
+        """``ngram.discounts`` of the Kneser–Ney n-gram this run fits (``kn``, a TRF's ``nce`` noise, a
         TRF's KN start): one per order, or three per order for modified Kneser–Ney (ranges are checked by
         the n-gram itself).
 
         Raises:
             ConfigError: discounts with another smoothing, or of another length.
         """
-        s, read = self.settings(cfg), self.reads(cfg)
-        if not s.discounts or "smoothing" not in read:
+        read = self.reads(cfg)
+        if "ngram.smoothing" not in read or not cfg.sections["ngram"].discounts:
             return  # unread: refused as such
-        order, key = (s.noise_order, "noise_order") if "noise_order" in read else (s.order, "order")
-        if s.smoothing not in KN_SMOOTHINGS:
-            raise ConfigError(f"language.discounts: only Kneser-Ney smoothing takes discounts; language.smoothing="
-                              f"{s.smoothing!r}: drop them or use 'modified_kneser_ney' / 'kneser_ney'")
-        sizes = (order, 3 * order) if s.smoothing == "modified_kneser_ney" else (order,)
-        if len(s.discounts) not in sizes:
+        n = cfg.sections["ngram"]
+        order, key = self.ngram_order(cfg, read)
+        if n.smoothing not in KN_SMOOTHINGS:
+            raise ConfigError(f"ngram.discounts: only Kneser-Ney smoothing takes discounts; ngram.smoothing="
+                              f"{n.smoothing!r}: drop them or use 'modified_kneser_ney' / 'kneser_ney'")
+        sizes = (order, 3 * order) if n.smoothing == "modified_kneser_ney" else (order,)
+        if len(n.discounts) not in sizes:
             what = " or three (D1, D2, D3+) per order" if len(sizes) == 2 else ""
-            raise ConfigError(f"language.discounts: expected one discount per order{what}, lowest order first: "
-                              f"{' or '.join(map(str, sizes))} values for language.{key}={order}; got "
-                              f"{len(s.discounts)} ({s.discounts})")
+            raise ConfigError(f"ngram.discounts: expected one discount per order{what}, lowest order first: "
+                              f"{' or '.join(map(str, sizes))} values for {key}={order}; got "
+                              f"{len(n.discounts)} ({n.discounts})")
 
     # -- data, files ---------------------------------------------------------------------------
     def load(self, cfg: Config, *, stored: Mapping[str, bytes] | None = None) -> LanguageData:
         """The run's sentences; with ``stored`` (a trained run's files) its vocabulary, ``L`` and word classes."""
         self.check(cfg)
         data = self.read(cfg, stored)
-        n, V = self.settings(cfg).classes, len(data.vocab)
-        if self.class_count(cfg) > V - 1:
-            raise ConfigError(f"language.classes: exchange clustering sorts the vocabulary's {V - 1} token ids (<unk> "
+        n, V = self.class_count(cfg), len(data.vocab)
+        if n > V - 1:
+            raise ConfigError(f"trf.classes: exchange clustering sorts the vocabulary's {V - 1} token ids (<unk> "
                               f"and the {V - 2} kept tokens) into classes; expected at most {V - 1}; got {n}")
         if data.stored is not None and data.stored.get("classes") is not None:
             classes = torch.tensor(data.stored["classes"], dtype=torch.long)
-            if classes.shape != (V,) or self.class_count(cfg) == 0:
-                raise CheckpointError(f"{VOCAB_FILE}: word classes for {classes.numel()} ids with language.classes="
+            if classes.shape != (V,) or n == 0:
+                raise CheckpointError(f"{VOCAB_FILE}: word classes for {classes.numel()} ids with trf.classes="
                                       f"{n} and a vocabulary of {V}; train the run again (--overwrite)")
             data.cache[("classes", n)] = classes
         return data
@@ -339,7 +339,7 @@ class LanguageTask(Task[LanguageSettings]):
         return load_language_data(cfg, stored)
 
     def class_count(self, cfg: Config) -> int:
-        """The number of word classes this kind fits (``language.classes`` of a ``trf``; else 0)."""
+        """The number of word classes this kind fits (``trf.classes`` of a ``trf``; else 0)."""
         return 0
 
     def classes(self, cfg: Config, data: LanguageData) -> Tensor | None:
@@ -404,21 +404,24 @@ class LanguageTask(Task[LanguageSettings]):
         return data.vocab.to_text(Sequences(x, (x > 0).sum(1)))
 
 
-def readers(key: str) -> list[str]:
-    """The configurations that read ``key`` of ``[language]``, in words (for the message of an unread key)."""
+def readers(section: str, name: str) -> list[str]:
+    """The configurations that read the key ``section.name`` of a language kind, in words (for the message of
+    an unread key)."""
+    key = f"{section}.{name}"
     tasks = [t for t in registered() if isinstance(t, LanguageTask)]
     kinds = [k for t in tasks if key in t.keys for k in t.model_kinds]
     out = [f"model.kind = {', '.join(kinds)}"] if kinds else []
     notes = {obj: t.objective_note for t in tasks for obj, keys in t.objective_keys.items() if key in keys}
     out += [f"objective.kind = {obj!r}{note}" for obj, note in notes.items()]
-    return out + ([_CONDITIONAL[key]] if key in _CONDITIONAL else [])
+    return out + list(dict.fromkeys(t.optional_keys[key] for t in tasks if key in t.optional_keys))
 
 
 class NGramTask(LanguageTask):
     """``kn``: a backoff n-gram fitted by counting (module docstring)."""
 
     model_kinds = ("kn",)
-    keys = ("order", "smoothing", "discounts")
+    more_sections: ClassVar[dict[str, Section]] = {"ngram": NGRAM}
+    keys = ("ngram.order", "ngram.smoothing", "ngram.discounts")
     bounded_length = False
     no_ais = "is normalised and its perplexity exact"
 
@@ -426,8 +429,8 @@ class NGramTask(LanguageTask):
         return True
 
     def build_model(self, cfg: Config, data: LanguageData) -> nn.Module:
-        s = self.settings(cfg)
-        return _ngram(data, s.order, s.smoothing, "order", s.discounts)
+        n = cfg.sections["ngram"]
+        return _ngram(data, n.order, "ngram.order", n)
 
     def build_objective(self, cfg: Config, data: LanguageData) -> nn.Module:
         return AutoregressiveNLL()
@@ -458,35 +461,49 @@ class LSTMTask(LanguageTask):
 
     model_kinds = ("lstm",)
     trained_by = ("ml", "earm")
-    keys: ClassVar[tuple[str, ...]] = (*_NET, "tie_weights")
-    objective_keys: ClassVar[dict[str, tuple[str, ...]]] = {"earm": ("earm_weight", "earm_start", "earm_truncate")}
+    more_sections: ClassVar[dict[str, Section]] = {"lm": LM}
+    keys: ClassVar[tuple[str, ...]] = (*net_keys("lm"), "lm.tie_weights")
+    objective_keys: ClassVar[dict[str, tuple[str, ...]]] = {"earm": ("lm.earm_weight", "lm.earm_start",
+                                                                     "lm.earm_truncate")}
     no_ais = "is normalised and its perplexity exact"
 
+    @staticmethod
+    def lm(cfg: Config) -> LMSettings:
+        """The ``[lm]`` section of ``cfg``."""
+        return cast(LMSettings, cfg.sections["lm"])
+
+    def check_kind(self, cfg: Config) -> None:
+        super().check_kind(cfg)
+        m = self.lm(cfg)
+        if "lm.earm_start" in self.reads(cfg) and m.earm_start >= cfg.train.steps:
+            raise ConfigError(f"lm.earm_start: E-ARM is switched on after {m.earm_start} steps but the run stops "
+                              f"at train.steps={cfg.train.steps}, so it would never start; expected lm.earm_start "
+                              f"below train.steps (or objective.kind='ml')")
+
     def build_model(self, cfg: Config, data: LanguageData) -> nn.Module:
-        s = self.settings(cfg)
+        s = self.lm(cfg)
         return LSTMLM(len(data.vocab), embedding_dim=s.embedding_dim, hidden_size=s.hidden, num_layers=s.layers,
                       dropout=s.dropout, tie_weights=s.tie_weights)
 
     def build_objective(self, cfg: Config, data: LanguageData) -> nn.Module:
-        return autoregressive_objective(cfg.objective.kind, self.settings(cfg))
+        return autoregressive_objective(cfg.objective.kind, self.lm(cfg))
 
 
 class TransformerTask(LSTMTask):
     """``transformer``: :class:`~ebms.models.lm.TransformerLM` trained by ``ml`` or ``earm``."""
 
     model_kinds = ("transformer",)
-    keys = (*_NET, "heads", "tie_weights")
+    keys = (*net_keys("lm"), "lm.heads", "lm.tie_weights")
     positions = True
 
     def check_kind(self, cfg: Config) -> None:
         super().check_kind(cfg)
-        s = self.settings(cfg)
+        s = self.lm(cfg)
         if s.embedding_dim % s.heads:
-            raise ConfigError(f"language.heads: expected a divisor of language.embedding_dim={s.embedding_dim}; "
-                              f"got {s.heads}")
+            raise ConfigError(f"lm.heads: expected a divisor of lm.embedding_dim={s.embedding_dim}; got {s.heads}")
 
     def build_model(self, cfg: Config, data: LanguageData) -> nn.Module:
-        s = self.settings(cfg)
+        s = self.lm(cfg)
         return TransformerLM(len(data.vocab), d_model=s.embedding_dim, num_heads=s.heads, num_layers=s.layers,
                              dim_feedforward=s.hidden, dropout=s.dropout, max_length=data.max_length,
                              tie_weights=s.tie_weights)

@@ -203,7 +203,7 @@ def _load_run(run_dir: Path, overrides: list[str]) -> tuple[Any, Any, Any, int]:
     from ebms.cli.build import building, size_keys
     from ebms.cli.run import load_run
 
-    keys = size_keys(load_config(run_dir / "config.toml", overrides), "train") if (run_dir / "config.toml").is_file() \
+    keys = size_keys(load_config(run_dir / "config.toml", overrides, stored=True), "train") if (run_dir / "config.toml").is_file() \
         else ()
     with building("loading the run's data and model", *keys):
         return load_run(run_dir, overrides)
@@ -285,7 +285,7 @@ def _run_folder(args: argparse.Namespace) -> Path:
                 f"not found{_close_folders(p)} (runs are written under runs/<name>/)"
             raise RunFolderError(f"--run: folder {args.run!r} {what}")
     if (p / "config.toml").is_file():
-        validate_config(load_config(p / "config.toml", args.overrides), device=False)
+        validate_config(load_config(p / "config.toml", args.overrides, stored=True), device=False)
     return p
 
 

@@ -22,6 +22,7 @@ task's ``load`` instead of letting it fit them again (:mod:`ebms.train.run_files
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -33,7 +34,7 @@ from torch import nn
 
 from ebms.cli.build import build_lr_schedule, resolve, validate_config
 from ebms.cli.config import Config, ConfigError, config_to_dict, load_config, to_toml
-from ebms.cli.tasks import Task, task_for
+from ebms.cli.tasks import Task, stored_identity, task_for
 from ebms.errors import CheckpointError, RunFolderError
 from ebms.train import CheckpointStore, ReleaseMemory, Trainer
 from ebms.train.checkpoint import Checkpoint, identity_differences
@@ -119,10 +120,13 @@ KEY_ROLES: dict[str, str] = {
         "images": "binarize binarize_seed limit rbm_hidden",
         "tagging": "features limit embedding_dim char_dim hidden layers dropout c1 c2",
         "speech": "n_train max_digits test_speakers channels hidden layers dropout ctc_weight lm_order",
-        "language": "level lower sentence_split limit min_count max_vocab max_length order smoothing discounts "
-                    "embedding_dim hidden layers heads dropout tie_weights classes features feature_cutoffs "
-                    "feature_boundaries trf_init chains trials noise_order noise_hidden feature_scaling step_clip earm_weight earm_start earm_truncate "
-                    "base_run prefix_length horizon energy negatives mask_rate",
+        "language": "level lower sentence_split limit min_count max_vocab max_length",
+        "ngram": "order smoothing discounts",
+        "lm": "embedding_dim hidden layers heads dropout tie_weights earm_weight earm_start earm_truncate",
+        "trf": "order features feature_cutoffs feature_boundaries trf_init classes chains trials noise_order "
+               "noise_hidden feature_scaling step_clip embedding_dim hidden layers dropout",
+        "residual": "base_run prefix_length horizon energy negatives embedding_dim layers heads dropout",
+        "electric": "mask_rate embedding_dim layers heads dropout",
         "generation": "digits n_train error_rate dim hidden layers heads dropout base_run energy negatives "
                       "earm_weight earm_start earm_truncate",
         "vision": "limit val_fraction labels_per_class channels groups spectral_norm data_noise generative_weight "
@@ -133,14 +137,15 @@ KEY_ROLES: dict[str, str] = {
         "run": "device",
         "sampler": "kind step_size noise_scale n_leapfrog sweeps scan temperature n_flips",
         "train": "batch_size lr lr_schedule lr_final sa_tc sa_beta sa_t0 optimizer momentum weight_decay grad_clip",
-        "language": "zeta_tc zeta_beta zeta_t0 chain_groups scan",
+        "trf": "zeta_tc zeta_beta zeta_t0 chain_groups scan",
     }),
-    **_rows("run", {"run": "name out_dir progress", "train": "steps log_every checkpoint_every", "language": "workers",
+    **_rows("run", {"run": "name out_dir progress", "train": "steps log_every checkpoint_every", "trf": "workers",
                     "vision": "snapshot_every"}),
     **_rows("eval", {
         "data": "n_test",
         "eval": "resolution n_samples sample_steps ais_chains ais_temperatures reverse_ais",
-        "language": "logz_samples joint_samples",
+        "trf": "logz_samples",
+        "residual": "joint_samples",
         "generation": "joint_samples top_k",
         "vision": "ood ood_size ece_bins",
     }),
@@ -246,7 +251,7 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
             f"(the run stopped before its first checkpoint); use --overwrite to start again, or another run.name"
         )
     if state == "checkpoints" and not overwrite and (run_dir / "config.toml").is_file():
-        changed = _changed_keys(load_config(run_dir / "config.toml"), cfg)
+        changed = _changed_keys(load_config(run_dir / "config.toml", stored=True), cfg)
         if changed:
             raise ConfigError(
                 f"--resume: the run in {str(run_dir)!r} was trained with other values of {', '.join(changed)}; "
@@ -257,7 +262,11 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
     stored: dict[str, bytes] = {}
     if state == "checkpoints" and not overwrite:  # a resume: the run's own files, checked against its checkpoint
         which = None if resume is True or resume == "auto" else resume
-        stored = read_run_files(run_dir, CheckpointStore(run_dir / "checkpoints").load(which).identity)
+        ckpt = CheckpointStore(run_dir / "checkpoints").load(which)
+        current = _current_spelling(ckpt, task)
+        if current is not ckpt:  # recorded before keys moved: the trainer matches keys by name, so check here
+            CheckpointStore.check_identity(current, run_identity(cfg))
+        stored = read_run_files(run_dir, ckpt.identity)
     data = _load(task, cfg, stored)
     model = build_seeded_model(cfg, task, data)
     files = task.run_files(cfg, data)
@@ -347,7 +356,7 @@ def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()
     cfg_path = run_dir / "config.toml"
     if not cfg_path.is_file():
         raise RunFolderError(f"run folder {str(run_dir)!r}: no config.toml (is it a run folder made by `ebms train`?)")
-    cfg = validate_config(load_config(cfg_path, overrides), device=False)
+    cfg = validate_config(load_config(cfg_path, overrides, stored=True), device=False)
     store = CheckpointStore(run_dir / "checkpoints")
     if not store.has_checkpoint():
         raise RunFolderError(f"run folder {str(run_dir)!r}: no checkpoint yet (train first)")
@@ -376,8 +385,15 @@ def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()
     return cfg, model, data, ckpt
 
 
+def _current_spelling(ckpt: Checkpoint, task: Task[Any] | None) -> Checkpoint:
+    """``ckpt`` with its identity in today's spelling (:func:`~ebms.cli.tasks.stored_identity`)."""
+    identity = stored_identity(ckpt.identity, task)
+    return ckpt if identity == ckpt.identity else dataclasses.replace(ckpt, meta={**ckpt.meta, "identity": identity})
+
+
 def _check_model_identity(ckpt: Checkpoint, cfg: Config, overrides: list[str] | tuple[str, ...]) -> None:
     """Refuse a checkpoint trained under other model/data/objective settings, naming the keys."""
+    ckpt = _current_spelling(ckpt, task_for(cfg))
     expected = model_identity(cfg)
     if not ckpt.identity:
         raise CheckpointError(

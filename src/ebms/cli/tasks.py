@@ -5,8 +5,11 @@ connected-digit recognition, ... . Each is a :class:`Task` registered under the 
 values it serves (a point file is selected by ``data.path`` instead). A task declares
 
 * its config section: a dataclass of the keys only it reads (:attr:`Task.section`,
-  :attr:`Task.settings_type`, with their rules in :attr:`Task.rules`), the keys it renamed
-  (:attr:`Task.moved`: an old spelling is a one-line error naming the new key), and defaults
+  :attr:`Task.settings_type`, with their rules in :attr:`Task.rules`), the further sections it
+  shares with other tasks (:attr:`Task.more_sections`: a language kind's ``[trf]``, ``[ngram]``),
+  the keys it renamed (:attr:`Task.moved`, :meth:`Task.kind_moves`: an old spelling is a one-line
+  error naming the new key, and a run folder's ``config.toml`` written before the move is read
+  in the new spelling, :func:`stored_spelling`), and defaults
   for shared keys (:attr:`Task.defaults`); the role of each key (whether it changes the trained
   weights, only the evaluation, or says where files are) is a row of the one table
   :data:`ebms.cli.run.KEY_ROLES`, which decides what a checkpoint's identity holds;
@@ -38,6 +41,7 @@ from ebms.cli._config_schema import Config, ConfigError
 
 __all__ = [
     "BUILTIN_TASK_MODULES",
+    "Section",
     "StructuredTask",
     "Task",
     "TaskData",
@@ -48,6 +52,8 @@ __all__ = [
     "register",
     "registered",
     "section_readers",
+    "stored_identity",
+    "stored_spelling",
     "task_for",
     "task_names",
     "task_rules",
@@ -60,6 +66,15 @@ BUILTIN_TASK_MODULES = ("ebms.cli.continuous", "ebms.cli.images", "ebms.cli.tagg
                         "ebms.cli.generation", "ebms.cli.vision", "ebms.cli.jrf")
 
 S = TypeVar("S")
+
+
+@dataclass(frozen=True)
+class Section:
+    """A config section that tasks share beside their own (a language kind's ``[trf]``): its dataclass
+    and the constraint of each of its keys."""
+
+    settings_type: type
+    rules: dict[str, Rule]
 
 
 class Task(abc.ABC, Generic[S]):
@@ -81,6 +96,9 @@ class Task(abc.ABC, Generic[S]):
     rules: ClassVar[dict[str, Rule]] = {}
     #: keys it took over from the shared sections: old dotted key -> key of its section.
     moved: ClassVar[dict[str, str]] = {}
+    #: further sections it reads beside its own, by name (shared with other tasks: ``[trf]`` is read by
+    #: every TRF kind).
+    more_sections: ClassVar[dict[str, Section]] = {}
     #: ``model.kind`` values it serves (with each data name: its registry keys), ``objective.kind`` values its
     #: family accepts; the first of each is the default when the user sets ``data.name`` alone.
     model_kinds: ClassVar[tuple[str, ...]] = ()
@@ -98,6 +116,16 @@ class Task(abc.ABC, Generic[S]):
     def settings(self, cfg: Config) -> S:
         """This task's section of ``cfg``."""
         return cast(S, cfg.sections[self.section])
+
+    def sections(self) -> dict[str, Section]:
+        """Every section it reads, by name: its own (:attr:`section`), then :attr:`more_sections`."""
+        own = {self.section: Section(self.settings_type, self.rules)} if self.section and self.settings_type else {}
+        return {**own, **self.more_sections}
+
+    def kind_moves(self) -> dict[str, str]:
+        """Keys its ``model.kind`` reads in another section than they used to (issue 25): old dotted key -> new
+        (``{"language.chains": "trf.chains"}``); none by default."""
+        return {}
 
     def describe(self, cfg: Config) -> str:
         """The data of ``cfg`` in words, e.g. ``data.name='rings' (a toy set)``."""
@@ -331,39 +359,69 @@ def task_for(cfg: Config) -> Task[Any] | None:
     return KIND_TASKS.get((cfg.data.name, cfg.model.kind)) or default_task(cfg.data.name)
 
 
-def section_readers(section: str) -> tuple[list[str], list[str]]:
+def section_readers(section: str, name: str | None = None) -> tuple[list[str], list[str]]:
     """The ``data.name`` values of the tasks reading ``section``, and their model kinds when another
-    task is their names' :func:`default_task` (``[]`` otherwise)."""
-    tasks = [t for t in registered() if t.section == section]
+    task is their names' :func:`default_task` or serves ``name`` (``[]`` otherwise)."""
+    tasks = [t for t in registered() if section in t.sections()]
     names = sorted({n for t in tasks for n in t.data_names})
     kinds = list(dict.fromkeys(k for t in tasks for k in t.model_kinds))
     defaults = {default_task(n) for n in names}
-    return names, ([] if any(t in defaults for t in tasks) else kinds)
+    other = name in names and any(name in t.data_names and t not in tasks for t in registered())
+    return names, (kinds if other or not any(t in defaults for t in tasks) else [])
 
 
 def task_sections() -> dict[str, type]:
-    """Every task's section name with its dataclass, in registration order."""
-    return {t.section: t.settings_type for t in registered() if t.section and t.settings_type is not None}
+    """Every task's section name with its dataclass (:meth:`Task.sections`), in registration order."""
+    return {name: s.settings_type for t in registered() for name, s in t.sections().items()}
 
 
 def task_rules() -> dict[str, Rule]:
     """The rules of every task section's keys, as dotted keys."""
-    return {f"{t.section}.{k}": r for t in registered() if t.section for k, r in t.rules.items()}
+    return {f"{name}.{k}": r for t in registered() for name, s in t.sections().items() for k, r in s.rules.items()}
 
 
-def moved_message(key: str) -> str | None:
-    """The one-line error for a key spelled as before issue 10 (``data.scale``), naming its new
-    key(s); ``None`` when ``key`` never existed."""
-    targets: dict[str, set[str]] = {}  # new key -> the data names of the tasks that read it
+def moved_message(key: str, kind: str | None = None) -> str | None:
+    """The one-line error for a key spelled as before it moved; ``None`` when ``key`` never existed. A key
+    renamed by data set (issue 10: ``data.scale``) names its new key(s); one moved by model kind (issue 25:
+    ``language.chains``) the home of ``kind`` (the run's ``model.kind``), else every home with its kinds."""
+    renamed: dict[str, set[str]] = {}  # new key -> the data names of the tasks that read it
+    homes: dict[str, list[str]] = {}  # new key -> the model kinds that read it there
     for t in registered():
         if key in t.moved:
-            targets.setdefault(f"{t.section}.{t.moved[key]}", set()).update(t.data_names)
-    if not targets:
+            renamed.setdefault(f"{t.section}.{t.moved[key]}", set()).update(t.data_names)
+        if key in t.kind_moves():
+            homes.setdefault(t.kind_moves()[key], []).extend(t.model_kinds)
+    if renamed:
+        return f"{key}: renamed; use " + (next(iter(renamed)) if len(renamed) == 1 else " or ".join(
+            f"{new} (data.name = {', '.join(sorted(names))})" for new, names in renamed.items()))
+    mine = next((new for new, kinds in homes.items() if kind in kinds), None)
+    if mine is not None:
+        return f"{key}: moved to {mine} (model.kind={kind!r}); [{key.split('.')[0]}] keeps only the keys every kind reads"
+    if not homes:
         return None
-    if len(targets) == 1:
-        return f"{key}: renamed; use {next(iter(targets))}"
-    uses = " or ".join(f"{new} (data.name = {', '.join(sorted(names))})" for new, names in targets.items())
-    return f"{key}: renamed; use {uses}"
+    where = " or ".join(f"{new} (model.kind = {', '.join(kinds)})" for new, kinds in homes.items())
+    return f"{key}: moved to {where}" + ("" if kind is None else f"; model.kind={kind!r} does not read it")
+
+
+def stored_identity(identity: dict[str, Any], task: Task[Any] | None) -> dict[str, Any]:
+    """Flat dotted settings (a checkpoint's identity, a run's config) written before keys moved by model kind
+    (:meth:`Task.kind_moves`), in today's spelling: an old key is renamed to where ``task`` reads it, or dropped
+    where it reads it nowhere (it was written at its default: training refused any other value)."""
+    moves = {} if task is None else task.kind_moves()
+    old = {key for t in registered() for key in t.kind_moves()}
+    return {moves.get(k, k): v for k, v in identity.items() if k not in old or k in moves}
+
+
+def stored_spelling(table: dict[str, Any]) -> dict[str, Any]:
+    """A run folder's config table (its ``config.toml``) in today's spelling (:func:`stored_identity`). A
+    config from the user is not migrated: an old spelling is an error naming the new one (:func:`moved_message`)."""
+    sections = {name: t for name, t in table.items() if isinstance(t, dict)}
+    registered()
+    task = KIND_TASKS.get((str(sections.get("data", {}).get("name")), str(sections.get("model", {}).get("kind"))))
+    out = {name: t for name, t in table.items() if not isinstance(t, dict)}
+    for dotted, v in stored_identity({f"{n}.{k}": v for n, t in sections.items() for k, v in t.items()}, task).items():
+        out.setdefault(dotted.split(".", 1)[0], {})[dotted.split(".", 1)[1]] = v
+    return out
 
 
 def check_batch_size(cfg: Config, n: int, what: str) -> None:
