@@ -389,8 +389,8 @@ def moved_message(key: str, kind: str | None = None) -> str | None:
     for t in registered():
         if key in t.moved:
             renamed.setdefault(f"{t.section}.{t.moved[key]}", set()).update(t.data_names)
-        if key in t.kind_moves():
-            homes.setdefault(t.kind_moves()[key], []).extend(t.model_kinds)
+        if (new := t.kind_moves().get(key)) is not None:
+            homes.setdefault(new, []).extend(t.model_kinds)
     if renamed:
         return f"{key}: renamed; use " + (next(iter(renamed)) if len(renamed) == 1 else " or ".join(
             f"{new} (data.name = {', '.join(sorted(names))})" for new, names in renamed.items()))

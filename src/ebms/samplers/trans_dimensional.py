@@ -56,6 +56,7 @@ the chequerboard update of Ising models is the case ``d = 1``).
 **Cost per step** (``B`` chains, ``T`` the longest length, ``K`` the candidates of a trial: 1
 without classes, the class size with classes, ``V`` for exact Gibbs): one jump = one score call over
 about ``B (m + 1) K`` candidates and one energy call of ``B`` rows; one sweep = ``T`` score calls
+(``min(d + 1, T)`` with ``scan="colored"``, each over the rows of its positions)
 (``token_logits`` when offered, else one energy call over the substituted sentences). A few host
 syncs per step (the longest length bounds the sweep; ragged classes are gathered with
 ``nonzero``). ``state.energy`` caches the *joint* energy
@@ -439,7 +440,7 @@ class TransDimensional(DiscreteSampler):
         for p, i in enumerate(at):  # one position after the other: the sequential scan's running energy
             r = slice(p * B, (p + 1) * B)
             tokens[:, i] = new[r]
-            e = torch.where(accepted[r], e_new[r] if p == 0 else e + l_cur[r] - ly_sel[r], e)
+            e = torch.where(accepted[r], e + l_cur[r] - ly_sel[r], e)
         per_chain = (prob * active).view(P, B).sum(0), active.view(P, B).sum(0), bad.view(P, B).any(0)
         return x.with_tokens(tokens), e, *per_chain
 
