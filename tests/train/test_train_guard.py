@@ -11,6 +11,7 @@ import pytest
 import torch
 from _train_helpers import FailAt, GaussianML, NoisyNCE, events, make_trainer, metric_lines
 
+from ebms.errors import CheckpointError
 from ebms.train import Callback, DivergenceGuard, Trainer, TrainingDiverged
 
 NEVER_ENDS = range(1, 10**9)
@@ -153,6 +154,47 @@ def test_nan_loss_restores_last_good_state_and_halves_lr(tmp_path: Path, caplog:
     make_trainer(FailAt(NoisyNCE(), set()), tmp_path / "b", callbacks=[_SetLr(0.025)], **kw).fit(resume=True)
     assert lines[4:] == metric_lines(tmp_path / "b")[4:]
     assert lines[:4] == metric_lines(tmp_path / "b")[:4]
+
+
+class _SnapshotSpy(Callback):
+    """Records, after each step, where the guard's last good snapshot keeps its tensors."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, str | None, int]] = []
+
+    def on_step_end(self, trainer: Trainer, step: int, metrics: dict) -> None:
+        snap = trainer._snapshot
+        assert snap is not None
+        self.seen.append((snap.step, None if snap.path is None else snap.path.name, len(snap.tensors)))
+
+
+@pytest.mark.parametrize("keep", [None, 3])
+def test_a_snapshot_at_a_checkpoint_step_reads_the_checkpoint_back_and_restores_the_same_state(tmp_path: Path, keep) -> None:
+    # the snapshots taken at checkpoint steps 10 and 20 hold no tensor copies (the checkpoint written at that
+    # step has them); the restore after the NaN at step 25 reads step 20 back and continues exactly as a
+    # run whose store keeps one checkpoint only, where the snapshot must be a copy in memory
+    kw = dict(steps=40, checkpoint_every=10, log_every=5)
+    spy, copy_spy = _SnapshotSpy(), _SnapshotSpy()
+    make_trainer(FailAt(NoisyNCE(), {25}), tmp_path / "disk", callbacks=[spy], keep_checkpoints=keep, **kw).fit()
+    make_trainer(FailAt(NoisyNCE(), {25}), tmp_path / "copy", callbacks=[copy_spy], keep_checkpoints=1, **kw).fit()
+    at = {step: (name, n) for step, name, n in spy.seen}
+    assert at[0][0] is None and at[0][1] > 0  # the start: no checkpoint yet, a copy
+    assert at[10][0].startswith("ckpt-000000010") and at[10][1] == 0
+    assert at[20][0].startswith("ckpt-000000020") and at[20][1] == 0
+    assert all(name is None and n > 0 for _, name, n in copy_spy.seen)
+    assert metric_lines(tmp_path / "disk") == metric_lines(tmp_path / "copy")
+    assert [e["step"] for e in events(tmp_path / "disk", "diverged")] == [20]
+
+
+def test_a_snapshot_whose_checkpoint_is_gone_is_an_error_naming_it(tmp_path: Path) -> None:
+    class Remove(Callback):
+        def on_step_end(self, trainer: Trainer, step: int, metrics: dict) -> None:
+            if step == 22:
+                for p in (tmp_path / "a" / "checkpoints").glob("ckpt-000000020*"):
+                    p.unlink()
+
+    with pytest.raises(CheckpointError, match=r"ckpt-000000020"):
+        make_trainer(FailAt(NoisyNCE(), {25}), tmp_path / "a", callbacks=[Remove()], steps=40, checkpoint_every=10).fit()
 
 
 def test_exploding_loss_triggers_restore_and_the_history_is_checkpointed(tmp_path: Path) -> None:

@@ -99,8 +99,10 @@ def _probe_functorch(lookup: Callable[[], Callable[[], Any]] = _lookup_peek) -> 
             seen.append(peek() is not None)
             return t
 
+        # vjp runs f at a grad level as grad and jacrev do; torch.func.grad itself would import
+        # torch._dynamo (~140 MB resident with a CUDA build of torch) in every process that imports ebms.nets
         torch.func.vmap(probe)(torch.zeros(2))
-        torch.func.grad(lambda t: probe(t).sum())(torch.zeros(2))
+        torch.func.vjp(probe, torch.zeros(2))
     except Exception as exc:  # noqa: BLE001 - any failure means: do not rely on it
         return None, f"peek_interpreter_stack unusable: {type(exc).__name__}: {exc}"
     if not (outside and seen and all(seen)):

@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any
 
 import safetensors.torch
-import torch
 from torch import Tensor
 
 from ebms.errors import CheckpointError
@@ -135,9 +134,18 @@ def encode(step: int, tensors: Mapping[str, Tensor], meta: Mapping[str, Any],
     The weights file is named after the step and the first 16 hex digits of its
     own sha256, so rewriting a step never touches a file an older record names.
     ``identity`` is the output of :func:`check_meta`. Cost: one copy of every
-    tensor to contiguous CPU memory and two sha256 passes.
+    tensor that is not contiguous CPU memory of its own (a view of part of a storage, or a storage another
+    key holds too: safetensors refuses shared storage), the serialised bytes, and two sha256 passes.
     """
-    flat = {k: t.detach().to("cpu", copy=True, memory_format=torch.contiguous_format) for k, t in tensors.items()}
+    flat: dict[str, Tensor] = {}
+    storages: set[int] = set()
+    for k, t in tensors.items():
+        c = t.detach().to("cpu").contiguous()
+        store = c.untyped_storage()
+        if store.data_ptr() in storages or store.nbytes() != c.nbytes or c.data_ptr() != store.data_ptr():
+            c = c.clone()
+        storages.add(c.untyped_storage().data_ptr())
+        flat[k] = c
     # One metadata key only: safetensors writes a multi-key metadata map in a per-process random
     # order (a Rust HashMap), which would give the same weights a different sha256 and file name
     # in every process. The step lives in the JSON record.

@@ -10,6 +10,7 @@ by ``lr_factor ** retries``; after ``max_retries`` restores in a row (or with no
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ebms.train import _snapshot
@@ -35,6 +36,18 @@ def snapshot_due(t: Trainer) -> bool:
     every = t.guard.snapshot_every
     at_ckpt = t.checkpoint_every is not None and t.step % t.checkpoint_every == 0
     return at_ckpt or (every is not None and t.step % every == 0)
+
+
+def checkpoint_of_now(t: Trainer) -> Path | None:
+    """The checkpoint record that holds the current state, where a snapshot may read its tensors back
+    from it: the one this trainer just saved or restored at this step, in a store that keeps at least
+    two (a newer save must not delete it while it is the last good state), on one process."""
+    if t.store is None or t.dist.enabled or (t.store.keep is not None and t.store.keep < 2):
+        return None
+    path = t._saved_path
+    if t._saved_step != t.step or path is None or not path.is_file():
+        return None
+    return path
 
 
 def healthy(t: Trainer, loss_f: float, metrics: dict[str, float], gnorm: float) -> bool:
@@ -75,7 +88,7 @@ def recover(t: Trainer, reason: str) -> None:
             )
         raise TrainingDiverged(msg)
     t._pending = None
-    _snapshot.apply(t, t._snapshot, IN_MEMORY if t.run_dir is None else str(t.run_dir))
+    _snapshot.apply(t, _snapshot.read_back(t, t._snapshot), IN_MEMORY if t.run_dir is None else str(t.run_dir))
     t._log.rewind(t._snapshot.log_offset)  # the undone steps leave the log too
     factor = t.guard.lr_factor**t._retries
     for g in t.optimizer.param_groups:

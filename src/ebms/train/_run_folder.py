@@ -72,8 +72,9 @@ def save_checkpoint(t: Trainer) -> Path | None:
     tensors, meta = _snapshot.checkpoint_payload(t)
     meta["trainer"]["metrics_offset"] = t._log.offset()
     meta["metrics"] = jsonable(t.metrics)
-    t._saved_step = t.step
+    t._saved_step, t._saved_path = t.step, None
     path = t.store.save(t.step, tensors, meta, identity=t.identity) if t.is_main else None
+    t._saved_path = path
     t.dist.barrier()  # no rank reads `latest` before rank 0 has committed
     if path is not None:
         logger.info("checkpoint %s", path)
@@ -88,7 +89,7 @@ def restore(t: Trainer, which: int | str | Path | None) -> Path:
     _snapshot.apply_checkpoint(t, ckpt)
     t._saved_step = t.step
     t._resume_offset = int(ckpt.meta["trainer"].get("metrics_offset", 0))
-    t._restored_from = ckpt.path
+    t._restored_from = t._saved_path = ckpt.path
     t._stop_reason = ckpt.meta["trainer"].get("stop_reason")
     t.metrics = {}
     for k, v in (ckpt.meta.get("metrics") or {}).items():

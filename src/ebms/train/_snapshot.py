@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -33,7 +34,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A complete local training state; tensors are private CPU copies."""
+    """A complete local training state; tensors are private CPU copies, or, with ``path``, the tensors
+    and their skeleton are those of the checkpoint written at this step (read back by :func:`read_back`)."""
 
     step: int
     skeleton: Any
@@ -43,6 +45,7 @@ class Snapshot:
     callbacks: list[dict[str, Any]]
     log_offset: int = 0  # bytes of metrics.jsonl written when the snapshot was taken
     guard: dict[str, list[float]] | None = None  # the divergence guard's recent healthy values
+    path: Path | None = None  # the checkpoint record holding ``skeleton`` and ``tensors`` (then None and {})
 
 
 def _tree(t: Trainer) -> dict[str, Any]:
@@ -52,9 +55,13 @@ def _tree(t: Trainer) -> dict[str, Any]:
     return tree
 
 
-def capture(t: Trainer) -> Snapshot:
-    """Copy the current local state."""
-    skeleton, tensors = flatten_state(_tree(t), "")
+def capture(t: Trainer, *, on_disk: Path | None = None, copy: bool = True) -> Snapshot:
+    """Copy the current local state; with ``on_disk`` (a checkpoint record of this very state, see
+    :func:`ebms.train._recovery.checkpoint_of_now`) the model, objective and optimizer tensors are not
+    copied but read back from it if a restore needs them (a copy of a large model's state, kept all
+    run long, is memory the run does not otherwise need). ``copy=False``: the tensors are the live ones
+    where they are contiguous CPU tensors (:func:`checkpoint_payload`, written before the state moves on)."""
+    skeleton, tensors = (None, {}) if on_disk is not None else flatten_state(_tree(t), "", copy=copy)
     cbs = [{"type": type(cb).__name__, "state": cb.state_dict()} for cb in t.callbacks]
     try:
         cbs = json.loads(json.dumps(cbs, allow_nan=False))
@@ -62,8 +69,20 @@ def capture(t: Trainer) -> Snapshot:
         raise ValueError(f"callbacks: state_dict() must return strict JSON data; {err}") from None
     return Snapshot(
         t.step, skeleton, tensors, capture_rng(t.generator), dict(t._batches.state_dict()), cbs, t._log.offset(),
-        {k: list(v) for k, v in t._guard_history.items()},
+        {k: list(v) for k, v in t._guard_history.items()}, on_disk,
     )
+
+
+def read_back(t: Trainer, snap: Snapshot) -> Snapshot:
+    """``snap`` with the tensors and skeleton of its checkpoint (``snap`` itself when it holds them)."""
+    if snap.path is None:
+        return snap
+    assert t.store is not None
+    ckpt = t.store.load(snap.path, identity=t.identity)
+    if ckpt.step != snap.step:
+        raise CheckpointError(f"{ckpt.path}: expected the checkpoint of step {snap.step} to restore after a "
+                              f"divergence; it holds step {ckpt.step}")
+    return replace(snap, skeleton=ckpt.meta["state"], tensors=dict(ckpt.tensors), path=None)
 
 
 def load_module(module: nn.Module, state: Mapping[str, Tensor], what: str, where: str) -> None:
@@ -125,7 +144,7 @@ def apply(t: Trainer, snap: Snapshot, where: str) -> None:
 
 def checkpoint_payload(t: Trainer) -> tuple[dict[str, Tensor], dict[str, Any]]:
     """Tensors and JSON record of a checkpoint (a collective call under torchrun)."""
-    snap = capture(t)
+    snap = capture(t, copy=False)
     tensors = dict(snap.tensors)
     blob = json.dumps(encode_blobs(snap.rng)).encode()
     rngs = [json.loads(part) for part in t.dist.gather_bytes(blob, t.device)]

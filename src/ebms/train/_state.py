@@ -42,8 +42,10 @@ FLOAT = "__float__"
 _TAGS = (TENSOR, ITEMS, TUPLE, FLOAT)
 
 
-def flatten_state(tree: Any, prefix: str) -> tuple[Any, dict[str, Tensor]]:
-    """Split ``tree`` into a JSON skeleton and CPU copies of its tensors (keys ``prefix/...``; no prefix: ``""``)."""
+def flatten_state(tree: Any, prefix: str, *, copy: bool = True) -> tuple[Any, dict[str, Tensor]]:
+    """Split ``tree`` into a JSON skeleton and CPU copies of its tensors (keys ``prefix/...``; no prefix: ``""``).
+    ``copy=False``: contiguous CPU tensors are the tree's own (for a caller that is done with them before
+    the state changes, such as a checkpoint write)."""
     tensors: dict[str, Tensor] = {}
 
     def join(path: str, key: Any) -> str:
@@ -53,7 +55,7 @@ def flatten_state(tree: Any, prefix: str) -> tuple[Any, dict[str, Tensor]]:
         if isinstance(obj, Tensor):
             if path in tensors:
                 raise ValueError(f"{path}: two entries of the state map to the same key")
-            tensors[path] = obj.detach().to("cpu", copy=True, memory_format=torch.contiguous_format)
+            tensors[path] = obj.detach().to("cpu", copy=copy, memory_format=torch.contiguous_format)
             return {TENSOR: path}
         if isinstance(obj, Mapping):
             if all(isinstance(k, str) and not k.startswith("__") for k in obj):

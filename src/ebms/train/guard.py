@@ -71,7 +71,9 @@ class DivergenceGuard:
         max_retries: consecutive restores allowed before :class:`TrainingDiverged`.
         snapshot_every: also keep an in-memory snapshot every this many steps
             (``None``: only at the start and at each checkpoint step). Each
-            snapshot copies model, objective and optimizer state to CPU memory.
+            snapshot copies model, objective and optimizer state to CPU memory,
+            except at a checkpoint step with a store keeping two or more: that
+            checkpoint is read back if a restore needs it.
         energy_keys: metric names bounded by ``max_abs_energy``.
         explode_factor: a watched value more than this many times its recent
             robust scale is divergence (``None`` disables the explosion rule).

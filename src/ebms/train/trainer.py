@@ -221,6 +221,7 @@ class Trainer:
         self._restores = 0
         self._guard_history: dict[str, list[float]] = {}
         self._saved_step: int | None = None
+        self._saved_path: Path | None = None  # the record of that checkpoint (its state: a snapshot's tensors)
         self._resume_offset: int | None = None
         self._restored_from: Path | None = None
         self._record: dict[str, Any] = {}  # the last step's log line (without its time)
@@ -280,7 +281,7 @@ class Trainer:
     def _one_step(self) -> bool:
         """One attempted step; ``False`` when the guard rejected it (state restored)."""
         if self.guard is not None and _recovery.snapshot_due(self):
-            self._pending = _snapshot.capture(self)
+            self._pending = _snapshot.capture(self, on_disk=_recovery.checkpoint_of_now(self))
         batch = to_device(self._batches.next(), self.device)
         if self._closure:
             return quasi_newton_step(self, batch)
