@@ -229,8 +229,10 @@ def test_token_logits_route_is_calibrated_to_the_exact_energy():
     check_invariant(P_local, pi, reversible=False)
 
 
-@pytest.mark.parametrize(("kw", "max_length"), [(dict(classes=TWO_CLASSES), 3), (dict(classes=TWO_CLASSES, trials=2), 2),
-                                               (dict(classes=ONE_CLASS), 2)], ids=["classes", "classes-mtm2", "gibbs"])
+@pytest.mark.parametrize(("kw", "max_length"), [(dict(classes=TWO_CLASSES), 2), (dict(classes=TWO_CLASSES, trials=2), 2),
+                                               (dict(classes=ONE_CLASS), 2),
+                                               pytest.param(dict(classes=TWO_CLASSES), 3, marks=pytest.mark.slow)],
+                         ids=["classes", "classes-mtm2", "gibbs", "classes-3"])
 def test_flat_route_of_class_proposals_gives_the_padded_routes_exact_kernels(kw, max_length):
     """Class members scored as a flat list (``token_logits_flat``, only the moving rows) give the same exact
     jump, sweep and full-step kernels as whole-sentence energies."""
@@ -399,12 +401,14 @@ def test_nonfinite_proposals_are_rejected_and_flagged():
     assert not bool(torch.isnan(state.energy).any())
 
 
-@pytest.mark.parametrize(("kw", "target"), [(dict(classes=ONE_CLASS), RangedField), (dict(classes=TWO_CLASSES), RangedField),
-                                           (dict(trials=1), RangedField), (dict(classes=TWO_CLASSES), PlainRangedField)],
+@pytest.mark.parametrize(("kw", "target", "max_length"),
+                         [(dict(classes=ONE_CLASS), RangedField, 4), (dict(classes=TWO_CLASSES), RangedField, 4),
+                          (dict(trials=1), RangedField, 4), (dict(classes=TWO_CLASSES), PlainRangedField, 3)],
                          ids=["gibbs", "classes", "independent", "classes-whole-sentence"])
-def test_colored_sweep_leaves_the_target_invariant(kw, target):
-    """Colours {0, 2} and {1, 3} of the bigram field (range 1), each moved in one call: exact kernel, invariant."""
-    field = target()
+def test_colored_sweep_leaves_the_target_invariant(kw, target, max_length):
+    """Colours {0, 2} and {1, 3} of the bigram field (range 1; {0, 2} and {1} up to length 3), each moved
+    in one call: exact kernel, invariant."""
+    field = target(max_length=max_length)
     states, pi = exact(field)
     P = kernel(TransDimensional(space=field.space, jump=False, scan="colored", **kw), field, states)
     check_invariant(P, pi, reversible=False)
