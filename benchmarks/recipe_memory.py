@@ -25,6 +25,12 @@ the process and its descendants, of the proportional set size (``Pss`` of ``/pro
 each shared page divided among the processes that map it), sampled every 0.25 s by a thread of the
 child (Linux only; absent elsewhere).
 
+``--resume RUN_DIR`` measures a resume instead: the run folder's files and its newest checkpoint are
+copied into a temporary folder (the run itself is only read) and ``ebms train <copy>/config.toml --resume``
+trains ``--steps`` more steps there; the row is named after the run folder and the checkpoint's step.
+What a resume adds (reading the checkpoint, putting it into a model built from the data) then shows
+beside the recipe's fresh start.
+
 ``--release both`` measures what :class:`ebms.train.ReleaseMemory` (glibc's ``malloc_trim`` every 100
 steps, in ``ebms train`` and in the sampler's worker processes) saves: each recipe runs twice, first
 with ``EBMS_RELEASE_MEMORY=0`` (rows ``NAME (release off)``), then as shipped; ``--release off`` only
@@ -33,7 +39,7 @@ the first. A long run shows the difference best (the freed temporaries pile up s
 Usage::
 
     python benchmarks/recipe_memory.py [--quick] [--steps N | --full] [--only demo,rbm-digits] [--no-eval]
-        [--name NAME] [--release on|off|both]
+        [--name NAME] [--release on|off|both] [--resume RUN_DIR]
 """
 
 from __future__ import annotations
@@ -143,6 +149,8 @@ def main() -> int:
     p.add_argument("--name", default="recipe_memory", help="the record's name (default recipe_memory)")
     p.add_argument("--release", choices=("on", "off", "both"), default="on",
                    help="ReleaseMemory as shipped (on), turned off (EBMS_RELEASE_MEMORY=0), or both, off first")
+    p.add_argument("--resume", type=Path, default=None, help="measure a resume of this run folder's newest "
+                   "checkpoint (in a copy) for --steps steps, instead of the recipes")
     p.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child is not None:
@@ -160,6 +168,10 @@ def main() -> int:
         names = wanted
     elif args.quick:
         names = [n for n in names if n in QUICK]
+    if args.resume is not None:
+        if args.only or args.quick or args.full:
+            p.error("--resume: measures one run folder; drop --only, --quick and --full")
+        names = [str(args.resume)]
     steps = None if args.full else args.steps
     sys.path.insert(0, str(HERE))
     from _record import Recorder
@@ -174,7 +186,11 @@ def main() -> int:
         for name in names:
             extra = [f"{BASES[name][0]}={Path(tmp) / BASES[name][1]}"] if name in BASES else []
             for mode in modes:
-                rec = _run_child(name, steps, tmp, not args.no_eval, args.timeout, extra, release=mode == "on")
+                if args.resume is not None:
+                    rec = _resume_child(args.resume, args.steps, Path(tmp), not args.no_eval, args.timeout,
+                                        release=mode == "on")
+                else:
+                    rec = _run_child(name, steps, tmp, not args.no_eval, args.timeout, extra, release=mode == "on")
                 rows.append(rec)
                 mem = f"{rec['peak_rss_mib']:8.0f} MiB" if "peak_rss_mib" in rec else "       - MiB"
                 pss = f"  tree PSS {rec['peak_tree_pss_mib']:8.0f} MiB" if "peak_tree_pss_mib" in rec else ""
@@ -202,12 +218,37 @@ def row_name(rec: dict) -> str:
     return (rec["recipe"] or "baseline") + ("" if rec.get("release", True) else " (release off)")
 
 
+def _resume_child(run: Path, steps: int, tmp: Path, eval_: bool, timeout: float, *, release: bool = True) -> dict:
+    """A resume of ``run``'s newest checkpoint for ``steps`` steps, in a copy under ``tmp`` (a fresh one each call)."""
+    import shutil
+
+    from ebms.train.checkpoint import CheckpointStore
+
+    if not (run / "config.toml").is_file():
+        raise SystemExit(f"--resume: {run} is not a run folder (no config.toml)")
+    record = CheckpointStore(run / "checkpoints").load().path  # the newest valid one, sha256-checked
+    step = int(json.loads(record.read_text())["step"])
+    copy = tmp / f"resume-{run.name}"
+    shutil.rmtree(copy, ignore_errors=True)
+    (copy / "checkpoints").mkdir(parents=True)
+    for f in run.iterdir():
+        if f.is_file():
+            shutil.copy2(f, copy / f.name)
+    weights = json.loads(record.read_text())["weights"]["file"]
+    for f in (record, record.parent / weights):
+        shutil.copy2(f, copy / "checkpoints" / f.name)
+    (copy / "checkpoints" / "latest").write_text(record.name)
+    rec = _run_child(str(copy / "config.toml"), None, str(tmp), eval_, timeout,
+                     ["--resume", f"run.name={copy.name}", f"train.steps={step + steps}"], release=release, fresh=False)
+    return {**rec, "recipe": f"{run.name} (resumed from step {step})", "steps": steps}
+
+
 def _run_child(name: str | None, steps: int | None, tmp: str, eval_: bool, timeout: float,
-               extra: list[str] | None = None, *, release: bool = True) -> dict:
+               extra: list[str] | None = None, *, release: bool = True, fresh: bool = True) -> dict:
     """One recipe in a fresh process (``name=None``: the baseline, imports only); ``release=False``: with
-    ``EBMS_RELEASE_MEMORY=0``."""
+    ``EBMS_RELEASE_MEMORY=0``; ``fresh=False``: no ``--overwrite`` (``extra`` says ``--resume``)."""
     argv = [] if name is None else ["train", name, f"run.out_dir={json.dumps(tmp)}", "run.progress=false",
-                                    "--overwrite", *(extra or [])]
+                                    *(["--overwrite"] if fresh else []), *(extra or [])]
     if steps is not None:
         argv.append(f"train.steps={steps}")
     if not eval_ and name is not None:

@@ -13,12 +13,13 @@ Workload:
                 training-zeta figure is the source's own way of reporting (its 139.94); it is exact only
                 where ``zeta = log Z``, which ``benchmarks/trf_logz_ais.py --run`` checks with AIS.
     wall time   from the run's ``metrics.jsonl``: each segment (a start or a ``--resume``; ``elapsed_s``
-                restarts at 0) contributes its last logged ``elapsed_s``; steps per second per segment
-                and over the run. Setup (features, classes, moments) before the first step is not in
-                ``elapsed_s``.
-    memory      with ``--memory-log FILE``: lines ``EPOCH PID hwm=KiB rss=KiB pss=KiB`` written while the
-                run trained (``benchmarks/pss_watch.sh PATTERN`` writes them): the largest sum of PSS over
-                the run's processes at one sampling time, and each process's peak RSS (``VmHWM``).
+                restarts at 0; a resume rewinds the log to its checkpoint, so steps done again count once)
+                contributes its last logged ``elapsed_s``; steps per second per segment and over the run.
+                Setup (features, classes, moments) before the first step is not in ``elapsed_s``.
+    memory      with ``--memory-log FILE [FILE ...]`` (one per segment): lines ``EPOCH PID hwm=KiB rss=KiB
+                pss=KiB`` written while the run trained (``benchmarks/pss_watch.sh PATTERN`` writes them):
+                the largest sum of PSS over the run's processes at one sampling time, and each process's
+                peak RSS (``VmHWM``).
     same as     with ``--same-as DIR``: another run of the same configuration and seed (e.g. one trained
                 by older code, or on another machine), compared with this one: every step both logged
                 (loss, gradient norm and every metric, exactly) and every checkpoint step both hold
@@ -52,7 +53,8 @@ BENCH = "trf_ptb_recipe"
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", type=Path, required=True, help="the ebms train run folder of a discrete TRF")
     p.add_argument("--command", default=None, help="the command that trained it, for the record")
-    p.add_argument("--memory-log", type=Path, default=None, help="PSS samples written while it trained")
+    p.add_argument("--memory-log", type=Path, nargs="+", default=None,
+                   help="PSS samples written while it trained (one file per segment of a resumed run)")
     p.add_argument("--train-every", type=int, default=14, help="every N-th training sentence for the train figure")
     p.add_argument("--steps", default=None, help="comma-separated checkpoint steps (default: every one)")
     p.add_argument("--same-as", type=Path, default=None, help="another run of the same config and seed to compare with")
@@ -74,23 +76,32 @@ def segments(metrics: Path) -> list[dict[str, float]]:
     return out
 
 
-def memory(log: Path) -> dict[str, Any]:
-    """The largest summed PSS at one sampling time and each process's peak RSS (MiB) of a ``pss_watch`` log."""
+def memory(logs: Path | list[Path]) -> dict[str, Any]:
+    """The largest summed PSS at one sampling time and each process's peak RSS (MiB) of ``pss_watch`` logs
+    (one per segment of a resumed run; each log's own peak under ``per_log`` when there are several)."""
+    logs = [logs] if isinstance(logs, Path) else list(logs)
     pss: dict[str, float] = {}
     hwm: dict[str, float] = {}
-    for line in log.read_text().splitlines():
-        parts = line.split()
-        if len(parts) != 5 or not parts[0].isdigit():
-            continue
-        fields = dict(p.split("=", 1) for p in parts[2:])
-        if not all(fields.get(k, "").isdigit() for k in ("hwm", "pss")):
-            continue
-        pss[parts[0]] = pss.get(parts[0], 0.0) + int(fields["pss"]) / 1024
-        hwm[parts[1]] = max(hwm.get(parts[1], 0.0), int(fields["hwm"]) / 1024)
-    if not pss:
-        raise SystemExit(f"--memory-log: {log}: no lines 'EPOCH PID hwm=KiB rss=KiB pss=KiB' (benchmarks/pss_watch.sh)")
-    return {"peak_summed_pss_mib": round(max(pss.values()), 1), "samples": len(pss),
-            "peak_rss_mib_per_process": {pid: round(v, 1) for pid, v in sorted(hwm.items())}}
+    per_log = []
+    for log in logs:
+        mine: dict[str, float] = {}
+        for line in log.read_text().splitlines():
+            parts = line.split()
+            if len(parts) != 5 or not parts[0].isdigit():
+                continue
+            fields = dict(p.split("=", 1) for p in parts[2:])
+            if not all(fields.get(k, "").isdigit() for k in ("hwm", "pss")):
+                continue
+            mine[parts[0]] = mine.get(parts[0], 0.0) + int(fields["pss"]) / 1024
+            hwm[parts[1]] = max(hwm.get(parts[1], 0.0), int(fields["hwm"]) / 1024)
+        if not mine:
+            raise SystemExit(f"--memory-log: {log}: no lines 'EPOCH PID hwm=KiB rss=KiB pss=KiB' (benchmarks/pss_watch.sh)")
+        per_log.append({"log": log.name, "peak_summed_pss_mib": round(max(mine.values()), 1), "samples": len(mine)})
+        for t, v in mine.items():
+            pss[t] = pss.get(t, 0.0) + v
+    out = {"peak_summed_pss_mib": round(max(pss.values()), 1), "samples": len(pss),
+           "peak_rss_mib_per_process": {pid: round(v, 1) for pid, v in sorted(hwm.items())}}
+    return out if len(logs) == 1 else {**out, "per_log": per_log}
 
 
 def _logged(metrics: Path) -> dict[int, dict[str, Any]]:
@@ -131,8 +142,9 @@ def main() -> None:
     args = C.parse_args(__doc__.splitlines()[0], add_args)
     if args.train_every < 1:
         raise SystemExit(f"--train-every: expected an int >= 1; got {args.train_every}")
-    if args.memory_log is not None and not args.memory_log.is_file():
-        raise SystemExit(f"--memory-log: no file {args.memory_log}")
+    for log in args.memory_log or []:
+        if not log.is_file():
+            raise SystemExit(f"--memory-log: no file {log}")
     metrics_path = args.run / "metrics.jsonl"
     if not metrics_path.is_file():
         raise SystemExit(f"--run: {args.run}: no metrics.jsonl (is it an `ebms train` run folder?)")

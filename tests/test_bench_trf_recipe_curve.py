@@ -36,6 +36,13 @@ def test_memory_sums_pss_per_sampling_time_and_keeps_each_process_peak(tmp_path:
                    "70 1 hwm=4096 rss=2048 pss=2048\n70 2 hwm=1024 rss=1024 pss=1024\nnoise line\n")
     got = _bench().memory(log)
     assert got == {"peak_summed_pss_mib": 3.0, "samples": 2, "peak_rss_mib_per_process": {"1": 4.0, "2": 1.0}}
+    second = tmp_path / "mem2.log"  # a resumed segment's log: other times, other processes
+    second.write_text("130 3 hwm=8192 rss=4096 pss=4096\n130 4 hwm=1024 rss=1024 pss=1024\n")
+    both = _bench().memory([log, second])
+    assert both == {"peak_summed_pss_mib": 5.0, "samples": 3,
+                    "peak_rss_mib_per_process": {"1": 4.0, "2": 1.0, "3": 8.0, "4": 1.0},
+                    "per_log": [{"log": "mem.log", "peak_summed_pss_mib": 3.0, "samples": 2},
+                                {"log": "mem2.log", "peak_summed_pss_mib": 5.0, "samples": 1}]}
     log.write_text("nothing useful\n")
     with pytest.raises(SystemExit, match=r"^--memory-log: .*: no lines 'EPOCH PID hwm=KiB rss=KiB pss=KiB'"):
         _bench().memory(log)

@@ -530,3 +530,14 @@ def test_release_memory_calls_on_its_period_and_changes_no_number(tmp_path: Path
     assert with_cb.metrics == without.metrics
     with pytest.raises(ValueError, match="every"):
         ReleaseMemory(every=0)
+
+
+def test_release_memory_also_trims_when_training_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # once before the first step (what building and resuming left free, before a sampler forks), then per period
+    import ebms.train.callbacks as callbacks
+
+    seen: list[int] = []
+    trainer = make_trainer(GaussianML(), tmp_path, steps=7, callbacks=[ReleaseMemory(every=3)])
+    monkeypatch.setattr(callbacks, "release_free_memory", lambda: seen.append(trainer.step))
+    trainer.fit()
+    assert seen == [0, 3, 6]

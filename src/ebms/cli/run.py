@@ -267,6 +267,7 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
         if current is not ckpt:  # recorded before keys moved: the trainer matches keys by name, so check here
             CheckpointStore.check_identity(current, run_identity(cfg))
         stored = read_run_files(run_dir, ckpt.identity)
+        del ckpt, current  # the trainer loads it again to resume; its tensors must not stay in memory all run
     data = _load(task, cfg, stored)
     model = build_seeded_model(cfg, task, data)
     files = task.run_files(cfg, data)

@@ -88,7 +88,9 @@ def recover(t: Trainer, reason: str) -> None:
             )
         raise TrainingDiverged(msg)
     t._pending = None
-    _snapshot.apply(t, _snapshot.read_back(t, t._snapshot), IN_MEMORY if t.run_dir is None else str(t.run_dir))
+    # a snapshot read back from its checkpoint is this restore's own copy; one kept in memory serves the next too
+    snap = _snapshot.read_back(t, t._snapshot)
+    _snapshot.apply(t, snap, IN_MEMORY if t.run_dir is None else str(t.run_dir), copy=snap is t._snapshot)
     t._log.rewind(t._snapshot.log_offset)  # the undone steps leave the log too
     factor = t.guard.lr_factor**t._retries
     for g in t.optimizer.param_groups:

@@ -117,9 +117,11 @@ def load_module(module: nn.Module, state: Mapping[str, Tensor], what: str, where
     module.load_state_dict(state)
 
 
-def apply(t: Trainer, snap: Snapshot, where: str) -> None:
-    """Put ``snap`` back into the trainer (tensors are copied, the snapshot stays intact)."""
-    tree = unflatten_state(snap.skeleton, {k: v.clone() for k, v in snap.tensors.items()}, where)
+def apply(t: Trainer, snap: Snapshot, where: str, *, copy: bool = True) -> None:
+    """Put ``snap`` back into the trainer (tensors are copied, the snapshot stays intact; ``copy=False``
+    for tensors loaded for this one restore, which the trainer may then own: no second copy of the state)."""
+    tensors = {k: v.clone() for k, v in snap.tensors.items()} if copy else dict(snap.tensors)
+    tree = unflatten_state(snap.skeleton, tensors, where)
     if not isinstance(tree, dict) or "model" not in tree or "optimizer" not in tree:
         raise CheckpointError(f"{where}: state lacks 'model' or 'optimizer'")
     load_module(t.model, tree["model"], "model", where)
@@ -170,7 +172,8 @@ def checkpoint_payload(t: Trainer) -> tuple[dict[str, Tensor], dict[str, Any]]:
 
 
 def apply_checkpoint(t: Trainer, ckpt: Checkpoint) -> None:
-    """Restore a loaded checkpoint after checking it was made by a compatible run."""
+    """Restore a loaded checkpoint after checking it was made by a compatible run (the trainer may keep
+    ``ckpt``'s tensors: the caller drops ``ckpt`` afterwards)."""
     where, meta = str(ckpt.path), ckpt.meta
     try:
         cfg, tr, rngs, skeleton = meta["config"], meta["trainer"], meta["rng"], meta["state"]
@@ -190,7 +193,7 @@ def apply_checkpoint(t: Trainer, ckpt: Checkpoint) -> None:
     if not isinstance(rngs, list) or len(rngs) != t.dist.world_size:
         raise CheckpointError(f"{where}: expected RNG states for {t.dist.world_size} rank(s)")
     rng = decode_blobs(rngs[t.dist.rank], where)
-    apply(t, Snapshot(step, skeleton, ckpt.tensors, rng, data, cbs, guard=guard), where)
+    apply(t, Snapshot(step, skeleton, ckpt.tensors, rng, data, cbs, guard=guard), where, copy=False)
     if t.dist.rank > 0 and isinstance(t.objective, nn.Module):
         for name in meta.get("rank_buffers", []):
             key = f"objective@{t.dist.rank}/{name}"

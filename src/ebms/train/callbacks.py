@@ -22,6 +22,7 @@ resumes stay exact.
 
 from __future__ import annotations
 
+import gc
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -66,7 +67,7 @@ class Callback:
 
 
 class ReleaseMemory(Callback):
-    """Every ``every`` steps hand the C heap's free pages back to the kernel
+    """When training starts and every ``every`` steps hand the C heap's free pages back to the kernel
     (:func:`ebms._memory.release_free_memory`, glibc's ``malloc_trim``; a no-op elsewhere).
 
     A long run whose steps allocate and free tens of MiB of temporaries otherwise holds on to the
@@ -81,6 +82,12 @@ class ReleaseMemory(Callback):
     def __init__(self, every: int = 100) -> None:
         self.every = check_int(every, "every", minimum=1)
         self.calls = 0
+
+    def on_fit_start(self, trainer: Trainer) -> None:
+        # what building the model and resuming left free, before the first step forks any sampler worker
+        # (a fork shares the parent's pages, freed ones included, until one side writes them)
+        gc.collect()
+        release_free_memory()
 
     def on_step_end(self, trainer: Trainer, step: int, metrics: dict[str, float]) -> None:
         if step % self.every == 0:

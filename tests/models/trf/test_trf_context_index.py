@@ -168,6 +168,23 @@ def test_loading_a_state_dict_rebuilds_the_context_index():
     assert torch.equal(assert_same(other, x, pos, cand), feats.token_logits(x, pos, cand))
 
 
+def test_loading_the_same_keys_and_classes_keeps_the_table_and_the_index():
+    # a resume: building them again would hold two of each at once (hundreds of MB at PTB scale)
+    feats = model(GROUPS, bos=True, eos=True, dtype=torch.float64, seed=4)
+    other = model(GROUPS, bos=True, eos=True, dtype=torch.float64, seed=4)
+    table, context = other.table, other.context
+    with torch.no_grad():
+        other.weight.zero_()
+    other.load_state_dict(feats.state_dict())
+    assert other.table is table and other.context is context and torch.equal(other.weight, feats.weight)
+    x, pos, cand = queries(10, 15, 7, T=12)
+    assert torch.equal(assert_same(other, x, pos, cand), feats.token_logits(x, pos, cand))
+    classes = feats.state_dict()
+    classes["class_ids"] = classes["class_ids"].flip(0)  # other classes, same keys: rebuilt
+    other.load_state_dict(classes)
+    assert other.table is not table and other.context is not context
+
+
 @pytest.mark.parametrize("context", [True, False], ids=["context", "lookups"])
 def test_flat_scores_equal_the_padded_scores_entry_by_entry(context):
     feats = model(GROUPS, bos=True, eos=True, dtype=torch.float32, seed=6, boundaries="source")

@@ -355,12 +355,20 @@ class DiscreteFeatures(SubstitutionScores, nn.Module):
         ids = self._single_ids
         return -(self.weight[ids.clamp(min=0)] * (ids >= 0)).sum(1)
 
-    def _load_from_state_dict(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
-        super()._load_from_state_dict(*args, **kwargs)
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        # a resume loads the keys and classes this module was built with: its table and context index stay
+        # (building them again would hold two of each at once, hundreds of MB at PTB scale)
+        same = all(isinstance(new := state_dict.get(prefix + name), Tensor) and new.shape == have.shape
+                   and torch.equal(new.to(have.device), have)
+                   for name, have in (("keys", self.keys), ("class_ids", self.class_ids)))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         self._single_ids = None
         self._last = None
+        if same:
+            return
         self._n_class_ids = int(self.class_ids.max()) + 1  # the loaded classes may differ too
-        self.table = BucketTable(self.keys)  # the loaded keys may differ from the constructed ones
+        self.table = None  # type: ignore[assignment]  # free the stale table before building the new one
+        self.table = BucketTable(self.keys)  # the loaded keys differ from the constructed ones
         self._build_context()
 
     def _build_context(self) -> None:
