@@ -172,7 +172,7 @@ def test_cli_training_into_a_pipe_writes_a_few_lines_without_carriage_returns(tm
     env["OMP_NUM_THREADS"] = "1"
     args = ["train", "demo", "train.steps=30", "train.batch_size=16", "train.log_every=5", "objective.k=2",
             "objective.buffer_size=64", "data.n_test=100", "eval.resolution=40", "eval.n_samples=20",
-            "eval.sample_steps=5", "model.hidden=[16]", f"run.out_dir={tmp_path}"]
+            "eval.sample_steps=5", "model.hidden=[16]", f"run.out_dir={tmp_path}", "--no-eval"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         proc = subprocess.run([sys.executable, "-m", "ebms.cli.main", *args], capture_output=True, text=True,

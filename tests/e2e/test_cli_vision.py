@@ -223,7 +223,7 @@ def _mnist_folder() -> Path:
         pytest.skip("MNIST is not installed (set $EBMS_DATA to a folder holding mnist/)")
 
 
-@pytest.mark.parametrize("found_by", ["EBMS_DATA", "data.root"])
+@pytest.mark.parametrize("found_by", ["EBMS_DATA", pytest.param("data.root", marks=pytest.mark.slow)])
 def test_a_missing_default_ood_set_is_a_skipped_row_not_a_crash_after_training(
         found_by: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], request: pytest.FixtureRequest) -> None:
     # with data.root, the other set must not be looked for there: MNIST's files have Fashion-MNIST's names

@@ -76,6 +76,7 @@ def test_gibbs_invariance_check_rejects_wrong_target():
         assert_matches_exact(x, energy, space)
 
 
+@pytest.mark.slow  # the same kernel and target are in test_discrete_invariance.py's table
 @pytest.mark.parametrize("scan", ["systematic", "random"])
 def test_gibbs_leaves_potts_invariant(scan):
     space = Categorical((3, 3), 3)

@@ -67,12 +67,14 @@ def test_gwg_leaves_10_spin_ising_invariant_and_a_wrong_target_is_rejected():
     assert tv_distance(empirical_probs(x, space), p) > tv_threshold(p, x.shape[0])
 
 
+@pytest.mark.slow  # the same kernel and target are in test_discrete_invariance.py's table
 def test_gwg_leaves_tiny_rbm_free_energy_on_binary_invariant():
     energy, space = rbm_free_energy(), Binary(10)
     x = run_final(energy, space, chains=20000, steps=150, seed=1)
     assert_matches_exact(x, energy, space)
 
 
+@pytest.mark.slow  # the same kernel and target are in test_discrete_invariance.py's table
 def test_gwg_leaves_3x3_potts_on_categorical_invariant():
     energy, space = potts_energy(), Categorical(9, 3)
     x = run_final(energy, space, chains=20000, steps=100, seed=2)

@@ -60,7 +60,9 @@ def run_chains(sampler, energy, space, chains: int, steps: int, seed: int = 0):
 # -- random-walk Metropolis–Hastings ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("target", "n_flips"), [("ising", 1), ("ising", 3), ("potts", 1), ("potts", 2), ("rbm", 1)])
+# potts: the table of test_discrete_invariance.py has one flip; ising 3 keeps a multi-flip case fast
+@pytest.mark.parametrize(("target", "n_flips"), [("ising", 1), ("ising", 3), pytest.param("potts", 1, marks=pytest.mark.slow),
+                                                 pytest.param("potts", 2, marks=pytest.mark.slow), ("rbm", 1)])
 def test_metropolis_hastings_leaves_target_invariant(target, n_flips):
     make, space, chains = TARGETS[target]
     energy = make()

@@ -48,12 +48,14 @@ def test_two_gloo_ranks_match_one_process_with_double_batch(ddp_out: Path, tmp_p
     assert float((other.model.mean.detach() - got["model.mean"]).abs().max()) > 1e-3
 
 
+@pytest.mark.slow  # the two-rank torchrun fixture: ~13 s of set-up
 def test_distributed_resume_is_exact(ddp_out: Path) -> None:
     full, split = metric_lines(ddp_out / "full"), metric_lines(ddp_out / "split")
     assert [r["step"] for r in full] == list(range(2, 13, 2))
     assert full == split
 
 
+@pytest.mark.slow  # the two-rank torchrun fixture: ~13 s of set-up
 def test_distributed_checkpoint_holds_every_ranks_rng_and_buffers(ddp_out: Path) -> None:
     record = json.loads((ddp_out / "split" / "checkpoints" / "ckpt-000000012.json").read_text())
     assert record["config"]["world_size"] == 2
@@ -62,6 +64,7 @@ def test_distributed_checkpoint_holds_every_ranks_rng_and_buffers(ddp_out: Path)
     assert "objective@1/memory" in record["weights"]["keys"]
 
 
+@pytest.mark.slow  # the two-rank torchrun fixture: ~13 s of set-up
 def test_ranks_agree_on_stopping_and_eval_values(ddp_out: Path) -> None:
     assert [e["values"] for e in events(ddp_out / "stop", "eval")] == [{"rank": 0.5}, {"rank": 0.5}]
     (stop,) = events(ddp_out / "stop", "stop")

@@ -161,12 +161,8 @@ class NeuralTRFTask(LanguageTask):
         return TRFNCE(_ngram(data, order, "trf.noise_order", cfg.sections["ngram"]), nu=cfg.objective.nu)
 
     def _dnce(self, cfg: Config, data: LanguageData) -> nn.Module:
-        s = trf_settings(cfg)
-        V = len(data.vocab)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cfg.run.seed + NOISE_SEED_OFFSET)
-            lstm = LSTMLM(V, embedding_dim=s.noise_hidden, hidden_size=s.noise_hidden, num_layers=1)
-        lstm.init_unigram(unigram_probs(data.train, V, end=True))  # a zero bias draws ~V tokens before an end
+        lstm = LSTMLM.unigram_noise(data.train, len(data.vocab), trf_settings(cfg).noise_hidden,
+                                    seed=cfg.run.seed + NOISE_SEED_OFFSET)
         return DynamicNCE(lstm, nu=cfg.objective.nu)
 
     def evaluate(self, cfg: Config, model: nn.Module, data: LanguageData, step: int, *, use_ais: bool) -> Any:

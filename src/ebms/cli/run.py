@@ -261,8 +261,7 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
     task.check_inputs(cfg)
     stored: dict[str, bytes] = {}
     if state == "checkpoints" and not overwrite:  # a resume: the run's own files, checked against its checkpoint
-        which = None if resume is True or resume == "auto" else resume
-        ckpt = CheckpointStore(run_dir / "checkpoints").load(which)
+        ckpt = CheckpointStore(run_dir / "checkpoints").load(None if resume is True or resume == "auto" else resume)
         current = _current_spelling(ckpt, task)
         if current is not ckpt:  # recorded before keys moved: the trainer matches keys by name, so check here
             CheckpointStore.check_identity(current, run_identity(cfg))

@@ -108,3 +108,20 @@ def test_init_unigram_makes_a_zero_weight_lstm_the_unigram_law_and_refuses_other
                        (2 * p, r"got \(5,\) summing to 2$"), (torch.zeros(5), r"got \(5,\)$"), ([0.2] * 5, "got list$")):
         with pytest.raises(ValueError, match=match):
             lm.init_unigram(bad)
+
+
+def test_unigram_noise_is_the_seeded_lstm_with_the_corpus_unigram_bias_and_leaves_the_global_generator():
+    from ebms.data.text import unigram_probs
+
+    corpus = Sequences.from_lists([[1, 2, 2], [3], [4, 1]])
+    before = torch.get_rng_state()
+    lm = LSTMLM.unigram_noise(corpus, 5, 6, seed=11)
+    assert torch.equal(torch.get_rng_state(), before)
+    torch.manual_seed(11)
+    want = LSTMLM(5, embedding_dim=6, hidden_size=6, num_layers=1)
+    want.init_unigram(unigram_probs(corpus, 5, end=True))
+    got = lm.state_dict()
+    assert got.keys() == want.state_dict().keys()
+    assert all(torch.equal(got[k], v) for k, v in want.state_dict().items())
+    with pytest.raises(TypeError, match="seed: expected an int"):
+        LSTMLM.unigram_noise(corpus, 5, 6, seed=1.5)

@@ -27,7 +27,9 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from ebms._checks import check_bool, check_int, check_probability
+from ebms.data.text import unigram_probs
 from ebms.models.lm._base import AutoregressiveLM, LMState
+from ebms.sequences import Sequences
 
 __all__ = ["LSTMLM", "LSTMState"]
 
@@ -95,6 +97,17 @@ class LSTMLM(AutoregressiveLM):
             self.decoder.weight = self.embedding.weight
         else:
             nn.init.uniform_(self.decoder.weight, -0.1, 0.1)
+
+    @classmethod
+    def unigram_noise(cls, corpus: Sequences, vocab_size: int, hidden_size: int, *, seed: int) -> LSTMLM:
+        """DNCE's noise LM at its start: one LSTM layer of ``hidden_size`` units (embedding as wide),
+        initialised from ``seed`` (the global generator's state is left as it was), its output bias set
+        to the unigram law of ``corpus`` with ``</s>`` (:meth:`init_unigram`)."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(check_int(seed, "seed"))
+            lm = cls(vocab_size, embedding_dim=hidden_size, hidden_size=hidden_size, num_layers=1)
+        lm.init_unigram(unigram_probs(corpus, vocab_size, end=True))
+        return lm
 
     def init_unigram(self, probs: Tensor) -> None:
         r"""Set the output bias to a unigram law, :math:`b_w = \log p_w` (the law the model has while the
