@@ -54,6 +54,7 @@ from ebms.models import (
     Seq2SeqTransformer,
     TransformerLM,
 )
+from ebms.models.lm import LMAdapter
 from ebms.models.trf import GNELM, TRF, DiscreteFeatures, MixedEnergy, feature_templates
 from ebms.nets import ConvEnergy, GaussianEnergy, MLPClassifier, MLPEnergy, PixelCNN, TextEnergy, TwoTowerCloze
 from ebms.objectives.rbm_cd import ModelProducts
@@ -100,6 +101,7 @@ FACTORIES = {
     "BackoffNGram": lambda: BackoffNGram.fit(Sequences.from_lists([[1, 2], [2, 2, 1]]), 3, 2, smoothing="witten_bell"),
     "LSTMLM": lambda: LSTMLM(4, embedding_dim=3, hidden_size=3, num_layers=1),
     "TransformerLM": lambda: TransformerLM(4, d_model=4, num_heads=1, num_layers=1, dim_feedforward=4),
+    "LMAdapter": lambda: LMAdapter(LSTMLM(4, embedding_dim=3, hidden_size=3, num_layers=1), max_length=3),
     "LengthConditionalLM": lambda: LengthConditionalLM(LSTMLM(4, embedding_dim=3, hidden_size=3, num_layers=1)),
     "DiscreteFeatures": _features,
     "MixedEnergy": lambda: MixedEnergy(_features()),

@@ -551,8 +551,7 @@ class SentenceLM(Protocol):
     * ``max_length``: the longest sentence it scores (``None``: unbounded).
 
     Offered by the sentence LMs (every :class:`~ebms.models.lm.AutoregressiveLM`). Used by
-    :class:`~ebms.objectives.EARM`, which reads such an LM through
-    :class:`~ebms.objectives.LMAdapter` (an :class:`EARMModel` with a horizon).
+    :class:`~ebms.models.lm.LMAdapter` (an :class:`EARMModel` with a horizon of its own).
     """
 
     @property
@@ -690,8 +689,9 @@ class EARMModel(SupportsTeacherForcing, Protocol):
       (conditioned on the same sources where the model is conditional), in ``batch``'s type,
       without gradient, in evaluation mode (the model's law, no dropout).
 
-    Offered by the sentence LMs (:class:`~ebms.models.LSTMLM`, :class:`~ebms.models.TransformerLM`,
-    :class:`~ebms.models.HuggingFaceLM`), :class:`~ebms.models.Seq2SeqAdapter` and
+    Offered by the sentence LMs (every :class:`~ebms.models.lm.AutoregressiveLM`: :class:`~ebms.models.LSTMLM`,
+    :class:`~ebms.models.TransformerLM`, :class:`~ebms.models.HuggingFaceLM`, ...),
+    :class:`~ebms.models.lm.LMAdapter`, :class:`~ebms.models.Seq2SeqAdapter` and
     :class:`~ebms.models.PixelCNNAdapter`. Used by :class:`~ebms.objectives.EARM`.
     """
 

@@ -16,7 +16,7 @@ from torch import nn
 
 from ebms.capabilities import EARMModel
 from ebms.distributions import NGram
-from ebms.models.lm import LSTMLM, perplexity
+from ebms.models.lm import LSTMLM, TransformerLM, perplexity
 from ebms.objectives import AutoregressiveNLL
 from ebms.objectives.earm import EARM, EARMTerms, LMAdapter
 from ebms.sequences import Sequences
@@ -441,3 +441,21 @@ def test_bad_arguments_models_and_outputs_are_named():
         objective.surrogate(good, good, draw_log_mass=torch.zeros(4))
     with pytest.raises(ValueError, match=r"^log_denominator: expected shape \(3,\); got \(2,\)"):
         objective.surrogate(good, good, log_denominator=torch.zeros(2))
+
+
+@pytest.mark.parametrize("horizon", [None, 2])
+def test_a_sentence_lm_is_an_earm_model_itself_and_reads_as_its_adapter(horizon):
+    # issue 25: the capability is declared on AutoregressiveLM; LMAdapter only fixes another horizon
+    torch.manual_seed(0)
+    lm = TransformerLM(5, d_model=4, num_heads=1, num_layers=1, dim_feedforward=8, max_length=6)
+    assert isinstance(lm, EARMModel)
+    adapter = LMAdapter(lm, max_length=horizon)
+    batch = Sequences.from_lists([[1, 2, 3], [4], [2, 2, 2, 2, 1]])
+    for got, want in zip(lm.teacher_forced(batch, max_length=horizon), adapter.teacher_forced(batch)):
+        assert torch.equal(got, want)
+    lm.train()
+    mine = lm.draw((batch.tokens, batch.lengths), torch.Generator().manual_seed(3), max_length=horizon)
+    theirs = adapter.draw((batch.tokens, batch.lengths), torch.Generator().manual_seed(3))
+    assert lm.training and isinstance(mine, tuple) and all(torch.equal(a, b) for a, b in zip(mine, theirs))
+    with pytest.raises(ValueError, match="max_length: expected at most the LM's max_length=6; got 7"):
+        lm.teacher_forced(batch, max_length=7)

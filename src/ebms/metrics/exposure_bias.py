@@ -106,13 +106,13 @@ def exposure_bias_ratio(model_a: nn.Module, model_b: nn.Module, data: Any) -> Ex
 
 def _gold_log_probs(model: Any, batch: Any, name: str) -> tuple[Tensor, Tensor, Tensor]:
     """``(log q(gold) (B, K), targets (B, K), mask (B, K))`` of one teacher-forced pass."""
-    if isinstance(model, SupportsTeacherForcing):
+    if not isinstance(model, SupportsTokenLogProbs):  # a sentence LM is read by its own scores (it has both)
+        if not isinstance(model, SupportsTeacherForcing):
+            raise TypeError(f"{name}: expected a sentence LM with token_log_probs(Sequences) or a model with "
+                            f"teacher_forced(batch) (ebms.objectives.earm.EARMModel); got {type(model).__name__}")
         logits, targets, mask = model.teacher_forced(batch)
         lp = logits.log_softmax(-1).gather(-1, targets.masked_fill(~mask, 0).unsqueeze(-1)).squeeze(-1)
         return lp, targets, mask
-    if not isinstance(model, SupportsTokenLogProbs):
-        raise TypeError(f"{name}: expected a sentence LM with token_log_probs(Sequences) or a model with "
-                        f"teacher_forced(batch) (ebms.objectives.earm.EARMModel); got {type(model).__name__}")
     batch = Sequences.coerce(batch, name="data", expected="Sequences, a (tokens (B, T), lengths (B,)) tuple, or a "
                              "list of them for sentence LMs")
     lp = model.token_log_probs(batch)

@@ -51,9 +51,10 @@ evaluation mode the loss is the cross-entropy only. Metrics: ``ce``, ``earm`` (=
 ``ess`` (Kish ESS :math:`(\sum w)^2 / \sum w^2` of the draws' weights, mean over the steps used, 0
 when off), ``active`` (1 or 0).
 
-**Models** follow :class:`~ebms.capabilities.EARMModel`; an :class:`~ebms.models.lm.AutoregressiveLM` (any
-:class:`~ebms.capabilities.SentenceLM` without ``teacher_forced``) is wrapped in :class:`LMAdapter`
-with its default ``max_length=None`` automatically.
+**Models** follow :class:`~ebms.capabilities.EARMModel`: every :class:`~ebms.models.lm.AutoregressiveLM`
+does (read under its own ``max_length``), as do :class:`~ebms.models.lm.LMAdapter` (another horizon),
+the seq2seq and PixelCNN adapters; another :class:`~ebms.capabilities.SentenceLM` without
+``teacher_forced`` is wrapped in ``LMAdapter`` with ``max_length=None`` automatically.
 
 Cost per active step: the data pass (shared with the cross-entropy), ``B`` ancestral draws without
 gradient, a teacher-forced pass with gradient on the draws; ``O(B K V)`` memory for each pass.
@@ -75,92 +76,12 @@ from torch import Tensor, nn
 
 from ebms._checks import check_bool, check_int, check_positive, check_probability
 from ebms.capabilities import EARMModel, SentenceLM, supports
+from ebms.models.lm import LMAdapter
 from ebms.objectives._base import LossOutput, scalar_metrics
-from ebms.sequences import Sequences
 
 __all__ = ["EARM", "EARMTerms", "LMAdapter"]
 
 Triple = tuple[Tensor, Tensor, Tensor]
-
-
-class LMAdapter(nn.Module):
-    r""":class:`~ebms.capabilities.EARMModel` view of a sentence LM (an
-    :class:`~ebms.capabilities.SentenceLM`: ``logits``, ``sample``, ``max_length``; every
-    :class:`~ebms.models.lm.AutoregressiveLM`).
-
-    Batches are :class:`~ebms.sequences.Sequences` or ``(tokens (B, T), lengths (B,))`` tuples (the
-    Trainer's form); :meth:`draw` returns the same type. Step ``k < L`` predicts ``y_{k+1}`` after
-    ``<s> y_1..y_k`` and step ``L`` predicts ``</s>`` (id 0), so ``K = L + 1``.
-
-    **Horizon.** Let ``H`` be ``max_length`` when given, else the LM's own ``max_length`` (``None``:
-    unbounded). Rows are read under the horizon-``H`` law (as the ``horizon`` of
-    ``ebms.models.ResidualLM``): a row with ``L >= H`` is cut to its first ``H`` tokens and has no
-    ``</s>`` step (mask ``False`` there), for the data and the draws alike, so both phases see one law. Draws come from
-    ``lm.sample(B, max_length=cap, truncate=True)`` in evaluation mode: ``cap = H`` when
-    ``max_length`` is given; with ``max_length=None`` (default) ``cap`` is one token past the batch's
-    longest sentence (at most ``H``) — a draw cut there still has every step the data have, and its
-    unreal ``</s>`` step lies after the data's last step, which :class:`EARM` ignores. So the default
-    is exact and draws no more than needed; pass ``max_length`` to fix the draw length (the paper
-    draws 50 tokens for LMs), above the longest training sentence so the data are never cut.
-
-    Args:
-        lm: the sentence LM.
-        max_length: horizon ``H`` (``>= 1``) or ``None``.
-    """
-
-    lm: Any
-
-    def __init__(self, lm: SentenceLM, *, max_length: int | None = None) -> None:
-        super().__init__()
-        if not isinstance(lm, SentenceLM):
-            raise TypeError(f"lm: expected an autoregressive sentence LM with logits(Sequences) and sample(n, "
-                            f"...) (ebms.models.lm); got {type(lm).__name__}")
-        own = lm.max_length
-        if max_length is not None:
-            max_length = check_int(max_length, "max_length", minimum=1)
-            if own is not None and max_length > own:
-                raise ValueError(f"max_length: expected at most the LM's max_length={own}; got {max_length}")
-        self.lm = lm
-        self.max_length = max_length
-        self.horizon: int | None = max_length if max_length is not None else own
-
-    def forward(self, batch: Sequences | tuple[Tensor, Tensor]) -> Triple:
-        """Same as :meth:`teacher_forced`."""
-        return self.teacher_forced(batch)
-
-    def teacher_forced(self, batch: Sequences | tuple[Tensor, Tensor]) -> Triple:
-        """``(logits (B, W + 1, V), targets, mask)`` with ``W`` the longest (cut) length; one LM pass."""
-        seqs = Sequences.coerce(batch, empty=False)
-        H = self.horizon
-        if H is not None and int(seqs.lengths.max()) > H:
-            seqs = Sequences(seqs.tokens[:, :H], seqs.lengths.clamp(max=H), validate=False)
-        width = int(seqs.lengths.max())
-        logits = self.lm.logits(Sequences(seqs.tokens[:, :width], seqs.lengths, validate=False))[:, :width + 1]
-        lengths = seqs.lengths.to(logits.device).unsqueeze(1)
-        tokens = seqs.tokens[:, :width].to(logits.device)
-        k = torch.arange(width + 1, device=logits.device)
-        targets = F.pad(tokens.masked_fill(k[:width] >= lengths, 0), (0, 1))
-        ends = (k == lengths) if H is None else (k == lengths) & (lengths < H)
-        return logits, targets, (k < lengths) | ends
-
-    def draw(self, batch: Sequences | tuple[Tensor, Tensor], generator: torch.Generator | None) -> Any:
-        """``B`` sentences of the LM's law (cut at the cap above), in ``batch``'s type."""
-        seqs = Sequences.coerce(batch, empty=False)
-        cap = self.max_length
-        if cap is None:
-            cap = int(seqs.lengths.max()) + 1
-            cap = cap if self.horizon is None else min(cap, self.horizon)
-        was_training = self.lm.training
-        self.lm.eval()
-        try:
-            with torch.no_grad():
-                out = self.lm.sample(seqs.batch_size, generator, max_length=cap, truncate=True)
-        finally:
-            self.lm.train(was_training)
-        return out if isinstance(batch, Sequences) else (out.tokens, out.lengths)
-
-    def extra_repr(self) -> str:
-        return f"max_length={self.max_length}"
 
 
 @dataclass(frozen=True)

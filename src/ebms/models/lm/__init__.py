@@ -26,6 +26,7 @@ base :class:`AutoregressiveLM` (:class:`LMState`), :func:`filter_logits` (temper
 
 from ebms.models.lm._base import AutoregressiveLM, LMState
 from ebms.models.lm._filter import filter_logits
+from ebms.models.lm._steps import LMAdapter
 from ebms.models.lm.class_factored import ClassFactoredLSTMLM
 from ebms.models.lm.huggingface import HFState, HuggingFaceLM
 from ebms.models.lm.lstm import LSTMLM, LSTMState
@@ -36,6 +37,7 @@ __all__ = [
     "AutoregressiveLM",
     "ClassFactoredLSTMLM",
     "KVCache",
+    "LMAdapter",
     "LMState",
     "LSTMLM",
     "LSTMState",

@@ -30,6 +30,7 @@ from torch import Tensor
 
 from ebms._checks import check_int
 from ebms.distributions import Distribution, sample_categorical
+from ebms.models.lm import _steps
 from ebms.models.lm._filter import check_filter, filter_logits
 from ebms.sequences import Sequences
 
@@ -289,6 +290,23 @@ class AutoregressiveLM(Distribution):
                              torch.zeros(0, dtype=torch.long, device=device), validate=False)
         with torch.no_grad():
             return self._draw(hist, hist_len, limit, generator, (temperature, top_k, top_p), truncate, per_prefix)
+
+    # --- step by step: the EARMModel capability (E-ARM, exposure bias) ---------------------------
+    def teacher_forced(self, batch: Sequences | tuple[Tensor, Tensor], *,
+                       max_length: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """``(logits (B, K, V), targets (B, K) int64, mask (B, K) bool)`` of one pass over ``batch``
+        (:class:`~ebms.sequences.Sequences` or ``(tokens, lengths)``), ``K`` one more than its longest
+        sentence: step ``k < L`` predicts token ``k + 1``, step ``L`` predicts ``</s>``. Rows longer
+        than the horizon (``max_length``, else the LM's own) are cut there, without a ``</s>`` step
+        (:class:`~ebms.models.lm.LMAdapter` explains the horizon)."""
+        return _steps.teacher_forced(self, batch, _steps.horizon(self, max_length))
+
+    def draw(self, batch: Sequences | tuple[Tensor, Tensor], generator: torch.Generator | None, *,
+             max_length: int | None = None) -> Any:
+        """One draw of the LM's law per row of ``batch``, in ``batch``'s type, in evaluation mode and
+        without gradient, cut at ``max_length`` when given, else one token past the batch's longest
+        sentence (at most the LM's ``max_length``): what E-ARM compares with the data."""
+        return _steps.draw(self, batch, generator, max_length, _steps.horizon(self, max_length))
 
     def _draw(self, hist: Tensor, hist_len: Tensor, limit: int, generator: torch.Generator | None,
               law: tuple[float, int | None, float | None], truncate: bool, per_prefix: int = 1) -> Sequences:
