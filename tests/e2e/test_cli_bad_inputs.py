@@ -71,9 +71,12 @@ class Bad:
 
 
 # -------------------------------------------------------------------------------- generated rows
+_KEYS = config_keys()  # once: each call reads every section's type hints again
+
+
 def _outside(key: str) -> list[tuple[str, str]]:
     """Bad override values for ``key`` with the piece of message each must give, from its rule."""
-    rule, (base, _) = RULES[key], _split_hint(config_keys()[key])
+    rule, (base, _) = RULES[key], _split_hint(_KEYS[key])
     expect = f"{key}: expected {expectation(key)}"
     rows: list[tuple[str, str]] = []
     if rule.names:

@@ -11,6 +11,7 @@ deviation at ``delta = 1e-4``, a z of about 3.7), as tests/models/test_lm_sampli
 from __future__ import annotations
 
 import ast
+import importlib.util
 import itertools
 import sys
 from pathlib import Path
@@ -21,8 +22,9 @@ import torch
 from _discrete_checks import tv_distance, tv_threshold
 from torch import nn
 
-pytest.importorskip("transformers")
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM  # noqa: E402
+# found, not imported: its model classes load when a test builds one (seconds of import per collecting process)
+if importlib.util.find_spec("transformers") is None:
+    pytest.skip("could not import 'transformers': not installed", allow_module_level=True)
 
 import ebms.models.lm.huggingface as hf_module  # noqa: E402
 from ebms.models.lm.huggingface import HFState, HuggingFaceLM  # noqa: E402
@@ -36,6 +38,8 @@ def gpt2(v: int = V, *, boundary: int | None = None, positions: int = 32, seed: 
          dropout: float = 0.0) -> nn.Module:
     """Tiny GPT-2 (bos = eos = ``boundary``, default ``min(9, v - 1)``); ``initializer_range`` ``init``
     makes the next-token laws far from uniform."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
     torch.manual_seed(seed)
     boundary = min(9, v - 1) if boundary is None else boundary
     cfg = GPT2Config(vocab_size=v, n_layer=2, n_embd=16, n_head=2, n_positions=positions, bos_token_id=boundary,
@@ -46,6 +50,8 @@ def gpt2(v: int = V, *, boundary: int | None = None, positions: int = 32, seed: 
 
 def llama(v: int = V, *, seed: int = 0) -> nn.Module:
     """Tiny Llama (rotary positions, grouped keys/values): bos 1 and eos 2 differ."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=v, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
                       num_key_value_heads=1, max_position_embeddings=32, bos_token_id=1, eos_token_id=2,
