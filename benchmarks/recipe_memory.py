@@ -171,6 +171,8 @@ def main() -> int:
     if args.resume is not None:
         if args.only or args.quick or args.full:
             p.error("--resume: measures one run folder; drop --only, --quick and --full")
+        if not (args.resume / "config.toml").is_file():
+            p.error(f"--resume: {args.resume} is not a run folder (no config.toml)")
         names = [str(args.resume)]
     steps = None if args.full else args.steps
     sys.path.insert(0, str(HERE))
@@ -224,8 +226,6 @@ def _resume_child(run: Path, steps: int, tmp: Path, eval_: bool, timeout: float,
 
     from ebms.train.checkpoint import CheckpointStore
 
-    if not (run / "config.toml").is_file():
-        raise SystemExit(f"--resume: {run} is not a run folder (no config.toml)")
     record = CheckpointStore(run / "checkpoints").load().path  # the newest valid one, sha256-checked
     step = int(json.loads(record.read_text())["step"])
     copy = tmp / f"resume-{run.name}"

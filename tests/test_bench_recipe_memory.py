@@ -86,3 +86,24 @@ def test_the_switch_turns_release_off(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setenv("EBMS_RELEASE_MEMORY", "0")
     assert release_free_memory() is False
+
+
+@pytest.mark.slow  # trains a tiny run, then resumes a copy of it in a child process
+def test_resume_measures_a_copy_of_the_newest_checkpoint_and_leaves_the_run_alone(tmp_path: Path) -> None:
+    from ebms.cli.main import main
+
+    assert main(["train", "demo", f"run.out_dir={tmp_path}", "run.name=r", "train.steps=4", "train.checkpoint_every=2",
+                 "run.progress=false", "--no-eval"]) == 0
+    run = tmp_path / "r"
+    before = sorted(p.name for p in (run / "checkpoints").iterdir())
+    out = subprocess.run([sys.executable, "recipe_memory.py", "--resume", str(run), "--steps", "2", "--no-eval",
+                          "--no-save", "--threads", "1"], cwd=ROOT / "benchmarks", capture_output=True, text=True,
+                         timeout=600, check=True)
+    row = next(line for line in out.stdout.splitlines() if line.startswith("r (resumed from step 4)"))
+    assert "steps=     2" in row and " MiB" in row, out.stdout
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before  # the run itself only read
+    for argv, message in ((["--resume", str(tmp_path)], f"--resume: {tmp_path} is not a run folder (no config.toml)"),
+                          (["--resume", str(run), "--only", "demo"], "--resume: measures one run folder; drop --only")):
+        bad = subprocess.run([sys.executable, "recipe_memory.py", *argv, "--no-save"], cwd=ROOT / "benchmarks",
+                             capture_output=True, text=True, timeout=600)
+        assert bad.returncode == 2 and message in bad.stderr.strip().splitlines()[-1], bad.stderr
