@@ -106,6 +106,39 @@ def test_ctrl_c_at_a_random_moment_saves_the_step_it_was_in(tmp_path: Path, refe
     assert metric_lines(run) == reference  # every step once, in order, bit for bit
 
 
+# SIGTERM (kill, schedulers, the background job of a script whose SIGINT the shell ignores) is handled as Ctrl-C
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(20, 24))
+def test_sigterm_at_a_random_moment_saves_the_step_it_was_in(tmp_path: Path, reference: list[dict], seed: int) -> None:
+    last, announce = _trial(tmp_path, signal.SIGTERM, seed)
+    run = tmp_path / "run"
+    if last != "DONE":
+        word, step = last.split()
+        assert word == "STOPPED" and int(step) >= announce
+        assert CheckpointStore(run / "checkpoints").load().step == int(step) == metric_lines(run)[-1]["step"]
+    make_trainer(NoisyNCE(), run, **KW).fit(resume="auto")
+    assert metric_lines(run) == reference
+
+
+def test_the_first_sigterm_waits_for_the_step_boundary_and_a_second_stops_at_once() -> None:
+    from ebms.train._interrupt import DeferredInterrupt
+
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as in a fresh process (a test runner may differ)
+    try:
+        with DeferredInterrupt() as interrupt:
+            assert interrupt.installed and signal.getsignal(signal.SIGTERM) == interrupt._handle
+            signal.raise_signal(signal.SIGTERM)
+            assert interrupt.requested  # noted, not raised: the loop stops after the step
+            with pytest.raises(KeyboardInterrupt):
+                signal.raise_signal(signal.SIGTERM)
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a handler someone else set is left alone
+        with DeferredInterrupt() as interrupt:
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @pytest.mark.parametrize("seed", [100, *(pytest.param(s, marks=pytest.mark.slow) for s in range(101, 112))])
 def test_kill_9_at_a_random_moment_resumes_exactly(tmp_path: Path, reference: list[dict], seed: int) -> None:
     _trial(tmp_path, signal.SIGKILL, seed)

@@ -100,8 +100,9 @@ class Trainer:
     passed to the callbacks, a checkpoint is written, a ``stop`` event is
     logged, and ``KeyboardInterrupt`` is raised. Resuming then gives the same
     step lines as an uninterrupted run. A second SIGINT stops at once without
-    saving (the last checkpoint stands). Under ``torchrun`` SIGINT is not
-    deferred and not saved.
+    saving (the last checkpoint stands). SIGTERM (``kill``, schedulers; still on
+    its default handler) is handled the same way. Under ``torchrun`` neither is
+    deferred and nothing is saved.
 
     Args:
         objective: ``nn.Module`` (or callable) returning a ``LossOutput``.
