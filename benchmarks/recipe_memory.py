@@ -226,16 +226,15 @@ def _resume_child(run: Path, steps: int, tmp: Path, eval_: bool, timeout: float,
 
     from ebms.train.checkpoint import CheckpointStore
 
-    record = CheckpointStore(run / "checkpoints").load().path  # the newest valid one, sha256-checked
-    step = int(json.loads(record.read_text())["step"])
+    ckpt = CheckpointStore(run / "checkpoints").load()  # the newest valid one, sha256-checked
+    record, step = ckpt.path, ckpt.step
     copy = tmp / f"resume-{run.name}"
     shutil.rmtree(copy, ignore_errors=True)
     (copy / "checkpoints").mkdir(parents=True)
     for f in run.iterdir():
         if f.is_file():
             shutil.copy2(f, copy / f.name)
-    weights = json.loads(record.read_text())["weights"]["file"]
-    for f in (record, record.parent / weights):
+    for f in (record, record.parent / ckpt.meta["weights"]["file"]):
         shutil.copy2(f, copy / "checkpoints" / f.name)
     (copy / "checkpoints" / "latest").write_text(record.name)
     rec = _run_child(str(copy / "config.toml"), None, str(tmp), eval_, timeout,

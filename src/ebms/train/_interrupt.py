@@ -40,8 +40,11 @@ class DeferredInterrupt:
     def __init__(self, *, enabled: bool = True) -> None:
         self.enabled = enabled
         self.requested = False
-        self.installed = False
-        self._previous: dict[int, Any] = {}
+        self._previous: dict[int, Any] = {}  # each signal taken over, with the handler it had
+
+    @property
+    def installed(self) -> bool:
+        return bool(self._previous)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.requested:
@@ -55,7 +58,6 @@ class DeferredInterrupt:
                 if current is default:
                     self._previous[signum] = current
                     signal.signal(signum, self._handle)
-            self.installed = bool(self._previous)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -63,4 +65,3 @@ class DeferredInterrupt:
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
         self._previous = {}
-        self.installed = False

@@ -6,13 +6,7 @@ Shared by :meth:`AutoregressiveLM.teacher_forced` / :meth:`AutoregressiveLM.draw
 lengths (B,))`` tuples; step ``k < L`` predicts ``y_{k+1}`` after ``<s> y_1..y_k`` and step ``L``
 predicts ``</s>`` (id 0), so ``K = L + 1``.
 
-**Horizon.** ``H`` is the ``max_length`` given, else the LM's own (``None``: unbounded). Rows are
-read under the horizon-``H`` law (as the ``horizon`` of ``ebms.models.ResidualLM``): a row with
-``L >= H`` is cut to its first ``H`` tokens and has no ``</s>`` step (mask ``False`` there), for
-the data and the draws alike. Draws come from ``lm.sample(B, max_length=cap, truncate=True)`` in
-evaluation mode: ``cap = H`` when ``max_length`` is given; without it ``cap`` is one token past the
-batch's longest sentence (at most ``H``) — a draw cut there still has every step the data have,
-and its unreal ``</s>`` step lies after the data's last step, which E-ARM ignores.
+The horizon ``H`` and the draws' length cap are described in :class:`LMAdapter`.
 """
 
 from __future__ import annotations
@@ -86,11 +80,15 @@ class LMAdapter(nn.Module):
     ``<s> y_1..y_k`` and step ``L`` predicts ``</s>`` (id 0), so ``K = L + 1``.
 
     **Horizon.** ``H`` is ``max_length`` when given, else the LM's own ``max_length`` (``None``:
-    unbounded); rows of ``L >= H`` tokens are cut to ``H`` with no ``</s>`` step, for the data and
-    the draws alike (the module docstring). Draws stop at ``H`` when ``max_length`` is given,
-    else one token past the batch's longest sentence (at most ``H``): exact, and no more than needed.
-    Pass ``max_length`` to fix the draw length (the paper draws 50 tokens for LMs), above the longest
-    training sentence so the data are never cut.
+    unbounded). Rows are read under the horizon-``H`` law (as the ``horizon`` of
+    ``ebms.models.ResidualLM``): a row of ``L >= H`` tokens is cut to its first ``H`` and has no
+    ``</s>`` step (mask ``False`` there), for the data and the draws alike. Draws come from
+    ``lm.sample(B, max_length=cap, truncate=True)`` in evaluation mode: ``cap = H`` when
+    ``max_length`` is given, else one token past the batch's longest sentence (at most ``H``) — a
+    draw cut there still has every step the data have, and its unreal ``</s>`` step lies after the
+    data's last step, which E-ARM ignores: exact, and no more than needed. Pass ``max_length`` to fix
+    the draw length (the paper draws 50 tokens for LMs), above the longest training sentence so the
+    data are never cut.
 
     Args:
         lm: the sentence LM.
