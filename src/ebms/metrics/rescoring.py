@@ -54,6 +54,7 @@ from ebms.metrics._interpolation import (
     MAX_GRID,
     MAX_SWEEPS,
     InterpolationResult,
+    _number,
     interpolated,
     is_named,
     named_axes,
@@ -76,12 +77,6 @@ def _nbest(x: object) -> NBest:
     if not isinstance(x, NBest):
         raise TypeError(f"nbest: expected an ebms.data.nbest.NBest; got {type(x).__name__}")
     return x
-
-
-def _weight(v: object, name: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
-        raise ValueError(f"{name}: expected a finite number; got {v!r}")
-    return float(v)
 
 
 def _per_hypothesis(x: object, nbest: NBest, name: str) -> Tensor:
@@ -212,10 +207,10 @@ def combined_scores(nbest: NBest, lm: Tensor | LMColumns | None = None, *,
     if is_named(lm):
         cols = _columns(lm, nbest)
         return interpolated(nbest.acoustic, cols, named_weights(lm_weight, list(cols)), nbest.word_counts().double(),
-                            _weight(length_penalty, "length_penalty"))
+                            _number(length_penalty, "length_penalty"))
     lm_t = nbest.lm if lm is None else _per_hypothesis(lm, nbest, "lm")
-    return (nbest.acoustic + _weight(lm_weight, "lm_weight") * lm_t
-            + _weight(length_penalty, "length_penalty") * nbest.word_counts().double())
+    return (nbest.acoustic + _number(lm_weight, "lm_weight") * lm_t
+            + _number(length_penalty, "length_penalty") * nbest.word_counts().double())
 
 
 def _best(nbest: NBest, scores: Tensor) -> Tensor:
@@ -287,7 +282,7 @@ def tune_weights(nbest: NBest, references: Mapping[str, Sequence[str]], lm: Tens
     if is_named(lm):
         cols = _columns(lm, nbest)
         axes = named_axes(lm_weights, list(cols))
-        betas = tuple(_weight(v, "length_penalties") for v in length_penalties)
+        betas = tuple(_number(v, "length_penalties") for v in length_penalties)
         if not betas:
             raise ValueError("length_penalties: expected at least one value; got 0")
         err_i, ref_len_i = _errors(nbest, references, errors)
@@ -300,8 +295,8 @@ def tune_weights(nbest: NBest, references: Mapping[str, Sequence[str]], lm: Tens
     if isinstance(lm_weights, Mapping):
         raise TypeError(f"lm_weights: a mapping of per-LM axes needs named LM columns (lm={{name: scores}}); got "
                         f"lm of type {type(lm).__name__}")
-    lam = tuple(_weight(v, "lm_weights") for v in lm_weights)
-    beta = tuple(_weight(v, "length_penalties") for v in length_penalties)
+    lam = tuple(_number(v, "lm_weights") for v in lm_weights)
+    beta = tuple(_number(v, "length_penalties") for v in length_penalties)
     if not lam or not beta:
         raise ValueError(f"lm_weights, length_penalties: expected at least one value each; got {len(lam)} and "
                          f"{len(beta)}")
@@ -399,7 +394,7 @@ def evaluate_rescoring(nbest: NBest, references: Mapping[str, Sequence[str]], lm
     e_res, e_first, e_oracle = err[chosen], err[first], err[oracle]
     weights = named_weights(lm_weight, list(_columns(lm, nbest))) if is_named(lm) else None
     return RescoringResult(
-        1.0 if weights is not None else _weight(lm_weight, "lm_weight"), float(length_penalty), chosen, [nbest.hypotheses[i] for i in chosen.tolist()],
+        1.0 if weights is not None else _number(lm_weight, "lm_weight"), float(length_penalty), chosen, [nbest.hypotheses[i] for i in chosen.tolist()],
         rate(chosen), rate(first), rate(oracle),
         bootstrap_wer(e_res, ref_len, samples=samples, level=level, generator=generator),
         bootstrap_wer(e_first, ref_len, samples=samples, level=level, generator=generator),

@@ -46,11 +46,6 @@ def padded_log_z(model: TransDimensionalField) -> Tensor:
     return torch.cat([z.new_zeros(1), z])
 
 
-def log_prior(model: TransDimensionalField, lengths: Tensor) -> Tensor:
-    """:math:`\\log\\pi_l` of each length ``(B,)`` in ``[1, L]``."""
-    return model.log_pi[lengths - 1]
-
-
 def distributed_sum(t: Tensor) -> Tensor:
     """``t`` summed over the ranks of an initialised process group (unchanged otherwise)."""
     dist = torch.distributed

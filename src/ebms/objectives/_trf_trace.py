@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from ebms._checks import check_int
 
-__all__ = ["ZetaEstimate", "ZetaTrace"]
+__all__ = ["ZetaEstimate", "ZetaTrace", "ZetaTraced"]
 
 
 @dataclass(frozen=True)
@@ -107,3 +107,20 @@ class ZetaTrace(nn.Module):
 
     def extra_repr(self) -> str:
         return f"window={self.window}"
+
+
+class ZetaTraced:
+    """Base of the TRF objectives that keep a ``trace`` (a :class:`ZetaTrace`, or ``None`` without ``trace=W``)."""
+
+    trace: ZetaTrace | None
+
+    def zeta_estimate(self, batches: int = 10) -> ZetaEstimate:
+        """Average of the traced :math:`\\log Z_l` with its batch-means standard error
+        (:class:`~ebms.objectives.ZetaEstimate`).
+
+        Raises:
+            ValueError: built without ``trace``, or too few values recorded for ``batches``.
+        """
+        if self.trace is None:
+            raise ValueError("trace: this objective keeps no trace of log Z; construct it with trace=W (W > 0)")
+        return self.trace.estimate(batches)

@@ -102,14 +102,14 @@ from ebms.objectives._trf_common import (
     single_token_log_z,
 )
 from ebms.objectives._trf_gain import SAGain
-from ebms.objectives._trf_trace import ZetaEstimate, ZetaTrace
+from ebms.objectives._trf_trace import ZetaTrace, ZetaTraced
 from ebms.samplers.trans_dimensional import TransDimensional
 from ebms.sequences import Sequences
 
 __all__ = ["AugSA"]
 
 
-class AugSA(nn.Module):
+class AugSA(ZetaTraced, nn.Module):
     r"""AugSA for TRF language models (see the module docstring).
 
     ``out = objective(trf, batch, generator=g)`` runs one SA iteration: it moves the persistent
@@ -175,17 +175,6 @@ class AugSA(nn.Module):
             got = tuple(data_mean.shape) if isinstance(data_mean, Tensor) else type(data_mean).__name__
             raise ValueError(f"data_mean: expected a finite 1-D tensor (F,) of mean feature counts; got {got}")
         self.data_mean = data_mean
-
-    def zeta_estimate(self, batches: int = 10) -> ZetaEstimate:
-        """Average of the traced :math:`\\log Z_l` with its batch-means standard error
-        (:class:`~ebms.objectives.ZetaEstimate`).
-
-        Raises:
-            ValueError: built without ``trace``, or too few values recorded for ``batches``.
-        """
-        if self.trace is None:
-            raise ValueError("trace: this objective keeps no trace of log Z; construct it with trace=W (W > 0)")
-        return self.trace.estimate(batches)
 
     def _sampler(self, vocab_size: int) -> TransDimensional:
         if self.sampler is not None:

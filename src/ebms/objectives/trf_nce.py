@@ -86,7 +86,7 @@ from ebms.capabilities import NormalisedModel, TransDimensionalField
 from ebms.objectives._base import LossOutput, scalar_metrics
 from ebms.objectives._nce_core import nce_logits, nce_loss
 from ebms.objectives._trf_common import check_in_space, check_trf, padded_log_z
-from ebms.objectives._trf_trace import ZetaEstimate, ZetaTrace
+from ebms.objectives._trf_trace import ZetaTrace, ZetaTraced
 from ebms.sequences import Sequences
 
 __all__ = ["DynamicNCE", "TRFNCE"]
@@ -94,7 +94,7 @@ __all__ = ["DynamicNCE", "TRFNCE"]
 _MAX_ROUNDS = 20
 
 
-class TRFNCE(nn.Module):
+class TRFNCE(ZetaTraced, nn.Module):
     r"""NCE of a TRF against a fixed noise LM (module docstring).
 
     Args:
@@ -134,16 +134,6 @@ class TRFNCE(nn.Module):
             raise TypeError(f"sample_options: expected a mapping of keywords for noise.sample or None; "
                             f"got {type(sample_options).__name__}")
         self.sample_options = dict(sample_options or {})
-
-    def zeta_estimate(self, batches: int = 10) -> ZetaEstimate:
-        """Average of the traced :math:`\\log Z_l` with its batch-means standard error.
-
-        Raises:
-            ValueError: built without ``trace``, or too few values recorded for ``batches``.
-        """
-        if self.trace is None:
-            raise ValueError("trace: this objective keeps no trace of log Z; construct it with trace=W (W > 0)")
-        return self.trace.estimate(batches)
 
     # -- pieces shared with DynamicNCE ----------------------------------------------------------
     def _sample(self, n: int, generator: torch.Generator | None) -> Sequences:

@@ -25,7 +25,6 @@ from torch import Tensor
 from ebms._checks import check_tensor
 
 Batch = Tensor | tuple[Tensor, ...]
-Stream = Callable[[int, torch.Generator], Batch]
 
 
 def mix_seed(seed: int, *salt: int) -> int:

@@ -102,25 +102,6 @@ def unflatten_state(skeleton: Any, tensors: Mapping[str, Tensor], where: str) ->
     return dec(skeleton)
 
 
-def tensor_refs(skeleton: Any) -> set[str]:
-    """All tensor keys a skeleton refers to."""
-    out: set[str] = set()
-
-    def walk(obj: Any) -> None:
-        if isinstance(obj, dict):
-            if len(obj) == 1 and TENSOR in obj:
-                out.add(obj[TENSOR])
-                return
-            for v in obj.values():
-                walk(v)
-        elif isinstance(obj, list):
-            for v in obj:
-                walk(v)
-
-    walk(skeleton)
-    return out
-
-
 # ----------------------------------------------------------------------------- RNG states
 
 

@@ -80,7 +80,6 @@ class DiscreteFeatures(SubstitutionScores, nn.Module):
 
     keys: Tensor
     observed_counts: Tensor
-    class_ids: Tensor
     template_base: Tensor
     table: BucketTable | ProbeTable
     context: ContextIndex | None
@@ -89,18 +88,7 @@ class DiscreteFeatures(SubstitutionScores, nn.Module):
     pat_stride: Tensor
     pat_base: Tensor
     pat_n: Tensor
-    sub_off: Tensor
-    sub_layer: Tensor
-    sub_stride: Tensor
-    sub_base: Tensor
-    sub_n: Tensor
-    sub_cand_stride: Tensor
-    sub_cand_layer: Tensor
-    sub_cur: Tensor
-    sub_min: Tensor
-    sub_prev: Tensor
-    pat_bnd: Tensor
-    sub_bnd: Tensor
+    pat_bnd: Tensor  # the sub_* buffers and class_ids are annotated on SubstitutionScores
 
     def __init__(self, templates: Sequence[Template], keys: Tensor, vocab_size: int, *,
                  classes: Tensor | None = None, bos: bool = True, eos: bool = False,
