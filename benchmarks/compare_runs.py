@@ -12,6 +12,10 @@ Usage (keep the runs tiny; every ``key=value`` after ``--`` is added to each run
 
     python benchmarks/compare_runs.py --before /tmp/census-before/src --after src --out /tmp/cli-cmp \\
         --recipes char-lstm-shakespeare residual-shakespeare -- train.steps=3 train.log_every=1
+
+``--old-sections``: the before tree spells the keys of ``[ngram]``, ``[lm]``, ``[trf]``, ``[residual]`` and
+``[electric]`` as ``language.*`` (they were one section before issue 25); only the overrides are respelled,
+each tree trains its own packaged recipe.
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ TINY: dict[str, list[str]] = {
     **dict.fromkeys(["addition-base", "residual-addition", "earm-addition"], _ADDITION)}
 TINY["earm-shakespeare"] = [*_CORPUS, "lm.earm_start=1"]  # E-ARM switched on within the few steps
 TINY["earm-addition"] = [*_ADDITION, "generation.earm_start=1"]
+#: the sections issue 25 split out of ``[language]``: a tree from before that split (``--old-sections before``)
+#: reads their keys as ``language.*``.
+SPLIT_SECTIONS = ("ngram", "lm", "trf", "residual", "electric")
 TINY.update({"rbm-mnist": ["images.limit=500"], "jrf-conll2000": ["jrf.limit=300", "jrf.noise_steps=5"],
              "jrf-supervised-conll2000": ["jrf.limit=300"],
              **dict.fromkeys(["improved-cd-mnist", "conv-ebm-mnist", "conv-ebm-fashion-mnist", "jem-mnist",
@@ -48,13 +55,22 @@ TINY.update({"rbm-mnist": ["images.limit=500"], "jrf-conll2000": ["jrf.limit=300
              **dict.fromkeys(["ctc-digits", "ctc-crf-digits"], ["speech.n_train=40", "data.n_test=20"])})
 
 
-def train(src: Path, recipe: str, out: Path, extra: list[str]) -> Path:
-    """Train ``recipe`` with the ``ebms`` of ``src`` into ``out/<recipe>``; return the run folder."""
+def old_spelling(arg: str) -> str:
+    """``lm.earm_start=1`` as a tree before the per-kind sections spells it: ``language.earm_start=1``."""
+    section, _, rest = arg.partition(".")
+    return f"language.{rest}" if section in SPLIT_SECTIONS else arg
+
+
+def train(src: Path, recipe: str, out: Path, extra: list[str], *, old_sections: bool = False) -> Path:
+    """Train ``recipe`` with the ``ebms`` of ``src`` into ``out/<recipe>``; return the run folder
+    (``old_sections``: ``src`` predates the per-kind language sections)."""
     args = [sys.executable, "-c", "import sys; from ebms.cli.main import main; sys.exit(main())", "train", recipe, f"run.out_dir={out}", f"run.name={recipe}",
             "run.progress=false", "--no-eval", "--overwrite", *TINY.get(recipe, []), *extra]
     if recipe in BASES:
         base, key = BASES[recipe]
         args.append(f"{key}={out / base}")
+    if old_sections:
+        args = [old_spelling(a) for a in args]
     env = {**os.environ, "PYTHONPATH": str(src.resolve())}
     done = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
     if done.returncode:
@@ -93,12 +109,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--after", type=Path, required=True, help="the src/ folder of the tree after")
     p.add_argument("--out", type=Path, required=True, help="a folder for the runs (before/ and after/ under it)")
     p.add_argument("--recipes", nargs="+", required=True, help="packaged recipe names, bases before their residuals")
+    p.add_argument("--old-sections", action="store_true",
+                   help="the --before tree predates issue 25's per-kind sections ([lm], [trf], ...): its overrides "
+                        "are spelled language.*")
+    p.add_argument("--after-only", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="overrides for the after tree alone: undo a change it made on purpose to a recipe "
+                        "(trf.scan=sequential for trf-ptb, which issue 24 switched to the colored scan)")
     p.add_argument("overrides", nargs="*", help="key=value added to every run (after --)")
     args = p.parse_args(argv)
     failed = 0
     for recipe in args.recipes:
         try:
-            runs = [train(src, recipe, args.out / side, args.overrides)
+            runs = [train(src, recipe, args.out / side, args.overrides + (args.after_only if side == "after" else []),
+                          old_sections=args.old_sections and side == "before")
                     for src, side in ((args.before, "before"), (args.after, "after"))]
         except SystemExit as e:  # one recipe that cannot train here does not stop the others
             failed += 1
