@@ -459,3 +459,39 @@ def test_a_sentence_lm_is_an_earm_model_itself_and_reads_as_its_adapter(horizon)
     assert lm.training and isinstance(mine, tuple) and all(torch.equal(a, b) for a, b in zip(mine, theirs))
     with pytest.raises(ValueError, match="max_length: expected at most the LM's max_length=6; got 7"):
         lm.teacher_forced(batch, max_length=7)
+
+
+# --- clipping the surrogate on its own --------------------------------------------------------------------
+def _grads(model: nn.Module, objective: EARM, seed: int = 3) -> tuple[torch.Tensor, dict[str, float]]:
+    model.zero_grad()
+    out = objective(model, _data(), generator=torch.Generator().manual_seed(seed))
+    out.loss.backward()
+    return torch.cat([p.grad.flatten() for p in model.parameters()]), out.metrics
+
+
+@pytest.mark.parametrize("clip", [1e-3, 1e3])
+def test_clip_rescales_only_the_surrogates_gradient_to_at_most_that_norm(clip):
+    model = TableAR(seed=1, scale=2.0)
+    g_ce, inactive = _grads(model, EARM(start_step=1, clip=clip))  # inactive: the cross-entropy's gradient alone
+    weight = 0.7
+    g_all, plain = _grads(model, EARM(weight=weight, ema=None))
+    g_s = g_all - g_ce  # weight * grad S, same draws (same generator seed)
+    g_clip, metrics = _grads(model, EARM(weight=weight, ema=None, clip=clip))
+    norm = float(torch.linalg.vector_norm(g_s))
+    assert metrics["earm_grad_norm"] == pytest.approx(norm, rel=1e-6)  # metrics are stored in float32
+    assert torch.allclose(g_clip, g_ce + min(1.0, clip / norm) * g_s, rtol=0, atol=1e-12)
+    assert metrics["earm"] == plain["earm"] and metrics["ce"] == plain["ce"]  # values are not rescaled
+    assert "earm_grad_norm" not in plain and inactive["earm_grad_norm"] == 0.0
+
+
+def test_clip_needs_a_module_with_parameters():
+    class Frozen(TableAR):
+        pass
+
+    frozen = Frozen()
+    frozen.table.requires_grad_(False)
+    with pytest.raises(TypeError, match=r"^clip: the surrogate's gradient is clipped over the model's parameters; "
+                                        r"Frozen has none that require gradient \(use clip=None\)"):
+        EARM(clip=1.0)(frozen, _data(), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=r"^clip: expected a finite number > 0; got 0"):
+        EARM(clip=0)

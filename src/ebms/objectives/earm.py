@@ -51,6 +51,17 @@ evaluation mode the loss is the cross-entropy only. Metrics: ``ce``, ``earm`` (=
 ``ess`` (Kish ESS :math:`(\sum w)^2 / \sum w^2` of the draws' weights, mean over the steps used, 0
 when off), ``active`` (1 or 0).
 
+**Clipping the surrogate on its own** (``clip=c``). The surrogate's gradient can be many times the
+cross-entropy's (its sum over steps, its weights), so one clip of the total gradient mostly clips
+the cross-entropy away. With ``clip`` the term's own gradient :math:`g_S = \nabla_\theta(\text{weight}
+\cdot S)` is rescaled to norm at most ``c`` before it joins the cross-entropy's:
+
+.. math::  \nabla \text{loss} = \nabla \mathrm{CE} + \min\big(1, c / \lVert g_S \rVert\big)\, g_S,
+
+by multiplying the term with that detached factor (one more backward pass through the
+surrogate, :func:`torch.autograd.grad` over the model's parameters; per process under data
+parallelism). Metric ``earm_grad_norm``: :math:`\lVert g_S \rVert` before the rescaling (0 when off).
+
 **Models** follow :class:`~ebms.capabilities.EARMModel`: every :class:`~ebms.models.lm.AutoregressiveLM`
 does (read under its own ``max_length``), as do :class:`~ebms.models.lm.LMAdapter` (another horizon),
 the seq2seq and PixelCNN adapters; another :class:`~ebms.capabilities.SentenceLM` without
@@ -115,6 +126,8 @@ class EARM(nn.Module):
         label_smoothing: :math:`\varepsilon \in [0, 1)` of the cross-entropy term.
         max_steps: the most steps ``K`` a batch may have when ``ema`` is set (the moving averages are
             buffers of this fixed size, 16 bytes per step, so snapshots and checkpoints always fit).
+        clip: bound ``c > 0`` on the norm of the surrogate term's own gradient (``None``: not clipped;
+            the model must be an ``nn.Module`` with parameters that require gradient).
 
     Example:
         >>> from ebms.models.lm import LSTMLM
@@ -131,7 +144,7 @@ class EARM(nn.Module):
 
     def __init__(self, *, weight: float = 1.0, start_step: int = 0, truncate: int | None = 2,
                  ema: float | None = 0.9, rao_blackwell: bool = False, label_smoothing: float = 0.0,
-                 max_steps: int = 4096) -> None:
+                 max_steps: int = 4096, clip: float | None = None) -> None:
         super().__init__()
         self.weight = check_positive(weight, "weight")
         self.start_step = check_int(start_step, "start_step", minimum=0)
@@ -141,6 +154,7 @@ class EARM(nn.Module):
         self.label_smoothing = check_probability(label_smoothing, "label_smoothing", open_high=True)
         self.register_buffer("steps", torch.zeros((), dtype=torch.long))
         self.max_steps = check_int(max_steps, "max_steps", minimum=1)
+        self.clip = None if clip is None else check_positive(clip, "clip")
         self.register_buffer("log_denominator", torch.zeros(self.max_steps, dtype=torch.float64))
         self.register_buffer("ema_count", torch.zeros(self.max_steps, dtype=torch.long))
 
@@ -156,14 +170,20 @@ class EARM(nn.Module):
             self.steps += 1
         if not active:
             zero = ce.new_zeros(())
-            return LossOutput(ce, scalar_metrics(ce=ce.detach(), earm=zero, ess=zero, active=0.0))
+            extra = {} if self.clip is None else {"earm_grad_norm": zero}
+            return LossOutput(ce, scalar_metrics(ce=ce.detach(), earm=zero, ess=zero, active=0.0, **extra))
         with torch.no_grad():
             drawn = model.draw(batch, generator)
         draws = _checked(model.teacher_forced(drawn), "model.teacher_forced(model.draw(batch))")
         terms = self._terms(data, draws, None, None, update=self.ema is not None)
-        loss = ce + self.weight * terms.value
-        return LossOutput(loss, scalar_metrics(ce=ce.detach(), earm=terms.value.detach(), ess=terms.ess,
-                                               active=1.0))
+        term = self.weight * terms.value
+        extra = {}
+        if self.clip is not None:
+            norm = _gradient_norm(term, model)
+            term = term * (self.clip / norm.clamp(min=torch.finfo(norm.dtype).tiny)).clamp(max=1.0).detach()
+            extra["earm_grad_norm"] = norm
+        return LossOutput(ce + term, scalar_metrics(ce=ce.detach(), earm=terms.value.detach(), ess=terms.ess,
+                                                    active=1.0, **extra))
 
     def surrogate(self, data: Triple, draws: Triple, *, draw_log_mass: Tensor | None = None,
                   log_denominator: Tensor | None = None) -> EARMTerms:
@@ -239,7 +259,7 @@ class EARM(nn.Module):
     def extra_repr(self) -> str:
         return (f"weight={self.weight}, start_step={self.start_step}, truncate={self.truncate}, ema={self.ema}, "
                 f"rao_blackwell={self.rao_blackwell}, label_smoothing={self.label_smoothing}, "
-                f"max_steps={self.max_steps}")
+                f"max_steps={self.max_steps}, clip={self.clip}")
 
 
 def _energy_parts(triple: Triple, m: int | None, *, rao_blackwell: bool) -> Triple:
@@ -290,6 +310,17 @@ def _checked(out: Any, name: str) -> Triple:
                          f"{int(targets[bad][0])}")
     # masked steps' logits are ignored: zeros keep -inf/NaN there out of the values and the gradients
     return logits.masked_fill(~mask.unsqueeze(-1), 0.0), targets, mask
+
+
+def _gradient_norm(term: Tensor, model: Any) -> Tensor:
+    """``||d term / d theta||`` over the parameters of ``model`` that require gradient (the graph is kept)."""
+    params = [p for p in model.parameters() if p.requires_grad] if isinstance(model, nn.Module) else []
+    if not params:
+        raise TypeError(f"clip: the surrogate's gradient is clipped over the model's parameters; "
+                        f"{type(model).__name__} has none that require gradient (use clip=None)")
+    grads = torch.autograd.grad(term, params, retain_graph=True, allow_unused=True)
+    norms = [torch.linalg.vector_norm(g.detach()) for g in grads if g is not None]
+    return torch.linalg.vector_norm(torch.stack(norms)) if norms else term.new_zeros(())
 
 
 def _adapt(model: Any) -> Any:

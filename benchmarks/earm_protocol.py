@@ -1,0 +1,341 @@
+"""E-ARM at the paper's protocol, scaled to this CPU: phases in epochs, branch points on one cross-entropy
+trajectory, selection on validation, resumable long runs, comparisons over seeds.
+
+Protocol (Wang, Che, Li, Song, Pei, Bengio & Li 2022, *Your autoregressive generative model can be better if
+you treat it as an energy-based one*, section 4 and Table 6, scaled):
+    trajectory  per task and seed one cross-entropy (CE) run of ``--epochs`` epochs (an epoch: every training
+                example once, in a fresh permutation; ``floor(N / 32)`` batches), a checkpoint and the
+                validation NLL per token after every epoch. Its objective is ``EARM`` switched off
+                (``start_step`` beyond the run): the same teacher-forced cross-entropy the E-ARM arms
+                add their surrogate to, and the same state, so a branch restores a CE checkpoint exactly.
+    E-ARM arm   ``earm --start-epoch e``: from the CE run's checkpoint of epoch ``e`` (weights, Adam state,
+                data position, RNG), the same loss plus ``weight * S`` for the remaining epochs (the paper
+                starts E-ARM at epoch 15 of its base models and trains to early stopping). ``weight =
+                --weight-scale / K`` (``K`` the mean number of steps of a training example: the surrogate,
+                summed over steps, on the CE's per-token scale); the surrogate's own gradient clipped to
+                norm ``--clip`` (``EARM(clip=...)``) before it joins the CE's; truncate 2, EMA 0.9 (the
+                paper's). Both arms: Adam, constant learning rate, the total gradient norm clipped at 1.
+    selection   each arm's test figures are those of its checkpoint with the lowest validation NLL among
+                the epochs after the branch (``e + 1`` to the end, the CE arm read on the same epochs), as
+                the paper keeps its best checkpoint on validation; the last epoch's are recorded too.
+                Early stopping after 20 epochs without a validation gain (the paper's patience).
+    tasks       ``mt``: ``toy_translation_splits(4000, 200, 500, seed=0, synonym_prob=0.2)``,
+                ``Seq2SeqTransformer`` (d 64, 4 heads, 2 + 2 layers, ff 128, dropout 0.1, max length 40),
+                label smoothing 0.1, batch 32, Adam 3e-3; test: corpus BLEU (sacreBLEU) of greedy and
+                beam-5 decoding, beam-5 BLEU by reference length, NLL per target token.
+                ``lm``: character-level Tiny Shakespeare lines (train/valid/test splits of the library),
+                ``LSTMLM`` (embedding 64, hidden 256, 1 layer), batch 32, Adam 2e-3; test perplexity
+                per character (``</s>`` counted).
+    comparison  E-ARM minus CE per figure, paired by seed (``ebms.metrics.compare_over_seeds``: mean of the
+                per-seed differences, 95 % Student-t interval, verdict); the exposure-bias ratio of the
+                two selected models (share of gold test tokens the E-ARM model gives more probability).
+
+Runs live in ``runs/earm-protocol/<task>/seed<s>/<arm>`` (ignored by git; every checkpoint kept). Every
+command resumes what is there: a run stopped by Ctrl-C, SIGTERM or ``timeout`` continues from its last
+checkpoint when the command is given again, so long runs go in the background with a minute budget::
+
+    timeout -s TERM 60m python benchmarks/earm_protocol.py ce --task mt --seeds 0 1 2
+    timeout -s TERM 90m python benchmarks/earm_protocol.py earm --task mt --seeds 0 1 2 --start-epoch 15 --clip 0.5
+    python benchmarks/earm_protocol.py report --task mt --start-epoch 15 --clip 0.5 --record earm_protocol_mt
+
+``--quick``: 320 training examples, 4 epochs, E-ARM from epoch 2 (the same code path in about a minute;
+runs under ``runs/earm-protocol-quick``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import _common as C
+import torch
+from _record import Recorder
+from torch import Tensor, nn
+
+from ebms.data.text import Vocabulary, tiny_shakespeare
+from ebms.data.toy_translation import toy_translation_splits
+from ebms.metrics.bleu import bleu_by_length, corpus_bleu
+from ebms.metrics.exposure_bias import exposure_bias_ratio
+from ebms.metrics.seeds import compare_over_seeds
+from ebms.models.lm import LSTMLM
+from ebms.models.lm.perplexity import perplexity
+from ebms.models.seq2seq import Seq2SeqAdapter, Seq2SeqTransformer
+from ebms.objectives.earm import EARM
+from ebms.sequences import Sequences
+from ebms.train import Trainer
+from ebms.train.callbacks import EarlyStopping, PeriodicEval
+from ebms.train.checkpoint import CheckpointStore
+
+ROOT = Path(__file__).resolve().parents[1]
+BATCH = 32
+NEVER = 10**12  # a start step no run reaches: E-ARM switched off
+PATIENCE = 20  # epochs without a validation gain before early stopping (the paper's)
+MT_BUCKETS = ((0, 10), (10, 20), (20, None))
+
+
+@dataclass
+class TaskSpec:
+    """What the protocol needs of a task: data, a model per seed, its loss settings and its figures."""
+
+    name: str
+    data: tuple[Tensor, ...]
+    k_mean: float  # mean steps per training example (tokens + </s>)
+    max_steps: int  # the most steps a batch can have (EARM's moving-average buffers)
+    lr: float
+    label_smoothing: float
+    build: Callable[[], nn.Module]
+    valid: Callable[[nn.Module], dict[str, float]]
+    test: Callable[[nn.Module], dict[str, float]]
+    exposure: Callable[[nn.Module, nn.Module], Any]
+    lower_better: dict[str, bool]
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.data[0].shape[0] // BATCH
+
+
+def _chunks(x: Sequences, size: int) -> list[Sequences]:
+    return [x[torch.arange(i, min(i + size, x.batch_size))] for i in range(0, x.batch_size, size)]
+
+
+def task_mt(quick: bool) -> TaskSpec:
+    sp = toy_translation_splits(4000, 200, 500, seed=0, synonym_prob=0.2)
+    src, tgt = sp.train.source, sp.train.target
+    if quick:
+        src, tgt = src[torch.arange(320)], tgt[torch.arange(320)]
+    valid = list(zip(_chunks(sp.valid.source, 250), _chunks(sp.valid.target, 250)))
+    tests = list(zip(_chunks(sp.test.source, 250), _chunks(sp.test.target, 250)))
+    tt = sp.test.target
+
+    def build() -> nn.Module:
+        return Seq2SeqAdapter(Seq2SeqTransformer(len(sp.source_vocab), len(sp.target_vocab), d_model=64, heads=4,
+                                                 layers=2, ff=128, dropout=0.1, max_length=40))
+
+    def nll(model: nn.Module, pairs: list[tuple[Sequences, Sequences]]) -> float:
+        net = model.model.eval()
+        with torch.no_grad():
+            lp = sum(float(net.log_prob(s, t).double().sum()) for s, t in pairs)
+        model.train()
+        return -lp / float(sum(int((t.lengths + 1).sum()) for _, t in pairs))
+
+    def test(model: nn.Module) -> dict[str, float]:
+        net = model.model.eval()
+        with torch.no_grad():
+            greedy = Sequences.cat([net.greedy(s) for s, _ in tests])
+            beam = Sequences.cat([net.beam_search(s, beam=5).sequences for s, _ in tests])
+        out = {"bleu_greedy": corpus_bleu(greedy, tt, vocab=sp.target_vocab),
+               "bleu_beam5": corpus_bleu(beam, tt, vocab=sp.target_vocab), "test_nll_per_token": nll(model, tests)}
+        for b in bleu_by_length(beam, tt, MT_BUCKETS, vocab=sp.target_vocab):
+            out[f"bleu_beam5_len{b.low}-{b.high or 'inf'}"] = b.bleu
+        return out
+
+    lower = {"bleu_greedy": False, "bleu_beam5": False, "test_nll_per_token": True,
+             **{f"bleu_beam5_len{lo}-{hi or 'inf'}": False for lo, hi in MT_BUCKETS}}
+    return TaskSpec("mt", (src.tokens, src.lengths, tgt.tokens, tgt.lengths), float(tgt.lengths.double().mean()) + 1,
+                    41, 3e-3, 0.1, build, lambda m: {"valid_nll": nll(m, valid)}, test,
+                    lambda a, b: exposure_bias_ratio(a, b, tests), lower)
+
+
+def task_lm(quick: bool) -> TaskSpec:
+    lines = {s: tiny_shakespeare(s, form="lines") for s in ("train", "valid", "test")}
+    vocab = Vocabulary.build(lines["train"], level="char")
+    train, valid, test = (vocab.encode(lines[s]) for s in ("train", "valid", "test"))
+    if quick:
+        train = train[torch.arange(320)]
+    vb, tb = _chunks(valid, 256), _chunks(test, 256)
+
+    def build() -> nn.Module:
+        return LSTMLM(len(vocab), embedding_dim=64, hidden_size=256, num_layers=1)
+
+    def nll(model: nn.Module, batches: list[Sequences]) -> float:
+        model.eval()
+        ppl = perplexity(model, batches)
+        model.train()
+        return float(torch.tensor(ppl.perplexity).log())
+
+    return TaskSpec("lm", (train.tokens, train.lengths), float(train.lengths.double().mean()) + 1,
+                    int(train.lengths.max()) + 1, 2e-3, 0.0, build, lambda m: {"valid_nll": nll(m, vb)},
+                    lambda m: {"test_ppl": float(torch.tensor(nll(m, tb)).exp())},
+                    lambda a, b: exposure_bias_ratio(a, b, tb), {"test_ppl": True})
+
+
+TASKS = {"mt": task_mt, "lm": task_lm}
+
+
+# --- runs ---------------------------------------------------------------------------------------------------
+def arm_name(start_epoch: int, weight_scale: float, clip: float | None) -> str:
+    return f"earm-e{start_epoch}-w{weight_scale:g}-c{'none' if clip is None else f'{clip:g}'}"
+
+
+def _trainer(spec: TaskSpec, seed: int, run_dir: Path, epochs: int, objective: EARM) -> Trainer:
+    torch.manual_seed(seed)  # the model's initial weights (the same in every arm: a branch restores them anyway)
+    model = spec.build()
+    spe = spec.steps_per_epoch
+    callbacks = [PeriodicEval(lambda t: spec.valid(t.model), every=spe),
+                 EarlyStopping("eval/valid_nll", patience=PATIENCE)]
+    return Trainer(objective, model, spec.data, steps=epochs * spe, batch_size=BATCH, run_dir=run_dir, seed=seed,
+                   optimizer=lambda groups: torch.optim.Adam(groups, lr=spec.lr), grad_clip=1.0, guard=None,
+                   log_every=max(spe // 5, 1), checkpoint_every=spe, callbacks=callbacks, progress=sys.stderr.isatty(),
+                   identity={"bench": "earm_protocol", "task": spec.name, "seed": seed, "epochs": epochs})
+
+
+def _objective(spec: TaskSpec, start_step: int, weight_scale: float, clip: float | None) -> EARM:
+    return EARM(weight=weight_scale / spec.k_mean, start_step=start_step, truncate=2, ema=0.9,
+                label_smoothing=spec.label_smoothing, max_steps=spec.max_steps, clip=clip)
+
+
+def _done(t: Trainer, run_dir: Path) -> bool:
+    """Whether the run is complete: its newest checkpoint is of the last step or of an early stop."""
+    store = CheckpointStore(run_dir / "checkpoints")
+    if not store.has_checkpoint():
+        return False
+    ckpt = store.load()
+    return ckpt.step >= t.steps or bool(ckpt.meta["trainer"].get("stop_reason"))
+
+
+def train_ce(spec: TaskSpec, seed: int, root: Path, epochs: int) -> None:
+    run = root / f"seed{seed}" / "ce"
+    t = _trainer(spec, seed, run, epochs, _objective(spec, NEVER, 1.0, None))
+    if not _done(t, run):
+        t.fit(resume="auto")
+
+
+def train_earm(spec: TaskSpec, seed: int, root: Path, epochs: int, start_epoch: int, weight_scale: float,
+               clip: float | None) -> bool:
+    """Train (or continue) one E-ARM arm; ``False`` when the CE run has not reached the branch epoch yet."""
+    ce, run = root / f"seed{seed}" / "ce", root / f"seed{seed}" / arm_name(start_epoch, weight_scale, clip)
+    start = start_epoch * spec.steps_per_epoch
+    t = _trainer(spec, seed, run, epochs, _objective(spec, start, weight_scale, clip))
+    if CheckpointStore(run / "checkpoints").has_checkpoint():
+        if not _done(t, run):
+            t.fit(resume=True)
+        return True
+    branch = ce / "checkpoints" / f"ckpt-{start:09d}.json"
+    if not branch.is_file():
+        print(f"seed {seed}: the CE run has no checkpoint of epoch {start_epoch} yet ({branch}); run `ce` first")
+        return False
+    run.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(ce / "metrics.jsonl", run / "metrics.jsonl")  # the shared history, cut back to the branch
+    t.fit(resume=str(branch))
+    return True
+
+
+# --- report -------------------------------------------------------------------------------------------------
+def valid_curve(run: Path) -> dict[int, float]:
+    """Validation NLL per checkpointed step, from the run's log."""
+    out = {}
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if rec.get("event") == "eval":
+            out[int(rec["step"])] = float(rec["values"]["valid_nll"])
+    return out
+
+
+def select(curve: dict[int, float], after: int) -> int:
+    """The step with the lowest validation NLL among steps ``> after`` (the earliest on ties)."""
+    steps = sorted(s for s in curve if s > after)
+    if not steps:
+        raise SystemExit(f"no validation figure after step {after}: the run has not trained past its branch yet")
+    return min(steps, key=lambda s: (curve[s], s))
+
+
+def load_model(spec: TaskSpec, run: Path, step: int) -> nn.Module:
+    ckpt = CheckpointStore(run / "checkpoints").load(step)
+    model = spec.build()
+    model.load_state_dict({k[len("model/"):]: v for k, v in ckpt.tensors.items() if k.startswith("model/")})
+    return model.eval()
+
+
+def report(spec: TaskSpec, root: Path, seeds: list[int], arm: str, start_epoch: int) -> dict[str, Any]:
+    after = start_epoch * spec.steps_per_epoch
+    per_seed, pairs = {}, {}
+    for seed in seeds:
+        rec: dict[str, Any] = {"seed": seed}
+        models = {}
+        for side, name in (("ce", "ce"), ("earm", arm)):
+            run = root / f"seed{seed}" / name
+            curve = valid_curve(run)
+            best = select(curve, after)
+            last = max(curve)
+            models[side] = load_model(spec, run, best)
+            rec[f"{side}_best_step"], rec[f"{side}_last_step"] = best, last
+            rec[f"{side}_best_valid_nll"] = curve[best]
+            rec.update({f"{side}_{k}": v for k, v in spec.test(models[side]).items()})
+            if last != best:
+                rec.update({f"{side}_last_{k}": v for k, v in spec.test(load_model(spec, run, last)).items()})
+            rec[f"{side}_valid_curve"] = {str(s): v for s, v in sorted(curve.items())}
+        eb = spec.exposure(models["earm"], models["ce"])
+        rec.update(exposure_bias_ratio=eb.ratio, exposure_bias_count=eb.count, exposure_bias_total=eb.total)
+        per_seed[f"seed{seed}"] = rec
+    recs = list(per_seed.values())
+    for metric, lower in spec.lower_better.items():
+        ce, ea = [r["ce_" + metric] for r in recs], [r["earm_" + metric] for r in recs]
+        pairs[metric] = compare_over_seeds(ea, ce, seeds=seeds, name_a="E-ARM", name_b="cross-entropy",
+                                           metric=metric, higher_is_better=not lower).to_dict()
+    return {"per_seed": per_seed, "comparisons": pairs}
+
+
+def _table(fig: dict[str, Any]) -> str:
+    rows = []
+    for metric, c in fig["comparisons"].items():
+        ce, ea = c["values_b"], c["values_a"]
+        interval = f"{c['mean_diff']:+.4g}" + (f" [{c['ci_low']:+.4g}, {c['ci_high']:+.4g}]" if len(ce) > 1 else "")
+        rows.append([metric, f"{statistics.mean(ce):.4g}", f"{statistics.mean(ea):.4g}", interval, c["verdict"]])
+    return C.format_table(["metric", "ce", "earm", "earm - ce (paired, 95 % CI)", "verdict"], rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("command", choices=("ce", "earm", "report"))
+    p.add_argument("--task", choices=sorted(TASKS), required=True)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--epochs", type=int, default=50, help="epochs of every run, warm-up included (default 50)")
+    p.add_argument("--start-epoch", type=int, default=15, help="the CE epoch an E-ARM arm branches from (15)")
+    p.add_argument("--weight-scale", type=float, default=1.0, help="surrogate weight times K (default 1: 1/K)")
+    p.add_argument("--clip", type=float, default=None, help="norm bound of the surrogate's own gradient")
+    p.add_argument("--quick", action="store_true", help="320 examples, 4 epochs, E-ARM from epoch 2")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--runs-dir", type=Path, default=ROOT / "runs", help="where the runs live (default runs/)")
+    p.add_argument("--record", default=None, help="report: write benchmarks/records/NAME.json")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.epochs, args.start_epoch = 4, 2
+    if not 0 < args.start_epoch < args.epochs:
+        raise SystemExit(f"--start-epoch: expected an epoch in [1, {args.epochs - 1}]; got {args.start_epoch}")
+    torch.set_num_threads(args.threads)
+    spec = TASKS[args.task](args.quick)
+    root = args.runs_dir / ("earm-protocol-quick" if args.quick else "earm-protocol") / args.task
+    arm = arm_name(args.start_epoch, args.weight_scale, args.clip)
+    t0 = time.perf_counter()
+    if args.command == "ce":
+        for seed in args.seeds:
+            train_ce(spec, seed, root, args.epochs)
+    elif args.command == "earm":
+        for seed in args.seeds:
+            train_earm(spec, seed, root, args.epochs, args.start_epoch, args.weight_scale, args.clip)
+    else:
+        rec = Recorder(args.record, seeds=args.seeds, settings={
+            "task": args.task, "epochs": args.epochs, "start_epoch": args.start_epoch, "arm": arm,
+            "weight": args.weight_scale / spec.k_mean, "clip": args.clip, "batch": BATCH, "lr": spec.lr,
+            "steps_per_epoch": spec.steps_per_epoch, "patience_epochs": PATIENCE, "quick": args.quick}) \
+            if args.record else None
+        fig = report(spec, root, args.seeds, arm, args.start_epoch)
+        print(_table(fig))
+        if rec is not None:
+            rec.write(figures=fig, notes="E-ARM arm against the CE run of the same seed, each at its best validation "
+                                         "epoch after the branch; comparisons: E-ARM minus CE, paired by seed, 95 % "
+                                         "Student-t interval. Training wall time is in each run's metrics.jsonl.")
+    print(f"{args.command} done in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

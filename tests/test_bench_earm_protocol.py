@@ -1,0 +1,62 @@
+"""benchmarks/earm_protocol.py: the checkpoint a report selects, and an E-ARM arm that starts exactly where its
+cross-entropy run was at the branch epoch."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import earm_protocol  # noqa: E402
+
+from ebms.train.checkpoint import CheckpointStore  # noqa: E402
+
+
+def test_select_takes_the_lowest_validation_nll_after_the_branch_earliest_on_ties():
+    curve = {10: 1.0, 20: 3.0, 30: 2.0, 40: 2.0, 50: 2.5}
+    assert earm_protocol.select(curve, after=10) == 30  # step 10 is before the branch; 30 and 40 tie
+    assert earm_protocol.select(curve, after=0) == 10
+    with pytest.raises(SystemExit, match="no validation figure after step 50"):
+        earm_protocol.select(curve, after=50)
+
+
+def test_valid_curve_reads_the_eval_events_of_the_log(tmp_path):
+    lines = [{"step": 5, "loss": 1.0}, {"event": "eval", "step": 10, "values": {"valid_nll": 2.5}},
+             {"event": "resume", "step": 10}, {"event": "eval", "step": 20, "values": {"valid_nll": 2.25}}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert earm_protocol.valid_curve(tmp_path) == {10: 2.5, 20: 2.25}
+
+
+def test_arm_names_say_start_weight_and_clip():
+    assert earm_protocol.arm_name(15, 1.0, 0.5) == "earm-e15-w1-c0.5"
+    assert earm_protocol.arm_name(5, 0.25, None) == "earm-e5-w0.25-cnone"
+
+
+@pytest.mark.slow
+def test_an_earm_arm_branches_from_the_ce_checkpoint_of_its_start_epoch(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    args = ["--task", "mt", "--seeds", "0", "--quick", "--runs-dir", str(tmp_path), "--clip", "0.5"]
+    assert earm_protocol.main(["ce", *args]) == 0
+    assert earm_protocol.main(["earm", *args]) == 0
+    seed = tmp_path / "earm-protocol-quick" / "mt" / "seed0"
+    ce, arm = seed / "ce", seed / "earm-e2-w1-c0.5"
+    branch = 2 * 10  # start epoch 2 of 10 batches (320 examples, batch 32)
+    log = [json.loads(x) for x in (arm / "metrics.jsonl").read_text().splitlines()]
+    resume = [x for x in log if x.get("event") == "resume"]
+    assert len(resume) == 1 and resume[0]["step"] == branch and resume[0]["checkpoint"].startswith(str(ce))
+    shared = (ce / "metrics.jsonl").read_text().splitlines()
+    assert [json.dumps(x) for x in log[:log.index(resume[0])]] == [json.dumps(json.loads(x)) for x in shared[:len(
+        log[:log.index(resume[0])])]]  # the arm's log begins with the CE run's history up to the branch
+    trained = [x for x in log if "metrics" in x and x["step"] > branch]
+    assert trained and all(x["metrics"]["active"] == 1.0 and x["metrics"]["earm_grad_norm"] > 0 for x in trained)
+    assert all(x["metrics"]["active"] == 0.0 for x in log if "metrics" in x and x["step"] <= branch)
+    ce_end = CheckpointStore(ce / "checkpoints").load(40).tensors
+    arm_end = CheckpointStore(arm / "checkpoints").load(40).tensors
+    assert not all(torch.equal(ce_end[k], arm_end[k]) for k in ce_end if k.startswith("model/"))
+    # the command again: both runs are complete, nothing is trained or rewritten
+    before = (arm / "metrics.jsonl").read_text()
+    assert earm_protocol.main(["earm", *args]) == 0 and (arm / "metrics.jsonl").read_text() == before
