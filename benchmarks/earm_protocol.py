@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import statistics
 import sys
@@ -68,7 +69,7 @@ from ebms.metrics.seeds import compare_over_seeds
 from ebms.models.lm import LSTMLM
 from ebms.models.lm.perplexity import perplexity
 from ebms.models.seq2seq import Seq2SeqAdapter, Seq2SeqTransformer
-from ebms.objectives.earm import EARM
+from ebms.objectives.earm import EARM, energy_resample, sequence_energy
 from ebms.sequences import Sequences
 from ebms.train import Trainer
 from ebms.train.callbacks import EarlyStopping, PeriodicEval
@@ -130,18 +131,38 @@ def task_mt(quick: bool) -> TaskSpec:
         net = model.model.eval()
         with torch.no_grad():
             greedy = Sequences.cat([net.greedy(s) for s, _ in tests])
-            beam = Sequences.cat([net.beam_search(s, beam=5).sequences for s, _ in tests])
+            beams = [net.beam_search(s, beam=5) for s, _ in tests]
+        beam = Sequences.cat([r.sequences for r in beams])
         out = {"bleu_greedy": corpus_bleu(greedy, tt, vocab=sp.target_vocab),
                "bleu_beam5": corpus_bleu(beam, tt, vocab=sp.target_vocab), "test_nll_per_token": nll(model, tests)}
+        for rule in ("joint", "resample"):  # the beam's 5 hypotheses picked by the E-ARM energy (Table 9)
+            g = torch.Generator().manual_seed(0)
+            picked = Sequences.cat([_energy_pick(model, s, r, rule, g) for (s, _), r in zip(tests, beams)])
+            out[f"bleu_beam5_energy_{rule}"] = corpus_bleu(picked, tt, vocab=sp.target_vocab)
         for b in bleu_by_length(beam, tt, MT_BUCKETS, vocab=sp.target_vocab):
             out[f"bleu_beam5_len{b.low}-{b.high or 'inf'}"] = b.bleu
         return out
 
-    lower = {"bleu_greedy": False, "bleu_beam5": False, "test_nll_per_token": True,
+    lower = {"bleu_greedy": False, "bleu_beam5": False, "test_nll_per_token": True, "bleu_beam5_energy_joint": False,
+             "bleu_beam5_energy_resample": False,
              **{f"bleu_beam5_len{lo}-{hi or 'inf'}": False for lo, hi in MT_BUCKETS}}
     return TaskSpec("mt", (src.tokens, src.lengths, tgt.tokens, tgt.lengths), float(tgt.lengths.double().mean()) + 1,
                     41, 3e-3, 0.1, build, lambda m: {"valid_nll": nll(m, valid)}, test,
                     lambda a, b: exposure_bias_ratio(a, b, tests), lower)
+
+
+def _energy_pick(model: nn.Module, src: Sequences, beam: Any, rule: str, g: torch.Generator) -> Sequences:
+    """One of each source's beam hypotheses, picked by :func:`energy_resample` (empty slots skipped)."""
+    k = beam.hypothesis_log_probs.shape[1]
+    hyps = beam.hypotheses
+    live = torch.isfinite(beam.hypothesis_log_probs.reshape(-1))
+    rows = torch.arange(hyps.batch_size)
+    log_q, energy = (t.new_full((hyps.batch_size,), -math.inf) for t in (beam.hypothesis_log_probs,) * 2)
+    src_rows = src[torch.arange(src.batch_size).repeat_interleave(k)]
+    lq, e = sequence_energy(model.eval(), (src_rows[rows[live]], hyps[rows[live]]))
+    log_q[live], energy[live] = lq.to(log_q), e.to(energy)
+    energy[~live] = 0.0
+    return hyps[energy_resample(log_q, energy, k, rule=rule, generator=g)]
 
 
 def task_lm(quick: bool) -> TaskSpec:

@@ -95,6 +95,24 @@ def test_wide_beam_finds_the_argmax_over_all_outputs(alpha: float) -> None:
 
 
 @torch.no_grad()
+def test_an_exhaustive_beam_lists_the_most_likely_outputs_in_order() -> None:
+    # 15 candidate outputs, beam 16: the final beam is every output (one empty slot), best first
+    m = _model(tgt_vocab=3, max_length=3, seed=1, scale=0.3)
+    cands = _all_targets(3, 3)
+    src = Sequences.from_lists([[1, 2, 3], [4]])
+    r = m.beam_search(src, beam=16, length_penalty=0.0)
+    assert r.hypotheses.batch_size == 2 * 16 and tuple(r.hypothesis_log_probs.shape) == (2, 16)
+    for b in range(2):
+        lp = m.log_prob(Sequences.cat([src[b]] * len(cands)), Sequences.from_lists(cands))
+        order = lp.argsort(descending=True)
+        rows = r.hypotheses[torch.arange(b * 16, b * 16 + 15)]
+        assert rows.tolist() == [cands[i] for i in order.tolist()]
+        assert torch.allclose(r.hypothesis_log_probs[b, :15], lp[order], atol=1e-5)
+        assert torch.isinf(r.hypothesis_log_probs[b, 15]) and int(r.hypotheses.lengths[b * 16 + 15]) == 0
+    assert r.hypotheses[torch.tensor([0, 16])].equal(r.sequences)  # alpha = 0: the best is the first
+
+
+@torch.no_grad()
 def test_narrow_beam_returns_a_finished_hypothesis_with_its_exact_score() -> None:
     m = _model(max_length=6, seed=2)
     r = m.beam_search(SOURCES, beam=3, max_length=4)

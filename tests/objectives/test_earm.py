@@ -18,7 +18,7 @@ from ebms.capabilities import EARMModel
 from ebms.distributions import NGram
 from ebms.models.lm import LSTMLM, TransformerLM, perplexity
 from ebms.objectives import AutoregressiveNLL
-from ebms.objectives.earm import EARM, EARMTerms, LMAdapter
+from ebms.objectives.earm import EARM, EARMTerms, LMAdapter, energy_resample, sequence_energy
 from ebms.sequences import Sequences
 from ebms.train import Trainer
 
@@ -495,3 +495,60 @@ def test_clip_needs_a_module_with_parameters():
         EARM(clip=1.0)(frozen, _data(), generator=torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match=r"^clip: expected a finite number > 0; got 0"):
         EARM(clip=0)
+
+
+# --- the sequence energy and energy resampling --------------------------------------------------------------
+def test_sequence_energy_gives_the_e_arm_law_of_the_last_step_by_enumeration():
+    model = TableAR(seed=2, scale=1.5)
+    x = _all(K)  # every sequence of the fixed-length model
+    log_q, energy = sequence_energy(model, x)
+    logits = model.teacher_forced(x)[0]
+    assert torch.allclose(log_q, logits.log_softmax(-1).gather(-1, x.unsqueeze(-1)).squeeze(-1).sum(1), atol=1e-12)
+    # p_K(x) = q(x_<K) exp(-phi(x_K, x_<K)) / Z_K (the paper's Eq. 4 at k = K)
+    phi = -logits[:, K - 1].gather(-1, x[:, K - 1:]).squeeze(-1)
+    log_q_prefix = logits[:, :K - 1].log_softmax(-1).gather(-1, x[:, :K - 1].unsqueeze(-1)).squeeze(-1).sum(1)
+    p_k = (log_q_prefix - phi).log_softmax(0)
+    assert torch.allclose((log_q - energy).log_softmax(0), p_k, atol=1e-12)
+
+
+def test_sequence_energy_of_a_sentence_lm_is_minus_the_log_normaliser_of_its_end_step():
+    lm = _lstm().eval()
+    x = Sequences.from_lists([[1, 2, 3], [4], [5, 5, 1, 2]])
+    log_q, energy = sequence_energy(lm, x)
+    assert torch.allclose(log_q, lm.log_prob(x), atol=1e-12)
+    ends = lm.logits(x)[torch.arange(3), x.lengths].logsumexp(-1)
+    assert torch.allclose(energy, -ends, atol=1e-12)
+
+
+def test_energy_resample_follows_exp_minus_energy_and_the_joint_rule_its_argmax():
+    log_q = torch.tensor([-1.0, -2.0, -math.inf, -0.5, -3.0, -0.1])
+    energy = torch.tensor([0.3, -0.4, -9.0, 1.0, 0.0, 2.0])
+    joint = energy_resample(log_q, energy, 3, rule="joint")
+    assert joint.tolist() == [0, 3]  # row 2 is an empty slot; -0.5 - 1.0 > -3.0 - 0.0 > -0.1 - 2.0
+    n = 20000
+    picks = energy_resample(log_q.repeat(n), energy.repeat(n), 3, generator=torch.Generator().manual_seed(0))
+    local = (picks % 3).view(n, 2)
+    for b in range(2):
+        p = torch.where(torch.isfinite(log_q[3 * b:3 * b + 3]), -energy[3 * b:3 * b + 3], -math.inf).softmax(0)
+        freq = torch.bincount(local[:, b], minlength=3).double() / n
+        se = (p * (1 - p) / n).sqrt().clamp(min=1e-12)
+        assert bool((((freq - p).abs() / se)[p > 0] < 4.5).all()), (freq, p)  # z = 4.5 per cell
+        assert freq[p == 0].sum() == 0
+    with pytest.raises(ValueError, match=r"^rule: expected 'resample' or 'joint'; got 'best'"):
+        energy_resample(log_q, energy, 3, rule="best")
+    with pytest.raises(ValueError, match=r"^log_q, energy: expected two \(B k,\) tensors with k=4; got \(6,\)"):
+        energy_resample(log_q, energy, 4)
+    with pytest.raises(ValueError, match=r"^log_q: every input needs at least one candidate"):
+        energy_resample(torch.full((3,), -math.inf), energy[:3], 3)
+
+
+def test_sequence_energy_of_a_translation_model_scores_the_target_given_its_source():
+    from ebms.models.seq2seq import Seq2SeqAdapter, Seq2SeqTransformer
+
+    torch.manual_seed(0)
+    net = Seq2SeqTransformer(6, 5, d_model=8, heads=2, layers=1, ff=16, dropout=0.0, max_length=6).double().eval()
+    src, tgt = Sequences.from_lists([[1, 2], [3], [4, 5, 1]]), Sequences.from_lists([[2, 3, 4], [1], []])
+    log_q, energy = sequence_energy(Seq2SeqAdapter(net), (src, tgt))
+    assert torch.allclose(log_q, net.log_prob(src, tgt), atol=1e-12)
+    ends = net.logits(src, tgt)[torch.arange(3), tgt.lengths].logsumexp(-1)
+    assert torch.allclose(energy, -ends, atol=1e-12)

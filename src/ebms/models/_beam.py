@@ -25,17 +25,23 @@ from ebms.sequences import Sequences
 
 @dataclass(frozen=True)
 class BeamSearchResult:
-    """The best hypothesis per source sentence.
+    """The best hypothesis per source sentence, and the whole final beam (an n-best list).
 
     Attributes:
         sequences: :class:`~ebms.sequences.Sequences` of ``B`` rows (``</s>`` not included).
         scores: ``(B,)`` the ranking score ``log p(y | x) / (L + 1)^alpha``.
         log_probs: ``(B,)`` ``log p(y | x)``, the final ``</s>`` included.
+        hypotheses: ``B * beam`` rows, sentence ``b``'s beam at rows ``b * beam .. b * beam + beam - 1``,
+            best raw score first (the beam's finished hypotheses; an empty slot, when fewer than
+            ``beam`` outputs exist, is an empty row with log-probability ``-inf``).
+        hypothesis_log_probs: ``(B, beam)`` their ``log p(y | x)``.
     """
 
     sequences: Sequences
     scores: Tensor
     log_probs: Tensor
+    hypotheses: Sequences
+    hypothesis_log_probs: Tensor
 
 
 def greedy(model: Any, src: Sequences, limit: int) -> Sequences:
@@ -87,12 +93,15 @@ def beam_search(model: Any, src: Sequences, beam: int, limit: int, length_penalt
         tokens = torch.cat([tokens[rows, parent], word.masked_fill(parent_done, 0).unsqueeze(-1)], -1)
     ranked = scores / (lengths + 1).to(scores.dtype) ** length_penalty if length_penalty else scores
     best = ranked.argmax(-1, keepdim=True)
+    lengths = lengths.masked_fill(torch.isinf(scores), 0)  # an empty slot: an empty row at -inf
+    width = int(lengths.max()) if B else 0
+    real = torch.arange(width, device=dev) < lengths.unsqueeze(-1)
+    every = tokens[..., :width].masked_fill(~real, 0)
     length = lengths.gather(1, best).squeeze(1)
-    chosen = tokens[rows, best].squeeze(1)
-    width = int(length.max()) if B else 0
-    seqs = Sequences(chosen[:, :width].masked_fill(~(torch.arange(width, device=dev) < length.unsqueeze(1)), 0),
-                     length, validate=False)
-    return BeamSearchResult(seqs, ranked.gather(1, best).squeeze(1), scores.gather(1, best).squeeze(1))
+    seqs = Sequences(every[rows, best].squeeze(1)[:, :int(length.max()) if B else 0], length, validate=False)
+    hypotheses = Sequences(every.reshape(B * K, width), lengths.reshape(B * K), validate=False)
+    return BeamSearchResult(seqs, ranked.gather(1, best).squeeze(1), scores.gather(1, best).squeeze(1), hypotheses,
+                            scores)
 
 
 def sample(model: Any, src: Sequences, generator: torch.Generator | None, limit: int, truncate: bool) -> Sequences:

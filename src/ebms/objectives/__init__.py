@@ -92,7 +92,7 @@ from ebms.objectives.classification import CrossEntropy
 from ebms.objectives.conditional import ConditionalML, ConditionalNCE, TagBigramNoise
 from ebms.objectives.conditional_rows import CorpusRowsObjective
 from ebms.objectives.ctc import CTCObjective
-from ebms.objectives.earm import EARM, EARMTerms, LMAdapter
+from ebms.objectives.earm import EARM, EARMTerms, LMAdapter, energy_resample, sequence_energy
 from ebms.objectives.electric import ElectricNCE
 from ebms.objectives.feature_crf import FeatureCRFLikelihood
 from ebms.objectives.improved_cd import ImprovedCD
@@ -143,6 +143,8 @@ __all__ = [
     "EARM",
     "EARMTerms",
     "LMAdapter",
+    "energy_resample",
+    "sequence_energy",
     "JEMObjective",
     "CrossEntropy",
     "BufferInit",

@@ -70,8 +70,18 @@ the seq2seq and PixelCNN adapters; another :class:`~ebms.capabilities.SentenceLM
 Cost per active step: the data pass (shared with the cross-entropy), ``B`` ancestral draws without
 gradient, a teacher-forced pass with gradient on the draws; ``O(B K V)`` memory for each pass.
 
+**Energy resampling at inference** (the paper's Tables 3 and 9). At the last step ``K`` of a complete
+sequence the E-ARM law is :math:`p_K(x) \propto q_\theta(x_{<K})\, e^{-\phi_\theta(x_K, x_{<K})} =
+q_\theta(x)\, e^{\mathrm{LSE}\, z_\theta(x_{<K})}`: the model's own law times :math:`e^{-E(x)}` with
+:math:`E(x) = -\mathrm{LSE}\, z_\theta(x_{<K})` (the sequence energy :math:`\phi - \log q` at the last step,
+the reading the paper leaves open). :func:`sequence_energy` gives :math:`\log q_\theta(x)` and
+:math:`E(x)` of any :class:`~ebms.capabilities.EARMModel`'s complete sequences; :func:`energy_resample`
+picks one of ``k`` candidates per input (beam hypotheses or draws) by that energy, as the top-k joint
+sampling of Deng et al. (2020) does with a residual energy.
+
 References: Wang, Che, Li, Song, Pei, Bengio & Li (2022), *Your autoregressive generative model
-can be better if you treat it as an energy-based one*; Belghazi et al. (2018), *MINE: mutual
+can be better if you treat it as an energy-based one*; Deng, Bakhtin, Ott, Szlam & Ranzato (2020),
+*Residual energy-based models for text generation* (top-k joint sampling); Belghazi et al. (2018), *MINE: mutual
 information neural estimation* (moving-average denominator).
 """
 
@@ -90,7 +100,7 @@ from ebms.capabilities import EARMModel, SentenceLM, supports
 from ebms.models.lm import LMAdapter
 from ebms.objectives._base import LossOutput, scalar_metrics
 
-__all__ = ["EARM", "EARMTerms", "LMAdapter"]
+__all__ = ["EARM", "EARMTerms", "LMAdapter", "energy_resample", "sequence_energy"]
 
 Triple = tuple[Tensor, Tensor, Tensor]
 
@@ -310,6 +320,64 @@ def _checked(out: Any, name: str) -> Triple:
                          f"{int(targets[bad][0])}")
     # masked steps' logits are ignored: zeros keep -inf/NaN there out of the values and the gradients
     return logits.masked_fill(~mask.unsqueeze(-1), 0.0), targets, mask
+
+
+@torch.no_grad()
+def sequence_energy(model: Any, batch: Any) -> tuple[Tensor, Tensor]:
+    r"""``(log q (B,), energy (B,))`` of complete sequences: :math:`\log q_\theta(x) = \sum_k \log
+    q_\theta(x_k \mid x_{<k})` over the real steps, and :math:`E(x) = -\mathrm{LSE}\, z_\theta(x_{<K})` at
+    the last real step ``K`` (the ``</s>`` step of a sentence), so that the E-ARM law of the sequence is
+    :math:`\propto q_\theta(x)\, e^{-E(x)}` (module docstring).
+
+    Args:
+        model: an :class:`~ebms.capabilities.EARMModel` (an LM, ``Seq2SeqAdapter``, ``PixelCNNAdapter``) or a
+            sentence LM; read as it is (call ``model.eval()`` first for dropout-free scores).
+        batch: what ``model.teacher_forced`` takes (sentences; ``(src, tgt)`` pairs).
+
+    Cost: one teacher-forced pass, no gradient.
+    """
+    logits, targets, mask = _checked(_adapt(model).teacher_forced(batch), "model.teacher_forced(batch)")
+    if not bool(mask[:, 0].all()) or bool((mask[:, 1:] & ~mask[:, :-1]).any()):
+        raise ValueError("model.teacher_forced(batch): expected the real steps of each row to come first (a mask "
+                         "of the form 1..1 0..0 with at least one real step)")
+    picked = logits.log_softmax(-1).gather(-1, targets.masked_fill(~mask, 0).unsqueeze(-1)).squeeze(-1)
+    log_q = torch.where(mask, picked, 0.0).sum(1)
+    last = mask.sum(1) - 1
+    energy = -logits[torch.arange(logits.shape[0], device=logits.device), last].logsumexp(-1)
+    return log_q, energy
+
+
+def energy_resample(log_q: Tensor, energy: Tensor, k: int, *, rule: str = "resample",
+                    generator: torch.Generator | None = None) -> Tensor:
+    r"""Pick one of every ``k`` consecutive candidates by the E-ARM energy; returns their row indices ``(B,)``.
+
+    Args:
+        log_q: ``(B k,)`` :math:`\log q_\theta` of the candidates (from :func:`sequence_energy`); ``-inf`` marks
+            an empty slot (a beam with fewer outputs), never picked.
+        energy: ``(B k,)`` their :math:`E`.
+        k: candidates per input (rows ``b k .. b k + k - 1`` belong to input ``b``).
+        rule: ``"resample"``: candidate ``i`` with probability :math:`\propto e^{-E_i}` (top-k joint sampling:
+            with draws from :math:`q_\theta` as candidates the pick tends to the E-ARM law as ``k`` grows);
+            ``"joint"``: the candidate of the largest :math:`\log q_\theta - E`, the E-ARM law's own score
+            (for beam hypotheses, which are not draws).
+        generator: the pick's random source (``"resample"``).
+    """
+    k = check_int(k, "k", minimum=1)
+    if rule not in ("resample", "joint"):
+        raise ValueError(f"rule: expected 'resample' or 'joint'; got {rule!r}")
+    if log_q.dim() != 1 or log_q.shape != energy.shape or log_q.shape[0] % k:
+        raise ValueError(f"log_q, energy: expected two (B k,) tensors with k={k}; got {tuple(log_q.shape)} and "
+                         f"{tuple(energy.shape)}")
+    lq, e = log_q.view(-1, k), energy.view(-1, k)
+    live = torch.isfinite(lq)
+    if not bool(live.any(1).all()):
+        raise ValueError("log_q: every input needs at least one candidate with a finite log-probability")
+    score = torch.where(live, -e if rule == "resample" else lq - e, -math.inf)
+    if rule == "joint":
+        pick = score.argmax(1)
+    else:
+        pick = torch.multinomial(score.double().softmax(1), 1, generator=generator).squeeze(1)
+    return torch.arange(lq.shape[0], device=pick.device) * k + pick
 
 
 def _gradient_norm(term: Tensor, model: Any) -> Tensor:
