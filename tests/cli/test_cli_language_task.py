@@ -372,3 +372,20 @@ def test_an_unset_max_length_is_bounded_for_kinds_that_grow_with_it(tmp_path: Pa
     kn = validate_config(load_config(None, ["data.name=text", f"language.train_path={tmp_path}/train.txt",
                                             "model.kind=kn"]), device=False)
     assert load_language_data(kn).max_length == DEFAULT_MAX_LENGTH + 1  # counting has no such cost
+
+
+@pytest.mark.parametrize("clip", [None, 0.5])
+def test_earm_keys_reach_the_objective(clip: float | None) -> None:
+    from ebms.cli.generation import GenerationTask
+    from ebms.cli.language import autoregressive_objective
+    from ebms.objectives import EARM
+
+    extra = [] if clip is None else [f"lm.earm_clip={clip}"]
+    cfg = validate_config(load_config(recipe_path("earm-shakespeare"), extra), device=False)
+    objective = autoregressive_objective(cfg.objective.kind, cfg.section("lm"))
+    assert isinstance(objective, EARM) and objective.clip == clip
+    assert (objective.weight, objective.start_step, objective.truncate) == (0.03, 4000, 2)
+    add = validate_config(load_config(recipe_path("earm-addition"), [] if clip is None else
+                                      [f"generation.earm_clip={clip}"]), device=False)
+    assert isinstance(task_for(add), GenerationTask)
+    assert autoregressive_objective(add.objective.kind, add.section("generation")).clip == clip

@@ -90,8 +90,8 @@ def _trial(tmp_path: Path, sig: int, seed: int) -> tuple[str, int]:
     return (out[-1] if out else ""), announce
 
 
-# two trials by default, fourteen more with the slow set (`make test-slow`, CI)
-@pytest.mark.parametrize("seed", [*range(2), *(pytest.param(s, marks=pytest.mark.slow) for s in range(2, 16))])
+# one trial by default, fifteen more with the slow set (`make test-slow`, CI)
+@pytest.mark.parametrize("seed", [0, *(pytest.param(s, marks=pytest.mark.slow) for s in range(1, 16))])
 def test_ctrl_c_at_a_random_moment_saves_the_step_it_was_in(tmp_path: Path, reference: list[dict], seed: int) -> None:
     last, announce = _trial(tmp_path, signal.SIGINT, seed)
     run = tmp_path / "run"

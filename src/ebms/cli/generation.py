@@ -16,7 +16,8 @@ base run share them.
   imperfect by construction (the "deliberately imperfect base" of the issue). ``ml``:
   :class:`~ebms.objectives.AutoregressiveNLL`; ``earm``: :class:`~ebms.objectives.EARM` (surrogate
   weight ``generation.earm_weight``, switched on after ``generation.earm_start`` steps, gradient
-  through the last ``generation.earm_truncate`` conditionals).
+  through the last ``generation.earm_truncate`` conditionals, its own gradient clipped to norm
+  ``generation.earm_clip`` when set).
 * ``residual``: :class:`~ebms.models.ResidualLM` on the base of the run folder
   ``generation.base_run`` (frozen; a path as given, relative to the current folder) with a :class:`~ebms.nets.TextEnergy` (``generation.energy``:
   ``transformer`` or ``bilstm``, same sizes), horizon ``d + 1``, trained by
@@ -86,7 +87,7 @@ CORRUPT_SEED_OFFSET, CACHE_SEED_OFFSET, EVAL_SEED_OFFSET = 23, 29, 31
 #: the run files: the vocabulary with the data's fingerprint, and a residual run's base run.
 VOCAB_FILE, VOCAB_FORMAT = "vocab.json", "ebms-addition-vocabulary"
 #: the ``[generation]`` keys of ``objective.kind = "earm"``.
-EARM_KEYS = ("earm_weight", "earm_start", "earm_truncate")
+EARM_KEYS = ("earm_weight", "earm_start", "earm_truncate", "earm_clip")
 
 
 @dataclass
@@ -109,6 +110,7 @@ class GenerationSettings:
     earm_weight: float = 1.0
     earm_start: int = 0
     earm_truncate: int = 2
+    earm_clip: float | None = None
 
 
 @dataclass
@@ -160,7 +162,7 @@ class GenerationTask(Task[GenerationSettings]):
         "dim": COUNT, "hidden": COUNT, "layers": COUNT, "heads": COUNT, "dropout": DROPOUT,
         "base_run": Rule(text="a run folder path (not empty)", check=_is_path),
         "energy": Rule(choices=("transformer", "bilstm")), "negatives": COUNT, "joint_samples": COUNT,
-        "top_k": NONNEG, "earm_weight": POS, "earm_start": NONNEG, "earm_truncate": COUNT,
+        "top_k": NONNEG, "earm_weight": POS, "earm_start": NONNEG, "earm_truncate": COUNT, "earm_clip": POS,
     }
     defaults: ClassVar[dict[str, Any]] = {"data.n_test": 300, "eval.n_samples": 10}
     sample_format = "txt"

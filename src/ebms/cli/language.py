@@ -147,7 +147,11 @@ class LMSettings:
     earm_weight: float = 1.0
     earm_start: int = 0
     earm_truncate: int = 2
+    earm_clip: float | None = None
 
+
+#: keys of the per-kind sections added after the split of ``[language]`` (no ``language.*`` spelling to migrate).
+NEWER_KEYS = frozenset({"lm.earm_clip"})
 
 PATH = Rule(text="a file path (not empty)", check=_path)
 #: the rules of the network sizes every neural kind's section has.
@@ -159,7 +163,7 @@ NGRAM = Section(NGramSettings, {
                                    "D3+) per order for modified Kneser-Ney, each D_k in [0, k]; empty: estimated",
                       check=lambda v: all(x >= 0 for x in v))})
 LM = Section(LMSettings, {**NET_RULES, "tie_weights": Rule(), "earm_weight": POS, "earm_start": NONNEG,
-                          "earm_truncate": COUNT})
+                          "earm_truncate": COUNT, "earm_clip": POS})
 
 
 def _discounts(values: list[float], order: int, smoothing: str) -> list[float] | list[list[float]] | None:
@@ -250,8 +254,9 @@ class LanguageTask(Task[LanguageSettings]):
         return {*self.keys, *(k for keys in self.objective_keys.values() for k in keys), *self.optional_keys}
 
     def kind_moves(self) -> dict[str, str]:
-        """``language.KEY`` -> the key of this kind's own section that holds ``KEY`` now (issue 25)."""
-        return {f"language.{key.split('.', 1)[1]}": key for key in sorted(self.readable())}
+        """``language.KEY`` -> the key of this kind's own section that holds ``KEY`` now (issue 25); keys
+        added since (:data:`NEWER_KEYS`) never had an old spelling."""
+        return {f"language.{key.split('.', 1)[1]}": key for key in sorted(self.readable()) if key not in NEWER_KEYS}
 
     def check(self, cfg: Config) -> None:
         s, kind, obj = self.settings(cfg), cfg.model.kind, cfg.objective.kind
@@ -450,9 +455,9 @@ class NGramTask(LanguageTask):
 
 def autoregressive_objective(objective: str, s: Any) -> nn.Module:
     """The objective named ``objective`` (``ml`` or ``earm``) of an autoregressive LM whose section ``s`` holds
-    ``earm_weight``, ``earm_start`` and ``earm_truncate`` (the language and addition tasks)."""
+    ``earm_weight``, ``earm_start``, ``earm_truncate`` and ``earm_clip`` (the language and addition tasks)."""
     if objective == "earm":
-        return EARM(weight=s.earm_weight, start_step=s.earm_start, truncate=s.earm_truncate)
+        return EARM(weight=s.earm_weight, start_step=s.earm_start, truncate=s.earm_truncate, clip=s.earm_clip)
     return AutoregressiveNLL()
 
 
@@ -464,7 +469,7 @@ class LSTMTask(LanguageTask):
     more_sections: ClassVar[dict[str, Section]] = {"lm": LM}
     keys: ClassVar[tuple[str, ...]] = (*net_keys("lm"), "lm.tie_weights")
     objective_keys: ClassVar[dict[str, tuple[str, ...]]] = {"earm": ("lm.earm_weight", "lm.earm_start",
-                                                                     "lm.earm_truncate")}
+                                                                     "lm.earm_truncate", "lm.earm_clip")}
     no_ais = "is normalised and its perplexity exact"
 
     @staticmethod

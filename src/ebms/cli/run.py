@@ -122,13 +122,13 @@ KEY_ROLES: dict[str, str] = {
         "speech": "n_train max_digits test_speakers channels hidden layers dropout ctc_weight lm_order",
         "language": "level lower sentence_split limit min_count max_vocab max_length",
         "ngram": "order smoothing discounts",
-        "lm": "embedding_dim hidden layers heads dropout tie_weights earm_weight earm_start earm_truncate",
+        "lm": "embedding_dim hidden layers heads dropout tie_weights earm_weight earm_start earm_truncate earm_clip",
         "trf": "order features feature_cutoffs feature_boundaries trf_init classes chains trials noise_order "
                "noise_hidden feature_scaling step_clip embedding_dim hidden layers dropout",
         "residual": "base_run prefix_length horizon energy negatives embedding_dim layers heads dropout",
         "electric": "mask_rate embedding_dim layers heads dropout",
         "generation": "digits n_train error_rate dim hidden layers heads dropout base_run energy negatives "
-                      "earm_weight earm_start earm_truncate",
+                      "earm_weight earm_start earm_truncate earm_clip",
         "vision": "limit val_fraction labels_per_class channels groups spectral_norm data_noise generative_weight "
                   "warmup_steps conditional informative_init kl_weight entropy_weight augment reservoir recovery_b",
         "jrf": "label_fraction limit min_count embed hidden alpha noise_hidden noise_steps zeta_lr",
