@@ -14,7 +14,8 @@ you treat it as an energy-based one*, section 4 and Table 6, scaled):
                 --weight-scale / K`` (``K`` the mean number of steps of a training example: the surrogate,
                 summed over steps, on the CE's per-token scale); the surrogate's own gradient clipped to
                 norm ``--clip`` (``EARM(clip=...)``) before it joins the CE's; truncate 2, EMA 0.9 (the
-                paper's). Both arms: Adam, constant learning rate, the total gradient norm clipped at 1.
+                paper's). Both arms: Adam, constant learning rate, the total gradient norm clipped at 1
+                (``--grad-clip``: another bound or ``none``, with a CE run of its own, ``ce-g<clip>``).
     selection   each arm's test figures are those of its checkpoint with the lowest validation NLL among
                 the epochs after the branch (``e + 1`` to the end, the CE arm read on the same epochs), as
                 the paper keeps its best checkpoint on validation; the last epoch's are recorded too.
@@ -192,18 +193,25 @@ TASKS = {"mt": task_mt, "lm": task_lm}
 
 
 # --- runs ---------------------------------------------------------------------------------------------------
-def arm_name(start_epoch: int, weight_scale: float, clip: float | None) -> str:
-    return f"earm-e{start_epoch}-w{weight_scale:g}-c{'none' if clip is None else f'{clip:g}'}"
+def ce_name(grad_clip: float | None = 1.0) -> str:
+    """The CE run's folder: ``ce`` with the default total clip of 1, else ``ce-g<clip>`` (``ce-gnone``: none)."""
+    return "ce" if grad_clip == 1.0 else f"ce-g{'none' if grad_clip is None else f'{grad_clip:g}'}"
 
 
-def _trainer(spec: TaskSpec, seed: int, run_dir: Path, epochs: int, objective: EARM) -> Trainer:
+def arm_name(start_epoch: int, weight_scale: float, clip: float | None, grad_clip: float | None = 1.0) -> str:
+    total = "" if grad_clip == 1.0 else "-" + ce_name(grad_clip)[3:]
+    return f"earm-e{start_epoch}-w{weight_scale:g}-c{'none' if clip is None else f'{clip:g}'}{total}"
+
+
+def _trainer(spec: TaskSpec, seed: int, run_dir: Path, epochs: int, objective: EARM,
+             grad_clip: float | None = 1.0) -> Trainer:
     torch.manual_seed(seed)  # the model's initial weights (the same in every arm: a branch restores them anyway)
     model = spec.build()
     spe = spec.steps_per_epoch
     callbacks = [PeriodicEval(lambda t: spec.valid(t.model), every=spe),
                  EarlyStopping("eval/valid_nll", patience=PATIENCE)]
     return Trainer(objective, model, spec.data, steps=epochs * spe, batch_size=BATCH, run_dir=run_dir, seed=seed,
-                   optimizer=lambda groups: torch.optim.Adam(groups, lr=spec.lr), grad_clip=1.0, guard=None,
+                   optimizer=lambda groups: torch.optim.Adam(groups, lr=spec.lr), grad_clip=grad_clip, guard=None,
                    log_every=max(spe // 5, 1), checkpoint_every=spe, callbacks=callbacks, progress=sys.stderr.isatty(),
                    identity={"bench": "earm_protocol", "task": spec.name, "seed": seed, "epochs": epochs})
 
@@ -222,19 +230,20 @@ def _done(t: Trainer, run_dir: Path) -> bool:
     return ckpt.step >= t.steps or bool(ckpt.meta["trainer"].get("stop_reason"))
 
 
-def train_ce(spec: TaskSpec, seed: int, root: Path, epochs: int) -> None:
-    run = root / f"seed{seed}" / "ce"
-    t = _trainer(spec, seed, run, epochs, _objective(spec, NEVER, 1.0, None))
+def train_ce(spec: TaskSpec, seed: int, root: Path, epochs: int, grad_clip: float | None = 1.0) -> None:
+    run = root / f"seed{seed}" / ce_name(grad_clip)
+    t = _trainer(spec, seed, run, epochs, _objective(spec, NEVER, 1.0, None), grad_clip)
     if not _done(t, run):
         t.fit(resume="auto")
 
 
 def train_earm(spec: TaskSpec, seed: int, root: Path, epochs: int, start_epoch: int, weight_scale: float,
-               clip: float | None) -> bool:
+               clip: float | None, grad_clip: float | None = 1.0) -> bool:
     """Train (or continue) one E-ARM arm; ``False`` when the CE run has not reached the branch epoch yet."""
-    ce, run = root / f"seed{seed}" / "ce", root / f"seed{seed}" / arm_name(start_epoch, weight_scale, clip)
+    ce = root / f"seed{seed}" / ce_name(grad_clip)
+    run = root / f"seed{seed}" / arm_name(start_epoch, weight_scale, clip, grad_clip)
     start = start_epoch * spec.steps_per_epoch
-    t = _trainer(spec, seed, run, epochs, _objective(spec, start, weight_scale, clip))
+    t = _trainer(spec, seed, run, epochs, _objective(spec, start, weight_scale, clip), grad_clip)
     if CheckpointStore(run / "checkpoints").has_checkpoint():
         if not _done(t, run):
             t.fit(resume=True)
@@ -275,13 +284,13 @@ def load_model(spec: TaskSpec, run: Path, step: int) -> nn.Module:
     return model.eval()
 
 
-def report(spec: TaskSpec, root: Path, seeds: list[int], arm: str, start_epoch: int) -> dict[str, Any]:
+def report(spec: TaskSpec, root: Path, seeds: list[int], arm: str, start_epoch: int, ce: str = "ce") -> dict[str, Any]:
     after = start_epoch * spec.steps_per_epoch
     per_seed, pairs = {}, {}
     for seed in seeds:
         rec: dict[str, Any] = {"seed": seed}
         models = {}
-        for side, name in (("ce", "ce"), ("earm", arm)):
+        for side, name in (("ce", ce), ("earm", arm)):
             run = root / f"seed{seed}" / name
             curve = valid_curve(run)
             best = select(curve, after)
@@ -322,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--start-epoch", type=int, default=15, help="the CE epoch an E-ARM arm branches from (15)")
     p.add_argument("--weight-scale", type=float, default=1.0, help="surrogate weight times K (default 1: 1/K)")
     p.add_argument("--clip", type=float, default=None, help="norm bound of the surrogate's own gradient")
+    p.add_argument("--grad-clip", type=lambda v: None if v == "none" else float(v), default=1.0,
+                   help="the total gradient clip of both arms (default 1; 'none': off): a CE run of its own")
     p.add_argument("--quick", action="store_true", help="320 examples, 4 epochs, E-ARM from epoch 2")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--runs-dir", type=Path, default=ROOT / "runs", help="where the runs live (default runs/)")
@@ -334,21 +345,22 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     spec = TASKS[args.task](args.quick)
     root = args.runs_dir / ("earm-protocol-quick" if args.quick else "earm-protocol") / args.task
-    arm = arm_name(args.start_epoch, args.weight_scale, args.clip)
+    arm = arm_name(args.start_epoch, args.weight_scale, args.clip, args.grad_clip)
     t0 = time.perf_counter()
     if args.command == "ce":
         for seed in args.seeds:
-            train_ce(spec, seed, root, args.epochs)
+            train_ce(spec, seed, root, args.epochs, args.grad_clip)
     elif args.command == "earm":
         for seed in args.seeds:
-            train_earm(spec, seed, root, args.epochs, args.start_epoch, args.weight_scale, args.clip)
+            train_earm(spec, seed, root, args.epochs, args.start_epoch, args.weight_scale, args.clip, args.grad_clip)
     else:
         rec = Recorder(args.record, seeds=args.seeds, settings={
             "task": args.task, "epochs": args.epochs, "start_epoch": args.start_epoch, "arm": arm,
-            "weight": args.weight_scale / spec.k_mean, "clip": args.clip, "batch": BATCH, "lr": spec.lr,
+            "weight": args.weight_scale / spec.k_mean, "clip": args.clip, "grad_clip": args.grad_clip,
+            "batch": BATCH, "lr": spec.lr,
             "steps_per_epoch": spec.steps_per_epoch, "patience_epochs": PATIENCE, "quick": args.quick}) \
             if args.record else None
-        fig = report(spec, root, args.seeds, arm, args.start_epoch)
+        fig = report(spec, root, args.seeds, arm, args.start_epoch, ce_name(args.grad_clip))
         print(_table(fig))
         if rec is not None:
             rec.write(figures=fig, notes="E-ARM arm against the CE run of the same seed, each at its best validation "

@@ -34,6 +34,9 @@ def test_valid_curve_reads_the_eval_events_of_the_log(tmp_path):
 def test_arm_names_say_start_weight_and_clip():
     assert earm_protocol.arm_name(15, 1.0, 0.5) == "earm-e15-w1-c0.5"
     assert earm_protocol.arm_name(5, 0.25, None) == "earm-e5-w0.25-cnone"
+    assert earm_protocol.arm_name(15, 1.0, 0.3, grad_clip=None) == "earm-e15-w1-c0.3-gnone"
+    assert earm_protocol.ce_name() == "ce" and earm_protocol.ce_name(None) == "ce-gnone"
+    assert earm_protocol.ce_name(5.0) == "ce-g5"
 
 
 @pytest.mark.slow
