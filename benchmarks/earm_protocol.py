@@ -155,15 +155,12 @@ def task_mt(quick: bool) -> TaskSpec:
 def _energy_pick(model: nn.Module, src: Sequences, beam: Any, rule: str, g: torch.Generator) -> Sequences:
     """One of each source's beam hypotheses, picked by :func:`energy_resample` (empty slots skipped)."""
     k = beam.hypothesis_log_probs.shape[1]
-    hyps = beam.hypotheses
-    live = torch.isfinite(beam.hypothesis_log_probs.reshape(-1))
-    rows = torch.arange(hyps.batch_size)
-    log_q, energy = (t.new_full((hyps.batch_size,), -math.inf) for t in (beam.hypothesis_log_probs,) * 2)
-    src_rows = src[torch.arange(src.batch_size).repeat_interleave(k)]
-    lq, e = sequence_energy(model.eval(), (src_rows[rows[live]], hyps[rows[live]]))
-    log_q[live], energy[live] = lq.to(log_q), e.to(energy)
-    energy[~live] = 0.0
-    return hyps[energy_resample(log_q, energy, k, rule=rule, generator=g)]
+    live = torch.isfinite(beam.hypothesis_log_probs.reshape(-1)).nonzero().squeeze(1)
+    sources = src[torch.arange(src.batch_size).repeat_interleave(k)]
+    lq, e = sequence_energy(model.eval(), (sources[live], beam.hypotheses[live]))
+    log_q, energy = lq.new_full((k * src.batch_size,), -math.inf), e.new_zeros(k * src.batch_size)
+    log_q[live], energy[live] = lq, e
+    return beam.hypotheses[energy_resample(log_q, energy, k, rule=rule, generator=g)]
 
 
 def task_lm(quick: bool) -> TaskSpec:
@@ -181,11 +178,11 @@ def task_lm(quick: bool) -> TaskSpec:
         model.eval()
         ppl = perplexity(model, batches)
         model.train()
-        return float(torch.tensor(ppl.perplexity).log())
+        return math.log(ppl.perplexity)
 
     return TaskSpec("lm", (train.tokens, train.lengths), float(train.lengths.double().mean()) + 1,
                     int(train.lengths.max()) + 1, 2e-3, 0.0, build, lambda m: {"valid_nll": nll(m, vb)},
-                    lambda m: {"test_ppl": float(torch.tensor(nll(m, tb)).exp())},
+                    lambda m: {"test_ppl": math.exp(nll(m, tb))},
                     lambda a, b: exposure_bias_ratio(a, b, tb), {"test_ppl": True})
 
 

@@ -150,8 +150,14 @@ class LMSettings:
     earm_clip: float | None = None
 
 
-#: keys of the per-kind sections added after the split of ``[language]`` (no ``language.*`` spelling to migrate).
-NEWER_KEYS = frozenset({"lm.earm_clip"})
+#: the keys ``[language]`` held before issue 25 split it by kind: only these have a ``language.*`` spelling to
+#: migrate (a key added to a kind's section since never had one).
+OLD_LANGUAGE_KEYS = frozenset(
+    "base_run chain_groups chains classes discounts dropout earm_start earm_truncate earm_weight embedding_dim "
+    "energy feature_boundaries feature_cutoffs feature_scaling features heads hidden horizon joint_samples layers "
+    "level limit logz_samples lower mask_rate max_length max_vocab min_count negatives noise_hidden noise_order "
+    "order prefix_length scan sentence_split smoothing step_clip test_path tie_weights train_path trf_init trials "
+    "valid_path workers zeta_beta zeta_t0 zeta_tc".split())
 
 PATH = Rule(text="a file path (not empty)", check=_path)
 #: the rules of the network sizes every neural kind's section has.
@@ -254,9 +260,10 @@ class LanguageTask(Task[LanguageSettings]):
         return {*self.keys, *(k for keys in self.objective_keys.values() for k in keys), *self.optional_keys}
 
     def kind_moves(self) -> dict[str, str]:
-        """``language.KEY`` -> the key of this kind's own section that holds ``KEY`` now (issue 25); keys
-        added since (:data:`NEWER_KEYS`) never had an old spelling."""
-        return {f"language.{key.split('.', 1)[1]}": key for key in sorted(self.readable()) if key not in NEWER_KEYS}
+        """``language.KEY`` -> the key of this kind's own section that holds ``KEY`` now (issue 25), for the keys
+        of :data:`OLD_LANGUAGE_KEYS`."""
+        return {f"language.{name}": key for key in sorted(self.readable())
+                if (name := key.split(".", 1)[1]) in OLD_LANGUAGE_KEYS}
 
     def check(self, cfg: Config) -> None:
         s, kind, obj = self.settings(cfg), cfg.model.kind, cfg.objective.kind
