@@ -190,18 +190,40 @@ TASKS = {"mt": task_mt, "lm": task_lm}
 
 
 # --- runs ---------------------------------------------------------------------------------------------------
-def ce_name(grad_clip: float | None = 1.0) -> str:
-    """The CE run's folder: ``ce`` with the default total clip of 1, else ``ce-g<clip>`` (``ce-gnone``: none)."""
-    return "ce" if grad_clip == 1.0 else f"ce-g{'none' if grad_clip is None else f'{grad_clip:g}'}"
+SCHEDULES = ("constant", "isqrt")
+WARMUP_EPOCHS = 4  # the isqrt schedule's linear warm-up
 
 
-def arm_name(start_epoch: int, weight_scale: float, clip: float | None, grad_clip: float | None = 1.0) -> str:
-    total = "" if grad_clip == 1.0 else "-" + ce_name(grad_clip)[3:]
-    return f"earm-e{start_epoch}-w{weight_scale:g}-c{'none' if clip is None else f'{clip:g}'}{total}"
+def lr_multiplier(schedule: str, steps_per_epoch: int) -> Callable[[int], float] | None:
+    """``None`` for a constant rate; ``isqrt``: linear warm-up over ``WARMUP_EPOCHS`` epochs to the task's rate,
+    then ``sqrt(warmup / t)`` (the inverse square root schedule of the fairseq set-ups the paper trains with)."""
+    if schedule == "constant":
+        return None
+    warm = WARMUP_EPOCHS * steps_per_epoch
+
+    def f(t: int) -> float:
+        t = max(t, 1)
+        return min(t / warm, math.sqrt(warm / t))
+    return f
+
+
+def ce_name(grad_clip: float | None = 1.0, schedule: str = "constant") -> str:
+    """The CE run's folder: ``ce`` with the default total clip of 1, else ``ce-g<clip>`` (``ce-gnone``: none);
+    ``-isqrt`` after ``ce`` with the inverse square root schedule."""
+    name = "ce" + ("" if schedule == "constant" else f"-{schedule}")
+    return name if grad_clip == 1.0 else f"{name}-g{'none' if grad_clip is None else f'{grad_clip:g}'}"
+
+
+def arm_name(start_epoch: int, weight_scale: float, clip: float | None, grad_clip: float | None = 1.0,
+             separate: bool = False, schedule: str = "constant") -> str:
+    """The arm's folder; ``-sep`` when the CE term keeps the total clip on its own (``separate``)."""
+    total = ce_name(grad_clip, schedule)[2:]
+    return f"earm-e{start_epoch}-w{weight_scale:g}-c{'none' if clip is None else f'{clip:g}'}{total}" + \
+        ("-sep" if separate else "")
 
 
 def _trainer(spec: TaskSpec, seed: int, run_dir: Path, epochs: int, objective: EARM,
-             grad_clip: float | None = 1.0) -> Trainer:
+             grad_clip: float | None = 1.0, schedule: str = "constant") -> Trainer:
     torch.manual_seed(seed)  # the model's initial weights (the same in every arm: a branch restores them anyway)
     model = spec.build()
     spe = spec.steps_per_epoch
@@ -209,13 +231,15 @@ def _trainer(spec: TaskSpec, seed: int, run_dir: Path, epochs: int, objective: E
                  EarlyStopping("eval/valid_nll", patience=PATIENCE)]
     return Trainer(objective, model, spec.data, steps=epochs * spe, batch_size=BATCH, run_dir=run_dir, seed=seed,
                    optimizer=lambda groups: torch.optim.Adam(groups, lr=spec.lr), grad_clip=grad_clip, guard=None,
+                   lr_schedule=lr_multiplier(schedule, spe),
                    log_every=max(spe // 5, 1), checkpoint_every=spe, callbacks=callbacks, progress=sys.stderr.isatty(),
                    identity={"bench": "earm_protocol", "task": spec.name, "seed": seed, "epochs": epochs})
 
 
-def _objective(spec: TaskSpec, start_step: int, weight_scale: float, clip: float | None) -> EARM:
+def _objective(spec: TaskSpec, start_step: int, weight_scale: float, clip: float | None,
+               ce_clip: float | None = None) -> EARM:
     return EARM(weight=weight_scale / spec.k_mean, start_step=start_step, truncate=2, ema=0.9,
-                label_smoothing=spec.label_smoothing, max_steps=spec.max_steps, clip=clip)
+                label_smoothing=spec.label_smoothing, max_steps=spec.max_steps, clip=clip, ce_clip=ce_clip)
 
 
 def _done(t: Trainer, run_dir: Path) -> bool:
@@ -227,20 +251,28 @@ def _done(t: Trainer, run_dir: Path) -> bool:
     return ckpt.step >= t.steps or bool(ckpt.meta["trainer"].get("stop_reason"))
 
 
-def train_ce(spec: TaskSpec, seed: int, root: Path, epochs: int, grad_clip: float | None = 1.0) -> None:
-    run = root / f"seed{seed}" / ce_name(grad_clip)
-    t = _trainer(spec, seed, run, epochs, _objective(spec, NEVER, 1.0, None), grad_clip)
+def train_ce(spec: TaskSpec, seed: int, root: Path, epochs: int, grad_clip: float | None = 1.0,
+             schedule: str = "constant") -> None:
+    run = root / f"seed{seed}" / ce_name(grad_clip, schedule)
+    t = _trainer(spec, seed, run, epochs, _objective(spec, NEVER, 1.0, None), grad_clip, schedule)
     if not _done(t, run):
         t.fit(resume="auto")
 
 
 def train_earm(spec: TaskSpec, seed: int, root: Path, epochs: int, start_epoch: int, weight_scale: float,
-               clip: float | None, grad_clip: float | None = 1.0) -> bool:
-    """Train (or continue) one E-ARM arm; ``False`` when the CE run has not reached the branch epoch yet."""
-    ce = root / f"seed{seed}" / ce_name(grad_clip)
-    run = root / f"seed{seed}" / arm_name(start_epoch, weight_scale, clip, grad_clip)
+               clip: float | None, grad_clip: float | None = 1.0, separate: bool = False,
+               schedule: str = "constant") -> bool:
+    """Train (or continue) one E-ARM arm; ``False`` when the CE run has not reached the branch epoch yet.
+
+    ``separate``: the CE term's gradient is clipped at ``grad_clip`` inside the objective and the surrogate's
+    at ``clip``, with the trainer's total clip off, so the CE step equals the CE run's and the surrogate's is
+    added to it (with the shared total clip, a surrogate gradient ~4x the CE's shrinks the CE step).
+    """
+    ce = root / f"seed{seed}" / ce_name(grad_clip, schedule)
+    run = root / f"seed{seed}" / arm_name(start_epoch, weight_scale, clip, grad_clip, separate, schedule)
     start = start_epoch * spec.steps_per_epoch
-    t = _trainer(spec, seed, run, epochs, _objective(spec, start, weight_scale, clip), grad_clip)
+    objective = _objective(spec, start, weight_scale, clip, grad_clip if separate else None)
+    t = _trainer(spec, seed, run, epochs, objective, None if separate else grad_clip, schedule)
     if CheckpointStore(run / "checkpoints").has_checkpoint():
         if not _done(t, run):
             t.fit(resume=True)
@@ -330,6 +362,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clip", type=float, default=None, help="norm bound of the surrogate's own gradient")
     p.add_argument("--grad-clip", type=lambda v: None if v == "none" else float(v), default=1.0,
                    help="the total gradient clip of both arms (default 1; 'none': off): a CE run of its own")
+    p.add_argument("--separate", action="store_true",
+                   help="E-ARM arm: the CE term keeps --grad-clip on its own, the surrogate --clip, no total clip")
+    p.add_argument("--schedule", choices=SCHEDULES, default="constant",
+                   help=f"learning rate of both arms: constant, or isqrt ({WARMUP_EPOCHS} warm-up epochs, then 1/sqrt t)")
     p.add_argument("--quick", action="store_true", help="320 examples, 4 epochs, E-ARM from epoch 2")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--runs-dir", type=Path, default=ROOT / "runs", help="where the runs live (default runs/)")
@@ -342,22 +378,26 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     spec = TASKS[args.task](args.quick)
     root = args.runs_dir / ("earm-protocol-quick" if args.quick else "earm-protocol") / args.task
-    arm = arm_name(args.start_epoch, args.weight_scale, args.clip, args.grad_clip)
+    if args.separate and args.grad_clip is None:
+        raise SystemExit("--separate: clips the CE term at --grad-clip; got --grad-clip none (drop --separate)")
+    arm = arm_name(args.start_epoch, args.weight_scale, args.clip, args.grad_clip, args.separate, args.schedule)
     t0 = time.perf_counter()
     if args.command == "ce":
         for seed in args.seeds:
-            train_ce(spec, seed, root, args.epochs, args.grad_clip)
+            train_ce(spec, seed, root, args.epochs, args.grad_clip, args.schedule)
     elif args.command == "earm":
         for seed in args.seeds:
-            train_earm(spec, seed, root, args.epochs, args.start_epoch, args.weight_scale, args.clip, args.grad_clip)
+            train_earm(spec, seed, root, args.epochs, args.start_epoch, args.weight_scale, args.clip, args.grad_clip,
+                       args.separate, args.schedule)
     else:
         rec = Recorder(args.record, seeds=args.seeds, settings={
             "task": args.task, "epochs": args.epochs, "start_epoch": args.start_epoch, "arm": arm,
             "weight": args.weight_scale / spec.k_mean, "clip": args.clip, "grad_clip": args.grad_clip,
+            "separate": args.separate, "schedule": args.schedule, "warmup_epochs": WARMUP_EPOCHS,
             "batch": BATCH, "lr": spec.lr,
             "steps_per_epoch": spec.steps_per_epoch, "patience_epochs": PATIENCE, "quick": args.quick}) \
             if args.record else None
-        fig = report(spec, root, args.seeds, arm, args.start_epoch, ce_name(args.grad_clip))
+        fig = report(spec, root, args.seeds, arm, args.start_epoch, ce_name(args.grad_clip, args.schedule))
         print(_table(fig))
         if rec is not None:
             rec.write(figures=fig, notes="E-ARM arm against the CE run of the same seed, each at its best validation "

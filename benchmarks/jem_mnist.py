@@ -33,7 +33,8 @@ Run: ``python benchmarks/jem_mnist.py [--quick] [--data mnist|fashion-mnist] [--
 Writes the committed record ``benchmarks/records/<--record>.json`` (``benchmarks/_record.py``; default
 ``jem_mnist``, ``jem_fashion_mnist`` with ``--data fashion-mnist``, ``_quick`` appended with ``--quick``),
 the full detail to ``benchmarks/results/`` (not committed), and the runs under ``--out`` (default: a
-temporary folder, removed at the end).
+temporary folder, removed at the end). With ``--out``, a seed's finished runs (same overrides) are read
+back instead of trained again: ``--seeds 0,1,2`` then ``--seeds 0,1,2,3,4`` trains only seeds 3 and 4.
 """
 
 from __future__ import annotations
@@ -67,11 +68,21 @@ def _has_fashion() -> bool:
 
 
 def _train(recipe: str, out: Path, overrides: list[str]) -> tuple[dict[str, Any], float]:
+    """The run's eval.json and wall seconds; a finished run of the same overrides in ``out`` is read, not
+    trained again (``bench.json`` beside it keeps the overrides and the seconds), so seeds can be added later."""
+    done = out / recipe / "bench.json"
+    if done.is_file() and (out / recipe / "eval.json").is_file():
+        kept = json.loads(done.read_text())
+        if kept["overrides"] == overrides:
+            C.note(f"[jem_mnist] reusing {out / recipe} (trained before with the same overrides)")
+            return json.loads((out / recipe / "eval.json").read_text()), float(kept["seconds"])
     t0 = time.perf_counter()
     code = ebms_main(["train", recipe, f"run.out_dir={out}", "run.progress=false", *overrides, "--overwrite"])
     if code != 0:
         raise SystemExit(f"ebms train {recipe} failed with exit status {code}")
-    return json.loads((out / recipe / "eval.json").read_text()), time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    done.write_text(json.dumps({"overrides": overrides, "seconds": seconds}) + "\n")
+    return json.loads((out / recipe / "eval.json").read_text()), seconds
 
 
 def _auroc(report: dict[str, Any], ood: str, score: str) -> tuple[float, float, float] | None:

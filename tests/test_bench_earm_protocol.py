@@ -37,6 +37,23 @@ def test_arm_names_say_start_weight_and_clip():
     assert earm_protocol.arm_name(15, 1.0, 0.3, grad_clip=None) == "earm-e15-w1-c0.3-gnone"
     assert earm_protocol.ce_name() == "ce" and earm_protocol.ce_name(None) == "ce-gnone"
     assert earm_protocol.ce_name(5.0) == "ce-g5"
+    assert earm_protocol.arm_name(15, 1.0, 1.0, separate=True) == "earm-e15-w1-c1-sep"
+    assert earm_protocol.ce_name(schedule="isqrt") == "ce-isqrt"
+    assert earm_protocol.ce_name(None, "isqrt") == "ce-isqrt-gnone"
+    assert earm_protocol.arm_name(15, 1.0, 1.0, separate=True, schedule="isqrt") == "earm-e15-w1-c1-isqrt-sep"
+
+
+def test_isqrt_warms_up_linearly_then_decays_as_one_over_sqrt_t():
+    assert earm_protocol.lr_multiplier("constant", 125) is None
+    f = earm_protocol.lr_multiplier("isqrt", 10)
+    warm = earm_protocol.WARMUP_EPOCHS * 10
+    assert f(warm // 2) == pytest.approx(0.5) and f(warm) == 1.0
+    assert f(4 * warm) == pytest.approx(0.5) and f(0) == pytest.approx(1 / warm)
+
+
+def test_separate_refuses_an_unclipped_ce_term():
+    with pytest.raises(SystemExit, match=r"^--separate: clips the CE term at --grad-clip; got --grad-clip none"):
+        earm_protocol.main(["earm", "--task", "mt", "--quick", "--separate", "--grad-clip", "none"])
 
 
 @pytest.mark.slow
@@ -63,3 +80,8 @@ def test_an_earm_arm_branches_from_the_ce_checkpoint_of_its_start_epoch(tmp_path
     # the command again: both runs are complete, nothing is trained or rewritten
     before = (arm / "metrics.jsonl").read_text()
     assert earm_protocol.main(["earm", *args]) == 0 and (arm / "metrics.jsonl").read_text() == before
+    # --separate: the CE term keeps the clip of 1 inside the objective, the trainer's total clip is off
+    assert earm_protocol.main(["earm", *args, "--separate"]) == 0
+    sep = [json.loads(x) for x in (seed / "earm-e2-w1-c0.5-sep" / "metrics.jsonl").read_text().splitlines()]
+    after = [x for x in sep if "metrics" in x and x["step"] > branch]
+    assert after and all(x["metrics"]["ce_grad_norm"] > 0 for x in after)

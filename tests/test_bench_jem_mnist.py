@@ -93,3 +93,23 @@ def test_fashion_mnist_comparison_without_the_data_is_one_line(monkeypatch: pyte
     summary = json.loads(captured.out.strip().splitlines()[-1])
     assert summary == {"bench": "jem_mnist", "data": "fashion-mnist", "skipped": "Fashion-MNIST not found"}
     assert "--data fashion-mnist needs Fashion-MNIST" in captured.err + captured.out
+
+
+def test_a_finished_run_of_the_same_overrides_is_read_back_not_trained(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    module = _load(monkeypatch, "_bench_jem_mnist_reuse")
+    calls = []
+
+    def fake_main(argv):
+        calls.append(argv)
+        folder = tmp_path / "jem-mnist"
+        folder.mkdir(exist_ok=True)
+        (folder / "eval.json").write_text(json.dumps({"accuracy": 0.5 + len(calls)}))
+        return 0
+
+    monkeypatch.setattr(module, "ebms_main", fake_main)
+    first, _ = module._train("jem-mnist", tmp_path, ["run.seed=4"])
+    again, seconds = module._train("jem-mnist", tmp_path, ["run.seed=4"])
+    assert len(calls) == 1 and again == first and seconds >= 0  # read back: same overrides
+    other, _ = module._train("jem-mnist", tmp_path, ["run.seed=4", "train.steps=5"])
+    assert len(calls) == 2 and other["accuracy"] == 2.5  # other overrides: trained again

@@ -545,6 +545,8 @@ ISSUE25 = [
         "language.base_run: moved to residual.base_run (model.kind='residual')", files=LM_FILES),
     Bad("electric: mask rate 1", (*LM, "model.kind=electric", "electric.mask_rate=1"),
         "electric.mask_rate: expected a finite number in (0, 1)", files=LM_FILES),
+    Bad("electric: uniform share 1", (*LM, "model.kind=electric", "electric.uniform_mix=1"),
+        "electric.uniform_mix: expected a finite number in [0, 1)", files=LM_FILES),
     Bad("electric: its section on an LSTM", (*LM, "model.kind=lstm", "electric.mask_rate=0.2"),
         "electric.mask_rate: the [electric] section is read by data.name = ptb, text, tiny-shakespeare with "
         "model.kind = electric; this run has data.name='text'", files=LM_FILES),

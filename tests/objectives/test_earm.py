@@ -497,6 +497,36 @@ def test_clip_needs_a_module_with_parameters():
         EARM(clip=0)
 
 
+@pytest.mark.parametrize("ce_clip", [1e-3, 1e3])
+@pytest.mark.parametrize("clip", [None, 1e-2])
+def test_ce_clip_bounds_each_terms_gradient_on_its_own(ce_clip, clip):
+    model = TableAR(seed=1, scale=2.0)
+    g_ce, _ = _grads(model, EARM(start_step=1))
+    g_all, _ = _grads(model, EARM(weight=0.7, ema=None))
+    g_s = g_all - g_ce
+    n_ce, n_s = float(torch.linalg.vector_norm(g_ce)), float(torch.linalg.vector_norm(g_s))
+    want = min(1.0, ce_clip / n_ce) * g_ce + (1.0 if clip is None else min(1.0, clip / n_s)) * g_s
+    got, metrics = _grads(model, EARM(weight=0.7, ema=None, clip=clip, ce_clip=ce_clip))
+    assert torch.allclose(got, want, rtol=0, atol=1e-12)
+    assert metrics["ce_grad_norm"] == pytest.approx(n_ce, rel=1e-6)
+    warm, warm_metrics = _grads(model, EARM(start_step=1, ce_clip=ce_clip))  # warm-up: the clipped CE alone
+    assert torch.allclose(warm, min(1.0, ce_clip / n_ce) * g_ce, rtol=0, atol=1e-12)
+    assert warm_metrics["ce_grad_norm"] == pytest.approx(n_ce, rel=1e-6)
+
+
+def test_ce_clip_is_off_in_eval_and_refuses_a_frozen_model():
+    model = TableAR(seed=1, scale=2.0)
+    out = EARM(ce_clip=1e-3).eval()(model, _data(), generator=torch.Generator().manual_seed(0))
+    assert "ce_grad_norm" not in out.metrics  # an objective in eval mode reports the loss; no gradient is taken
+    frozen = TableAR()
+    frozen.table.requires_grad_(False)
+    with pytest.raises(TypeError, match=r"^ce_clip: the cross-entropy's gradient is clipped over the model's "
+                                        r"parameters; TableAR has none that require gradient \(use ce_clip=None\)"):
+        EARM(ce_clip=1.0)(frozen, _data(), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=r"^ce_clip: expected a finite number > 0; got -1"):
+        EARM(ce_clip=-1)
+
+
 # --- the sequence energy and energy resampling --------------------------------------------------------------
 def test_sequence_energy_gives_the_e_arm_law_of_the_last_step_by_enumeration():
     model = TableAR(seed=2, scale=1.5)

@@ -24,15 +24,19 @@ def _model(seed: int = 0, kind: str = "transformer") -> ElectricCloze:
     return ElectricCloze(V, dim=8, layers=1, heads=2, max_length=10, noise=noise)
 
 
-def test_electric_nce_equals_a_hand_computation_of_eq_3_18():
+@pytest.mark.parametrize("eps", [0.0, 0.3])
+def test_electric_nce_equals_a_hand_computation_of_eq_3_18(eps):
     model = _model()
     x = Sequences.from_lists([[2, 3, 4, 5], [3, 1], [4]])
-    obj = ElectricNCE(mask_rate=0.5, noise_weight=0.7)
+    obj = ElectricNCE(mask_rate=0.5, noise_weight=0.7, uniform_mix=eps)
     out = obj(model, x, generator=torch.Generator().manual_seed(5))
     g = torch.Generator().manual_seed(5)  # the same draws, in the same order
     replaced = obj.select_positions(x, g)
     with torch.no_grad():
-        log_q = model.noise.log_probs(x)
+        log_gold = model.noise.log_probs(x)  # the noise's own law: its ML loss reads this one
+        mixed = (1 - eps) * log_gold.exp() + eps / (V - 1)  # the NCE noise law, by hand
+        mixed[..., 0] = 0.0
+        log_q = mixed.log()
         noised = model.noise.sample_replacements(x, replaced, generator=g, log_probs=log_q)
         scores = model.token_scores(x.with_tokens(noised))
     assert torch.equal(out.negatives, noised)
@@ -47,7 +51,7 @@ def test_electric_nce_equals_a_hand_computation_of_eq_3_18():
             data, noise = (lb - kb) * p_hat, kb * q
             if replaced[b, t]:
                 nce += -math.log(noise / (data + noise))
-                noise_nll += -float(log_q[b, t, row[t]])
+                noise_nll += -float(log_gold[b, t, row[t]])
                 correct += data < noise
             else:
                 nce += -math.log(data / (data + noise))
@@ -204,7 +208,35 @@ def test_electric_training_on_an_ngram_corpus_lowers_both_losses_and_ranks_true_
     assert wins > n / 2 + 3.09 * math.sqrt(n / 4)
 
 
+def test_uniform_mix_is_a_normalised_mixture_and_its_draws_follow_it():
+    obj = ElectricNCE(mask_rate=1.0, uniform_mix=0.5)
+    log_q = torch.log_softmax(torch.randn(2, 3, V, dtype=torch.float64, generator=torch.Generator().manual_seed(0)), -1)
+    log_q[..., 0] = -math.inf
+    log_q[..., 1:] = torch.log_softmax(log_q[..., 1:], -1)
+    got = obj.mixed_log_probs(log_q)
+    assert got[..., 0].eq(-math.inf).all()
+    assert torch.allclose(got[..., 1:].exp(), 0.5 * log_q[..., 1:].exp() + 0.5 / (V - 1), rtol=0, atol=1e-15)
+    assert ElectricNCE().mixed_log_probs(log_q) is log_q
+    # a noise that puts all its mass on token 2: only the uniform share draws anything else
+    model = _model()
+    with torch.no_grad():
+        model.noise.output.weight.zero_()
+        model.noise.output.bias.fill_(-50.0)
+        model.noise.output.bias[2] = 50.0
+    x = Sequences.from_lists([[1, 3, 4, 5, 1, 3, 4, 5]] * 250)
+    out = obj(model, x, generator=torch.Generator().manual_seed(1))
+    other = float((out.negatives != 2).double().mean())  # every position is replaced (mask_rate 1)
+    p, n = 0.5 * (V - 2) / (V - 1), out.negatives.numel()
+    assert abs(other - p) < 5 * math.sqrt(p * (1 - p) / n)
+    plain = ElectricNCE(mask_rate=1.0)(model, x, generator=torch.Generator().manual_seed(1))
+    assert bool((plain.negatives == 2).all())
+
+
 def test_electric_nce_validation_messages():
+    with pytest.raises(ValueError, match=r"^uniform_mix: expected"):
+        ElectricNCE(uniform_mix=1.0)
+    with pytest.raises(ValueError, match=r"^uniform_mix: expected"):
+        ElectricNCE(uniform_mix=-0.1)
     with pytest.raises(ValueError, match="mask_rate"):
         ElectricNCE(mask_rate=0.0)
     with pytest.raises(ValueError, match="mask_rate"):
@@ -238,7 +270,7 @@ def test_electric_nce_validation_messages():
         obj.binary_losses(a, torch.ones(3))
     with pytest.raises(ValueError, match="logits: an infinite logit of the wrong sign"):
         obj.binary_losses(obj.logits(a, a, 0, 1), torch.ones(3, dtype=torch.bool))
-    assert repr(obj) == "ElectricNCE(mask_rate=0.15, noise_weight=1)"
+    assert repr(obj) == "ElectricNCE(mask_rate=0.15, noise_weight=1, uniform_mix=0)"
 
 
 def test_electric_nce_runs_under_the_trainer_with_token_length_pairs():

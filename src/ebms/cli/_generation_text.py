@@ -16,8 +16,9 @@
 * ``model.kind = "electric"`` (``objective.kind = "nce"``): the Electric cloze model
   (:class:`~ebms.models.ElectricCloze`, width ``embedding_dim``, ``layers``, ``heads``) with a
   :class:`~ebms.nets.TwoTowerCloze` noise of the same sizes trained jointly by
-  :class:`~ebms.objectives.ElectricNCE` (``electric.mask_rate``). ``eval``: per held-out split, the
-  one-pass pseudo-log-likelihood per token (a score: the model is only trained towards
+  :class:`~ebms.objectives.ElectricNCE` (``electric.mask_rate``; ``electric.uniform_mix``: the share
+  of a uniform law mixed into the noise). ``eval``: per held-out split, the one-pass
+  pseudo-log-likelihood per token (a score: the model is only trained towards
   self-normalisation), the noise's (normalised) one, and how often the model prefers each sentence
   over the same sentence with one token replaced at random (:func:`~ebms.data.text.replace_one_token`);
   it draws no samples.
@@ -33,7 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from ebms.cli._base_run import BASE_FILE, base_record, base_run_config, check_base, open_base
-from ebms.cli._config_rules import COUNT, FRACTION, Rule
+from ebms.cli._config_rules import COUNT, DROPOUT, FRACTION, Rule
 from ebms.cli._language_data import LanguageData, load_language_data
 from ebms.cli.config import Config, ConfigError
 from ebms.cli.generation import EVAL_SEED_OFFSET, residual_batches
@@ -73,20 +74,22 @@ class ResidualSettings:
 
 @dataclass
 class ElectricSettings:
-    """``[electric]``: the Electric cloze model's sizes and mask rate (module docstring)."""
+    """``[electric]``: the Electric cloze model's sizes, mask rate and the uniform share of its noise
+    (module docstring)."""
 
     embedding_dim: int = 256
     layers: int = 2
     heads: int = 4
     dropout: float = 0.0
     mask_rate: float = 0.15
+    uniform_mix: float = 0.0
 
 
 _NET_RULES = {k: r for k, r in NET_RULES.items() if k != "hidden"}  # a text energy's width is embedding_dim
 RESIDUAL = Section(ResidualSettings, {"base_run": PATH, "prefix_length": COUNT, "horizon": COUNT,
                                       "energy": Rule(choices=("bilstm", "transformer")), **_NET_RULES,
                                       "negatives": COUNT, "joint_samples": COUNT})
-ELECTRIC = Section(ElectricSettings, {**_NET_RULES, "mask_rate": FRACTION})
+ELECTRIC = Section(ElectricSettings, {**_NET_RULES, "mask_rate": FRACTION, "uniform_mix": DROPOUT})
 
 #: keys that fix a language run's vocabulary: a residual run must have its base run's values.
 SAME_VOCABULARY = ("data.name", "data.root", "language.level", "language.lower", "language.sentence_split",
@@ -267,7 +270,8 @@ class TextElectricTask(_NCETextTask):
     model_kinds = ("electric",)
     own = "electric"
     more_sections: ClassVar[dict[str, Section]] = {"electric": ELECTRIC}
-    keys = (*net_keys("electric", "embedding_dim", "layers", "heads", "dropout"), "electric.mask_rate")
+    keys = (*net_keys("electric", "embedding_dim", "layers", "heads", "dropout"), "electric.mask_rate",
+            "electric.uniform_mix")
 
     def own_settings(self, cfg: Config) -> ElectricSettings:
         return cast(ElectricSettings, cfg.sections["electric"])
@@ -279,7 +283,8 @@ class TextElectricTask(_NCETextTask):
                              max_length=data.max_length, noise=noise)
 
     def build_objective(self, cfg: Config, data: Any) -> nn.Module:
-        return ElectricNCE(mask_rate=self.own_settings(cfg).mask_rate)
+        s = self.own_settings(cfg)
+        return ElectricNCE(mask_rate=s.mask_rate, uniform_mix=s.uniform_mix)
 
     def evaluate(self, cfg: Config, model: Any, data: Any, step: int, *, use_ais: bool) -> ElectricReport:
         g, out, V = torch.Generator().manual_seed(cfg.run.seed + EVAL_SEED_OFFSET), {}, len(data.vocab)

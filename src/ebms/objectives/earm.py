@@ -138,6 +138,10 @@ class EARM(nn.Module):
             buffers of this fixed size, 16 bytes per step, so snapshots and checkpoints always fit).
         clip: bound ``c > 0`` on the norm of the surrogate term's own gradient (``None``: not clipped;
             the model must be an ``nn.Module`` with parameters that require gradient).
+        ce_clip: bound on the norm of the cross-entropy term's own gradient, in every call (``None``: not
+            clipped). With ``clip`` and ``ce_clip`` set and the trainer's total clip off, each term keeps
+            its own bound: the cross-entropy step is the one a cross-entropy run clipped at ``ce_clip``
+            takes, and the surrogate's is added to it, not traded against it.
 
     Example:
         >>> from ebms.models.lm import LSTMLM
@@ -154,7 +158,7 @@ class EARM(nn.Module):
 
     def __init__(self, *, weight: float = 1.0, start_step: int = 0, truncate: int | None = 2,
                  ema: float | None = 0.9, rao_blackwell: bool = False, label_smoothing: float = 0.0,
-                 max_steps: int = 4096, clip: float | None = None) -> None:
+                 max_steps: int = 4096, clip: float | None = None, ce_clip: float | None = None) -> None:
         super().__init__()
         self.weight = check_positive(weight, "weight")
         self.start_step = check_int(start_step, "start_step", minimum=0)
@@ -165,6 +169,7 @@ class EARM(nn.Module):
         self.register_buffer("steps", torch.zeros((), dtype=torch.long))
         self.max_steps = check_int(max_steps, "max_steps", minimum=1)
         self.clip = None if clip is None else check_positive(clip, "clip")
+        self.ce_clip = None if ce_clip is None else check_positive(ce_clip, "ce_clip")
         self.register_buffer("log_denominator", torch.zeros(self.max_steps, dtype=torch.float64))
         self.register_buffer("ema_count", torch.zeros(self.max_steps, dtype=torch.long))
 
@@ -178,21 +183,27 @@ class EARM(nn.Module):
         active = self.training and int(self.steps) >= self.start_step
         if self.training:
             self.steps += 1
+        extra = {}
+        ce_step = ce
+        if self.ce_clip is not None and self.training:
+            norm = _gradient_norm(ce, model, "ce_clip", "the cross-entropy's")
+            ce_step = ce * (self.ce_clip / norm.clamp(min=torch.finfo(norm.dtype).tiny)).clamp(max=1.0).detach()
+            extra["ce_grad_norm"] = norm
         if not active:
             zero = ce.new_zeros(())
-            extra = {} if self.clip is None else {"earm_grad_norm": zero}
-            return LossOutput(ce, scalar_metrics(ce=ce.detach(), earm=zero, ess=zero, active=0.0, **extra))
+            if self.clip is not None:
+                extra["earm_grad_norm"] = zero
+            return LossOutput(ce_step, scalar_metrics(ce=ce.detach(), earm=zero, ess=zero, active=0.0, **extra))
         with torch.no_grad():
             drawn = model.draw(batch, generator)
         draws = _checked(model.teacher_forced(drawn), "model.teacher_forced(model.draw(batch))")
         terms = self._terms(data, draws, None, None, update=self.ema is not None)
         term = self.weight * terms.value
-        extra = {}
         if self.clip is not None:
-            norm = _gradient_norm(term, model)
+            norm = _gradient_norm(term, model, "clip", "the surrogate's")
             term = term * (self.clip / norm.clamp(min=torch.finfo(norm.dtype).tiny)).clamp(max=1.0).detach()
             extra["earm_grad_norm"] = norm
-        return LossOutput(ce + term, scalar_metrics(ce=ce.detach(), earm=terms.value.detach(), ess=terms.ess,
+        return LossOutput(ce_step + term, scalar_metrics(ce=ce.detach(), earm=terms.value.detach(), ess=terms.ess,
                                                     active=1.0, **extra))
 
     def surrogate(self, data: Triple, draws: Triple, *, draw_log_mass: Tensor | None = None,
@@ -269,7 +280,7 @@ class EARM(nn.Module):
     def extra_repr(self) -> str:
         return (f"weight={self.weight}, start_step={self.start_step}, truncate={self.truncate}, ema={self.ema}, "
                 f"rao_blackwell={self.rao_blackwell}, label_smoothing={self.label_smoothing}, "
-                f"max_steps={self.max_steps}, clip={self.clip}")
+                f"max_steps={self.max_steps}, clip={self.clip}, ce_clip={self.ce_clip}")
 
 
 def _energy_parts(triple: Triple, m: int | None, *, rao_blackwell: bool) -> Triple:
@@ -380,12 +391,12 @@ def energy_resample(log_q: Tensor, energy: Tensor, k: int, *, rule: str = "resam
     return torch.arange(lq.shape[0], device=pick.device) * k + pick
 
 
-def _gradient_norm(term: Tensor, model: Any) -> Tensor:
+def _gradient_norm(term: Tensor, model: Any, key: str, whose: str) -> Tensor:
     """``||d term / d theta||`` over the parameters of ``model`` that require gradient (the graph is kept)."""
     params = [p for p in model.parameters() if p.requires_grad] if isinstance(model, nn.Module) else []
     if not params:
-        raise TypeError(f"clip: the surrogate's gradient is clipped over the model's parameters; "
-                        f"{type(model).__name__} has none that require gradient (use clip=None)")
+        raise TypeError(f"{key}: {whose} gradient is clipped over the model's parameters; "
+                        f"{type(model).__name__} has none that require gradient (use {key}=None)")
     grads = torch.autograd.grad(term, params, retain_graph=True, allow_unused=True)
     norms = [torch.linalg.vector_norm(g.detach()) for g in grads if g is not None]
     return torch.linalg.vector_norm(torch.stack(norms)) if norms else term.new_zeros(())

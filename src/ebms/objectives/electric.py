@@ -89,6 +89,12 @@ class ElectricNCE(nn.Module):
             (computed with a 1e-9 tolerance, so ``0.15 * 20`` gives 3).
         noise_weight: weight ``>= 0`` of the noise's ML loss in the total (0 freezes the noise's
             training signal).
+        uniform_mix: :math:`\varepsilon \in [0, 1)`, the share of a uniform law over the tokens
+            ``1 .. V-1`` in the noise: replacements are drawn from
+            :math:`q_\varepsilon = (1-\varepsilon)\,q + \varepsilon/(V-1)` and ``G`` reads
+            :math:`\log q_\varepsilon` (still exact NCE). A jointly trained ``q`` soon puts almost no
+            mass on implausible tokens, so the energy never sees them and their scores stay
+            untrained; the uniform share keeps them among the negatives. ``0``: the noise alone.
 
     Call: ``objective(model, batch, generator=None) -> LossOutput`` with ``batch`` Sequences of
     sentences (token ids ``>= 1``) or a ``(tokens (B, T), lengths (B,))`` tuple (what
@@ -107,10 +113,21 @@ class ElectricNCE(nn.Module):
         ['accuracy', 'e_neg', 'e_pos', 'gap', 'loss_nce', 'loss_noise']
     """
 
-    def __init__(self, *, mask_rate: float = 0.15, noise_weight: float = 1.0) -> None:
+    def __init__(self, *, mask_rate: float = 0.15, noise_weight: float = 1.0, uniform_mix: float = 0.0) -> None:
         super().__init__()
         self.mask_rate = check_probability(mask_rate, "mask_rate", open_low=True)
         self.noise_weight = check_positive(noise_weight, "noise_weight", allow_zero=True)
+        self.uniform_mix = check_probability(uniform_mix, "uniform_mix", open_high=True)
+
+    def mixed_log_probs(self, log_q: Tensor) -> Tensor:
+        r"""``(B, T, V)`` :math:`\log q_\varepsilon` of the noise's ``log_q`` (column 0 stays ``-inf``;
+        ``log_q`` itself when ``uniform_mix`` is 0)."""
+        eps = self.uniform_mix
+        if eps == 0.0:
+            return log_q
+        V = log_q.shape[-1]
+        mixed = torch.logaddexp(log_q + math.log1p(-eps), torch.full_like(log_q, math.log(eps / (V - 1))))
+        return torch.cat([torch.full_like(mixed[..., :1], -math.inf), mixed[..., 1:]], -1)
 
     def replaced_counts(self, lengths: Tensor) -> Tensor:
         """``(B,)`` long ``k = ceil(mask_rate * l)`` per sentence length."""
@@ -195,9 +212,10 @@ class ElectricNCE(nn.Module):
         log_q = noise.log_probs(x)                                                      # (B, T, V), clean context
         gold = log_q.gather(-1, x.tokens.masked_fill(~mask, 1).unsqueeze(-1)).squeeze(-1)
         loss_noise = -gold[replaced].sum() / replaced.sum().clamp(min=1)
-        noised = noise.sample_replacements(x, replaced, generator=generator, log_probs=log_q.detach())
+        log_noise = self.mixed_log_probs(log_q.detach())                                 # the NCE noise law
+        noised = noise.sample_replacements(x, replaced, generator=generator, log_probs=log_noise)
         scores = model.token_scores(x.with_tokens(noised))                              # log p-hat, one pass
-        log_q_noised = log_q.detach().gather(-1, noised.masked_fill(~mask, 1).unsqueeze(-1)).squeeze(-1)
+        log_q_noised = log_noise.gather(-1, noised.masked_fill(~mask, 1).unsqueeze(-1)).squeeze(-1)
         k = replaced.sum(1, keepdim=True).expand_as(mask)
         n_pos = (x.lengths.unsqueeze(1) - k)[mask].to(scores.dtype)
         positive = ~replaced[mask]
@@ -214,4 +232,4 @@ class ElectricNCE(nn.Module):
         return LossOutput(loss, metrics, noised.detach())
 
     def extra_repr(self) -> str:
-        return f"mask_rate={self.mask_rate:g}, noise_weight={self.noise_weight:g}"
+        return f"mask_rate={self.mask_rate:g}, noise_weight={self.noise_weight:g}, uniform_mix={self.uniform_mix:g}"
