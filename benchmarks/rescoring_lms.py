@@ -41,7 +41,15 @@ Workload (the same n-best lists and the same tuning for every LM):
                 With ``--trf-run`` and a neural TRF both, ``ntrf+lstm`` interpolates the neural TRF of lowest
                 dev WER with the LSTM (vs ``lstm`` too).
 
-``--no-neural`` (with ``--trf-run``): kn5, trf-discrete and trf+kn5 only, nothing trained; record
+``electric`` and ``electric-noise`` (with ``--electric-run DIR``): an Electric run on PTB words (e.g. ``ebms train
+electric-shakespeare data.name=ptb language.level=word run.name=electric-ptb``), its newest valid checkpoint
+loaded read-only; ``electric`` scores a hypothesis by Electric's one-pass pseudo-log-likelihood (a score, not a
+normalised log-probability: the tuned lambda absorbs its scale), ``electric-noise`` by its jointly trained
+two-tower noise's (normalised conditionals); unknown words -> ``<unk>`` (counted), hypotheses longer than the
+run's ``max_length`` or empty get the -1e4 floor (counted); interpolated as ``electric+kn5`` (and
+``electric+lstm`` beside the LSTM), each also compared with the system without Electric.
+
+``--no-neural`` (with ``--trf-run`` or ``--electric-run``): kn5 and the run rows only, nothing trained; record
 ``rescoring_lms_discrete``.
 
 ``--quick``: 60 sentences per split, 10 hypotheses, models trained here for 5 s each (the same code path),
@@ -99,6 +107,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--trf-run", type=Path, default=None,
                    help="an `ebms train` run folder of a TRF (e.g. runs/trf-ptb-full): adds trf-discrete, read only")
+    p.add_argument("--electric-run", type=Path, default=None,
+                   help="an `ebms train` run folder of an Electric model on PTB words: adds electric and "
+                        "electric-noise, read only")
     p.add_argument("--no-neural", action="store_true",
                    help="leave out the LSTM and the neural TRFs (with --trf-run: kn5, trf-discrete and trf+kn5 only)")
     p.add_argument("--trf-command", default=None,
@@ -152,6 +163,40 @@ def load_trf_run(run_dir: Path) -> tuple[str, Any, Any, dict[str, Any]]:
     return label, model, data.vocab, info
 
 
+def load_electric_run(run_dir: Path) -> tuple[Any, Any, dict[str, Any]]:
+    """``(ElectricCloze, vocabulary, info)`` of an ``ebms train`` Electric run folder (newest valid checkpoint;
+    reads only). Raises SystemExit (one line) when the folder holds no loadable run or no Electric model."""
+    from ebms.cli.run import load_run
+    from ebms.models.electric import ElectricCloze
+
+    try:
+        cfg, model, data, step = load_run(run_dir)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"--electric-run: {run_dir}: {e}") from None
+    if not isinstance(model, ElectricCloze) or model.noise is None:
+        raise SystemExit(f"--electric-run: {run_dir}: expected an Electric run (model.kind electric); got "
+                         f"model.kind={cfg.model.kind!r} ({type(model).__name__})")
+    if cfg.sections["language"].level != "word":
+        raise SystemExit(f"--electric-run: {run_dir}: expected a run on words (language.level word); got "
+                         f"language.level={cfg.sections['language'].level!r}")
+    info = {"dir": str(run_dir), "checkpoint_step": step, "train_steps": cfg.train.steps, "run_name": cfg.run.name,
+            "data": cfg.data.name, "max_length": model.max_length, "vocab_size": len(data.vocab),
+            "config": str(Path(run_dir) / "config.toml")}
+    return model.eval(), data.vocab, info
+
+
+def pll_scorer(score: Any, vocab: Any, max_length: int, floor: float = -1e4) -> Any:
+    """A ``lm_scores`` callable: ``score(Sequences) -> (B,)`` of the hypotheses of 1..max_length words encoded by
+    ``vocab``, ``floor`` for the others."""
+    def call(batch: list[list[str]]) -> torch.Tensor:
+        out = torch.full((len(batch),), floor, dtype=torch.float64)
+        ok = [i for i, h in enumerate(batch) if 1 <= len(h) <= max_length]
+        if ok:
+            out[ok] = score(vocab.encode([batch[i] for i in ok])).double()
+        return out
+    return call
+
+
 def out_of_vocabulary(nb: Any, vocab: Any) -> int:
     """Hypotheses holding a word outside ``vocab`` (scored with ``<unk>`` in its place)."""
     return sum(1 for h in nb.hypotheses if any(w not in vocab for w in h))
@@ -179,11 +224,11 @@ def combinations(trf: str | None, lstm: bool = True, neural: str | None = None) 
 
 
 def without_trf(name: str) -> str | None:
-    """The system an interpolation ``name`` becomes without its TRF (``trf+lstm+kn5`` -> ``lstm+kn5``,
-    ``trf+kn5`` -> ``kn5``, ``ntrf+lstm`` -> ``lstm``); ``None`` for a row that is not an interpolation with
-    a TRF."""
+    """The system an interpolation ``name`` becomes without its TRF or Electric model (``trf+lstm+kn5`` ->
+    ``lstm+kn5``, ``trf+kn5`` -> ``kn5``, ``ntrf+lstm`` -> ``lstm``, ``electric+lstm`` -> ``lstm``); ``None`` for a
+    row that is not such an interpolation."""
     parts = name.split("+")
-    if len(parts) < 2 or parts[0] not in ("trf", "ntrf"):
+    if len(parts) < 2 or parts[0] not in ("trf", "ntrf", "electric"):
         return None
     return "+".join(parts[1:])
 
@@ -201,8 +246,9 @@ def interpolate(dev: Any, dev_refs: Any, tst: Any, test_refs: Any, scored: dict[
 
 def main() -> None:
     args = C.parse_args(__doc__.splitlines()[0], add_args)
-    if args.no_neural and args.trf_run is None:
-        raise SystemExit("--no-neural: without the neural models only kn5 is left; add --trf-run DIR")
+    if args.no_neural and args.trf_run is None and args.electric_run is None:
+        raise SystemExit("--no-neural: without the neural models only kn5 is left; add --trf-run DIR or "
+                         "--electric-run DIR")
     if args.no_neural and (args.models is not None or args.budget is not None):
         raise SystemExit("--no-neural: no neural models are loaded or trained; drop --models / --budget")
     recorder = SR.start(BENCH, args, seeds=(args.seed,))
@@ -232,15 +278,23 @@ def main() -> None:
         C.note(f"[{BENCH}] {label}: {args.trf_run} step {trf_run['checkpoint_step']} of {trf_run['train_steps']} "
                f"(L = {run_trf.max_length}, V = {trf_run['vocab_size']}; loaded in {trf_run['load_s']:.0f} s)")
 
+    electric_run: dict[str, Any] | None = None
+    if args.electric_run is not None:
+        t0 = time.perf_counter()
+        electric, electric_vocab, electric_run = load_electric_run(args.electric_run)
+        electric_run["load_s"] = time.perf_counter() - t0
+        C.note(f"[{BENCH}] electric: {args.electric_run} step {electric_run['checkpoint_step']} of "
+               f"{electric_run['train_steps']} (V = {electric_run['vocab_size']})")
+
     if args.no_neural:
         models: dict[str, Any] = {}
-        provenance, budget = "kn5 and the --trf-run TRF only (--no-neural)", float("nan")
+        provenance, budget = "kn5 and the run rows only (--no-neural)", float("nan")
     elif args.models is not None:
         found = NT.load_models(args.models, data)
         if "lstm" not in found:
             raise SystemExit(f"--models: {args.models} lacks lstm.pt; run "
                              f"python benchmarks/neural_trf_lstm.py --save {args.models}")
-        if not any(k in found for k in ("nce", "dnce")) and args.trf_run is None:
+        if not any(k in found for k in ("nce", "dnce")) and args.trf_run is None and args.electric_run is None:
             raise SystemExit(f"--models: {args.models} has no nce.pt or dnce.pt and no --trf-run is given: no TRF "
                              f"to rescore with; run python benchmarks/neural_trf_lstm.py --models lstm,dnce --save "
                              f"{args.models}, or add --trf-run DIR")
@@ -284,6 +338,17 @@ def main() -> None:
                          time.perf_counter() - t0)
         floors[label] = sum(outside(nb, run_trf.max_length) for nb in (dev, tst))
         oov[label] = sum(out_of_vocabulary(nb, run_vocab) for nb in (dev, tst))
+    if electric_run is not None:  # Electric's pseudo-log-likelihood and its noise's, with the run's vocabulary
+        from ebms.cli._generation_text import _noise_pll
+
+        L = electric.max_length
+        for label, fn in (("electric", electric.pseudo_log_likelihood),
+                          ("electric-noise", lambda x: _noise_pll(electric.noise, x))):
+            t0 = time.perf_counter()
+            scorer = pll_scorer(fn, electric_vocab, L)
+            scored[label] = (lm_scores(dev, scorer), lm_scores(tst, scorer), time.perf_counter() - t0)
+            floors[label] = sum(outside(nb, L) for nb in (dev, tst))
+            oov[label] = sum(out_of_vocabulary(nb, electric_vocab) for nb in (dev, tst))
 
     dev_err, test_err = hypothesis_errors(dev, dev_refs), hypothesis_errors(tst, test_refs)
     gen = torch.Generator().manual_seed(args.seed)
@@ -309,7 +374,11 @@ def main() -> None:
     neural = [k for k in records if k.startswith("trf-") and k not in oov]  # the neural TRF rows
     best_neural = min(neural, key=lambda k: records[k]["dev_wer"]) if neural else None
     combo_trf = trf_run["label"] if trf_run is not None else best_neural
-    for name, lms in combinations(combo_trf, lstm="lstm" in scored, neural=best_neural):
+    combos = combinations(combo_trf, lstm="lstm" in scored, neural=best_neural)
+    if electric_run is not None:
+        combos += [("electric+kn5", ("electric", "kn5"))] + ([("electric+lstm", ("electric", "lstm"))]
+                                                            if "lstm" in scored else [])
+    for name, lms in combos:
         t0 = time.perf_counter()
         tuned_i, res = interpolate(dev, dev_refs, tst, test_refs, scored, lms, dev_err, test_err, args.samples, gen)
         results[name] = res
@@ -364,14 +433,15 @@ def main() -> None:
               "dev_hypotheses": len(dev), "test_hypotheses": len(tst), "models": provenance, "budget_s": budget,
               "kn5_fit_s": kn5_fit, "first_pass_wer": first.first_pass.percent,
               "first_pass_interval": [100 * fp.low, 100 * fp.high], "oracle_wer": first.oracle.percent,
-              "systems": records, "combination_trf": combo_trf, "trf_run": trf_run,
+              "systems": records, "combination_trf": combo_trf, "trf_run": trf_run, "electric_run": electric_run,
               "grid": {"lambda": [LAMBDAS[0], LAMBDAS[1] - LAMBDAS[0], LAMBDAS[-1]],
                        "beta": [BETAS[0], BETAS[1] - BETAS[0], BETAS[-1]]},
               "commands": {"benchmark": shlex.join(["python", "benchmarks/rescoring_lms.py", *sys.argv[1:]]),
                            "trf_run": None if trf_run is None else (args.trf_command
                                                                      or f"ebms train {trf_run['config']}")},
               "peak_rss_mb": NT.peak_rss_mb(), "seconds": time.perf_counter() - t_start}
-    name = BENCH + ("_discrete" if args.no_neural else "")
+    name = BENCH + ("".join(("_discrete" if trf_run else "", "_electric" if electric_run else ""))
+                    if args.no_neural else "")
     path = C.save_results(name + ("_quick" if args.quick else ""), record, enabled=not args.no_save)
     if path is not None:
         C.note(f"[{BENCH}] wrote {path}")
@@ -385,13 +455,14 @@ def main() -> None:
         "dev; test intervals: utterance-level percentile bootstrap (95 %); delta and vs_kn5: paired bootstrap, "
         "system minus reference; vs_kn5_words: 'not significant' when the 95 % interval covers 0; vs_alone: the "
         "same paired bootstrap against the system without the TRF (trf+lstm vs lstm, trf+lstm+kn5 vs lstm+kn5, "
-        "ntrf+lstm vs lstm). models: where "
+        "ntrf+lstm vs lstm, electric+lstm vs lstm). models: where "
         "the LMs came from (a --models folder or trained here). Systems named a+b(+c) are log-linear "
         "interpolations (lm_weights per LM, tuned on dev: exhaustive grid for pairs, coordinate descent from the "
         "best single LM for the triple; 'tuning'); trf = combination_trf; ntrf = the neural TRF row of lowest dev "
         "WER (ntrf+lstm, only beside a discrete trf). trf_run: the ebms train run folder and "
         "checkpoint step of trf-discrete (training zeta; floored_hypotheses: longer than its L; oov_hypotheses: "
-        "words mapped to <unk>). score_s, tune_s: wall seconds, load-dependent."))
+        "words mapped to <unk>). electric_run: the same for the Electric run of the electric rows (Electric's "
+        "one-pass pseudo-log-likelihood; electric-noise: its two-tower noise's). score_s, tune_s: wall seconds, load-dependent."))
     C.emit_final_line({k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else v)
                        for k, v in summary.items()})
 

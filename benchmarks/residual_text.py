@@ -27,6 +27,11 @@ left, shrunk to one CPU core; the digest's B.9 analogue on real corpora):
                 prefix (Theorem 2: lower/upper estimates of log Z(c)); gap = upper - lower. Also the
                 held-out NCE accuracy (truth vs one base draw per prefix) and the median ESS of the
                 n = 1000 importance weights.
+    baselines   ``--baselines``: RALM (Eq. 6: ``ProductLM`` of the frozen base and an LSTM expert of about the
+                energy's parameter count, trained by exact MLE for ``--energy-steps`` at Adam 1e-3) and BALM (one
+                ``LSTMLM`` of about the base's plus the energy's parameter count, trained as the base), each with its
+                exact horizon-law perplexity of the same held-out continuations, compared with the joint model's
+                upper bound and with the base, paired by seed.
     seeds       ``--seeds`` (default 0 1): every stage re-seeded
                 (data order, weights, draws); the held-out prefixes are the same for every seed.
                 Tables give mean ± std over seeds.
@@ -45,7 +50,7 @@ committed record exists yet (issue 26 runs it at its own protocol).
 
 ``--quick``: 1 seed, 80 base steps, 150 energy steps, 1000 training prefixes, 40 test prefixes,
 n = 10 and 100: the same code path in about half a minute per corpus. Run:
-``python benchmarks/residual_text.py [--quick] [--corpus C] [--energy KIND] [--base-steps N]
+``python benchmarks/residual_text.py [--quick] [--corpus C] [--energy KIND] [--baselines] [--base-steps N]
 [--energy-steps N] [--train-prefixes N] [--cache S] [--test N] [--seeds S ...] [--record NAME]
 [--threads N]``.
 """
@@ -53,6 +58,7 @@ n = 10 and 100: the same code path in about half a minute per corpus. Run:
 from __future__ import annotations
 
 import argparse
+import math
 import resource
 import statistics
 import time
@@ -66,7 +72,7 @@ from ebms.data.negative_cache import NegativeCache
 from ebms.data.text import Vocabulary, ptb, tiny_shakespeare
 from ebms.estimators.residual_log_z import residual_perplexity
 from ebms.metrics.seeds import compare_over_seeds
-from ebms.models.lm import LSTMLM
+from ebms.models.lm import LSTMLM, ProductLM
 from ebms.models.residual_lm import ResidualLM
 from ebms.nets.text_energy import TextEnergy
 from ebms.objectives import AutoregressiveNLL
@@ -93,6 +99,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", type=int, default=8, help="base draws per training prefix (default 8)")
     p.add_argument("--test", type=int, default=100, help="held-out prefixes (default 100)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="default 0 1 (budget)")
+    p.add_argument("--baselines", action="store_true",
+                   help="also train RALM (the base times an LSTM expert of the energy's size, exact MLE) and BALM "
+                        "(one LSTM LM of the base's plus the energy's size) and report their exact perplexities")
     p.add_argument("--record", default=None,
                    help=f"record name stem, benchmarks/records/STEM_<corpus>.json (default {BENCH}; --quick: no record)")
 
@@ -165,6 +174,70 @@ def train_base(corpus: Corpus, steps: int, seed: int) -> LSTMLM:
     return lm.eval()
 
 
+def n_params(m: torch.nn.Module) -> int:
+    return sum(p.numel() for p in m.parameters())
+
+
+def lstm_params(V: int, h: int) -> int:
+    """Parameters of a one-layer, untied ``LSTMLM(V, embedding_dim=h, hidden_size=h)``: embedding, LSTM, decoder."""
+    return V * h + 8 * h * h + 8 * h + h * V + V
+
+
+def lstm_of_size(V: int, target: int) -> LSTMLM:
+    """The one-layer ``LSTMLM`` (embedding width = hidden width, a multiple of 4) whose parameter count is nearest
+    ``target``."""
+    best = min(range(4, 2049, 4), key=lambda h: abs(lstm_params(V, h) - target))
+    return LSTMLM(V, embedding_dim=best, hidden_size=best, num_layers=1)
+
+
+def horizon_ppl(lm: Any, prefix: Sequences, x: Sequences, horizon: int, batch_size: int = 256) -> float:
+    """The exact perplexity of the continuations ``x`` given ``prefix`` under the horizon law of ``lm``: the tokens,
+    plus ``</s>`` where a continuation is shorter than ``horizon`` (what ``residual_perplexity`` reports as base)."""
+    total, tokens = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, x.batch_size, batch_size):
+            c, y = prefix[i:i + batch_size], x[i:i + batch_size]
+            lp = lm.continuation_token_log_probs(c, y).double()
+            steps = torch.arange(lp.shape[1]) < y.lengths.unsqueeze(1)
+            end = (torch.arange(lp.shape[1]) == y.lengths.unsqueeze(1)) & (y.lengths < horizon).unsqueeze(1)
+            keep = steps | end
+            total += float(lp[keep].sum())
+            tokens += int(keep.sum())
+    return math.exp(-total / tokens)
+
+
+def train_lm(corpus: Corpus, lm: LSTMLM | ProductLM, steps: int, seed: int, lr: float) -> None:
+    """``steps`` of AutoregressiveNLL on the corpus's LM batches (batch 32, Adam ``lr``, clip 1)."""
+    params = [p for p in lm.parameters() if p.requires_grad]
+    Trainer(AutoregressiveNLL(), lm, corpus.lm_batch, optimizer=lambda groups: torch.optim.Adam(params, lr=lr),
+            steps=steps, batch_size=32, run_dir=None, seed=seed, progress=False, checkpoint_every=None,
+            grad_clip=1.0, guard=None).fit()
+
+
+def baselines(corpus: Corpus, lm: LSTMLM, energy_params: int, args: argparse.Namespace, seed: int
+              ) -> dict[str, Any]:
+    """RALM and BALM (Deng et al. 2020, Eq. 6 and Table 1) at this script's scale, and their exact perplexities of
+    the held-out continuations: RALM = ``ProductLM(base, expert)`` with an expert of about the energy's parameter
+    count, trained ``--energy-steps`` (the energy's budget, Adam 1e-3); BALM = one ``LSTMLM`` of about the base's plus
+    the energy's parameter count, trained as the base (``--base-steps``, Adam 3e-3): the parameters of the joint
+    system spent on one bigger LM."""
+    prefix, truth = corpus.test
+    out: dict[str, Any] = {}
+    torch.manual_seed(3000 + seed)
+    ralm = ProductLM(lm, lstm_of_size(corpus.V, energy_params))
+    t0 = time.perf_counter()
+    train_lm(corpus, ralm, args.energy_steps, seed, 1e-3)
+    out["ralm"] = {"ppl": horizon_ppl(ralm.eval(), prefix, truth, corpus.K), "params": n_params(ralm.residual),
+                   "hidden": ralm.residual.lstm.hidden_size, "train_s": time.perf_counter() - t0}
+    torch.manual_seed(4000 + seed)
+    balm = lstm_of_size(corpus.V, n_params(lm) + energy_params)
+    t0 = time.perf_counter()
+    train_lm(corpus, balm, args.base_steps, seed, 3e-3)
+    out["balm"] = {"ppl": horizon_ppl(balm.eval(), prefix, truth, corpus.K), "params": n_params(balm),
+                   "hidden": balm.lstm.hidden_size, "train_s": time.perf_counter() - t0}
+    return out
+
+
 def make_energy(kind: str, V: int, max_length: int) -> TextEnergy:
     if kind == "bilstm":
         return TextEnergy(V, kind="bilstm", dim=64, layers=1)
@@ -212,9 +285,16 @@ def one_seed(corpus: Corpus, args: argparse.Namespace, seed: int, ns: list[int])
             t1 = time.perf_counter()
             rp = residual_perplexity(model, prefix, truth, n, generator=g, progress=False)
             rec["base_ppl"], rec["tokens"] = rp.base, rp.tokens
+            if n == ns[0]:  # the direct horizon-law perplexity agrees with the estimator's base figure
+                direct = horizon_ppl(model.base, prefix, truth, corpus.K)
+                if abs(direct - rp.base) > 1e-6 * rp.base:
+                    raise AssertionError(f"horizon_ppl {direct} != residual_perplexity base {rp.base}")
             rec[f"n{n}"] = {"lower": rp.lower, "upper": rp.upper, "gap": rp.upper - rp.lower,
                             "ess_median": float(rp.log_z.ess.median()), "seconds": time.perf_counter() - t1}
     rec["eval_s"] = time.perf_counter() - t0
+    rec["energy_params"] = n_params(model.energy_net)
+    if args.baselines:
+        rec.update(baselines(corpus, lm, rec["energy_params"], args, seed))
     return rec
 
 
@@ -230,6 +310,10 @@ def report(name: str, recs: list[dict], ns: list[int]) -> dict[str, Any]:
     for n in ns:
         rows.append([f"joint PPL n={n}", spread([r[f"n{n}"]["lower"] for r in recs]),
                      spread([r[f"n{n}"]["upper"] for r in recs]), spread([r[f"n{n}"]["gap"] for r in recs])])
+    for key, label in (("ralm", "RALM PPL (exact; base x expert of the energy's size)"),
+                       ("balm", "BALM PPL (exact; one LM of base + energy size)")):
+        if key in recs[0]:
+            rows.append([label, spread([r[key]["ppl"] for r in recs]), "", ""])
     rows.append(["held-out NCE accuracy", spread([r["heldout_nce_accuracy"] for r in recs]), "", ""])
     rows.append([f"median ESS at n={ns[-1]}", spread([r[f"n{ns[-1]}"]["ess_median"] for r in recs]), "", ""])
     seeds = " ".join(str(r["seed"]) for r in recs)
@@ -261,8 +345,21 @@ def record_figures(recs: list[dict[str, Any]], ns: list[int], summary: dict[str,
     cmp = compare_over_seeds([r[top]["upper"] for r in recs], [r["base_ppl"] for r in recs],
                              seeds=[r["seed"] for r in recs], name_a="joint model (upper bound)", name_b="base LM",
                              metric=f"held-out perplexity ({top} upper vs exact)", higher_is_better=False)
+    comparisons = {"joint_upper_vs_base_ppl": cmp.to_dict()}
+    seeds = [r["seed"] for r in recs]
+    for key, name in (("ralm", "RALM"), ("balm", "BALM")):
+        if key not in recs[0]:
+            continue
+        spread_of[f"{key}_ppl"] = ms([r[key]["ppl"] for r in recs])
+        comparisons[f"joint_upper_vs_{key}_ppl"] = compare_over_seeds(
+            [r[top]["upper"] for r in recs], [r[key]["ppl"] for r in recs], seeds=seeds,
+            name_a="joint model (upper bound)", name_b=name, metric=f"held-out perplexity ({top} upper vs exact)",
+            higher_is_better=False).to_dict()
+        comparisons[f"{key}_vs_base_ppl"] = compare_over_seeds(
+            [r[key]["ppl"] for r in recs], [r["base_ppl"] for r in recs], seeds=seeds, name_a=name,
+            name_b="base LM", metric="held-out perplexity (exact)", higher_is_better=False).to_dict()
     return {"per_seed": {f"seed{r['seed']}": r for r in recs}, "spread": spread_of, "summary": summary,
-            "comparisons": {"joint_upper_vs_base_ppl": cmp.to_dict()}}
+            "comparisons": comparisons}
 
 
 def main() -> None:

@@ -32,6 +32,23 @@ def _tiny_trf_run(tmp: Path) -> Path:
     return tiny_trf_run(tmp, SENTS * 3, ["the cat ran"])
 
 
+def _tiny_electric_run(tmp: Path) -> Path:
+    """An Electric run folder on the five sentences' words (``ebms train``, two steps)."""
+    from ebms.cli.build import validate_config
+    from ebms.cli.config import load_config
+    from ebms.cli.run import train
+
+    (tmp / "el-train.txt").write_text("\n".join(SENTS * 3) + "\n")
+    (tmp / "el-test.txt").write_text("the cat ran\n")
+    cfg = validate_config(load_config(None, [
+        "data.name=text", f"language.train_path={tmp}/el-train.txt", f"language.test_path={tmp}/el-test.txt",
+        "model.kind=electric", "objective.kind=nce", "electric.embedding_dim=8", "electric.layers=1",
+        "electric.heads=2", "language.max_length=6", "train.steps=2", "train.batch_size=4",
+        "train.checkpoint_every=1", "train.log_every=1", f"run.out_dir={tmp}", "run.name=el", "run.progress=false"]),
+        device=False)
+    return train(cfg)
+
+
 def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
     return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.rglob("*"))}
 
@@ -60,6 +77,24 @@ def test_a_folder_without_a_run_is_one_line_naming_the_flag(tmp_path: Path) -> N
     rl = _bench()
     with pytest.raises(SystemExit, match=r"--trf-run: .*no config.toml"):
         rl.load_trf_run(tmp_path)
+
+
+def test_electric_run_scores_by_its_pll_with_unk_and_the_floor_and_a_trf_run_is_refused(tmp_path: Path) -> None:
+    rl = _bench()
+    run = _tiny_electric_run(tmp_path)
+    before = _snapshot(run)
+    model, vocab, info = rl.load_electric_run(run)
+    assert _snapshot(run) == before and info["checkpoint_step"] == 2 and info["max_length"] == model.max_length
+    hyps = [["the", "cat", "sat"], ["the", "zebra", "sat"], ["the", "<unk>", "sat"], ["the"] * 7, []]
+    got = lm_scores(hyps, rl.pll_scorer(model.pseudo_log_likelihood, vocab, model.max_length))
+    with torch.no_grad():
+        assert float(got[0]) == pytest.approx(float(model.pseudo_log_likelihood(vocab.encode(hyps[:1]))[0]), abs=1e-6)
+    assert float(got[1]) == pytest.approx(float(got[2]), abs=1e-6)  # an unknown word is <unk> (float32 batches)
+    assert float(got[3]) == float(got[4]) == -1e4  # longer than max_length, empty: the floor
+    with pytest.raises(SystemExit, match=r"^--electric-run: .*: expected an Electric run \(model.kind electric\); "
+                                         r"got model.kind='trf'"):
+        rl.load_electric_run(_tiny_trf_run(tmp_path))
+    assert rl.without_trf("electric+lstm") == "lstm" and rl.without_trf("electric+kn5") == "kn5"
 
 
 def test_paired_interval_words_say_not_significant_when_it_covers_zero() -> None:

@@ -61,6 +61,48 @@ def test_residual_text_record_compares_the_joint_upper_bound_with_the_base_paire
     assert json.loads(path.read_text())["figures"]["comparisons"]["joint_upper_vs_base_ppl"]["seeds"] == [0, 1, 2]
 
 
+def test_lstm_sizes_and_the_horizon_law_perplexity_are_exact() -> None:
+    import math
+
+    import torch
+
+    from ebms.models.lm import LSTMLM
+    from ebms.sequences import Sequences
+
+    rt = _bench("residual_text")
+    for V, h in ((100, 8), (10000, 32)):
+        assert rt.lstm_params(V, h) == rt.n_params(LSTMLM(V, embedding_dim=h, hidden_size=h, num_layers=1))
+    assert rt.n_params(rt.lstm_of_size(10000, rt.lstm_params(10000, 164) + 50)) == rt.lstm_params(10000, 164)
+    torch.manual_seed(0)
+    lm = LSTMLM(7, embedding_dim=4, hidden_size=5, num_layers=1).double().eval()
+    c = Sequences.from_lists([[1, 2], [3], [4, 4, 4]])
+    x = Sequences.from_lists([[5, 6], [1, 2, 3], []])
+    horizon = 3  # rows 0 and 2 are shorter than the horizon and end with </s>; row 1 is cut there
+    with torch.no_grad():
+        want, tokens = 0.0, 0
+        for i in range(3):
+            ci, xi = c[torch.tensor([i])], x[torch.tensor([i])]
+            end = int(xi.lengths[0]) < horizon
+            want += float(lm.continuation_log_prob(ci, xi, end=end)[0])
+            tokens += int(xi.lengths[0]) + end
+    got = rt.horizon_ppl(lm, c, x, horizon, batch_size=2)
+    assert got == pytest.approx(math.exp(-want / tokens), rel=1e-12)
+
+
+def test_residual_text_record_compares_the_joint_model_with_ralm_and_balm() -> None:
+    rt = _bench("residual_text")
+    ns = [10]
+    recs = [{"seed": s, "base_ppl": 300.0 + s, "tokens": 600, "heldout_nce_accuracy": 0.6,
+             "n10": {"lower": 280.0 + s, "upper": 290.0 + s, "gap": 10.0, "ess_median": 5.0, "seconds": 1.0},
+             "ralm": {"ppl": 295.0 + s}, "balm": {"ppl": 280.0 + 2 * s}} for s in range(3)]
+    fig = rt.record_figures(recs, ns, {})
+    c = fig["comparisons"]
+    assert c["joint_upper_vs_ralm_ppl"]["diffs"] == pytest.approx([-5.0, -5.0, -5.0])
+    assert c["joint_upper_vs_ralm_ppl"]["words"] == "joint model (upper bound) better"
+    assert c["joint_upper_vs_balm_ppl"]["diffs"] == pytest.approx([10.0, 9.0, 8.0])
+    assert c["ralm_vs_base_ppl"]["words"] == "RALM better" and fig["spread"]["balm_ppl"]["mean"] == pytest.approx(282)
+
+
 def test_residual_addition_record_compares_joint_and_base_paired_by_seed() -> None:
     ra = _bench("residual_addition")
     recs = [{"seed": s, "base_sample_acc": 0.60 + 0.01 * s, "joint_n100_acc": 0.70 + 0.01 * s,

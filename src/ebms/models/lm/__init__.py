@@ -19,7 +19,8 @@ BPTT (``(inputs, targets)`` chunks of :func:`ebms.data.text.bptt_batches`, ``car
 
 Members: :class:`LSTMLM` (:class:`LSTMState`), :class:`ClassFactoredLSTMLM` (its class-factored output
 layer: scoring and sampling in ``O(C + |c|)`` per token, a cheap NCE/DNCE noise), :class:`TransformerLM`
-(:class:`KVCache`), their
+(:class:`KVCache`), :class:`ProductLM` (a frozen base times a trained expert, normalised per step: the
+RALM baseline of residual EBMs), their
 base :class:`AutoregressiveLM` (:class:`LMState`), :func:`filter_logits` (temperature, top-k, top-p),
 :func:`perplexity` (:class:`Perplexity`).
 """
@@ -31,6 +32,7 @@ from ebms.models.lm.class_factored import ClassFactoredLSTMLM
 from ebms.models.lm.huggingface import HFState, HuggingFaceLM
 from ebms.models.lm.lstm import LSTMLM, LSTMState
 from ebms.models.lm.perplexity import Perplexity, perplexity
+from ebms.models.lm.product import ProductLM, ProductState
 from ebms.models.lm.transformer import KVCache, TransformerLM
 
 __all__ = [
@@ -42,6 +44,8 @@ __all__ = [
     "LSTMLM",
     "LSTMState",
     "Perplexity",
+    "ProductLM",
+    "ProductState",
     "TransformerLM",
     "filter_logits",
     "perplexity",
