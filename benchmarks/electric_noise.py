@@ -1,9 +1,11 @@
 """Electric against its own noise, and the uniform share of the noise, over seeds (issue 26, item 2).
 
 Trains the packaged recipe ``electric-shakespeare`` (Tiny Shakespeare characters, 3,000 steps) once
-per seed and per arm through the command line; an arm is one value of ``electric.uniform_mix``
-(:class:`ebms.objectives.ElectricNCE`'s ``uniform_mix``: the share of a uniform law over the
-characters mixed into the jointly trained two-tower noise). Every run's ``eval.json`` gives, on the
+per seed and per arm through the command line; an arm ``MIX`` or ``MIX:bernoulli`` is a value of
+``electric.uniform_mix`` (:class:`ebms.objectives.ElectricNCE`'s ``uniform_mix``: the share of a
+uniform law over the characters mixed into the jointly trained two-tower noise), with the replaced
+positions drawn as ``electric.positions = fixed`` (``ceil(0.15 l)`` per line) or ``bernoulli``
+(each character independently). Every run's ``eval.json`` gives, on the
 test lines, the one-pass pseudo-log-likelihood per character and how often the model prefers a line
 over the same line with one character replaced uniformly at random (``prefers``), for Electric and
 for its noise (``noise_prefers``).
@@ -14,15 +16,21 @@ trained, and the corruption test asks exactly about such characters. With a unif
 implausible characters stay among the negatives; the NCE logit reads the mixed law, so the estimator
 is still consistent.
 
+Why ``bernoulli``: with a fixed count the labels of one line depend on each other, and the energy,
+which reads the whole noised line in one pass, learns it: a visibly replaced character makes the other
+positions more likely data and raises their scores, which the corruption test then counts in the
+corrupted line's favour. Independent positions remove the dependence.
+
 Comparisons (``ebms.metrics.compare_over_seeds``, paired by seed, 95 % Student-t interval):
-Electric minus its noise in each arm, and each arm minus the first (``--mix`` order) on Electric's
-figures.
+Electric minus its noise in each arm, and each arm minus the first (``--arms`` order) on Electric's
+figures. ``--diagnose`` adds, per run, the corruption test split into the corrupted position's own
+score change and the total change of the other positions.
 
 Resumable: a run with an ``eval.json`` is kept; one with checkpoints continues (``--resume``). The
-runs live under ``--out`` (default ``runs/electric-noise``), ``mix<e>/seed<s>``.
+runs live under ``--out`` (default ``runs/electric-noise``), ``mix<e>[-bernoulli]/seed<s>``.
 
-Run: ``python benchmarks/electric_noise.py [--mix 0 0.1] [--seeds 0 1 2] [--steps N] [--record NAME]
-[--quick]``. ``--quick``: 30 steps, 1 seed (a smoke test).
+Run: ``python benchmarks/electric_noise.py [--arms 0 0.25 0.25:bernoulli] [--seeds 0 1 2] [--steps N]
+[--diagnose] [--record NAME] [--quick]``. ``--quick``: 30 steps, 1 seed (a smoke test).
 """
 
 from __future__ import annotations
@@ -46,51 +54,99 @@ RECIPE = "electric-shakespeare"
 FIGURES = ("pll", "noise_pll", "prefers", "noise_prefers")
 
 
-def run_dir(out: Path, mix: float, seed: int) -> Path:
-    return out / f"mix{mix:g}" / f"seed{seed}"
+def parse_arm(text: str) -> tuple[float, str]:
+    """``"0.25"`` -> ``(0.25, "fixed")``, ``"0.25:bernoulli"`` -> ``(0.25, "bernoulli")``."""
+    mix, _, positions = text.partition(":")
+    try:
+        value = float(mix)
+    except ValueError:
+        raise SystemExit(f"--arms: expected MIX or MIX:bernoulli (MIX a number in [0, 1)); got {text!r}") from None
+    if not 0 <= value < 1 or positions not in ("", "fixed", "bernoulli"):
+        raise SystemExit(f"--arms: expected MIX or MIX:bernoulli (MIX a number in [0, 1)); got {text!r}")
+    return value, positions or "fixed"
 
 
-def train(out: Path, mix: float, seed: int, steps: int | None) -> dict[str, Any]:
+def arm_name(arm: tuple[float, str]) -> str:
+    return f"mix{arm[0]:g}" + ("" if arm[1] == "fixed" else f"-{arm[1]}")
+
+
+def run_dir(out: Path, arm: tuple[float, str], seed: int) -> Path:
+    return out / arm_name(arm) / f"seed{seed}"
+
+
+def diagnose(folder: Path) -> dict[str, float]:
+    """The corruption test of the run's test lines split into the corrupted position's own score change and the
+    total change of the other positions (the evaluation's own corruptions: same seed offset)."""
+    import torch
+
+    from ebms.cli.generation import EVAL_SEED_OFFSET
+    from ebms.cli.run import load_run
+    from ebms.data._text_batches import replace_one_token
+
+    cfg, model, data, _ = load_run(folder)
+    g = torch.Generator().manual_seed(cfg.run.seed + EVAL_SEED_OFFSET)
+    for split, held in data.held_out.items():  # the evaluation's draws, split by split in its order
+        held = held[held.lengths > 0]
+        corrupted = replace_one_token(held, len(data.vocab), generator=g)
+        if split == "test":
+            x, bad = held, corrupted
+    with torch.no_grad():
+        change = model.eval().token_scores(bad) - model.token_scores(x)
+    where = bad.tokens != x.tokens
+    own = change[where]
+    rest = (change * (x.mask() & ~where)).sum(1)
+    return {"own_change": float(own.mean()), "own_prefers": float((own < 0).double().mean()),
+            "rest_change": float(rest.mean()), "rest_lowers": float((rest < 0).double().mean()),
+            "prefers": float(((own + rest) < 0).double().mean())}
+
+
+def train(out: Path, arm: tuple[float, str], seed: int, steps: int | None, diag: bool = False) -> dict[str, Any]:
     """The run's test figures (training and evaluating it first unless its ``eval.json`` exists)."""
-    folder = run_dir(out, mix, seed)
+    folder = run_dir(out, arm, seed)
     report = folder / RECIPE / "eval.json"
     if not report.is_file():
         more = [f"train.steps={steps}"] if steps else []
         resume = ["--resume"] if (folder / RECIPE / "checkpoints").is_dir() else []
         t0 = time.perf_counter()
         code = ebms_main(["train", RECIPE, f"run.out_dir={folder}", f"run.seed={seed}",
-                          f"electric.uniform_mix={mix}", f"run.progress={str(sys.stderr.isatty()).lower()}",
+                          f"electric.uniform_mix={arm[0]}", f"electric.positions={arm[1]}",
+                          f"run.progress={str(sys.stderr.isatty()).lower()}",
                           *more, *resume])
         if code != 0:
-            raise SystemExit(f"ebms train {RECIPE} (mix {mix}, seed {seed}) failed with exit status {code}")
+            raise SystemExit(f"ebms train {RECIPE} ({arm_name(arm)}, seed {seed}) failed with exit status {code}")
         (folder / "wall_s.txt").write_text(f"{time.perf_counter() - t0:.1f}\n")
     test = json.loads(report.read_text())["figures"]["test"]
     wall = folder / "wall_s.txt"
-    return {**{k: test[k] for k in FIGURES}, "sentences": test["sentences"],
-            "wall_s": float(wall.read_text()) if wall.is_file() else None}
+    out = {**{k: test[k] for k in FIGURES}, "sentences": test["sentences"],
+           "wall_s": float(wall.read_text()) if wall.is_file() else None}
+    if diag:
+        out["diagnosis"] = diagnose(folder / RECIPE)
+    return out
 
 
-def compare(per: dict[float, dict[int, dict[str, Any]]], seeds: list[int]) -> dict[str, Any]:
+def compare(per: dict[str, dict[int, dict[str, Any]]], seeds: list[int]) -> dict[str, Any]:
+    """Per arm (named as its folder), Electric minus its noise; each later arm minus the first."""
     out: dict[str, Any] = {}
-    mixes = list(per)
-    for mix in mixes:
-        rows = [per[mix][s] for s in seeds]
-        out[f"mix{mix:g}: electric - noise, prefers"] = compare_over_seeds(
+    arms = list(per)
+    for arm in arms:
+        rows = [per[arm][s] for s in seeds]
+        out[f"{arm}: electric - noise, prefers"] = compare_over_seeds(
             [r["prefers"] for r in rows], [r["noise_prefers"] for r in rows], seeds=seeds, name_a="Electric",
             name_b="its noise", metric="prefers", higher_is_better=True).to_dict()
-    first = mixes[0]
-    for mix in mixes[1:]:
+    first = arms[0]
+    for arm in arms[1:]:
         for key in ("prefers", "pll", "noise_prefers"):
-            out[f"mix{mix:g} - mix{first:g}: {key}"] = compare_over_seeds(
-                [per[mix][s][key] for s in seeds], [per[first][s][key] for s in seeds], seeds=seeds,
-                name_a=f"uniform_mix={mix:g}", name_b=f"uniform_mix={first:g}", metric=key,
-                higher_is_better=True).to_dict()
+            out[f"{arm} - {first}: {key}"] = compare_over_seeds(
+                [per[arm][s][key] for s in seeds], [per[first][s][key] for s in seeds], seeds=seeds,
+                name_a=arm, name_b=first, metric=key, higher_is_better=True).to_dict()
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--mix", type=float, nargs="+", default=[0.0, 0.1], help="electric.uniform_mix arms")
+    p.add_argument("--arms", nargs="+", default=["0", "0.25", "0.25:bernoulli"],
+                   help="MIX or MIX:bernoulli per arm (electric.uniform_mix, electric.positions)")
+    p.add_argument("--diagnose", action="store_true", help="split each run's corruption test by position")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--steps", type=int, default=None, help="train.steps (default: the recipe's 3000)")
     p.add_argument("--out", type=Path, default=None, help="runs folder (default runs/electric-noise)")
@@ -99,30 +155,35 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.quick:
         args.steps, args.seeds = 30, [0]
-    if len(set(args.mix)) != len(args.mix):
-        raise SystemExit(f"--mix: expected distinct values; got {args.mix}")
+    arms = [parse_arm(a) for a in args.arms]
+    if len(set(arms)) != len(arms):
+        raise SystemExit(f"--arms: expected distinct arms; got {args.arms}")
     out = args.out or ROOT / "runs" / ("electric-noise-quick" if args.quick else "electric-noise")
     rec = Recorder(args.record, seeds=args.seeds, settings={
-        "recipe": RECIPE, "mix": args.mix, "steps": args.steps or 3000, "quick": args.quick,
+        "recipe": RECIPE, "arms": [arm_name(a) for a in arms], "steps": args.steps or 3000, "quick": args.quick,
         "threads": int(os.environ.get("OMP_NUM_THREADS", "0") or 0)}) if args.record else None
-    per: dict[float, dict[int, dict[str, Any]]] = {m: {} for m in args.mix}
+    per: dict[str, dict[int, dict[str, Any]]] = {arm_name(a): {} for a in arms}
     for seed in args.seeds:  # seed-major: the first seed's arms finish first
-        for mix in args.mix:
-            C.note(f"[electric_noise] uniform_mix {mix:g}, seed {seed}")
-            per[mix][seed] = train(out, mix, seed, args.steps)
-    rows = [[f"{m:g}", str(s), *(f"{per[m][s][k]:.4f}" for k in FIGURES)] for m in args.mix for s in args.seeds]
-    print(C.format_table(["uniform_mix", "seed", *FIGURES], rows))
+        for arm in arms:
+            C.note(f"[electric_noise] {arm_name(arm)}, seed {seed}")
+            per[arm_name(arm)][seed] = train(out, arm, seed, args.steps, args.diagnose)
+    rows = [[a, str(s), *(f"{per[a][s][k]:.4f}" for k in FIGURES),
+             *((f"{per[a][s]['diagnosis']['own_change']:+.3f}", f"{per[a][s]['diagnosis']['rest_change']:+.3f}")
+               if args.diagnose else ())] for a in per for s in args.seeds]
+    print(C.format_table(["arm", "seed", *FIGURES, *(("own change", "rest change") if args.diagnose else ())], rows))
     comparisons = compare(per, args.seeds) if len(args.seeds) > 1 else {}
     for c in comparisons.values():
         print(c["sentence"])
     if rec is not None:
-        rec.write({"per_run": {f"mix{m:g}": {f"seed{s}": v for s, v in per[m].items()} for m in args.mix},
+        rec.write({"per_run": {a: {f"seed{s}": v for s, v in per[a].items()} for a in per},
                    "comparisons": comparisons},
                   notes="Test lines of Tiny Shakespeare (characters): pll = one-pass pseudo-log-likelihood per "
                         "character (Electric's is unnormalised), prefers = share of lines scored above the same "
                         "line with one character replaced uniformly at random, for Electric and its two-tower "
                         "noise. comparisons: compare_over_seeds, paired by seed, 95 % Student-t interval. "
-                        "wall_s: training + evaluation on a shared 2-core machine (load-dependent).")
+                        "diagnosis (with --diagnose): the corrupted position's own score change (mean, share below "
+                        "0) and the total change of the other positions (mean, share below 0). wall_s: training + "
+                        "evaluation on a shared 2-core machine (load-dependent).")
     return 0
 
 

@@ -547,6 +547,8 @@ ISSUE25 = [
         "electric.mask_rate: expected a finite number in (0, 1)", files=LM_FILES),
     Bad("electric: uniform share 1", (*LM, "model.kind=electric", "electric.uniform_mix=1"),
         "electric.uniform_mix: expected a finite number in [0, 1)", files=LM_FILES),
+    Bad("electric: positions", (*LM, "model.kind=electric", "electric.positions=all"),
+        "electric.positions: unknown value 'all'; expected one of fixed, bernoulli", files=LM_FILES),
     Bad("electric: its section on an LSTM", (*LM, "model.kind=lstm", "electric.mask_rate=0.2"),
         "electric.mask_rate: the [electric] section is read by data.name = ptb, text, tiny-shakespeare with "
         "model.kind = electric; this run has data.name='text'", files=LM_FILES),

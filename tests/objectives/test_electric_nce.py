@@ -24,11 +24,11 @@ def _model(seed: int = 0, kind: str = "transformer") -> ElectricCloze:
     return ElectricCloze(V, dim=8, layers=1, heads=2, max_length=10, noise=noise)
 
 
-@pytest.mark.parametrize("eps", [0.0, 0.3])
-def test_electric_nce_equals_a_hand_computation_of_eq_3_18(eps):
+@pytest.mark.parametrize("eps,positions", [(0.0, "fixed"), (0.3, "fixed"), (0.3, "bernoulli")])
+def test_electric_nce_equals_a_hand_computation_of_eq_3_18(eps, positions):
     model = _model()
     x = Sequences.from_lists([[2, 3, 4, 5], [3, 1], [4]])
-    obj = ElectricNCE(mask_rate=0.5, noise_weight=0.7, uniform_mix=eps)
+    obj = ElectricNCE(mask_rate=0.5, noise_weight=0.7, uniform_mix=eps, positions=positions)
     out = obj(model, x, generator=torch.Generator().manual_seed(5))
     g = torch.Generator().manual_seed(5)  # the same draws, in the same order
     replaced = obj.select_positions(x, g)
@@ -44,11 +44,15 @@ def test_electric_nce_equals_a_hand_computation_of_eq_3_18(eps):
     for b, row in enumerate(x.tolist()):
         lb = len(row)
         kb = int(replaced[b].sum())
-        assert kb == math.ceil(0.5 * lb)
+        if positions == "fixed":
+            assert kb == math.ceil(0.5 * lb)
+            n_pos, n_neg = lb - kb, kb
+        else:
+            n_pos, n_neg = 0.5, 0.5  # the rates 1 - r and r
         for t in range(lb):
             p_hat = math.exp(float(scores[b, t]))
             q = math.exp(float(log_q[b, t, int(noised[b, t])]))
-            data, noise = (lb - kb) * p_hat, kb * q
+            data, noise = n_pos * p_hat, n_neg * q
             if replaced[b, t]:
                 nce += -math.log(noise / (data + noise))
                 noise_nll += -float(log_gold[b, t, row[t]])
@@ -58,6 +62,7 @@ def test_electric_nce_equals_a_hand_computation_of_eq_3_18(eps):
                 correct += data > noise
             n_tok += 1
     n_rep = int(replaced.sum())
+    assert n_rep > 0
     assert out.metrics["loss_nce"] == pytest.approx(nce / n_tok, rel=1e-5)
     assert out.metrics["loss_noise"] == pytest.approx(noise_nll / n_rep, rel=1e-5)
     assert float(out.loss.detach()) == pytest.approx(nce / n_tok + 0.7 * noise_nll / n_rep, rel=1e-5)
@@ -232,7 +237,23 @@ def test_uniform_mix_is_a_normalised_mixture_and_its_draws_follow_it():
     assert bool((plain.negatives == 2).all())
 
 
+def test_bernoulli_positions_are_independent_with_the_mask_rate():
+    obj = ElectricNCE(mask_rate=0.2, positions="bernoulli")
+    x = Sequences.from_lists([[1] * 10] * 3000 + [[1, 2]])
+    picked = obj.select_positions(x, torch.Generator().manual_seed(0))
+    assert not picked[:, 10:].any() and not picked[-1, 2:].any()  # real positions only
+    rows = picked[:3000, :10].double()
+    n = rows.numel()
+    assert abs(float(rows.mean()) - 0.2) < 5 * math.sqrt(0.2 * 0.8 / n)
+    counts = rows.sum(1)  # Binomial(10, 0.2) per sentence, not a fixed 2
+    assert abs(float(counts.var()) - 10 * 0.2 * 0.8) < 0.15 and int(counts.max()) > 2
+    both = float((rows[:, 0] * rows[:, 1]).mean())  # independence of two positions
+    assert abs(both - 0.04) < 5 * math.sqrt(0.04 * 0.96 / 3000)
+
+
 def test_electric_nce_validation_messages():
+    with pytest.raises(ValueError, match=r"^positions: expected one of fixed, bernoulli; got 'all'"):
+        ElectricNCE(positions="all")
     with pytest.raises(ValueError, match=r"^uniform_mix: expected"):
         ElectricNCE(uniform_mix=1.0)
     with pytest.raises(ValueError, match=r"^uniform_mix: expected"):
@@ -270,7 +291,7 @@ def test_electric_nce_validation_messages():
         obj.binary_losses(a, torch.ones(3))
     with pytest.raises(ValueError, match="logits: an infinite logit of the wrong sign"):
         obj.binary_losses(obj.logits(a, a, 0, 1), torch.ones(3, dtype=torch.bool))
-    assert repr(obj) == "ElectricNCE(mask_rate=0.15, noise_weight=1, uniform_mix=0)"
+    assert repr(obj) == "ElectricNCE(mask_rate=0.15, noise_weight=1, uniform_mix=0, positions='fixed')"
 
 
 def test_electric_nce_runs_under_the_trainer_with_token_length_pairs():

@@ -17,7 +17,7 @@
   (:class:`~ebms.models.ElectricCloze`, width ``embedding_dim``, ``layers``, ``heads``) with a
   :class:`~ebms.nets.TwoTowerCloze` noise of the same sizes trained jointly by
   :class:`~ebms.objectives.ElectricNCE` (``electric.mask_rate``; ``electric.uniform_mix``: the share
-  of a uniform law mixed into the noise). ``eval``: per held-out split, the one-pass
+  of a uniform law mixed into the noise; ``electric.positions``: ``fixed`` or ``bernoulli``). ``eval``: per held-out split, the one-pass
   pseudo-log-likelihood per token (a score: the model is only trained towards
   self-normalisation), the noise's (normalised) one, and how often the model prefers each sentence
   over the same sentence with one token replaced at random (:func:`~ebms.data.text.replace_one_token`);
@@ -83,13 +83,15 @@ class ElectricSettings:
     dropout: float = 0.0
     mask_rate: float = 0.15
     uniform_mix: float = 0.0
+    positions: str = "fixed"
 
 
 _NET_RULES = {k: r for k, r in NET_RULES.items() if k != "hidden"}  # a text energy's width is embedding_dim
 RESIDUAL = Section(ResidualSettings, {"base_run": PATH, "prefix_length": COUNT, "horizon": COUNT,
                                       "energy": Rule(choices=("bilstm", "transformer")), **_NET_RULES,
                                       "negatives": COUNT, "joint_samples": COUNT})
-ELECTRIC = Section(ElectricSettings, {**_NET_RULES, "mask_rate": FRACTION, "uniform_mix": DROPOUT})
+ELECTRIC = Section(ElectricSettings, {**_NET_RULES, "mask_rate": FRACTION, "uniform_mix": DROPOUT,
+                                      "positions": Rule(choices=("fixed", "bernoulli"))})
 
 #: keys that fix a language run's vocabulary: a residual run must have its base run's values.
 SAME_VOCABULARY = ("data.name", "data.root", "language.level", "language.lower", "language.sentence_split",
@@ -271,7 +273,7 @@ class TextElectricTask(_NCETextTask):
     own = "electric"
     more_sections: ClassVar[dict[str, Section]] = {"electric": ELECTRIC}
     keys = (*net_keys("electric", "embedding_dim", "layers", "heads", "dropout"), "electric.mask_rate",
-            "electric.uniform_mix")
+            "electric.uniform_mix", "electric.positions")
 
     def own_settings(self, cfg: Config) -> ElectricSettings:
         return cast(ElectricSettings, cfg.sections["electric"])
@@ -284,7 +286,7 @@ class TextElectricTask(_NCETextTask):
 
     def build_objective(self, cfg: Config, data: Any) -> nn.Module:
         s = self.own_settings(cfg)
-        return ElectricNCE(mask_rate=s.mask_rate, uniform_mix=s.uniform_mix)
+        return ElectricNCE(mask_rate=s.mask_rate, uniform_mix=s.uniform_mix, positions=s.positions)
 
     def evaluate(self, cfg: Config, model: Any, data: Any, step: int, *, use_ais: bool) -> ElectricReport:
         g, out, V = torch.Generator().manual_seed(cfg.run.seed + EVAL_SEED_OFFSET), {}, len(data.vocab)

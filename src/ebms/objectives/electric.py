@@ -22,6 +22,12 @@ A sentence with ``k = l`` (e.g. ``l = 1``) has no data positions: its noise is r
 certainty (:math:`G = -\infty`) and it adds 0. A draw equal to the original token stays a noise
 sample (the NCE label; ELECTRA's discriminator would count it as original).
 
+``positions="bernoulli"`` replaces each real position independently with probability ``r =
+mask_rate`` instead, and the logit reads the rates: :math:`G_t = \log((1-r)\,\hat p_\theta) -
+\log(r\, q)`. Then the labels of one sentence are independent, which the one-pass energy, seeing the
+whole noised sentence, cannot exploit (with a fixed ``k`` it can: a visibly replaced token makes the
+other positions more likely data).
+
 The noise is trained at the same time by maximum likelihood on the gold tokens at ``R``,
 ``loss_noise`` :math:`= -\frac{1}{|R|}\sum_{t\in R}\log q(x_t \mid x_{\setminus t})` (nats per
 masked token), so the noise follows the model class's best fit of the data (dynamic NCE). The
@@ -65,7 +71,10 @@ from ebms.capabilities import ClozeNoise, EnergyCloze, supports
 from ebms.objectives._base import LossOutput, check_batch, scalar_metrics
 from ebms.sequences import Sequences
 
-__all__ = ["ElectricNCE"]
+__all__ = ["POSITIONS", "ElectricNCE"]
+
+#: how :class:`ElectricNCE` picks the replaced positions
+POSITIONS = ("fixed", "bernoulli")
 
 
 def _as_count(n: Tensor | float, like: Tensor, name: str) -> Tensor:
@@ -95,6 +104,13 @@ class ElectricNCE(nn.Module):
             :math:`\log q_\varepsilon` (still exact NCE). A jointly trained ``q`` soon puts almost no
             mass on implausible tokens, so the energy never sees them and their scores stay
             untrained; the uniform share keeps them among the negatives. ``0``: the noise alone.
+        positions: ``"fixed"`` (default; Eq. 3.18): exactly ``k = ceil(mask_rate * l)`` positions of each
+            sentence are replaced and ``G`` reads the counts ``(l - k, k)``; ``"bernoulli"``: each real
+            position is replaced independently with probability ``r = mask_rate`` and ``G`` reads the
+            rates ``(1 - r, r)``. With a fixed count the labels of one sentence depend on each other,
+            and an energy that sees the whole noised sentence in one pass can use it: once it spots one
+            replaced token, the others are more likely data, so a visibly wrong token raises the scores
+            of the rest of its sentence. Independent positions remove that dependence.
 
     Call: ``objective(model, batch, generator=None) -> LossOutput`` with ``batch`` Sequences of
     sentences (token ids ``>= 1``) or a ``(tokens (B, T), lengths (B,))`` tuple (what
@@ -113,8 +129,12 @@ class ElectricNCE(nn.Module):
         ['accuracy', 'e_neg', 'e_pos', 'gap', 'loss_nce', 'loss_noise']
     """
 
-    def __init__(self, *, mask_rate: float = 0.15, noise_weight: float = 1.0, uniform_mix: float = 0.0) -> None:
+    def __init__(self, *, mask_rate: float = 0.15, noise_weight: float = 1.0, uniform_mix: float = 0.0,
+                 positions: str = "fixed") -> None:
         super().__init__()
+        if positions not in POSITIONS:
+            raise ValueError(f"positions: expected one of {', '.join(POSITIONS)}; got {positions!r}")
+        self.positions = positions
         self.mask_rate = check_probability(mask_rate, "mask_rate", open_low=True)
         self.noise_weight = check_positive(noise_weight, "noise_weight", allow_zero=True)
         self.uniform_mix = check_probability(uniform_mix, "uniform_mix", open_high=True)
@@ -134,12 +154,15 @@ class ElectricNCE(nn.Module):
         return torch.ceil(lengths.double() * self.mask_rate - 1e-9).clamp(min=0).long()
 
     def select_positions(self, x: Sequences, generator: torch.Generator | None = None) -> Tensor:
-        """``(B, T)`` bool: ``k_b`` real positions of each sentence, uniform without replacement.
+        """``(B, T)`` bool: ``k_b`` real positions of each sentence, uniform without replacement
+        (``positions="fixed"``), or each real position with probability ``mask_rate`` (``"bernoulli"``).
 
         One ``torch.rand((B, T))`` draw from ``generator``: the ``k_b`` smallest keys among the real
-        positions are chosen."""
+        positions are chosen (fixed), or the keys below ``mask_rate`` (bernoulli)."""
         mask = x.mask()
         keys = torch.rand(x.tokens.shape, generator=generator, device=x.tokens.device).masked_fill(~mask, 2.0)
+        if self.positions == "bernoulli":
+            return (keys < self.mask_rate) & mask
         rank = keys.argsort(1).argsort(1)
         return (rank < self.replaced_counts(x.lengths).unsqueeze(1)) & mask
 
@@ -216,10 +239,15 @@ class ElectricNCE(nn.Module):
         noised = noise.sample_replacements(x, replaced, generator=generator, log_probs=log_noise)
         scores = model.token_scores(x.with_tokens(noised))                              # log p-hat, one pass
         log_q_noised = log_noise.gather(-1, noised.masked_fill(~mask, 1).unsqueeze(-1)).squeeze(-1)
-        k = replaced.sum(1, keepdim=True).expand_as(mask)
-        n_pos = (x.lengths.unsqueeze(1) - k)[mask].to(scores.dtype)
         positive = ~replaced[mask]
-        g = self.logits(scores[mask], log_q_noised[mask].to(scores.dtype), n_pos, k[mask].to(scores.dtype))
+        n_pos: Tensor | float
+        n_neg: Tensor | float
+        if self.positions == "bernoulli":  # independent labels: the prior odds are the rates
+            n_pos, n_neg = 1.0 - self.mask_rate, self.mask_rate
+        else:
+            k = replaced.sum(1, keepdim=True).expand_as(mask)
+            n_pos, n_neg = (x.lengths.unsqueeze(1) - k)[mask].to(scores.dtype), k[mask].to(scores.dtype)
+        g = self.logits(scores[mask], log_q_noised[mask].to(scores.dtype), n_pos, n_neg)
         loss_nce = self.binary_losses(g, positive).sum() / n_tokens
         loss = loss_nce + self.noise_weight * loss_noise
         energy = -scores[mask].detach()
@@ -232,4 +260,5 @@ class ElectricNCE(nn.Module):
         return LossOutput(loss, metrics, noised.detach())
 
     def extra_repr(self) -> str:
-        return f"mask_rate={self.mask_rate:g}, noise_weight={self.noise_weight:g}, uniform_mix={self.uniform_mix:g}"
+        return (f"mask_rate={self.mask_rate:g}, noise_weight={self.noise_weight:g}, uniform_mix={self.uniform_mix:g}, "
+                f"positions={self.positions!r}")
