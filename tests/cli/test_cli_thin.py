@@ -44,6 +44,9 @@ CHECK_LINES = 900
 #: a moved key's home for the config's ``model.kind`` (``tasks``, ``config``), a run folder written before read
 #: in the new spelling (``tasks.stored_spelling`` / ``stored_identity``, ``run``) and the new sections' key roles.
 SECTION_LINES = 95
+#: lines issue 26 added to the shared modules for a new key of a shared section (``sampler.grad_clamp``: its
+#: schema field and its rule; a key is declared here, its meaning lives in the library's ``SGLD``).
+KEY_LINES = 2
 #: the same for each new task's own modules (the language task's kind tables and stored vocabulary).
 TASK_CHECK_LINES = 300
 
@@ -72,7 +75,7 @@ def _imported(path: Path) -> set[str]:
 
 def test_cli_is_clearly_shorter_than_before_the_task_registry() -> None:
     lines = sum(len(p.read_text().splitlines()) for p in _modules())
-    limit = LINES_BEFORE_REGISTRY - MARGIN + HOOK_LINES + CHECK_LINES + SECTION_LINES
+    limit = LINES_BEFORE_REGISTRY - MARGIN + HOOK_LINES + CHECK_LINES + SECTION_LINES + KEY_LINES
     assert lines <= limit, (
         f"src/ebms/cli has {lines} lines; keep it at most {limit}: move library code "
         "(computations, plots, data handling) to its layer and call it from the task")

@@ -184,6 +184,26 @@ def test_ula_leaves_parameter_requires_grad_and_grad_untouched(frozen):
     assert not run.samples.requires_grad
 
 
+def test_sgld_grad_clamp_moves_each_coordinate_by_the_clamped_gradient():
+    """One step on E = |x - m|^2/2 without noise: x' = x - a clamp(x - m, -c, c), coordinate by coordinate."""
+    from ebms.energy import from_fn
+
+    m = torch.tensor([0.0, 1.0, -2.0, 0.01], dtype=torch.float64)
+    energy = from_fn(lambda x: 0.5 * ((x - m) ** 2).sum(-1))
+    x0 = torch.zeros(3, 4, dtype=torch.float64)
+    alpha, c = 10.0, 0.03
+    got = SGLD(step_size=alpha, noise_scale=0.0, grad_clamp=c).run(energy, x0, 1).samples[-1]
+    want = x0 - alpha * (x0 - m).clamp(-c, c)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-15)  # 0.3 per coordinate at most; 0.1 for m = 0.01
+    free = SGLD(step_size=alpha, noise_scale=0.0).run(energy, x0, 1).samples[-1]
+    torch.testing.assert_close(free, x0 - alpha * (x0 - m), rtol=0, atol=1e-15)
+    loose = SGLD(step_size=0.05, noise_scale=0.1, grad_clamp=1e9)  # a clamp that never binds changes nothing
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    a = loose.run(energy, x0, 5, generator=g1).samples
+    b = SGLD(step_size=0.05, noise_scale=0.1).run(energy, x0, 5, generator=g2).samples
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize(
     ("make", "exc", "match"),
     [
@@ -191,6 +211,7 @@ def test_ula_leaves_parameter_requires_grad_and_grad_untouched(frozen):
         (lambda: ULA(step_size=float("inf")), ValueError, r"step_size: expected a finite number > 0; got inf"),
         (lambda: ULA(schedule=0.5), TypeError, r"schedule: expected a callable t -> multiplier or None; got float"),
         (lambda: SGLD(noise_scale=-1.0), ValueError, r"noise_scale: expected a finite number >= 0; got -1\.0"),
+        (lambda: SGLD(grad_clamp=0.0), ValueError, r"grad_clamp: expected a finite number > 0; got 0\.0"),
     ],
 )
 def test_langevin_bad_arguments_messages_name_argument_and_value(make, exc, match):

@@ -133,6 +133,7 @@ CORE_RULES: dict[str, Rule] = {
     "sampler.kind": Rule(names="a sampler name that fits the data (build.SAMPLERS: continuous or discrete kernels)"),
     "sampler.step_size": POS,
     "sampler.noise_scale": NONNEG,
+    "sampler.grad_clamp": POS,
     "sampler.n_leapfrog": COUNT,
     "sampler.sweeps": COUNT,
     "sampler.scan": Rule(choices=("random", "systematic")),

@@ -70,6 +70,7 @@ class SamplerConfig:
     kind: str = "sgld"
     step_size: float = 0.01
     noise_scale: float | None = None
+    grad_clamp: float | None = None
     n_leapfrog: int = 5
     sweeps: int = 1
     scan: str = "random"

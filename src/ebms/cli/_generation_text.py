@@ -16,10 +16,9 @@
 * ``model.kind = "electric"`` (``objective.kind = "nce"``): the Electric cloze model
   (:class:`~ebms.models.ElectricCloze`, width ``embedding_dim``, ``layers``, ``heads``) with a
   :class:`~ebms.nets.TwoTowerCloze` noise of the same sizes trained jointly by
-  :class:`~ebms.objectives.ElectricNCE` (``electric.mask_rate``; ``electric.uniform_mix``: the share
-  of a uniform law mixed into the noise; ``electric.positions``: ``fixed`` or ``bernoulli``). ``eval``: per held-out split, the one-pass
-  pseudo-log-likelihood per token (a score: the model is only trained towards
-  self-normalisation), the noise's (normalised) one, and how often the model prefers each sentence
+  :class:`~ebms.objectives.ElectricNCE` (``electric.mask_rate``, ``uniform_mix``, ``positions``). ``eval``:
+  per held-out split, the one-pass pseudo-log-likelihood per token (a score: the model is only trained
+  towards self-normalisation), the noise's (normalised) one, and how often the model prefers each sentence
   over the same sentence with one token replaced at random (:func:`~ebms.data.text.replace_one_token`);
   it draws no samples.
 """
@@ -74,8 +73,7 @@ class ResidualSettings:
 
 @dataclass
 class ElectricSettings:
-    """``[electric]``: the Electric cloze model's sizes, mask rate and the uniform share of its noise
-    (module docstring)."""
+    """``[electric]``: the Electric cloze model's sizes and its noise (module docstring)."""
 
     embedding_dim: int = 256
     layers: int = 2
@@ -272,8 +270,7 @@ class TextElectricTask(_NCETextTask):
     model_kinds = ("electric",)
     own = "electric"
     more_sections: ClassVar[dict[str, Section]] = {"electric": ELECTRIC}
-    keys = (*net_keys("electric", "embedding_dim", "layers", "heads", "dropout"), "electric.mask_rate",
-            "electric.uniform_mix", "electric.positions")
+    keys = net_keys("electric", "embedding_dim", "layers", "heads", "dropout", "mask_rate", "uniform_mix", "positions")
 
     def own_settings(self, cfg: Config) -> ElectricSettings:
         return cast(ElectricSettings, cfg.sections["electric"])

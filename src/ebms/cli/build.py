@@ -226,7 +226,7 @@ def build_mlp(cfg: Config, shape: tuple[int, ...]) -> nn.Module:
 
 SAMPLERS: dict[str, Callable[[SamplerConfig, Space | None], Sampler]] = {
     "ula": lambda c, s: ULA(c.step_size, space=s),
-    "sgld": lambda c, s: SGLD(c.step_size, c.noise_scale, space=s),
+    "sgld": lambda c, s: SGLD(c.step_size, c.noise_scale, space=s, grad_clamp=c.grad_clamp),
     "mala": lambda c, s: MALA(c.step_size, space=s),
     "hmc": lambda c, s: HMC(c.step_size, c.n_leapfrog, space=s),
 }

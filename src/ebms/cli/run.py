@@ -135,7 +135,7 @@ KEY_ROLES: dict[str, str] = {
     }),
     **_rows("training", {
         "run": "device",
-        "sampler": "kind step_size noise_scale n_leapfrog sweeps scan temperature n_flips",
+        "sampler": "kind step_size noise_scale grad_clamp n_leapfrog sweeps scan temperature n_flips",
         "train": "batch_size lr lr_schedule lr_final sa_tc sa_beta sa_t0 optimizer momentum weight_decay grad_clip",
         "trf": "zeta_tc zeta_beta zeta_t0 chain_groups scan",
     }),

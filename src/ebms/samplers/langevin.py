@@ -58,6 +58,10 @@ class _Langevin(Sampler, abc.ABC):
     def _coefficients(self, eps: Tensor | float) -> tuple[Tensor | float, Tensor | float]:
         """Gradient coefficient and noise scale for step size ``eps`` (a tensor or a float)."""
 
+    def _direction(self, g: Tensor) -> Tensor:
+        """The gradient the move uses (the energy's own; SGLD may clamp it)."""
+        return g
+
     def step(
         self, energy: EnergyLike, state: ChainState, *, generator: torch.Generator | None = None
     ) -> tuple[ChainState, StepInfo]:
@@ -77,6 +81,7 @@ class _Langevin(Sampler, abc.ABC):
                 raise ValueError(f"schedule({state.t}): expected a finite multiplier >= 0; got {m!r}")
             eps = eps * m
         alpha, sigma = self._coefficients(expand_to(eps, x) if isinstance(eps, Tensor) else eps)
+        g = self._direction(g)
         noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
         if g.dtype != x.dtype:  # a gradient in another precision: let type promotion decide
             x_new = x - alpha * g + sigma * noise
@@ -150,6 +155,10 @@ class SGLD(_Langevin):
         schedule: optional ``t -> multiplier`` applied to ``α`` (``σ`` stays fixed
             unless ``noise_scale`` is ``None``).
         space: optional space to project onto after each move.
+        grad_clamp: ``c > 0``: each element of ``∇E`` is clamped to ``[-c, c]`` before the move,
+            so no coordinate moves by more than ``α c`` plus noise (the image-EBM tutorials' rule, e.g.
+            ``α = 10``, ``c = 0.03``); ``None`` (default): the gradient as it is. The chain is then
+            no longer a discretised Langevin diffusion of ``E``: a heuristic sampler for training.
     """
 
     def __init__(
@@ -159,9 +168,14 @@ class SGLD(_Langevin):
         *,
         schedule: Schedule | None = None,
         space: Space | None = None,
+        grad_clamp: float | None = None,
     ) -> None:
         super().__init__(step_size=step_size, schedule=schedule, space=space)
         self.noise_scale = None if noise_scale is None else check_positive(noise_scale, "noise_scale", allow_zero=True)
+        self.grad_clamp = None if grad_clamp is None else check_positive(grad_clamp, "grad_clamp")
+
+    def _direction(self, g: Tensor) -> Tensor:
+        return g if self.grad_clamp is None else g.clamp(-self.grad_clamp, self.grad_clamp)
 
     def init(self, energy: EnergyLike, x0: Tensor) -> ChainState:
         """Start chains at ``x0``; ``noise_scale`` must, like ``step_size``, be finite in ``x0``'s dtype."""
