@@ -16,6 +16,8 @@
   (``logp``, ``max_softmax``, ``grad_norm``) — out-of-distribution detection.
 * :func:`evaluate_image_classifier`, :func:`evaluate_image_energy` — the test figures of image
   classifiers (JEM) and image energies.
+* :func:`classifier_scores`, :func:`frechet_distance` — how image samples look to a classifier
+  trained on the data (recognised share, class cover, classifier score; feature Fréchet distance).
 * :func:`compare_over_seeds` / :class:`SeedComparison` — two methods over the same seeds: the paired
   difference, its Student-t interval, and the verdict it allows ("not significant" where it covers 0).
 """
@@ -76,11 +78,15 @@ from ebms.metrics.rescoring import (
     simulate_nbest,
     tune_weights,
 )
+from ebms.metrics.sample_quality import ClassifierScores, classifier_scores, frechet_distance
 from ebms.metrics.seeds import SeedComparison, compare_over_seeds, student_t_quantile
 from ebms.metrics.tagger_eval import decode_tags, evaluate_tagger
 from ebms.metrics.tagging import token_accuracy, token_f1
 
 __all__ = [
+    "ClassifierScores",
+    "classifier_scores",
+    "frechet_distance",
     "PerplexityRow",
     "TRFPerplexity",
     "trf_perplexity",

@@ -1,0 +1,186 @@
+"""Do image EBMs generate digits from noise? Samples judged by a classifier trained on the data (issue 26, item 3).
+
+Per arm (a packaged recipe with overrides) and seed, trains the run through the command line
+(``ebms train``; resumed when its folder has checkpoints, kept when it has its ``eval.json``), draws
+``--n`` fresh samples from noise (``ebms sample``: chains from uniform noise, from the recipe's
+Gaussian restarts with ``vision.informative_init``, or recovery likelihood's progressive sampling)
+and scores them with the network of the ``classifier-mnist`` run (trained once, seed 0, 1,500 steps):
+
+* ``confident``: the share of samples the classifier puts in one class with probability >= 0.9;
+* ``class_entropy``: entropy (nats) of the mean class posterior (``log 10 = 2.303``: all digits);
+* ``score``: ``exp E KL(p(y|x) || p(y))``, in ``[1, 10]``;
+* ``fd``: Fréchet distance of the classifier's pooled features of the samples and of ``--n`` test
+  images (:func:`ebms.metrics.frechet_distance`).
+
+The same figures of ``--n`` test images (its floor: a different test sample against the same
+reference) and of uniform noise are printed beside them. Comparisons between arms are paired by
+seed (:func:`ebms.metrics.compare_over_seeds`). Sample grids: each ``samples-*.png`` next to the run.
+
+Arms (``--arms NAME ...``, default all): ``recipe`` = ``conv-ebm-mnist`` (Gaussian restarts);
+``uniform`` = the same with ``vision.informative_init=false`` (the tutorial's uniform restarts);
+``tutorial`` = uniform restarts at the library page's guidance (60 SGLD steps of size 0.01 with noise
+0.005, batch 128, buffer 8,192, restarts 5 %, regulariser 0.01, Adam 1e-4); ``tutorial-clamp`` = that
+with the image tutorials' move (step 10, each gradient element clamped to 0.03); ``recovery`` =
+``recovery-mnist``; ``recovery-deep`` = recovery likelihood with levels that reach near pure noise.
+``--steps`` sets ``train.steps`` of every arm (default: each recipe's).
+
+Resumable: runs live under ``--out`` (default ``runs/image-generation``), ``<arm>/seed<s>``.
+Run: ``python benchmarks/image_generation.py [--arms A ...] [--seeds 0 1 2] [--steps N] [--n 500]
+[--record NAME] [--quick]``. ``--quick``: 300 images, 4 steps, 40 samples (a smoke test, not a figure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import _common as C
+import torch
+from _record import Recorder
+
+from ebms.cli.main import main as ebms_main
+from ebms.metrics import classifier_scores, compare_over_seeds, frechet_distance
+
+ROOT = Path(__file__).resolve().parents[1]
+TUTORIAL = ["vision.informative_init=false", "objective.k=60", "sampler.step_size=0.01", "sampler.noise_scale=0.005",
+            "train.batch_size=128", "objective.buffer_size=8192", "objective.reinit_prob=0.05",
+            "objective.regularization=0.01", "train.lr=0.0001", "vision.data_noise=0.005"]
+ARMS: dict[str, tuple[str, list[str]]] = {
+    "recipe": ("conv-ebm-mnist", []),
+    "uniform": ("conv-ebm-mnist", ["vision.informative_init=false"]),
+    "tutorial": ("conv-ebm-mnist", TUTORIAL),
+    "tutorial-clamp": ("conv-ebm-mnist", [*TUTORIAL, "sampler.step_size=10", "sampler.grad_clamp=0.03"]),
+    "recovery": ("recovery-mnist", []),
+    "recovery-deep": ("recovery-mnist", ["objective.sigmas=[0.05,0.1,0.2,0.35,0.55,0.8,0.95]", "train.lr=0.001"]),
+}
+FIGURES = ("confident", "class_entropy", "score", "fd")
+
+
+def _ebms(argv: list[str], what: str) -> None:
+    code = ebms_main(argv)
+    if code != 0:
+        raise SystemExit(f"{what} failed with exit status {code}: ebms {' '.join(argv)}")
+
+
+def train(folder: Path, recipe: str, overrides: list[str]) -> Path:
+    """The run folder, trained (or resumed) unless its eval.json exists."""
+    run = folder / recipe
+    if not (run / "eval.json").is_file():
+        resume = ["--resume"] if (run / "checkpoints").is_dir() else []
+        _ebms(["train", recipe, f"run.out_dir={folder}", f"run.progress={str(sys.stderr.isatty()).lower()}",
+               *overrides, *resume], f"ebms train {recipe}")
+    return run
+
+
+def samples(run: Path, n: int) -> torch.Tensor:
+    """``n`` fresh samples of the run (``ebms sample``; written once, read back after)."""
+    from safetensors.torch import load_file
+
+    found = sorted(run.glob(f"samples-n{n}-steps*-seed*.safetensors"))
+    if not found:
+        _ebms(["sample", str(run), "--n", str(n)], f"ebms sample {run}")
+        found = sorted(run.glob(f"samples-n{n}-steps*-seed*.safetensors"))
+    return load_file(str(found[0]))["samples"]
+
+
+class Judge:
+    """The data classifier: logits and pooled features of images in [-1, 1], and the reference test features."""
+
+    def __init__(self, run: Path, n: int) -> None:
+        from ebms.cli.run import load_run
+
+        cfg, model, data, _ = load_run(run)
+        self.net = model.eval()
+        self.test = data.test[:n]
+        self.train = data.train[:n]
+        self.reference = self.features(self.test)
+
+    def _batched(self, fn: Any, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return torch.cat([fn(x[i:i + 500]) for i in range(0, x.shape[0], 500)])
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self._batched(self.net.classifier.trunk, x.clamp(-1, 1)).double()
+
+    def judge(self, x: torch.Tensor) -> dict[str, Any]:
+        x = x.clamp(-1, 1)
+        s = classifier_scores(self._batched(self.net.logits, x))
+        return {"confident": s.confident, "class_entropy": s.class_entropy, "score": s.score, "counts": s.counts,
+                "fd": frechet_distance(self.features(x), self.reference)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--steps", type=int, default=None, help="train.steps of every arm (default: the recipes')")
+    p.add_argument("--n", type=int, default=500, help="samples per run, and test images of the reference")
+    p.add_argument("--out", type=Path, default=None, help="runs folder (default runs/image-generation)")
+    p.add_argument("--record", default=None, help="write benchmarks/records/NAME.json")
+    p.add_argument("--quick", action="store_true", help="300 images, 4 steps, 40 samples: a smoke test")
+    args = p.parse_args(argv)
+    if len(set(args.seeds)) != len(args.seeds):
+        raise SystemExit(f"--seeds: expected distinct seeds; got {args.seeds}")
+    small = ["vision.limit=300", "eval.sample_steps=3", "eval.n_samples=16", "vision.ood=[]",
+             "data.n_test=200"] if args.quick else []
+    if args.quick:
+        args.steps, args.n = 4, 40
+    out = args.out or ROOT / "runs" / ("image-generation-quick" if args.quick else "image-generation")
+    more = [f"train.steps={args.steps}"] if args.steps else []
+    rec = Recorder(args.record, seeds=args.seeds, settings={
+        "arms": {a: ARMS[a] for a in args.arms}, "steps": args.steps, "n": args.n, "quick": args.quick,
+        "judge": "classifier-mnist, seed 0", "threads": int(os.environ.get("OMP_NUM_THREADS", "0") or 0)}) \
+        if args.record else None
+    t0 = time.perf_counter()
+    judge_run = train(out / "judge", "classifier-mnist", [*small, *more] if args.quick else [])
+    judge = Judge(judge_run, args.n)
+    floor = {"test": judge.judge(judge.train),
+             "noise": judge.judge(torch.rand(args.n, *judge.test.shape[1:], generator=torch.Generator()
+                                             .manual_seed(0)) * 2 - 1)}
+    per: dict[str, dict[int, dict[str, Any]]] = {a: {} for a in args.arms}
+    for seed in args.seeds:
+        for arm in args.arms:
+            recipe, overrides = ARMS[arm]
+            C.note(f"[image_generation] {arm}, seed {seed}")
+            t1 = time.perf_counter()
+            run = train(out / arm / f"seed{seed}", recipe, [*overrides, *small, *more, f"run.seed={seed}"])
+            per[arm][seed] = {**judge.judge(samples(run, args.n)), "run": str(run.relative_to(ROOT) if
+                                                                             run.is_relative_to(ROOT) else run),
+                              "seconds": time.perf_counter() - t1}
+    rows = [["training images", "-", *(f"{floor['test'][k]:.4g}" for k in FIGURES)],
+            ["uniform noise", "-", *(f"{floor['noise'][k]:.4g}" for k in FIGURES)]]
+    rows += [[a, str(s), *(f"{per[a][s][k]:.4g}" for k in FIGURES)] for a in per for s in args.seeds]
+    print(C.format_table(["samples", "seed", *FIGURES], rows))
+    comparisons: dict[str, Any] = {}
+    if len(args.seeds) > 1:
+        first = args.arms[0]
+        for arm in args.arms[1:]:
+            for key, higher in (("confident", True), ("fd", False)):
+                comparisons[f"{arm} - {first}: {key}"] = compare_over_seeds(
+                    [per[arm][s][key] for s in args.seeds], [per[first][s][key] for s in args.seeds],
+                    seeds=args.seeds, name_a=arm, name_b=first, metric=key, higher_is_better=higher).to_dict()
+        for c in comparisons.values():
+            print(c["sentence"])
+    means = {a: {k: statistics.mean(per[a][s][k] for s in args.seeds) for k in FIGURES} for a in per}
+    if rec is not None:
+        rec.write({"floor": floor, "per_run": {a: {f"seed{s}": v for s, v in per[a].items()} for a in per},
+                   "means": means, "comparisons": comparisons},
+                  notes="Samples from noise of each arm's run, judged by the classifier-mnist network (seed 0): "
+                        "confident = share with top class probability >= 0.9; class_entropy = entropy of the mean "
+                        "posterior (nats; log 10 = 2.303 covers all digits); score = exp E KL(p(y|x) || p(y)); fd = "
+                        "Fréchet distance of the classifier's pooled features against the same number of test "
+                        "images; floor: training images and uniform noise judged the same way. seconds: train + "
+                        "sample on a shared 2-core machine. comparisons: paired by seed, 95 % Student-t interval.")
+    print(json.dumps({"bench": "image_generation", "seconds": round(time.perf_counter() - t0, 1),
+                      "means": means}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

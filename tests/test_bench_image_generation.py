@@ -1,0 +1,40 @@
+"""benchmarks/image_generation.py: every arm is a valid configuration, and its quick mode judges samples (slow)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import image_generation  # noqa: E402
+
+
+@pytest.mark.parametrize("arm", sorted(image_generation.ARMS))
+def test_every_arm_is_a_valid_configuration(arm):
+    from ebms.cli.build import validate_config
+    from ebms.cli.config import load_config
+    from ebms.cli.main import recipe_path
+
+    recipe, overrides = image_generation.ARMS[arm]
+    cfg = validate_config(load_config(str(recipe_path(recipe)), overrides), device=False)
+    if arm.startswith("tutorial"):
+        assert cfg.objective.k == 60 and not cfg.sections["vision"].informative_init
+    if arm == "tutorial-clamp":
+        assert cfg.sampler.grad_clamp == 0.03 and cfg.sampler.step_size == 10
+
+
+@pytest.mark.slow
+def test_quick_mode_scores_samples_and_the_floors(tmp_path, capsys, monkeypatch):
+    from ebms.data.paths import data_root
+
+    if not (data_root() / "mnist").is_dir():
+        pytest.skip("MNIST is not under the data root ($EBMS_DATA)")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert image_generation.main(["--quick", "--seeds", "0", "--arms", "uniform", "--out", str(tmp_path)]) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    m = line["means"]["uniform"]
+    assert 0 <= m["confident"] <= 1 and 1 <= m["score"] <= 10 and m["fd"] >= 0
+    assert list((tmp_path / "uniform" / "seed0" / "conv-ebm-mnist").glob("samples-n40-*.png"))
