@@ -41,6 +41,39 @@ def test_log_prob_sums_to_one_over_every_image(gated, channels, height, width):
     assert float(lp.max() - lp.min()) > 1.0  # not the uniform law
 
 
+class _Opaque(torch.nn.Module):
+    """The same net behind a module that is not a PixelCNN: sampling then takes the full-image pass."""
+
+    def __init__(self, net: PixelCNN) -> None:
+        super().__init__()
+        self.inner = net
+        self.channels = net.channels
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x)
+
+
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize(("channels", "height", "width", "layers", "kernel"),
+                         [(1, 9, 7, 2, 3), (1, 12, 12, 3, 3), (2, 6, 10, 2, 5), (1, 1, 5, 2, 3)])
+def test_window_sampling_draws_exactly_the_full_image_passes_images(gated, channels, height, width, layers, kernel):
+    g = torch.Generator().manual_seed(4)
+    net = PixelCNN(channels, hidden=6, layers=layers, kernel=kernel, gated=gated).double()
+    with torch.no_grad():
+        for p in net.parameters():
+            p.copy_(0.7 * torch.randn(p.shape, generator=g, dtype=torch.float64))
+    windowed = PixelCNNModel(net, height, width).sample(16, generator=torch.Generator().manual_seed(9))
+    full = PixelCNNModel(_Opaque(net), height, width).sample(16, generator=torch.Generator().manual_seed(9))
+    assert torch.equal(windowed, full)
+    assert 0 < float(windowed.mean()) < 1  # not a constant image
+    with torch.no_grad():  # the window's logits equal the full pass's at the pixel it serves
+        r = layers * (kernel // 2) + int(gated)
+        i, j = height - 1, width // 2
+        top, left = max(0, i - r), max(0, j - r)
+        part = net(full[:, :, top:i + 1, left:min(width, j + r + 1)])[:, :, i - top, j - left]
+        torch.testing.assert_close(part, net(full)[:, :, i, j], rtol=0, atol=1e-12)
+
+
 def test_flat_and_image_forms_give_the_same_log_prob_and_bits_per_dim_is_nats_over_pixels():
     model = _model(3, 4)
     x = _all_images(1, 3, 4)[::97]
