@@ -81,7 +81,7 @@ def diagnose(folder: Path) -> dict[str, float]:
 
     from ebms.cli.generation import EVAL_SEED_OFFSET
     from ebms.cli.run import load_run
-    from ebms.data._text_batches import replace_one_token
+    from ebms.data.text import replace_one_token
 
     cfg, model, data, _ = load_run(folder)
     g = torch.Generator().manual_seed(cfg.run.seed + EVAL_SEED_OFFSET)
