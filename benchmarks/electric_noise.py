@@ -135,7 +135,7 @@ def compare(per: dict[str, dict[int, dict[str, Any]]], seeds: list[int]) -> dict
             name_b="its noise", metric="prefers", higher_is_better=True).to_dict()
     first = arms[0]
     for arm in arms[1:]:
-        for key in ("prefers", "pll", "noise_prefers"):
+        for key in ("prefers", "noise_prefers"):  # not pll: Electric's is unnormalised, arms' scales differ
             out[f"{arm} - {first}: {key}"] = compare_over_seeds(
                 [per[arm][s][key] for s in seeds], [per[first][s][key] for s in seeds], seeds=seeds,
                 name_a=arm, name_b=first, metric=key, higher_is_better=True).to_dict()

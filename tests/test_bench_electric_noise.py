@@ -45,7 +45,7 @@ def test_compare_pairs_electric_with_its_noise_and_each_arm_with_the_first():
         per["mix0.25"][s] = {"prefers": b, "noise_prefers": c, "pll": -1.6}
     out = electric_noise.compare(per, [0, 1, 2])
     assert set(out) == {"mix0: electric - noise, prefers", "mix0.25: electric - noise, prefers",
-                        "mix0.25 - mix0: prefers", "mix0.25 - mix0: pll", "mix0.25 - mix0: noise_prefers"}
+                        "mix0.25 - mix0: prefers", "mix0.25 - mix0: noise_prefers"}
     d = out["mix0.25 - mix0: prefers"]
     assert d["diffs"] == pytest.approx([0.05, 0.06, 0.03]) and d["ci_low"] > 0
     assert out["mix0: electric - noise, prefers"]["mean_diff"] == pytest.approx((0.70 + 0.72 + 0.71 - 2.9) / 3)
