@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_residual_text_quick_mode_ends_with_a_summary_whose_bounds_are_ordered() -> None:
     if not (data_root() / "tinyshakespeare" / "input.txt").is_file():
         pytest.skip("Tiny Shakespeare is not under the data root ($EBMS_DATA)")
-    out = subprocess.run([sys.executable, "residual_text.py", "--quick", "--corpus", "shakespeare", "--no-save"],
+    out = subprocess.run([sys.executable, "residual_text.py", "--quick", "--corpus", "shakespeare", "--no-save",
+                          "--baselines"],
                          cwd=ROOT / "benchmarks", capture_output=True, text=True, timeout=600, check=True)
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["bench"] == "residual_text"
@@ -33,6 +34,7 @@ def test_residual_text_quick_mode_ends_with_a_summary_whose_bounds_are_ordered()
     assert s["joint_lower"] <= s["joint_upper"]  # lower <= upper holds for every draw (Jensen)
     assert set(s["gaps"]) == {"n10", "n100"} and all(g >= 0 for g in s["gaps"].values())
     assert s["base_ppl"] > 1.0
+    assert "RALM PPL" in out.stdout and "BALM PPL" in out.stdout  # the baselines' rows
 
 
 _bench = bench
