@@ -45,7 +45,7 @@ from ebms.models.electric import ElectricCloze
 from ebms.models.residual_lm import ResidualLM
 from ebms.nets.text_energy import TextEnergy
 from ebms.nets.two_tower import TwoTowerCloze
-from ebms.objectives.electric import ElectricNCE
+from ebms.objectives.electric import POSITIONS, ElectricNCE
 from ebms.objectives.residual_nce import ResidualNCE
 from ebms.samplers.joint_resampling import join_rows, top_k_joint_sample
 from ebms.sequences import Sequences
@@ -89,7 +89,7 @@ RESIDUAL = Section(ResidualSettings, {"base_run": PATH, "prefix_length": COUNT, 
                                       "energy": Rule(choices=("bilstm", "transformer")), **_NET_RULES,
                                       "negatives": COUNT, "joint_samples": COUNT})
 ELECTRIC = Section(ElectricSettings, {**_NET_RULES, "mask_rate": FRACTION, "uniform_mix": DROPOUT,
-                                      "positions": Rule(choices=("fixed", "bernoulli"))})
+                                      "positions": Rule(choices=POSITIONS)})
 
 #: keys that fix a language run's vocabulary: a residual run must have its base run's values.
 SAME_VOCABULARY = ("data.name", "data.root", "language.level", "language.lower", "language.sentence_split",

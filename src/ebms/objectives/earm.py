@@ -186,9 +186,7 @@ class EARM(nn.Module):
         extra = {}
         ce_step = ce
         if self.ce_clip is not None and self.training:
-            norm = _gradient_norm(ce, model, "ce_clip", "the cross-entropy's")
-            ce_step = ce * (self.ce_clip / norm.clamp(min=torch.finfo(norm.dtype).tiny)).clamp(max=1.0).detach()
-            extra["ce_grad_norm"] = norm
+            ce_step, extra["ce_grad_norm"] = _clipped(ce, model, self.ce_clip, "ce_clip", "the cross-entropy's")
         if not active:
             zero = ce.new_zeros(())
             if self.clip is not None:
@@ -200,9 +198,7 @@ class EARM(nn.Module):
         terms = self._terms(data, draws, None, None, update=self.ema is not None)
         term = self.weight * terms.value
         if self.clip is not None:
-            norm = _gradient_norm(term, model, "clip", "the surrogate's")
-            term = term * (self.clip / norm.clamp(min=torch.finfo(norm.dtype).tiny)).clamp(max=1.0).detach()
-            extra["earm_grad_norm"] = norm
+            term, extra["earm_grad_norm"] = _clipped(term, model, self.clip, "clip", "the surrogate's")
         return LossOutput(ce_step + term, scalar_metrics(ce=ce.detach(), earm=terms.value.detach(), ess=terms.ess,
                                                     active=1.0, **extra))
 
@@ -389,6 +385,12 @@ def energy_resample(log_q: Tensor, energy: Tensor, k: int, *, rule: str = "resam
     else:
         pick = torch.multinomial(score.double().softmax(1), 1, generator=generator).squeeze(1)
     return torch.arange(lq.shape[0], device=pick.device) * k + pick
+
+
+def _clipped(term: Tensor, model: Any, bound: float, key: str, whose: str) -> tuple[Tensor, Tensor]:
+    """``term`` scaled by the detached ``min(1, bound / ||d term / d theta||)``, and that norm."""
+    norm = _gradient_norm(term, model, key, whose)
+    return term * (bound / norm.clamp(min=torch.finfo(norm.dtype).tiny)).clamp(max=1.0).detach(), norm
 
 
 def _gradient_norm(term: Tensor, model: Any, key: str, whose: str) -> Tensor:

@@ -147,7 +147,8 @@ class ElectricNCE(nn.Module):
             return log_q
         V = log_q.shape[-1]
         mixed = torch.logaddexp(log_q + math.log1p(-eps), torch.full_like(log_q, math.log(eps / (V - 1))))
-        return torch.cat([torch.full_like(mixed[..., :1], -math.inf), mixed[..., 1:]], -1)
+        mixed[..., 0] = -math.inf  # the boundary id is never a token
+        return mixed
 
     def replaced_counts(self, lengths: Tensor) -> Tensor:
         """``(B,)`` long ``k = ceil(mask_rate * l)`` per sentence length."""
