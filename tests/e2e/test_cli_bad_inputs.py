@@ -536,10 +536,13 @@ ISSUE25 = [
         "language.chains: moved to trf.chains (model.kind = trf, trf-cnn, trf-bilstm); model.kind='lstm' does not "
         "read it", files=LM_FILES),
     Bad("residual: energy unknown", (*LM, "model.kind=residual", "residual.energy=lstm"),
-        "residual.energy: unknown value 'lstm'; expected one of bilstm, transformer", files=LM_FILES),
+        "residual.energy: unknown value 'lstm'; expected one of bilstm, transformer, bert, roberta", files=LM_FILES),
+    Bad("residual: heads of a BERT energy", (*_RESIDUAL_ON_LSTM, "residual.energy=bert", "residual.embedding_dim=10",
+                                             "residual.heads=4"),
+        "residual.heads: expected a divisor of residual.embedding_dim=10; got 4", setup=_lm_run("model.kind=lstm", *LM_TINY)),
     Bad("residual: heads of a BiLSTM energy", (*_RESIDUAL_ON_LSTM, "residual.heads=2"),
         "residual.heads: model.kind='residual' with objective.kind='nce' does not read it, so residual.heads=2 would "
-        "be ignored; it is read with model.kind = residual with residual.energy = 'transformer': drop it",
+        "be ignored; it is read with model.kind = residual with residual.energy = 'transformer', 'bert' or 'roberta': drop it",
         setup=_lm_run("model.kind=lstm", *LM_TINY)),
     Bad("residual: old spelling", (*LM, "model.kind=residual", "objective.kind=nce", "language.base_run=runs/lm"),
         "language.base_run: moved to residual.base_run (model.kind='residual')", files=LM_FILES),

@@ -163,6 +163,25 @@ def test_text_residual_samples_continue_held_out_prefixes(text_runs, capsys: pyt
         assert tuple(words[:2]) in starts and 2 <= len(words) <= 5, line
 
 
+@pytest.mark.parametrize("kind", ["bert", "roberta"])
+def test_a_residual_run_with_a_hugging_face_energy_trains_resumes_and_evaluates(text_runs, kind, tmp_path) -> None:
+    pytest.importorskip("transformers")
+    from ebms.nets.hf_text_energy import HFTextEnergy
+
+    root, common = text_runs
+    args = ["train", *common, f"run.out_dir={tmp_path}", "model.kind=residual", "objective.kind=nce",
+            f"residual.base_run={root}/runs/base", f"residual.energy={kind}", "residual.embedding_dim=16",
+            "residual.layers=1", "residual.heads=2", "residual.prefix_length=2", "residual.horizon=3",
+            "residual.negatives=4", "residual.joint_samples=10", "train.checkpoint_every=5", "run.name=hf"]
+    assert main([*args, "train.steps=5"]) == 0
+    assert main([*args, "train.steps=10", "--resume"]) == 0
+    _, model, _, step = load_run(tmp_path / "hf")
+    assert step == 10 and isinstance(model.energy_net, HFTextEnergy)
+    assert model.energy_net.max_length == 5 and float(model.energy_net.head.weight.detach().abs().sum()) > 0  # it trained
+    got = _eval(tmp_path / "hf")["figures"]["test"]
+    assert got["lower"] <= got["upper"]
+
+
 def test_text_earm_and_electric_train_and_report(text_runs, capsys: pytest.CaptureFixture[str]) -> None:
     root, common = text_runs
     assert main(["train", *common, "model.kind=lstm", *LM_16, "objective.kind=earm", "lm.earm_start=10",

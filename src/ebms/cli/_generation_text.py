@@ -6,6 +6,7 @@
   (an ``lstm`` or ``transformer`` run on the same text; the residual run encodes its sentences
   with the base run's stored vocabulary, and records the base's checkpoint in ``base.json``: a
   base trained again since is refused, :func:`ebms.cli._base_run.check_base`), a :class:`~ebms.nets.TextEnergy`
+  or, for ``residual.energy = "bert" | "roberta"``, a :class:`~ebms.nets.HFTextEnergy` built from a config
   (``residual.energy``, width ``embedding_dim``, ``layers``, ``heads``), horizon ``residual.horizon``.
   Each sentence longer than ``residual.prefix_length`` gives a (prefix, continuation) pair
   (:func:`~ebms.data.text.continuation_pairs`); training is :class:`~ebms.objectives.ResidualNCE`
@@ -25,6 +26,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
@@ -43,6 +45,7 @@ from ebms.data.text import continuation_pairs, replace_one_token
 from ebms.estimators.residual_log_z import residual_perplexity
 from ebms.models.electric import ElectricCloze
 from ebms.models.residual_lm import ResidualLM
+from ebms.nets.hf_text_energy import HF_KINDS, HFTextEnergy
 from ebms.nets.text_energy import TextEnergy
 from ebms.nets.two_tower import TwoTowerCloze
 from ebms.objectives.electric import POSITIONS, ElectricNCE
@@ -86,7 +89,7 @@ class ElectricSettings:
 
 _NET_RULES = {k: r for k, r in NET_RULES.items() if k != "hidden"}  # a text energy's width is embedding_dim
 RESIDUAL = Section(ResidualSettings, {"base_run": PATH, "prefix_length": COUNT, "horizon": COUNT,
-                                      "energy": Rule(choices=("bilstm", "transformer")), **_NET_RULES,
+                                      "energy": Rule(choices=("bilstm", "transformer", *HF_KINDS)), **_NET_RULES,
                                       "negatives": COUNT, "joint_samples": COUNT})
 ELECTRIC = Section(ElectricSettings, {**_NET_RULES, "mask_rate": FRACTION, "uniform_mix": DROPOUT,
                                       "positions": Rule(choices=POSITIONS)})
@@ -143,7 +146,7 @@ class TextResidualTask(_NCETextTask):
     keys = ("residual.base_run", "residual.prefix_length", "residual.horizon", "residual.energy",
             *net_keys("residual", "embedding_dim", "layers", "dropout"), "residual.negatives", "residual.joint_samples")
     optional_keys: ClassVar[dict[str, str]] = {"residual.heads": "model.kind = residual with residual.energy = "
-                                                                 "'transformer'"}
+                                                                 "'transformer', 'bert' or 'roberta'"}
     bounded_length = False
 
     def own_settings(self, cfg: Config) -> ResidualSettings:
@@ -151,11 +154,14 @@ class TextResidualTask(_NCETextTask):
 
     def reads(self, cfg: Config) -> set[str]:
         """:attr:`keys`, and ``heads`` with a Transformer energy."""
-        return {*super().reads(cfg), *(("residual.heads",) if self.own_settings(cfg).energy == "transformer" else ())}
+        return {*super().reads(cfg), *(("residual.heads",) if self.own_settings(cfg).energy != "bilstm" else ())}
 
     def check_kind(self, cfg: Config) -> None:
         s = self.own_settings(cfg)
         super().check_kind(cfg)
+        if s.energy in HF_KINDS and importlib.util.find_spec("transformers") is None:
+            raise ConfigError(f"residual.energy: {s.energy!r} is a Hugging Face encoder and needs the transformers "
+                              f"package; install it (pip install 'ebms[text]') or use 'transformer'")
         if s.base_run is None:
             raise ConfigError("residual.base_run: a residual model corrects a trained base LM; expected its run "
                               "folder (e.g. runs/char-lstm-shakespeare); got none")
@@ -199,6 +205,10 @@ class TextResidualTask(_NCETextTask):
         if longest is not None and s.prefix_length + s.horizon > longest:
             raise ConfigError(f"residual.horizon: the base covers {longest} tokens; residual.prefix_length="
                               f"{s.prefix_length} + residual.horizon={s.horizon} is more: lower them")
+        if s.energy in HF_KINDS:
+            return ResidualLM(base, HFTextEnergy.from_config(s.energy, len(data.vocab), dim=s.embedding_dim,
+                                                             layers=s.layers, heads=s.heads, dropout=s.dropout,
+                                                             max_length=s.prefix_length + s.horizon), horizon=s.horizon)
         energy = TextEnergy(len(data.vocab), kind=s.energy, dim=s.embedding_dim, layers=s.layers, heads=s.heads,
                             dropout=s.dropout)
         return ResidualLM(base, energy, horizon=s.horizon)

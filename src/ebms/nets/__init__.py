@@ -21,6 +21,8 @@ and switched off when missing or different: :func:`fast_paths` reports the decis
 :func:`disabled` (or ``EBMS_DISABLE_FAST_PATHS=1``) forces the public route.
 * :class:`ConvClassifier`, :class:`MLPClassifier` — classifiers returning logits ``(B, K)`` (GroupNorm, optional
   spectral norm), the networks of JEM (:class:`~ebms.models.JEM`).
+* :class:`TextEnergy`, :class:`HFTextEnergy` — sequence energies ``E(c, x)`` of residual EBMs (BiLSTM or
+  Transformer bodies; a Hugging Face BERT/RoBERTa encoder, built from a config or pretrained).
 * :class:`NoiseConditionalEnergy` — ``E(x, t)`` with one learned embedding per noise level (diffusion
   recovery likelihood).
 """
@@ -32,6 +34,7 @@ from ebms.nets.acoustic import ConvBiLSTM
 from ebms.nets.classifier import ConvClassifier, MLPClassifier
 from ebms.nets.conv import ConvEnergy
 from ebms.nets.gaussian import GaussianEnergy, GaussianMixtureEnergy
+from ebms.nets.hf_text_energy import HFTextEnergy
 from ebms.nets.mlp import MLPEnergy
 from ebms.nets.noise_conditional import NoiseConditionalEnergy
 from ebms.nets.pixelcnn import PixelCNN
@@ -55,6 +58,7 @@ __all__ = [
     "ConvEnergy",
     "GaussianEnergy",
     "GaussianMixtureEnergy",
+    "HFTextEnergy",
     "MLPEnergy",
     "PredictionNet",
     "SequenceEncoder",
