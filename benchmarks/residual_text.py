@@ -16,11 +16,14 @@ left, shrunk to one CPU core; the digest's B.9 analogue on real corpora):
                 whole PTB sentences) for ``--base-steps`` steps (batch 32, Adam 3e-3, gradient norm
                 clipped at 1): deliberately modest.
     energy      ``TextEnergy(kind=--energy)`` (default ``"bilstm"``, dim 64, 1 layer; ``"transformer"``
-                = the BIT analogue, dim 64, 2 layers, 4 heads) over ``<s> c x``; joint model
+                = the BIT analogue, dim 64, 2 layers, 4 heads) over ``<s> c x``, or ``--energy bert|roberta``:
+                ``HFTextEnergy`` over a ``transformers`` encoder of the same size, with ``--pretrain-steps N``
+                first trained N steps as a masked LM on ``<s> c x`` rows of the training text (the paper's BIT
+                initialisation: a BERT trained on its own data; ``pretrained_hf_energy``); joint model
                 ``p(x | c) ∝ p_LM(x | c) exp(-E(c, x))`` with horizon K (``ResidualLM``).
     training    ``ResidualNCE`` (nu = 1) against an offline ``NegativeCache`` of S = ``--cache`` (8) base
                 draws of each of ``--train-prefixes`` (8000) training prefixes (untruncated base law),
-                ``--energy-steps`` steps (batch 32, Adam 1e-3, gradient norm clipped at 1).
+                ``--energy-steps`` steps (batch 32, Adam ``--energy-lr`` = 1e-3, gradient norm clipped at 1).
     evaluation  on the held-out prefixes: the base LM's exact perplexity of the true continuations
                 (horizon law, ``</s>`` counted when scored) and the joint model's [lower, upper]
                 interval from ``residual_perplexity`` with n = 10, 100, 1000 fresh base draws per
@@ -50,9 +53,9 @@ committed record exists yet (issue 26 runs it at its own protocol).
 
 ``--quick``: 1 seed, 80 base steps, 150 energy steps, 1000 training prefixes, 40 test prefixes,
 n = 10 and 100: the same code path in about half a minute per corpus. Run:
-``python benchmarks/residual_text.py [--quick] [--corpus C] [--energy KIND] [--baselines] [--base-steps N]
-[--energy-steps N] [--train-prefixes N] [--cache S] [--test N] [--seeds S ...] [--record NAME]
-[--threads N]``.
+``python benchmarks/residual_text.py [--quick] [--corpus C] [--energy KIND] [--pretrain-steps N] [--energy-lr LR]
+[--baselines] [--base-steps N] [--energy-steps N] [--train-prefixes N] [--cache S] [--test N] [--seeds S ...]
+[--base-cache DIR] [--record NAME] [--threads N]`` (``--base-cache``: trained bases kept and reused across variants).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ import math
 import resource
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 import _common as C
@@ -74,6 +78,7 @@ from ebms.estimators.residual_log_z import residual_perplexity
 from ebms.metrics.seeds import compare_over_seeds
 from ebms.models.lm import LSTMLM, ProductLM
 from ebms.models.residual_lm import ResidualLM
+from ebms.nets.hf_text_energy import HF_KINDS, HFTextEnergy, hf_encoder_config
 from ebms.nets.text_energy import TextEnergy
 from ebms.objectives import AutoregressiveNLL
 from ebms.objectives.residual_nce import ResidualNCE
@@ -91,8 +96,16 @@ SETUP: dict[str, dict[str, Any]] = {
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", choices=["shakespeare", "ptb", "both"], default="both")
-    p.add_argument("--energy", choices=["bilstm", "transformer"], default="bilstm",
-                   help="TextEnergy kind (default bilstm; transformer = the BIT analogue)")
+    p.add_argument("--energy", choices=["bilstm", "transformer", *HF_KINDS], default="bilstm",
+                   help="TextEnergy kind (default bilstm; transformer = the BIT analogue) or a Hugging Face encoder "
+                        "(bert, roberta: HFTextEnergy, dim 64, 2 layers, 4 heads)")
+    p.add_argument("--pretrain-steps", type=int, default=0,
+                   help="bert/roberta: masked-LM pretraining steps of the encoder on the training text before NCE "
+                        "(the paper's BIT initialisation; default 0: from scratch)")
+    p.add_argument("--energy-lr", type=float, default=1e-3, help="Adam learning rate of the energy (default 1e-3)")
+    p.add_argument("--base-cache", type=Path, default=None,
+                   help="folder for the trained base LMs (one file per corpus, base steps and seed): reused when present, "
+                        "so variants of the energy skip the base's training")
     p.add_argument("--base-steps", type=int, default=600, help="base LM training steps (default 600)")
     p.add_argument("--energy-steps", type=int, default=1500, help="residual energy NCE steps (default 1500)")
     p.add_argument("--train-prefixes", type=int, default=8000, help="training prefixes in the cache (default 8000)")
@@ -164,13 +177,20 @@ class Corpus:
         return self._split(self.train_long[torch.randint(self.train_long.batch_size, (n,), generator=g)])
 
 
-def train_base(corpus: Corpus, steps: int, seed: int) -> LSTMLM:
+def train_base(corpus: Corpus, steps: int, seed: int, cache: Path | None = None) -> LSTMLM:
     torch.manual_seed(seed)
     s = SETUP[corpus.name]
     lm = LSTMLM(corpus.V, embedding_dim=s["emb"], hidden_size=s["hidden"], num_layers=1)
+    file = None if cache is None else cache / f"base-{corpus.name}-{steps}-seed{seed}.pt"
+    if file is not None and file.is_file():
+        lm.load_state_dict(torch.load(file, weights_only=True))
+        return lm.eval()
     Trainer(AutoregressiveNLL(), lm, corpus.lm_batch, optimizer=lambda groups: torch.optim.Adam(groups, lr=3e-3),
             steps=steps, batch_size=32, run_dir=None, seed=seed, progress=False, checkpoint_every=None,
             grad_clip=1.0, guard=None).fit()
+    if file is not None:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(lm.state_dict(), file)
     return lm.eval()
 
 
@@ -244,14 +264,62 @@ def make_energy(kind: str, V: int, max_length: int) -> TextEnergy:
     return TextEnergy(V, kind="transformer", dim=64, layers=2, heads=4, max_length=max_length)
 
 
+def pretrained_hf_energy(corpus: Corpus, kind: str, steps: int, seed: int) -> tuple[HFTextEnergy, dict[str, float]]:
+    """A ``kind`` (bert, roberta) energy whose encoder is first trained ``steps`` steps as a masked LM (BERT's
+    objective: 15 % of the real tokens after ``<s>`` chosen, of those 80 % replaced by the mask id, 10 % by a random
+    token, 10 % kept; cross-entropy on the chosen ones) on ``<s> c x`` rows cut from the training text exactly as the
+    energy will read them (batch 64, Adam 5e-4, gradient norm clipped at 1). The paper initialises BIT from a BERT
+    trained on its own training data; this is that at CPU scale. ``steps = 0``: the fresh encoder."""
+    import transformers
+
+    torch.manual_seed(5000 + seed)
+    config, table, mask_id = hf_encoder_config(kind, corpus.V, dim=64, layers=2, heads=4, max_length=corpus.p + corpus.K)
+    mlm = (transformers.BertForMaskedLM if kind == "bert" else transformers.RobertaForMaskedLM)(config)
+    energy = HFTextEnergy(mlm, token_map=table)
+    info: dict[str, float] = {"pretrain_steps": float(steps)}
+    if steps == 0:
+        return energy, info
+    g = torch.Generator().manual_seed(6000 + seed)
+    opt = torch.optim.Adam(mlm.parameters(), lr=5e-4)
+    mlm.train()
+    t0, tail_loss, tail_acc = time.perf_counter(), [], []
+    for step in range(steps):
+        c, x = corpus.train_pairs(64, g)
+        ids, real, positions = energy.inputs(c, x)
+        pick = (torch.rand(ids.shape, generator=g) < 0.15) & real
+        pick[:, 0] = False
+        how = torch.rand(ids.shape, generator=g)
+        noisy = torch.where(how < 0.8, torch.full_like(ids, mask_id),
+                            torch.where(how < 0.9, torch.randint(2, corpus.V + 1, ids.shape, generator=g), ids))
+        inputs = torch.where(pick, noisy, ids)
+        labels = ids.masked_fill(~pick, -100)
+        out = mlm(input_ids=inputs, attention_mask=real.long(), position_ids=positions, labels=labels)
+        opt.zero_grad()
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(mlm.parameters(), 1.0)
+        opt.step()
+        if step >= steps - 100:
+            tail_loss.append(float(out.loss.detach()))
+            tail_acc.append(float((out.logits.argmax(-1)[pick] == ids[pick]).double().mean()))
+    mlm.eval()
+    info.update(pretrain_s=time.perf_counter() - t0, pretrain_mlm_loss=statistics.mean(tail_loss),
+                pretrain_mlm_accuracy=statistics.mean(tail_acc))
+    return energy, info
+
+
 def train_energy(corpus: Corpus, lm: LSTMLM, args: argparse.Namespace, seed: int) -> tuple[ResidualLM, dict]:
     g = torch.Generator().manual_seed(1000 + seed)
     prefix, cont = corpus.train_pairs(args.train_prefixes, g)
     t0 = time.perf_counter()
     cache = NegativeCache.build(lm, prefix, args.cache, horizon=corpus.K, generator=g, progress=False)
     t_cache = time.perf_counter() - t0
+    pre: dict[str, float] = {}
+    if args.energy in HF_KINDS:
+        energy, pre = pretrained_hf_energy(corpus, args.energy, args.pretrain_steps, seed)
     torch.manual_seed(seed)
-    model = ResidualLM(lm, make_energy(args.energy, corpus.V, corpus.p + corpus.K + 1), horizon=corpus.K)
+    if args.energy not in HF_KINDS:
+        energy = make_energy(args.energy, corpus.V, corpus.p + corpus.K + 1)
+    model = ResidualLM(lm, energy, horizon=corpus.K)
     nce = ResidualNCE(nu=1)
 
     def data(batch_size: int, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
@@ -259,17 +327,17 @@ def train_energy(corpus: Corpus, lm: LSTMLM, args: argparse.Namespace, seed: int
         return nce.pack(prefix[idx], cont[idx], cache.draw(idx, 1, gen))
 
     t0 = time.perf_counter()
-    result = Trainer(nce, model, data, optimizer=lambda groups: torch.optim.Adam(groups, lr=1e-3),
+    result = Trainer(nce, model, data, optimizer=lambda groups: torch.optim.Adam(groups, lr=args.energy_lr),
                      steps=args.energy_steps, batch_size=32, run_dir=None, seed=seed, progress=False,
                      checkpoint_every=None, grad_clip=1.0).fit()
     t_train = time.perf_counter() - t0
     final = {f"train_{k}": float(v) for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}
-    return model.eval(), {"cache_s": t_cache, "energy_train_s": t_train, **final}
+    return model.eval(), {"cache_s": t_cache, "energy_train_s": t_train, **pre, **final}
 
 
 def one_seed(corpus: Corpus, args: argparse.Namespace, seed: int, ns: list[int]) -> dict[str, Any]:
     t0 = time.perf_counter()
-    lm = train_base(corpus, args.base_steps, seed)
+    lm = train_base(corpus, args.base_steps, seed, args.base_cache)
     rec: dict[str, Any] = {"seed": seed, "base_train_s": time.perf_counter() - t0}
     model, energy_rec = train_energy(corpus, lm, args, seed)
     rec.update(energy_rec)
@@ -367,6 +435,7 @@ def main() -> None:
     if args.quick:
         args.seeds, args.base_steps, args.energy_steps = args.seeds[:1], 80, 150
         args.train_prefixes, args.test = 1000, 40
+        args.pretrain_steps = min(args.pretrain_steps, 20)
     ns = [10, 100] if args.quick else [10, 100, 1000]
     corpora = ["shakespeare", "ptb"] if args.corpus == "both" else [args.corpus]
     if len(set(args.seeds)) != len(args.seeds):
@@ -390,6 +459,8 @@ def main() -> None:
             C.note(f"[{BENCH}] {name} seed {seed}: base PPL {r['base_ppl']:.3f}, joint n={ns[-1]} "
                    f"[{r[f'n{ns[-1]}']['lower']:.3f}, {r[f'n{ns[-1]}']['upper']:.3f}]; seconds: base "
                    f"{r['base_train_s']:.0f}, cache {r['cache_s']:.0f}, energy {r['energy_train_s']:.0f}, "
+                   + (f"pretrain {r['pretrain_s']:.0f} (MLM accuracy {r['pretrain_mlm_accuracy']:.3f}), "
+                      if "pretrain_s" in r else "") + f"held-out NCE accuracy {r['heldout_nce_accuracy']:.3f}, "
                    f"eval {r['eval_s']:.0f} (" + ", ".join(f"n={n} {r[f'n{n}']['seconds']:.0f}" for n in ns) + ")")
         summary[name] = report(name, recs, ns)
         record[name] = {"vocab_size": corpus.V, "prefix": corpus.p, "horizon": corpus.K, "seeds": recs,

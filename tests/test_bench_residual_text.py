@@ -134,3 +134,28 @@ def test_earm_compare_record_pairs_earm_with_cross_entropy_and_skips_empty_bucke
     assert c["bleu_greedy"]["words"] == "not significant"
     assert c["test_nll_per_token"]["words"] == "E-ARM worse"  # higher NLL, lower is better
     assert fig["spread"]["earm_step_cost_ratio"]["mean"] == pytest.approx(4.0)
+
+
+def test_masked_lm_pretraining_trains_the_energys_own_encoder_on_its_own_inputs() -> None:
+    pytest.importorskip("transformers")
+    import torch
+
+    from ebms.sequences import Sequences
+
+    rt = _bench("residual_text")
+
+    class Tiny:  # what pretrained_hf_energy reads of a Corpus: the sizes and training pairs
+        name, V, p, K = "tiny", 9, 3, 2
+
+        def train_pairs(self, n: int, g: torch.Generator) -> tuple[Sequences, Sequences]:
+            start = torch.randint(1, 5, (n, 1), generator=g)
+            rows = (start + torch.arange(self.p + self.K)) % (self.V - 1) + 1  # a deterministic successor rule
+            return Sequences(rows[:, : self.p]), Sequences(rows[:, self.p:])
+
+    fresh, info0 = rt.pretrained_hf_energy(Tiny(), "bert", 0, seed=0)
+    trained, info = rt.pretrained_hf_energy(Tiny(), "bert", 60, seed=0)
+    assert info0 == {"pretrain_steps": 0.0} and info["pretrain_steps"] == 60.0
+    assert 0.0 <= info["pretrain_mlm_accuracy"] <= 1.0 and info["pretrain_mlm_loss"] > 0.0
+    same = [torch.equal(a, b) for a, b in zip(fresh.encoder.parameters(), trained.encoder.parameters())]
+    assert not all(same)  # the same seed's fresh encoder, moved by pretraining
+    assert torch.equal(trained.head.weight, torch.zeros_like(trained.head.weight))

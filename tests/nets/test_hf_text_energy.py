@@ -147,3 +147,28 @@ def test_errors_name_the_argument():
         e(Sequences.from_lists([[1]]), Sequences.from_lists([[8]]))
     with pytest.raises(ValueError, match="prefix"):
         e(Sequences.from_lists([[1], [2]]), Sequences.from_lists([[3]]))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_masked_lm_built_from_the_config_shares_its_encoder_with_the_energy(kind):
+    import transformers
+
+    from ebms.nets.hf_text_energy import hf_encoder_config
+
+    config, table, mask_id = hf_encoder_config(kind, 7, dim=8, layers=1, heads=2, max_length=12)
+    assert mask_id == 8 and config.vocab_size == 9 and table.tolist() == [0, 2, 3, 4, 5, 6, 7]
+    mlm_class = transformers.BertForMaskedLM if kind == "bert" else transformers.RobertaForMaskedLM
+    torch.manual_seed(0)
+    mlm = mlm_class(config)
+    e = HFTextEnergy(mlm, token_map=table).eval()
+    assert e.encoder is mlm.base_model and e.max_length == 12
+    nn.init.normal_(e.head.weight)
+    before = e(PREFIX, CONT).detach()
+    ids = torch.tensor([[0, 2, mask_id, 4]])
+    loss = mlm(input_ids=ids, attention_mask=torch.ones_like(ids), labels=torch.tensor([[-100, -100, 3, -100]])).loss
+    loss.backward()
+    with torch.no_grad():
+        for q in mlm.parameters():
+            if q.grad is not None:
+                q -= 0.1 * q.grad
+    assert not torch.allclose(e(PREFIX, CONT), before)  # pretraining the masked LM moved the energy's encoder

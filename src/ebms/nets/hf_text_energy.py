@@ -17,9 +17,11 @@ Two ways to build one:
 
 * :meth:`HFTextEnergy.from_config` (``kind="bert"`` or ``"roberta"``): a fresh encoder over *our*
   vocabulary of ``V`` ids, sized like :class:`~ebms.nets.text_energy.TextEnergy` (``dim``,
-  ``layers``, ``heads``, ``4 dim`` feed-forward width). It has one more embedding row: the model's
-  id 0 is our ``<s>``, id 1 is padding only (RoBERTa's layout), our id ``i >= 1`` is its ``i + 1``,
-  so no real token is ever read as padding. No download; what the command line's
+  ``layers``, ``heads``, ``4 dim`` feed-forward width; :func:`hf_encoder_config`). It has two more
+  embedding rows: the model's id 0 is our ``<s>``, id 1 is padding only (RoBERTa's layout), our id
+  ``i >= 1`` is its ``i + 1``, and id ``V + 1`` is a mask token for masked-LM pretraining (the paper
+  initialises BIT from a BERT trained on its own data: ``BertForMaskedLM(config)``, pretrained,
+  then ``HFTextEnergy(that_model, token_map=...)``), so no real token is ever read as padding. No download; what the command line's
   ``residual.energy = "bert" | "roberta"`` builds.
 * :meth:`HFTextEnergy.from_pretrained` (a hub name or a local folder): pretrained weights. Their
   ids are the model tokenizer's, so our id ``i`` is read as the model's id ``token_map[i]``; by
@@ -52,7 +54,7 @@ from ebms._checks import check_int
 from ebms.nets.text_energy import _check_pair, _join
 from ebms.sequences import Sequences
 
-__all__ = ["HF_KINDS", "POOLINGS", "HFTextEnergy"]
+__all__ = ["HF_KINDS", "POOLINGS", "HFTextEnergy", "hf_encoder_config"]
 
 #: encoder families :meth:`HFTextEnergy.from_config` builds.
 HF_KINDS = ("bert", "roberta")
@@ -68,6 +70,38 @@ def _transformers() -> Any:
     except ImportError as err:
         raise ImportError(_INSTALL) from err
     return transformers
+
+
+def hf_encoder_config(kind: str, vocab_size: int, *, dim: int = 64, layers: int = 2, heads: int = 4,
+                      dropout: float = 0.0, max_length: int = 256) -> tuple[Any, Tensor, int]:
+    """The ``transformers`` configuration of a fresh ``kind`` (``"bert"``, ``"roberta"``) encoder over our ids.
+
+    Width ``dim``, ``layers`` blocks of ``heads`` heads, feed-forward ``4 dim``, GELU, dropout ``dropout`` on
+    hidden states and attention, positions for ``<s>`` plus ``max_length`` tokens, and ``vocab_size + 2`` model
+    ids: 0 our ``<s>``, 1 padding, ``i + 1`` our id ``i >= 1``, ``vocab_size + 1`` a mask token that no input of the
+    energy uses (for masked-LM pretraining, e.g. of ``BertForMaskedLM(config)``, whose ``base_model``
+    :class:`HFTextEnergy` then reads with ``token_map``).
+
+    Returns:
+        ``(config, token_map, mask_id)``: a ``BertConfig`` or ``RobertaConfig``, the ``(vocab_size,)`` int64
+        table of our ids to the model's, and the mask token's id.
+    """
+    if kind not in HF_KINDS:
+        raise ValueError(f"kind: expected one of {', '.join(HF_KINDS)}; got {kind!r}")
+    V = check_int(vocab_size, "vocab_size", minimum=2)
+    dim, heads = check_int(dim, "dim", minimum=1), check_int(heads, "heads", minimum=1)
+    if dim % heads:
+        raise ValueError(f"heads: expected a divisor of dim={dim}; got {heads}")
+    max_length = check_int(max_length, "max_length", minimum=1)
+    t = _transformers()
+    config_class = t.BertConfig if kind == "bert" else t.RobertaConfig
+    base = 0 if kind == "bert" else 2  # RoBERTa's positions start after its padding id (1)
+    config = config_class(vocab_size=V + 2, hidden_size=dim, num_hidden_layers=check_int(layers, "layers", minimum=1),
+                          num_attention_heads=heads, intermediate_size=4 * dim, hidden_dropout_prob=float(dropout),
+                          attention_probs_dropout_prob=float(dropout), max_position_embeddings=base + max_length + 1,
+                          pad_token_id=1, bos_token_id=0, eos_token_id=None)
+    table = torch.cat([torch.zeros(1, dtype=torch.int64), torch.arange(2, V + 1)])  # model id 1: padding only
+    return config, table, V + 1
 
 
 class HFTextEnergy(nn.Module):
@@ -166,30 +200,14 @@ class HFTextEnergy(nn.Module):
     @classmethod
     def from_config(cls, kind: str, vocab_size: int, *, dim: int = 64, layers: int = 2, heads: int = 4,
                     dropout: float = 0.0, max_length: int = 256, pooling: str = "mean") -> HFTextEnergy:
-        """A fresh ``kind`` (``"bert"`` or ``"roberta"``) encoder over our ``vocab_size`` ids (module docstring).
-
-        Width ``dim``, ``layers`` blocks of ``heads`` heads, feed-forward ``4 dim``, GELU, dropout
-        ``dropout`` on hidden states and attention, positions for ``<s>`` plus ``max_length`` tokens,
-        ``vocab_size + 1`` model ids (0 ``<s>``, 1 padding, ``i + 1`` our ``i``). ``transformers``' own
-        initialisation.
-        """
-        if kind not in HF_KINDS:
-            raise ValueError(f"kind: expected one of {', '.join(HF_KINDS)}; got {kind!r}")
-        V = check_int(vocab_size, "vocab_size", minimum=2)
-        dim, heads = check_int(dim, "dim", minimum=1), check_int(heads, "heads", minimum=1)
-        if dim % heads:
-            raise ValueError(f"heads: expected a divisor of dim={dim}; got {heads}")
-        max_length = check_int(max_length, "max_length", minimum=1)
+        """A fresh ``kind`` (``"bert"`` or ``"roberta"``) encoder over our ``vocab_size`` ids: the configuration
+        of :func:`hf_encoder_config` (its arguments), ``BertModel`` / ``RobertaModel`` without the pooler,
+        ``transformers``' own initialisation."""
+        config, table, _ = hf_encoder_config(kind, vocab_size, dim=dim, layers=layers, heads=heads, dropout=dropout,
+                                             max_length=max_length)
         t = _transformers()
-        config_class, model_class = (t.BertConfig, t.BertModel) if kind == "bert" else (t.RobertaConfig, t.RobertaModel)
-        base = 0 if kind == "bert" else 2  # RoBERTa's positions start after its padding id (1)
-        config = config_class(vocab_size=V + 1, hidden_size=dim, num_hidden_layers=check_int(layers, "layers", minimum=1),
-                              num_attention_heads=heads, intermediate_size=4 * dim, hidden_dropout_prob=float(dropout),
-                              attention_probs_dropout_prob=float(dropout), max_position_embeddings=base + max_length + 1,
-                              pad_token_id=1, bos_token_id=0, eos_token_id=None)
-        model = model_class(config, add_pooling_layer=False)
-        table = torch.cat([torch.zeros(1, dtype=torch.int64), torch.arange(2, V + 1)])  # model id 1: padding only
-        return cls(model, token_map=table, pooling=pooling)
+        model_class = t.BertModel if kind == "bert" else t.RobertaModel
+        return cls(model_class(config, add_pooling_layer=False), token_map=table, pooling=pooling)
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, vocab_size: int | None = None, token_map: Tensor | None = None,
@@ -197,6 +215,25 @@ class HFTextEnergy(nn.Module):
         """``AutoModel.from_pretrained(name_or_path, **kwargs)`` (a hub name or a local folder) as an energy."""
         model = _transformers().AutoModel.from_pretrained(name_or_path, **kwargs)
         return cls(model, vocab_size=vocab_size, token_map=token_map, start_id=start_id, pooling=pooling)
+
+    def inputs(self, prefix: Sequences, x: Sequences) -> tuple[Tensor, Tensor, Tensor]:
+        """What the encoder reads for ``<s> c x``: ``(input_ids, real, position_ids)``, each ``(B, S)``.
+
+        ``input_ids`` are the model's ids (``token_map`` applied, padding ``pad_id``), ``real`` is True at
+        the ``S_b`` real positions (the attention mask), ``position_ids`` count real positions from the
+        encoder's first position id. Masked-LM pretraining on the energy's own inputs starts here.
+        """
+        _check_pair(prefix, x, self.vocab_size)
+        dev = self.head.weight.device
+        tokens, lengths = _join(prefix.to(dev), x.to(dev))
+        B, S = tokens.shape
+        if self.max_length is not None and S - 1 > self.max_length:
+            raise ValueError(f"x: <s> c x needs {S} positions; this energy covers <s> plus {self.max_length} tokens")
+        pos = torch.arange(S, device=dev)
+        real = pos < lengths.unsqueeze(1)
+        ids = self.token_map[tokens].masked_fill(~real, self.pad_id)
+        positions = (pos + self._position_base).expand(B, S).masked_fill(~real, max(self._position_base - 1, 0))
+        return ids, real, positions
 
     def forward(self, prefix: Sequences, x: Sequences) -> Tensor:
         """Energies ``(B,)`` of the continuations ``x`` of ``prefix``.
@@ -206,20 +243,11 @@ class HFTextEnergy(nn.Module):
             ValueError: different batch sizes, token ids outside ``[1, V - 1]``, ``c x`` longer than
                 the model's positions.
         """
-        _check_pair(prefix, x, self.vocab_size)
-        dev = self.head.weight.device
-        x = x.to(dev)
-        if x.batch_size == 0:
+        ids, real, positions = self.inputs(prefix, x)
+        if ids.shape[0] == 0:
             return self.head.weight.new_zeros(0)
-        tokens, lengths = _join(prefix.to(dev), x)
-        B, S = tokens.shape
-        if self.max_length is not None and S - 1 > self.max_length:
-            raise ValueError(f"x: <s> c x needs {S} positions; this energy covers <s> plus {self.max_length} tokens")
-        pos = torch.arange(S, device=dev)
-        real = pos < lengths.unsqueeze(1)  # (B, S)
-        ids = self.token_map[tokens].masked_fill(~real, self.pad_id)
-        positions = (pos + self._position_base).expand(B, S).masked_fill(~real, max(self._position_base - 1, 0))
         h = self.encoder(input_ids=ids, attention_mask=real.long(), position_ids=positions).last_hidden_state
+        lengths = real.sum(1)
         if self.pooling == "first":
             pooled = h[:, 0]
         else:
