@@ -10,7 +10,7 @@ left, shrunk to one CPU core; the digest's B.9 analogue on real corpora):
                 PTB, word level (10,000 words): prefix = a sentence's first 10 words, continuation =
                 the next at most K = 6 words (the horizon law: a sentence ending sooner keeps its
                 ``</s>``); only sentences of more than 10 words. Training prefixes come from the train
-                split, the ``--test`` held-out ones (evenly spaced) from the test split.
+                split (distinct sentences, up to all 36,011 long ones), the ``--test`` held-out ones (evenly spaced) from the test split.
     base LM     ``LSTMLM`` (1 layer; characters: embedding 64, hidden 256; words: embedding 128,
                 hidden 128) trained by ``AutoregressiveNLL`` (sentence mode: 64-character windows, or
                 whole PTB sentences) for ``--base-steps`` steps (batch 32, Adam 3e-3, gradient norm
@@ -170,11 +170,14 @@ class Corpus:
         return s.tokens[:, :width], s.lengths
 
     def train_pairs(self, n: int, g: torch.Generator) -> tuple[Sequences, Sequences]:
-        """``n`` training (prefix, true continuation) pairs at random offsets / from random long sentences."""
+        """``n`` training (prefix, true continuation) pairs at random offsets / from random long sentences (distinct
+        sentences when ``n`` is at most their number)."""
         if self.window is not None:
             return self._windows(self.train_stream, torch.randint(self.train_stream.numel() - self.p - self.K,
                                                                   (n,), generator=g))
-        return self._split(self.train_long[torch.randint(self.train_long.batch_size, (n,), generator=g)])
+        N = self.train_long.batch_size  # distinct sentences while there are enough of them (36,011 on PTB)
+        pick = torch.randperm(N, generator=g)[:n] if n <= N else torch.randint(N, (n,), generator=g)
+        return self._split(self.train_long[pick])
 
 
 def train_base(corpus: Corpus, steps: int, seed: int, cache: Path | None = None) -> LSTMLM:

@@ -389,3 +389,23 @@ def test_earm_keys_reach_the_objective(clip: float | None) -> None:
                                       [f"generation.earm_clip={clip}"]), device=False)
     assert isinstance(task_for(add), GenerationTask)
     assert autoregressive_objective(add.objective.kind, add.section("generation")).clip == clip
+
+
+def test_electric_scores_long_splits_in_chunks_with_the_same_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PTB's test split scored at once needed a (3761, 82, 10000) table (~12 GB): the OOM of an electric eval."""
+    from ebms.cli import _generation_text as gt
+    from ebms.sequences import Sequences
+
+    x = Sequences.from_lists([[1, 2, 3], [4], [2, 2, 2, 2], [5, 1], [3]])
+    seen: list[int] = []
+
+    def score(r: Sequences) -> torch.Tensor:
+        seen.append(r.batch_size)
+        return r.tokens.sum(1).double() + r.lengths.double() / 10
+
+    whole = score(x)
+    seen.clear()
+    monkeypatch.setattr(gt, "CHUNK_ELEMENTS", 4 * 6 * 2)  # width 4, V 6: two rows per chunk
+    got = gt._by_chunks(score, x, 6)
+    assert seen == [2, 2, 1] and torch.equal(got, whole)
+    assert gt._by_chunks(score, x[:0], 6).shape == (0,)

@@ -274,6 +274,18 @@ def _noise_pll(noise: TwoTowerCloze, x: Sequences) -> Tensor:
     return lp.masked_fill(~x.mask(), 0.0).sum(1)
 
 
+#: float elements of one ``(rows, width, V)`` score table in :func:`_by_chunks` (256 MiB in float32)
+CHUNK_ELEMENTS = 1 << 26
+
+
+def _by_chunks(score: Any, x: Sequences, vocab_size: int) -> Tensor:
+    """``score(x)`` (a ``(B,)`` per-sentence figure) over chunks of rows whose ``(rows, width, V)`` tables stay under
+    :data:`CHUNK_ELEMENTS` (PTB's test split at once needs ~12 GB), concatenated in order."""
+    width = max(int(x.tokens.shape[1]) if x.tokens.dim() == 2 else 1, 1)
+    rows = max(1, CHUNK_ELEMENTS // (width * vocab_size))
+    return torch.cat([score(x[i:i + rows]) for i in range(0, x.batch_size, rows)]) if x.batch_size else score(x)
+
+
 class TextElectricTask(_NCETextTask):
     """``model.kind = "electric"`` on a corpus (module docstring)."""
 
@@ -306,8 +318,8 @@ class TextElectricTask(_NCETextTask):
             x = x[x.lengths > 0]  # an empty line has no token to replace
             bad = replace_one_token(x, V, generator=g)
             with torch.no_grad():
-                pll, pll_bad = model.pseudo_log_likelihood(x), model.pseudo_log_likelihood(bad)
-                noise, noise_bad = _noise_pll(model.noise, x), _noise_pll(model.noise, bad)
+                pll, pll_bad = (_by_chunks(model.pseudo_log_likelihood, s, V) for s in (x, bad))
+                noise, noise_bad = (_by_chunks(lambda r: _noise_pll(model.noise, r), s, V) for s in (x, bad))
             tokens = int(x.lengths.sum())
             out[split] = {"pll": float(pll.sum()) / tokens, "noise_pll": float(noise.sum()) / tokens,
                           "prefers": float((pll > pll_bad).double().mean()),
