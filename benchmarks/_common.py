@@ -208,11 +208,11 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def save_results(bench: str, record: Mapping[str, Any], *, enabled: bool = True) -> Path | None:
-    """Write ``benchmarks/results/<bench>.json`` atomically; returns the path."""
+    """Write ``benchmarks/results/<bench>.json`` atomically (its folders created); returns the path."""
     if not enabled:
         return None
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"{bench}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)  # a name may hold a folder ("quick/...")
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)

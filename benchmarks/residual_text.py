@@ -55,12 +55,14 @@ committed record exists yet (issue 26 runs it at its own protocol).
 n = 10 and 100: the same code path in about half a minute per corpus. Run:
 ``python benchmarks/residual_text.py [--quick] [--corpus C] [--energy KIND] [--pretrain-steps N] [--energy-lr LR]
 [--baselines] [--base-steps N] [--energy-steps N] [--train-prefixes N] [--cache S] [--test N] [--seeds S ...]
-[--base-cache DIR] [--record NAME] [--threads N]`` (``--base-cache``: trained bases kept and reused across variants).
+[--base-cache DIR] [--out DIR] [--record NAME] [--threads N]`` (``--base-cache``: trained bases kept and reused
+across variants; ``--out``: finished seeds kept and read back by a rerun with the same settings).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import resource
 import statistics
@@ -103,6 +105,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="bert/roberta: masked-LM pretraining steps of the encoder on the training text before NCE "
                         "(the paper's BIT initialisation; default 0: from scratch)")
     p.add_argument("--energy-lr", type=float, default=1e-3, help="Adam learning rate of the energy (default 1e-3)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="folder for each finished seed's figures (CORPUS-seedS.json): a rerun with the same settings "
+                        "reads them back instead of training again (a crash or a timeout loses at most one seed)")
     p.add_argument("--base-cache", type=Path, default=None,
                    help="folder for the trained base LMs (one file per corpus, base steps and seed): reused when present, "
                         "so variants of the energy skip the base's training")
@@ -446,8 +451,11 @@ def main() -> None:
     info = C.machine_info()
     t_all = time.perf_counter()
     stem = args.record or (None if args.quick else BENCH)
-    settings = {k: v for k, v in vars(args).items() if k not in ("no_save", "record", "repeats")}
-    record: dict[str, Any] = {"bench": BENCH, "machine": info, "settings": dict(vars(args)), "ns": ns}
+    plain = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    settings = {k: v for k, v in plain.items() if k not in ("no_save", "record", "repeats")}
+    record: dict[str, Any] = {"bench": BENCH, "machine": info, "settings": plain, "ns": ns}
+    # what decides a seed's figures: a finished seed is read back from --out only when these match
+    same = {k: v for k, v in settings.items() if k not in ("seeds", "threads", "base_cache", "out", "corpus")}
     summary: dict[str, Any] = {"bench": BENCH, "seeds": len(args.seeds)}
     for name in corpora:
         t_c = time.perf_counter()
@@ -456,9 +464,17 @@ def main() -> None:
         corpus = Corpus(name, args.test)
         recs = []
         for seed in args.seeds:
+            done = None if args.out is None else args.out / f"{name}-seed{seed}.json"
+            if done is not None and done.is_file() and json.loads(done.read_text())["settings"] == same:
+                recs.append(json.loads(done.read_text())["figures"])
+                C.note(f"[{BENCH}] {name} seed {seed}: read back from {done}")
+                continue
             C.note(f"[{BENCH}] {name} seed {seed}: base {args.base_steps} steps, energy {args.energy_steps} steps")
             recs.append(one_seed(corpus, args, seed, ns))
             r = recs[-1]
+            if done is not None:
+                done.parent.mkdir(parents=True, exist_ok=True)
+                done.write_text(json.dumps({"settings": same, "figures": r}, indent=1))
             C.note(f"[{BENCH}] {name} seed {seed}: base PPL {r['base_ppl']:.3f}, joint n={ns[-1]} "
                    f"[{r[f'n{ns[-1]}']['lower']:.3f}, {r[f'n{ns[-1]}']['upper']:.3f}]; seconds: base "
                    f"{r['base_train_s']:.0f}, cache {r['cache_s']:.0f}, energy {r['energy_train_s']:.0f}, "

@@ -37,6 +37,25 @@ def test_residual_text_quick_mode_ends_with_a_summary_whose_bounds_are_ordered()
     assert "RALM PPL" in out.stdout and "BALM PPL" in out.stdout  # the baselines' rows
 
 
+@pytest.mark.slow
+def test_residual_text_reads_finished_seeds_and_cached_bases_back(tmp_path: Path) -> None:
+    if not (data_root() / "tinyshakespeare" / "input.txt").is_file():
+        pytest.skip("Tiny Shakespeare is not under the data root ($EBMS_DATA)")
+    argv = [sys.executable, "residual_text.py", "--quick", "--corpus", "shakespeare", "--no-save",
+            "--base-cache", str(tmp_path / "bases"), "--out", str(tmp_path / "seeds")]
+    first = subprocess.run(argv, cwd=ROOT / "benchmarks", capture_output=True, text=True, timeout=600, check=True)
+    assert (tmp_path / "seeds" / "shakespeare-seed0.json").is_file()
+    assert len(list((tmp_path / "bases").glob("base-shakespeare-*-seed0.pt"))) == 1
+    again = subprocess.run(argv, cwd=ROOT / "benchmarks", capture_output=True, text=True, timeout=600, check=True)
+    assert "shakespeare seed 0: read back from" in again.stderr
+    strip = (lambda out: {k: v for k, v in json.loads(out.strip().splitlines()[-1]).items()
+                          if k not in ("wall_s", "peak_rss_mb")})
+    assert strip(again.stdout) == strip(first.stdout)
+    other = subprocess.run([*argv, "--cache", "4"], cwd=ROOT / "benchmarks", capture_output=True, text=True,
+                           timeout=600, check=True)
+    assert "read back" not in other.stderr  # other settings: trained again
+
+
 _bench = bench
 
 
