@@ -321,12 +321,12 @@ def train_energy(corpus: Corpus, lm: LSTMLM, args: argparse.Namespace, seed: int
     t0 = time.perf_counter()
     cache = NegativeCache.build(lm, prefix, args.cache, horizon=corpus.K, generator=g, progress=False)
     t_cache = time.perf_counter() - t0
-    pre: dict[str, float] = {}
     if args.energy in HF_KINDS:
         energy, pre = pretrained_hf_energy(corpus, args.energy, args.pretrain_steps, seed)
-    torch.manual_seed(seed)
-    if args.energy not in HF_KINDS:
-        energy = make_energy(args.energy, corpus.V, corpus.p + corpus.K + 1)
+        torch.manual_seed(seed)  # the energy's training starts from the same RNG state as the other kinds'
+    else:
+        torch.manual_seed(seed)
+        energy, pre = make_energy(args.energy, corpus.V, corpus.p + corpus.K + 1), {}
     model = ResidualLM(lm, energy, horizon=corpus.K)
     nce = ResidualNCE(nu=1)
 

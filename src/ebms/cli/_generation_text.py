@@ -205,12 +205,9 @@ class TextResidualTask(_NCETextTask):
         if longest is not None and s.prefix_length + s.horizon > longest:
             raise ConfigError(f"residual.horizon: the base covers {longest} tokens; residual.prefix_length="
                               f"{s.prefix_length} + residual.horizon={s.horizon} is more: lower them")
-        if s.energy in HF_KINDS:
-            return ResidualLM(base, HFTextEnergy.from_config(s.energy, len(data.vocab), dim=s.embedding_dim,
-                                                             layers=s.layers, heads=s.heads, dropout=s.dropout,
-                                                             max_length=s.prefix_length + s.horizon), horizon=s.horizon)
-        energy = TextEnergy(len(data.vocab), kind=s.energy, dim=s.embedding_dim, layers=s.layers, heads=s.heads,
-                            dropout=s.dropout)
+        sizes: dict[str, Any] = {"dim": s.embedding_dim, "layers": s.layers, "heads": s.heads, "dropout": s.dropout}
+        energy = (HFTextEnergy.from_config(s.energy, len(data.vocab), max_length=s.prefix_length + s.horizon, **sizes)
+                  if s.energy in HF_KINDS else TextEnergy(len(data.vocab), kind=s.energy, **sizes))
         return ResidualLM(base, energy, horizon=s.horizon)
 
     def build_objective(self, cfg: Config, data: Any) -> nn.Module:
@@ -281,8 +278,7 @@ CHUNK_ELEMENTS = 1 << 26
 def _by_chunks(score: Any, x: Sequences, vocab_size: int) -> Tensor:
     """``score(x)`` (a ``(B,)`` per-sentence figure) over chunks of rows whose ``(rows, width, V)`` tables stay under
     :data:`CHUNK_ELEMENTS` (PTB's test split at once needs ~12 GB), concatenated in order."""
-    width = max(int(x.tokens.shape[1]) if x.tokens.dim() == 2 else 1, 1)
-    rows = max(1, CHUNK_ELEMENTS // (width * vocab_size))
+    rows = max(1, CHUNK_ELEMENTS // (max(int(x.tokens.shape[1]), 1) * vocab_size))
     return torch.cat([score(x[i:i + rows]) for i in range(0, x.batch_size, rows)]) if x.batch_size else score(x)
 
 

@@ -21,8 +21,8 @@ Two ways to build one:
   embedding rows: the model's id 0 is our ``<s>``, id 1 is padding only (RoBERTa's layout), our id
   ``i >= 1`` is its ``i + 1``, and id ``V + 1`` is a mask token for masked-LM pretraining (the paper
   initialises BIT from a BERT trained on its own data: ``BertForMaskedLM(config)``, pretrained,
-  then ``HFTextEnergy(that_model, token_map=...)``), so no real token is ever read as padding. No download; what the command line's
-  ``residual.energy = "bert" | "roberta"`` builds.
+  then ``HFTextEnergy(that_model, token_map=...)``), so no real token is ever read as padding. No
+  download; what the command line's ``residual.energy = "bert" | "roberta"`` builds.
 * :meth:`HFTextEnergy.from_pretrained` (a hub name or a local folder): pretrained weights. Their
   ids are the model tokenizer's, so our id ``i`` is read as the model's id ``token_map[i]``; by
   default ``token_map`` is the identity with ``0`` and the model's start id (``bos_token_id``, else
@@ -51,7 +51,8 @@ import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_int
-from ebms.nets.text_energy import _check_pair, _join
+from ebms._hf import hf_config, transformers_module
+from ebms.nets.text_energy import _check_pair, _join, _mean_over
 from ebms.sequences import Sequences
 
 __all__ = ["HF_KINDS", "POOLINGS", "HFTextEnergy", "hf_encoder_config"]
@@ -64,12 +65,7 @@ _INSTALL = "HFTextEnergy needs the transformers package: pip install 'ebms[text]
 
 
 def _transformers() -> Any:
-    """The ``transformers`` module, imported on first use (one-line ImportError when missing)."""
-    try:
-        import transformers
-    except ImportError as err:
-        raise ImportError(_INSTALL) from err
-    return transformers
+    return transformers_module(_INSTALL)
 
 
 def hf_encoder_config(kind: str, vocab_size: int, *, dim: int = 64, layers: int = 2, heads: int = 4,
@@ -139,13 +135,7 @@ class HFTextEnergy(nn.Module):
     def __init__(self, model: nn.Module, *, vocab_size: int | None = None, token_map: Tensor | None = None,
                  start_id: int | None = None, pooling: str = "mean") -> None:
         super().__init__()
-        config = getattr(model, "config", None)
-        if not isinstance(model, nn.Module) or config is None:
-            raise TypeError("model: expected a Hugging Face encoder (a torch module with a .config, e.g. BertModel); "
-                            f"got {type(model).__name__}")
-        if getattr(config, "is_encoder_decoder", False):
-            raise ValueError(f"model: expected an encoder (BERT, RoBERTa, ...); got an encoder-decoder "
-                             f"{type(model).__name__}")
+        config = hf_config(model, "encoder", "BertModel", "an encoder (BERT, RoBERTa, ...)")
         base = getattr(model, "base_model", model)
         encoder = base if isinstance(base, nn.Module) else model
         params = inspect.signature(encoder.forward).parameters
@@ -247,12 +237,7 @@ class HFTextEnergy(nn.Module):
         if ids.shape[0] == 0:
             return self.head.weight.new_zeros(0)
         h = self.encoder(input_ids=ids, attention_mask=real.long(), position_ids=positions).last_hidden_state
-        lengths = real.sum(1)
-        if self.pooling == "first":
-            pooled = h[:, 0]
-        else:
-            pooled = h.masked_fill(~real.unsqueeze(-1), 0.0).sum(1) / lengths.unsqueeze(1).to(h.dtype)
-        return self.head(pooled).squeeze(-1)
+        return self.head(h[:, 0] if self.pooling == "first" else _mean_over(h, real)).squeeze(-1)
 
     def extra_repr(self) -> str:
         return (f"vocab_size={self.vocab_size}, encoder={type(self.encoder).__name__}, pooling={self.pooling!r}, "

@@ -97,6 +97,11 @@ def _join(prefix: Sequences, x: Sequences) -> tuple[Tensor, Tensor]:
     return F.pad(inside, (1, 0)), lengths + 1
 
 
+def _mean_over(h: Tensor, real: Tensor) -> Tensor:
+    """The mean of the states ``h (B, S, d)`` over the real positions ``real (B, S)`` of each row: ``(B, d)``."""
+    return h.masked_fill(~real.unsqueeze(-1), 0.0).sum(1) / real.sum(1, keepdim=True).to(h.dtype)
+
+
 class TextEnergy(nn.Module):
     r"""Mean-pooled scalar energy :math:`E_\theta(c, x)` of ``<s> c x`` (see the module docstring).
 
@@ -216,9 +221,8 @@ class TextEnergy(nn.Module):
             return self.head.weight.new_zeros(0)
         tokens, lengths = _join(prefix.to(dev), x)
         h = self._encode(tokens, lengths)  # (B, S, width)
-        real = (torch.arange(tokens.shape[1], device=dev) < lengths.unsqueeze(1)).unsqueeze(-1)
-        pooled = h.masked_fill(~real, 0.0).sum(1) / lengths.unsqueeze(1).to(h.dtype)
-        return self.head(pooled).squeeze(-1)
+        real = torch.arange(tokens.shape[1], device=dev) < lengths.unsqueeze(1)
+        return self.head(_mean_over(h, real)).squeeze(-1)
 
     def extra_repr(self) -> str:
         return f"vocab_size={self.vocab_size}, kind={self.kind!r}, dim={self.dim}, layers={self.num_layers}"

@@ -45,6 +45,7 @@ import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_int
+from ebms._hf import hf_config, transformers_module
 from ebms.models.lm._base import AutoregressiveLM, LMState
 from ebms.sequences import Sequences
 
@@ -55,12 +56,7 @@ _POSITION_KEYS = ("n_positions", "max_position_embeddings", "n_ctx")
 
 
 def _transformers() -> Any:
-    """The ``transformers`` module, imported on first use (one-line ImportError when missing)."""
-    try:
-        import transformers
-    except ImportError as err:
-        raise ImportError(_INSTALL) from err
-    return transformers
+    return transformers_module(_INSTALL)
 
 
 def _token_id(value: Any, name: str, vocab_size: int) -> int:
@@ -135,13 +131,7 @@ class HuggingFaceLM(AutoregressiveLM):
     def __init__(self, model: nn.Module, *, boundary_id: int | None = None, bos_id: int | None = None,
                  max_length: int | None = None) -> None:
         super().__init__()
-        config = getattr(model, "config", None)
-        if not isinstance(model, nn.Module) or config is None:
-            raise TypeError("model: expected a Hugging Face causal LM (a torch module with a .config, e.g. "
-                            f"GPT2LMHeadModel); got {type(model).__name__}")
-        if getattr(config, "is_encoder_decoder", False):
-            raise ValueError(f"model: expected a decoder-only causal LM; got an encoder-decoder "
-                             f"{type(model).__name__}")
+        config = hf_config(model, "causal LM", "GPT2LMHeadModel", "a decoder-only causal LM")
         self.vocab_size = check_int(getattr(config, "vocab_size", None), "model.config.vocab_size", minimum=2)
         if boundary_id is None:
             boundary_id = config.eos_token_id
