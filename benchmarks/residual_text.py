@@ -35,6 +35,12 @@ left, shrunk to one CPU core; the digest's B.9 analogue on real corpora):
                 ``LSTMLM`` of about the base's plus the energy's parameter count, trained as the base), each with its
                 exact horizon-law perplexity of the same held-out continuations, compared with the joint model's
                 upper bound and with the base, paired by seed.
+    generation  ``--generate N`` (PTB): one continuation per held-out prefix from the base (top-k 10) and from the
+                joint model (Algorithm 1: one of N top-k base draws resampled by softmax(-E)); a KN5 of the train split
+                (``BackoffNGram``) is the judge (Table 2's human raters at CPU scale): its mean log-probability per
+                token of each continuation, how often it prefers the joint model's (exact one-sided binomial test,
+                per seed and pooled), unique 1..4-gram fractions (Fig. 2 right) and each system's log-prob gap to
+                the true continuations (Fig. 3's analogue, under the judge).
     seeds       ``--seeds`` (default 0 1): every stage re-seeded
                 (data order, weights, draws); the held-out prefixes are the same for every seed.
                 Tables give mean ± std over seeds.
@@ -54,7 +60,7 @@ committed record exists yet (issue 26 runs it at its own protocol).
 ``--quick``: 1 seed, 80 base steps, 150 energy steps, 1000 training prefixes, 40 test prefixes,
 n = 10 and 100: the same code path in about half a minute per corpus. Run:
 ``python benchmarks/residual_text.py [--quick] [--corpus C] [--energy KIND] [--pretrain-steps N] [--energy-lr LR]
-[--baselines] [--base-steps N] [--energy-steps N] [--train-prefixes N] [--cache S] [--test N] [--seeds S ...]
+[--baselines] [--generate N] [--base-steps N] [--energy-steps N] [--train-prefixes N] [--cache S] [--test N] [--seeds S ...]
 [--base-cache DIR] [--out DIR] [--record NAME] [--threads N]`` (``--base-cache``: trained bases kept and reused
 across variants; ``--out``: finished seeds kept and read back by a rerun with the same settings).
 """
@@ -77,6 +83,7 @@ from _record import Recorder
 from ebms.data.negative_cache import NegativeCache
 from ebms.data.text import Vocabulary, ptb, tiny_shakespeare
 from ebms.estimators.residual_log_z import residual_perplexity
+from ebms.metrics.generation import log_prob_gap, oracle_preference, unique_ngram_fraction
 from ebms.metrics.seeds import compare_over_seeds
 from ebms.models.lm import LSTMLM, ProductLM
 from ebms.models.residual_lm import ResidualLM
@@ -84,6 +91,7 @@ from ebms.nets.hf_text_energy import HF_KINDS, HFTextEnergy, hf_encoder_config
 from ebms.nets.text_energy import TextEnergy
 from ebms.objectives import AutoregressiveNLL
 from ebms.objectives.residual_nce import ResidualNCE
+from ebms.samplers.joint_resampling import top_k_joint_sample
 from ebms.sequences import Sequences
 from ebms.train import Trainer
 
@@ -120,6 +128,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baselines", action="store_true",
                    help="also train RALM (the base times an LSTM expert of the energy's size, exact MLE) and BALM "
                         "(one LSTM LM of the base's plus the energy's size) and report their exact perplexities")
+    p.add_argument("--generate", type=int, default=0, metavar="N",
+                   help="also generate one continuation per held-out prefix from the base (top-k 10) and from the "
+                        "joint model (Algorithm 1: one of N top-k base draws resampled by softmax(-E)), and report the "
+                        "oracle preference (a KN5 of the train split scores both; exact binomial test), unique "
+                        "n-grams and the oracle log-prob gap to the true continuations (PTB only; default 0: off)")
     p.add_argument("--record", default=None,
                    help=f"record name stem, benchmarks/records/STEM_<corpus>.json (default {BENCH}; --quick: no record)")
 
@@ -343,7 +356,51 @@ def train_energy(corpus: Corpus, lm: LSTMLM, args: argparse.Namespace, seed: int
     return model.eval(), {"cache_s": t_cache, "energy_train_s": t_train, **pre, **final}
 
 
-def one_seed(corpus: Corpus, args: argparse.Namespace, seed: int, ns: list[int]) -> dict[str, Any]:
+TOP_K = 10  # the base's restriction when generating (Deng et al. 2020 sample with top-k = 10)
+
+
+def oracle_scores(oracle: Any, prefix: Sequences, x: Sequences, horizon: int) -> torch.Tensor:
+    """Per continuation, the oracle's mean log-probability per token of ``x`` after ``prefix`` (``</s>`` counted
+    where ``x`` ended before the horizon), ``(B,)`` float64: a fluency score that does not favour short rows."""
+    rows = Sequences.from_lists([c + y for c, y in zip(prefix.tolist(), x.tolist())])
+    lp = oracle.token_log_probs(rows)  # (B, T + 1), </s> at each row's length
+    cols = torch.arange(lp.shape[1])
+    start, stop = prefix.lengths.unsqueeze(1), (prefix.lengths + x.lengths).unsqueeze(1)
+    keep = (cols >= start) & ((cols < stop) | ((cols == stop) & (x.lengths < horizon).unsqueeze(1)))
+    return (lp * keep).sum(1) / keep.sum(1).clamp(min=1)
+
+
+def generation(corpus: Corpus, model: ResidualLM, oracle: Any, n: int, seed: int) -> dict[str, Any]:
+    """One continuation per held-out prefix from the base (top-k) and from the joint model (Algorithm 1 over ``n``
+    top-k base draws); the oracle's preference of joint over base (exact one-sided binomial test), the unique
+    n-gram fractions (n = 1..4) of each and of the true continuations, and each one's oracle log-prob gap to the truth
+    (Deng et al. 2020: Table 2's human preference, Fig. 2 right and Fig. 3, with a KN5 of the train split as judge)."""
+    prefix, truth = corpus.test
+    g = torch.Generator().manual_seed(7000 + seed)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        base = model.sample_base(prefix, 1, generator=g, top_k=TOP_K)
+        joint = top_k_joint_sample(model, prefix, n, top_k=TOP_K, generator=g, progress=False)
+    s_base, s_joint, s_true = (oracle_scores(oracle, prefix, x, corpus.K) for x in (base, joint.continuations, truth))
+    pref = oracle_preference(s_base, s_joint)
+    out: dict[str, Any] = {"draws": n, "top_k": TOP_K, "preference_joint_over_base": {
+        "wins": pref.wins, "losses": pref.losses, "ties": pref.ties, "n": pref.n, "rate": pref.rate,
+        "p_value": pref.p_value}, "median_ess": float(joint.ess.median())}
+    for name, x, s in (("base", base, s_base), ("joint", joint.continuations, s_joint), ("truth", truth, s_true)):
+        lists = x.tolist()
+        out[name] = {f"unique_{k}gram": unique_ngram_fraction(lists, k) for k in range(1, 5)
+                     if any(len(r) >= k for r in lists)}
+        out[name]["oracle_logp_per_token"] = float(s.mean())
+        out[name]["mean_length"] = float(x.lengths.double().mean())
+        if name != "truth":
+            gap = log_prob_gap(s, s_true)
+            out[name]["oracle_logp_gap"] = {"gap": gap.gap, "stderr": gap.stderr}
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def one_seed(corpus: Corpus, args: argparse.Namespace, seed: int, ns: list[int], oracle: Any = None
+             ) -> dict[str, Any]:
     t0 = time.perf_counter()
     lm = train_base(corpus, args.base_steps, seed, args.base_cache)
     rec: dict[str, Any] = {"seed": seed, "base_train_s": time.perf_counter() - t0}
@@ -371,6 +428,8 @@ def one_seed(corpus: Corpus, args: argparse.Namespace, seed: int, ns: list[int])
     rec["energy_params"] = n_params(model.energy_net)
     if args.baselines:
         rec.update(baselines(corpus, lm, rec["energy_params"], args, seed))
+    if oracle is not None:
+        rec["generation"] = generation(corpus, model, oracle, args.generate, seed)
     return rec
 
 
@@ -392,6 +451,14 @@ def report(name: str, recs: list[dict], ns: list[int]) -> dict[str, Any]:
             rows.append([label, spread([r[key]["ppl"] for r in recs]), "", ""])
     rows.append(["held-out NCE accuracy", spread([r["heldout_nce_accuracy"] for r in recs]), "", ""])
     rows.append([f"median ESS at n={ns[-1]}", spread([r[f"n{ns[-1]}"]["ess_median"] for r in recs]), "", ""])
+    if "generation" in recs[0]:
+        for who in ("base", "joint", "truth"):
+            rows.append([f"oracle log-prob/token, {who}", spread([r["generation"][who]["oracle_logp_per_token"]
+                                                                    for r in recs]), "", ""])
+            rows.append([f"unique 2-grams, {who}", spread([r["generation"][who]["unique_2gram"] for r in recs]),
+                         "", ""])
+        rows.append(["oracle prefers joint over base (rate)",
+                     spread([r["generation"]["preference_joint_over_base"]["rate"] for r in recs]), "", ""])
     seeds = " ".join(str(r["seed"]) for r in recs)
     print(f"\n{name} (seeds {seeds}; {recs[0]['tokens']} held-out tokens)")
     print(C.format_table(["figure", "lower / value", "upper", "gap"], rows))
@@ -434,8 +501,29 @@ def record_figures(recs: list[dict[str, Any]], ns: list[int], summary: dict[str,
         comparisons[f"{key}_vs_base_ppl"] = compare_over_seeds(
             [r[key]["ppl"] for r in recs], [r["base_ppl"] for r in recs], seeds=seeds, name_a=name,
             name_b="base LM", metric="held-out perplexity (exact)", higher_is_better=False).to_dict()
-    return {"per_seed": {f"seed{r['seed']}": r for r in recs}, "spread": spread_of, "summary": summary,
-            "comparisons": comparisons}
+    out = {"per_seed": {f"seed{r['seed']}": r for r in recs}, "spread": spread_of, "summary": summary,
+           "comparisons": comparisons}
+    if "generation" in recs[0]:
+        out["generation"] = generation_summary([r["generation"] for r in recs])
+    return out
+
+
+def generation_summary(gens: list[dict[str, Any]]) -> dict[str, Any]:
+    """Over seeds: the preference items pooled (exact binomial test), and the mean of each per-seed figure."""
+    from ebms.metrics.generation import binomial_upper_tail
+
+    wins = sum(g["preference_joint_over_base"]["wins"] for g in gens)
+    losses = sum(g["preference_joint_over_base"]["losses"] for g in gens)
+    n = sum(g["preference_joint_over_base"]["n"] for g in gens)
+    out: dict[str, Any] = {"preference_pooled": {"wins": wins, "losses": losses, "ties": n - wins - losses, "n": n,
+                                                 "rate": wins / n, "p_value": binomial_upper_tail(wins, n),
+                                                 "p_value_base_better": binomial_upper_tail(losses, n)}}
+    for who in ("base", "joint", "truth"):
+        keys = [k for k in gens[0][who] if isinstance(gens[0][who][k], float)]
+        out[who] = {k: statistics.mean(g[who][k] for g in gens) for k in keys}
+        if who != "truth":
+            out[who]["oracle_logp_gap"] = statistics.mean(g[who]["oracle_logp_gap"]["gap"] for g in gens)
+    return out
 
 
 def main() -> None:
@@ -462,6 +550,10 @@ def main() -> None:
         rec_out = Recorder(f"{stem or BENCH}_{name}", seeds=args.seeds,
                            settings={**settings, "corpus": name, "ns": ns, **SETUP[name]})
         corpus = Corpus(name, args.test)
+        oracle = None
+        if args.generate and name == "ptb":
+            from ebms.distributions import BackoffNGram
+            oracle = BackoffNGram.fit(corpus.train_sents, corpus.V, order=5)
         recs = []
         for seed in args.seeds:
             done = None if args.out is None else args.out / f"{name}-seed{seed}.json"
@@ -470,7 +562,7 @@ def main() -> None:
                 C.note(f"[{BENCH}] {name} seed {seed}: read back from {done}")
                 continue
             C.note(f"[{BENCH}] {name} seed {seed}: base {args.base_steps} steps, energy {args.energy_steps} steps")
-            recs.append(one_seed(corpus, args, seed, ns))
+            recs.append(one_seed(corpus, args, seed, ns, oracle))
             r = recs[-1]
             if done is not None:
                 done.parent.mkdir(parents=True, exist_ok=True)

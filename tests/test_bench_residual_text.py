@@ -178,3 +178,39 @@ def test_masked_lm_pretraining_trains_the_energys_own_encoder_on_its_own_inputs(
     same = [torch.equal(a, b) for a, b in zip(fresh.encoder.parameters(), trained.encoder.parameters())]
     assert not all(same)  # the same seed's fresh encoder, moved by pretraining
     assert torch.equal(trained.head.weight, torch.zeros_like(trained.head.weight))
+
+
+def test_oracle_scores_average_the_judges_token_log_probs_over_each_continuation_and_its_end() -> None:
+    import torch
+
+    from ebms.distributions import BackoffNGram
+    from ebms.sequences import Sequences
+
+    rt = _bench("residual_text")
+    oracle = BackoffNGram.fit([[1, 2, 3, 4], [2, 3, 3], [4, 1, 2]], 5, order=3, smoothing="witten_bell")
+    c = Sequences.from_lists([[1, 2], [3]])
+    x = Sequences.from_lists([[3, 4], [2]])
+    horizon = 2  # row 0 fills the horizon (no </s>); row 1 ends early, so its </s> counts
+    got = rt.oracle_scores(oracle, c, x, horizon)
+    full0 = oracle.token_log_probs(Sequences.from_lists([[1, 2, 3, 4]]))[0]
+    full1 = oracle.token_log_probs(Sequences.from_lists([[3, 2]]))[0]
+    want = torch.tensor([float(full0[2] + full0[3]) / 2, float(full1[1] + full1[2]) / 2], dtype=torch.float64)
+    assert torch.allclose(got, want, rtol=0, atol=1e-12)
+
+
+def test_generation_summary_pools_the_preference_items_into_one_exact_binomial_test() -> None:
+    from ebms.metrics.generation import binomial_upper_tail
+
+    rt = _bench("residual_text")
+
+    def gen(wins: int, losses: int, n: int) -> dict:
+        who = {"unique_1gram": 0.9, "oracle_logp_per_token": -5.0, "mean_length": 5.0,
+               "oracle_logp_gap": {"gap": -0.5, "stderr": 0.1}}
+        return {"preference_joint_over_base": {"wins": wins, "losses": losses, "ties": n - wins - losses, "n": n},
+                "base": dict(who), "joint": dict(who), "truth": {k: who[k] for k in ("unique_1gram", "mean_length")}}
+
+    s = rt.generation_summary([gen(6, 3, 10), gen(7, 2, 10)])
+    pooled = s["preference_pooled"]
+    assert (pooled["wins"], pooled["losses"], pooled["ties"], pooled["n"]) == (13, 5, 2, 20)
+    assert pooled["p_value"] == binomial_upper_tail(13, 20) and pooled["p_value_base_better"] == binomial_upper_tail(5, 20)
+    assert s["joint"]["oracle_logp_gap"] == -0.5 and s["truth"] == {"unique_1gram": 0.9, "mean_length": 5.0}
