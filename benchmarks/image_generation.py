@@ -21,7 +21,9 @@ Arms (``--arms NAME ...``, default all): ``recipe`` = ``conv-ebm-mnist`` (Gaussi
 ``tutorial`` = uniform restarts at the library page's guidance (60 SGLD steps of size 0.01 with noise
 0.005, batch 128, buffer 8,192, restarts 5 %, regulariser 0.01, Adam 1e-4); ``tutorial-clamp`` = that
 with the image tutorials' move (step 10, each gradient element clamped to 0.03); ``recovery`` =
-``recovery-mnist``; ``recovery-deep`` = recovery likelihood with levels that reach near pure noise.
+``recovery-mnist`` (the authors' protocol, an energy without GroupNorm); ``recovery-groupnorm`` = the same
+energy with GroupNorm (bounded and blind to its input's scale); ``recovery-plain`` = the former recipe (the
+paper's equations as written, step ``b σ² (1 − σ²)``, levels 0.02 to 0.7, GroupNorm).
 ``--steps`` sets ``train.steps`` of every arm (default: each recipe's).
 
 Resumable: runs live under ``--out`` (default ``runs/image-generation``), ``<arm>/seed<s>``.
@@ -57,7 +59,10 @@ ARMS: dict[str, tuple[str, list[str]]] = {
     "tutorial": ("conv-ebm-mnist", TUTORIAL),
     "tutorial-clamp": ("conv-ebm-mnist", [*TUTORIAL, "sampler.step_size=10", "sampler.grad_clamp=0.03"]),
     "recovery": ("recovery-mnist", []),
-    "recovery-deep": ("recovery-mnist", ["objective.sigmas=[0.05,0.1,0.2,0.35,0.55,0.8,0.95]", "train.lr=0.001"]),
+    "recovery-groupnorm": ("recovery-mnist", ["vision.normalize=true"]),
+    "recovery-plain": ("recovery-mnist", ["vision.normalize=true", "vision.recovery_protocol=plain", "vision.recovery_b=0.1",
+                                          "objective.k=20", "objective.sigmas=[0.02,0.05,0.1,0.2,0.4,0.7]",
+                                          "train.lr=0.0001"]),
 }
 FIGURES = ("confident", "class_entropy", "score", "fd")
 

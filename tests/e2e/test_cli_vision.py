@@ -131,15 +131,22 @@ def test_the_classifier_never_sees_a_withheld_label(tmp_path: Path) -> None:
     ["model.kind=conv", "objective.kind=improved-cd", "vision.augment=true", "vision.reservoir=true",
      "vision.entropy_weight=0.1"],
     ["model.kind=conv", "objective.kind=recovery", "objective.sigmas=[0.05,0.1,0.2]"],
+    ["model.kind=conv", "objective.kind=recovery", "objective.sigmas=[0.3,0.5,0.99]", "vision.recovery_protocol=gao",
+     "vision.recovery_b=0.0002", "vision.normalize=false"],
     ["model.kind=classifier", "vision.labels_per_class=5"],
     ["model.kind=jem", "vision.labels_per_class=5"],
-], ids=["pcd", "improved-cd", "recovery", "classifier", "semi-supervised-jem"])
+], ids=["pcd", "improved-cd", "recovery", "recovery-gao", "classifier", "semi-supervised-jem"])
 def test_every_image_objective_trains_and_evaluates(extra: list[str], tmp_path: Path) -> None:
     assert main(["train", f"run.out_dir={tmp_path}", "run.name=r", *SMALL, "train.steps=6", *extra]) == 0
     got = _eval(tmp_path / "r")
     assert got["step"] == 6 and got["ood"], got
     assert all(0.0 <= r["auroc"] <= 1.0 for r in got["ood"])
     assert main(["sample", str(tmp_path / "r"), "--n", "4"]) == 0
+    if "objective.kind=recovery" in extra:  # each chain from noise through every level: 4 columns of 28x28 tiles
+        from PIL import Image
+
+        with Image.open(tmp_path / "r" / "levels.png") as im:
+            assert im.size[0] > im.size[1] / 3
 
 
 def _have(name: str) -> bool:

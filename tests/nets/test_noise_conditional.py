@@ -101,3 +101,27 @@ def test_bad_arguments_name_themselves() -> None:
         net(torch.randn(2, 4), 0)
     with pytest.raises(TypeError, match="x: expected a floating-point tensor"):
         net(torch.zeros(2, 3, dtype=torch.long), 0)
+
+
+def test_the_last_group_norm_makes_the_energy_blind_to_scale_and_normalize_false_does_not() -> None:
+    # With GroupNorm and no biases, the skip paths grow like c while the normalised branches do not, and the
+    # last norm divides the scale out: E(c x) tends to a finite limit as c grows (the energy is bounded).
+    # Without it, a relu net without biases is homogeneous, E(c x) = c E(x): the energy can call a wide image
+    # worse, which a recovery-likelihood energy must learn.
+    for normalize in (True, False):
+        torch.manual_seed(0)
+        net = NoiseConditionalEnergy((1, 8, 8), 2, channels=(8, 16), groups=4, activation="relu",
+                                     normalize=normalize).double()
+        with torch.no_grad():
+            for m in net.modules():
+                if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)) and m.bias is not None:
+                    m.bias.zero_()
+        x = torch.randn(3, 1, 8, 8, dtype=torch.float64)
+        e1, e10 = net(1e6 * x, 0), net(1e7 * x, 0)
+        if normalize:
+            torch.testing.assert_close(e10, e1, rtol=1e-3, atol=1e-6)
+        else:
+            torch.testing.assert_close(e10, 10 * e1, rtol=1e-10, atol=1e-12)
+    assert not any(isinstance(m, torch.nn.GroupNorm) for m in net.modules())
+    with pytest.raises(TypeError, match="normalize: expected True or False; got 0"):
+        NoiseConditionalEnergy((1, 8, 8), 2, normalize=0)  # type: ignore[arg-type]

@@ -187,6 +187,11 @@ def test_recovery_sample_is_reproducible_and_shaped(dtype: torch.dtype) -> None:
     b = recovery_sample(model, SIGMAS, 7, k=5, generator=torch.Generator().manual_seed(0), dtype=dtype)
     assert a.shape == (7, 2) and a.dtype == dtype and torch.equal(a, b)
     assert bool(torch.isfinite(a).all())
+    levels = recovery_sample(model, SIGMAS, 7, k=5, generator=torch.Generator().manual_seed(0), dtype=dtype,
+                             keep_levels=True)
+    assert levels.shape == (3, 7, 2) and torch.equal(levels[-1], a)  # x_T, x_1, x_0: the samples last
+    start = torch.randn((7, 2), generator=torch.Generator().manual_seed(0), dtype=dtype)
+    assert torch.equal(levels[0], start)  # the noise it started from
 
 
 def test_bad_arguments_name_themselves() -> None:
@@ -220,3 +225,120 @@ def test_bad_arguments_name_themselves() -> None:
     with pytest.raises(ValueError, match="batch: expected at least one row"):
         obj(model, torch.zeros(0, 2))
 
+
+
+# --- the authors' protocol: scaled energy, unconditional top level, per-level steps and weights ---
+
+
+def test_gao_levels_and_steps_follow_the_ddpm_schedule_they_are_cut_from() -> None:
+    from ebms.objectives.recovery import gao_sigmas, gao_step_sizes
+
+    betas = [1e-4 + (0.02 - 1e-4) * i / 999 for i in range(1000)]
+    s = gao_sigmas(6)
+    cuts = [0, 100, 200, 300, 400, 500, 999]  # 1000 // (2 * 5) = 100
+    for t in range(6):
+        keep = math.prod(1 - b for b in betas[cuts[t] + 1: cuts[t + 1] + 1])
+        assert float(s[t]) == pytest.approx(math.sqrt(1 - keep), rel=1e-12)
+    # all levels together: every DDPM step but the first (the authors' x_0 noise)
+    assert float(torch.prod(1 - s**2)) == pytest.approx(math.prod(1 - b for b in betas[1:]), rel=1e-9)
+    torch.testing.assert_close(s, torch.tensor([0.3237, 0.5165, 0.6322, 0.7132, 0.7734, 0.9997], dtype=torch.float64),
+                               rtol=0, atol=5e-5)
+    # eps_t = b s_{t+1}^2 sqrt(1 - (1 - first^2) alpha_bar_t) / first, by hand for two levels
+    eps = gao_step_sizes([0.3, 0.5], b=2e-4, first=0.01)
+    want = [2e-4 * 0.09 * 0.01 / 0.01, 2e-4 * 0.25 * math.sqrt(1 - (1 - 1e-4) * 0.91) / 0.01]
+    torch.testing.assert_close(eps, torch.tensor(want, dtype=torch.float64), rtol=1e-12, atol=0)
+
+
+def test_the_scaled_conditional_is_the_closed_form_gaussian_of_energy_over_step() -> None:
+    model = QuadraticLevels([2.0, 0.5], [0.3, -0.2])
+    steps = [0.01, 0.04]
+    obj = RecoveryLikelihood(SIGMAS, step_sizes=steps, scaled=True)
+    g = torch.Generator().manual_seed(0)
+    t = torch.tensor([0, 1, 1, 0])
+    noisy = torch.randn(4, 2, generator=g, dtype=torch.float64)
+    cond = obj.conditional(model, noisy, t)
+    y1, y2 = torch.randn(4, 2, generator=g, dtype=torch.float64), torch.randn(4, 2, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(obj.step_sizes(t, torch.float64), torch.tensor([0.01, 0.04, 0.04, 0.01], dtype=torch.float64))
+    for i in range(4):
+        lv = int(t[i])
+        a, s = float(model.a.detach()[lv]) / steps[lv], SIGMAS[lv]  # E / eps: precision a / eps
+        m, v = _gaussian_conditional(a, model.mu, noisy[i], s)
+        want = ((y1[i] - m).pow(2).sum() - (y2[i] - m).pow(2).sum()) / (2 * v)
+        got = cond(y1[i : i + 1].expand(4, 2))[i] - cond(y2[i : i + 1].expand(4, 2))[i]
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_an_unconditional_top_level_has_no_pull_no_scaling_and_samples_its_energy() -> None:
+    # Top level (t = 1) with marginal_top: the conditional is E(y, 1) / eps alone, the positives are
+    # x_1 itself, and the sampler returns y unscaled. For E = a/2 |y - mu|^2 the scaled ULA step is
+    # y' = y - (a/2)(y - mu) + sqrt(eps) xi: stationary mean mu, variance eps / (a (1 - a/4)).
+    a, mu, eps, n = 0.5, [0.3, -0.2], 0.02, 4000
+    model = QuadraticLevels([1.0, a], mu)
+    obj = RecoveryLikelihood(SIGMAS, k=200, step_sizes=[0.01, eps], scaled=True, marginal_top=True)
+    noisy = torch.full((n, 2), 2.0, dtype=torch.float64)
+    t = torch.ones(n, dtype=torch.long)
+    y, _, bad = obj.sample_conditional(model, noisy, t, generator=torch.Generator().manual_seed(7))
+    assert float(bad) == 0.0
+    v = eps / (a * (1 - a / 4))
+    assert float(((y.mean(0) - torch.tensor(mu, dtype=torch.float64)).abs() / math.sqrt(v / n)).max()) < 4
+    assert float(((y.var(0) - v).abs() / (v * math.sqrt(2 / (n - 1)))).max()) < 4
+    torch.testing.assert_close(obj.scales(torch.tensor([0, 1]), torch.float64),
+                               torch.tensor([math.sqrt(1 - 0.09), 1.0], dtype=torch.float64))
+    x0 = torch.randn(3000, 2, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    p = obj.pairs(model, x0, generator=torch.Generator().manual_seed(9))
+    top = p.t == 1
+    # positives at the top level are x_1 = sqrt(1 - 0.09) x_0 + 0.3 e (variance 1), unscaled
+    assert abs(float(p.positives[top].var()) - 1.0) < 4 * math.sqrt(2 / (int(top.sum()) - 1))
+    x = recovery_sample(model, SIGMAS, 5, k=3, step_sizes=[0.01, eps], scaled=True, marginal_top=True,
+                        generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    assert x.shape == (5, 2) and bool(torch.isfinite(x).all())
+
+
+def test_level_weights_weight_each_rows_loss_and_gradient() -> None:
+    model = QuadraticLevels([1.5, 0.7], [0.1, 0.0])
+    w = [1.0, 0.25]
+    obj = RecoveryLikelihood(SIGMAS, k=4, level_weights=w)
+    x = torch.randn(6, 2, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    p = obj.pairs(model, x, generator=torch.Generator().manual_seed(2))
+    out = obj(model, x, generator=torch.Generator().manual_seed(2))
+    out.loss.backward()
+    d = 0.5 * ((p.positives - model.mu).pow(2).sum(-1) - (p.negatives - model.mu).pow(2).sum(-1))
+    wt = torch.tensor(w, dtype=torch.float64)[p.t]
+    torch.testing.assert_close(out.loss.detach(), (wt * model.a.detach()[p.t] * d).mean())
+    want = torch.stack([(wt * d * (p.t == lv)).sum() / 6 for lv in range(2)])
+    torch.testing.assert_close(model.a.grad, want)
+    assert out.metrics["e_pos"] == pytest.approx(float((0.5 * model.a.detach()[p.t] *
+                                                         (p.positives - model.mu).pow(2).sum(-1)).mean()))
+
+
+def test_the_authors_options_reject_bad_values_by_name() -> None:
+    from ebms.objectives.recovery import gao_sigmas, gao_step_sizes
+
+    with pytest.raises(ValueError, match="step_sizes: expected either step_sizes or step_size_fn, not both"):
+        RecoveryLikelihood(SIGMAS, step_sizes=[0.1, 0.1], step_size_fn=lambda s: s)
+    with pytest.raises(ValueError, match=r"step_sizes: expected 2 finite positive values, one per level; got \[0.1\]"):
+        RecoveryLikelihood(SIGMAS, step_sizes=[0.1])
+    with pytest.raises(ValueError, match=r"level_weights: expected 2 finite positive values"):
+        RecoveryLikelihood(SIGMAS, level_weights=[1.0, 0.0])
+    with pytest.raises(TypeError, match="scaled: expected True or False; got 1"):
+        RecoveryLikelihood(SIGMAS, scaled=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="marginal_top: expected True or False"):
+        RecoveryLikelihood(SIGMAS, marginal_top="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="n_levels: expected an int >= 2; got 1"):
+        gao_sigmas(1)
+    with pytest.raises(ValueError, match="first: expected the noise of x_0 in"):
+        gao_step_sizes(SIGMAS, first=1.5)
+
+
+def test_protocol_options_spell_out_each_protocol() -> None:
+    from ebms.objectives.recovery import gao_step_sizes, protocol_options
+
+    assert protocol_options("plain", SIGMAS, 0.1) == {"b": 0.1}
+    gao = protocol_options("gao", SIGMAS, 2e-4)
+    assert set(gao) == {"step_sizes", "scaled", "marginal_top", "level_weights"} and gao["scaled"] and gao["marginal_top"]
+    torch.testing.assert_close(gao["step_sizes"], gao_step_sizes(SIGMAS, b=2e-4))
+    torch.testing.assert_close(gao["level_weights"], torch.tensor([1.0, 0.6], dtype=torch.float64))
+    assert "level_weights" not in protocol_options("gao", SIGMAS, 2e-4, weights=False)
+    RecoveryLikelihood(SIGMAS, **gao)  # what the objective accepts
+    with pytest.raises(ValueError, match="name: expected one of plain, gao; got 'paper'"):
+        protocol_options("paper", SIGMAS, 0.1)

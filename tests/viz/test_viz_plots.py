@@ -159,3 +159,18 @@ def test_save_figure_bad_arguments_messages(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="fig: expected a matplotlib Figure; got str"):
         save_figure("fig", tmp_path / "fig.png")  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_level_grid_puts_one_chain_per_row_and_its_levels_left_to_right(tmp_path: Path) -> None:
+    from ebms.viz import level_grid
+
+    L, N = 3, 2
+    levels = torch.stack([torch.full((N, 1, 2, 2), -1.0 + level) for level in range(L)])  # level value -1, 0, 1
+    levels[:, 1] *= 0.5  # the second chain at half the values
+    fig = level_grid(levels)
+    _assert_png(fig, tmp_path / "levels.png")
+    want = tile_images(levels.transpose(0, 1).reshape(N * L, 1, 2, 2), nrow=L, value_range=(-1.0, 1.0))
+    got = np.asarray(fig.axes[0].images[0].get_array())
+    np.testing.assert_allclose(got, want[:, :, 0])
+    with pytest.raises(ValueError, match=r"levels: expected \(L, N, C, H, W\) or \(L, N, H, W\)"):
+        level_grid(torch.zeros(3, 2, 2))

@@ -130,7 +130,8 @@ KEY_ROLES: dict[str, str] = {
         "generation": "digits n_train error_rate dim hidden layers heads dropout base_run energy negatives "
                       "earm_weight earm_start earm_truncate earm_clip",
         "vision": "limit val_fraction labels_per_class channels groups spectral_norm data_noise generative_weight "
-                  "warmup_steps conditional informative_init kl_weight entropy_weight augment reservoir recovery_b",
+                  "warmup_steps conditional informative_init kl_weight entropy_weight augment reservoir recovery_b "
+                  "recovery_protocol normalize",
         "jrf": "label_fraction limit min_count embed hidden alpha noise_hidden noise_steps zeta_lr",
     }),
     **_rows("training", {

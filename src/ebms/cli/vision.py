@@ -37,7 +37,8 @@ class-wise ECE (monograph Eq. 5.19, ``vision.ece_bins`` bins) and top-label ECE 
 temperature scaling fitted on the held-out split, and for every set of ``vision.ood`` and every
 score (``logp``, ``max_softmax``, ``grad_norm``) the AUROC with a 95 % bootstrap interval and the
 AUPR; for an energy, the mean energies of test images, samples and noise and the AUROC of ``-E``
-against every ``vision.ood`` set. Plots: ``samples.png``, ``energy_hist.png`` and, for a
+against every ``vision.ood`` set. Plots: ``samples.png``, ``energy_hist.png``, for the recovery
+likelihood ``levels.png`` (each chain from noise through every level to its sample) and, for a
 classifier, ``reliability.png`` and ``roc.png`` (when there is an OOD set); with
 ``vision.snapshot_every`` a grid of the chains every that many steps in ``samples/``.
 
@@ -86,7 +87,7 @@ from ebms.objectives import PersistentContrastiveDivergence, ReplayBuffer
 from ebms.objectives.classification import CrossEntropy
 from ebms.objectives.improved_cd import ImprovedCD
 from ebms.objectives.jem import JEMObjective
-from ebms.objectives.recovery import RecoveryLikelihood, recovery_sample
+from ebms.objectives.recovery import PROTOCOLS, RecoveryLikelihood, protocol_options, recovery_sample
 from ebms.objectives.reservoir import ReservoirBuffer
 from ebms.samplers import Sampler
 from ebms.spaces import Box
@@ -142,6 +143,8 @@ class VisionSettings:
     augment: bool = False
     reservoir: bool = False
     recovery_b: float = 0.1
+    recovery_protocol: str = "plain"
+    normalize: bool = True
     ood: list[str] | None = None
     ood_size: int = 2000
     ece_bins: int = 20
@@ -189,6 +192,7 @@ class VisionTask(Task[VisionSettings]):
         "generative_weight": NONNEG, "warmup_steps": NONNEG, "conditional": Rule(), "informative_init": Rule(),
         "kl_weight": NONNEG, "entropy_weight": NONNEG, "augment": Rule(), "reservoir": Rule(),
         "recovery_b": Rule(low=0, high=4, low_open=True, high_open=True),
+        "recovery_protocol": Rule(choices=PROTOCOLS), "normalize": Rule(),
         "ood": Rule(choices=OOD_SETS, text=f"a list of out-of-distribution sets among {', '.join(OOD_SETS)} "
                                           f"([]: none)"), "ood_size": COUNT, "ece_bins": COUNT, "snapshot_every": NONNEG}
     objective_kinds = tuple(IMAGE_OBJECTIVES)
@@ -224,6 +228,9 @@ class VisionTask(Task[VisionSettings]):
         if self.objective(cfg).noise_conditional and s.spectral_norm:
             raise ConfigError("vision.spectral_norm: the recovery likelihood's noise-conditional energy has no "
                               "spectral-norm option; set vision.spectral_norm = false")
+        if not s.normalize and not self.objective(cfg).noise_conditional:
+            raise ConfigError("vision.normalize: only the recovery likelihood's noise-conditional energy can drop its "
+                              f"GroupNorm; got objective.kind = {cfg.objective.kind!r}: set vision.normalize = true")
         if s.labels_per_class is not None and not self.labels:
             raise ConfigError("vision.labels_per_class: an image energy (model.kind = 'conv') uses no labels; "
                               "set model.kind = 'jem' or 'classifier'")
@@ -234,6 +241,10 @@ class VisionTask(Task[VisionSettings]):
             raise ConfigError(f"vision.ood: {bad[0]!r} is not an out-of-distribution set for data.name = "
                               f"{cfg.data.name!r} (the same data, or images of another size); expected some of "
                               f"{', '.join(valid)}")
+
+    def recovery_options(self, cfg: Config, *, weights: bool = False) -> dict[str, Any]:
+        s = self.settings(cfg)
+        return protocol_options(s.recovery_protocol, cfg.objective.sigmas, s.recovery_b, weights=weights)
 
     def buffer_classes(self, cfg: Config) -> int | None:
         """Classes a class-conditional replay buffer splits its slots among (``None``: one pool)."""
@@ -384,7 +395,8 @@ class VisionTask(Task[VisionSettings]):
         n = cfg.eval.n_samples if n is None else n
         g = torch.Generator().manual_seed(cfg.run.seed + SAMPLE_SEED if seed is None else seed)
         if self.objective(cfg).noise_conditional:
-            return recovery_sample(model, tuple(cfg.objective.sigmas), n, k=cfg.objective.k, b=self.settings(cfg).recovery_b,
+            return recovery_sample(model, tuple(cfg.objective.sigmas), n, k=cfg.objective.k,
+                                   **self.recovery_options(cfg),
                                    event_shape=data.image_shape, generator=g)
         q = self.informative_start(cfg, data)
         x0 = self.space(data).random(n, generator=g) if q is None else q.sample(n, g).clamp(-1.0, 1.0)
@@ -419,7 +431,7 @@ class VisionTask(Task[VisionSettings]):
         """``samples.png`` (test images beside samples), ``energy_hist.png`` (energies of test images,
         samples and the OOD sets) and, for a classifier, ``reliability.png`` and (with an OOD set)
         ``roc.png``."""
-        from ebms.viz import new_figure, plot_energy_histograms, plot_reliability, plot_roc, save_figure
+        from ebms.viz import level_grid, new_figure, plot_energy_histograms, plot_reliability, plot_roc, save_figure
 
         s = self.settings(cfg)
         samples = self.sample(cfg, model, data, n=100)
@@ -428,6 +440,11 @@ class VisionTask(Task[VisionSettings]):
         self.plot(data.test[:100], data, f"test images ({data.name})", ax=ax_d)
         self.plot(samples, data, f"model samples ({cfg.sampler.kind})", ax=ax_m)
         paths = {"samples.png": fig}
+        if self.objective(cfg).noise_conditional:  # each chain from noise through every level to its sample
+            levels = recovery_sample(model, tuple(cfg.objective.sigmas), 10, k=cfg.objective.k, keep_levels=True,
+                                     **self.recovery_options(cfg), event_shape=data.image_shape,
+                                     generator=torch.Generator().manual_seed(cfg.run.seed + SAMPLE_SEED))
+            paths["levels.png"] = level_grid(levels, title="noise → levels → sample")
         g = torch.Generator().manual_seed(cfg.run.seed + EVAL_SEED)
         ood, _ = self.ood_data(cfg, data, g)  # a skipped set was reported by `report`
         energy = self.energy(cfg, model)
@@ -463,7 +480,7 @@ class ConvTask(VisionTask):
         s, c, size = self.settings(cfg), data.image_shape[0], data.image_shape[1:]
         if self.objective(cfg).noise_conditional:
             return build("vision", s, NoiseConditionalEnergy, data.image_shape, len(cfg.objective.sigmas), trunk="conv",
-                         channels=tuple(s.channels), groups=s.groups, activation=cfg.model.activation)
+                         channels=tuple(s.channels), groups=s.groups, normalize=s.normalize, activation=cfg.model.activation)
         return build("vision", s, ConvEnergy, c, size, **self.common(cfg))
 
     def informative_start(self, cfg: Config, data: ImageSplits) -> ClassConditionalGaussian | None:
@@ -481,7 +498,8 @@ class ConvTask(VisionTask):
             return build("objective", o, ImprovedCD, sampler, buffer, k=o.k, kl_weight=s.kl_weight,
                          entropy_weight=s.entropy_weight, augment=augment, regularization=o.regularization)
 
-        return {"recovery": lambda: build("objective", o, RecoveryLikelihood, tuple(o.sigmas), k=o.k, b=s.recovery_b),
+        return {"recovery": lambda: build("objective", o, RecoveryLikelihood, tuple(o.sigmas), k=o.k,
+                                          **self.recovery_options(cfg, weights=True)),
                 "pcd": lambda: PersistentContrastiveDivergence(sampler, self._buffer(cfg, data, None), k=o.k,
                                                                regularization=o.regularization),
                 "improved-cd": lambda: improved_cd(self._buffer(cfg, data, None))}

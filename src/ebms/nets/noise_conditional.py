@@ -47,12 +47,12 @@ def _positive_ints(value: object, name: str) -> tuple[int, ...]:
 
 
 class _ResBlock(nn.Module):
-    def __init__(self, c_in: int, c_out: int, stride: int, groups: int, act: Activation) -> None:
+    def __init__(self, c_in: int, c_out: int, stride: int, groups: int, act: Activation, normalize: bool = True) -> None:
         super().__init__()
         self.act = act
-        self.norm1 = nn.GroupNorm(groups, c_in)
+        self.norm1 = nn.GroupNorm(groups, c_in) if normalize else nn.Identity()
         self.conv1 = nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1)
-        self.norm2 = nn.GroupNorm(groups, c_out)
+        self.norm2 = nn.GroupNorm(groups, c_out) if normalize else nn.Identity()
         self.conv2 = nn.Conv2d(c_out, c_out, 3, padding=1)
         self.skip = nn.Conv2d(c_in, c_out, 1, stride=stride) if (c_in != c_out or stride != 1) else nn.Identity()
 
@@ -82,6 +82,10 @@ class NoiseConditionalEnergy(nn.Module):
         trunk: ``"conv"`` or ``"mlp"``.
         channels: conv stage widths (``trunk="conv"``); stage ``k > 1`` halves ``H, W``.
         groups: GroupNorm groups, a divisor of every entry of ``channels``.
+        normalize: ``trunk="conv"``: GroupNorm in the blocks and before the pooling (default). ``False``:
+            none (as in Gao et al.'s code). With it, the energy is bounded and blind to the scale of its
+            input (the last GroupNorm divides it out), so it cannot learn that an over-dispersed image is
+            worse: recovery likelihood's chains then drift outwards (``docs/image-ebms.md``).
         hidden: MLP hidden widths (``trunk="mlp"``).
         activation: an :class:`~ebms.nets._activations.Activation` or its name (smooth ones
             suit Langevin sampling).
@@ -104,11 +108,14 @@ class NoiseConditionalEnergy(nn.Module):
         trunk: str = "conv",
         channels: Sequence[int] = (32, 64),
         groups: int = 8,
+        normalize: bool = True,
         hidden: Sequence[int] = (128, 128),
         activation: str | Activation = "silu",
     ) -> None:
         super().__init__()
         self.n_levels = check_int(n_levels, "n_levels", minimum=1)
+        if not isinstance(normalize, bool):
+            raise TypeError(f"normalize: expected True or False; got {normalize!r}")
         if trunk not in ("conv", "mlp"):
             raise ValueError(f"trunk: expected 'conv' or 'mlp'; got {trunk!r}")
         self.trunk = trunk
@@ -129,10 +136,10 @@ class NoiseConditionalEnergy(nn.Module):
             self.stem: nn.Module = nn.Conv2d(self.event_shape[0], widths[0], 3, padding=1)
             blocks, c_prev = [], widths[0]
             for k, c in enumerate(widths):
-                blocks.append(_ResBlock(c_prev, c, 1 if k == 0 else 2, groups, self.activation))
+                blocks.append(_ResBlock(c_prev, c, 1 if k == 0 else 2, groups, self.activation, normalize))
                 c_prev = c
             self.layers = nn.ModuleList(blocks)
-            self.norm: nn.Module = nn.GroupNorm(groups, c_prev)
+            self.norm: nn.Module = nn.GroupNorm(groups, c_prev) if normalize else nn.Identity()
             film_widths = (widths[0], *widths)
         else:
             if len(self.event_shape) != 1:

@@ -42,7 +42,8 @@ Which one:
   nearest-neighbour entropy term (Du et al. 2021), with augmentation and a
   :class:`ReservoirBuffer`.
 * :class:`RecoveryLikelihood` — diffusion recovery likelihood: short-run conditional
-  EBMs ``p(x_t | x_{t+1})`` at noise levels (Gao et al. 2021); :func:`recovery_sample`.
+  EBMs ``p(x_t | x_{t+1})`` at noise levels (Gao et al. 2021); :func:`recovery_sample`;
+  the authors' levels, steps and options :func:`gao_sigmas`, :func:`gao_step_sizes`, :func:`protocol_options`.
 * :class:`JEMObjective` — a classifier as an EBM (:class:`~ebms.models.JEM`):
   cross-entropy on labelled rows plus PCD on ``E(x) = -logsumexp f(x)``, per-class
   buffers, warm-up, unlabelled rows (semi-supervised); :class:`CrossEntropy` — the
@@ -101,7 +102,14 @@ from ebms.objectives.jrf import JRFObjective
 from ebms.objectives.nce import NCE, GaussianNoise
 from ebms.objectives.pixelcnn import PixelNLL
 from ebms.objectives.rbm_cd import RBMContrastiveDivergence
-from ebms.objectives.recovery import RecoveryLikelihood, RecoveryPairs, recovery_sample
+from ebms.objectives.recovery import (
+    RecoveryLikelihood,
+    RecoveryPairs,
+    gao_sigmas,
+    gao_step_sizes,
+    protocol_options,
+    recovery_sample,
+)
 from ebms.objectives.reservoir import ReservoirBuffer
 from ebms.objectives.residual_nce import ResidualNCE
 from ebms.objectives.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
@@ -153,6 +161,9 @@ __all__ = [
     "RecoveryLikelihood",
     "RecoveryPairs",
     "recovery_sample",
+    "gao_sigmas",
+    "protocol_options",
+    "gao_step_sizes",
     "JRFObjective",
     "PixelNLL",
     "Seq2SeqNLL",

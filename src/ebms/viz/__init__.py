@@ -9,7 +9,8 @@ atomically (temporary file, then rename).
 * :func:`plot_energy` — ``exp(-E)/Z``, ``-E - log Z`` or ``E`` on a 2-D grid.
 * :func:`plot_samples` — scatter of ``(N, 2)`` points; :func:`plot_points` — ``(N, D)`` points in
   one panel (a histogram in 1-D); :func:`plot_energy_and_density` — energy beside density.
-* :func:`image_grid` / :func:`tile_images` — ``(N, C, H, W)`` or ``(N, H, W)`` tiled.
+* :func:`image_grid` / :func:`tile_images` — ``(N, C, H, W)`` or ``(N, H, W)`` tiled; :func:`level_grid` —
+  chains through levels (``(L, N, ...)``), one row per chain.
 * :func:`plot_traces` — ``(S, C)`` or ``(S, C, D)`` chains with running means.
 * :func:`plot_reliability` — reliability diagram of a classifier; :func:`plot_roc` — ROC curves of
   out-of-distribution scores; :func:`plot_energy_histograms` — energies of data, samples and noise.
@@ -18,12 +19,13 @@ atomically (temporary file, then rename).
 from ebms.viz.calibration import plot_energy_histograms, plot_reliability, plot_roc
 from ebms.viz.density import PLOT_KINDS, plot_energy, plot_energy_and_density, plot_points, plot_samples
 from ebms.viz.figure import new_figure, save_figure
-from ebms.viz.images import image_grid, tile_images
+from ebms.viz.images import image_grid, level_grid, tile_images
 from ebms.viz.traces import plot_traces
 
 __all__ = [
     "PLOT_KINDS",
     "image_grid",
+    "level_grid",
     "new_figure",
     "plot_energy",
     "plot_energy_and_density",

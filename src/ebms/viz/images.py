@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from ebms._checks import check_int
 from ebms.viz.figure import as_float64, axes_or_new
 
-__all__ = ["image_grid", "tile_images"]
+__all__ = ["image_grid", "level_grid", "tile_images"]
 
 
 def _as_nchw(images: Any) -> np.ndarray:
@@ -104,3 +104,16 @@ def image_grid(
     if title is not None:
         ax.set_title(title)
     return fig
+
+
+def level_grid(levels: Any, *, value_range: tuple[float, float] = (-1.0, 1.0), title: str | None = None,
+               ax: Axes | None = None) -> Figure:
+    """Chains through levels, one row per chain: ``levels`` is ``(L, N, C, H, W)`` or ``(L, N, H, W)`` (level
+    first, e.g. :func:`~ebms.objectives.recovery_sample` with ``keep_levels=True``: the noise left, the samples
+    right), shown ``L`` per row, values clipped to ``value_range``."""
+    arr = np.asarray(as_float64(levels, "levels"))
+    if arr.ndim not in (4, 5) or arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise ValueError(f"levels: expected (L, N, C, H, W) or (L, N, H, W) with L, N >= 1; got shape {arr.shape}")
+    n_levels, n = arr.shape[:2]
+    tiles = np.swapaxes(arr, 0, 1).reshape(n * n_levels, *arr.shape[2:])
+    return image_grid(np.clip(tiles, *value_range), n_levels, value_range=value_range, title=title, ax=ax)
