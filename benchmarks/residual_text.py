@@ -54,8 +54,8 @@ Record: ``benchmarks/records/residual_text_<corpus>.json`` per corpus (or ``<--r
 for ``--quick`` unless ``--record`` is given, none with ``--no-save``): settings, per-seed figures,
 mean and standard deviation over seeds, and the comparison of the joint model's upper bound (n =
 the largest) with the base LM's exact perplexity, paired by seed (``ebms.metrics.compare_over_seeds``,
-joint upper minus base, lower is better), wall time and memory (``benchmarks/_record.py``). No
-committed record exists yet (issue 26 runs it at its own protocol).
+joint upper minus base, lower is better), wall time and memory (``benchmarks/_record.py``). Committed:
+``residual_text_bert_ptb`` (PTB, BERT energy pretrained as a masked LM, baselines and generation, 3 seeds).
 
 ``--quick``: 1 seed, 80 base steps, 150 energy steps, 1000 training prefixes, 40 test prefixes,
 n = 10 and 100: the same code path in about half a minute per corpus. Run:
