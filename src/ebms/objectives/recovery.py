@@ -39,7 +39,7 @@ depend on :math:`\theta`). Sampling (:func:`recovery_sample`) is progressive:
 :math:`x_T \sim \mathcal N(0, I)`, then for ``t = T-1, ..., 0`` draw :math:`y_t` from
 the conditional and set :math:`x_t = y_t / \sqrt{1 - \sigma_{t+1}^2}`.
 
-**The authors' protocol** (their released code; three options, off by default, and two helpers):
+**The authors' protocol** (their released code; options off by default, and helpers):
 
 * ``scaled=True``: the network's energy enters the conditional divided by the level's Langevin step,
   :math:`E_\theta(y, t) / \epsilon_t`, so that one ULA step moves
@@ -54,7 +54,8 @@ the conditional and set :math:`x_t = y_t / \sqrt{1 - \sigma_{t+1}^2}`.
   :func:`gao_step_sizes` their steps :math:`\epsilon_t = b\,\sigma_{t+1}^2\,\bar\sigma_t / \bar\sigma_0`
   (``b = 2e-4``; :math:`\bar\sigma_t` the marginal noise of :math:`x_t`, :math:`\bar\sigma_0 = 0.01`, the
   one DDPM step their :math:`x_0` carries), far smaller than the conditional's variance: the chains
-  follow the learned drift more than they diffuse.
+  follow the learned drift more than they diffuse (``step_sizes=``).
+* :func:`protocol_options` spells out the keyword arguments of either protocol (``"plain"``, ``"gao"``).
 
 Reference: Gao, R., Song, Y., Poole, B., Wu, Y. N. & Kingma, D. P. (2021).
 "Learning Energy-Based Models by Diffusion Recovery Likelihood." ICLR.
