@@ -37,12 +37,11 @@ SCALES = (1.0, 4.0, 16.0)
 
 
 def measure(net: NoiseConditionalEnergy, sigmas: torch.Tensor, x: torch.Tensor, n: int, seed: int) -> dict[str, Any]:
-    obj = RecoveryLikelihood(sigmas, 30, **protocol_options("gao", sigmas, 2e-4))
+    options = protocol_options("gao", sigmas, 2e-4, weights=False)
+    obj = RecoveryLikelihood(sigmas, 30, **options)
     g = torch.Generator().manual_seed(seed)
-    levels = recovery_sample(net, sigmas, n, k=30, **protocol_options("gao", sigmas, 2e-4, weights=False),
-                             event_shape=(1, 28, 28), generator=g, keep_levels=True)
-    T = sigmas.numel()
-    abar = torch.cat([torch.ones(1, dtype=torch.float64), torch.cumprod(1 - sigmas**2, 0)])  # abar_0..abar_T
+    levels = recovery_sample(net, sigmas, n, k=30, **options, event_shape=(1, 28, 28), generator=g, keep_levels=True)
+    T, abar = sigmas.numel(), obj.alpha_bar
     x0 = x[:n]
     out: dict[str, Any] = {"progressive_std": {}, "data_std": {}, "one_level_std": {}}
     for t in range(T - 1, -1, -1):

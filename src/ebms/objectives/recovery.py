@@ -112,6 +112,11 @@ def _check_sigmas(sigmas: Sequence[float] | Tensor) -> Tensor:
     return s
 
 
+def _alpha_bar(s: Tensor) -> Tensor:
+    r""":math:`\bar\alpha_t = \prod_{s \le t} (1 - \sigma_s^2)` for ``t = 0..T-1`` (``alpha_bar[0] = 1``: ``x_0`` is the data)."""
+    return torch.cat([s.new_ones(1), torch.cumprod(1 - s**2, 0)[:-1]])
+
+
 def gao_sigmas(n_levels: int = 6) -> Tensor:
     r"""The noise levels :math:`\sigma_1..\sigma_T` of Gao et al.'s code, float64 ``(T,)``.
 
@@ -144,8 +149,7 @@ def gao_step_sizes(sigmas: Sequence[float] | Tensor, b: float = 2e-4, first: flo
     first = check_positive(first, "first")
     if first >= 1:
         raise ValueError(f"first: expected the noise of x_0 in (0, 1); got {first}")
-    alpha_bar = torch.cat([s.new_ones(1), torch.cumprod(1 - s**2, 0)[:-1]])
-    marginal = (1 - (1 - first**2) * alpha_bar).sqrt()
+    marginal = (1 - (1 - first**2) * _alpha_bar(s)).sqrt()
     return b * s**2 * marginal / first
 
 
@@ -249,8 +253,7 @@ class RecoveryLikelihood(nn.Module):
         self.register_buffer("sigmas", s)
         self.register_buffer("fixed_steps", None if step_sizes is None else _per_level(step_sizes, s, "step_sizes"))
         self.register_buffer("weights", None if level_weights is None else _per_level(level_weights, s, "level_weights"))
-        # alpha_bar[t] = prod_{s <= t} (1 - sigma_s^2) for t = 0..T-1 (alpha_bar[0] = 1)
-        self.register_buffer("alpha_bar", torch.cat([s.new_ones(1), torch.cumprod(1 - s**2, 0)[:-1]]))
+        self.register_buffer("alpha_bar", _alpha_bar(s))
 
     @property
     def n_levels(self) -> int:
@@ -410,10 +413,11 @@ def recovery_sample(
     if shape is None:
         raise ValueError("event_shape: expected a shape, or a model with an event_shape attribute; got neither")
     x = torch.randn((n, *tuple(shape)), generator=generator, dtype=dtype, device=device)
-    kept = [x]
+    kept = [x] if keep_levels else None  # every level's chains are held only when asked for
     for level in range(obj.n_levels - 1, -1, -1):
         t = torch.full((n,), level, dtype=torch.long, device=x.device)
         y, _, _ = obj.sample_conditional(model, x, t, generator=generator)
         x = y / obj.scales(t[:1], torch.float64).item()
-        kept.append(x)
-    return torch.stack(kept) if keep_levels else x
+        if kept is not None:
+            kept.append(x)
+    return x if kept is None else torch.stack(kept)
