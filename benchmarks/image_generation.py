@@ -20,7 +20,9 @@ Arms (``--arms NAME ...``, default all): ``recipe`` = ``conv-ebm-mnist`` (Gaussi
 ``uniform`` = the same with ``vision.informative_init=false`` (the tutorial's uniform restarts);
 ``tutorial`` = uniform restarts at the library page's guidance (60 SGLD steps of size 0.01 with noise
 0.005, batch 128, buffer 8,192, restarts 5 %, regulariser 0.01, Adam 1e-4); ``tutorial-clamp`` = that
-with the image tutorials' move (step 10, each gradient element clamped to 0.03); ``recovery`` =
+with the image tutorials' move (step 10, each gradient element clamped to 0.03); ``uniform-nonorm`` and
+``tutorial-nonorm`` = ``uniform`` and ``tutorial`` with an energy without GroupNorm (``vision.normalize=false``:
+one that sees its input's contrast); ``recovery`` =
 ``recovery-mnist`` (the authors' protocol, an energy without GroupNorm); ``recovery-groupnorm`` = the same
 energy with GroupNorm (bounded and blind to its input's scale); ``recovery-plain`` = the former recipe (the
 paper's equations as written, step ``b σ² (1 − σ²)``, levels 0.02 to 0.7, GroupNorm).
@@ -58,6 +60,8 @@ ARMS: dict[str, tuple[str, list[str]]] = {
     "uniform": ("conv-ebm-mnist", ["vision.informative_init=false"]),
     "tutorial": ("conv-ebm-mnist", TUTORIAL),
     "tutorial-clamp": ("conv-ebm-mnist", [*TUTORIAL, "sampler.step_size=10", "sampler.grad_clamp=0.03"]),
+    "uniform-nonorm": ("conv-ebm-mnist", ["vision.informative_init=false", "vision.normalize=false"]),
+    "tutorial-nonorm": ("conv-ebm-mnist", [*TUTORIAL, "vision.normalize=false"]),
     "recovery": ("recovery-mnist", []),
     "recovery-groupnorm": ("recovery-mnist", ["vision.normalize=true"]),
     "recovery-plain": ("recovery-mnist", ["vision.normalize=true", "vision.recovery_protocol=plain", "vision.recovery_b=0.1",

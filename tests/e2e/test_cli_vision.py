@@ -128,6 +128,7 @@ def test_the_classifier_never_sees_a_withheld_label(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("extra", [
     ["model.kind=conv"],
+    ["model.kind=conv", "vision.normalize=false", "vision.informative_init=false"],
     ["model.kind=conv", "objective.kind=improved-cd", "vision.augment=true", "vision.reservoir=true",
      "vision.entropy_weight=0.1"],
     ["model.kind=conv", "objective.kind=recovery", "objective.sigmas=[0.05,0.1,0.2]"],
@@ -135,7 +136,7 @@ def test_the_classifier_never_sees_a_withheld_label(tmp_path: Path) -> None:
      "vision.recovery_b=0.0002", "vision.normalize=false"],
     ["model.kind=classifier", "vision.labels_per_class=5"],
     ["model.kind=jem", "vision.labels_per_class=5"],
-], ids=["pcd", "improved-cd", "recovery", "recovery-gao", "classifier", "semi-supervised-jem"])
+], ids=["pcd", "pcd-no-groupnorm", "improved-cd", "recovery", "recovery-gao", "classifier", "semi-supervised-jem"])
 def test_every_image_objective_trains_and_evaluates(extra: list[str], tmp_path: Path) -> None:
     assert main(["train", f"run.out_dir={tmp_path}", "run.name=r", *SMALL, "train.steps=6", *extra]) == 0
     got = _eval(tmp_path / "r")

@@ -22,6 +22,7 @@ def _imgs(*shape, seed=1, dtype=torch.float32) -> torch.Tensor:
         (dict(in_channels=3, image_size=(6, 10), channels=(8, 8, 16), residual=False), (2, 3, 6, 10)),
         (dict(in_channels=2, image_size=5, channels=(4,), groups=2, activation="tanh"), (4, 2, 5, 5)),
         (dict(in_channels=1, image_size=7, channels=(8, 16), spectral_norm=True), (2, 1, 7, 7)),
+        (dict(in_channels=1, image_size=7, channels=(8, 16), normalize=False), (2, 1, 7, 7)),
     ],
 )
 def test_energy_and_grad_shapes(kwargs, shape):
@@ -110,6 +111,26 @@ def test_activation_object_is_accepted():
     assert net.activation is ACTIVATIONS["elu"]
 
 
+def test_group_norm_makes_the_energy_blind_to_scale_and_normalize_false_does_not():
+    # With GroupNorm and no biases the normalised branches do not grow with c and the last norm divides the
+    # scale out: E(c x) tends to a finite limit. Without it a ReLU net without biases is homogeneous,
+    # E(c x) = c E(x), so the energy can tell a faint image from a strong one.
+    x = _imgs(3, 1, 8, 8, dtype=F64)
+    for normalize in (True, False):
+        torch.manual_seed(0)
+        net = ConvEnergy(1, 8, channels=(8, 16), groups=4, activation="relu", normalize=normalize).double()
+        with torch.no_grad():
+            for m in net.modules():
+                if isinstance(m, (nn.Conv2d, nn.Linear)) and m.bias is not None:
+                    m.bias.zero_()
+        e1, e10 = net(1e6 * x), net(1e7 * x)
+        if normalize:
+            torch.testing.assert_close(e10, e1, rtol=1e-3, atol=1e-6)
+        else:
+            torch.testing.assert_close(e10, 10 * e1, rtol=1e-10, atol=1e-12)
+    assert not any(isinstance(m, nn.GroupNorm) for m in net.modules())
+
+
 @pytest.mark.parametrize(
     "kwargs, exc, pattern",
     [
@@ -122,6 +143,7 @@ def test_activation_object_is_accepted():
         (dict(in_channels=0), ValueError, r"in_channels: expected an int >= 1; got 0"),
         (dict(residual=1), TypeError, r"residual: expected a bool; got 1"),
         (dict(spectral_norm=None), TypeError, r"spectral_norm: expected a bool; got None"),
+        (dict(normalize=0), TypeError, r"normalize: expected a bool; got 0"),
         (dict(activation="swoosh"), ValueError, r"activation: expected one of .*; got 'swoosh'"),
     ],
 )

@@ -228,9 +228,9 @@ class VisionTask(Task[VisionSettings]):
         if self.objective(cfg).noise_conditional and s.spectral_norm:
             raise ConfigError("vision.spectral_norm: the recovery likelihood's noise-conditional energy has no "
                               "spectral-norm option; set vision.spectral_norm = false")
-        if not s.normalize and not self.objective(cfg).noise_conditional:
-            raise ConfigError("vision.normalize: only the recovery likelihood's noise-conditional energy can drop its "
-                              f"GroupNorm; got objective.kind = {cfg.objective.kind!r}: set vision.normalize = true")
+        if not s.normalize and self.labels:
+            raise ConfigError("vision.normalize: only an image energy (model.kind = 'conv') can drop its GroupNorm; "
+                              f"got model.kind = {cfg.model.kind!r}: set vision.normalize = true")
         if s.labels_per_class is not None and not self.labels:
             raise ConfigError("vision.labels_per_class: an image energy (model.kind = 'conv') uses no labels; "
                               "set model.kind = 'jem' or 'classifier'")
@@ -481,7 +481,7 @@ class ConvTask(VisionTask):
         if self.objective(cfg).noise_conditional:
             return build("vision", s, NoiseConditionalEnergy, data.image_shape, len(cfg.objective.sigmas), trunk="conv",
                          channels=tuple(s.channels), groups=s.groups, normalize=s.normalize, activation=cfg.model.activation)
-        return build("vision", s, ConvEnergy, c, size, **self.common(cfg))
+        return build("vision", s, ConvEnergy, c, size, normalize=s.normalize, **self.common(cfg))
 
     def informative_start(self, cfg: Config, data: ImageSplits) -> ClassConditionalGaussian | None:
         if not self.settings(cfg).informative_init or not self.objective(cfg).restarts:

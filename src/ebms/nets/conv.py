@@ -61,13 +61,14 @@ class _Block(nn.Module):
         act: Activation,
         residual: bool,
         wrap: Callable[[nn.Module], nn.Module],
+        normalize: bool = True,
     ) -> None:
         super().__init__()
         self.act = act
         self.residual = residual
-        self.norm1 = nn.GroupNorm(groups, c_in)
+        self.norm1 = nn.GroupNorm(groups, c_in) if normalize else nn.Identity()
         self.conv1 = wrap(nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1))
-        self.norm2 = nn.GroupNorm(groups, c_out)
+        self.norm2 = nn.GroupNorm(groups, c_out) if normalize else nn.Identity()
         self.conv2 = wrap(nn.Conv2d(c_out, c_out, 3, padding=1))
         needs_proj = residual and (c_in != c_out or stride != 1)
         self.skip = wrap(nn.Conv2d(c_in, c_out, 1, stride=stride)) if needs_proj else None
@@ -95,6 +96,10 @@ class ConvEnergy(Energy):
             matrix, not the conv operator; GroupNorm's learned scale is not
             constrained, so this tames but does not bound the Lipschitz constant.
         groups: GroupNorm groups; must divide every entry of ``channels``.
+        normalize: GroupNorm in the blocks and before the pooling (default). ``False``: none, so the
+            energy is no longer blind to its input's contrast and scale (with it, ``E(c x)`` tends to a
+            finite limit as ``c`` grows); the image EBMs of Du & Mordatch (2019) and Nijkamp et al.
+            (2019) use no normalisation at all.
         activation: an :class:`~ebms.nets._activations.Activation` or its name.
 
     Shapes: ``x: (B, C, H, W)`` → ``(B,)``. :meth:`energy_and_grad` uses autograd
@@ -118,6 +123,7 @@ class ConvEnergy(Energy):
         spectral_norm: bool = False,
         groups: int = 8,
         activation: str | Activation = "silu",
+        normalize: bool = True,
     ) -> None:
         super().__init__()
         self.in_channels = check_int(in_channels, "in_channels", minimum=1)
@@ -127,7 +133,7 @@ class ConvEnergy(Energy):
         check_int(groups, "groups", minimum=1)
         if any(c % groups for c in self.channels):
             raise ValueError(f"groups: expected a divisor of every entry of channels {self.channels}; got {groups}")
-        for flag, name in ((residual, "residual"), (spectral_norm, "spectral_norm")):
+        for flag, name in ((residual, "residual"), (spectral_norm, "spectral_norm"), (normalize, "normalize")):
             check_bool(flag, name)
         self.activation = resolve_activation(activation)
         self.event_shape = (self.in_channels, *self.image_size)
@@ -137,13 +143,13 @@ class ConvEnergy(Energy):
         blocks = []
         c_prev = self.channels[0]
         for k, c in enumerate(self.channels):
-            blocks.append(_Block(c_prev, c, 1 if k == 0 else 2, groups, self.activation, residual, wrap))
+            blocks.append(_Block(c_prev, c, 1 if k == 0 else 2, groups, self.activation, residual, wrap, normalize))
             c_prev = c
         # ``stages``, not ``blocks``: a ``blocks`` attribute would claim the site-partition capability
         # (ebms.capabilities.SupportsBlocks) that block Gibbs reads; checkpoints written under the old
         # name still load (see _load_from_state_dict)
         self.stages = nn.Sequential(*blocks)
-        self.norm = nn.GroupNorm(groups, c_prev)
+        self.norm: nn.Module = nn.GroupNorm(groups, c_prev) if normalize else nn.Identity()
         self.head = wrap(nn.Linear(c_prev, 1))
 
     def forward(self, x: Tensor) -> Tensor:
