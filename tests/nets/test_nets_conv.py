@@ -181,3 +181,32 @@ def test_conv_energy_does_not_claim_site_blocks_and_loads_old_state_dicts() -> N
     fresh.load_state_dict(old)
     x = torch.randn(3, 1, 8, 8)
     torch.testing.assert_close(fresh(x), net(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("channels", [(8,), (8, 8), (8, 16, 16), (8, 8, 8, 8)])
+def test_receptive_field_is_the_support_of_a_central_feature_s_input_gradient(channels):
+    # Brute force: the input pixels a central location of the last feature map depends on are those where
+    # its gradient is non-zero (random weights, float64, an image wide enough that no border clips it).
+    from ebms.nets import NoiseConditionalEnergy, receptive_field
+
+    torch.manual_seed(0)
+    net = ConvEnergy(1, 96, channels=channels, groups=4, normalize=False).double()
+    x = _imgs(1, 1, 96, 96, dtype=F64).requires_grad_(True)
+    h = net.stages(net.stem(x))
+    c = h.shape[-1] // 2
+    h[0, :, c, c].sum().backward()
+    support = x.grad[0, 0].abs() > 0
+    rows, cols = support.any(1).nonzero(), support.any(0).nonzero()
+    side = int(rows.max() - rows.min() + 1)
+    assert side == int(cols.max() - cols.min() + 1) == receptive_field(channels) == net.receptive_field
+    nc = NoiseConditionalEnergy((1, 96, 96), 2, channels=channels, groups=4, normalize=False)
+    assert nc.receptive_field == side
+    assert NoiseConditionalEnergy(3, 2, trunk="mlp", hidden=(8,)).receptive_field is None
+
+
+def test_receptive_field_of_the_image_recipes_two_stages_is_smaller_than_a_digit():
+    from ebms.nets import receptive_field
+
+    assert receptive_field((16, 32)) == 13 and receptive_field((16, 32, 64, 64)) == 49
+    with pytest.raises(ValueError, match=r"channels: expected a non-empty sequence"):
+        receptive_field(())

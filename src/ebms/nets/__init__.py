@@ -32,7 +32,7 @@ from ebms.nets._fastpaths import disabled, fast_paths
 from ebms.nets._linear import linear, onednn_linear, onednn_pays, onednn_usable
 from ebms.nets.acoustic import ConvBiLSTM
 from ebms.nets.classifier import ConvClassifier, MLPClassifier
-from ebms.nets.conv import ConvEnergy
+from ebms.nets.conv import ConvEnergy, receptive_field
 from ebms.nets.gaussian import GaussianEnergy, GaussianMixtureEnergy
 from ebms.nets.hf_text_energy import HFTextEnergy
 from ebms.nets.mlp import MLPEnergy
@@ -69,6 +69,7 @@ __all__ = [
     "onednn_linear",
     "onednn_pays",
     "onednn_usable",
+    "receptive_field",
     "resolve_activation",
     "transducer_beam_search",
     "PixelCNN",

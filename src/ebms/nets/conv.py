@@ -34,7 +34,29 @@ from ebms._checks import check_bool, check_int
 from ebms.energy import Energy
 from ebms.nets._activations import Activation, resolve_activation
 
-__all__ = ["ConvEnergy"]
+__all__ = ["ConvEnergy", "receptive_field"]
+
+
+def receptive_field(channels: Sequence[int]) -> int:
+    """Side in pixels of the square window of the input that one location of the last feature map sees,
+    for the residual trunk of :class:`ConvEnergy` and :class:`~ebms.nets.NoiseConditionalEnergy`
+    (a 3x3 stem, then per stage two 3x3 convolutions, the first of stage ``k > 1`` with stride 2).
+
+    A 3x3 convolution at input stride ``j`` widens the window by ``2 j``; a stride-2 one doubles ``j``
+    for the layers after it (1x1 skips widen nothing). Both energies mean-pool that map, so ``E`` is a
+    sum of energies of windows of this side: with a window smaller than the image it is a model of
+    local patches (a texture), which cannot ask a sample to be one whole digit. ``channels=(16, 32)``
+    gives 13 (on 28x28 images), ``(16, 32, 64, 64)`` gives 49.
+    """
+    n = len(tuple(channels))
+    if n < 1:
+        raise ValueError(f"channels: expected a non-empty sequence of positive ints; got {channels!r}")
+    side, jump = 3, 1  # the stem
+    for k in range(n):
+        side += 2 * jump  # conv1 (stride 2 after the first stage)
+        jump *= 1 if k == 0 else 2
+        side += 2 * jump  # conv2
+    return side
 
 
 def _positive_ints(value: object, name: str, length: int | None = None) -> tuple[int, ...]:
@@ -163,6 +185,11 @@ class ConvEnergy(Energy):
             raise TypeError(f"x: expected a floating-point tensor; got dtype {x.dtype}")
         h = self.activation.fn(self.norm(self.stages(self.stem(x))))
         return self.head(h.mean(dim=(2, 3))).squeeze(-1)
+
+    @property
+    def receptive_field(self) -> int:
+        """Side of the input window one pooled location sees (:func:`receptive_field`)."""
+        return receptive_field(self.channels)
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
         old = prefix + "blocks."

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 from ebms._checks import check_int, check_tensor
 from ebms.energy import Energy
 from ebms.nets._activations import Activation, resolve_activation
+from ebms.nets.conv import receptive_field
 
 __all__ = ["NoiseConditionalEnergy"]
 
@@ -130,6 +131,7 @@ class NoiseConditionalEnergy(nn.Module):
             if len(self.event_shape) != 3:
                 raise ValueError(f"event_shape: expected (C, H, W) for trunk='conv'; got {event_shape!r}")
             widths = _positive_ints(channels, "channels")
+            self.channels = widths
             check_int(groups, "groups", minimum=1)
             if any(c % groups for c in widths):
                 raise ValueError(f"groups: expected a divisor of every entry of channels {widths}; got {groups}")
@@ -191,6 +193,14 @@ class NoiseConditionalEnergy(nn.Module):
                 h = f(modulate(layer(h), i))
             pooled = h
         return self.head(pooled).squeeze(-1)
+
+    @property
+    def receptive_field(self) -> int | None:
+        """``trunk="conv"``: side of the input window one pooled location sees
+        (:func:`~ebms.nets.conv.receptive_field`); ``"mlp"``: ``None`` (every unit sees the whole input)."""
+        if self.trunk != "conv":
+            return None
+        return receptive_field(self.channels)
 
     def at(self, t: int | Tensor) -> Energy:
         """The energy ``x -> E(x, t)`` of level ``t`` (an int, or ``LongTensor (B,)`` for a batch of ``B``)."""
