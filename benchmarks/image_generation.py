@@ -22,7 +22,10 @@ Arms (``--arms NAME ...``, default all): ``recipe`` = ``conv-ebm-mnist`` (Gaussi
 0.005, batch 128, buffer 8,192, restarts 5 %, regulariser 0.01, Adam 1e-4); ``tutorial-clamp`` = that
 with the image tutorials' move (step 10, each gradient element clamped to 0.03); ``uniform-nonorm`` and
 ``tutorial-nonorm`` = ``uniform`` and ``tutorial`` with an energy without GroupNorm (``vision.normalize=false``:
-one that sees its input's contrast); ``recovery`` =
+one that sees its input's contrast); ``tutorial-4stage`` = uniform restarts, the clamped move (30 steps),
+buffer 2,048, 2,000 steps, an energy of four stages (it sees the whole image: ``ebms.nets.receptive_field``)
+without GroupNorm; ``tutorial-4stage-groupnorm`` and ``tutorial-2stage`` = the same with GroupNorm, with the
+recipe's two stages; ``uniform-nonorm-4stage`` = ``uniform`` with that energy; ``recovery`` =
 ``recovery-mnist`` (the authors' protocol, an energy without GroupNorm); ``recovery-groupnorm`` = the same
 energy with GroupNorm (bounded and blind to its input's scale); ``recovery-plain`` = the former recipe (the
 paper's equations as written, step ``b σ² (1 − σ²)``, levels 0.02 to 0.7, GroupNorm).
@@ -55,6 +58,12 @@ ROOT = Path(__file__).resolve().parents[1]
 TUTORIAL = ["vision.informative_init=false", "objective.k=60", "sampler.step_size=0.01", "sampler.noise_scale=0.005",
             "train.batch_size=128", "objective.buffer_size=8192", "objective.reinit_prob=0.05",
             "objective.regularization=0.01", "train.lr=0.0001", "vision.data_noise=0.005"]
+#: uniform restarts and the image tutorials' clamped move, with an energy that sees the whole image and its contrast
+#: (four stages, no GroupNorm); 30 steps per move and a buffer of 2,048 so that each chain is moved about 30 times
+#: in 2,000 steps of batch 32 (the library page's 8,192 chains at batch 128 would be moved 8 times in as many steps)
+FIXED = ["vision.informative_init=false", "vision.normalize=false", "vision.channels=[16,32,64,64]", "sampler.step_size=10",
+         "sampler.grad_clamp=0.03", "sampler.noise_scale=0.005", "objective.k=30", "objective.buffer_size=2048",
+         "train.steps=2000", "vision.data_noise=0.005"]
 ARMS: dict[str, tuple[str, list[str]]] = {
     "recipe": ("conv-ebm-mnist", []),
     "uniform": ("conv-ebm-mnist", ["vision.informative_init=false"]),
@@ -62,6 +71,9 @@ ARMS: dict[str, tuple[str, list[str]]] = {
     "tutorial-clamp": ("conv-ebm-mnist", [*TUTORIAL, "sampler.step_size=10", "sampler.grad_clamp=0.03"]),
     "uniform-nonorm": ("conv-ebm-mnist", ["vision.informative_init=false", "vision.normalize=false"]),
     "tutorial-nonorm": ("conv-ebm-mnist", [*TUTORIAL, "vision.normalize=false"]),
+    "tutorial-4stage": ("conv-ebm-mnist", FIXED),
+    "tutorial-4stage-groupnorm": ("conv-ebm-mnist", [*FIXED, "vision.normalize=true"]),
+    "tutorial-2stage": ("conv-ebm-mnist", [*FIXED, "vision.channels=[16,32]"]),
     "uniform-nonorm-4stage": ("conv-ebm-mnist", ["vision.informative_init=false", "vision.normalize=false",
                                                  "vision.channels=[16,32,64,64]"]),
     "recovery": ("recovery-mnist", []),

@@ -21,9 +21,15 @@ def test_every_arm_is_a_valid_configuration(arm):
     recipe, overrides = image_generation.ARMS[arm]
     cfg = validate_config(load_config(str(recipe_path(recipe)), overrides), device=False)
     if arm.startswith("tutorial"):
-        assert cfg.objective.k == 60 and not cfg.sections["vision"].informative_init
-    if arm == "tutorial-clamp":
+        assert not cfg.sections["vision"].informative_init
+        assert cfg.objective.k == (30 if "stage" in arm else 60)
+    if arm in ("tutorial-clamp", "tutorial-4stage", "tutorial-2stage", "tutorial-4stage-groupnorm"):
         assert cfg.sampler.grad_clamp == 0.03 and cfg.sampler.step_size == 10
+    if "stage" in arm:  # the energy's window: the whole image with four stages, 13 pixels with two
+        from ebms.nets import receptive_field
+
+        assert receptive_field(cfg.sections["vision"].channels) == (13 if "2stage" in arm else 49)
+        assert cfg.sections["vision"].normalize == arm.endswith("groupnorm")
 
 
 @pytest.mark.slow

@@ -113,3 +113,33 @@ def test_a_finished_run_of_the_same_overrides_is_read_back_not_trained(monkeypat
     assert len(calls) == 1 and again == first and seconds >= 0  # read back: same overrides
     other, _ = module._train("jem-mnist", tmp_path, ["run.seed=4", "train.steps=5"])
     assert len(calls) == 2 and other["accuracy"] == 2.5  # other overrides: trained again
+
+
+def test_a_stopped_run_is_resumed_and_its_earlier_segments_counted(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    module = _load(monkeypatch, "_bench_jem_mnist_resume")
+    run = tmp_path / "jem-mnist"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "latest").write_text("ckpt-000000504\n")
+    # two earlier segments: elapsed_s restarts at each resume; lines without a time are skipped
+    lines = [{"step": 50, "time": {"elapsed_s": 10.0}}, {"step": 100, "time": {"elapsed_s": 30.0}},
+             {"event": "resume"}, {"step": 150, "time": {"elapsed_s": 5.0}}, {"step": 200, "time": {"elapsed_s": 12.5}}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert module._logged_seconds(run / "metrics.jsonl") == 42.5
+    assert module._logged_seconds(tmp_path / "missing.jsonl") == 0.0
+    calls = []
+
+    def fake_main(argv):
+        calls.append(argv[-1])
+        if argv[-1] == "--resume" and "train.steps=5" in argv:
+            return 2  # other settings: ebms refuses to resume
+        (run / "eval.json").write_text(json.dumps({"accuracy": 0.5}))
+        return 0
+
+    monkeypatch.setattr(module, "ebms_main", fake_main)
+    _, seconds = module._train("jem-mnist", tmp_path, ["run.seed=4"])
+    assert calls == ["--resume"] and seconds >= 42.5
+    (run / "bench.json").unlink()
+    calls.clear()
+    _, seconds = module._train("jem-mnist", tmp_path, ["run.seed=4", "train.steps=5"])
+    assert calls == ["--resume", "--overwrite"] and seconds < 42.5  # trained afresh: the old segments not counted
