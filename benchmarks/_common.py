@@ -250,6 +250,20 @@ def import_peer(module: str, *, extra: str = "bench") -> Any | None:
         return None
 
 
+def logged_seconds(metrics: Path) -> float:
+    """Training seconds a stopped run logged: ``elapsed_s`` restarts at every resume, so the sum over its
+    segments of each one's last value (what ran after a segment's last log line is not counted)."""
+    total, last = 0.0, 0.0
+    for line in metrics.read_text().splitlines() if metrics.is_file() else []:
+        t = json.loads(line).get("time", {}).get("elapsed_s")
+        if t is None:
+            continue
+        if t < last:
+            total += last
+        last = t
+    return total + last
+
+
 def note(msg: str) -> None:
     """Progress/diagnostic text (stderr, so stdout stays table + final JSON)."""
     print(msg, file=sys.stderr, flush=True)

@@ -176,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
             run = train(out / arm / f"seed{seed}", recipe, [*overrides, *small, *more, f"run.seed={seed}"])
             per[arm][seed] = {**judge.judge(samples(run, args.n)), "run": str(run.relative_to(ROOT) if
                                                                              run.is_relative_to(ROOT) else run),
-                              "seconds": time.perf_counter() - t1}
+                              "seconds": time.perf_counter() - t1,
+                              "train_seconds": C.logged_seconds(run / "metrics.jsonl")}
     rows = [["training images", "-", *(f"{floor['test'][k]:.4g}" for k in FIGURES)],
             ["uniform noise", "-", *(f"{floor['noise'][k]:.4g}" for k in FIGURES)]]
     rows += [[a, str(s), *(f"{per[a][s][k]:.4g}" for k in FIGURES)] for a in per for s in args.seeds]
@@ -199,8 +200,10 @@ def main(argv: list[str] | None = None) -> int:
                         "confident = share with top class probability >= 0.9; class_entropy = entropy of the mean "
                         "posterior (nats; log 10 = 2.303 covers all digits); score = exp E KL(p(y|x) || p(y)); fd = "
                         "Fréchet distance of the classifier's pooled features against the same number of test "
-                        "images; floor: training images and uniform noise judged the same way. seconds: train + "
-                        "sample on a shared 2-core machine. comparisons: paired by seed, 95 % Student-t interval.")
+                        "images; floor: training images and uniform noise judged the same way. seconds: this command's "
+                        "train + sample (a run trained by an earlier command: its sampling only); train_seconds: "
+                        "the training time its log records over every segment (resumes included), on a shared "
+                        "2-core machine. comparisons: paired by seed, 95 % Student-t interval.")
     print(json.dumps({"bench": "image_generation", "seconds": round(time.perf_counter() - t0, 1),
                       "means": means}))
     return 0

@@ -67,25 +67,11 @@ def _has_fashion() -> bool:
     return True
 
 
-def _logged_seconds(metrics: Path) -> float:
-    """Training seconds a stopped run logged: ``elapsed_s`` restarts at every resume, so the sum over its
-    segments of each one's last value (what ran after a segment's last log line is not counted)."""
-    total, last = 0.0, 0.0
-    for line in metrics.read_text().splitlines() if metrics.is_file() else []:
-        t = json.loads(line).get("time", {}).get("elapsed_s")
-        if t is None:
-            continue
-        if t < last:
-            total += last
-        last = t
-    return total + last
-
-
 def _train(recipe: str, out: Path, overrides: list[str]) -> tuple[dict[str, Any], float]:
     """The run's eval.json and wall seconds; a finished run of the same overrides in ``out`` is read, not
     trained again (``bench.json`` beside it keeps the overrides and the seconds), so seeds can be added later; a
     stopped one (checkpoints, no ``bench.json``) is resumed when its settings match, its seconds those of every
-    segment (:func:`_logged_seconds` for the earlier ones)."""
+    segment (:func:`_common.logged_seconds` for the earlier ones)."""
     done = out / recipe / "bench.json"
     if done.is_file() and (out / recipe / "eval.json").is_file():
         kept = json.loads(done.read_text())
@@ -96,7 +82,7 @@ def _train(recipe: str, out: Path, overrides: list[str]) -> tuple[dict[str, Any]
     earlier, code = 0.0, 2
     t0 = time.perf_counter()
     if (run / "checkpoints" / "latest").exists():  # a stopped run: resumed when its settings are these
-        earlier = _logged_seconds(run / "metrics.jsonl")
+        earlier = C.logged_seconds(run / "metrics.jsonl")
         code = ebms_main([*argv, "--resume"])
         if code == 0:
             C.note(f"[jem_mnist] resumed {run} (its earlier segments logged {earlier:.1f} s)")

@@ -118,6 +118,7 @@ def test_a_finished_run_of_the_same_overrides_is_read_back_not_trained(monkeypat
 def test_a_stopped_run_is_resumed_and_its_earlier_segments_counted(monkeypatch: pytest.MonkeyPatch,
                                                                     tmp_path: Path) -> None:
     module = _load(monkeypatch, "_bench_jem_mnist_resume")
+    import _common
     run = tmp_path / "jem-mnist"
     (run / "checkpoints").mkdir(parents=True)
     (run / "checkpoints" / "latest").write_text("ckpt-000000504\n")
@@ -125,8 +126,8 @@ def test_a_stopped_run_is_resumed_and_its_earlier_segments_counted(monkeypatch: 
     lines = [{"step": 50, "time": {"elapsed_s": 10.0}}, {"step": 100, "time": {"elapsed_s": 30.0}},
              {"event": "resume"}, {"step": 150, "time": {"elapsed_s": 5.0}}, {"step": 200, "time": {"elapsed_s": 12.5}}]
     (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    assert module._logged_seconds(run / "metrics.jsonl") == 42.5
-    assert module._logged_seconds(tmp_path / "missing.jsonl") == 0.0
+    assert _common.logged_seconds(run / "metrics.jsonl") == 42.5
+    assert _common.logged_seconds(tmp_path / "missing.jsonl") == 0.0
     calls = []
 
     def fake_main(argv):
