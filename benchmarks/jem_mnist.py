@@ -79,16 +79,14 @@ def _train(recipe: str, out: Path, overrides: list[str]) -> tuple[dict[str, Any]
             C.note(f"[jem_mnist] reusing {out / recipe} (trained before with the same overrides)")
             return json.loads((out / recipe / "eval.json").read_text()), float(kept["seconds"])
     run, argv = out / recipe, ["train", recipe, f"run.out_dir={out}", "run.progress=false", *overrides]
-    earlier, code = 0.0, 2
-    t0 = time.perf_counter()
+    t0, earlier, code = time.perf_counter(), C.logged_seconds(run / "metrics.jsonl"), 2
     if (run / "checkpoints" / "latest").exists():  # a stopped run: resumed when its settings are these
-        earlier = C.logged_seconds(run / "metrics.jsonl")
         code = ebms_main([*argv, "--resume"])
-        if code == 0:
-            C.note(f"[jem_mnist] resumed {run} (its earlier segments logged {earlier:.1f} s)")
-    if code == 2:  # nothing to resume, or other settings: train afresh
-        earlier, t0 = 0.0, time.perf_counter()
+    if code == 2:  # nothing to resume, or other settings (ebms refuses with exit 2): train afresh
+        t0, earlier = time.perf_counter(), 0.0
         code = ebms_main([*argv, "--overwrite"])
+    elif code == 0:
+        C.note(f"[jem_mnist] resumed {run} (its earlier segments logged {earlier:.1f} s)")
     if code != 0:
         raise SystemExit(f"ebms train {recipe} failed with exit status {code}")
     seconds = earlier + time.perf_counter() - t0

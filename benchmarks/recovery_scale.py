@@ -60,6 +60,11 @@ def measure(net: NoiseConditionalEnergy, sigmas: torch.Tensor, x: torch.Tensor, 
     return out
 
 
+def _top_down(per_level: dict[str, float]) -> str:
+    """Per-level figures, level 5 first, as one table cell."""
+    return " ".join(f"{per_level[str(t)]:.2f}" for t in range(5, -1, -1))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=500)
@@ -89,10 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         name = "groupnorm" if normalize else "no_norm"
         fig[name] = {**measure(net.eval(), sigmas, data.test, n, 1000 + args.seed), "train_s": time.perf_counter() - t0}
         f = fig[name]
-        rows.append([name, " ".join(f"{f['progressive_std'][str(t)]:.2f}" for t in range(5, -1, -1)),
-                     " ".join(f"{f['one_level_std'][str(t)]:.2f}" for t in range(5, -1, -1)),
+        rows.append([name, _top_down(f["progressive_std"]), _top_down(f["one_level_std"]),
                      " ".join(f"{v:.2f}" for v in f["energy_vs_scale"].values())])
-    rows.append(["data", " ".join(f"{fig['no_norm']['data_std'][str(t)]:.2f}" for t in range(5, -1, -1)), "", ""])
+    rows.append(["data", _top_down(fig["no_norm"]["data_std"]), "", ""])
     print(C.format_table(["energy", "progressive std, t = 5..0", "one-level std, t = 5..0",
                           "E at level 0: test x1 x4 x16, noise x1 x4 x16"], rows))
     if rec is not None:

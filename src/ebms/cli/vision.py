@@ -228,7 +228,7 @@ class VisionTask(Task[VisionSettings]):
         if self.objective(cfg).noise_conditional and s.spectral_norm:
             raise ConfigError("vision.spectral_norm: the recovery likelihood's noise-conditional energy has no "
                               "spectral-norm option; set vision.spectral_norm = false")
-        if not s.normalize and self.labels:
+        if not s.normalize and "conv" not in self.model_kinds:
             raise ConfigError("vision.normalize: only an image energy (model.kind = 'conv') can drop its GroupNorm; "
                               f"got model.kind = {cfg.model.kind!r}: set vision.normalize = true")
         if s.labels_per_class is not None and not self.labels:

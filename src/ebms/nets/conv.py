@@ -53,8 +53,9 @@ def receptive_field(channels: Sequence[int]) -> int:
         raise ValueError(f"channels: expected a non-empty sequence of positive ints; got {channels!r}")
     side, jump = 3, 1  # the stem
     for k in range(n):
-        side += 2 * jump  # conv1 (stride 2 after the first stage)
-        jump *= 1 if k == 0 else 2
+        side += 2 * jump  # conv1, stride 2 from the second stage on
+        if k:
+            jump *= 2
         side += 2 * jump  # conv2
     return side
 
