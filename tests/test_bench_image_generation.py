@@ -32,6 +32,23 @@ def test_every_arm_is_a_valid_configuration(arm):
         assert cfg.sections["vision"].normalize == arm.endswith("groupnorm")
 
 
+def test_the_pcd_tutorial_recipe_is_the_recorded_arm():
+    """``pcd-tutorial-mnist`` trains exactly what record ``image_generation_tutorial`` measured as ``tutorial-4stage``."""
+    from ebms.cli.config import load_config
+    from ebms.cli.main import recipe_path
+
+    def table(recipe: str, overrides: list[str]) -> dict:
+        from ebms.cli._config_toml import config_to_dict
+
+        got = config_to_dict(load_config(str(recipe_path(recipe)), overrides))
+        got["run"].pop("name")
+        return got
+
+    recipe, overrides = image_generation.ARMS["tutorial-4stage"]
+    assert table("pcd-tutorial-mnist", []) == table(recipe, overrides)
+    assert table("pcd-tutorial-mnist", []) != table(recipe, [])
+
+
 @pytest.mark.slow
 def test_quick_mode_scores_samples_and_the_floors(tmp_path, capsys, monkeypatch):
     from ebms.data.paths import data_root

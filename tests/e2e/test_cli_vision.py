@@ -162,7 +162,7 @@ def _have(name: str) -> bool:
 
 @pytest.mark.slow  # reads the 60,000 MNIST images per recipe; the digits runs above cover the same code
 @pytest.mark.parametrize("recipe", ["conv-ebm-mnist", "conv-ebm-fashion-mnist", "improved-cd-mnist", "recovery-mnist",
-                                    "jem-mnist", "classifier-mnist"])
+                                    "jem-mnist", "classifier-mnist", "pcd-tutorial-mnist"])
 def test_every_image_recipe_runs_on_a_few_images(recipe: str, tmp_path: Path) -> None:
     data = "fashion-mnist" if "fashion" in recipe else "mnist"
     if not _have(data):

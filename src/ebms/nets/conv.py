@@ -73,7 +73,8 @@ def _positive_ints(value: object, name: str, length: int | None = None) -> tuple
 
 
 class _Block(nn.Module):
-    """Pre-activation residual block ``S(u) + conv2 f(GN(conv1 f(GN(u))))``."""
+    """Pre-activation residual block ``S(u) + conv2 f(GN(conv1 f(GN(u))))`` (the trunk of :class:`ConvEnergy` and
+    :class:`~ebms.nets.NoiseConditionalEnergy`)."""
 
     def __init__(
         self,

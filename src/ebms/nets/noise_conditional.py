@@ -32,34 +32,13 @@ from torch import Tensor, nn
 from ebms._checks import check_int, check_tensor
 from ebms.energy import Energy
 from ebms.nets._activations import Activation, resolve_activation
-from ebms.nets.conv import receptive_field
+from ebms.nets.conv import _Block, _positive_ints, receptive_field
 
 __all__ = ["NoiseConditionalEnergy"]
 
 
-def _positive_ints(value: object, name: str) -> tuple[int, ...]:
-    try:
-        out: tuple = tuple(value)  # type: ignore[arg-type]
-    except TypeError:
-        out = ()
-    if not out or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in out):
-        raise ValueError(f"{name}: expected a non-empty sequence of positive ints; got {value!r}")
-    return out
-
-
-class _ResBlock(nn.Module):
-    def __init__(self, c_in: int, c_out: int, stride: int, groups: int, act: Activation, normalize: bool = True) -> None:
-        super().__init__()
-        self.act = act
-        self.norm1 = nn.GroupNorm(groups, c_in) if normalize else nn.Identity()
-        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1)
-        self.norm2 = nn.GroupNorm(groups, c_out) if normalize else nn.Identity()
-        self.conv2 = nn.Conv2d(c_out, c_out, 3, padding=1)
-        self.skip = nn.Conv2d(c_in, c_out, 1, stride=stride) if (c_in != c_out or stride != 1) else nn.Identity()
-
-    def forward(self, u: Tensor) -> Tensor:
-        f = self.act.fn
-        return self.skip(u) + self.conv2(f(self.norm2(self.conv1(f(self.norm1(u))))))
+def _identity(m: nn.Module) -> nn.Module:
+    return m
 
 
 class _AtLevel(Energy):
@@ -138,7 +117,7 @@ class NoiseConditionalEnergy(nn.Module):
             self.stem: nn.Module = nn.Conv2d(self.event_shape[0], widths[0], 3, padding=1)
             blocks, c_prev = [], widths[0]
             for k, c in enumerate(widths):
-                blocks.append(_ResBlock(c_prev, c, 1 if k == 0 else 2, groups, self.activation, normalize))
+                blocks.append(_Block(c_prev, c, 1 if k == 0 else 2, groups, self.activation, True, _identity, normalize))
                 c_prev = c
             self.layers = nn.ModuleList(blocks)
             self.norm: nn.Module = nn.GroupNorm(groups, c_prev) if normalize else nn.Identity()
