@@ -84,6 +84,7 @@ ARMS: dict[str, tuple[str, list[str]]] = {
                                           "train.lr=0.0001"]),
 }
 FIGURES = ("confident", "class_entropy", "score", "fd")
+LANDSCAPE = ("e_noise", "e_test", "grad_noise", "grad_test")
 
 
 def _ebms(argv: list[str], what: str) -> None:
@@ -139,6 +140,26 @@ class Judge:
                 "fd": frechet_distance(self.features(x), self.reference)}
 
 
+def landscape(run: Path, test: torch.Tensor, n: int = 64) -> dict[str, float] | None:
+    """The trained energy at ``n`` uniform-noise images and ``n`` test images: the mean energies and the mean
+    L2 norm of the input gradient ``||grad E(x)||`` (a flat plateau over noise leaves a chain from noise to its
+    noise term). ``None`` for energies that are not one image energy ``E(x)`` (recovery likelihood's ``E(x, t)``)."""
+    from ebms.cli.run import load_run
+
+    cfg, model, _, _ = load_run(run)
+    if cfg.model.kind != "conv":
+        return None
+    noise = torch.rand(n, *test.shape[1:], generator=torch.Generator().manual_seed(0)) * 2 - 1
+    out: dict[str, float] = {}
+    for name, x in (("noise", noise), ("test", test[:n])):
+        x = x.clone().requires_grad_(True)
+        e = model.eval()(x)
+        (grad,) = torch.autograd.grad(e.sum(), x)
+        out[f"e_{name}"] = e.mean().item()
+        out[f"grad_{name}"] = grad.flatten(1).norm(dim=1).mean().item()
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
@@ -177,11 +198,16 @@ def main(argv: list[str] | None = None) -> int:
             per[arm][seed] = {**judge.judge(samples(run, args.n)), "run": str(run.relative_to(ROOT) if
                                                                              run.is_relative_to(ROOT) else run),
                               "seconds": time.perf_counter() - t1,
-                              "train_seconds": C.logged_seconds(run / "metrics.jsonl")}
+                              "train_seconds": C.logged_seconds(run / "metrics.jsonl"),
+                              "landscape": landscape(run, judge.test)}
     rows = [["training images", "-", *(f"{floor['test'][k]:.4g}" for k in FIGURES)],
             ["uniform noise", "-", *(f"{floor['noise'][k]:.4g}" for k in FIGURES)]]
     rows += [[a, str(s), *(f"{per[a][s][k]:.4g}" for k in FIGURES)] for a in per for s in args.seeds]
     print(C.format_table(["samples", "seed", *FIGURES], rows))
+    shapes = [[a, str(s), *(f"{per[a][s]['landscape'][k]:.4g}" for k in LANDSCAPE)] for a in per for s in args.seeds
+              if per[a][s]["landscape"] is not None]
+    if shapes:
+        print(C.format_table(["energy", "seed", *LANDSCAPE], shapes))
     comparisons: dict[str, Any] = {}
     if len(args.seeds) > 1:
         first = args.arms[0]
@@ -203,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
                         "images; floor: training images and uniform noise judged the same way. seconds: this command's "
                         "train + sample (a run trained by an earlier command: its sampling only); train_seconds: "
                         "the training time its log records over every segment (resumes included), on a shared "
-                        "2-core machine. comparisons: paired by seed, 95 % Student-t interval.")
+                        "2-core machine. landscape: the energy's mean and the mean L2 norm of its input gradient at 64 "
+                        "uniform-noise and 64 test images (image energies E(x) only). comparisons: paired by seed, 95 % Student-t interval.")
     print(json.dumps({"bench": "image_generation", "seconds": round(time.perf_counter() - t0, 1),
                       "means": means}))
     return 0

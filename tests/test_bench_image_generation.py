@@ -49,6 +49,31 @@ def test_the_pcd_tutorial_recipe_is_the_recorded_arm():
     assert table("pcd-tutorial-mnist", []) != table(recipe, [])
 
 
+
+def test_landscape_gives_mean_energies_and_gradient_norms_at_noise_and_test_images(monkeypatch):
+    """Against a quadratic energy ``E(x) = ||x||^2 / 2``: ``grad E = x``, so the figures are closed forms."""
+    import types
+
+    import torch
+
+    import ebms.cli.run
+
+    class Half(torch.nn.Module):
+        def forward(self, x):
+            return 0.5 * x.flatten(1).pow(2).sum(1)
+
+    kinds = {"run-conv": "conv", "run-recovery": "recovery"}
+    monkeypatch.setattr(ebms.cli.run, "load_run", lambda run: (
+        types.SimpleNamespace(model=types.SimpleNamespace(kind=kinds[str(run)])), Half(), None, None))
+    test = torch.linspace(-1, 1, 8 * 36).reshape(8, 1, 6, 6)
+    got = image_generation.landscape(Path("run-conv"), test, n=8)
+    noise = torch.rand(8, 1, 6, 6, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    for name, x in (("noise", noise), ("test", test)):
+        norms = x.flatten(1).norm(dim=1)
+        assert got[f"grad_{name}"] == pytest.approx(norms.mean().item(), rel=1e-6)
+        assert got[f"e_{name}"] == pytest.approx((0.5 * norms**2).mean().item(), rel=1e-6)
+    assert image_generation.landscape(Path("run-recovery"), test, n=8) is None
+
 @pytest.mark.slow
 def test_quick_mode_scores_samples_and_the_floors(tmp_path, capsys, monkeypatch):
     from ebms.data.paths import data_root
@@ -57,7 +82,9 @@ def test_quick_mode_scores_samples_and_the_floors(tmp_path, capsys, monkeypatch)
         pytest.skip("MNIST is not under the data root ($EBMS_DATA)")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert image_generation.main(["--quick", "--seeds", "0", "--arms", "uniform", "--out", str(tmp_path)]) == 0
-    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    out = capsys.readouterr().out
+    line = json.loads(out.strip().splitlines()[-1])
     m = line["means"]["uniform"]
     assert 0 <= m["confident"] <= 1 and 1 <= m["score"] <= 10 and m["fd"] >= 0
     assert list((tmp_path / "uniform" / "seed0" / "conv-ebm-mnist").glob("samples-n40-*.png"))
+    assert "grad_noise" in out
