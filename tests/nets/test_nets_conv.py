@@ -202,11 +202,23 @@ def test_receptive_field_is_the_support_of_a_central_feature_s_input_gradient(ch
     nc = NoiseConditionalEnergy((1, 96, 96), 2, channels=channels, groups=4, normalize=False)
     assert nc.receptive_field == side
     assert NoiseConditionalEnergy(3, 2, trunk="mlp", hidden=(8,)).receptive_field is None
+    from ebms.nets import ConvClassifier
+
+    clf = ConvClassifier(1, 96, 3, channels=channels, groups=4).double()
+    for block in clf.trunk.stages:  # GroupNorm's statistics span the whole map: the convolutions' window only
+        block.norm1, block.norm2 = torch.nn.Identity(), torch.nn.Identity()
+    x.grad = None
+    h = clf.trunk.stages(clf.trunk.stem(x))
+    h[0, :, c, c].sum().backward()
+    support = x.grad[0, 0].abs() > 0
+    rows = support.any(1).nonzero()
+    assert clf.receptive_field == int(rows.max() - rows.min() + 1) == side
 
 
 def test_receptive_field_of_the_image_recipes_two_stages_is_smaller_than_a_digit():
     from ebms.nets import receptive_field
 
     assert receptive_field((16, 32)) == 13 and receptive_field((16, 32, 64, 64)) == 49
+    assert receptive_field((16, 32, 64)) == 25  # classifier-mnist and jem-mnist
     with pytest.raises(ValueError, match=r"channels: expected a non-empty sequence"):
         receptive_field(())

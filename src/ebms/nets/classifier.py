@@ -31,7 +31,7 @@ from torch.nn.utils.parametrizations import spectral_norm as _spectral_norm
 
 from ebms._checks import check_bool, check_int
 from ebms.nets._activations import Activation, resolve_activation
-from ebms.nets.conv import _Block, _positive_ints
+from ebms.nets.conv import _Block, _positive_ints, receptive_field
 from ebms.nets.mlp import _event_shape, _hidden
 
 __all__ = ["ConvClassifier", "MLPClassifier"]
@@ -116,7 +116,7 @@ class ConvClassifier(nn.Module):
 
     Attributes:
         trunk: ``(B, C, H, W) -> (B, features)`` pooled features; ``head``: ``nn.Linear(features, K)``;
-        ``features = channels[-1]``; ``event_shape = (C, H, W)``.
+        ``features = channels[-1]``; ``event_shape = (C, H, W)``; ``channels``; ``receptive_field``.
 
     Cost: that of :class:`~ebms.nets.conv.ConvEnergy` plus a ``features x K`` product.
 
@@ -152,6 +152,7 @@ class ConvClassifier(nn.Module):
         wrap = _wrap(spectral_norm)
         act = resolve_activation(activation)
         self.trunk = _ConvTrunk(in_channels, (hw[0], hw[1]), chans, groups, act, residual, wrap)
+        self.channels = chans
         self.features = chans[-1]
         self.event_shape = self.trunk.event_shape
         self.head = wrap(nn.Linear(self.features, self.n_classes))
@@ -159,6 +160,12 @@ class ConvClassifier(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """Logits ``(B, K)`` of images ``x: (B, C, H, W)``."""
         return self.head(self.trunk(x))
+
+    @property
+    def receptive_field(self) -> int:
+        """Side of the input window one pooled location sees (:func:`~ebms.nets.conv.receptive_field`):
+        ``channels=(16, 32, 64)`` of the MNIST recipes gives 25 on 28x28 digits."""
+        return receptive_field(self.channels)
 
     def extra_repr(self) -> str:
         return f"event_shape={self.event_shape}, n_classes={self.n_classes}, features={self.features}"

@@ -46,7 +46,9 @@ def receptive_field(channels: Sequence[int]) -> int:
     for the layers after it (1x1 skips widen nothing). Both energies mean-pool that map, so ``E`` is a
     sum of energies of windows of this side: with a window smaller than the image it is a model of
     local patches (a texture), which cannot ask a sample to be one whole digit. ``channels=(16, 32)``
-    gives 13 (on 28x28 images), ``(16, 32, 64, 64)`` gives 49.
+    gives 13 (on 28x28 images), ``(16, 32, 64, 64)`` gives 49. This is the convolutions' window: with
+    GroupNorm, whose statistics span the whole feature map, every location also depends on the rest of the
+    image, but only through each group's mean and variance.
     """
     n = len(tuple(channels))
     if n < 1:
