@@ -230,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
                         "train + sample (a run trained by an earlier command: its sampling only); train_seconds: "
                         "the training time its log records over every segment (resumes included), on a shared "
                         "2-core machine. landscape: the energy's mean and the mean L2 norm of its input gradient at 64 "
-                        "uniform-noise and 64 test images (image energies E(x) only). comparisons: paired by seed, 95 % Student-t interval.")
+                        "uniform-noise and 64 test images (image energies E(x) only). comparisons: paired by seed, "
+                        "95 % Student-t interval.")
     print(json.dumps({"bench": "image_generation", "seconds": round(time.perf_counter() - t0, 1),
                       "means": means}))
     return 0

@@ -44,8 +44,9 @@ def receptive_field(channels: Sequence[int]) -> int:
 
     A 3x3 convolution at input stride ``j`` widens the window by ``2 j``; a stride-2 one doubles ``j``
     for the layers after it (1x1 skips widen nothing). Both energies mean-pool that map, so ``E`` is a
-    sum of energies of windows of this side: with a window smaller than the image it is a model of
-    local patches (a texture), which cannot ask a sample to be one whole digit. ``channels=(16, 32)``
+    sum of energies of windows of this side: with a window smaller than the image it is mostly a model of
+    local patches (a texture), which can ask a sample to be one whole digit only through the windows that
+    touch the zero padding at the border. ``channels=(16, 32)``
     gives 13 (on 28x28 images), ``(16, 32, 64, 64)`` gives 49. This is the convolutions' window: with
     GroupNorm, whose statistics span the whole feature map, every location also depends on the rest of the
     image, but only through each group's mean and variance.
@@ -75,8 +76,8 @@ def _positive_ints(value: object, name: str, length: int | None = None) -> tuple
 
 
 class _Block(nn.Module):
-    """Pre-activation residual block ``S(u) + conv2 f(GN(conv1 f(GN(u))))`` (the trunk of :class:`ConvEnergy` and
-    :class:`~ebms.nets.NoiseConditionalEnergy`)."""
+    """Pre-activation residual block ``S(u) + conv2 f(GN(conv1 f(GN(u))))`` (the trunk of :class:`ConvEnergy`,
+    :class:`~ebms.nets.NoiseConditionalEnergy` and :class:`~ebms.nets.ConvClassifier`)."""
 
     def __init__(
         self,
