@@ -52,6 +52,7 @@ import torch
 from _record import Recorder
 
 from ebms.cli.main import main as ebms_main
+from ebms.data import noise_images
 from ebms.metrics import classifier_scores, compare_over_seeds, frechet_distance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,7 +150,7 @@ def landscape(run: Path, test: torch.Tensor, n: int = 64) -> dict[str, float] | 
     cfg, model, _, _ = load_run(run)
     if cfg.model.kind != "conv":
         return None
-    noise = torch.rand(n, *test.shape[1:], generator=torch.Generator().manual_seed(0)) * 2 - 1
+    noise = noise_images(n, tuple(test.shape[1:]), torch.Generator().manual_seed(0))
     out: dict[str, float] = {}
     for name, x in (("noise", noise), ("test", test[:n])):
         x = x.clone().requires_grad_(True)
@@ -186,8 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     judge_run = train(out / "judge", "classifier-mnist", [*small, *more] if args.quick else [])
     judge = Judge(judge_run, args.n)
     floor = {"test": judge.judge(judge.train),
-             "noise": judge.judge(torch.rand(args.n, *judge.test.shape[1:], generator=torch.Generator()
-                                             .manual_seed(0)) * 2 - 1)}
+             "noise": judge.judge(noise_images(args.n, tuple(judge.test.shape[1:]), torch.Generator().manual_seed(0)))}
     per: dict[str, dict[int, dict[str, Any]]] = {a: {} for a in args.arms}
     for seed in args.seeds:
         for arm in args.arms:

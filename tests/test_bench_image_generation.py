@@ -49,7 +49,6 @@ def test_the_pcd_tutorial_recipe_is_the_recorded_arm():
     assert table("pcd-tutorial-mnist", []) != table(recipe, [])
 
 
-
 def test_landscape_gives_mean_energies_and_gradient_norms_at_noise_and_test_images(monkeypatch):
     """Against a quadratic energy ``E(x) = ||x||^2 / 2``: ``grad E = x``, so the figures are closed forms."""
     import types

@@ -31,7 +31,7 @@ from torch.nn.utils.parametrizations import spectral_norm as _spectral_norm
 
 from ebms._checks import check_bool, check_int
 from ebms.nets._activations import Activation, resolve_activation
-from ebms.nets.conv import _Block, _positive_ints, receptive_field
+from ebms.nets.conv import _Block, _no_wrap, _positive_ints, receptive_field
 from ebms.nets.mlp import _event_shape, _hidden
 
 __all__ = ["ConvClassifier", "MLPClassifier"]
@@ -41,7 +41,7 @@ Wrap = Callable[[nn.Module], nn.Module]
 
 def _wrap(spectral_norm: bool) -> Wrap:
     check_bool(spectral_norm, "spectral_norm")
-    return _spectral_norm if spectral_norm else (lambda m: m)
+    return _spectral_norm if spectral_norm else _no_wrap
 
 
 def _check_input(x: object, event_shape: tuple[int, ...]) -> Tensor:

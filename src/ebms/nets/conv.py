@@ -75,6 +75,11 @@ def _positive_ints(value: object, name: str, length: int | None = None) -> tuple
     return out
 
 
+def _no_wrap(m: nn.Module) -> nn.Module:
+    """The layer as it is (the ``wrap`` of a network without spectral normalisation)."""
+    return m
+
+
 class _Block(nn.Module):
     """Pre-activation residual block ``S(u) + conv2 f(GN(conv1 f(GN(u))))`` (the trunk of :class:`ConvEnergy`,
     :class:`~ebms.nets.NoiseConditionalEnergy` and :class:`~ebms.nets.ConvClassifier`)."""
@@ -86,8 +91,8 @@ class _Block(nn.Module):
         stride: int,
         groups: int,
         act: Activation,
-        residual: bool,
-        wrap: Callable[[nn.Module], nn.Module],
+        residual: bool = True,
+        wrap: Callable[[nn.Module], nn.Module] = _no_wrap,
         normalize: bool = True,
     ) -> None:
         super().__init__()
@@ -164,7 +169,7 @@ class ConvEnergy(Energy):
             check_bool(flag, name)
         self.activation = resolve_activation(activation)
         self.event_shape = (self.in_channels, *self.image_size)
-        wrap: Callable[[nn.Module], nn.Module] = _spectral_norm if spectral_norm else (lambda m: m)
+        wrap: Callable[[nn.Module], nn.Module] = _spectral_norm if spectral_norm else _no_wrap
 
         self.stem = wrap(nn.Conv2d(in_channels, self.channels[0], 3, padding=1))
         blocks = []

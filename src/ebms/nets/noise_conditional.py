@@ -37,10 +37,6 @@ from ebms.nets.conv import _Block, _positive_ints, receptive_field
 __all__ = ["NoiseConditionalEnergy"]
 
 
-def _identity(m: nn.Module) -> nn.Module:
-    return m
-
-
 class _AtLevel(Energy):
     """``x -> E(x, t)`` for a fixed level ``t`` (an int, or one level per row ``(B,)``)."""
 
@@ -117,7 +113,7 @@ class NoiseConditionalEnergy(nn.Module):
             self.stem: nn.Module = nn.Conv2d(self.event_shape[0], widths[0], 3, padding=1)
             blocks, c_prev = [], widths[0]
             for k, c in enumerate(widths):
-                blocks.append(_Block(c_prev, c, 1 if k == 0 else 2, groups, self.activation, True, _identity, normalize))
+                blocks.append(_Block(c_prev, c, 1 if k == 0 else 2, groups, self.activation, normalize=normalize))
                 c_prev = c
             self.layers = nn.ModuleList(blocks)
             self.norm: nn.Module = nn.GroupNorm(groups, c_prev) if normalize else nn.Identity()
