@@ -38,6 +38,12 @@ checkpoint when the command is given again, so long runs go in the background wi
     timeout -s TERM 60m python benchmarks/earm_protocol.py ce --task mt --seeds 0 1 2
     timeout -s TERM 90m python benchmarks/earm_protocol.py earm --task mt --seeds 0 1 2 --start-epoch 15 --clip 0.5
     python benchmarks/earm_protocol.py report --task mt --start-epoch 15 --clip 0.5 --record earm_protocol_mt
+    python benchmarks/earm_protocol.py sweep --task mt --clip 0.5 --arms 15:1 15:1:2 5:1 --record earm_protocol_mt_sweep
+
+``sweep`` tabulates several arms (``START_EPOCH:WEIGHT_SCALE[:CLIP]``) against the same CE runs, each read after its
+own branch: the strength and start-epoch sweep (the paper's Table 4 analogue), with each arm's surrogate gradient
+norms. While that norm exceeds the clip the weight drops out of the step, so with a binding clip the clip, not the
+weight, is the strength to sweep.
 
 ``--quick``: 320 training examples, 4 epochs, E-ARM from epoch 2 (the same code path in about a minute;
 runs under ``runs/earm-protocol-quick``).
@@ -351,14 +357,88 @@ def _table(fig: dict[str, Any]) -> str:
     return C.format_table(["metric", "ce", "earm", "earm - ce (paired, 95 % CI)", "verdict"], rows)
 
 
+#: an arm's own clip in ``--arms``: the ``--clip`` of the command
+DEFAULT_CLIP = "default"
+
+
+def parse_arm(text: str) -> tuple[int, float, float | None | str]:
+    """``START:WEIGHT[:CLIP]`` (``15:3``: branch at epoch 15, weight 3 / K, the command's ``--clip``; ``15:1:0.3``:
+    clip 0.3; ``15:1:none``: unclipped) as ``(start_epoch, weight_scale, clip)``."""
+    parts = text.split(":")
+    try:
+        if len(parts) not in (2, 3):
+            raise ValueError
+        start, weight = int(parts[0]), float(parts[1])
+        clip: float | None | str = DEFAULT_CLIP if len(parts) == 2 else (
+            None if parts[2] == "none" else float(parts[2]))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected START_EPOCH:WEIGHT_SCALE[:CLIP], e.g. 15:3 or 15:1:0.3; got {text!r}"
+                                         ) from None
+    if weight <= 0 or not math.isfinite(weight):
+        raise argparse.ArgumentTypeError(f"the weight scale must be a positive number; got {text!r}")
+    if isinstance(clip, float) and (clip <= 0 or not math.isfinite(clip)):
+        raise argparse.ArgumentTypeError(f"the clip must be a positive number or 'none'; got {text!r}")
+    return start, weight, clip
+
+
+def sweep(spec: TaskSpec, root: Path, seeds: list[int], arms: list[tuple[int, float, Any]], clip: float | None,
+          grad_clip: float | None, separate: bool, schedule: str) -> dict[str, Any]:
+    """Every arm of ``arms`` (start epoch, weight scale, clip or ``DEFAULT_CLIP`` for ``clip``) against the CE run,
+    through :func:`report` (the Table 4 analogue when the arms differ in their start epoch); arms whose runs are
+    missing are listed, not fatal."""
+    out: dict[str, Any] = {"arms": {}, "missing": []}
+    for start, weight, own in arms:
+        arm_clip = clip if own == DEFAULT_CLIP else own
+        name = arm_name(start, weight, arm_clip, grad_clip, separate, schedule)
+        if not all((root / f"seed{s}" / name / "metrics.jsonl").is_file() for s in seeds):
+            out["missing"].append(name)
+            continue
+        fig = report(spec, root, seeds, name, start, ce_name(grad_clip, schedule))
+        norms = {f"seed{s}": surrogate_norms(root / f"seed{s}" / name, start * spec.steps_per_epoch, arm_clip)
+                 for s in seeds}
+        out["arms"][name] = {"start_epoch": start, "weight_scale": weight, "weight": weight / spec.k_mean,
+                             "clip": arm_clip, "surrogate_grad_norm": norms, **fig}
+    return out
+
+
+def surrogate_norms(run: Path, after: int, clip: float | None) -> dict[str, float]:
+    """The surrogate's gradient norm ``earm_grad_norm`` (weighted, before its clip) over the logged training steps
+    after the branch: min, median, max, and the share of steps where ``clip`` bound it (the weight drops out of
+    such a step, :class:`~ebms.objectives.EARM`)."""
+    norms = []
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        m = rec.get("metrics")
+        if m and rec["step"] > after and m.get("active") == 1.0 and "earm_grad_norm" in m:
+            norms.append(float(m["earm_grad_norm"]))
+    if not norms:
+        return {}
+    return {"logged_steps": len(norms), "min": min(norms), "median": statistics.median(norms), "max": max(norms),
+            "clip_binding_share": (sum(n > clip for n in norms) / len(norms)) if clip is not None else 0.0}
+
+
+def _sweep_table(fig: dict[str, Any], metrics: list[str]) -> str:
+    rows = []
+    for name, a in fig["arms"].items():
+        row = [name, str(a["start_epoch"]), f"{a['weight_scale']:g}", str(a["clip"])]
+        for m in metrics:
+            c = a["comparisons"][m]
+            row.append(f"{c['mean_diff']:+.4g}" + (f" [{c['ci_low']:+.4g}, {c['ci_high']:+.4g}]"
+                                                  if len(c["values_a"]) > 1 else ""))
+        eb = [r["exposure_bias_ratio"] for r in a["per_seed"].values()]
+        rows.append([*row, f"{statistics.mean(eb):.3f}"])
+    return C.format_table(["arm", "start", "weight x K", "clip", *[f"{m}: earm - ce" for m in metrics], "exposure ratio"],
+                          rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("command", choices=("ce", "earm", "report"))
+    p.add_argument("command", choices=("ce", "earm", "report", "sweep"))
     p.add_argument("--task", choices=sorted(TASKS), required=True)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--epochs", type=int, default=50, help="epochs of every run, warm-up included (default 50)")
     p.add_argument("--start-epoch", type=int, default=15, help="the CE epoch an E-ARM arm branches from (15)")
-    p.add_argument("--weight-scale", type=float, default=1.0, help="surrogate weight times K (default 1: 1/K)")
+    p.add_argument("--weight-scale", type=float, default=1.0, help="surrogate weight times K (default 1: 1/K); no effect on a step where --clip binds")
     p.add_argument("--clip", type=float, default=None, help="norm bound of the surrogate's own gradient")
     p.add_argument("--grad-clip", type=lambda v: None if v == "none" else float(v), default=1.0,
                    help="the total gradient clip of both arms (default 1; 'none': off): a CE run of its own")
@@ -369,7 +449,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="320 examples, 4 epochs, E-ARM from epoch 2")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--runs-dir", type=Path, default=ROOT / "runs", help="where the runs live (default runs/)")
-    p.add_argument("--record", default=None, help="report: write benchmarks/records/NAME.json")
+    p.add_argument("--record", default=None, help="report, sweep: write benchmarks/records/NAME.json")
+    p.add_argument("--arms", type=parse_arm, nargs="+", default=None, metavar="START:WEIGHT",
+                   help="sweep: the E-ARM arms to tabulate, each START_EPOCH:WEIGHT_SCALE[:CLIP] (e.g. 15:1 15:1:0.3 5:1)")
     args = p.parse_args(argv)
     if args.quick:
         args.epochs, args.start_epoch = 4, 2
@@ -389,6 +471,28 @@ def main(argv: list[str] | None = None) -> int:
         for seed in args.seeds:
             train_earm(spec, seed, root, args.epochs, args.start_epoch, args.weight_scale, args.clip, args.grad_clip,
                        args.separate, args.schedule)
+    elif args.command == "sweep":
+        if not args.arms:
+            raise SystemExit("--arms: sweep needs the arms to tabulate, e.g. --arms 15:1 15:3 5:1")
+        bad = [f"{s}:{w:g}" for s, w, _ in args.arms if not 0 < s < args.epochs]
+        if bad:
+            raise SystemExit(f"--arms: start epochs must lie in [1, {args.epochs - 1}]; got {' '.join(bad)}")
+        fig = sweep(spec, root, args.seeds, args.arms, args.clip, args.grad_clip, args.separate, args.schedule)
+        if not fig["arms"]:
+            raise SystemExit(f"--arms: no arm has runs for seeds {args.seeds} under {root} (missing: "
+                             f"{', '.join(fig['missing'])}); train them with `earm` first")
+        print(_sweep_table(fig, list(spec.lower_better)[:3]))
+        if fig["missing"]:
+            print(f"left out (runs missing for some seed): {', '.join(fig['missing'])}")
+        if args.record:
+            Recorder(args.record, seeds=args.seeds, settings={
+                "task": args.task, "epochs": args.epochs, "arms": [":".join(map(str, a)) for a in args.arms],
+                "clip": args.clip, "grad_clip": args.grad_clip, "separate": args.separate, "schedule": args.schedule,
+                "warmup_epochs": WARMUP_EPOCHS, "batch": BATCH, "lr": spec.lr, "k_mean": spec.k_mean,
+                "steps_per_epoch": spec.steps_per_epoch, "patience_epochs": PATIENCE, "quick": args.quick}).write(
+                figures=fig, notes="Each E-ARM arm (start epoch, weight = scale / K) against the CE run of the same "
+                                   "seed, each at its best validation epoch after that arm's branch; comparisons: "
+                                   "E-ARM minus CE, paired by seed (one seed: no interval).")
     else:
         rec = Recorder(args.record, seeds=args.seeds, settings={
             "task": args.task, "epochs": args.epochs, "start_epoch": args.start_epoch, "arm": arm,

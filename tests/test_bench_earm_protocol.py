@@ -3,6 +3,7 @@ cross-entropy run was at the branch epoch."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -56,6 +57,25 @@ def test_separate_refuses_an_unclipped_ce_term():
         earm_protocol.main(["earm", "--task", "mt", "--quick", "--separate", "--grad-clip", "none"])
 
 
+def test_sweep_arms_parse_as_start_epoch_and_weight_scale():
+    assert earm_protocol.parse_arm("15:3") == (15, 3.0, earm_protocol.DEFAULT_CLIP)
+    assert earm_protocol.parse_arm("5:0.3:2") == (5, 0.3, 2.0) and earm_protocol.parse_arm("5:1:none") == (5, 1.0, None)
+    for bad in ("15", "a:1", "15:1:2:3", "15:0", "15:-1", "15:nan", "15:1:0", "15:1:x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            earm_protocol.parse_arm(bad)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ([], r"^--arms: sweep needs the arms to tabulate"),
+    (["--arms", "9:1"], r"^--arms: start epochs must lie in \[1, 3\]; got 9:1"),
+    (["--arms", "2:1", "3:2:0.5"], r"^--arms: no arm has runs for seeds \[0\] under .*missing: earm-e2-w1-cnone, "
+                                   r"earm-e3-w2-c0.5\); train them with `earm` first"),
+])
+def test_sweep_refuses_arms_it_cannot_tabulate(tmp_path, extra, message):
+    with pytest.raises(SystemExit, match=message):
+        earm_protocol.main(["sweep", "--task", "mt", "--quick", "--seeds", "0", "--runs-dir", str(tmp_path), *extra])
+
+
 @pytest.mark.slow
 def test_an_earm_arm_branches_from_the_ce_checkpoint_of_its_start_epoch(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -80,6 +100,19 @@ def test_an_earm_arm_branches_from_the_ce_checkpoint_of_its_start_epoch(tmp_path
     # the command again: both runs are complete, nothing is trained or rewritten
     before = (arm / "metrics.jsonl").read_text()
     assert earm_protocol.main(["earm", *args]) == 0 and (arm / "metrics.jsonl").read_text() == before
+    # sweep: the arm against the CE run, read after its branch; an arm without runs is listed, not fatal
+    default = earm_protocol.DEFAULT_CLIP
+    fig = earm_protocol.sweep(earm_protocol.task_mt(True), seed.parent, [0], [(2, 1.0, default), (2, 1.0, 0.1)], 0.5,
+                              1.0, False, "constant")
+    assert fig["missing"] == ["earm-e2-w1-c0.1"] and list(fig["arms"]) == ["earm-e2-w1-c0.5"]
+    a = fig["arms"]["earm-e2-w1-c0.5"]
+    assert a["start_epoch"] == 2 and a["clip"] == 0.5 and a["per_seed"]["seed0"]["earm_best_step"] > branch
+    logged = [x["metrics"]["earm_grad_norm"] for x in trained]
+    norms = a["surrogate_grad_norm"]["seed0"]
+    assert norms["logged_steps"] == len(logged) and norms["max"] == max(logged) and norms["min"] == min(logged)
+    assert norms["clip_binding_share"] == sum(n > 0.5 for n in logged) / len(logged)
+    assert a["comparisons"]["bleu_beam5"]["diffs"] == [a["per_seed"]["seed0"]["earm_bleu_beam5"]
+                                                       - a["per_seed"]["seed0"]["ce_bleu_beam5"]]
     # --separate: the CE term keeps the clip of 1 inside the objective, the trainer's total clip is off
     assert earm_protocol.main(["earm", *args, "--separate"]) == 0
     sep = [json.loads(x) for x in (seed / "earm-e2-w1-c0.5-sep" / "metrics.jsonl").read_text().splitlines()]

@@ -484,6 +484,22 @@ def test_clip_rescales_only_the_surrogates_gradient_to_at_most_that_norm(clip):
     assert "earm_grad_norm" not in plain and inactive["earm_grad_norm"] == 0.0
 
 
+def test_a_clipped_surrogate_step_does_not_depend_on_the_weight_once_its_norm_exceeds_the_clip():
+    # session 27: with clip=c, weight * ||grad S|| >= c gives the step c * grad S / ||grad S|| for every weight, so a
+    # weight sweep at a binding clip trains the same model; only the clip sets the surrogate's strength
+    model = TableAR(seed=1, scale=2.0)
+    g_ce, _ = _grads(model, EARM(start_step=1))
+    g_one, _ = _grads(model, EARM(weight=1.0, ema=None))
+    n_s = float(torch.linalg.vector_norm(g_one - g_ce))  # ||grad S|| at weight 1
+    clip = 0.1 * n_s
+    steps = {w: _grads(model, EARM(weight=w, ema=None, clip=clip)) for w in (0.2, 1.0, 3.0)}  # all binding
+    for w, (g, m) in steps.items():
+        assert m["earm_grad_norm"] == pytest.approx(w * n_s, rel=1e-6)
+        assert torch.allclose(g, steps[1.0][0], rtol=0, atol=1e-12)
+    loose, _ = _grads(model, EARM(weight=0.05, ema=None, clip=clip))  # 0.05 ||grad S|| < clip: the weight counts
+    assert torch.allclose(loose, g_ce + 0.05 * (g_one - g_ce), rtol=0, atol=1e-12)
+
+
 def test_clip_needs_a_module_with_parameters():
     class Frozen(TableAR):
         pass

@@ -61,6 +61,8 @@ the cross-entropy away. With ``clip`` the term's own gradient :math:`g_S = \nabl
 by multiplying the term with that detached factor (one more backward pass through the
 surrogate, :func:`torch.autograd.grad` over the model's parameters; per process under data
 parallelism). Metric ``earm_grad_norm``: :math:`\lVert g_S \rVert` before the rescaling (0 when off).
+While :math:`\lVert g_S \rVert \ge c` the step is :math:`c\, \nabla S / \lVert \nabla S \rVert` whatever
+``weight`` is: a binding clip, not the weight, sets the surrogate's strength.
 
 **Models** follow :class:`~ebms.capabilities.EARMModel`: every :class:`~ebms.models.lm.AutoregressiveLM`
 does (read under its own ``max_length``), as do :class:`~ebms.models.lm.LMAdapter` (another horizon),
