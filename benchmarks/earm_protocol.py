@@ -23,7 +23,10 @@ you treat it as an energy-based one*, section 4 and Table 6, scaled):
     tasks       ``mt``: ``toy_translation_splits(4000, 200, 500, seed=0, synonym_prob=0.2)``,
                 ``Seq2SeqTransformer`` (d 64, 4 heads, 2 + 2 layers, ff 128, dropout 0.1, max length 40),
                 label smoothing 0.1, batch 32, Adam 3e-3; test: corpus BLEU (sacreBLEU) of greedy and
-                beam-5 decoding, beam-5 BLEU by reference length, NLL per target token.
+                beam-5 decoding, beam-5 BLEU by reference length, NLL per target token. ``--pairs N``: the
+                first ``N`` training pairs instead (runs under ``mt-n<N>``; the same valid and test sets).
+                ``ceiling`` (printed, recorded): the same test figures of the true model (``translate``, exact
+                ``target_log_prob``), the best any model can do on average.
                 ``lm``: character-level Tiny Shakespeare lines (train/valid/test splits of the library),
                 ``LSTMLM`` (embedding 64, hidden 256, 1 layer), batch 32, Adam 2e-3; test perplexity
                 per character (``</s>`` counted).
@@ -59,7 +62,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +72,7 @@ from _record import Recorder
 from torch import Tensor, nn
 
 from ebms.data.text import Vocabulary, tiny_shakespeare
-from ebms.data.toy_translation import toy_translation_splits
+from ebms.data.toy_translation import target_log_prob, toy_translation_splits, translate
 from ebms.metrics.bleu import bleu_by_length, corpus_bleu
 from ebms.metrics.exposure_bias import exposure_bias_ratio
 from ebms.metrics.seeds import compare_over_seeds
@@ -104,6 +107,7 @@ class TaskSpec:
     test: Callable[[nn.Module], dict[str, float]]
     exposure: Callable[[nn.Module, nn.Module], Any]
     lower_better: dict[str, bool]
+    ceiling: dict[str, float] = field(default_factory=dict)  # the true model's figures, where it is known
 
     @property
     def steps_per_epoch(self) -> int:
@@ -114,8 +118,12 @@ def _chunks(x: Sequences, size: int) -> list[Sequences]:
     return [x[torch.arange(i, min(i + size, x.batch_size))] for i in range(0, x.batch_size, size)]
 
 
-def task_mt(quick: bool) -> TaskSpec:
-    sp = toy_translation_splits(4000, 200, 500, seed=0, synonym_prob=0.2)
+SYNONYM_PROB = 0.2
+MT_PAIRS = 4000  # training pairs of the ``mt`` task (``--pairs``)
+
+
+def task_mt(quick: bool, pairs: int = MT_PAIRS) -> TaskSpec:
+    sp = toy_translation_splits(pairs, 200, 500, seed=0, synonym_prob=SYNONYM_PROB)
     src, tgt = sp.train.source, sp.train.target
     if quick:
         src, tgt = src[torch.arange(320)], tgt[torch.arange(320)]
@@ -155,7 +163,21 @@ def task_mt(quick: bool) -> TaskSpec:
              **{f"bleu_beam5_len{lo}-{hi or 'inf'}": False for lo, hi in MT_BUCKETS}}
     return TaskSpec("mt", (src.tokens, src.lengths, tgt.tokens, tgt.lengths), float(tgt.lengths.double().mean()) + 1,
                     41, 3e-3, 0.1, build, lambda m: {"valid_nll": nll(m, valid)}, test,
-                    lambda a, b: exposure_bias_ratio(a, b, tests), lower)
+                    lambda a, b: exposure_bias_ratio(a, b, tests), lower, mt_ceiling(sp.test))
+
+
+def mt_ceiling(test: Any) -> dict[str, float]:
+    """The true model's test figures: BLEU of the canonical translation (the most probable target, which greedy
+    and beam search of a perfect model return), overall and per length bucket, and the exact NLL per token of the
+    references (``</s>`` counted, as the models' figure). Label smoothing keeps a trained model's NLL above it."""
+    sources, refs = test.source_vocab.decode(test.source), test.target_vocab.decode(test.target)
+    best = test.target_vocab.encode([translate(s) for s in sources])
+    out = {"bleu": corpus_bleu(best, test.target, vocab=test.target_vocab),
+           "nll_per_token": -sum(target_log_prob(s, r, SYNONYM_PROB) for s, r in zip(sources, refs))
+           / float(int((test.target.lengths + 1).sum()))}
+    for b in bleu_by_length(best, test.target, MT_BUCKETS, vocab=test.target_vocab):
+        out[f"bleu_len{b.low}-{b.high or 'inf'}"] = b.bleu
+    return out
 
 
 def _energy_pick(model: nn.Module, src: Sequences, beam: Any, rule: str, g: torch.Generator) -> Sequences:
@@ -385,7 +407,7 @@ def sweep(spec: TaskSpec, root: Path, seeds: list[int], arms: list[tuple[int, fl
           grad_clip: float | None, separate: bool, schedule: str) -> dict[str, Any]:
     """Every arm of ``arms`` (start epoch, weight scale, clip or ``DEFAULT_CLIP`` for ``clip``) against the CE run,
     through :func:`report` (the Table 4 analogue when the arms differ in their start epoch); arms whose runs are
-    missing are listed, not fatal."""
+    missing are listed, not fatal. The per-epoch validation curves are left out (a sweep record stays small)."""
     out: dict[str, Any] = {"arms": {}, "missing": []}
     for start, weight, own in arms:
         arm_clip = clip if own == DEFAULT_CLIP else own
@@ -394,6 +416,9 @@ def sweep(spec: TaskSpec, root: Path, seeds: list[int], arms: list[tuple[int, fl
             out["missing"].append(name)
             continue
         fig = report(spec, root, seeds, name, start, ce_name(grad_clip, schedule))
+        for per in fig["per_seed"].values():  # the epoch curves are in the runs and in `report`'s record
+            for key in [k for k in per if k.endswith("_valid_curve")]:
+                del per[key]
         norms = {f"seed{s}": surrogate_norms(root / f"seed{s}" / name, start * spec.steps_per_epoch, arm_clip)
                  for s in seeds}
         out["arms"][name] = {"start_epoch": start, "weight_scale": weight, "weight": weight / spec.k_mean,
@@ -431,6 +456,11 @@ def _sweep_table(fig: dict[str, Any], metrics: list[str]) -> str:
                           rows)
 
 
+def _ceiling_line(ceiling: dict[str, float]) -> str:
+    return ("the true model (the task's ceiling): " + ", ".join(f"{k} {v:.4g}" for k, v in ceiling.items())) \
+        if ceiling else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("command", choices=("ce", "earm", "report", "sweep"))
@@ -447,6 +477,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--schedule", choices=SCHEDULES, default="constant",
                    help=f"learning rate of both arms: constant, or isqrt ({WARMUP_EPOCHS} warm-up epochs, then 1/sqrt t)")
     p.add_argument("--quick", action="store_true", help="320 examples, 4 epochs, E-ARM from epoch 2")
+    p.add_argument("--pairs", type=int, default=None,
+                   help=f"mt: training pairs (default {MT_PAIRS}; the same valid and test sets); runs under mt-n<pairs>")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--runs-dir", type=Path, default=ROOT / "runs", help="where the runs live (default runs/)")
     p.add_argument("--record", default=None, help="report, sweep: write benchmarks/records/NAME.json")
@@ -457,9 +489,15 @@ def main(argv: list[str] | None = None) -> int:
         args.epochs, args.start_epoch = 4, 2
     if not 0 < args.start_epoch < args.epochs:
         raise SystemExit(f"--start-epoch: expected an epoch in [1, {args.epochs - 1}]; got {args.start_epoch}")
+    if args.pairs is not None and args.task != "mt":
+        raise SystemExit(f"--pairs: sets the training pairs of the mt task; got --task {args.task} (drop --pairs)")
+    if args.pairs is not None and not BATCH <= args.pairs <= 100_000:
+        raise SystemExit(f"--pairs: expected {BATCH} to 100000 training pairs (at least one batch); got {args.pairs}")
     torch.set_num_threads(args.threads)
-    spec = TASKS[args.task](args.quick)
-    root = args.runs_dir / ("earm-protocol-quick" if args.quick else "earm-protocol") / args.task
+    pairs = MT_PAIRS if args.pairs is None else args.pairs
+    spec = task_mt(args.quick, pairs) if args.task == "mt" else TASKS[args.task](args.quick)
+    task_dir = args.task if pairs == MT_PAIRS or args.task != "mt" else f"mt-n{pairs}"
+    root = args.runs_dir / ("earm-protocol-quick" if args.quick else "earm-protocol") / task_dir
     if args.separate and args.grad_clip is None:
         raise SystemExit("--separate: clips the CE term at --grad-clip; got --grad-clip none (drop --separate)")
     arm = arm_name(args.start_epoch, args.weight_scale, args.clip, args.grad_clip, args.separate, args.schedule)
@@ -477,32 +515,39 @@ def main(argv: list[str] | None = None) -> int:
         bad = [f"{s}:{w:g}" for s, w, _ in args.arms if not 0 < s < args.epochs]
         if bad:
             raise SystemExit(f"--arms: start epochs must lie in [1, {args.epochs - 1}]; got {' '.join(bad)}")
+        rec = Recorder(args.record, seeds=args.seeds, settings={  # made first: its wall time covers the evaluation
+            "task": task_dir, "pairs": pairs if args.task == "mt" else None, "epochs": args.epochs,
+            "arms": [":".join(map(str, a)) for a in args.arms],
+            "clip": args.clip, "grad_clip": args.grad_clip, "separate": args.separate, "schedule": args.schedule,
+            "warmup_epochs": WARMUP_EPOCHS, "batch": BATCH, "lr": spec.lr, "k_mean": spec.k_mean,
+            "steps_per_epoch": spec.steps_per_epoch, "patience_epochs": PATIENCE, "quick": args.quick}) \
+            if args.record else None
         fig = sweep(spec, root, args.seeds, args.arms, args.clip, args.grad_clip, args.separate, args.schedule)
+        fig["ceiling"] = spec.ceiling
         if not fig["arms"]:
             raise SystemExit(f"--arms: no arm has runs for seeds {args.seeds} under {root} (missing: "
                              f"{', '.join(fig['missing'])}); train them with `earm` first")
         print(_sweep_table(fig, list(spec.lower_better)[:3]))
+        print(_ceiling_line(spec.ceiling))
         if fig["missing"]:
             print(f"left out (runs missing for some seed): {', '.join(fig['missing'])}")
-        if args.record:
-            Recorder(args.record, seeds=args.seeds, settings={
-                "task": args.task, "epochs": args.epochs, "arms": [":".join(map(str, a)) for a in args.arms],
-                "clip": args.clip, "grad_clip": args.grad_clip, "separate": args.separate, "schedule": args.schedule,
-                "warmup_epochs": WARMUP_EPOCHS, "batch": BATCH, "lr": spec.lr, "k_mean": spec.k_mean,
-                "steps_per_epoch": spec.steps_per_epoch, "patience_epochs": PATIENCE, "quick": args.quick}).write(
-                figures=fig, notes="Each E-ARM arm (start epoch, weight = scale / K) against the CE run of the same "
-                                   "seed, each at its best validation epoch after that arm's branch; comparisons: "
-                                   "E-ARM minus CE, paired by seed (one seed: no interval).")
+        if rec is not None:
+            rec.write(figures=fig, notes="Each E-ARM arm (start epoch, weight = scale / K) against the CE run of the "
+                                         "same seed, each at its best validation epoch after that arm's branch; "
+                                         "comparisons: E-ARM minus CE, paired by seed (one seed: no interval).")
     else:
         rec = Recorder(args.record, seeds=args.seeds, settings={
-            "task": args.task, "epochs": args.epochs, "start_epoch": args.start_epoch, "arm": arm,
+            "task": task_dir, "pairs": pairs if args.task == "mt" else None, "epochs": args.epochs,
+            "start_epoch": args.start_epoch, "arm": arm,
             "weight": args.weight_scale / spec.k_mean, "clip": args.clip, "grad_clip": args.grad_clip,
             "separate": args.separate, "schedule": args.schedule, "warmup_epochs": WARMUP_EPOCHS,
             "batch": BATCH, "lr": spec.lr,
             "steps_per_epoch": spec.steps_per_epoch, "patience_epochs": PATIENCE, "quick": args.quick}) \
             if args.record else None
         fig = report(spec, root, args.seeds, arm, args.start_epoch, ce_name(args.grad_clip, args.schedule))
+        fig["ceiling"] = spec.ceiling
         print(_table(fig))
+        print(_ceiling_line(spec.ceiling))
         if rec is not None:
             rec.write(figures=fig, notes="E-ARM arm against the CE run of the same seed, each at its best validation "
                                          "epoch after the branch; comparisons: E-ARM minus CE, paired by seed, 95 % "

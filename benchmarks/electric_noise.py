@@ -26,11 +26,18 @@ Electric minus its noise in each arm, and each arm minus the first (``--arms`` o
 figures. ``--diagnose`` adds, per run, the corruption test split into the corrupted position's own
 score change and the total change of the other positions.
 
+``--curve`` (training length, the issue's first suspect): every kept checkpoint (the recipe keeps one per 1,000
+steps) is evaluated as ``ebms eval`` evaluates the last one, on the same corrupted lines, beside the NCE classifier's
+training accuracy since the previous checkpoint; with several seeds the last checkpoint is compared with step
+``--baseline-step`` (3000, the recipe's length), paired by seed. So one run of ``--steps 6000`` answers whether
+doubling the recipe's training moves the corruption test, with no second run of 3,000 steps (the learning rate is
+constant: the longer run passes through the shorter one's state).
+
 Resumable: a run with an ``eval.json`` is kept; one with checkpoints continues (``--resume``). The
 runs live under ``--out`` (default ``runs/electric-noise``), ``mix<e>[-bernoulli]/seed<s>``.
 
 Run: ``python benchmarks/electric_noise.py [--arms 0 0.25 0.25:bernoulli] [--seeds 0 1 2] [--steps N]
-[--diagnose] [--record NAME] [--quick]``. ``--quick``: 30 steps, 1 seed (a smoke test).
+[--diagnose] [--curve [--baseline-step S]] [--record NAME] [--quick]``. ``--quick``: 30 steps, 1 seed (a smoke test).
 """
 
 from __future__ import annotations
@@ -100,7 +107,51 @@ def diagnose(folder: Path) -> dict[str, float]:
             "prefers": float(((own + rest) < 0).double().mean())}
 
 
-def train(out: Path, arm: tuple[float, str], seed: int, steps: int | None, diag: bool = False) -> dict[str, Any]:
+def curve(folder: Path) -> dict[str, dict[str, float]]:
+    """The corruption test at every kept checkpoint of a run (``train.checkpoint_every`` steps apart), with the NCE
+    classifier's training accuracy over the steps since the previous checkpoint: whether a longer run keeps gaining.
+
+    Each checkpoint is evaluated as ``ebms eval`` evaluates the last one (the same corrupted lines: the evaluation's
+    seed); keyed by step: ``prefers`` and ``noise_prefers`` on the test lines, ``nce_accuracy`` the mean of the logged
+    ``accuracy`` (real against replaced tokens, on the training batches) over the steps in ``(previous, step]``.
+    Kept in the run's ``curve.json`` and read from there while the checkpoints are the same.
+    """
+    import torch
+
+    from ebms.cli.run import open_run, serving_task
+    from ebms.train import CheckpointStore
+
+    store = CheckpointStore(folder / "checkpoints")
+    steps = sorted(store.load(path).step for path in store.checkpoints())
+    cache = folder / "curve.json"  # written once the run is complete; kept beside eval.json
+    if cache.is_file():
+        kept = json.loads(cache.read_text())
+        if sorted(map(int, kept)) == steps:
+            return kept
+    cfg, model, data, _ = open_run(folder)
+    task = serving_task(cfg)
+    logged: list[tuple[int, float]] = []
+    for line in (folder / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if isinstance(rec.get("metrics"), dict) and "accuracy" in rec["metrics"]:
+            logged.append((int(rec["step"]), float(rec["metrics"]["accuracy"])))
+    out: dict[str, dict[str, float]] = {}
+    previous = 0
+    for step in steps:
+        ckpt = store.load(step)
+        model.load_state_dict({k[len("model/"):]: v for k, v in ckpt.tensors.items() if k.startswith("model/")})
+        with torch.no_grad():
+            test = task.evaluate(cfg, model.eval(), data, step, use_ais=False).figures["test"]
+        acc = [a for s, a in logged if previous < s <= step]
+        out[str(step)] = {"prefers": test["prefers"], "noise_prefers": test["noise_prefers"],
+                          "nce_accuracy": sum(acc) / len(acc) if acc else float("nan")}
+        previous = step
+    cache.write_text(json.dumps(out, indent=1))
+    return out
+
+
+def train(out: Path, arm: tuple[float, str], seed: int, steps: int | None, diag: bool = False,
+          with_curve: bool = False) -> dict[str, Any]:
     """The run's test figures (training and evaluating it first unless its ``eval.json`` exists)."""
     folder = run_dir(out, arm, seed)
     report = folder / RECIPE / "eval.json"
@@ -121,6 +172,8 @@ def train(out: Path, arm: tuple[float, str], seed: int, steps: int | None, diag:
            "wall_s": float(wall.read_text()) if wall.is_file() else None}
     if diag:
         out["diagnosis"] = diagnose(folder / RECIPE)
+    if with_curve:
+        out["curve"] = curve(folder / RECIPE)
     return out
 
 
@@ -142,11 +195,34 @@ def compare(per: dict[str, dict[int, dict[str, Any]]], seeds: list[int]) -> dict
     return out
 
 
+def compare_length(per: dict[str, dict[int, dict[str, Any]]], seeds: list[int], baseline: int) -> dict[str, Any]:
+    """Per arm, the corruption test at the run's last checkpoint minus at step ``baseline``, paired by seed."""
+    out: dict[str, Any] = {}
+    for arm, runs in per.items():
+        last = [max(runs[s]["curve"], key=int) for s in seeds]
+        for key in ("prefers", "noise_prefers"):
+            out[f"{arm}: last - step {baseline}, {key}"] = compare_over_seeds(
+                [runs[s]["curve"][k][key] for s, k in zip(seeds, last)],
+                [runs[s]["curve"][str(baseline)][key] for s in seeds], seeds=seeds, name_a=f"step {last[0]}",
+                name_b=f"step {baseline}", metric=key, higher_is_better=True).to_dict()
+    return out
+
+
+def _curve_table(per: dict[str, dict[int, dict[str, Any]]], seeds: list[int]) -> str:
+    rows = [[arm, str(s), step, f"{c['prefers']:.4f}", f"{c['noise_prefers']:.4f}", f"{c['nce_accuracy']:.4f}"]
+            for arm, runs in per.items() for s in seeds for step, c in runs[s]["curve"].items()]
+    return C.format_table(["arm", "seed", "step", "prefers", "noise prefers", "NCE accuracy (train)"], rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--arms", nargs="+", default=["0", "0.25", "0.25:bernoulli"],
                    help="MIX or MIX:bernoulli per arm (electric.uniform_mix, electric.positions)")
     p.add_argument("--diagnose", action="store_true", help="split each run's corruption test by position")
+    p.add_argument("--curve", action="store_true",
+                   help="evaluate every kept checkpoint too; compare each arm's last step with --baseline-step")
+    p.add_argument("--baseline-step", type=int, default=3000,
+                   help="--curve: the step to compare the last one with (default 3000, the recipe's length)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--steps", type=int, default=None, help="train.steps (default: the recipe's 3000)")
     p.add_argument("--out", type=Path, default=None, help="runs folder (default runs/electric-noise)")
@@ -155,23 +231,33 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.quick:
         args.steps, args.seeds = 30, [0]
+    every = 1000  # the recipe's train.checkpoint_every
+    total = args.steps or 3000
+    if args.curve and not (0 < args.baseline_step < total and args.baseline_step % every == 0):
+        raise SystemExit(f"--baseline-step: expected a multiple of {every} (the recipe's checkpoint interval) below the "
+                         f"run's {total} steps; got {args.baseline_step}")
     arms = [parse_arm(a) for a in args.arms]
     if len(set(arms)) != len(arms):
         raise SystemExit(f"--arms: expected distinct arms; got {args.arms}")
     out = args.out or ROOT / "runs" / ("electric-noise-quick" if args.quick else "electric-noise")
     rec = Recorder(args.record, seeds=args.seeds, settings={
         "recipe": RECIPE, "arms": [arm_name(a) for a in arms], "steps": args.steps or 3000, "quick": args.quick,
+        "curve": args.curve, "baseline_step": args.baseline_step if args.curve else None,
         "threads": int(os.environ.get("OMP_NUM_THREADS", "0") or 0)}) if args.record else None
     per: dict[str, dict[int, dict[str, Any]]] = {arm_name(a): {} for a in arms}
     for seed in args.seeds:  # seed-major: the first seed's arms finish first
         for arm in arms:
             C.note(f"[electric_noise] {arm_name(arm)}, seed {seed}")
-            per[arm_name(arm)][seed] = train(out, arm, seed, args.steps, args.diagnose)
+            per[arm_name(arm)][seed] = train(out, arm, seed, args.steps, args.diagnose, args.curve)
     rows = [[a, str(s), *(f"{per[a][s][k]:.4f}" for k in FIGURES),
              *((f"{per[a][s]['diagnosis']['own_change']:+.3f}", f"{per[a][s]['diagnosis']['rest_change']:+.3f}")
                if args.diagnose else ())] for a in per for s in args.seeds]
     print(C.format_table(["arm", "seed", *FIGURES, *(("own change", "rest change") if args.diagnose else ())], rows))
     comparisons = compare(per, args.seeds) if len(args.seeds) > 1 else {}
+    if args.curve:
+        print(_curve_table(per, args.seeds))
+        if len(args.seeds) > 1:
+            comparisons.update(compare_length(per, args.seeds, args.baseline_step))
     for c in comparisons.values():
         print(c["sentence"])
     if rec is not None:
@@ -183,7 +269,10 @@ def main(argv: list[str] | None = None) -> int:
                         "noise. comparisons: compare_over_seeds, paired by seed, 95 % Student-t interval. "
                         "diagnosis (with --diagnose): the corrupted position's own score change (mean, share below "
                         "0) and the total change of the other positions (mean, share below 0). wall_s: training + "
-                        "evaluation on a shared 2-core machine (load-dependent).")
+                        "evaluation on a shared 2-core machine (load-dependent). curve (with --curve): per kept checkpoint, "
+                        "the same test figures and nce_accuracy, the mean logged training accuracy of the NCE "
+                        "classifier since the previous checkpoint; 'last - step S' comparisons pair the last "
+                        "checkpoint with step S by seed.")
     return 0
 
 

@@ -76,6 +76,30 @@ def test_sweep_refuses_arms_it_cannot_tabulate(tmp_path, extra, message):
         earm_protocol.main(["sweep", "--task", "mt", "--quick", "--seeds", "0", "--runs-dir", str(tmp_path), *extra])
 
 
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--task", "lm", "--pairs", "1000"], r"^--pairs: sets the training pairs of the mt task; got --task lm"),
+    (["--task", "mt", "--pairs", "31"], r"^--pairs: expected 32 to 100000 training pairs .*; got 31"),
+    (["--task", "mt", "--pairs", "200000"], r"^--pairs: expected 32 to 100000 training pairs .*; got 200000"),
+])
+def test_pairs_is_refused_where_it_cannot_apply(tmp_path, extra, message):
+    with pytest.raises(SystemExit, match=message):
+        earm_protocol.main(["report", "--quick", "--seeds", "0", "--runs-dir", str(tmp_path), *extra])
+
+
+def test_the_mt_ceiling_is_the_true_model_bleu_100_and_its_exact_nll_on_canonical_references():
+    import math
+
+    from ebms.data.toy_translation import NOUNS, toy_translation
+    test = toy_translation(60, generator=torch.Generator().manual_seed(3))  # synonym_prob 0: canonical targets
+    c = earm_protocol.mt_ceiling(test)
+    assert c["bleu"] == pytest.approx(100.0) and all(c[f"bleu_len{lo}-{hi or 'inf'}"] == pytest.approx(100.0)
+                                                     for lo, hi in earm_protocol.MT_BUCKETS)
+    stems = tuple(row[2] for row in NOUNS)
+    nouns = sum(w.startswith(stems) for t in test.target_vocab.decode(test.target) for w in t)
+    tokens = int((test.target.lengths + 1).sum())  # every target keeps each noun with probability 1 - 0.2
+    assert c["nll_per_token"] == pytest.approx(-nouns * math.log(1 - earm_protocol.SYNONYM_PROB) / tokens)
+
+
 @pytest.mark.slow
 def test_an_earm_arm_branches_from_the_ce_checkpoint_of_its_start_epoch(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -107,6 +131,7 @@ def test_an_earm_arm_branches_from_the_ce_checkpoint_of_its_start_epoch(tmp_path
     assert fig["missing"] == ["earm-e2-w1-c0.1"] and list(fig["arms"]) == ["earm-e2-w1-c0.5"]
     a = fig["arms"]["earm-e2-w1-c0.5"]
     assert a["start_epoch"] == 2 and a["clip"] == 0.5 and a["per_seed"]["seed0"]["earm_best_step"] > branch
+    assert not [k for k in a["per_seed"]["seed0"] if k.endswith("_valid_curve")]  # kept out of a sweep's record
     logged = [x["metrics"]["earm_grad_norm"] for x in trained]
     norms = a["surrogate_grad_norm"]["seed0"]
     assert norms["logged_steps"] == len(logged) and norms["max"] == max(logged) and norms["min"] == min(logged)

@@ -68,3 +68,50 @@ def test_the_diagnosis_splits_the_evaluations_own_corruption_test(tmp_path, monk
     d = got["diagnosis"]
     assert d["prefers"] == got["prefers"]  # own + rest reproduces eval.json's figure: the same corruptions
     assert 0 <= d["own_prefers"] <= 1 and 0 <= d["rest_lowers"] <= 1
+
+
+def test_compare_length_pairs_the_last_checkpoint_with_the_baseline_step():
+    per = {"mix0.25-bernoulli": {}}
+    for s, (early, late) in enumerate([(0.80, 0.86), (0.82, 0.87), (0.79, 0.86)]):
+        per["mix0.25-bernoulli"][s] = {"curve": {
+            "1000": {"prefers": 0.7, "noise_prefers": 0.9, "nce_accuracy": 0.8},
+            "3000": {"prefers": early, "noise_prefers": 0.95, "nce_accuracy": 0.85},
+            "6000": {"prefers": late, "noise_prefers": 0.96, "nce_accuracy": 0.9}}}
+    out = electric_noise.compare_length(per, [0, 1, 2], 3000)
+    d = out["mix0.25-bernoulli: last - step 3000, prefers"]
+    assert d["diffs"] == pytest.approx([0.06, 0.05, 0.07]) and d["ci_low"] > 0
+    assert d["name_a"] == "step 6000" and d["name_b"] == "step 3000"
+    assert out["mix0.25-bernoulli: last - step 3000, noise_prefers"]["mean_diff"] == pytest.approx(0.01)
+    table = electric_noise._curve_table(per, [0, 1, 2])
+    assert "6000" in table and "0.8700" in table and "0.8600" in table
+
+
+@pytest.mark.parametrize("argv", [["--curve", "--baseline-step", "3000"],  # the recipe's length: nothing after it
+                                  ["--curve", "--steps", "6000", "--baseline-step", "2500"],  # no checkpoint there
+                                  ["--curve", "--steps", "6000", "--baseline-step", "0"]])
+def test_a_baseline_step_without_a_checkpoint_before_the_end_is_refused(argv):
+    with pytest.raises(SystemExit, match=r"^--baseline-step: expected a multiple of 1000"):
+        electric_noise.main(argv)
+
+
+@pytest.mark.slow
+def test_the_curve_evaluates_every_checkpoint_as_eval_does(tmp_path, monkeypatch):
+    from ebms.data.paths import data_root
+
+    if not (data_root() / "tinyshakespeare" / "input.txt").is_file():
+        pytest.skip("Tiny Shakespeare is not under the data root ($EBMS_DATA)")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    folder = tmp_path / electric_noise.RECIPE
+    assert electric_noise.ebms_main(["train", electric_noise.RECIPE, f"run.out_dir={tmp_path}", "train.steps=4",
+                                     "train.checkpoint_every=2", "train.log_every=1", "run.progress=false",
+                                     "electric.uniform_mix=0.25", "electric.positions=bernoulli"]) == 0
+    got = electric_noise.curve(folder)
+    assert list(got) == ["2", "4"]
+    test = json.loads((folder / "eval.json").read_text())["figures"]["test"]
+    assert got["4"]["prefers"] == test["prefers"] and got["4"]["noise_prefers"] == test["noise_prefers"]
+    acc = {r["step"]: r["metrics"]["accuracy"] for r in map(json.loads, (folder / "metrics.jsonl").read_text().splitlines())
+           if isinstance(r.get("metrics"), dict) and "accuracy" in r["metrics"]}
+    assert got["2"]["nce_accuracy"] == pytest.approx((acc[1] + acc[2]) / 2)
+    assert got["4"]["nce_accuracy"] == pytest.approx((acc[3] + acc[4]) / 2)
+    monkeypatch.setattr("ebms.cli.run.open_run", lambda *a, **k: pytest.fail("evaluated again"))
+    assert electric_noise.curve(folder) == got  # read back from the run's curve.json

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import pytest
 import torch
 
-from ebms.data.toy_translation import NOUNS, toy_translation, toy_translation_splits, translate
+from ebms.data.toy_translation import NOUNS, target_log_prob, toy_translation, toy_translation_splits, translate
 
 
 def _pairs(n: int = 300, seed: int = 0, **kw: object):  # type: ignore[no-untyped-def]
@@ -59,6 +62,49 @@ def test_synonyms_change_only_nouns_and_keep_the_length() -> None:
     differ = [(x, y) for s, r in zip(ta, tb) for x, y in zip(s, r) if x != y]
     assert differ and all(y == _synonym(x) for x, y in differ)  # the other stem, the same suffixes
     assert all(translate(s) == t for s, t in zip(b.source_vocab.decode(b.source), ta))
+
+
+@pytest.mark.parametrize("p", [0.0, 0.2, 0.5, 1.0])
+def test_target_log_prob_sums_to_one_over_every_synonym_choice(p: float) -> None:
+    # enumeration: the nouns of the canonical target each keep or swap their stem; nothing else varies
+    pairs = _pairs(20, seed=7)
+    for src in pairs.source_vocab.decode(pairs.source)[:6]:
+        canonical = translate(src)
+        nouns = [i for i, w in enumerate(canonical) if _synonym(w) is not None]
+        total = 0.0
+        for swap in itertools.product((False, True), repeat=len(nouns)):
+            t = list(canonical)
+            for i, s in zip(nouns, swap):
+                if s:
+                    t[i] = _synonym(t[i])  # type: ignore[assignment]
+            lp = target_log_prob(src, t, p)
+            expect = sum(math.log(p) if s else math.log1p(-p) for s in swap) if 0 < p < 1 else \
+                (0.0 if all(s == (p == 1.0) for s in swap) else -math.inf)
+            assert lp == pytest.approx(expect, abs=1e-12) if math.isfinite(expect) else lp == -math.inf
+            total += math.exp(lp)
+        assert total == pytest.approx(1.0, abs=1e-12)
+
+
+def test_target_log_prob_of_drawn_pairs_counts_their_synonyms() -> None:
+    p = 0.3
+    pairs = _pairs(200, seed=8, synonym_prob=p)
+    for src, tgt in zip(pairs.source_vocab.decode(pairs.source), pairs.target_vocab.decode(pairs.target)):
+        canonical = translate(src)
+        swapped = sum(a != b for a, b in zip(canonical, tgt))
+        kept = sum(_synonym(w) is not None for w in canonical) - swapped
+        assert target_log_prob(src, tgt, p) == pytest.approx(swapped * math.log(p) + kept * math.log(1 - p))
+
+
+def test_target_log_prob_is_minus_infinity_off_the_support_and_checks_its_input() -> None:
+    src = "the dog sees a cat".split()
+    assert target_log_prob(src, translate(src), 0.0) == 0.0
+    for bad in (["de", "hund", "un", "kata"], ["de", "hund", "un", "kata", "vidan"], ["di", "hund", "un", "kata", "vida"],
+                ["de", "hund", "un", "waua", "vida"]):  # short, wrong verb, wrong determiner, a synonym of another noun
+        assert target_log_prob(src, bad, 0.2) == -math.inf
+    with pytest.raises(ValueError, match="synonym_prob"):
+        target_log_prob(src, translate(src), 1.5)
+    with pytest.raises(ValueError):
+        target_log_prob(["sees", "the", "dog"], ["de"], 0.2)
 
 
 def test_splits_use_fixed_distinct_seeds() -> None:

@@ -84,7 +84,13 @@ from ebms.data.text import (
     tiny_shakespeare,
 )
 from ebms.data.toy import TOY_NAMES, ToyDataset, get_toy
-from ebms.data.toy_translation import TranslationPairs, TranslationSplits, toy_translation, toy_translation_splits
+from ebms.data.toy_translation import (
+    TranslationPairs,
+    TranslationSplits,
+    target_log_prob,
+    toy_translation,
+    toy_translation_splits,
+)
 from ebms.data.vocab import WordVocabulary
 
 __all__ = [
@@ -147,6 +153,7 @@ __all__ = [
     "corrupted_corpus",
     "TranslationPairs",
     "TranslationSplits",
+    "target_log_prob",
     "toy_translation",
     "toy_translation_splits",
     "OOD_SETS",

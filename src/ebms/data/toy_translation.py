@@ -52,6 +52,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -62,7 +63,8 @@ from ebms._checks import check_int, check_probability
 from ebms.data.text import Vocabulary
 from ebms.sequences import Sequences
 
-__all__ = ["TranslationPairs", "TranslationSplits", "toy_translation", "toy_translation_splits", "translate"]
+__all__ = ["TranslationPairs", "TranslationSplits", "target_log_prob", "toy_translation", "toy_translation_splits",
+           "translate"]
 
 # --- lexicon (source form pairs: singular, plural; target stems: canonical, synonym) --------------
 NOUNS = (("cat", "cats", "kat", "mio"), ("dog", "dogs", "hund", "wau"), ("bird", "birds", "fogel", "pip"),
@@ -175,6 +177,57 @@ def translate(source: Sequence[str]) -> list[str]:
             out.append("ka")
         out += _translate_clause(clause, c)
     return out
+
+
+#: canonical noun form -> the same form of the noun's second translation
+_SYNONYM = {_noun_form(row[2], n, c): _noun_form(row[3], n, c) for row in NOUNS for n in (0, 1) for c in (0, 1, 2)}
+
+
+def target_log_prob(source: Sequence[str], target: Sequence[str], synonym_prob: float) -> float:
+    """The exact log-probability of ``target`` given ``source`` under the generating process: the true model.
+
+    Every noun of the canonical target :func:`translate` keeps its first translation with probability
+    ``1 - synonym_prob`` and takes its second with ``synonym_prob``, independently; nothing else varies.
+    So the log-probability is a sum over the nouns, and a target that differs from the canonical one
+    anywhere else has probability 0. Over a test set, ``-sum(log p) / (tokens + sentences)`` is the NLL
+    per token (``</s>`` counted, with probability 1) no model can beat on average, and :func:`translate`
+    is the most probable target, the Bayes decision for ``synonym_prob < 1/2``.
+
+    Args:
+        source: source tokens (a sentence of the grammar).
+        target: target tokens.
+        synonym_prob: the ``synonym_prob`` the pair was drawn with, in ``[0, 1]``.
+
+    Returns:
+        ``log p(target | source)`` in nats; ``-inf`` for a target the process cannot produce.
+
+    Raises:
+        ValueError: ``source`` is not a sentence of the grammar, or ``synonym_prob`` is outside ``[0, 1]``.
+
+    Example:
+        >>> src = "the dog sees a cat".split()
+        >>> translate(src)
+        ['de', 'hund', 'un', 'kata', 'vida']
+        >>> round(target_log_prob(src, "de hund un kata vida".split(), 0.2), 4)  # 2 log 0.8
+        -0.4463
+        >>> round(target_log_prob(src, "de wau un kata vida".split(), 0.2), 4)  # log 0.2 + log 0.8
+        -1.8326
+        >>> target_log_prob(src, "de hund un kata vidan".split(), 0.2)
+        -inf
+    """
+    synonym_prob = check_probability(synonym_prob, "synonym_prob")
+    canonical = translate(source)
+    if len(canonical) != len(target):
+        return -math.inf
+    keep, swap = math.log1p(-synonym_prob) if synonym_prob < 1 else -math.inf, \
+        math.log(synonym_prob) if synonym_prob > 0 else -math.inf
+    total = 0.0
+    for c, t in zip(canonical, target):
+        if c in _SYNONYM:
+            total += keep if t == c else swap if t == _SYNONYM[c] else -math.inf
+        elif t != c:
+            return -math.inf
+    return total
 
 
 def _translate_clause(toks: list[str], c: int) -> list[str]:
