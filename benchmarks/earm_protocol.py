@@ -337,7 +337,7 @@ def select(curve: dict[int, float], after: int) -> int:
 def load_model(spec: TaskSpec, run: Path, step: int) -> nn.Module:
     ckpt = CheckpointStore(run / "checkpoints").load(step)
     model = spec.build()
-    model.load_state_dict({k[len("model/"):]: v for k, v in ckpt.tensors.items() if k.startswith("model/")})
+    model.load_state_dict(ckpt.state())
     return model.eval()
 
 

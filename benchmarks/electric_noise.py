@@ -53,7 +53,9 @@ from typing import Any
 import _common as C
 from _record import Recorder
 
+from ebms.cli.config import load_config
 from ebms.cli.main import main as ebms_main
+from ebms.cli.main import recipe_path
 from ebms.metrics.seeds import compare_over_seeds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,11 +124,10 @@ def curve(folder: Path) -> dict[str, dict[str, float]]:
     from ebms.train import CheckpointStore
 
     store = CheckpointStore(folder / "checkpoints")
-    steps = sorted(store.load(path).step for path in store.checkpoints())
-    cache = folder / "curve.json"  # written once the run is complete; kept beside eval.json
+    cache = folder / "curve.json"  # kept beside eval.json, read again while the checkpoints are the same
     if cache.is_file():
         kept = json.loads(cache.read_text())
-        if sorted(map(int, kept)) == steps:
+        if sorted(map(int, kept)) == store.steps():
             return kept
     cfg, model, data, _ = open_run(folder)
     task = serving_task(cfg)
@@ -137,9 +138,8 @@ def curve(folder: Path) -> dict[str, dict[str, float]]:
             logged.append((int(rec["step"]), float(rec["metrics"]["accuracy"])))
     out: dict[str, dict[str, float]] = {}
     previous = 0
-    for step in steps:
-        ckpt = store.load(step)
-        model.load_state_dict({k[len("model/"):]: v for k, v in ckpt.tensors.items() if k.startswith("model/")})
+    for step in store.steps():
+        model.load_state_dict(store.load(step).state())
         with torch.no_grad():
             test = task.evaluate(cfg, model.eval(), data, step, use_ais=False).figures["test"]
         acc = [a for s, a in logged if previous < s <= step]
@@ -203,7 +203,8 @@ def compare_length(per: dict[str, dict[int, dict[str, Any]]], seeds: list[int], 
         for key in ("prefers", "noise_prefers"):
             out[f"{arm}: last - step {baseline}, {key}"] = compare_over_seeds(
                 [runs[s]["curve"][k][key] for s, k in zip(seeds, last)],
-                [runs[s]["curve"][str(baseline)][key] for s in seeds], seeds=seeds, name_a=f"step {last[0]}",
+                [runs[s]["curve"][str(baseline)][key] for s in seeds], seeds=seeds,
+                name_a=f"step {last[0]}" if len(set(last)) == 1 else "the last step",
                 name_b=f"step {baseline}", metric=key, higher_is_better=True).to_dict()
     return out
 
@@ -231,8 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.quick:
         args.steps, args.seeds = 30, [0]
-    every = 1000  # the recipe's train.checkpoint_every
-    total = args.steps or 3000
+    recipe = load_config(recipe_path(RECIPE)).train
+    every, total = recipe.checkpoint_every, args.steps or recipe.steps
     if args.curve and not (0 < args.baseline_step < total and args.baseline_step % every == 0):
         raise SystemExit(f"--baseline-step: expected a multiple of {every} (the recipe's checkpoint interval) below the "
                          f"run's {total} steps; got {args.baseline_step}")
@@ -241,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--arms: expected distinct arms; got {args.arms}")
     out = args.out or ROOT / "runs" / ("electric-noise-quick" if args.quick else "electric-noise")
     rec = Recorder(args.record, seeds=args.seeds, settings={
-        "recipe": RECIPE, "arms": [arm_name(a) for a in arms], "steps": args.steps or 3000, "quick": args.quick,
+        "recipe": RECIPE, "arms": [arm_name(a) for a in arms], "steps": total, "quick": args.quick,
         "curve": args.curve, "baseline_step": args.baseline_step if args.curve else None,
         "threads": int(os.environ.get("OMP_NUM_THREADS", "0") or 0)}) if args.record else None
     per: dict[str, dict[int, dict[str, Any]]] = {arm_name(a): {} for a in arms}

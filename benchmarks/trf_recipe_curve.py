@@ -122,7 +122,7 @@ def same_as(run: Path, other: Path) -> dict[str, Any]:
     common = sorted(set(mine) & set(theirs))
     differ = [s for s in common if mine[s] != theirs[s]]
     stores = CheckpointStore(run / "checkpoints"), CheckpointStore(other / "checkpoints")
-    ckpt_steps = [sorted(int(p.name[5:14]) for p in st.checkpoints()) for st in stores]
+    ckpt_steps = [st.steps() for st in stores]
     both = sorted(set(ckpt_steps[0]) & set(ckpt_steps[1]))
     first_ckpt_difference = None
     for step in both:
@@ -163,7 +163,7 @@ def main() -> None:
     if cfg.model.kind != "trf":
         raise SystemExit(f"--run: {args.run}: expected a discrete TRF (model.kind trf); got {cfg.model.kind!r}")
     store = CheckpointStore(args.run / "checkpoints")
-    steps = sorted(int(p.name[5:14]) for p in store.checkpoints())
+    steps = store.steps()
     if args.steps:
         wanted = sorted({int(s) for s in args.steps.split(",") if s.strip()})
         missing = sorted(set(wanted) - set(steps))
@@ -174,9 +174,7 @@ def main() -> None:
     train = data.train[torch.arange(0, data.train.batch_size, args.train_every)]
     curve = []
     for step in steps:
-        ckpt = store.load(step)
-        state = {k[len("model/"):]: v for k, v in ckpt.tensors.items() if k.startswith("model/")}
-        model.load_state_dict(state)
+        model.load_state_dict(store.load(step).state())
         with torch.no_grad():
             row = {"step": step}
             for name, x in (("test", test), ("train_subset", train)):

@@ -335,6 +335,18 @@ def test_retention_leaves_records_of_later_steps_alone(tmp_path: Path) -> None:
         _save(store, s)
     _save(store, 3)
     assert [p.name[5:14] for p in store.checkpoints()] == ["000000002", "000000003", "000000009"]
+    assert store.steps() == [2, 3, 9] == [store.load(p).step for p in store.checkpoints()]
+
+
+def test_state_is_one_prefix_of_the_tensors_without_it(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    assert store.steps() == []
+    w, b, m = torch.randn(3), torch.randn(2), torch.randn(3)
+    store.save(5, {"model/w": w, "model/sub/b": b, "optimizer/state/0/exp_avg": m, "modelx/w": b}, {})
+    ckpt = store.load()
+    state = ckpt.state()
+    assert set(state) == {"w", "sub/b"} and torch.equal(state["w"], w) and torch.equal(state["sub/b"], b)
+    assert set(ckpt.state("optimizer")) == {"state/0/exp_avg"} and ckpt.state("objective") == {}
 
 
 def test_clear_removes_only_checkpoint_files(tmp_path: Path) -> None:

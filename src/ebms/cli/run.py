@@ -374,7 +374,7 @@ def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()
             f"({', '.join(sorted(needed))}; written by an older ebms?), so they would be fitted again on the "
             "data as it is now; train the run again (--overwrite)"
         )
-    state = {k[len("model/"):]: v for k, v in ckpt.tensors.items() if k.startswith("model/")}
+    state = ckpt.state()
     try:
         model.load_state_dict(state)
     except RuntimeError as e:

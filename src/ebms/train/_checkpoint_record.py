@@ -67,6 +67,12 @@ class Checkpoint:
     tensors: dict[str, Tensor]
     meta: dict[str, Any]
 
+    def state(self, prefix: str = "model") -> dict[str, Tensor]:
+        """The tensors saved under ``prefix/`` with the prefix removed: the ``state_dict`` of that part of the
+        training state (``ckpt.state()`` loads into the model, ``ckpt.state("objective")`` into the objective)."""
+        head = f"{prefix}/"
+        return {k[len(head):]: v for k, v in self.tensors.items() if k.startswith(head)}
+
     @property
     def identity(self) -> dict[str, Any]:
         """The settings the checkpoint was trained under (``{}`` when none were given)."""

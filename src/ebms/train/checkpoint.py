@@ -72,6 +72,11 @@ POINTER = "latest"
 _JSON_RE = _record.RECORD_RE  # the file name of a committed record
 
 
+def _step_of(record: Path) -> int:
+    """The step in a committed record's file name (``ckpt-000000100.json`` -> 100)."""
+    return int(_JSON_RE.match(record.name).group(1))  # type: ignore[union-attr]  # names from checkpoints() match
+
+
 def _fsync_dir(folder: Path) -> None:
     with contextlib.suppress(OSError):  # not every filesystem lets a folder be opened
         fd = os.open(folder, os.O_RDONLY)
@@ -149,14 +154,14 @@ class CheckpointStore:
 
     def _collect_garbage(self, current: Path) -> None:
         """Apply ``keep`` to older steps once ``current`` verifies; drop unreferenced weights."""
-        step = int(current.name[5:14])
+        step = _step_of(current)
         try:
             self._load_one(current)
         except CheckpointError as err:  # never trade the older checkpoints for an unreadable one
             logger.warning("checkpoint %s did not verify after writing (%s); older checkpoints kept", current, err)
             return
         if self.keep is not None:
-            older = [p for p in self.checkpoints() if int(p.name[5:14]) < step]
+            older = [p for p in self.checkpoints() if _step_of(p) < step]
             for old in older[: max(0, len(older) - (self.keep - 1))]:
                 old.unlink(missing_ok=True)
         referenced = set()
@@ -188,6 +193,10 @@ class CheckpointStore:
         if not self.folder.is_dir():
             return []
         return sorted(p for p in self.folder.iterdir() if _JSON_RE.match(p.name))
+
+    def steps(self) -> list[int]:
+        """The steps of the committed records (:meth:`checkpoints`), oldest first, read from their file names."""
+        return [_step_of(p) for p in self.checkpoints()]
 
     def has_any(self) -> bool:
         """Whether the folder holds any checkpoint file at all (record, weights or pointer)."""
