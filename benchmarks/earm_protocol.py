@@ -18,7 +18,10 @@ you treat it as an energy-based one*, section 4 and Table 6, scaled):
                 (``--grad-clip``: another bound or ``none``, with a CE run of its own, ``ce-g<clip>``).
     selection   each arm's test figures are those of its checkpoint with the lowest validation NLL among
                 the epochs after the branch (``e + 1`` to the end, the CE arm read on the same epochs), as
-                the paper keeps its best checkpoint on validation; the last epoch's are recorded too.
+                the paper keeps its best checkpoint on validation; the last epoch's are recorded too. ``report``
+                also compares E-ARM with the CE run at its best epoch overall (the branch epoch and those
+                before it included: CE early-stopped on its own), the stricter reference where CE
+                overfits before or at the branch.
                 Early stopping after 20 epochs without a validation gain (the paper's patience).
     tasks       ``mt``: ``toy_translation_splits(4000, 200, 500, seed=0, synonym_prob=0.2)``,
                 ``Seq2SeqTransformer`` (d 64, 4 heads, 2 + 2 layers, ff 128, dropout 0.1, max length 40),
@@ -29,7 +32,8 @@ you treat it as an energy-based one*, section 4 and Table 6, scaled):
                 ``target_log_prob``), the best any model can do on average.
                 ``lm``: character-level Tiny Shakespeare lines (train/valid/test splits of the library),
                 ``LSTMLM`` (embedding 64, hidden 256, 1 layer), batch 32, Adam 2e-3; test perplexity
-                per character (``</s>`` counted).
+                per character (``</s>`` counted). ``--lines N``: the first ``N`` training lines instead (runs
+                under ``lm-n<N>``; the same valid and test lines), so that the epochs fit one session.
     comparison  E-ARM minus CE per figure, paired by seed (``ebms.metrics.compare_over_seeds``: mean of the
                 per-seed differences, 95 % Student-t interval, verdict); the exposure-bias ratio of the
                 two selected models (share of gold test tokens the E-ARM model gives more probability).
@@ -42,6 +46,7 @@ checkpoint when the command is given again, so long runs go in the background wi
     timeout -s TERM 90m python benchmarks/earm_protocol.py earm --task mt --seeds 0 1 2 --start-epoch 15 --clip 0.5
     python benchmarks/earm_protocol.py report --task mt --start-epoch 15 --clip 0.5 --record earm_protocol_mt
     python benchmarks/earm_protocol.py sweep --task mt --clip 0.5 --arms 15:1 15:1:2 5:1 --record earm_protocol_mt_sweep
+    python benchmarks/earm_protocol.py ce --task lm --lines 10000 --schedule isqrt --seeds 0 1 2 3 4
 
 ``sweep`` tabulates several arms (``START_EPOCH:WEIGHT_SCALE[:CLIP]``) against the same CE runs, each read after its
 own branch: the strength and start-epoch sweep (the paper's Table 4 analogue), with each arm's surrogate gradient
@@ -191,12 +196,16 @@ def _energy_pick(model: nn.Module, src: Sequences, beam: Any, rule: str, g: torc
     return beam.hypotheses[energy_resample(log_q, energy, k, rule=rule, generator=g)]
 
 
-def task_lm(quick: bool) -> TaskSpec:
-    lines = {s: tiny_shakespeare(s, form="lines") for s in ("train", "valid", "test")}
-    vocab = Vocabulary.build(lines["train"], level="char")
-    train, valid, test = (vocab.encode(lines[s]) for s in ("train", "valid", "test"))
+def task_lm(quick: bool, lines: int | None = None) -> TaskSpec:
+    """The character LM; ``lines``: train on the first ``lines`` training lines (the vocabulary is still built
+    from all of them, so every run of the task shares one vocabulary and one test set)."""
+    text = {s: tiny_shakespeare(s, form="lines") for s in ("train", "valid", "test")}
+    vocab = Vocabulary.build(text["train"], level="char")
+    train, valid, test = (vocab.encode(text[s]) for s in ("train", "valid", "test"))
+    if lines is not None:
+        train = train[torch.arange(min(lines, train.batch_size))]
     if quick:
-        train = train[torch.arange(320)]
+        train = train[torch.arange(min(320, train.batch_size))]
     vb, tb = _chunks(valid, 256), _chunks(test, 256)
 
     def build() -> nn.Module:
@@ -359,6 +368,12 @@ def report(spec: TaskSpec, root: Path, seeds: list[int], arm: str, start_epoch: 
             if last != best:
                 rec.update({f"{side}_last_{k}": v for k, v in spec.test(load_model(spec, run, last)).items()})
             rec[f"{side}_valid_curve"] = {str(s): v for s, v in sorted(curve.items())}
+            if side == "ce":  # the stricter reference: CE early-stopped on its own, the branch epoch included
+                overall = select(curve, 0)
+                rec["ce_overall_best_step"], rec["ce_overall_best_valid_nll"] = overall, curve[overall]
+                rec.update({f"ce_overall_{k}": v for k, v in (
+                    spec.test(load_model(spec, run, overall)) if overall != best
+                    else {k: rec[f"ce_{k}"] for k in spec.lower_better}).items()})
         eb = spec.exposure(models["earm"], models["ce"])
         rec.update(exposure_bias_ratio=eb.ratio, exposure_bias_count=eb.count, exposure_bias_total=eb.total)
         per_seed[f"seed{seed}"] = rec
@@ -367,6 +382,11 @@ def report(spec: TaskSpec, root: Path, seeds: list[int], arm: str, start_epoch: 
         ce, ea = [r["ce_" + metric] for r in recs], [r["earm_" + metric] for r in recs]
         pairs[metric] = compare_over_seeds(ea, ce, seeds=seeds, name_a="E-ARM", name_b="cross-entropy",
                                            metric=metric, higher_is_better=not lower).to_dict()
+    for metric, lower in spec.lower_better.items():
+        ce, ea = [r["ce_overall_" + metric] for r in recs], [r["earm_" + metric] for r in recs]
+        pairs[f"{metric}, CE at its best epoch overall"] = compare_over_seeds(
+            ea, ce, seeds=seeds, name_a="E-ARM", name_b="cross-entropy (best epoch overall)", metric=metric,
+            higher_is_better=not lower).to_dict()
     return {"per_seed": per_seed, "comparisons": pairs}
 
 
@@ -479,6 +499,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="320 examples, 4 epochs, E-ARM from epoch 2")
     p.add_argument("--pairs", type=int, default=None,
                    help=f"mt: training pairs (default {MT_PAIRS}; the same valid and test sets); runs under mt-n<pairs>")
+    p.add_argument("--lines", type=int, default=None,
+                   help="lm: training lines (default all 29,242; the same valid and test lines); runs under lm-n<lines>")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--runs-dir", type=Path, default=ROOT / "runs", help="where the runs live (default runs/)")
     p.add_argument("--record", default=None, help="report, sweep: write benchmarks/records/NAME.json")
@@ -493,10 +515,16 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--pairs: sets the training pairs of the mt task; got --task {args.task} (drop --pairs)")
     if args.pairs is not None and not BATCH <= args.pairs <= 100_000:
         raise SystemExit(f"--pairs: expected {BATCH} to 100000 training pairs (at least one batch); got {args.pairs}")
+    if args.lines is not None and args.task != "lm":
+        raise SystemExit(f"--lines: sets the training lines of the lm task; got --task {args.task} (drop --lines)")
+    if args.lines is not None and not BATCH <= args.lines <= 29_242:
+        raise SystemExit(f"--lines: expected {BATCH} to 29242 training lines (at least one batch); got {args.lines}")
     torch.set_num_threads(args.threads)
     pairs = MT_PAIRS if args.pairs is None else args.pairs
-    spec = task_mt(args.quick, pairs) if args.task == "mt" else TASKS[args.task](args.quick)
+    spec = task_mt(args.quick, pairs) if args.task == "mt" else task_lm(args.quick, args.lines)
     task_dir = args.task if pairs == MT_PAIRS or args.task != "mt" else f"mt-n{pairs}"
+    if args.lines is not None:
+        task_dir = f"lm-n{args.lines}"
     root = args.runs_dir / ("earm-protocol-quick" if args.quick else "earm-protocol") / task_dir
     if args.separate and args.grad_clip is None:
         raise SystemExit("--separate: clips the CE term at --grad-clip; got --grad-clip none (drop --separate)")
@@ -516,7 +544,8 @@ def main(argv: list[str] | None = None) -> int:
         if bad:
             raise SystemExit(f"--arms: start epochs must lie in [1, {args.epochs - 1}]; got {' '.join(bad)}")
         rec = Recorder(args.record, seeds=args.seeds, settings={  # made first: its wall time covers the evaluation
-            "task": task_dir, "pairs": pairs if args.task == "mt" else None, "epochs": args.epochs,
+            "task": task_dir, "pairs": pairs if args.task == "mt" else None, "lines": args.lines,
+            "epochs": args.epochs,
             "arms": [":".join(map(str, a)) for a in args.arms],
             "clip": args.clip, "grad_clip": args.grad_clip, "separate": args.separate, "schedule": args.schedule,
             "warmup_epochs": WARMUP_EPOCHS, "batch": BATCH, "lr": spec.lr, "k_mean": spec.k_mean,
@@ -537,7 +566,8 @@ def main(argv: list[str] | None = None) -> int:
                                          "comparisons: E-ARM minus CE, paired by seed (one seed: no interval).")
     else:
         rec = Recorder(args.record, seeds=args.seeds, settings={
-            "task": task_dir, "pairs": pairs if args.task == "mt" else None, "epochs": args.epochs,
+            "task": task_dir, "pairs": pairs if args.task == "mt" else None, "lines": args.lines,
+            "epochs": args.epochs,
             "start_epoch": args.start_epoch, "arm": arm,
             "weight": args.weight_scale / spec.k_mean, "clip": args.clip, "grad_clip": args.grad_clip,
             "separate": args.separate, "schedule": args.schedule, "warmup_epochs": WARMUP_EPOCHS,

@@ -21,6 +21,11 @@ which reads the whole noised line in one pass, learns it: a visibly replaced cha
 positions more likely data and raises their scores, which the corruption test then counts in the
 corrupted line's favour. Independent positions remove the dependence.
 
+Why ``freezeN`` (``MIX:POSITIONS:freezeN``, ``electric.noise_steps=N``): the jointly trained noise ends as strong as
+the energy on the corruption test, and a classifier against a noise that keeps improving learns the residual of a
+moving target. A noise trained for ``N`` steps and then frozen is one fixed law of the quality it reached, the
+fixed-noise NCE of Gutmann & Hyvärinen, which Electric should beat once the energy has learnt more than the noise.
+
 Comparisons (``ebms.metrics.compare_over_seeds``, paired by seed, 95 % Student-t interval):
 Electric minus its noise in each arm, and each arm minus the first (``--arms`` order) on Electric's
 figures. ``--diagnose`` adds, per run, the corruption test split into the corrupted position's own
@@ -63,23 +68,36 @@ RECIPE = "electric-shakespeare"
 FIGURES = ("pll", "noise_pll", "prefers", "noise_prefers")
 
 
-def parse_arm(text: str) -> tuple[float, str]:
-    """``"0.25"`` -> ``(0.25, "fixed")``, ``"0.25:bernoulli"`` -> ``(0.25, "bernoulli")``."""
-    mix, _, positions = text.partition(":")
+Arm = tuple  # (uniform_mix, positions[, noise_steps]): electric.uniform_mix, electric.positions, electric.noise_steps
+ARM_FORMAT = "MIX[:fixed|bernoulli][:freezeN] (MIX a number in [0, 1), N an integer >= 0)"
+
+
+def parse_arm(text: str) -> Arm:
+    """``"0.25"`` -> ``(0.25, "fixed")``, ``"0.25:bernoulli"`` -> ``(0.25, "bernoulli")``, ``"0.25:bernoulli:freeze300"``
+    -> ``(0.25, "bernoulli", 300)`` (the noise trained for 300 steps, then frozen: ``electric.noise_steps``)."""
+    parts = text.split(":")
+    freeze = None
+    if len(parts) > 1 and parts[-1].startswith("freeze"):
+        n = parts.pop()[len("freeze"):]
+        if not n.isdigit():
+            raise SystemExit(f"--arms: expected {ARM_FORMAT}; got {text!r}")
+        freeze = int(n)
     try:
-        value = float(mix)
+        value = float(parts[0])
     except ValueError:
-        raise SystemExit(f"--arms: expected MIX or MIX:bernoulli (MIX a number in [0, 1)); got {text!r}") from None
-    if not 0 <= value < 1 or positions not in ("", "fixed", "bernoulli"):
-        raise SystemExit(f"--arms: expected MIX or MIX:bernoulli (MIX a number in [0, 1)); got {text!r}")
-    return value, positions or "fixed"
+        raise SystemExit(f"--arms: expected {ARM_FORMAT}; got {text!r}") from None
+    positions = parts[1] if len(parts) == 2 else "fixed"
+    if len(parts) > 2 or not 0 <= value < 1 or positions not in ("fixed", "bernoulli"):
+        raise SystemExit(f"--arms: expected {ARM_FORMAT}; got {text!r}")
+    return (value, positions) if freeze is None else (value, positions, freeze)
 
 
-def arm_name(arm: tuple[float, str]) -> str:
-    return f"mix{arm[0]:g}" + ("" if arm[1] == "fixed" else f"-{arm[1]}")
+def arm_name(arm: Arm) -> str:
+    return (f"mix{arm[0]:g}" + ("" if arm[1] == "fixed" else f"-{arm[1]}")
+            + (f"-freeze{arm[2]}" if len(arm) > 2 else ""))
 
 
-def run_dir(out: Path, arm: tuple[float, str], seed: int) -> Path:
+def run_dir(out: Path, arm: Arm, seed: int) -> Path:
     return out / arm_name(arm) / f"seed{seed}"
 
 
@@ -150,13 +168,14 @@ def curve(folder: Path) -> dict[str, dict[str, float]]:
     return out
 
 
-def train(out: Path, arm: tuple[float, str], seed: int, steps: int | None, diag: bool = False,
+def train(out: Path, arm: Arm, seed: int, steps: int | None, diag: bool = False,
           with_curve: bool = False) -> dict[str, Any]:
     """The run's test figures (training and evaluating it first unless its ``eval.json`` exists)."""
     folder = run_dir(out, arm, seed)
     report = folder / RECIPE / "eval.json"
     if not report.is_file():
         more = [f"train.steps={steps}"] if steps else []
+        more += [f"electric.noise_steps={arm[2]}"] if len(arm) > 2 else []
         resume = ["--resume"] if (folder / RECIPE / "checkpoints").is_dir() else []
         t0 = time.perf_counter()
         code = ebms_main(["train", RECIPE, f"run.out_dir={folder}", f"run.seed={seed}",
@@ -218,7 +237,7 @@ def _curve_table(per: dict[str, dict[int, dict[str, Any]]], seeds: list[int]) ->
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--arms", nargs="+", default=["0", "0.25", "0.25:bernoulli"],
-                   help="MIX or MIX:bernoulli per arm (electric.uniform_mix, electric.positions)")
+                   help=f"{ARM_FORMAT} per arm (electric.uniform_mix, electric.positions, electric.noise_steps)")
     p.add_argument("--diagnose", action="store_true", help="split each run's corruption test by position")
     p.add_argument("--curve", action="store_true",
                    help="evaluate every kept checkpoint too; compare each arm's last step with --baseline-step")

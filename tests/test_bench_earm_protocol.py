@@ -80,8 +80,11 @@ def test_sweep_refuses_arms_it_cannot_tabulate(tmp_path, extra, message):
     (["--task", "lm", "--pairs", "1000"], r"^--pairs: sets the training pairs of the mt task; got --task lm"),
     (["--task", "mt", "--pairs", "31"], r"^--pairs: expected 32 to 100000 training pairs .*; got 31"),
     (["--task", "mt", "--pairs", "200000"], r"^--pairs: expected 32 to 100000 training pairs .*; got 200000"),
+    (["--task", "mt", "--lines", "1000"], r"^--lines: sets the training lines of the lm task; got --task mt"),
+    (["--task", "lm", "--lines", "31"], r"^--lines: expected 32 to 29242 training lines .*; got 31"),
+    (["--task", "lm", "--lines", "30000"], r"^--lines: expected 32 to 29242 training lines .*; got 30000"),
 ])
-def test_pairs_is_refused_where_it_cannot_apply(tmp_path, extra, message):
+def test_pairs_and_lines_are_refused_where_they_cannot_apply(tmp_path, extra, message):
     with pytest.raises(SystemExit, match=message):
         earm_protocol.main(["report", "--quick", "--seeds", "0", "--runs-dir", str(tmp_path), *extra])
 
@@ -138,8 +141,24 @@ def test_an_earm_arm_branches_from_the_ce_checkpoint_of_its_start_epoch(tmp_path
     assert norms["clip_binding_share"] == sum(n > 0.5 for n in logged) / len(logged)
     assert a["comparisons"]["bleu_beam5"]["diffs"] == [a["per_seed"]["seed0"]["earm_bleu_beam5"]
                                                        - a["per_seed"]["seed0"]["ce_bleu_beam5"]]
+    # report: also against CE at its best epoch overall (the branch epoch and those before it included)
+    rep = earm_protocol.report(earm_protocol.task_mt(True), seed.parent, [0], "earm-e2-w1-c0.5", 2)
+    r, curve = rep["per_seed"]["seed0"], earm_protocol.valid_curve(ce)
+    assert r["ce_overall_best_step"] == min(curve, key=lambda s: (curve[s], s))
+    assert r["ce_overall_best_valid_nll"] <= r["ce_best_valid_nll"]
+    strict = rep["comparisons"]["bleu_beam5, CE at its best epoch overall"]
+    assert strict["values_b"] == [r["ce_overall_bleu_beam5"]] and strict["values_a"] == [r["earm_bleu_beam5"]]
+    if r["ce_overall_best_step"] == r["ce_best_step"]:
+        assert r["ce_overall_bleu_beam5"] == r["ce_bleu_beam5"]
     # --separate: the CE term keeps the clip of 1 inside the objective, the trainer's total clip is off
     assert earm_protocol.main(["earm", *args, "--separate"]) == 0
     sep = [json.loads(x) for x in (seed / "earm-e2-w1-c0.5-sep" / "metrics.jsonl").read_text().splitlines()]
     after = [x for x in sep if "metrics" in x and x["step"] > branch]
     assert after and all(x["metrics"]["ce_grad_norm"] > 0 for x in after)
+
+
+def test_lines_trains_on_the_first_lines_with_the_full_vocabulary_and_test_set():
+    full, part = earm_protocol.task_lm(False), earm_protocol.task_lm(False, 1000)
+    assert part.data[0].shape[0] == 1000 and part.steps_per_epoch == 1000 // earm_protocol.BATCH
+    assert torch.equal(part.data[0], full.data[0][:1000, :part.data[0].shape[1]])
+    assert torch.equal(part.data[1], full.data[1][:1000])

@@ -25,8 +25,13 @@ def test_arms_are_a_mix_and_a_way_of_picking_positions():
     assert electric_noise.parse_arm("0.25:bernoulli") == (0.25, "bernoulli")
     assert electric_noise.arm_name((0.25, "bernoulli")) == "mix0.25-bernoulli"
     assert electric_noise.arm_name((0.0, "fixed")) == "mix0"
-    for bad in ("x", "1", "0.2:all", "-0.1"):
-        with pytest.raises(SystemExit, match=r"^--arms: expected MIX or MIX:bernoulli"):
+    assert electric_noise.parse_arm("0.25:bernoulli:freeze300") == (0.25, "bernoulli", 300)
+    assert electric_noise.parse_arm("0:freeze0") == (0.0, "fixed", 0)
+    assert electric_noise.arm_name((0.25, "bernoulli", 300)) == "mix0.25-bernoulli-freeze300"
+    assert electric_noise.arm_name((0.0, "fixed", 0)) == "mix0-freeze0"
+    for bad in ("x", "1", "0.2:all", "-0.1", "0.2:freeze", "0.2:freeze-1", "0.2:freeze1.5", "0.2:bernoulli:x:freeze3",
+                "freeze3"):
+        with pytest.raises(SystemExit, match=r"^--arms: expected MIX\[:fixed\|bernoulli\]\[:freezeN\]"):
             electric_noise.parse_arm(bad)
 
 

@@ -308,3 +308,59 @@ def test_electric_nce_runs_under_the_trainer_with_token_length_pairs():
     trainer.fit()
     assert trainer.step == 3
     assert {"loss_nce", "loss_noise", "accuracy"} <= set(trainer.metrics)
+
+
+def test_noise_steps_trains_the_noise_for_n_steps_then_freezes_it_under_adam():
+    model = _model()
+    obj = ElectricNCE(mask_rate=0.5, noise_steps=2)
+    assert set(obj.state_dict()) == {"steps"} and ElectricNCE().state_dict() == {}  # older runs load
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    x = Sequences.from_lists([[2, 3, 4, 5], [3, 1, 2], [4, 5]])
+    g = torch.Generator().manual_seed(0)
+    noise_params = lambda: [p.detach().clone() for p in model.noise.parameters()]  # noqa: E731
+    energy_params = lambda: [p.detach().clone() for n, p in model.named_parameters() if not n.startswith("noise.")]  # noqa: E731
+    seen = []
+    for _ in range(4):
+        before_noise, before_energy = noise_params(), energy_params()
+        frozen = obj.noise_frozen()
+        opt.zero_grad(set_to_none=True)
+        out = obj(model, x, generator=g)
+        out.loss.backward()
+        grads = [p.grad for p in model.noise.parameters()]
+        opt.step()
+        moved_noise = any(not torch.equal(a, b) for a, b in zip(before_noise, noise_params()))
+        moved_energy = any(not torch.equal(a, b) for a, b in zip(before_energy, energy_params()))
+        seen.append((frozen, moved_noise, moved_energy, all(gr is None for gr in grads)))
+        if frozen:  # the total is the NCE term alone; the noise's ML loss is still reported
+            assert float(out.loss.detach()) == pytest.approx(float(out.metrics["loss_nce"]), abs=0, rel=1e-12)
+            assert float(out.metrics["loss_noise"]) > 0
+    assert seen == [(False, True, True, False), (False, True, True, False),
+                    (True, False, True, True), (True, False, True, True)]
+    assert int(obj.steps) == 4
+    obj.eval()
+    obj(model, x, generator=g)
+    assert int(obj.steps) == 4  # evaluation calls do not count
+    restored = ElectricNCE(mask_rate=0.5, noise_steps=2)
+    restored.load_state_dict(obj.state_dict())
+    assert restored.noise_frozen()  # a resumed run stays frozen
+
+
+def test_noise_steps_zero_keeps_the_noise_at_its_initialisation_and_frozen_noise_is_dropout_free():
+    torch.manual_seed(0)
+    noise = TwoTowerCloze(V, dim=8, layers=1, heads=2, dropout=0.5)
+    model = ElectricCloze(V, dim=8, layers=1, heads=2, max_length=10, noise=noise).train()
+    x = Sequences.from_lists([[2, 3, 4, 5], [3, 1, 2]])
+    losses = [float(ElectricNCE(mask_rate=0.5, noise_steps=0)(model, x, generator=torch.Generator().manual_seed(1))
+                    .metrics["loss_noise"]) for _ in range(2)]
+    assert losses[0] == losses[1]  # no dropout mask drawn: one fixed law
+    assert model.noise.training  # the noise's mode is restored
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "3"])
+def test_noise_steps_must_be_a_count(bad):
+    with pytest.raises(ValueError, match=r"^noise_steps: expected None or an integer >= 0; got "):
+        ElectricNCE(noise_steps=bad)
+
+
+def test_noise_steps_appears_in_the_repr_only_when_set():
+    assert repr(ElectricNCE(noise_steps=300)).endswith("positions='fixed', noise_steps=300)")

@@ -17,7 +17,8 @@
 * ``model.kind = "electric"`` (``objective.kind = "nce"``): the Electric cloze model
   (:class:`~ebms.models.ElectricCloze`, width ``embedding_dim``, ``layers``, ``heads``) with a
   :class:`~ebms.nets.TwoTowerCloze` noise of the same sizes trained jointly by
-  :class:`~ebms.objectives.ElectricNCE` (``electric.mask_rate``, ``uniform_mix``, ``positions``). ``eval``:
+  :class:`~ebms.objectives.ElectricNCE` (``electric.mask_rate``, ``uniform_mix``, ``positions``;
+  ``noise_steps = n``: the noise is trained for the first ``n`` steps only, then frozen). ``eval``:
   per held-out split, the one-pass pseudo-log-likelihood per token (a score: the model is only trained
   towards self-normalisation), the noise's (normalised) one, and how often the model prefers each sentence
   over the same sentence with one token replaced at random (:func:`~ebms.data.text.replace_one_token`);
@@ -35,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from ebms.cli._base_run import BASE_FILE, base_record, base_run_config, check_base, open_base
-from ebms.cli._config_rules import COUNT, DROPOUT, FRACTION, Rule
+from ebms.cli._config_rules import COUNT, DROPOUT, FRACTION, NONNEG, Rule
 from ebms.cli._language_data import LanguageData, load_language_data
 from ebms.cli.config import Config, ConfigError
 from ebms.cli.generation import EVAL_SEED_OFFSET, residual_batches
@@ -85,6 +86,7 @@ class ElectricSettings:
     mask_rate: float = 0.15
     uniform_mix: float = 0.0
     positions: str = "fixed"
+    noise_steps: int | None = None
 
 
 _NET_RULES = {k: r for k, r in NET_RULES.items() if k != "hidden"}  # a text energy's width is embedding_dim
@@ -92,7 +94,7 @@ RESIDUAL = Section(ResidualSettings, {"base_run": PATH, "prefix_length": COUNT, 
                                       "energy": Rule(choices=("bilstm", "transformer", *HF_KINDS)), **_NET_RULES,
                                       "negatives": COUNT, "joint_samples": COUNT})
 ELECTRIC = Section(ElectricSettings, {**_NET_RULES, "mask_rate": FRACTION, "uniform_mix": DROPOUT,
-                                      "positions": Rule(choices=POSITIONS)})
+                                      "positions": Rule(choices=POSITIONS), "noise_steps": NONNEG})
 
 #: keys that fix a language run's vocabulary: a residual run must have its base run's values.
 SAME_VOCABULARY = ("data.name", "data.root", "language.level", "language.lower", "language.sentence_split",
@@ -288,7 +290,8 @@ class TextElectricTask(_NCETextTask):
     model_kinds = ("electric",)
     own = "electric"
     more_sections: ClassVar[dict[str, Section]] = {"electric": ELECTRIC}
-    keys = net_keys("electric", "embedding_dim", "layers", "heads", "dropout", "mask_rate", "uniform_mix", "positions")
+    keys = net_keys("electric", "embedding_dim", "layers", "heads", "dropout", "mask_rate", "uniform_mix", "positions",
+                    "noise_steps")
 
     def own_settings(self, cfg: Config) -> ElectricSettings:
         return cast(ElectricSettings, cfg.sections["electric"])
@@ -301,7 +304,8 @@ class TextElectricTask(_NCETextTask):
 
     def build_objective(self, cfg: Config, data: Any) -> nn.Module:
         s = self.own_settings(cfg)
-        return ElectricNCE(mask_rate=s.mask_rate, uniform_mix=s.uniform_mix, positions=s.positions)
+        return ElectricNCE(mask_rate=s.mask_rate, uniform_mix=s.uniform_mix, positions=s.positions,
+                           noise_steps=s.noise_steps)
 
     def evaluate(self, cfg: Config, model: Any, data: Any, step: int, *, use_ais: bool) -> ElectricReport:
         g, out, V = torch.Generator().manual_seed(cfg.run.seed + EVAL_SEED_OFFSET), {}, len(data.vocab)

@@ -126,7 +126,7 @@ KEY_ROLES: dict[str, str] = {
         "trf": "order features feature_cutoffs feature_boundaries trf_init classes chains trials noise_order "
                "noise_hidden feature_scaling step_clip embedding_dim hidden layers dropout",
         "residual": "base_run prefix_length horizon energy negatives embedding_dim layers heads dropout",
-        "electric": "mask_rate uniform_mix positions embedding_dim layers heads dropout",
+        "electric": "mask_rate uniform_mix positions noise_steps embedding_dim layers heads dropout",
         "generation": "digits n_train error_rate dim hidden layers heads dropout base_run energy negatives "
                       "earm_weight earm_start earm_truncate earm_clip",
         "vision": "limit val_fraction labels_per_class channels groups spectral_norm data_noise generative_weight "

@@ -33,7 +33,10 @@ The noise is trained at the same time by maximum likelihood on the gold tokens a
 masked token), so the noise follows the model class's best fit of the data (dynamic NCE). The
 total is ``loss_nce + noise_weight * loss_noise``; ``q`` enters ``loss_nce`` detached (the NCE
 loss does not train the noise) and the tokens are discrete (the ML loss does not reach the
-energy model).
+energy model). ``noise_steps = n`` trains the noise for the first ``n`` training-mode calls only and then
+freezes it (dropout off, no gradient, no ML term): from then on the NCE runs against one fixed noise
+law of the quality it reached (``0``: the noise's initialisation; a counter ``steps`` in the state
+dict, so a resumed run freezes at the same step).
 
 At the population optimum of the unapproximated form (Eq. 3.17, ``l`` data and ``k`` noise
 samples, each conditional read in its own clean context),
@@ -111,6 +114,9 @@ class ElectricNCE(nn.Module):
             and an energy that sees the whole noised sentence in one pass can use it: once it spots one
             replaced token, the others are more likely data, so a visibly wrong token raises the scores
             of the rest of its sentence. Independent positions remove that dependence.
+        noise_steps: ``None`` (default): the noise is trained throughout (dynamic NCE); an integer
+            ``n >= 0``: only during the first ``n`` training-mode calls, then frozen (fixed-noise NCE
+            against the noise it reached; ``loss_noise`` is still reported).
 
     Call: ``objective(model, batch, generator=None) -> LossOutput`` with ``batch`` Sequences of
     sentences (token ids ``>= 1``) or a ``(tokens (B, T), lengths (B,))`` tuple (what
@@ -130,14 +136,25 @@ class ElectricNCE(nn.Module):
     """
 
     def __init__(self, *, mask_rate: float = 0.15, noise_weight: float = 1.0, uniform_mix: float = 0.0,
-                 positions: str = "fixed") -> None:
+                 positions: str = "fixed", noise_steps: int | None = None) -> None:
         super().__init__()
+        if noise_steps is not None and (isinstance(noise_steps, bool) or not isinstance(noise_steps, int)
+                                        or noise_steps < 0):
+            raise ValueError(f"noise_steps: expected None or an integer >= 0; got {noise_steps!r}")
+        self.noise_steps = noise_steps
+        self.steps: Tensor
+        if noise_steps is not None:  # only then: the default's state dict stays empty (older runs load)
+            self.register_buffer("steps", torch.zeros((), dtype=torch.long))
         if positions not in POSITIONS:
             raise ValueError(f"positions: expected one of {', '.join(POSITIONS)}; got {positions!r}")
         self.positions = positions
         self.mask_rate = check_probability(mask_rate, "mask_rate", open_low=True)
         self.noise_weight = check_positive(noise_weight, "noise_weight", allow_zero=True)
         self.uniform_mix = check_probability(uniform_mix, "uniform_mix", open_high=True)
+
+    def noise_frozen(self) -> bool:
+        """Whether the next training-mode call leaves the noise as it is (``noise_steps`` calls done)."""
+        return self.noise_steps is not None and int(self.steps) >= self.noise_steps
 
     def mixed_log_probs(self, log_q: Tensor) -> Tensor:
         r"""``(B, T, V)`` :math:`\log q_\varepsilon` of the noise's ``log_q`` (column 0 stays ``-inf``;
@@ -233,7 +250,20 @@ class ElectricNCE(nn.Module):
         if n_tokens == 0:
             raise ValueError(f"batch: expected at least one token; got {x.batch_size} empty sentences")
         replaced = self.select_positions(x, generator)
-        log_q = noise.log_probs(x)                                                      # (B, T, V), clean context
+        frozen = self.noise_frozen()
+        if self.noise_steps is not None and self.training:
+            self.steps += 1
+        if frozen:  # one fixed law: no dropout (a module's), no gradient
+            module = noise if isinstance(noise, nn.Module) else None
+            was_training = module is not None and module.training
+            if module is not None:
+                module.eval()
+            with torch.no_grad():
+                log_q = noise.log_probs(x)
+            if module is not None:
+                module.train(was_training)
+        else:
+            log_q = noise.log_probs(x)                                                  # (B, T, V), clean context
         gold = log_q.gather(-1, x.tokens.masked_fill(~mask, 1).unsqueeze(-1)).squeeze(-1)
         loss_noise = -gold[replaced].sum() / replaced.sum().clamp(min=1)
         log_noise = self.mixed_log_probs(log_q.detach())                                 # the NCE noise law
@@ -250,7 +280,7 @@ class ElectricNCE(nn.Module):
             n_pos, n_neg = (x.lengths.unsqueeze(1) - k)[mask].to(scores.dtype), k[mask].to(scores.dtype)
         g = self.logits(scores[mask], log_q_noised[mask].to(scores.dtype), n_pos, n_neg)
         loss_nce = self.binary_losses(g, positive).sum() / n_tokens
-        loss = loss_nce + self.noise_weight * loss_noise
+        loss = loss_nce if frozen else loss_nce + self.noise_weight * loss_noise
         energy = -scores[mask].detach()
         n_p, n_n = positive.sum().clamp(min=1), (~positive).sum().clamp(min=1)
         e_pos = (energy * positive).sum() / n_p
@@ -262,4 +292,4 @@ class ElectricNCE(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"mask_rate={self.mask_rate:g}, noise_weight={self.noise_weight:g}, uniform_mix={self.uniform_mix:g}, "
-                f"positions={self.positions!r}")
+                f"positions={self.positions!r}" + ("" if self.noise_steps is None else f", noise_steps={self.noise_steps}"))
