@@ -378,15 +378,13 @@ def report(spec: TaskSpec, root: Path, seeds: list[int], arm: str, start_epoch: 
         rec.update(exposure_bias_ratio=eb.ratio, exposure_bias_count=eb.count, exposure_bias_total=eb.total)
         per_seed[f"seed{seed}"] = rec
     recs = list(per_seed.values())
-    for metric, lower in spec.lower_better.items():
-        ce, ea = [r["ce_" + metric] for r in recs], [r["earm_" + metric] for r in recs]
-        pairs[metric] = compare_over_seeds(ea, ce, seeds=seeds, name_a="E-ARM", name_b="cross-entropy",
-                                           metric=metric, higher_is_better=not lower).to_dict()
-    for metric, lower in spec.lower_better.items():
-        ce, ea = [r["ce_overall_" + metric] for r in recs], [r["earm_" + metric] for r in recs]
-        pairs[f"{metric}, CE at its best epoch overall"] = compare_over_seeds(
-            ea, ce, seeds=seeds, name_a="E-ARM", name_b="cross-entropy (best epoch overall)", metric=metric,
-            higher_is_better=not lower).to_dict()
+    references = (("ce_", "", "cross-entropy"),  # the protocol's: CE read on the epochs after the branch
+                  ("ce_overall_", ", CE at its best epoch overall", "cross-entropy (best epoch overall)"))
+    for prefix, suffix, name in references:
+        for metric, lower in spec.lower_better.items():
+            ce, ea = [r[prefix + metric] for r in recs], [r["earm_" + metric] for r in recs]
+            pairs[metric + suffix] = compare_over_seeds(ea, ce, seeds=seeds, name_a="E-ARM", name_b=name,
+                                                        metric=metric, higher_is_better=not lower).to_dict()
     return {"per_seed": per_seed, "comparisons": pairs}
 
 

@@ -253,15 +253,14 @@ class ElectricNCE(nn.Module):
         frozen = self.noise_frozen()
         if self.noise_steps is not None and self.training:
             self.steps += 1
-        if frozen:  # one fixed law: no dropout (a module's), no gradient
-            module = noise if isinstance(noise, nn.Module) else None
-            was_training = module is not None and module.training
+        if frozen:  # one fixed law: no gradient, and no dropout where the noise is a module
+            module = noise if isinstance(noise, nn.Module) and noise.training else None
             if module is not None:
                 module.eval()
             with torch.no_grad():
                 log_q = noise.log_probs(x)
             if module is not None:
-                module.train(was_training)
+                module.train()
         else:
             log_q = noise.log_probs(x)                                                  # (B, T, V), clean context
         gold = log_q.gather(-1, x.tokens.masked_fill(~mask, 1).unsqueeze(-1)).squeeze(-1)
