@@ -34,6 +34,9 @@ you treat it as an energy-based one*, section 4 and Table 6, scaled):
                 ``LSTMLM`` (embedding 64, hidden 256, 1 layer), batch 32, Adam 2e-3; test perplexity
                 per character (``</s>`` counted). ``--lines N``: the first ``N`` training lines instead (runs
                 under ``lm-n<N>``; the same valid and test lines), so that the epochs fit one session.
+                ``--dropout P``: the LSTM LM with dropout ``P`` on its embeddings and outputs (the default 0
+                overfits 10,000 lines within 15 epochs; a regularised CE is the control for E-ARM acting as a
+                regulariser; runs under ``...-drop<P>``).
     comparison  E-ARM minus CE per figure, paired by seed (``ebms.metrics.compare_over_seeds``: mean of the
                 per-seed differences, 95 % Student-t interval, verdict); the exposure-bias ratio of the
                 two selected models (share of gold test tokens the E-ARM model gives more probability).
@@ -196,9 +199,10 @@ def _energy_pick(model: nn.Module, src: Sequences, beam: Any, rule: str, g: torc
     return beam.hypotheses[energy_resample(log_q, energy, k, rule=rule, generator=g)]
 
 
-def task_lm(quick: bool, lines: int | None = None) -> TaskSpec:
+def task_lm(quick: bool, lines: int | None = None, dropout: float = 0.0) -> TaskSpec:
     """The character LM; ``lines``: train on the first ``lines`` training lines (the vocabulary is still built
-    from all of them, so every run of the task shares one vocabulary and one test set)."""
+    from all of them, so every run of the task shares one vocabulary and one test set); ``dropout``: the LM's
+    dropout (embeddings and outputs, training mode only)."""
     text = {s: tiny_shakespeare(s, form="lines") for s in ("train", "valid", "test")}
     vocab = Vocabulary.build(text["train"], level="char")
     train, valid, test = (vocab.encode(text[s]) for s in ("train", "valid", "test"))
@@ -209,7 +213,7 @@ def task_lm(quick: bool, lines: int | None = None) -> TaskSpec:
     vb, tb = _chunks(valid, 256), _chunks(test, 256)
 
     def build() -> nn.Module:
-        return LSTMLM(len(vocab), embedding_dim=64, hidden_size=256, num_layers=1)
+        return LSTMLM(len(vocab), embedding_dim=64, hidden_size=256, num_layers=1, dropout=dropout)
 
     def nll(model: nn.Module, batches: list[Sequences]) -> float:
         model.eval()
@@ -499,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"mt: training pairs (default {MT_PAIRS}; the same valid and test sets); runs under mt-n<pairs>")
     p.add_argument("--lines", type=int, default=None,
                    help="lm: training lines (default all 29,242; the same valid and test lines); runs under lm-n<lines>")
+    p.add_argument("--dropout", type=float, default=None,
+                   help="lm: dropout of the LSTM LM in (0, 1) (default none); runs under lm[-n<lines>]-drop<P>")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--runs-dir", type=Path, default=ROOT / "runs", help="where the runs live (default runs/)")
     p.add_argument("--record", default=None, help="report, sweep: write benchmarks/records/NAME.json")
@@ -517,12 +523,18 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--lines: sets the training lines of the lm task; got --task {args.task} (drop --lines)")
     if args.lines is not None and not BATCH <= args.lines <= 29_242:
         raise SystemExit(f"--lines: expected {BATCH} to 29242 training lines (at least one batch); got {args.lines}")
+    if args.dropout is not None and args.task != "lm":
+        raise SystemExit(f"--dropout: sets the dropout of the lm task's LSTM; got --task {args.task} (drop --dropout)")
+    if args.dropout is not None and not 0 < args.dropout < 1:
+        raise SystemExit(f"--dropout: expected a probability in (0, 1); got {args.dropout:g}")
     torch.set_num_threads(args.threads)
     pairs = MT_PAIRS if args.pairs is None else args.pairs
-    spec = task_mt(args.quick, pairs) if args.task == "mt" else task_lm(args.quick, args.lines)
+    spec = task_mt(args.quick, pairs) if args.task == "mt" else task_lm(args.quick, args.lines, args.dropout or 0.0)
     task_dir = args.task if pairs == MT_PAIRS or args.task != "mt" else f"mt-n{pairs}"
     if args.lines is not None:
         task_dir = f"lm-n{args.lines}"
+    if args.dropout is not None:
+        task_dir += f"-drop{args.dropout:g}"
     root = args.runs_dir / ("earm-protocol-quick" if args.quick else "earm-protocol") / task_dir
     if args.separate and args.grad_clip is None:
         raise SystemExit("--separate: clips the CE term at --grad-clip; got --grad-clip none (drop --separate)")
@@ -542,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
         if bad:
             raise SystemExit(f"--arms: start epochs must lie in [1, {args.epochs - 1}]; got {' '.join(bad)}")
         rec = Recorder(args.record, seeds=args.seeds, settings={  # made first: its wall time covers the evaluation
-            "task": task_dir, "pairs": pairs if args.task == "mt" else None, "lines": args.lines,
+            "task": task_dir, "pairs": pairs if args.task == "mt" else None, "lines": args.lines, "dropout": args.dropout,
             "epochs": args.epochs,
             "arms": [":".join(map(str, a)) for a in args.arms],
             "clip": args.clip, "grad_clip": args.grad_clip, "separate": args.separate, "schedule": args.schedule,
@@ -564,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
                                          "comparisons: E-ARM minus CE, paired by seed (one seed: no interval).")
     else:
         rec = Recorder(args.record, seeds=args.seeds, settings={
-            "task": task_dir, "pairs": pairs if args.task == "mt" else None, "lines": args.lines,
+            "task": task_dir, "pairs": pairs if args.task == "mt" else None, "lines": args.lines, "dropout": args.dropout,
             "epochs": args.epochs,
             "start_epoch": args.start_epoch, "arm": arm,
             "weight": args.weight_scale / spec.k_mean, "clip": args.clip, "grad_clip": args.grad_clip,

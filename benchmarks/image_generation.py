@@ -25,11 +25,16 @@ with the image tutorials' move (step 10, each gradient element clamped to 0.03);
 one that sees its input's contrast); ``tutorial-4stage`` = uniform restarts, the clamped move (30 steps),
 buffer 2,048, 2,000 steps, an energy of four stages (it sees the whole image: ``ebms.nets.receptive_field``)
 without GroupNorm; ``tutorial-4stage-groupnorm`` and ``tutorial-2stage`` = the same with GroupNorm, with the
-recipe's two stages; ``uniform-nonorm-4stage`` = ``uniform`` with that energy; ``recovery`` =
+recipe's two stages; ``uniform-nonorm-4stage`` = ``uniform`` with that energy; ``recovery-4stage-ema`` = ``recovery-4stage``
+sampled with a moving average of its weights (``train.ema=0.999``, the authors' code; with ``--curve`` the trained weights
+are judged too, as ``trained_weights``); ``recovery`` =
 ``recovery-mnist`` (the authors' protocol, an energy without GroupNorm); ``recovery-groupnorm`` = the same
 energy with GroupNorm (bounded and blind to its input's scale); ``recovery-plain`` = the former recipe (the
 paper's equations as written, step ``b σ² (1 − σ²)``, levels 0.02 to 0.7, GroupNorm).
-``--steps`` sets ``train.steps`` of every arm (default: each recipe's).
+``--steps`` sets ``train.steps`` of every arm (default: each recipe's). ``--curve S1 S2 ...`` trains each run in
+segments instead, to ``S1`` steps, then on (resumed) to ``S2``, ..., and judges fresh samples after each segment
+(written under ``<run>/curve-step<S>``): the figures as training goes on, from one run (the learning rate
+schedule must not depend on ``train.steps``: the recipes' is constant). The last segment's are the run's figures.
 
 Resumable: runs live under ``--out`` (default ``runs/image-generation``), ``<arm>/seed<s>``.
 Run: ``python benchmarks/image_generation.py [--arms A ...] [--seeds 0 1 2] [--steps N] [--n 500]
@@ -80,6 +85,7 @@ ARMS: dict[str, tuple[str, list[str]]] = {
     "recovery": ("recovery-mnist", []),
     "recovery-groupnorm": ("recovery-mnist", ["vision.normalize=true"]),
     "recovery-4stage": ("recovery-mnist", ["vision.channels=[16,32,64,64]"]),
+    "recovery-4stage-ema": ("recovery-mnist", ["vision.channels=[16,32,64,64]", "train.ema=0.999"]),
     "recovery-plain": ("recovery-mnist", ["vision.normalize=true", "vision.recovery_protocol=plain", "vision.recovery_b=0.1",
                                           "objective.k=20", "objective.sigmas=[0.02,0.05,0.1,0.2,0.4,0.7]",
                                           "train.lr=0.0001"]),
@@ -94,24 +100,36 @@ def _ebms(argv: list[str], what: str) -> None:
         raise SystemExit(f"{what} failed with exit status {code}: ebms {' '.join(argv)}")
 
 
-def train(folder: Path, recipe: str, overrides: list[str]) -> Path:
-    """The run folder, trained (or resumed) unless its eval.json exists."""
+def trained_steps(run: Path) -> int:
+    """The step of the run's newest committed checkpoint (0 without one)."""
+    from ebms.train import CheckpointStore
+
+    steps = CheckpointStore(run / "checkpoints").steps()
+    return max(steps) if steps else 0
+
+
+def train(folder: Path, recipe: str, overrides: list[str], steps: int | None = None) -> Path:
+    """The run folder, trained (or resumed) unless its eval.json exists (and, with ``steps``, it has a checkpoint of
+    that step or later)."""
     run = folder / recipe
-    if not (run / "eval.json").is_file():
+    if not (run / "eval.json").is_file() or (steps is not None and trained_steps(run) < steps):
         resume = ["--resume"] if (run / "checkpoints").is_dir() else []
         _ebms(["train", recipe, f"run.out_dir={folder}", f"run.progress={str(sys.stderr.isatty()).lower()}",
                *overrides, *resume], f"ebms train {recipe}")
     return run
 
 
-def samples(run: Path, n: int) -> torch.Tensor:
-    """``n`` fresh samples of the run (``ebms sample``; written once, read back after)."""
+def samples(run: Path, n: int, where: Path | None = None, overrides: tuple[str, ...] = ()) -> torch.Tensor:
+    """``n`` fresh samples of the run (``ebms sample``, into ``where``, default the run folder, with ``overrides``
+    such as ``eval.ema=false``; written once, read back after)."""
     from safetensors.torch import load_file
 
-    found = sorted(run.glob(f"samples-n{n}-steps*-seed*.safetensors"))
+    where = where or run
+    found = sorted(where.glob(f"samples-n{n}-steps*-seed*.safetensors"))
     if not found:
-        _ebms(["sample", str(run), "--n", str(n)], f"ebms sample {run}")
-        found = sorted(run.glob(f"samples-n{n}-steps*-seed*.safetensors"))
+        _ebms(["sample", str(run), "--n", str(n), *(["--out", str(where)] if where != run else []), *overrides],
+              f"ebms sample {run}")
+        found = sorted(where.glob(f"samples-n{n}-steps*-seed*.safetensors"))
     return load_file(str(found[0]))["samples"]
 
 
@@ -148,7 +166,7 @@ def landscape(run: Path, test: torch.Tensor, n: int = 64) -> dict[str, float] | 
     from ebms.cli.run import load_run
 
     cfg, model, _, _ = load_run(run)
-    if cfg.model.kind != "conv":
+    if cfg.model.kind != "conv" or cfg.objective.kind == "recovery":
         return None
     noise = noise_images(n, tuple(test.shape[1:]), torch.Generator().manual_seed(0))
     out: dict[str, float] = {}
@@ -166,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--steps", type=int, default=None, help="train.steps of every arm (default: the recipes')")
+    p.add_argument("--curve", type=int, nargs="+", default=None, metavar="STEPS",
+                   help="train each run in segments to these steps (ascending) and judge samples after each")
     p.add_argument("--n", type=int, default=500, help="samples per run, and test images of the reference")
     p.add_argument("--out", type=Path, default=None, help="runs folder (default runs/image-generation)")
     p.add_argument("--record", default=None, help="write benchmarks/records/NAME.json")
@@ -173,14 +193,19 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if len(set(args.seeds)) != len(args.seeds):
         raise SystemExit(f"--seeds: expected distinct seeds; got {args.seeds}")
+    if args.curve is not None:
+        if args.steps is not None:
+            raise SystemExit("--curve: sets each segment's train.steps itself; drop --steps")
+        if args.curve[0] < 1 or any(b <= a for a, b in zip(args.curve, args.curve[1:])):
+            raise SystemExit(f"--curve: expected ascending step counts >= 1; got {' '.join(map(str, args.curve))}")
     small = ["vision.limit=300", "eval.sample_steps=3", "eval.n_samples=16", "vision.ood=[]",
              "data.n_test=200"] if args.quick else []
     if args.quick:
-        args.steps, args.n = 4, 40
+        args.steps, args.n = (None if args.curve else 4), 40
     out = args.out or ROOT / "runs" / ("image-generation-quick" if args.quick else "image-generation")
     more = [f"train.steps={args.steps}"] if args.steps else []
     rec = Recorder(args.record, seeds=args.seeds, settings={
-        "arms": {a: ARMS[a] for a in args.arms}, "steps": args.steps, "n": args.n, "quick": args.quick,
+        "arms": {a: ARMS[a] for a in args.arms}, "steps": args.steps, "curve": args.curve, "n": args.n, "quick": args.quick,
         "judge": "classifier-mnist, seed 0", "threads": int(os.environ.get("OMP_NUM_THREADS", "0") or 0)}) \
         if args.record else None
     t0 = time.perf_counter()
@@ -189,14 +214,28 @@ def main(argv: list[str] | None = None) -> int:
     floor = {"test": judge.judge(judge.train),
              "noise": judge.judge(noise_images(args.n, tuple(judge.test.shape[1:]), torch.Generator().manual_seed(0)))}
     per: dict[str, dict[int, dict[str, Any]]] = {a: {} for a in args.arms}
+    curve: dict[str, dict[int, dict[int, dict[str, Any]]]] = {a: {} for a in args.arms}
     for seed in args.seeds:
         for arm in args.arms:
             recipe, overrides = ARMS[arm]
             C.note(f"[image_generation] {arm}, seed {seed}")
             t1 = time.perf_counter()
-            run = train(out / arm / f"seed{seed}", recipe, [*overrides, *small, *more, f"run.seed={seed}"])
-            per[arm][seed] = {**judge.judge(samples(run, args.n)), "run": str(run.relative_to(ROOT) if
-                                                                             run.is_relative_to(ROOT) else run),
+            for steps in args.curve or []:
+                run = train(out / arm / f"seed{seed}", recipe, [*overrides, *small, f"train.steps={steps}",
+                                                                 f"run.seed={seed}"], steps)
+                curve[arm].setdefault(seed, {})[steps] = {
+                    **judge.judge(samples(run, args.n, run / f"curve-step{steps}")),
+                    "train_seconds": C.logged_seconds(run / "metrics.jsonl")}
+                if any(o.startswith("train.ema=") for o in overrides):  # the trained weights beside their average
+                    curve[arm][seed][steps]["trained_weights"] = judge.judge(
+                        samples(run, args.n, run / f"curve-step{steps}-trained", ("eval.ema=false",)))
+                C.note(f"[image_generation] {arm}, seed {seed}, step {steps}: fd {curve[arm][seed][steps]['fd']:.4g}")
+            if args.curve:  # the run's figures are its last segment's
+                figures = {k: v for k, v in curve[arm][seed][args.curve[-1]].items() if k != "train_seconds"}
+            else:
+                run = train(out / arm / f"seed{seed}", recipe, [*overrides, *small, *more, f"run.seed={seed}"])
+                figures = judge.judge(samples(run, args.n))
+            per[arm][seed] = {**figures, "run": str(run.relative_to(ROOT) if run.is_relative_to(ROOT) else run),
                               "seconds": time.perf_counter() - t1,
                               "train_seconds": C.logged_seconds(run / "metrics.jsonl"),
                               "landscape": landscape(run, judge.test)}
@@ -208,6 +247,12 @@ def main(argv: list[str] | None = None) -> int:
               if per[a][s]["landscape"] is not None]
     if shapes:
         print(C.format_table(["energy", "seed", *LANDSCAPE], shapes))
+    if args.curve:
+        print(C.format_table(["curve", "seed", "step", *FIGURES], [
+            [a, str(s), str(t), *(f"{v[k]:.4g}" for k in FIGURES)]
+            for a in curve for s in curve[a] for t, v in curve[a][s].items()]
+            + [[f"{a} (trained weights)", str(s), str(t), *(f"{v['trained_weights'][k]:.4g}" for k in FIGURES)]
+               for a in curve for s in curve[a] for t, v in curve[a][s].items() if "trained_weights" in v]))
     comparisons: dict[str, Any] = {}
     if len(args.seeds) > 1:
         first = args.arms[0]
@@ -221,7 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     means = {a: {k: statistics.mean(per[a][s][k] for s in args.seeds) for k in FIGURES} for a in per}
     if rec is not None:
         rec.write({"floor": floor, "per_run": {a: {f"seed{s}": v for s, v in per[a].items()} for a in per},
-                   "means": means, "comparisons": comparisons},
+                   "means": means, "comparisons": comparisons,
+                   **({"curve": {a: {f"seed{s}": {str(t): v for t, v in c.items()} for s, c in curve[a].items()}
+                                 for a in curve}} if args.curve else {})},
                   notes="Samples from noise of each arm's run, judged by the classifier-mnist network (seed 0): "
                         "confident = share with top class probability >= 0.9; class_entropy = entropy of the mean "
                         "posterior (nats; log 10 = 2.303 covers all digits); score = exp E KL(p(y|x) || p(y)); fd = "
@@ -230,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
                         "train + sample (a run trained by an earlier command: its sampling only); train_seconds: "
                         "the training time its log records over every segment (resumes included), on a shared "
                         "2-core machine. landscape: the energy's mean and the mean L2 norm of its input gradient at 64 "
-                        "uniform-noise and 64 test images (image energies E(x) only). comparisons: paired by seed, "
+                        "uniform-noise and 64 test images (image energies E(x) only). curve (with --curve): the same figures of fresh "
+                        "samples after each training segment of the same run, keyed by its step. comparisons: paired by seed, "
                         "95 % Student-t interval.")
     print(json.dumps({"bench": "image_generation", "seconds": round(time.perf_counter() - t0, 1),
                       "means": means}))

@@ -83,6 +83,9 @@ def test_sweep_refuses_arms_it_cannot_tabulate(tmp_path, extra, message):
     (["--task", "mt", "--lines", "1000"], r"^--lines: sets the training lines of the lm task; got --task mt"),
     (["--task", "lm", "--lines", "31"], r"^--lines: expected 32 to 29242 training lines .*; got 31"),
     (["--task", "lm", "--lines", "30000"], r"^--lines: expected 32 to 29242 training lines .*; got 30000"),
+    (["--task", "mt", "--dropout", "0.3"], r"^--dropout: sets the dropout of the lm task's LSTM; got --task mt"),
+    (["--task", "lm", "--dropout", "0"], r"^--dropout: expected a probability in \(0, 1\); got 0$"),
+    (["--task", "lm", "--dropout", "1"], r"^--dropout: expected a probability in \(0, 1\); got 1$"),
 ])
 def test_pairs_and_lines_are_refused_where_they_cannot_apply(tmp_path, extra, message):
     with pytest.raises(SystemExit, match=message):
@@ -155,6 +158,20 @@ def test_an_earm_arm_branches_from_the_ce_checkpoint_of_its_start_epoch(tmp_path
     sep = [json.loads(x) for x in (seed / "earm-e2-w1-c0.5-sep" / "metrics.jsonl").read_text().splitlines()]
     after = [x for x in sep if "metrics" in x and x["step"] > branch]
     assert after and all(x["metrics"]["ce_grad_norm"] > 0 for x in after)
+
+
+def test_dropout_reaches_the_lstm_and_acts_in_training_mode_only():
+    spec = earm_protocol.task_lm(True, dropout=0.3)
+    lm = spec.build()
+    assert lm.dropout == 0.3 and earm_protocol.task_lm(True).build().dropout == 0.0
+    x = spec.data[0][:4]
+    lm.train()
+    torch.manual_seed(0)
+    a = lm(x)[0]
+    torch.manual_seed(1)
+    assert not torch.equal(a, lm(x)[0])  # two dropout masks
+    lm.eval()
+    assert torch.equal(lm(x)[0], lm(x)[0])
 
 
 def test_lines_trains_on_the_first_lines_with_the_full_vocabulary_and_test_set():

@@ -143,3 +143,26 @@ def test_load_run_gives_back_the_trained_model_data_and_sampler(runs) -> None:
     assert torch.equal(run.sample(5, steps=2, seed=1), run.sample(5, steps=2, seed=1))
     with pytest.raises(CheckpointError, match=r"do not fit the model that model.\* describes: it was trained with model.hidden=\[8\] \(here \[4\]\)"):
         ebms.runs.load_run(runs / "gauss", ["model.hidden=[4]"])
+
+
+def test_train_ema_keeps_a_weight_average_that_eval_and_sample_load(tmp_path):
+    """``train.ema``: every checkpoint holds the average; ``load_run`` gives it (``eval.ema=false``: the trained
+    weights), a resume without the key is refused, and ``ebms sample`` runs on it."""
+    from ebms.cli.main import main
+    from ebms.cli.run import load_run
+    from ebms.train import CheckpointStore
+
+    tiny = ["run.progress=false", "model.hidden=[8]", "objective.k=1", "objective.buffer_size=64", "train.steps=6",
+            "train.batch_size=16", "train.log_every=2", "train.checkpoint_every=3", "data.n_test=50",
+            "eval.resolution=16", "eval.n_samples=10", "eval.sample_steps=2", f"run.out_dir={tmp_path}"]
+    assert main(["train", *tiny, "train.ema=0.5", "--no-eval"]) == 0
+    run = next(p for p in tmp_path.iterdir() if (p / "checkpoints").is_dir())
+    ckpt = CheckpointStore(run / "checkpoints").load()
+    avg, trained = ckpt.state("ema"), ckpt.state()
+    assert avg.keys() == trained.keys() and any(not torch.equal(avg[k], trained[k]) for k in avg)
+    _, model, _, _ = load_run(run)
+    assert all(torch.equal(v, avg[k]) for k, v in model.state_dict().items())
+    _, model, _, _ = load_run(run, ["eval.ema=false"])
+    assert all(torch.equal(v, trained[k]) for k, v in model.state_dict().items())
+    assert main(["sample", str(run), "--n", "4", "--steps", "2"]) == 0
+    assert main(["train", *tiny, "train.steps=9", "--resume", "--no-eval"]) == 2  # train.ema dropped: refused

@@ -38,7 +38,7 @@ def test_every_task_section_is_split_as_its_evaluation_reads_it() -> None:
     evaluation = {k for k, r in KEY_ROLES.items() if r == "eval"}
     assert evaluation == {
         "data.n_test", "eval.resolution", "eval.n_samples", "eval.sample_steps", "eval.ais_chains",
-        "eval.ais_temperatures", "eval.reverse_ais", "trf.logz_samples", "residual.joint_samples",
+        "eval.ais_temperatures", "eval.reverse_ais", "eval.ema", "trf.logz_samples", "residual.joint_samples",
         "generation.joint_samples", "generation.top_k", "vision.ood", "vision.ood_size", "vision.ece_bins"}
     assert {k for k, r in KEY_ROLES.items() if r == "location"} == {
         "data.path", "data.root", "data.max_mb", "images.download", "language.train_path", "language.valid_path",

@@ -163,6 +163,7 @@ CORE_RULES: dict[str, Rule] = {
     "train.momentum": DROPOUT,
     "train.weight_decay": NONNEG,
     "train.grad_clip": POS,
+    "train.ema": FRACTION,
     "train.log_every": COUNT,
     "train.checkpoint_every": COUNT,
     "eval.resolution": Rule(low=4, text="an even integer >= 4 (the grid checks its log Z on n/2 cells)",
@@ -172,6 +173,7 @@ CORE_RULES: dict[str, Rule] = {
     "eval.ais_chains": COUNT,
     "eval.ais_temperatures": COUNT,
     "eval.reverse_ais": Rule(),
+    "eval.ema": Rule(),
 }
 
 

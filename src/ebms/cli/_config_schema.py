@@ -106,6 +106,7 @@ class TrainConfig:
     momentum: float = 0.0
     weight_decay: float = 0.0
     grad_clip: float | None = None
+    ema: float | None = None
     log_every: int = 50
     checkpoint_every: int = 1000
 
@@ -118,6 +119,7 @@ class EvalConfig:
     ais_chains: int = 100
     ais_temperatures: int = 14500
     reverse_ais: bool = True
+    ema: bool = True
 
 
 def _task_sections() -> dict[str, Any]:

@@ -137,14 +137,14 @@ KEY_ROLES: dict[str, str] = {
     **_rows("training", {
         "run": "device",
         "sampler": "kind step_size noise_scale grad_clamp n_leapfrog sweeps scan temperature n_flips",
-        "train": "batch_size lr lr_schedule lr_final sa_tc sa_beta sa_t0 optimizer momentum weight_decay grad_clip",
+        "train": "batch_size lr lr_schedule lr_final sa_tc sa_beta sa_t0 optimizer momentum weight_decay grad_clip ema",
         "trf": "zeta_tc zeta_beta zeta_t0 chain_groups scan",
     }),
     **_rows("run", {"run": "name out_dir progress", "train": "steps log_every checkpoint_every", "trf": "workers",
                     "vision": "snapshot_every"}),
     **_rows("eval", {
         "data": "n_test",
-        "eval": "resolution n_samples sample_steps ais_chains ais_temperatures reverse_ais",
+        "eval": "resolution n_samples sample_steps ais_chains ais_temperatures reverse_ais ema",
         "trf": "logz_samples",
         "residual": "joint_samples",
         "generation": "joint_samples top_k",
@@ -302,6 +302,7 @@ def _fit(cfg: Config, run_dir: Path, objective: Any, model: nn.Module, source: A
             log_every=cfg.train.log_every,
             checkpoint_every=cfg.train.checkpoint_every,
             grad_clip=cfg.train.grad_clip,
+            ema=cfg.train.ema,
             lr_schedule=build_lr_schedule(cfg),
             callbacks=callbacks,
             progress=cfg.run.progress,
@@ -343,7 +344,8 @@ def _save_fitted(cfg: Config, run_dir: Path, task: Task[Any], model: nn.Module, 
 
 def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()
              ) -> tuple[Config, nn.Module, Any, Checkpoint]:
-    """Config, trained model (newest valid checkpoint, in eval mode), data set and checkpoint of a run folder.
+    """Config, trained model (newest valid checkpoint, in eval mode; its weight average with ``train.ema`` unless
+    ``eval.ema = false``), data set and checkpoint of a run folder.
 
     Raises:
         RunFolderError: no ``config.toml`` or no checkpoint in the folder.
@@ -374,7 +376,7 @@ def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()
             f"({', '.join(sorted(needed))}; written by an older ebms?), so they would be fitted again on the "
             "data as it is now; train the run again (--overwrite)"
         )
-    state = ckpt.state()
+    state = ckpt.weights(average=cfg.train.ema is not None and cfg.eval.ema)
     try:
         model.load_state_dict(state)
     except RuntimeError as e:

@@ -24,7 +24,7 @@ safetensors + JSON checkpoints (:class:`CheckpointStore`), restores the last
 good state and lowers the learning rate when training diverges
 (:class:`DivergenceGuard`), and runs unchanged under ``torchrun``
 (:class:`DistributedContext`). Callbacks add evaluation, sample pictures and
-early stopping. Quasi-Newton optimizers (:class:`OWLQN`, ``torch.optim.LBFGS``)
+early stopping; ``ema=`` keeps a moving average of the weights (:class:`WeightAverage`). Quasi-Newton optimizers (:class:`OWLQN`, ``torch.optim.LBFGS``)
 take one iteration per step through a closure over the batch. With
 ``run_dir=None`` the trainer runs in memory (no files): the driver behind
 library calls such as :func:`ebms.fit.fit_feature_crf` and
@@ -35,6 +35,7 @@ optimizer or an objective is declared, not probed: :mod:`ebms.train.protocols`.
 from ebms.train.callbacks import Callback, EarlyStopping, PeriodicEval, ReleaseMemory, SampleSnapshot
 from ebms.train.checkpoint import Checkpoint, CheckpointStore
 from ebms.train.distributed import DistributedContext
+from ebms.train.ema import WeightAverage
 from ebms.train.guard import DivergenceGuard, TrainingDiverged
 from ebms.train.owlqn import OWLQN
 from ebms.train.protocols import ClosureOptimizer, GradientObjective, OptimizerLike, ReportsStep, needs_closure
@@ -62,5 +63,6 @@ __all__ = [
     "TrainResult",
     "Trainer",
     "TrainingDiverged",
+    "WeightAverage",
     "needs_closure",
 ]

@@ -73,6 +73,21 @@ class Checkpoint:
         head = f"{prefix}/"
         return {k[len(head):]: v for k, v in self.tensors.items() if k.startswith(head)}
 
+    def weights(self, *, average: bool = False) -> dict[str, Tensor]:
+        """The model's ``state_dict``: the trained weights, or with ``average`` the weight average that
+        ``Trainer(ema=...)`` keeps (:class:`~ebms.train.ema.WeightAverage`).
+
+        Raises:
+            CheckpointError: ``average`` and the checkpoint holds none (trained without ``ema``).
+        """
+        if not average:
+            return self.state()
+        state = self.state("ema")
+        if not state:
+            raise CheckpointError(f"{self.path}: the checkpoint holds no weight average (trained without ema); "
+                                  "use its trained weights (ebms: eval.ema=false)")
+        return state
+
     @property
     def identity(self) -> dict[str, Any]:
         """The settings the checkpoint was trained under (``{}`` when none were given)."""

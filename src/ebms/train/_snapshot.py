@@ -1,6 +1,7 @@
 """Private: capture and apply the complete training state (snapshots and checkpoints).
 
-The state of a run is: model, objective and optimizer ``state_dict``s, every
+The state of a run is: model, objective and optimizer ``state_dict``s (and the weight average's, with
+``ema``), every
 RNG stream (:func:`~ebms.train._state.capture_rng`), the data position, the
 step counter and the callbacks' ``state_dict``s. In-memory snapshots (for the
 divergence guard) and on-disk checkpoints share this code, so the resume test
@@ -52,6 +53,8 @@ def _tree(t: Trainer) -> dict[str, Any]:
     tree: dict[str, Any] = {"model": t.model.state_dict(), "optimizer": t.optimizer.state_dict()}
     if isinstance(t.objective, nn.Module):
         tree["objective"] = t.objective.state_dict()
+    if t.ema is not None:
+        tree["ema"] = t.ema.state_dict()
     return tree
 
 
@@ -124,9 +127,17 @@ def apply(t: Trainer, snap: Snapshot, where: str, *, copy: bool = True) -> None:
     tree = unflatten_state(snap.skeleton, tensors, where)
     if not isinstance(tree, dict) or "model" not in tree or "optimizer" not in tree:
         raise CheckpointError(f"{where}: state lacks 'model' or 'optimizer'")
+    if t.ema is not None and "ema" not in tree:
+        raise CheckpointError(f"{where}: state holds no weight average (trained without ema); this trainer "
+                              f"keeps one (ema={t.ema.decay}): resume without ema, or start a new run")
+    if t.ema is None and "ema" in tree:
+        raise CheckpointError(f"{where}: state holds a weight average (trained with ema); resume with the run's "
+                              "ema so that it is kept")
     load_module(t.model, tree["model"], "model", where)
     if isinstance(t.objective, nn.Module):
         load_module(t.objective, tree.get("objective", {}), "objective", where)
+    if t.ema is not None:
+        t.ema.load_state_dict(tree["ema"], where)
     try:
         t.optimizer.load_state_dict(tree["optimizer"])
     except (ValueError, KeyError, TypeError) as err:
@@ -218,8 +229,10 @@ def _guard_history(value: Any, where: str) -> dict[str, list[float]]:
 
 def sync_tensors(t: Trainer) -> list[Tensor]:
     """What rank 0 broadcasts at the start of ``fit``: model parameters and buffers, objective
-    parameters. Objective buffers stay per rank (each rank keeps its own negatives)."""
+    parameters, the weight average (with ``ema``). Objective buffers stay per rank (each rank keeps its own negatives)."""
     out = [*t.model.parameters(), *t.model.buffers()]
     if isinstance(t.objective, nn.Module):
         out += list(t.objective.parameters())
+    if t.ema is not None:  # made from each rank's initial weights, before this broadcast
+        out += list(t.ema.state_dict().values())
     return out

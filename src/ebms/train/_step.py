@@ -101,7 +101,10 @@ def apply_lr_schedule(t: Trainer) -> None:
 
 
 def finish_step(t: Trainer, host: tuple[float, dict[str, float], float] | None) -> None:
-    """Count the step; with its ``host`` numbers (loss, metrics, grad norm), record them."""
+    """Count the step (and move the weight average, if any); with its ``host`` numbers (loss, metrics, grad
+    norm), record them."""
+    if t.ema is not None:
+        t.ema.update(t.model)
     t.step += 1
     if host is None:
         return

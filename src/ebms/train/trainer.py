@@ -22,6 +22,7 @@ from ebms.train._step import apply_lr_schedule, check_output, finish_step, grad_
 from ebms.train.callbacks import Callback
 from ebms.train.checkpoint import CheckpointStore
 from ebms.train.distributed import DistributedContext
+from ebms.train.ema import WeightAverage
 from ebms.train.guard import DivergenceGuard
 from ebms.train.protocols import needs_closure, sets_gradients
 
@@ -139,6 +140,11 @@ class Trainer:
             state) instead of a new one seeded from ``seed``: for library calls
             that own a generator and must continue its stream (its state is
             still checkpointed and restored).
+        ema: keep a moving average of the model's weights with this decay in
+            ``(0, 1)`` (:class:`~ebms.train.ema.WeightAverage`, :attr:`ema`),
+            updated after each accepted step, checkpointed under ``ema/`` and
+            restored with the rest of the state; part of the identity
+            (``trainer.ema``). ``None`` (default): none.
 
     Example::
 
@@ -170,6 +176,7 @@ class Trainer:
         identity: Mapping[str, Any] | None = None,
         distributed: DistributedContext | None = None,
         generator: torch.Generator | None = None,
+        ema: float | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model: expected a torch.nn.Module; got {type(model).__name__}")
@@ -195,12 +202,16 @@ class Trainer:
             "trainer.objective_class": type(objective).__qualname__,
             **user_identity,
         }
+        if ema is not None:
+            self.identity["trainer.ema"] = float(ema)
         self.progress = bool(progress)
         self.dist = distributed if distributed is not None else DistributedContext.from_env()
         self.device = torch.device(device) if device is not None else self.dist.default_device()
         self.dist.setup(self.device)
         self.run_dir = None if run_dir is None else Path(run_dir)
         self.model = model.to(self.device)
+        #: the moving average of the model's weights (``ema=``), else ``None``
+        self.ema = None if ema is None else WeightAverage(self.model, ema)
         self.objective = objective.to(self.device) if isinstance(objective, nn.Module) else objective
         self.generator = _setup.make_generator(generator, self.device, self.seed, self.dist.rank)
         self._batches: TensorBatches | StreamBatches = _setup.make_batches(
