@@ -250,12 +250,16 @@ def import_peer(module: str, *, extra: str = "bench") -> Any | None:
         return None
 
 
-def logged_seconds(metrics: Path) -> float:
+def logged_seconds(metrics: Path, until: int | None = None) -> float:
     """Training seconds a stopped run logged: ``elapsed_s`` restarts at every resume, so the sum over its
-    segments of each one's last value (what ran after a segment's last log line is not counted)."""
+    segments of each one's last value (what ran after a segment's last log line is not counted). ``until``:
+    up to the first line logged after that step (the time a run took to reach it, segments before included)."""
     total, last = 0.0, 0.0
     for line in metrics.read_text().splitlines() if metrics.is_file() else []:
-        t = json.loads(line).get("time", {}).get("elapsed_s")
+        rec = json.loads(line)
+        if until is not None and rec.get("step", 0) > until and "event" not in rec:
+            break
+        t = rec.get("time", {}).get("elapsed_s")
         if t is None:
             continue
         if t < last:

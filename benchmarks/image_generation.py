@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                  f"run.seed={seed}"], steps)
                 curve[arm].setdefault(seed, {})[steps] = {
                     **judge.judge(samples(run, args.n, run / f"curve-step{steps}")),
-                    "train_seconds": C.logged_seconds(run / "metrics.jsonl")}
+                    "train_seconds": C.logged_seconds(run / "metrics.jsonl", until=steps)}
                 if any(o.startswith("train.ema=") for o in overrides):  # the trained weights beside their average
                     curve[arm][seed][steps]["trained_weights"] = judge.judge(
                         samples(run, args.n, run / f"curve-step{steps}-trained", ("eval.ema=false",)))

@@ -128,6 +128,8 @@ def test_a_stopped_run_is_resumed_and_its_earlier_segments_counted(monkeypatch: 
     (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     assert _common.logged_seconds(run / "metrics.jsonl") == 42.5
     assert _common.logged_seconds(tmp_path / "missing.jsonl") == 0.0
+    assert _common.logged_seconds(run / "metrics.jsonl", until=100) == 30.0  # the first segment only
+    assert _common.logged_seconds(run / "metrics.jsonl", until=150) == 35.0
     calls = []
 
     def fake_main(argv):
