@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         "judge": "classifier-mnist, seed 0", "threads": int(os.environ.get("OMP_NUM_THREADS", "0") or 0)}) \
         if args.record else None
     t0 = time.perf_counter()
-    judge_run = train(out / "judge", "classifier-mnist", [*small, *more] if args.quick else [])
+    judge_run = train(out / "judge", "classifier-mnist", [*small, "train.steps=4"] if args.quick else [])
     judge = Judge(judge_run, args.n)
     floor = {"test": judge.judge(judge.train),
              "noise": judge.judge(noise_images(args.n, tuple(judge.test.shape[1:]), torch.Generator().manual_seed(0)))}

@@ -140,3 +140,9 @@ def test_a_trainer_without_an_average_writes_none(tmp_path: Path) -> None:
     assert "trainer.ema" not in record["identity"]
     with pytest.raises(CheckpointError, match=r"the checkpoint holds no weight average \(trained without ema\)"):
         CheckpointStore(tmp_path / "checkpoints").load().weights(average=True)
+
+
+@pytest.mark.parametrize("ema", [1.5, 0, "x"])
+def test_a_trainer_refuses_a_bad_decay_in_one_line(tmp_path: Path, ema) -> None:
+    with pytest.raises((ValueError, TypeError), match=r"^decay: expected a number in"):
+        make_trainer(NoisyNCE(), tmp_path, ema=ema)

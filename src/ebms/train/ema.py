@@ -58,21 +58,18 @@ class WeightAverage:
         state = model.state_dict(keep_vars=True)
         #: the state_dict keys that are averaged (floating-point parameters); the rest are copied
         self.averaged_keys = tuple(k for k, v in state.items() if isinstance(v, nn.Parameter) and v.is_floating_point())
+        self._copied_keys = tuple(k for k in state if k not in self.averaged_keys)
         self._average = {k: v.detach().clone() for k, v in state.items()}
+        self._averaged = [self._average[k] for k in self.averaged_keys]  # the same tensors, for one foreach call
 
     @torch.no_grad()
     def update(self, model: nn.Module) -> None:
         """One step of the average towards ``model``'s current weights (call after each optimizer step)."""
         state = model.state_dict()
-        if state.keys() != self._average.keys():
-            raise ValueError("model: its state_dict keys differ from those the average was made with")
-        keys = self.averaged_keys
-        if keys:
-            torch._foreach_lerp_([self._average[k] for k in keys], [state[k] for k in keys], 1.0 - self.decay)
-        averaged = set(keys)
-        for k, v in state.items():
-            if k not in averaged:
-                self._average[k].copy_(v)
+        if self._averaged:
+            torch._foreach_lerp_(self._averaged, [state[k] for k in self.averaged_keys], 1.0 - self.decay)
+        for k in self._copied_keys:
+            self._average[k].copy_(state[k])
 
     def state_dict(self) -> dict[str, Tensor]:
         """The averaged weights, a ``state_dict`` of the model (the live tensors: copy before changing them)."""

@@ -202,8 +202,6 @@ class Trainer:
             "trainer.objective_class": type(objective).__qualname__,
             **user_identity,
         }
-        if ema is not None:
-            self.identity["trainer.ema"] = float(ema)
         self.progress = bool(progress)
         self.dist = distributed if distributed is not None else DistributedContext.from_env()
         self.device = torch.device(device) if device is not None else self.dist.default_device()
@@ -212,6 +210,8 @@ class Trainer:
         self.model = model.to(self.device)
         #: the moving average of the model's weights (``ema=``), else ``None``
         self.ema = None if ema is None else WeightAverage(self.model, ema)
+        if self.ema is not None:
+            self.identity["trainer.ema"] = self.ema.decay
         self.objective = objective.to(self.device) if isinstance(objective, nn.Module) else objective
         self.generator = _setup.make_generator(generator, self.device, self.seed, self.dist.rank)
         self._batches: TensorBatches | StreamBatches = _setup.make_batches(
