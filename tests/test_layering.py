@@ -35,6 +35,7 @@ LAYERS: list[set[str]] = [
     {"fit"},
     {"metrics"},
     {"viz"},
+    {"apply"},
     {"runs", "cli", "recipes", "ebms"},
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}

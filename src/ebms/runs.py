@@ -70,6 +70,66 @@ class Run:
 
         return serving_task(self.config).sample(self.config, self.model, self.data, n=n, steps=steps, seed=seed)
 
+    def applier(self, command: str) -> Any:
+        """The object of :mod:`ebms.apply` that ``ebms <command>`` calls for this run (``"score"``, ``"tag"``,
+        ``"decode"``, ``"classify"``).
+
+        Raises:
+            ebms.errors.ConfigError: the run's task does not serve ``command`` (the message names those it serves).
+        """
+        from ebms.cli.applied import applier_of
+
+        return applier_of(self, command)
+
+    def score(self, sentences: list[list[str]]) -> Any:
+        """Each sentence's score under a language model run (``ebms score``): sentences as token lists (or lines of
+        text, tokenised as the run's training text was); returns :class:`ebms.apply.text.SentenceScores`:
+        ``log_prob (N,)`` float64 natural log with ``</s>`` (a TRF's with its training zeta, Electric's a
+        pseudo-log-likelihood: ``measure`` says which), ``tokens (N,)``, ``oov (N,)``, ``perplexity()``.
+
+        Raises:
+            ebms.errors.ConfigError: not a language run, or a residual one (no sentence log-probability).
+            ebms.errors.DataError: a sentence of a length the model does not score (a TRF's beyond ``L``).
+        """
+        return self.applier("score")(sentences)
+
+    def tag(self, sentences: list[list[str]]) -> Any:
+        """The IOB2 tags of each sentence by a tagging or JRF run (``ebms tag``): ``list[list[str]]``, one tag per
+        token (``[]`` for an empty sentence), decoded as ``ebms eval`` decodes
+        (:class:`ebms.apply.tagging.SentenceTagger`).
+
+        A sentence is a list of tokens (``str``), or of column tuples ``(word, POS, ...)`` for a feature CRF, whose
+        attributes read the POS tag too. Unknown words map as the test words did (the run's stored vocabulary).
+
+        Raises:
+            ebms.errors.DataError: a feature CRF given tokens without their POS tags.
+        """
+        return self.applier("tag")(sentences)
+
+    def decode(self, waves: list[torch.Tensor], sample_rate: int) -> Any:
+        """The transcripts of waveforms by a speech run (``ebms decode``): an :class:`ebms.apply.speech.Transcripts`
+        (``labels``: one label list per wave, ``words``: each as space-separated digit words, ``decoder``).
+
+        ``waves`` are 1-D float tensors ``(N_i,)`` in ``[-1, 1]`` at ``sample_rate`` Hz (resampled to the run's rate
+        when it differs), featurised with the normaliser the run stored and decoded as ``ebms eval`` does (best path;
+        a CTC-CRF run: its denominator n-gram); :meth:`applier` ``("decode")`` gives the decoder itself
+        (:class:`ebms.apply.speech.SpeechDecoder`: other decoders, batch sizes, scoring against references)."""
+        return self.applier("decode")(waves, sample_rate)
+
+    def classify(self, images: torch.Tensor) -> Any:
+        """Labels, probabilities and out-of-distribution scores of images by an image run (``ebms classify``).
+
+        ``images``: ``(N, H, W)`` or ``(N, 1, H, W)`` of the run's size, ``uint8`` grey levels or floats in
+        ``[0, 1]`` (white on black). Returns an :class:`ebms.apply.images.ImageClassification`: ``labels (N,)``,
+        ``probs (N, K)`` at the temperature ``ebms eval`` fits on the run's validation images, ``scores (N,)``
+        ``= -E(x)`` (``logsumexp`` of the logits; higher = more in-distribution); an image energy
+        (``model.kind = "conv"``) gives ``scores`` alone. See :class:`ebms.apply.images.ImageClassifier`.
+
+        Raises:
+            ebms.errors.DataError: images of another size or shape, or values outside ``[0, 1]`` / ``0..255``.
+        """
+        return self.applier("classify")(images)
+
 
 def load_run(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Run:
     """The trained model, data, sampler, config and step of a run folder made by ``ebms train``.

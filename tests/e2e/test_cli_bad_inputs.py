@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import builtins
 import errno
+import importlib.util
 import io
 import json
 import os
@@ -38,6 +39,7 @@ from ebms.cli.config import MAX_INT, RULES, _split_hint, config_keys, expectatio
 from ebms.cli.main import main
 from ebms.cli.tasks import registered
 
+_find_spec = importlib.util.find_spec
 TINY = ["run.progress=false", "model.hidden=[8]", "objective.k=1", "objective.buffer_size=64", "train.steps=4",
         "train.batch_size=16", "train.log_every=2", "train.checkpoint_every=2", "data.n_test=50",
         "eval.resolution=16", "eval.n_samples=10", "eval.sample_steps=2"]
@@ -569,6 +571,23 @@ ISSUE25 = [
 ]
 
 
+#: issue 27: the curves of a run (`ebms plot`) and the writers of its log (run.log_to).
+ISSUE27 = [
+    Bad("plot: no such run folder", ("plot", "{tmp}/none"), "/none' is not a run folder (runs are written under"),
+    Bad("plot: a folder without a log", ("plot", "{tmp}"), "metrics.jsonl: no such file"),
+    Bad("plot: a log with no step", ("plot", "{tmp}/r"), "nothing to draw", files={"r/metrics.jsonl": ""}),
+    Bad("plot: a log ebms did not write", ("plot", "{tmp}/r"), "r/metrics.jsonl:1: not a JSON line",
+        files={"r/metrics.jsonl": "hello\n"}),
+    Bad("plot: an unknown metric", ("plot", "{run}", "--metrics", "loss,nope"), "--metrics: 'nope': not a logged metric"),
+    Bad("plot: --out a folder", ("plot", "{run}", "--out", "{tmp}"), "' is a folder; give a file name such as curves.png"),
+    Bad("plot: --out not an image", ("plot", "{run}", "--out", "{tmp}/curves.txt"), "is not a .png, .pdf or .svg file"),
+    Bad("plot: --csv a folder", ("plot", "{run}", "--csv", "{tmp}"), "is a folder, not a file"),
+    Bad("log_to tensorboard without the package", (*TRAIN, 'run.log_to=["tensorboard"]'),
+        "run.log_to: 'tensorboard' needs the tensorboard package",
+        setup=lambda tmp, run, mp: mp.setattr("importlib.util.find_spec",
+                                              lambda name, *a: None if name == "tensorboard" else _find_spec(name, *a))),
+]
+
 HAND = [
     # the issue's list, one by one
     Bad("log_every=0", (*TRAIN, "train.log_every=0"), "train.log_every: expected an integer >= 1; got 0", real=True),
@@ -1041,6 +1060,7 @@ HAND = [
     *ISSUE23,
     *ISSUE24,
     *ISSUE25,
+    *ISSUE27,
     *MOVED,
     *KIND_MOVED,
 ]

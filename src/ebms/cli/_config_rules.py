@@ -120,6 +120,7 @@ CORE_RULES: dict[str, Rule] = {
     "run.seed": SEED,
     "run.device": Rule(names="'cpu' or a torch device available on this machine ('cuda', 'cuda:N', 'mps')"),
     "run.progress": Rule(),
+    "run.log_to": Rule(choices=("csv", "tensorboard")),  # ebms.train.LOG_WRITERS (not imported: no torch here)
     "data.name": Rule(names="a data set name served by a task (toy set, binary image set, structured task)"),
     "data.n_test": COUNT,
     "data.path": Rule(text="a file path (not empty)", check=_is_path),

@@ -45,6 +45,7 @@ class RunConfig:
     seed: int = 0
     device: str = "cpu"
     progress: bool = True
+    log_to: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -154,6 +154,11 @@ class TextResidualTask(_NCETextTask):
     def own_settings(self, cfg: Config) -> ResidualSettings:
         return cast(ResidualSettings, cfg.sections["residual"])
 
+    def applier(self, command: str, cfg: Config, model: nn.Module, data: LanguageData) -> Any:
+        raise ConfigError(f"{command}: model.kind='residual' corrects its base LM by an energy whose normaliser (one "
+                          f"per prefix) is unknown, so it has no sentence log-probability: score its base run "
+                          f"{self.own_settings(cfg).base_run!r} instead (`ebms eval` bounds the residual's perplexity)")
+
     def reads(self, cfg: Config) -> set[str]:
         """:attr:`keys`, and ``heads`` with a Transformer energy."""
         return {*super().reads(cfg), *(("residual.heads",) if self.own_settings(cfg).energy != "bilstm" else ())}

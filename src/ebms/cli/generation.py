@@ -307,6 +307,14 @@ class GenerationTask(Task[GenerationSettings]):
 class BaseLMTask(GenerationTask):
     """A base LM of addition strings (the ``transformer`` and ``lstm`` kinds), by ``ml`` or ``earm``."""
 
+    applies: ClassVar[tuple[str, ...]] = ("score",)
+
+    def applier(self, command: str, cfg: Config, model: nn.Module, data: AdditionData) -> Any:
+        """``score``: :func:`ebms.apply.text.sentence_scorer` on characters (``12+34=046``)."""
+        from ebms.apply.text import sentence_scorer
+
+        return sentence_scorer(model, data.task.vocabulary, kind=cfg.model.kind, progress=cfg.run.progress)
+
 
 class TransformerAdditionTask(BaseLMTask):
     """``transformer``: :class:`~ebms.models.lm.TransformerLM` of width ``generation.dim``."""

@@ -125,6 +125,7 @@ class JRFTask(StructuredTask[JRFSettings]):
     data_names = ("conll2000",)
     model_kinds = ("jrf",)
     objective_kinds = tuple(SEMI_SUPERVISED)
+    applies = ("tag",)
     routes_by_kind = True
     section = "jrf"
     settings_type = JRFSettings
@@ -189,6 +190,7 @@ class JRFTask(StructuredTask[JRFSettings]):
                 "length_counts": torch.bincount(lengths, minlength=int(lengths.max()) + 1)[1:],
                 "n_train": len(train),
                 "unlabelled": (words[unl], lengths[unl]),
+                "encode": lambda sents: vocab.encode(sents, chars=False),  # the test split's, also `ebms tag`'s
                 "maps": {"tags": names, "words": vocab.words, "train_sha256": train_sha256}}
         return TaskData(train=(words[lab], tags[lab], lengths[lab]), test=test_split, info=info, name=cfg.data.name)
 
@@ -245,7 +247,15 @@ class JRFTask(StructuredTask[JRFSettings]):
 
         return make
 
-    # -- evaluation ---------------------------------------------------------------------------
+    # -- evaluation and application -------------------------------------------------------------
+    def applier(self, command: str, cfg: Config, model: nn.Module, data: TaskData) -> Any:
+        """``ebms tag``: the JRF's CRF (:class:`ebms.apply.tagging.SentenceTagger`) decoded as ``eval`` decodes it."""
+        from ebms.apply.tagging import SentenceTagger
+
+        assert isinstance(model, JRF)
+        return SentenceTagger(model.tagger, data.info["tags"], data.info["encode"], what="model.kind='jrf'",
+                              batch_size=DECODE_CHUNK, progress=cfg.run.progress)
+
     def evaluate(self, cfg: Config, model: nn.Module, data: TaskData) -> dict[str, float]:
         assert isinstance(model, JRF)
         test = data.test

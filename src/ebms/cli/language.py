@@ -233,6 +233,7 @@ class LanguageTask(Task[LanguageSettings]):
     defaults: ClassVar[dict[str, Any]] = {"eval.n_samples": 10, "eval.ais_temperatures": 200}
     supports_ais = True
     sample_format = "txt"
+    applies: ClassVar[tuple[str, ...]] = ("score",)  # and `ebms rescore`: ebms.apply.text
     #: the ``objective.kind`` values this kind trains by, the keys it reads beyond :data:`DATA_KEYS` (dotted:
     #: those of its own sections, :attr:`~ebms.cli.tasks.Task.more_sections`), those each of its objectives reads
     #: (``readers`` names it with ``objective_note``), and those it reads only with another key's value (the
@@ -414,6 +415,13 @@ class LanguageTask(Task[LanguageSettings]):
     def sample_text(self, x: Tensor, data: LanguageData) -> list[str]:
         """The sentences of ``x`` (token ids, padding 0) as text."""
         return data.vocab.to_text(Sequences(x, (x > 0).sum(1)))
+
+    def applier(self, command: str, cfg: Config, model: nn.Module, data: LanguageData) -> Any:
+        """``score``: :func:`ebms.apply.text.sentence_scorer` with the run's vocabulary and tokens."""
+        from ebms.apply.text import sentence_scorer
+
+        return sentence_scorer(model, data.vocab, kind=cfg.model.kind, lower=self.settings(cfg).lower,
+                               progress=cfg.run.progress)
 
 
 def readers(section: str, name: str) -> list[str]:

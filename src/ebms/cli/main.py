@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib
 import os
 import sys
 import time
@@ -346,6 +347,34 @@ def cmd_sample(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plot(args: argparse.Namespace) -> int:
+    """``ebms plot``: a run's logged metrics against the step, as a PNG (and with ``--csv`` as a table)."""
+    from ebms.train import read_metrics
+    from ebms.viz import plot_metrics, save_figure
+
+    run_dir = Path(args.run)
+    if not run_dir.is_dir():
+        raise RunFolderError(f"RUN: {args.run!r} {'is a file, not' if run_dir.exists() else 'is not'} a run folder "
+                             f"(runs are written under runs/<name>/ by `ebms train`)")
+    table = read_metrics(run_dir)
+    names = None if args.metrics is None else [m.strip() for m in args.metrics.split(",") if m.strip()]
+    try:
+        fig = plot_metrics(table, names, title=str(run_dir))
+    except (KeyError, ValueError) as e:
+        raise ConfigError(f"--metrics: {e.args[0]}" if isinstance(e, KeyError) else f"{run_dir}: {e}; "
+                          "train it further (metrics.jsonl gets a line every train.log_every steps)") from None
+    out = Path(args.out) if args.out else run_dir / "metrics.png"
+    if out.is_dir() or out.suffix.lower() not in (".png", ".pdf", ".svg"):
+        raise ConfigError(f"--out: {str(out)!r} is {'a folder' if out.is_dir() else 'not a .png, .pdf or .svg file'}; "
+                          f"give a file name such as curves.png")
+    written = [save_figure(fig, out)]
+    if args.csv:
+        _save_atomic(lambda tmp: tmp.write_text(table.csv_text(), encoding="utf-8"), Path(args.csv))
+        written.append(Path(args.csv))
+    print(f"wrote {' and '.join(map(str, written))} ({len(table.rows)} logged steps, last {table.steps[-1]})")
+    return 0
+
+
 def cmd_recipes(args: argparse.Namespace) -> int:
     """``ebms recipes``: each packaged recipe with the first comment line of its file."""
     names = list_recipes()
@@ -494,6 +523,21 @@ def build_parser() -> _Parser:
     s.add_argument("overrides", nargs="*", help="[RUN_DIR | FILE.toml] section.key=value")
     s.set_defaults(fn=cmd_sample)
 
+    from ebms.cli.applied import APPLY_COMMANDS
+
+    for name in APPLY_COMMANDS:  # applying a trained run to new input: score/rescore, tag, decode, classify
+        importlib.import_module(f"ebms.cli.{name}").add_parser(sub, common)
+
+    s = sub.add_parser("plot", parents=[common], help="plot a run's logged metrics (metrics.jsonl) against the step",
+                       description="Draw the metrics a run logged (loss, grad_norm, lr, the objective's, eval/*) "
+                                   "against the step into a PNG, for users without TensorBoard; --csv also writes "
+                                   "the table (one row per logged step).")
+    s.add_argument("run", metavar="RUN", help="run folder (runs/<name>)")
+    s.add_argument("--metrics", default=None, metavar="A,B", help="comma-separated metric names (default: all, up to 12)")
+    s.add_argument("--out", default=None, help="PNG file (default RUN/metrics.png)")
+    s.add_argument("--csv", default=None, metavar="FILE", help="also write the table as CSV")
+    s.set_defaults(fn=cmd_plot)
+
     s = sub.add_parser("recipes", parents=[common], help="list the packaged recipes")
     s.set_defaults(fn=cmd_recipes)
 
@@ -546,6 +590,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `ebms score ... | head`: the reader stopped early; no traceback, 128 + SIGPIPE
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception as e:
         message = user_error(e)
         if message is None:

@@ -23,7 +23,9 @@ task's ``load`` instead of letting it fit them again (:mod:`ebms.train.run_files
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +38,7 @@ from ebms.cli.build import build_lr_schedule, resolve, validate_config
 from ebms.cli.config import Config, ConfigError, config_to_dict, load_config, to_toml
 from ebms.cli.tasks import Task, stored_identity, task_for
 from ebms.errors import CheckpointError, RunFolderError
-from ebms.train import CheckpointStore, ReleaseMemory, Trainer
+from ebms.train import CheckpointStore, CSVLog, ReleaseMemory, TensorBoardLog, Trainer
 from ebms.train.checkpoint import Checkpoint, identity_differences
 from ebms.train.run_files import file_identity, read_run_files, write_run_files
 
@@ -70,7 +72,7 @@ def _optimizer_factory(cfg: Config):
     return make
 
 
-RUN_OUTPUTS = ("metrics.jsonl", "eval.json", "samples.png", "energy.png", "samples.safetensors")
+RUN_OUTPUTS = ("metrics.jsonl", "metrics.csv", "eval.json", "samples.png", "energy.png", "samples.safetensors")
 
 
 def clear_run(run_dir: Path) -> None:
@@ -78,6 +80,15 @@ def clear_run(run_dir: Path) -> None:
     CheckpointStore(run_dir / "checkpoints").clear()
     for name in RUN_OUTPUTS:
         (run_dir / name).unlink(missing_ok=True)
+    shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
+
+
+def log_writers(names: list[str]) -> list[Any]:
+    """The trainer's callbacks for ``run.log_to`` (after every other callback: a step's row is complete)."""
+    if "tensorboard" in names and importlib.util.find_spec("tensorboard") is None:
+        raise ConfigError("run.log_to: 'tensorboard' needs the tensorboard package; pip install 'ebms[tensorboard]', "
+                          "or leave 'tensorboard' out")
+    return [CSVLog() if name == "csv" else TensorBoardLog() for name in dict.fromkeys(names)]
 
 
 def run_state(run_dir: Path) -> str:
@@ -140,7 +151,7 @@ KEY_ROLES: dict[str, str] = {
         "train": "batch_size lr lr_schedule lr_final sa_tc sa_beta sa_t0 optimizer momentum weight_decay grad_clip ema",
         "trf": "zeta_tc zeta_beta zeta_t0 chain_groups scan",
     }),
-    **_rows("run", {"run": "name out_dir progress", "train": "steps log_every checkpoint_every", "trf": "workers",
+    **_rows("run", {"run": "name out_dir progress log_to", "train": "steps log_every checkpoint_every", "trf": "workers",
                     "vision": "snapshot_every"}),
     **_rows("eval", {
         "data": "n_test",
@@ -260,6 +271,7 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
             )
     task = serving_task(cfg)
     task.check_inputs(cfg)
+    writers = log_writers(cfg.run.log_to)
     stored: dict[str, bytes] = {}
     if state == "checkpoints" and not overwrite:  # a resume: the run's own files, checked against its checkpoint
         ckpt = CheckpointStore(run_dir / "checkpoints").load(None if resume is True or resume == "auto" else resume)
@@ -277,7 +289,7 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
     objective = task.build_objective(cfg, data)
     source = task.training_data(cfg, data)
     make_optimizer = task.build_optimizer(cfg, data) or _optimizer_factory(cfg)
-    _fit(cfg, run_dir, objective, model, source, make_optimizer, [*task.callbacks(cfg, data), ReleaseMemory()], files,
+    _fit(cfg, run_dir, objective, model, source, make_optimizer, [*task.callbacks(cfg, data), ReleaseMemory(), *writers], files,
          clear=state != "empty" and overwrite, resume=resume if state == "checkpoints" else False)
     return run_dir
 

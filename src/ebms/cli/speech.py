@@ -18,9 +18,12 @@ concatenated from one FSDD speaker's takes, 40 log-mels + global CMVN, speaker-d
 of greedy (best-path) decoding with its substitutions / deletions / insertions and the sentence
 error rate; for ``ctc-crf`` also ``ler_lm``: decoding with the denominator n-gram.
 
-A run keeps ``data.json``: the sha256 of its training utterances' transcripts and frame counts.
-``eval`` and a resume refuse recordings that no longer give those utterances (the global CMVN and
-the denominator n-gram are fitted to them), naming ``data.root``. ``speech.ctc_weight`` and
+A run keeps ``data.json``: the sha256 of its training utterances' transcripts and frame counts, the
+sample rate and the global CMVN statistics fitted on them. ``eval`` and a resume refuse recordings that
+no longer give those utterances (the denominator n-gram is fitted to their transcripts), naming
+``data.root``, and normalise with the stored statistics (a run trained before they were stored refits
+them, as it did). ``ebms decode`` (:class:`ebms.apply.speech.SpeechDecoder`) applies a run to wav files
+with the stored statistics; it refuses a run without them. ``speech.ctc_weight`` and
 ``speech.lm_order`` belong to ``ctc-crf``: set with ``ctc``, they are refused.
 """
 
@@ -37,6 +40,7 @@ from ebms.cli._config_rules import COUNT, DROPOUT, NONNEG, Rule
 from ebms.cli._unread_keys import refuse_unread
 from ebms.cli.config import Config, ConfigError, ModelConfig
 from ebms.cli.tasks import StructuredTask, TaskData, register
+from ebms.errors import CheckpointError
 from ebms.objectives import CTCObjective
 from ebms.train.run_files import changed_data, dump_json, fingerprint, stored_json
 
@@ -96,6 +100,7 @@ class SpeechTask(StructuredTask[SpeechSettings]):
     }
     #: the recipes' test set when ``data.name = "fsdd-digits"`` is given alone.
     defaults: ClassVar[dict[str, Any]] = {"data.n_test": 300}
+    applies: ClassVar[tuple[str, ...]] = ("decode",)
 
     def check(self, cfg: Config) -> None:
         if cfg.model.hidden != ModelConfig().hidden:
@@ -108,13 +113,16 @@ class SpeechTask(StructuredTask[SpeechSettings]):
 
     def load(self, cfg: Config, *, stored: Mapping[str, bytes] | None = None) -> TaskData:
         """The utterances; with ``stored`` (a trained run's files) the training ones must be the recorded ones."""
-        from ebms.data.fsdd import connected_digits
+        from ebms.apply.speech import stored_cmvn
+        from ebms.data.fsdd import SAMPLE_RATE, connected_digits
 
         self.check(cfg)
         s = self.settings(cfg)
+        record = stored_json(stored, DATA_FILE, DATA_FORMAT) if stored else {}
+        stats = stored_cmvn(record, DATA_FILE) if "cmvn" in record else None
         try:
             task = connected_digits(n_train=s.n_train, n_test=cfg.data.n_test, max_digits=s.max_digits, seed=DATA_SEED,
-                                    test_speakers=tuple(s.test_speakers), root=cfg.data.root)
+                                    test_speakers=tuple(s.test_speakers), root=cfg.data.root, stats=stats)
         except FileNotFoundError as e:
             raise ConfigError(f"data.root: {e}") from None
         except ValueError as e:
@@ -127,17 +135,22 @@ class SpeechTask(StructuredTask[SpeechSettings]):
             except ValueError as e:
                 raise ConfigError(f"speech.lm_order: {e}") from None
         info = {"n_features": int(tr.features.shape[2]), "n_classes": task.n_classes, "den_graph": graph,
-                "test_speakers": list(task.test_speakers),
+                "test_speakers": list(task.test_speakers), "sample_rate": SAMPLE_RATE,
+                "cmvn": task.stats if stats is not None or not stored else None,  # None: an older run's file
                 "train_sha256": fingerprint(tr.lengths, tr.targets, tr.target_lengths)}
-        if stored and stored_json(stored, DATA_FILE, DATA_FORMAT).get("train_sha256") != info["train_sha256"]:
+        if stored and record.get("train_sha256") != info["train_sha256"]:
             raise changed_data("data.root", "the fsdd-digits training utterances (transcripts and frame counts)",
                                DATA_FILE)
         return TaskData((tr.features, tr.lengths, tr.targets, tr.target_lengths), task.test, info, name="fsdd-digits")
 
     def run_files(self, cfg: Config, data: TaskData) -> dict[str, bytes]:
-        """``data.json``: the training utterances' fingerprint (integers only: transcripts, frame counts)."""
+        """``data.json``: the training utterances' fingerprint (transcripts, frame counts), the sample rate and the
+        CMVN statistics fitted on them (a run trained before they were kept keeps its file as it was)."""
+        from ebms.apply.speech import cmvn_record
+
+        kept = {} if data.info["cmvn"] is None else cmvn_record(data.info["cmvn"], data.info["sample_rate"])
         return {DATA_FILE: dump_json({"format": DATA_FORMAT, "version": 1, "n_classes": data.info["n_classes"],
-                                      "train_sha256": data.info["train_sha256"]})}
+                                      "train_sha256": data.info["train_sha256"], **kept})}
 
     def build_model(self, cfg: Config, data: TaskData) -> nn.Module:
         from ebms.nets.acoustic import ConvBiLSTM
@@ -156,6 +169,16 @@ class SpeechTask(StructuredTask[SpeechSettings]):
         test = data.test
         return evaluate_ctc(model, test.features, test.lengths, test.transcripts(),
                             den_graph=data.info.get("den_graph"), batch_size=EVAL_BATCH)
+
+    def applier(self, command: str, cfg: Config, model: nn.Module, data: TaskData) -> Any:
+        """``decode``: :class:`ebms.apply.speech.SpeechDecoder` with the run's stored CMVN statistics."""
+        from ebms.apply.speech import SpeechDecoder
+
+        if data.info["cmvn"] is None:
+            raise CheckpointError(f"decode: this run's {DATA_FILE} keeps no CMVN statistics (trained by an older ebms, "
+                                  f"which fitted them again at every load); train the run again (--overwrite)")
+        return SpeechDecoder(model, data.info["cmvn"], sample_rate=data.info["sample_rate"],
+                             den_graph=data.info["den_graph"], batch_size=EVAL_BATCH, progress=cfg.run.progress)
 
 
 register(SpeechTask())

@@ -138,7 +138,9 @@ class TaggingTask(StructuredTask[TaggingSettings]):
 
     data_names = CONLL_NAMES
     objective_kinds = tuple(DRAWS_NOISE)
+    applies = ("tag",)
     keys: ClassVar[tuple[str, ...]] = ()  #: the ``[tagging]`` keys this kind reads
+    reads: ClassVar[tuple[str, ...]] = ("word",)  #: the columns of a token its encoding reads
     section = "tagging"
     settings_type = TaggingSettings
     rules: ClassVar[dict[str, Rule]] = {
@@ -204,6 +206,7 @@ class TaggingTask(StructuredTask[TaggingSettings]):
             raise changed_data("data.root", f"the {cfg.data.name} training sentences", VOCAB_FILE) from None
         info: dict[str, Any] = {"tags": tags, "n_train": len(train)}
         x, encode = self.encoder(cfg, was, train, y, lengths, info)
+        info["encode"] = encode  # the test split's encoding, also that of `ebms tag`
         if was is not None and was.get("train_sha256") != info["train_sha256"]:  # no longer the recorded sentences
             raise changed_data("data.root", f"the {cfg.data.name} training sentences", VOCAB_FILE)
         test = {k: _split(v, encode(v)) for k, v in splits.items() if v}
@@ -242,10 +245,23 @@ class TaggingTask(StructuredTask[TaggingSettings]):
 
         return make
 
+    @staticmethod
+    def decoding(model: nn.Module) -> dict[str, Any]:
+        """The keywords of the model's decoding calls: BIO-constrained Viterbi for the neural taggers."""
+        return {"constrained": True} if isinstance(model, NeuralCRFTagger) else {}
+
+    def applier(self, command: str, cfg: Config, model: nn.Module, data: TaskData) -> Any:
+        """``ebms tag``: :class:`ebms.apply.tagging.SentenceTagger` with the run's maps and ``eval``'s decoding."""
+        from ebms.apply.tagging import SentenceTagger
+
+        return SentenceTagger(model, data.info["tags"], data.info["encode"], reads=self.reads,
+                              what=f"model.kind={cfg.model.kind!r}", model_kwargs=self.decoding(model),
+                              batch_size=DECODE_CHUNK, progress=cfg.run.progress)
+
     def evaluate(self, cfg: Config, model: nn.Module, data: TaskData) -> dict[str, float]:
         tags = data.info["tags"]
         labels = None if cfg.data.name == "conll2000" else [t for t in tags if t != "O"]
-        kw = {"constrained": True} if isinstance(model, NeuralCRFTagger) else {}  # BIO-constrained Viterbi
+        kw = self.decoding(model)
         out: dict[str, float] = {}
         for name, split in data.test.items():
             prefix = "" if name == "test" else f"{name}_"
@@ -289,6 +305,12 @@ class FeatureCRFTask(TaggingTask):
 
     model_kinds = ("feature-crf",)
     keys = ("features", "limit", "c1", "c2")
+    reads = ("word", "POS")  # both attribute templates read the word and its POS tag
+
+    def applier(self, command: str, cfg: Config, model: nn.Module, data: TaskData) -> Any:
+        tagger = super().applier(command, cfg, model, data)
+        tagger.what += f" (tagging.features={self.settings(cfg).features or DEFAULT_FEATURES[cfg.data.name]!r})"
+        return tagger
 
     def encoder(self, cfg: Config, was: Any, train: list[Sentence], y: Tensor, lengths: Tensor, info: dict[str, Any]
                 ) -> tuple[tuple[Tensor, ...], Callable[[list[Sentence]], Any]]:

@@ -113,6 +113,10 @@ class Task(abc.ABC, Generic[S]):
     #: (:meth:`sample_text`, also printed).
     sample_format: ClassVar[str] = "png"
 
+    #: the commands applying a trained run of this task to new input (``"score"``, ``"tag"``, ``"decode"``,
+    #: ``"classify"``; ``ebms rescore`` takes runs that serve ``"score"``), each served by :meth:`applier`.
+    applies: ClassVar[tuple[str, ...]] = ()
+
     def settings(self, cfg: Config) -> S:
         """This task's section of ``cfg``."""
         return cast(S, cfg.sections[self.section])
@@ -218,6 +222,12 @@ class Task(abc.ABC, Generic[S]):
     def write_plots(self, run_dir: Path, cfg: Config, model: nn.Module, data: Any) -> list[Path]:
         """The plots ``ebms train``/``demo`` write after training; returns their paths."""
         return []
+
+    def applier(self, command: str, cfg: Config, model: nn.Module, data: Any) -> Any:
+        """The object of :mod:`ebms.apply` that applies a trained run to new input for ``command`` (one of
+        :attr:`applies`; ``ebms <command>`` and :class:`ebms.runs.Run`'s method of that name call it), built from
+        the trained ``model`` and what the run stored (its vocabularies, feature maps, normalisers in ``data``)."""
+        raise NotImplementedError(f"{type(self).__name__} lists {command!r} in applies but builds no applier")
 
     def callbacks(self, cfg: Config, data: Any) -> list[Any]:
         """The trainer's callbacks for this task (e.g. sample grids during training); none by default."""

@@ -42,6 +42,9 @@ likelihood ``levels.png`` (each chain from noise through every level to its samp
 classifier, ``reliability.png`` and ``roc.png`` (when there is an OOD set); with
 ``vision.snapshot_every`` a grid of the chains every that many steps in ``samples/``.
 
+``ebms classify RUN IMAGES...`` (:mod:`ebms.cli.classify`, :mod:`ebms.apply.images`) applies a trained run to
+new images: labels and probabilities (``classifier``, ``jem``) and the score ``-E(x)`` (every kind).
+
 ``vision.ood`` unset means the default sets (the other 28x28 set for MNIST / Fashion-MNIST, noise,
 flips, quarter turns) and ``[]`` means none. The other 28x28 set is optional: it is looked for where
 ``ebms`` looks by default (``$EBMS_DATA/<name>``, Debian's ``dataset-fashion-mnist``), never in
@@ -64,6 +67,7 @@ from typing import Any, ClassVar, cast
 import torch
 from torch import Tensor, nn
 
+from ebms.apply.images import ImageClassifier, ImageEnergyScorer
 from ebms.cli._config_rules import COUNT, FRACTION, NONNEG, Rule
 from ebms.cli.build import build, build_sampler, check_replay_buffer
 from ebms.cli.config import Config, ConfigError
@@ -202,6 +206,7 @@ class VisionTask(Task[VisionSettings]):
     trained_by: ClassVar[tuple[str, ...]] = ()
     #: it learns from labels (a classifier); else an energy of the images alone.
     labels: ClassVar[bool] = True
+    applies = ("classify",)
 
     def describe(self, cfg: Config) -> str:
         return f"data.name={cfg.data.name!r} with model.kind={cfg.model.kind!r} ({self.what})"
@@ -293,6 +298,10 @@ class VisionTask(Task[VisionSettings]):
         return build("vision", s, load_image_splits, d.name, root=d.root, limit=s.limit,
                      val_fraction=s.val_fraction, labels_per_class=s.labels_per_class,
                      seed=cfg.run.seed + LABEL_SEED, n_test=d.n_test)
+
+    def applier(self, command: str, cfg: Config, model: nn.Module, data: ImageSplits) -> Any:
+        """``ebms classify``: labels, probabilities at the temperature ``eval`` fits, ``logsumexp f(x)`` scores."""
+        return ImageClassifier.for_splits(cast(JEM, model).logits, data)
 
     def space(self, data: ImageSplits) -> Box:
         return Box(data.image_shape, -1.0, 1.0)
@@ -482,6 +491,10 @@ class ConvTask(VisionTask):
             return build("vision", s, NoiseConditionalEnergy, data.image_shape, len(cfg.objective.sigmas), trunk="conv",
                          channels=tuple(s.channels), groups=s.groups, normalize=s.normalize, activation=cfg.model.activation)
         return build("vision", s, ConvEnergy, c, size, normalize=s.normalize, **self.common(cfg))
+
+    def applier(self, command: str, cfg: Config, model: nn.Module, data: ImageSplits) -> Any:
+        """``ebms classify``: ``-E(x)`` only (no labels; a noise-conditional energy at its lowest level)."""
+        return ImageEnergyScorer.for_splits(self.energy(cfg, model), data)
 
     def informative_start(self, cfg: Config, data: ImageSplits) -> ClassConditionalGaussian | None:
         if not self.settings(cfg).informative_init or not self.objective(cfg).restarts:

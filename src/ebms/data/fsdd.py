@@ -14,8 +14,11 @@ all 50 takes), so the test set is speaker-disjoint. Everything is drawn from one
 ``numpy.random.Generator(seed)``, so the task is a pure function of its arguments.
 
 Features: 40 log-mel filterbanks (25 ms Hann window, 10 ms hop, :func:`ebms.data.audio.log_mel`),
-then global CMVN with statistics of the training utterances applied to both sets. Labels are
-``digit + 1`` (1..10) so that 0 is the CTC blank. Results are cached in memory per argument set.
+then global CMVN with statistics of the training utterances applied to both sets (or with given
+statistics: a trained run's stored ones, ``stats=``). Labels are ``digit + 1`` (1..10) so that 0 is
+the CTC blank. Results are cached in memory per argument set (with given statistics: when they are
+the fitted ones). ``keep_waves=True`` also keeps each utterance's waveform
+(``DigitUtterances.waves``), e.g. to write it as a wav file.
 """
 
 from __future__ import annotations
@@ -66,6 +69,8 @@ class DigitUtterances:
         targets: ``(N, S)`` long labels ``digit + 1`` (1..10), padded with 0 (the blank).
         target_lengths: ``(N,)`` long label counts.
         speakers: the speaker of each utterance.
+        waves: with ``keep_waves``, each utterance's waveform ``(N_i,)`` float32 at 8 kHz (its
+            features are ``log_mel(wave, 8000, n_mels=n_mels)``, then the CMVN); else ``None``.
     """
 
     features: Tensor
@@ -73,6 +78,7 @@ class DigitUtterances:
     targets: Tensor
     target_lengths: Tensor
     speakers: list[str]
+    waves: list[Tensor] | None = None
 
     def __len__(self) -> int:
         return int(self.features.shape[0])
@@ -160,7 +166,8 @@ def load_fsdd(root: str | Path | None = None, *, verify: bool = False) -> list[R
 
 
 def _utterances(pool: dict[tuple[str, int], list[Recording]], speakers: Sequence[str], n: int, max_digits: int,
-                gap_ms: tuple[float, float], rng: np.random.Generator, n_mels: int) -> tuple[list[Tensor], list[list[int]], list[str]]:
+                gap_ms: tuple[float, float], rng: np.random.Generator, n_mels: int,
+                waves: list[Tensor] | None = None) -> tuple[list[Tensor], list[list[int]], list[str]]:
     feats, labels, who = [], [], []
     for _ in range(n):
         spk = speakers[int(rng.integers(len(speakers)))]
@@ -173,26 +180,31 @@ def _utterances(pool: dict[tuple[str, int], list[Recording]], speakers: Sequence
                 takes = pool[(spk, d)]
                 w = takes[int(rng.integers(len(takes)))].waveform
                 pieces.append(w * (0.1 / w.pow(2).mean().sqrt().clamp_min(1e-6)))
-        feats.append(log_mel(torch.cat(pieces), SAMPLE_RATE, n_mels=n_mels))
+        wave = torch.cat(pieces)
+        feats.append(log_mel(wave, SAMPLE_RATE, n_mels=n_mels))
+        if waves is not None:
+            waves.append(wave)
         labels.append([d + 1 for d in digits])
         who.append(spk)
     return feats, labels, who
 
 
-def _pad(feats: list[Tensor], labels: list[list[int]], who: list[str], stats: CMVNStats) -> DigitUtterances:
+def _pad(feats: list[Tensor], labels: list[list[int]], who: list[str], stats: CMVNStats,
+         waves: list[Tensor] | None) -> DigitUtterances:
     lengths = torch.tensor([f.shape[0] for f in feats], dtype=torch.long)
     x = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)
     tl = torch.tensor([len(y) for y in labels], dtype=torch.long)
     y = torch.zeros(len(labels), int(tl.max()), dtype=torch.long)
     for i, seq in enumerate(labels):
         y[i, :len(seq)] = torch.tensor(seq)
-    return DigitUtterances(cmvn(x, lengths, stats=stats), lengths, y, tl, who)
+    return DigitUtterances(cmvn(x, lengths, stats=stats), lengths, y, tl, who, waves)
 
 
 def connected_digits(recordings: Sequence[Recording] | None = None, *, n_train: int = 1000, n_test: int = 300,
                      max_digits: int = 7, seed: int = 0, test_speakers: Sequence[str] = ("theo",),
                      train_indices: tuple[int, int] = (5, 49), gap_ms: tuple[float, float] = (50.0, 250.0),
-                     n_mels: int = 40, root: str | Path | None = None) -> ConnectedDigits:
+                     n_mels: int = 40, root: str | Path | None = None, stats: CMVNStats | None = None,
+                     keep_waves: bool = False) -> ConnectedDigits:
     """The connected-digit task (module docstring); cached in memory per argument set.
 
     Args:
@@ -204,6 +216,9 @@ def connected_digits(recordings: Sequence[Recording] | None = None, *, n_train: 
         train_indices: inclusive range of take indices used for training utterances.
         gap_ms: silence range (ms) before, between and after digits.
         n_mels: filterbank channels.
+        stats: the CMVN statistics to apply (a trained run's stored ones, ``(n_mels,)`` each); default: fitted on
+            the training utterances.
+        keep_waves: keep each utterance's waveform (:attr:`DigitUtterances.waves`).
     """
     check_int(n_train, "n_train", minimum=1)
     check_int(n_test, "n_test", minimum=1)
@@ -213,10 +228,15 @@ def connected_digits(recordings: Sequence[Recording] | None = None, *, n_train: 
     if not 0 <= gap_ms[0] <= gap_ms[1]:
         raise ValueError(f"gap_ms: expected 0 <= low <= high; got {tuple(gap_ms)}")
     held = tuple(sorted(set(test_speakers)))
+    if stats is not None and (stats.mean.shape != (n_mels,) or stats.std.shape != (n_mels,)):
+        raise ValueError(f"stats: expected CMVN statistics of {n_mels} dims (n_mels); got mean "
+                         f"{tuple(stats.mean.shape)}, std {tuple(stats.std.shape)}")
     key = (None if recordings is not None else str(_fsdd_dir(root).resolve()), n_train, n_test, max_digits, seed, held,
-           tuple(train_indices), tuple(gap_ms), n_mels)
-    if recordings is None and key in _TASKS:
-        return _TASKS[key]
+           tuple(train_indices), tuple(gap_ms), n_mels, bool(keep_waves))
+    cached = _TASKS.get(key) if recordings is None else None
+    if cached is not None and (stats is None or (torch.equal(stats.mean, cached.stats.mean)
+                                                 and torch.equal(stats.std, cached.stats.std))):
+        return cached
     recs = list(load_fsdd(root) if recordings is None else recordings)
     present = sorted({r.speaker for r in recs})
     unknown = [s for s in held if s not in present]
@@ -234,11 +254,15 @@ def connected_digits(recordings: Sequence[Recording] | None = None, *, n_train: 
             raise ValueError(f"recordings: speaker {spk!r} has no usable take of digit(s) {missing}")
     # one stream per split: the test utterances do not depend on n_train (and vice versa)
     train_seed, test_seed = np.random.SeedSequence(seed).spawn(2)
-    tr = _utterances(pool, train_spk, n_train, max_digits, gap_ms, np.random.default_rng(train_seed), n_mels)
-    te = _utterances(pool, list(held), n_test, max_digits, gap_ms, np.random.default_rng(test_seed), n_mels)
-    lengths = torch.tensor([f.shape[0] for f in tr[0]], dtype=torch.long)
-    stats = CMVNStats.fit(torch.nn.utils.rnn.pad_sequence(tr[0], batch_first=True), lengths)
-    task = ConnectedDigits(_pad(*tr, stats), _pad(*te, stats), stats, held)
-    if recordings is None:
+    tr_waves: list[Tensor] | None = [] if keep_waves else None
+    te_waves: list[Tensor] | None = [] if keep_waves else None
+    tr = _utterances(pool, train_spk, n_train, max_digits, gap_ms, np.random.default_rng(train_seed), n_mels, tr_waves)
+    te = _utterances(pool, list(held), n_test, max_digits, gap_ms, np.random.default_rng(test_seed), n_mels, te_waves)
+    fitted = stats is None
+    if stats is None:
+        lengths = torch.tensor([f.shape[0] for f in tr[0]], dtype=torch.long)
+        stats = CMVNStats.fit(torch.nn.utils.rnn.pad_sequence(tr[0], batch_first=True), lengths)
+    task = ConnectedDigits(_pad(*tr, stats, tr_waves), _pad(*te, stats, te_waves), stats, held)
+    if recordings is None and fitted:  # the cache holds fitted statistics only: given ones match them or are not kept
         _TASKS[key] = task
     return task

@@ -38,7 +38,7 @@ from ebms.structured.features import (
     observed_transitions,
     to_attributes,
 )
-from ebms.structured.linear_chain import LinearChainCRF, bio_allowed_transitions, linear_chain_forward
+from ebms.structured.linear_chain import LinearChainCRF, bio_allowed_transitions, linear_chain_forward, viterbi_tags
 from ebms.structured.ngram import LabelNGram
 from ebms.structured.semiring import KMaxSemiring, LogSemiring, MaxSemiring, Semiring
 
@@ -66,6 +66,7 @@ __all__ = [
     "den_log_partition",
     "greedy_decode",
     "linear_chain_forward",
+    "viterbi_tags",
     "ner_features",
     "observed_pairs",
     "observed_transitions",

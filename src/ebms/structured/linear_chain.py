@@ -45,7 +45,7 @@ from ebms.structured._chain_inputs import (
     no_allowed,
 )
 
-__all__ = ["LinearChainCRF", "bio_allowed_transitions", "linear_chain_forward"]
+__all__ = ["LinearChainCRF", "bio_allowed_transitions", "linear_chain_forward", "viterbi_tags"]
 
 NEG_INF = float("-inf")
 
@@ -306,4 +306,23 @@ class LinearChainCRF(GraphResults):
         with torch.no_grad():
             init, edges = self._potentials()
             return ffbs(init, edges, self.end, self.lengths, n, generator)
+
+
+def viterbi_tags(emissions: Tensor, transitions: Tensor, lengths: Tensor, start: Tensor | None = None,
+                 end: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Viterbi tags ``(B, T)`` (``-1`` beyond each length) and best scores ``(B,)`` of a batch, with no
+    argument check and no host synchronisation, so that :func:`torch.export.export` can trace it.
+
+    The same recursion as :attr:`LinearChainCRF.argmax` (which checks its arguments first): use this one
+    only inside a module meant for export (:class:`ebms.apply.export.ViterbiDecoder`).
+
+    Args:
+        emissions: ``(B, T, C)`` with ``T >= 1``.
+        transitions: ``(C, C)``, ``[j, k]`` scores moving from tag ``j`` to ``k``.
+        lengths: ``(B,)`` integer lengths in ``[1, T]`` (not checked: an empty sequence is
+            :class:`LinearChainCRF`'s business).
+        start, end: optional ``(C,)`` scores of the first and last tag.
+    """
+    init = emissions[:, 0] if start is None else emissions[:, 0] + start
+    return viterbi(init, emissions[:, 1:], transitions, end, lengths)
 

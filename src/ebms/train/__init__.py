@@ -37,6 +37,7 @@ from ebms.train.checkpoint import Checkpoint, CheckpointStore
 from ebms.train.distributed import DistributedContext
 from ebms.train.ema import WeightAverage
 from ebms.train.guard import DivergenceGuard, TrainingDiverged
+from ebms.train.logs import LOG_WRITERS, CSVLog, MetricsTable, TensorBoardLog, read_metrics
 from ebms.train.owlqn import OWLQN
 from ebms.train.protocols import ClosureOptimizer, GradientObjective, OptimizerLike, ReportsStep, needs_closure
 from ebms.train.scaled_sgd import ScaledSGD
@@ -44,6 +45,8 @@ from ebms.train.sgd import LeanSGD
 from ebms.train.trainer import Trainer, TrainResult
 
 __all__ = [
+    "LOG_WRITERS",
+    "CSVLog",
     "Callback",
     "Checkpoint",
     "CheckpointStore",
@@ -53,6 +56,7 @@ __all__ = [
     "EarlyStopping",
     "GradientObjective",
     "LeanSGD",
+    "MetricsTable",
     "OWLQN",
     "OptimizerLike",
     "PeriodicEval",
@@ -60,9 +64,11 @@ __all__ = [
     "ReportsStep",
     "SampleSnapshot",
     "ScaledSGD",
+    "TensorBoardLog",
     "TrainResult",
     "Trainer",
     "TrainingDiverged",
     "WeightAverage",
     "needs_closure",
+    "read_metrics",
 ]

@@ -12,11 +12,13 @@ atomically (temporary file, then rename).
 * :func:`image_grid` / :func:`tile_images` — ``(N, C, H, W)`` or ``(N, H, W)`` tiled; :func:`level_grid` —
   chains through levels (``(L, N, ...)``), one row per chain.
 * :func:`plot_traces` — ``(S, C)`` or ``(S, C, D)`` chains with running means.
+* :func:`plot_metrics` — a run's logged metrics against the step (``ebms plot``).
 * :func:`plot_reliability` — reliability diagram of a classifier; :func:`plot_roc` — ROC curves of
   out-of-distribution scores; :func:`plot_energy_histograms` — energies of data, samples and noise.
 """
 
 from ebms.viz.calibration import plot_energy_histograms, plot_reliability, plot_roc
+from ebms.viz.curves import plot_metrics
 from ebms.viz.density import PLOT_KINDS, plot_energy, plot_energy_and_density, plot_points, plot_samples
 from ebms.viz.figure import new_figure, save_figure
 from ebms.viz.images import image_grid, level_grid, tile_images
@@ -30,6 +32,7 @@ __all__ = [
     "plot_energy",
     "plot_energy_and_density",
     "plot_energy_histograms",
+    "plot_metrics",
     "plot_points",
     "plot_reliability",
     "plot_roc",
