@@ -131,7 +131,7 @@ class Run:
         return self.applier("classify")(images)
 
 
-def load_run(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Run:
+def load_run(path: str | Path, overrides: list[str] | tuple[str, ...] = (), *, training_data: bool = True) -> Run:
     """The trained model, data, sampler, config and step of a run folder made by ``ebms train``.
 
     Args:
@@ -139,6 +139,10 @@ def load_run(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> R
         overrides: ``section.key=value`` strings applied to the folder's
             ``config.toml`` (e.g. ``["eval.sample_steps=100"]``); settings that
             change what was trained (role ``model`` in :data:`ebms.cli.run.KEY_ROLES`) are refused.
+        training_data: ``False``: build the model from the run's stored files alone, without reading its
+            training data, where its task can (``run.data`` is then only what :meth:`Run.score`, :meth:`Run.tag`,
+            :meth:`Run.decode` and :meth:`Run.classify` need, and ``run.sampler`` is ``None``; the commands
+            applying a run load it so).
 
     Raises:
         ebms.errors.RunFolderError: no ``config.toml`` or no checkpoint in ``path``.
@@ -148,7 +152,7 @@ def load_run(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> R
     """
     from ebms.cli.run import open_run, serving_task
 
-    cfg, model, data, ckpt = open_run(path, tuple(overrides))
-    sampler = serving_task(cfg).sampler(cfg, data)  # as `ebms sample`: SGLD with its exact noise sqrt(2 step)
+    cfg, model, data, ckpt = open_run(path, tuple(overrides), training_data=training_data)
+    sampler = serving_task(cfg).sampler(cfg, data) if training_data else None  # as `ebms sample`: exact SGLD noise
     return Run(path=Path(path), config=cfg, model=model, data=data, sampler=sampler, step=ckpt.step,
                checkpoint=ckpt.path)

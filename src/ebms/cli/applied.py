@@ -49,7 +49,7 @@ def open_applied(path: str | Path, command: str) -> tuple[Any, Any]:
     if not p.is_dir():
         raise RunFolderError(f"RUN: {str(path)!r} {'is a file, not' if p.exists() else 'is not'} a run folder "
                              f"(runs are written under runs/<name>/ by `ebms train`)")
-    run = load_run(p)
+    run = load_run(p, training_data=False)  # the run's stored files, not its training data, where the task can
     return run, applier_of(run, command)
 
 

@@ -354,10 +354,12 @@ def _save_fitted(cfg: Config, run_dir: Path, task: Task[Any], model: nn.Module, 
     task.write_model_files(run_dir, cfg, model, data)  # exports (ARPA) after the checkpoint: a failed export keeps the run
 
 
-def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()
+def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = (), *, training_data: bool = True
              ) -> tuple[Config, nn.Module, Any, Checkpoint]:
     """Config, trained model (newest valid checkpoint, in eval mode; its weight average with ``train.ema`` unless
-    ``eval.ema = false``), data set and checkpoint of a run folder.
+    ``eval.ema = false``), data set and checkpoint of a run folder. Without ``training_data`` the data is what the
+    task's :meth:`~Task.load_applied` builds from the run's stored files (enough to apply the run, not to evaluate
+    it), when the task offers that.
 
     Raises:
         RunFolderError: no ``config.toml`` or no checkpoint in the folder.
@@ -379,9 +381,12 @@ def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()
     _check_model_identity(ckpt, cfg, overrides)
     task = serving_task(cfg)
     stored = read_run_files(run_dir, ckpt.identity)
-    data = _load(task, cfg, stored)
+    data = None if training_data or not stored else task.load_applied(cfg, stored)
+    light = data is not None
+    if data is None:
+        data = _load(task, cfg, stored)
     model = build_seeded_model(cfg, task, data)
-    needed = {} if stored else task.run_files(cfg, data)
+    needed = {} if stored or light else task.run_files(cfg, data)
     if needed:
         raise CheckpointError(
             f"{ckpt.path}: the checkpoint records none of the files this run needs besides its weights "

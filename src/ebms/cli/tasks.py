@@ -171,6 +171,13 @@ class Task(abc.ABC, Generic[S]):
         """The data set, deterministic given ``cfg``. A task with :meth:`run_files` also takes
         ``stored`` (keyword): those files as a trained run kept them, to use instead of fitting them."""
 
+    def load_applied(self, cfg: Config, stored: dict[str, bytes]) -> Any | None:
+        """What :meth:`applier` and :meth:`build_model` need, from a trained run's stored files (:meth:`run_files`)
+        and ``cfg`` alone, without reading the training data (``ebms score/tag/decode/classify`` of a run folder
+        copied without its data, and without the cost of loading it); ``None`` (the default, and for a run whose
+        files predate what this needs): the applier takes :meth:`load`'s data."""
+        return None
+
     def run_files(self, cfg: Config, data: Any) -> dict[str, bytes]:
         """Files a run keeps beside its checkpoints because its weights only make sense with them (a
         vocabulary, a tag list, word classes, a base run's identity): ``{file name: bytes}`` of the
