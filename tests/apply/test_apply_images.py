@@ -3,7 +3,8 @@
 The checks are exact: 8-bit levels reach the network as :func:`ebms.data.images.load_continuous_images`
 makes them; the score is ``logsumexp`` of the logits computed directly (``-E(x)`` for an energy); the
 probabilities are ``softmax(logits / T)`` with ``T`` the fit :class:`~ebms.metrics.calibration.TemperatureScaling`
-gives on the validation logits; every file format gives the same images; bad images are
+gives on the validation logits (or the one ``eval.json`` keeps for the same weights digest; a run opened without
+its images loads them only when a temperature needs them); every file format gives the same images; bad images are
 :class:`~ebms.errors.DataError` naming the file, the expectation and what was found. The networks are tiny
 fixed ones (no trained run: ``tests/e2e/test_apply_classify.py`` has those).
 """
@@ -11,6 +12,7 @@ fixed ones (no trained run: ``tests/e2e/test_apply_classify.py`` has those).
 from __future__ import annotations
 
 import gzip
+import json
 import struct
 from pathlib import Path
 
@@ -20,12 +22,18 @@ import torch
 from safetensors.torch import save_file
 
 from ebms.apply.images import (
+    IMAGE_SIZES,
+    NO_VALIDATION,
+    AppliedSplits,
     Calibration,
     ImageClassifier,
     ImageEnergyScorer,
+    applied_splits,
     as_model_input,
     check_images,
+    evaluated_calibration,
     read_images,
+    weights_digest,
 )
 from ebms.data.image_sets import ImageSplits
 from ebms.errors import DataError
@@ -241,3 +249,70 @@ def test_for_splits_takes_the_size_class_names_and_validation_split() -> None:
 
 def _net_28() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(28 * 28, 10)).eval()
+
+
+def test_applied_splits_have_the_sets_size_and_classes_and_no_images() -> None:
+    for name, size in IMAGE_SIZES.items():
+        splits = applied_splits(name)
+        assert isinstance(splits, AppliedSplits) and splits.image_shape == (1, *size) and splits.n_classes == 10
+        assert splits.train.shape[0] == splits.val.shape[0] == splits.test.shape[0] == 0
+    assert ImageClassifier.for_splits(_net_28(), applied_splits("fashion-mnist")).class_names[9] == "Ankle boot"
+    with pytest.raises(ValueError, match=r"^name: expected one of mnist, fashion-mnist, digits; got 'cifar'"):
+        applied_splits("cifar")
+
+
+def test_validation_images_are_loaded_once_when_a_temperature_needs_them() -> None:
+    net, calls = _net(), []
+    x_val = as_model_input(check_images(_levels(50, seed=3), SIZE))
+    with torch.no_grad():
+        y_val = net(x_val).argmax(-1)
+    y_val[::3] = (y_val[::3] + 1) % 10
+
+    def load() -> tuple[torch.Tensor, torch.Tensor]:
+        calls.append(1)
+        return x_val, y_val
+
+    lazy = ImageClassifier.for_splits(net, applied_splits("digits"), validation=load)
+    lazy(_levels(3), temperature=2.0)
+    assert calls == []  # a given temperature needs no validation image
+    eager = ImageClassifier(net, SIZE, class_names=[str(k) for k in range(10)], val_images=x_val, val_labels=y_val)
+    assert lazy.calibration() == eager.calibration() and lazy.calibration().fitted and calls == [1]
+
+
+def test_validation_images_gone_give_the_raw_softmax_with_the_reason() -> None:
+    def gone() -> tuple[torch.Tensor, torch.Tensor]:
+        raise DataError("data.root: mnist train: files not found in /nowhere")
+
+    clf = ImageClassifier(_net(), SIZE, class_names=list("abcdefghij"), validation=gone)
+    out = clf(_levels(3))
+    assert out.calibration is not None and out.calibration.temperature == 1.0 and not out.calibration.fitted
+    assert out.calibration.note.startswith("no validation images to fit a temperature on (data.root: mnist train: "
+                                           "files not found in /nowhere): probabilities are the raw softmax (T = 1)")
+    assert torch.equal(out.probs, clf(_levels(3), temperature=1.0).probs)
+
+
+def test_the_temperature_eval_kept_is_used_for_the_same_weights_only(tmp_path: Path) -> None:
+    net, other = _net(seed=0), _net(seed=1)
+    digest = weights_digest(net)
+    assert digest == weights_digest(_net(seed=0)) != weights_digest(other)
+    path = tmp_path / "eval.json"
+    assert evaluated_calibration(path, net) is None  # no eval.json
+    record = {"step": 30, "temperature": 1.2345678, "temperature_at_bound": False, "n_val": 180, "weights_sha256": digest}
+    path.write_text(json.dumps(record))
+    cal = evaluated_calibration(path, net)
+    assert cal == Calibration(1.2345678, True, "probabilities at T = 1.2346, fitted on the 180 validation images by "
+                                               "`ebms eval` (eval.json)")
+    assert evaluated_calibration(path, other) is None  # other weights: fit again, or T = 1
+    for change, want in (({"weights_sha256": None}, None), ({"temperature": "x"}, None),
+                         ({"temperature": None, "n_val": 0}, Calibration(1.0, False, NO_VALIDATION))):
+        path.write_text(json.dumps({**record, **change}))
+        assert evaluated_calibration(path, net) == want
+    path.write_text(json.dumps({**record, "temperature": 0.05, "temperature_at_bound": True}))
+    at_bound = evaluated_calibration(path, net)
+    assert at_bound is not None and at_bound.temperature == 1.0 and "ran to its search bound (T = 0.05)" in at_bound.note
+    path.write_text("{not json")
+    assert evaluated_calibration(path, net) is None
+    clf = ImageClassifier(net, SIZE, class_names=list("abcdefghij"))
+    clf.use_calibration(cal)
+    clf.use_calibration(None)
+    assert clf.calibration() is cal

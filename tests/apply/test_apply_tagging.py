@@ -13,6 +13,7 @@ import random
 from pathlib import Path
 
 import pytest
+import torch
 
 from ebms.apply.tagging import SentenceTagger, TagResult, looks_like_tags, read_tagging_input
 from ebms.cli.main import main
@@ -181,3 +182,48 @@ def test_loading_a_run_fits_nothing_again(kind: str, runs: Path, monkeypatch: py
     for key in keys:
         assert maps[key] == stored[key] and len(stored[key]) > 2, key
     assert run.tag(sentences) == before
+
+
+# -- applied without the training files (Task.load_applied) --------------------------------------------------------
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_run_applied_without_its_training_files_tags_as_with_them(kind: str, runs: Path) -> None:
+    """``load_run(training_data=False)`` (what ``ebms tag`` loads) builds the tagger from ``vocab.json`` and the
+    checkpoint alone: with the training folder moved away, the same weights (the feature CRF's masks included)
+    and the same tags as the full load."""
+    path = runs / "runs" / kind
+    test = read_conll((runs / "conll2000" / "test.txt").read_text().splitlines())
+    rows = [*(test if kind == "feature-crf" else [s.words for s in test]), []]
+    full = load_run(path)
+    (runs / "conll2000").rename(runs / "conll2000.away")
+    try:
+        light = load_run(path, training_data=False)
+    finally:
+        (runs / "conll2000.away").rename(runs / "conll2000")
+    assert light.data.size == 0 and light.data.info["tags"] == full.data.info["tags"]
+    light_state, full_state = light.model.state_dict(), full.model.state_dict()
+    assert light_state.keys() == full_state.keys()
+    assert all(torch.equal(light_state[k], full_state[k]) for k in full_state)
+    assert light.tag(rows) == full.tag(rows)
+    assert light.applier("tag").tag(test, batch_size=3) == full.applier("tag").tag(test, batch_size=3)
+
+
+def test_a_jrf_file_without_its_length_counts_takes_the_full_load_and_keeps_its_bytes(runs: Path) -> None:
+    """A JRF run written before ``vocab.json`` kept the length law: no light build (its ``L`` is the longest
+    training sentence), and the full load with that file gives it back unchanged (a resume's checksums hold)."""
+    from ebms.cli.run import serving_task
+    from ebms.train.run_files import dump_json
+
+    run = load_run(runs / "runs" / "jrf")
+    task = serving_task(run.config)
+    payload = json.loads((runs / "runs" / "jrf" / "vocab.json").read_text())
+    assert payload["length_counts"] == run.data.info["length_counts"].tolist()
+    old = {"vocab.json": dump_json({k: v for k, v in payload.items() if k != "length_counts"})}
+    assert task.load_applied(run.config, old) is None
+    assert task.run_files(run.config, task.load(run.config, stored=old)) == old
+
+
+def test_the_word_vocabulary_encodes_no_sentence() -> None:
+    from ebms.data.vocab import WordVocabulary
+
+    words, chars = WordVocabulary([]).encode([], chars=True)
+    assert words.shape == (0, 0) and chars.shape == (0, 0, 0)

@@ -22,6 +22,7 @@ from ebms.metrics.error_rate import error_rate
 from ebms.models import TRF, ElectricCloze
 from ebms.models.lm import LSTMLM, TransformerLM, perplexity
 from ebms.models.trf import DiscreteFeatures, feature_templates
+from ebms.sequences import Sequences
 
 TRAIN = [s.split() for s in ("the cat sat", "the dog ran", "a cat ran", "the cat ran", "a dog sat down", "dog")]
 NEW = ["the cat sat", "a zebra ran", "dog dog dog dog", "the"]
@@ -74,6 +75,30 @@ def test_trf_scores_are_log_pi_minus_energy_minus_training_zeta(trf: TRF, vocab:
         expected = trf.log_pi[x.lengths - 1] - trf.energy(x) - trf.log_z[x.lengths - 1]
     torch.testing.assert_close(s.log_prob, expected.double(), rtol=0, atol=1e-5)
     assert s.measure == "log_prob_training_zeta" and "training" in s.summary()
+
+
+def test_models_built_without_sentences_take_the_saved_tables_and_features(kn: BackoffNGram, trf: TRF,
+                                                                          vocab: Vocabulary) -> None:
+    """A run applied from its stored files builds its model from no sentence (``ebms score``): a uniform KN and a
+    TRF without features, which take the checkpoint's n-gram tables and feature keys when it loads."""
+    shell = BackoffNGram.uniform(len(vocab), 3)
+    assert shell.num_ngrams == (len(vocab), 0, 0)
+    assert torch.allclose(shell.next_log_probs(vocab.encode([["the"]])), torch.full((1, len(vocab)), -math.log(len(vocab)),
+                                                                                    dtype=torch.float64))
+    shell.load_state_dict(kn.state_dict())
+    assert shell.num_ngrams == kn.num_ngrams
+    assert torch.equal(sentence_scorer(shell, vocab)(NEW).log_prob, sentence_scorer(kn, vocab)(NEW).log_prob)
+    with pytest.raises(RuntimeError, match="size mismatch for log_probs_1"):  # V stays checked
+        BackoffNGram.uniform(len(vocab) + 1, 3).load_state_dict(kn.state_dict())
+    none = Sequences.from_lists([])
+    feats = DiscreteFeatures.fit(none, len(vocab), feature_templates(("w",), 2))
+    empty = TRF.from_corpus(feats, none, len(vocab), max_length=4, smoothing=1.0)
+    assert feats.num_features == 0
+    empty.load_state_dict(trf.state_dict())
+    assert feats.num_features == trf.field.num_features
+    sentences = [s for s in NEW if s]
+    assert torch.equal(sentence_scorer(empty.eval(), vocab)(sentences).log_prob,
+                       sentence_scorer(trf, vocab)(sentences).log_prob)
 
 
 def test_trf_refuses_a_sentence_beyond_its_lengths_naming_it(trf: TRF, vocab: Vocabulary) -> None:

@@ -2,12 +2,15 @@
 
 Checked against something exact: the features the training pipeline computed for the run's own test utterances
 (bit for bit, from the same waveforms), the transcripts and label error rates ``ebms eval`` wrote to
-``eval.json`` (the same numbers), the CMVN statistics a run stores (the same bits after the JSON round trip), and
-for :func:`resample` a sine at the new rate (band-limited interpolation of a tone is the tone).
+``eval.json`` (the same numbers), the CMVN statistics a run stores (the same bits after the JSON round trip), the
+run opened without its recordings (``load_run(training_data=False)``: the same transcripts, and a CTC-CRF's
+denominator graph rebuilt from ``data.json`` equal to the one fitted on the recordings), and for :func:`resample` a
+sine at the new rate (band-limited interpolation of a tone is the tone).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import wave
@@ -20,10 +23,12 @@ from ebms.apply.speech import (
     DIGIT_WORDS,
     MAX_RESAMPLE_TAPS,
     SpeechDecoder,
+    applied_info,
     cmvn_record,
     read_audio,
     resample,
     stored_cmvn,
+    stored_transcripts,
 )
 from ebms.cli.main import main
 from ebms.data.audio import CMVNStats
@@ -123,6 +128,52 @@ def test_a_wav_of_an_utterance_gives_its_training_features_to_the_files_rounding
         # rounding the ~0.002-level gaps to 2^-31 moves the normalised log-mels by < 1e-3 (measured <= 3.2e-4;
         # 16-bit files move the near-silent bands of these pure tones by up to ~0.7)
         assert float((x[0] - test.features[i, :int(n[0])]).abs().max()) < 1e-3
+
+
+def test_without_its_recordings_a_run_decodes_as_with_them(trained, root, tmp_path) -> None:
+    path, _ = trained
+    full = load_run(path)
+    light = load_run(path, [f"data.root={tmp_path}"], training_data=False)  # an empty folder: no recording read
+    assert light.data.test is None and light.sampler is None
+    record = json.loads((path / "data.json").read_text())
+    graph, rebuilt = full.data.info["den_graph"], light.data.info["den_graph"]
+    assert ("transcripts" in record) == (graph is not None)  # kept by a CTC-CRF run only
+    if graph is not None:
+        _, _, targets, target_lengths = full.data.train
+        assert record["transcripts"] == [t[:n].tolist() for t, n in zip(targets, target_lengths.tolist())]
+        for f in dataclasses.fields(graph):
+            a, b = getattr(graph, f.name), getattr(rebuilt, f.name)
+            if f.name == "lm":
+                assert torch.equal(a.table, b.table) and (a.order, a.vocab_size) == (b.order, b.vocab_size)
+            elif isinstance(a, torch.Tensor):
+                assert a.dtype == b.dtype and torch.equal(a, b), f.name
+            elif f.name != "_cache":
+                assert a == b, f.name
+    else:
+        assert rebuilt is None
+    for key in ("n_features", "n_classes", "sample_rate"):
+        assert light.data.info[key] == full.data.info[key]
+    assert all(torch.equal(getattr(light.data.info["cmvn"], k), getattr(full.data.info["cmvn"], k))
+               for k in ("mean", "std"))
+    waves = connected_digits(**SETTINGS, root=root, stats=full.data.info["cmvn"], keep_waves=True).test.waves
+    for name in full.applier("decode").decoders:
+        assert light.applier("decode")(waves, 8000, decoder=name) == full.applier("decode")(waves, 8000, decoder=name)
+
+
+def test_stored_transcripts_are_checked_and_an_older_file_asks_for_the_full_load() -> None:
+    stats = CMVNStats(torch.zeros(3), torch.ones(3))
+    record = {"n_classes": 4, **cmvn_record(stats, 8000, [[1, 2], [3]])}
+    assert stored_transcripts(json.loads(dump_json(record)), "data.json", 4) == [[1, 2], [3]]
+    info = applied_info(record, "data.json", lm_order=2)
+    assert info is not None and info["n_features"] == 3 and info["den_graph"].n_symbols == 4
+    assert applied_info({k: v for k, v in record.items() if k != "transcripts"}, "data.json", lm_order=2) is None
+    assert applied_info({"n_classes": 4}, "data.json", lm_order=None) is None  # no statistics: as before
+    assert applied_info({"n_classes": 4, **cmvn_record(stats, 8000)}, "data.json", lm_order=None)["den_graph"] is None
+    for bad in ([[1, 4]], [[0]], [1, 2], [["1"]], None, [[True]]):
+        with pytest.raises(CheckpointError, match=r"^data.json: expected 'transcripts', lists of labels 1..3"):
+            applied_info({**record, "transcripts": bad}, "data.json", lm_order=2)
+    with pytest.raises(CheckpointError, match=r"^data.json: expected integers 'n_classes'"):
+        applied_info({**record, "n_classes": 4.0}, "data.json", lm_order=2)
 
 
 def test_cmvn_statistics_survive_the_run_file_bit_for_bit() -> None:

@@ -4,13 +4,15 @@ Exact checks: the run's own test images, written to a tensor file, get the accur
 ``eval.json`` (a classifier run and a JEM run), and the temperature of the probabilities is ``eval``'s; as
 PNGs they get the labels of the same 8-bit levels in a tensor file; the score column is ``logsumexp`` of
 the model's logits computed directly (``-E(x)`` for an image energy); one image per network call gives the
-labels of whole batches; an empty tensor file is a header. Every bad input is one line on stderr and
-exit status 2 (the table at the end).
+labels of whole batches; an empty tensor file is a header; opened without its training images (their loader made
+to fail), a run classifies as with them, at the temperature ``eval.json`` keeps for its weights, else at ``T = 1``
+with a note. Every bad input is one line on stderr and exit status 2 (the table at the end).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +20,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from ebms.cli.config import ConfigError, load_config
 from ebms.cli.main import main
+from ebms.cli.run import serving_task
+from ebms.cli.vision import VisionTask
 from ebms.runs import load_run
 
 Image = pytest.importorskip("PIL.Image")
@@ -149,6 +154,45 @@ def test_run_classify_in_python_equals_the_command(runs: dict[str, Path], inputs
     out = load_run(runs["jem"]).classify(load_run(runs["jem"]).data.test[:, 0] * 0.5 + 0.5)
     assert [r[1] for r in rows] == [str(int(k)) for k in out.labels]
     assert [float(r[2]) for r in rows] == pytest.approx(out.probs.max(-1).values.tolist(), abs=5e-7)
+
+
+def _no_images(self, cfg):  # the training images are gone (digits cannot be moved away: scikit-learn ships them)
+    raise ConfigError("data.root: digits: the images are gone (test)")
+
+
+@pytest.mark.parametrize("kind", ["classifier", "jem", "conv"])
+def test_without_its_training_images_a_run_classifies_as_with_them(kind: str, runs: dict[str, Path],
+                                                                   inputs: dict[str, Path], capsys, monkeypatch,
+                                                                   tmp_path: Path) -> None:
+    fresh = Path(shutil.copytree(runs[kind], tmp_path / kind))
+    (fresh / "eval.json").unlink(missing_ok=True)  # never evaluated: classify fits T on the validation images
+    probs = [] if kind == "conv" else ["--probs"]
+    _, with_images, err = _classify(capsys, fresh, inputs["test.safetensors"], *probs)
+    assert kind == "conv" or "(as `ebms eval`)" in err
+    monkeypatch.setattr(VisionTask, "load", _no_images)
+    _, without, err = _classify(capsys, runs[kind], inputs["test.safetensors"], *probs)
+    assert without == with_images and len(without) > 100
+    assert kind == "conv" or "by `ebms eval` (eval.json)" in err  # the T eval fitted on these very weights
+    assert main(["eval", str(runs[kind])]) == 2 and "the images are gone" in capsys.readouterr().err
+
+
+def test_without_its_images_or_an_evaluated_temperature_a_run_gives_the_raw_softmax(
+        runs: dict[str, Path], inputs: dict[str, Path], capsys, monkeypatch, tmp_path: Path) -> None:
+    fresh = Path(shutil.copytree(runs["classifier"], tmp_path / "classifier"))
+    (fresh / "eval.json").unlink()
+    _, raw, _ = _classify(capsys, fresh, inputs["levels.npy"], "--temperature", 1)
+    monkeypatch.setattr(VisionTask, "load", _no_images)
+    _, rows, err = _classify(capsys, fresh, inputs["levels.npy"])
+    assert rows == raw and err == ("classify: no validation images to fit a temperature on (data.root: digits: the "
+                                   "images are gone (test)): probabilities are the raw softmax (T = 1); `ebms eval` "
+                                   "with the images keeps its temperature in eval.json, or set it\n")
+
+
+def test_a_classifier_trained_on_the_first_images_loads_them_to_know_its_classes(runs: dict[str, Path]) -> None:
+    cfg = load_config(runs["classifier"] / "config.toml", ["vision.limit=100"], stored=True)
+    assert serving_task(cfg).load_applied(cfg, {}) is None  # its classes are those of its images
+    conv = load_config(runs["conv"] / "config.toml", ["vision.limit=100"], stored=True)
+    assert serving_task(conv).load_applied(conv, {}).image_shape == (1, 8, 8)  # an energy: the size alone
 
 
 BAD = [  # (arguments after `classify`, with {run}/{conv}/{toy}/{d} filled in; a piece of the one stderr line)

@@ -2,8 +2,9 @@
 
 A tiny synthetic FSDD-like folder (tones written with ``wave``) through ``data.root``; a tiny CTC and CTC-CRF run
 trained on it. The run's own test utterances, written as 32-bit PCM wav files, decode to the transcripts
-``ebms eval`` scored, and ``--refs`` prints the label error rate ``eval.json`` holds. Every bad input is one line
-on stderr and exit status 2.
+``ebms eval`` scored, and ``--refs`` prints the label error rate ``eval.json`` holds; a copy of a run whose
+``data.root`` names an empty folder decodes the same (``data.json`` is all it reads), and a CTC-CRF run that kept no
+transcripts loads its recordings as before. Every bad input is one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
+import shutil
 import wave
 from collections.abc import Callable
 from pathlib import Path
@@ -171,6 +174,54 @@ def test_a_run_trained_before_the_statistics_were_kept_is_refused_but_still_eval
     err = capsys.readouterr().err
     assert err == ("ebms decode: error: decode: this run's data.json keeps no CMVN statistics (trained by an older "
                    "ebms, which fitted them again at every load); train the run again (--overwrite)\n")
+
+
+def _moved(run: Path, dest: Path) -> Path:
+    """A copy of ``run`` whose ``data.root`` names an empty folder: its recordings moved away."""
+    copy = Path(shutil.copytree(run, dest / run.name))
+    (dest / "nodata").mkdir(exist_ok=True)
+    cfg = copy / "config.toml"
+    cfg.write_text(re.sub(r"(?m)^root = .*$", f'root = "{dest / "nodata"}"', cfg.read_text()))
+    return copy
+
+
+@pytest.mark.parametrize("kind", ["ctc", "ctc-crf"])
+def test_a_run_without_its_recordings_decodes_as_with_them(kind, runs, utterances, tmp_path, capsys) -> None:
+    paths, refs = utterances
+    moved = _moved(runs[kind], tmp_path)
+    outputs = []
+    for run in (runs[kind], moved):
+        capsys.readouterr()
+        assert main(["decode", str(run), *paths, "--refs", str(refs)]) == 0
+        outputs.append(capsys.readouterr())
+    assert outputs[1] == outputs[0] and outputs[0].out.count("\n") == len(paths)
+    assert main(["eval", str(moved)]) == 2  # the recordings are gone: eval needs them
+    assert "data.root" in capsys.readouterr().err
+
+
+def test_a_ctc_crf_run_that_kept_no_transcripts_decodes_from_its_recordings(root, runs, utterances, tmp_path, capsys,
+                                                                            monkeypatch) -> None:
+    keep = SpeechTask.run_files
+
+    def older(self, cfg, data):  # data.json as ebms wrote it before the transcripts were kept
+        record = json.loads(keep(self, cfg, data)["data.json"])
+        del record["transcripts"]
+        return {"data.json": dump_json(record)}
+
+    with monkeypatch.context() as m:
+        m.setattr(SpeechTask, "run_files", older)
+        assert main(["train", str(RECIPES / "ctc-crf-digits.toml"), f"run.out_dir={tmp_path}", f"data.root={root}",
+                     *TINY, "--no-eval"]) == 0
+    run = tmp_path / "ctc-crf-digits"
+    assert {"cmvn", "transcripts"} & set(json.loads((run / "data.json").read_text())) == {"cmvn"}
+    paths, _ = utterances
+    capsys.readouterr()
+    assert main(["decode", str(runs["ctc-crf"]), *paths]) == 0
+    want = capsys.readouterr().out
+    assert main(["decode", str(run), *paths]) == 0  # the same training: the same weights and transcripts
+    assert capsys.readouterr().out == want
+    assert main(["decode", str(_moved(run, tmp_path / "moved")), *paths]) == 2  # its graph needs the recordings
+    assert "data.root" in capsys.readouterr().err
 
 
 def _bad_wavs(d: Path) -> dict[str, Path]:

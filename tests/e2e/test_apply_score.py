@@ -10,10 +10,12 @@ one line on stderr and exit status 2.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -223,3 +225,49 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], files: dict[str, str 
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and err.endswith("\n"), err
     assert piece in err, err
+
+
+# --- applied without the training text (Task.load_applied) ----------------------------------------------------------
+@contextlib.contextmanager
+def _moved_away(path: Path) -> Iterator[None]:
+    """``path`` renamed away for the block (restored after it, whatever happens)."""
+    away = path.with_name(path.name + ".away")
+    path.rename(away)
+    try:
+        yield
+    finally:
+        away.rename(path)
+
+
+@pytest.mark.parametrize("kind", ["kn", "lstm", "trf", "electric"])
+def test_a_run_scores_without_its_training_text_as_with_it(kind: str, runs: dict[str, Path], tmp: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """``ebms score`` builds the model from the run's ``vocab.json`` and checkpoint alone (no sentence read): with
+    the training file moved away it prints what the full load's scorer gives, and loads the same weights."""
+    lines = (tmp / "test.txt").read_text().splitlines()
+    (tmp / "score-in.txt").write_text("\n".join(lines) + "\nthe zebra ran\n")
+    full = load_run(runs[kind])
+    expected = full.score([*lines, "the zebra ran"])
+    with _moved_away(tmp / "train.txt"):
+        light = load_run(runs[kind], training_data=False)
+        capsys.readouterr()
+        assert main(["score", str(runs[kind]), str(tmp / "score-in.txt")]) == 0
+        out, err = capsys.readouterr()
+    assert light.data.size == 0 and light.data.vocab == full.data.vocab and light.sampler is None
+    light_state, full_state = light.model.state_dict(), full.model.state_dict()
+    assert light_state.keys() == full_state.keys()
+    assert all(torch.equal(light_state[k], full_state[k]) for k in full_state)
+    got = light.score([*lines, "the zebra ran"])
+    assert torch.equal(got.log_prob, expected.log_prob) and torch.equal(got.oov, expected.oov)
+    assert out.splitlines() == expected.tsv([*lines, "the zebra ran"]) and err.endswith(f"{expected.summary()}\n")
+
+
+def test_a_trf_file_without_its_word_classes_takes_the_full_load(runs: dict[str, Path]) -> None:
+    from ebms.cli.run import serving_task
+
+    run = load_run(runs["trf"])
+    task, stored = serving_task(run.config), {"vocab.json": (runs["trf"] / "vocab.json").read_bytes()}
+    assert task.load_applied(run.config, stored) is not None
+    payload = json.loads(stored["vocab.json"])
+    del payload["classes"]
+    assert task.load_applied(run.config, {"vocab.json": json.dumps(payload).encode()}) is None

@@ -177,3 +177,51 @@ def test_bad_input_is_one_line_and_exit_2(bad: Bad, tiny: Path, tmp_path: Path,
     assert err.count("\n") == 1 and out == "", err
     assert bad.piece.format(tmp=tmp_path, tiny=tiny) in err, err
     assert sorted(tmp_path.iterdir()) == before  # nothing written
+
+
+# --- applied without the training files (Task.load_applied) ----------------------------------------------------------
+@pytest.mark.parametrize("kind", list(RUNS))
+def test_tag_without_the_training_files_prints_what_the_full_load_gives(kind: str, tiny: Path, tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """With ``data.root``'s CoNLL folder moved away, ``ebms tag`` (the run's stored files alone) writes the lines
+    and the scores of the tagger of the full load."""
+    from ebms.apply.tagging import read_tagging_input
+    from ebms.runs import load_run
+
+    new = tmp_path / "new.txt"
+    new.write_text((tiny / "conll2000" / "test.txt").read_text())
+    inp = read_tagging_input(new.read_text().splitlines(), source=f"FILE {str(new)!r}")
+    result = load_run(tiny / "runs" / kind).applier("tag").tag_input(inp)
+    (tiny / "conll2000").rename(tiny / "conll2000.away")
+    try:
+        capsys.readouterr()
+        assert main(["tag", str(tiny / "runs" / kind), str(new)]) == 0
+        out, err = capsys.readouterr()
+    finally:
+        (tiny / "conll2000.away").rename(tiny / "conll2000")
+    assert out.splitlines() == list(result.conll_lines()) and err == f"tag: {result.summary()}\n"
+
+
+def test_a_jrf_run_written_before_the_length_law_was_kept_tags_and_resumes(tiny: Path, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A JRF run whose ``vocab.json`` has no ``length_counts`` (written before they were kept) tags through the
+    full load, as before, and resumes (the full load writes its file back unchanged)."""
+    from ebms.cli.jrf import JRFTask
+    from ebms.runs import load_run
+    from ebms.train.run_files import dump_json
+
+    files = JRFTask.run_files
+    with monkeypatch.context() as m:  # this version's file without the length law: an older run's
+        m.setattr(JRFTask, "run_files", lambda self, cfg, data: {
+            k: dump_json({a: b for a, b in json.loads(v).items() if a != "length_counts"})
+            for k, v in files(self, cfg, data).items()})
+        args = ["train", "data.name=conll2000", f"data.root={tiny}", f"run.out_dir={tmp_path}", "run.progress=false",
+                "objective.kind=crf", *RUNS["jrf"], "run.name=old", "--no-eval"]
+        assert main(args) == 0
+    assert "length_counts" not in json.loads((tmp_path / "old" / "vocab.json").read_text())
+    light, full = load_run(tmp_path / "old", training_data=False), load_run(tmp_path / "old")
+    sentences = [["the", "cat", "sat"], ["dog", "ran", "on", "the", "mat", "."]]
+    assert light.data.size == full.data.size > 0 and light.tag(sentences) == full.tag(sentences)
+    assert main([*[a for a in args if not a.startswith("train.steps")], "train.steps=3", "--resume"]) == 0
+    assert load_run(tmp_path / "old").step == 3

@@ -12,7 +12,10 @@ tensors) take the loader's own formula :math:`x = (2v - 255)/255`, so the run's 
   :math:`\operatorname{logsumexp}_y f(x)[y] = -E(x) = \log p(x) + \log Z` (the JEM reading of a classifier,
   :func:`ebms.metrics.ood.ood_scores` ``"logp"``). ``T`` is by default the temperature ``ebms eval`` fits
   on the run's held-out validation split (Guo et al. 2017): the same split, model and fit, so the same
-  ``T`` as ``eval.json``; it never changes a label.
+  ``T`` as ``eval.json``; it never changes a label. ``eval.json`` records the digest of the weights it was
+  fitted on (:func:`weights_digest`), so a run opened without its images takes that ``T``
+  (:func:`evaluated_calibration`) and otherwise loads its validation images only when a temperature is needed
+  (``validation=``), falling back to ``T = 1`` with a note when they are gone.
 * :class:`ImageEnergyScorer` (``model.kind`` = ``conv``): an unconditional energy has no labels; the
   score is :math:`-E(x) = \log p(x) + \log Z`.
 
@@ -27,6 +30,8 @@ References:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 import warnings
@@ -37,23 +42,29 @@ from typing import ClassVar
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ebms._checks import check_int
 from ebms.data.image_sets import ImageSplits
+from ebms.data.images import CONTINUOUS_IMAGE_SETS
 from ebms.data.mnist import read_idx
 from ebms.errors import DataError
 from ebms.metrics.calibration import TemperatureScaling
 from ebms.metrics.image_eval import batched
 
-__all__ = ["CLASS_NAMES", "Calibration", "ImageClassification", "ImageClassifier", "ImageEnergyScorer",
-           "ImageInputs", "as_model_input", "check_images", "read_images"]
+__all__ = ["CLASS_NAMES", "IMAGE_SIZES", "N_CLASSES", "AppliedSplits", "Calibration", "ImageClassification",
+           "ImageClassifier", "ImageEnergyScorer", "ImageInputs", "applied_splits", "as_model_input", "check_images",
+           "evaluated_calibration", "read_images", "weights_digest"]
 
 #: class names of the image sets whose labels are not their digits (others: ``"0"`` ... ``"9"``).
 CLASS_NAMES: dict[str, tuple[str, ...]] = {
     "fashion-mnist": ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
                       "Ankle boot"),
 }
+#: ``(H, W)`` of the images of each set (one grey channel).
+IMAGE_SIZES: dict[str, tuple[int, int]] = {"mnist": (28, 28), "fashion-mnist": (28, 28), "digits": (8, 8)}
+#: the classes of every set of :data:`IMAGE_SIZES` (their full training sets hold all ten).
+N_CLASSES = 10
 #: suffixes read as tensor files (anything else: an IDX file by its first bytes, else a picture).
 TENSOR_SUFFIXES = (".safetensors", ".pt", ".pth", ".npy")
 
@@ -231,6 +242,69 @@ class Calibration:
 
 
 @dataclass(frozen=True)
+class AppliedSplits(ImageSplits):
+    """:class:`~ebms.data.image_sets.ImageSplits` without images (:func:`applied_splits`): the shape of a run's data,
+    what building its model and applying it need, from ``data.name`` alone."""
+
+
+def applied_splits(name: str) -> AppliedSplits:
+    """Empty ``(0, 1, H, W)`` splits of the set ``name`` (:data:`IMAGE_SIZES`) with :data:`N_CLASSES` classes: what
+    ``ebms classify`` builds a run's model and applier from without reading its images. (A run trained on the first
+    ``vision.limit`` images may have seen fewer classes: load its data instead.)
+
+    Raises:
+        ValueError: ``name`` is not one of :data:`IMAGE_SIZES`.
+    """
+    if name not in IMAGE_SIZES:
+        raise ValueError(f"name: expected one of {', '.join(IMAGE_SIZES)}; got {name!r}")
+    x, y = torch.zeros(0, 1, *IMAGE_SIZES[name]), torch.zeros(0, dtype=torch.long)
+    return AppliedSplits(name, x, y, x, y, x, y, N_CLASSES, CONTINUOUS_IMAGE_SETS[name])
+
+
+#: :meth:`ImageClassifier.calibration`'s note for a run without validation images.
+NO_VALIDATION = "the run holds no validation images to fit a temperature: probabilities are the raw softmax (T = 1)"
+
+
+def _at_bound(n: int, t: float) -> str:
+    return (f"the temperature fit on the {n} validation images ran to its search bound (T = {t:.3g}): probabilities "
+            f"are the raw softmax (T = 1)")
+
+
+def weights_digest(model: nn.Module) -> str:
+    """sha256 of ``model``'s weights: every ``state_dict`` entry's name, dtype, shape and bytes (on the CPU). ``ebms
+    eval`` writes it to ``eval.json`` beside the temperature it fitted (:func:`evaluated_calibration`)."""
+    h = hashlib.sha256()
+    for name, t in model.state_dict().items():
+        t = t.detach().to("cpu").contiguous()
+        h.update(f"{name};{t.dtype};{tuple(t.shape)};".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def evaluated_calibration(path: str | os.PathLike[str], model: nn.Module) -> Calibration | None:
+    """The temperature ``ebms eval`` wrote to a run's ``eval.json`` (``path``), if it was fitted on ``model``'s weights
+    (``weights_sha256`` = :func:`weights_digest`): the same images, weights and fit as :meth:`ImageClassifier.calibration`
+    would use, without reading the images; the same ``T = 1`` where that fit ran to its search bound or had no
+    validation images. ``None``: no such file (or not JSON), no digest (an older ``eval``) or another one (another
+    checkpoint, or ``eval.ema`` set otherwise)."""
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("weights_sha256") != weights_digest(model):
+        return None
+    t, n = record.get("temperature"), record.get("n_val")
+    if t is None or not n:
+        return Calibration(1.0, False, NO_VALIDATION)
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < math.inf:
+        return None
+    if record.get("temperature_at_bound"):
+        return Calibration(1.0, False, _at_bound(n, t))
+    return Calibration(float(t), True, f"probabilities at T = {t:.4f}, fitted on the {n} validation images by "
+                                       f"`ebms eval` (eval.json)")
+
+
+@dataclass(frozen=True)
 class ImageClassification:
     """What :class:`ImageClassifier` / :class:`ImageEnergyScorer` return for ``N`` images.
 
@@ -290,6 +364,9 @@ class ImageClassifier:
         val_images, val_labels: held-out ``(M, 1, H, W)`` images in ``[-1, 1]`` and ``(M,)`` labels on which
             :meth:`calibration` fits the temperature (``None`` or ``M = 0``: ``T = 1``).
         batch_size: images per network call (default 500, as ``ebms eval``).
+        validation: without ``val_images``: returns them and their labels when :meth:`calibration` first needs
+            them (a run opened without its images); a :class:`~ebms.errors.DataError` it raises (the images are
+            gone) makes ``T = 1``, its message in the note.
 
     Example:
         >>> clf = ImageClassifier.for_splits(run.model.logits, run.data)   # doctest: +SKIP
@@ -301,38 +378,54 @@ class ImageClassifier:
     has_labels: ClassVar[bool] = True
 
     def __init__(self, logits: Callable[[Tensor], Tensor], size: tuple[int, int], *, class_names: Sequence[str],
-                 val_images: Tensor | None = None, val_labels: Tensor | None = None, batch_size: int = 500) -> None:
+                 val_images: Tensor | None = None, val_labels: Tensor | None = None, batch_size: int = 500,
+                 validation: Callable[[], tuple[Tensor, Tensor]] | None = None) -> None:
         self.logits, self.size, self.class_names = logits, (int(size[0]), int(size[1])), tuple(class_names)
-        self.val_images, self.val_labels = val_images, val_labels
+        self.val_images, self.val_labels, self.validation = val_images, val_labels, validation
         self.batch_size = check_int(batch_size, "batch_size", minimum=1)
         self._calibration: Calibration | None = None
 
     @classmethod
-    def for_splits(cls, logits: Callable[[Tensor], Tensor], splits: ImageSplits) -> ImageClassifier:
-        """The classifier of a run trained on ``splits``: its size, class names and validation split."""
+    def for_splits(cls, logits: Callable[[Tensor], Tensor], splits: ImageSplits, *,
+                   validation: Callable[[], tuple[Tensor, Tensor]] | None = None) -> ImageClassifier:
+        """The classifier of a run trained on ``splits``: its size, class names and validation split (for
+        :class:`AppliedSplits`, none: ``validation`` loads it when needed)."""
         names = CLASS_NAMES.get(splits.name, tuple(str(k) for k in range(splits.n_classes)))
+        if isinstance(splits, AppliedSplits):
+            return cls(logits, splits.image_shape[1:], class_names=names, validation=validation)
         return cls(logits, splits.image_shape[1:], class_names=names, val_images=splits.val,
                    val_labels=splits.val_targets)
+
+    def use_calibration(self, calibration: Calibration | None) -> None:
+        """Take ``calibration`` (e.g. :func:`evaluated_calibration`'s) as :meth:`calibration`'s, fitting none;
+        ``None``: no change."""
+        if calibration is not None:
+            self._calibration = calibration
 
     def calibration(self) -> Calibration:
         """The temperature ``ebms eval`` fits on the validation images (fitted once, then kept): the same images
         in blocks of 500, :class:`~ebms.metrics.calibration.TemperatureScaling`. ``T = 1`` when there are none,
         or when the fit runs to its search bound (e.g. every validation image right), which ``eval`` flags as
-        not a fair calibration."""
+        not a fair calibration, or when ``validation`` finds the images gone."""
         if self._calibration is None:
             x, y = self.val_images, self.val_labels
+            if x is None and self.validation is not None:
+                try:
+                    x, y = self.validation()
+                except DataError as e:
+                    self._calibration = Calibration(1.0, False, f"no validation images to fit a temperature on ({e}): "
+                                                    f"probabilities are the raw softmax (T = 1); `ebms eval` with the "
+                                                    f"images keeps its temperature in eval.json, or set it")
+                    return self._calibration
             n = 0 if x is None or y is None else int(x.shape[0])
             if x is None or y is None or n == 0:
-                self._calibration = Calibration(1.0, False, "the run holds no validation images to fit a temperature: "
-                                                "probabilities are the raw softmax (T = 1)")
+                self._calibration = Calibration(1.0, False, NO_VALIDATION)
             else:
                 with warnings.catch_warnings():  # the bound is reported in the note instead
                     warnings.simplefilter("ignore", RuntimeWarning)
                     ts = TemperatureScaling().fit(batched(self.logits, x, 500), y)
                 self._calibration = (
-                    Calibration(1.0, False, f"the temperature fit on the {n} validation images ran to its search "
-                                f"bound (T = {ts.temperature:.3g}): probabilities are the raw softmax (T = 1)")
-                    if ts.at_bound else
+                    Calibration(1.0, False, _at_bound(n, ts.temperature)) if ts.at_bound else
                     Calibration(ts.temperature, True, f"probabilities at T = {ts.temperature:.4f}, fitted on the "
                                 f"{n} validation images (as `ebms eval`)"))
         return self._calibration

@@ -43,9 +43,10 @@ from ebms.errors import CheckpointError, DataError
 from ebms.metrics.ctc_eval import ctc_transcripts
 from ebms.metrics.error_rate import ErrorRate, error_rate
 from ebms.structured.den_graph import DenominatorGraph
+from ebms.structured.ngram import LabelNGram
 
-__all__ = ["DECODERS", "DIGIT_WORDS", "MAX_RESAMPLE_TAPS", "SpeechDecoder", "Transcripts", "cmvn_record", "read_audio",
-           "resample", "stored_cmvn"]
+__all__ = ["DECODERS", "DIGIT_WORDS", "MAX_RESAMPLE_TAPS", "SpeechDecoder", "Transcripts", "applied_info", "cmvn_record",
+           "den_graph", "read_audio", "resample", "stored_cmvn", "stored_transcripts"]
 
 #: the word of label ``k + 1`` (label 0 is the blank).
 DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -117,11 +118,15 @@ def read_audio(path: str | Path, what: str = "WAV") -> tuple[Tensor, int]:
     return wave, rate
 
 
-def cmvn_record(stats: CMVNStats, sample_rate: int) -> dict[str, Any]:
+def cmvn_record(stats: CMVNStats, sample_rate: int, transcripts: Sequence[Sequence[int]] | None = None
+                ) -> dict[str, Any]:
     """What a run's ``data.json`` keeps of its front end: ``{"sample_rate": ..., "cmvn": {"mean": [...], "std":
-    [...]}}`` (float32 values written exactly: JSON holds their float64 value)."""
+    [...]}}`` (float32 values written exactly: JSON holds their float64 value), and with ``transcripts`` (a CTC-CRF
+    run's training transcripts, label lists) ``"transcripts"``: what :func:`den_graph` rebuilds its denominator
+    graph from (:func:`applied_info`)."""
+    kept = {} if transcripts is None else {"transcripts": [[int(k) for k in t] for t in transcripts]}
     return {"sample_rate": int(sample_rate),
-            "cmvn": {"mean": stats.mean.to(torch.float32).tolist(), "std": stats.std.to(torch.float32).tolist()}}
+            "cmvn": {"mean": stats.mean.to(torch.float32).tolist(), "std": stats.std.to(torch.float32).tolist()}, **kept}
 
 
 def stored_cmvn(record: Mapping[str, Any], name: str) -> CMVNStats:
@@ -138,6 +143,55 @@ def stored_cmvn(record: Mapping[str, Any], name: str) -> CMVNStats:
         raise CheckpointError(f"{name}: expected 'cmvn' with lists 'mean' and 'std' of one finite number per feature "
                               f"(std > 0); train the run again (--overwrite)")
     return CMVNStats(torch.tensor(parts[0], dtype=torch.float32), torch.tensor(parts[1], dtype=torch.float32))
+
+
+def den_graph(transcripts: Sequence[Sequence[int]], n_classes: int, order: int) -> DenominatorGraph:
+    """A CTC-CRF run's denominator graph: the label n-gram of ``order`` fitted on its training ``transcripts``
+    (labels ``1 .. n_classes - 1``; :meth:`~ebms.structured.ngram.LabelNGram.fit`) composed with the CTC topology
+    (:meth:`~ebms.structured.den_graph.DenominatorGraph.from_ngram`). A function of the transcripts alone: the same
+    lists give the same graph, bit for bit.
+
+    Raises:
+        ValueError: what the n-gram fit refuses (labels out of range, a bad ``order``).
+    """
+    return DenominatorGraph.from_ngram(LabelNGram.fit([list(t) for t in transcripts], n_classes, order))
+
+
+def stored_transcripts(record: Mapping[str, Any], name: str, n_classes: int) -> list[list[int]]:
+    """The training transcripts of a run file's :func:`cmvn_record` (``"transcripts"``).
+
+    Raises:
+        CheckpointError: not a list of label lists with labels in ``1 .. n_classes - 1``.
+    """
+    value = record.get("transcripts")
+    ok = isinstance(value, list) and all(
+        isinstance(t, list) and all(type(k) is int and 1 <= k < n_classes for k in t) for t in value)
+    if not ok:
+        raise CheckpointError(f"{name}: expected 'transcripts', lists of labels 1..{n_classes - 1}; train the run "
+                              f"again (--overwrite)")
+    return value  # type: ignore[return-value]
+
+
+def applied_info(record: Mapping[str, Any], name: str, *, lm_order: int | None) -> dict[str, Any] | None:
+    """What :class:`SpeechDecoder` and the run's acoustic model need, from its ``data.json`` record alone (no
+    recording read): ``{"n_features", "n_classes", "sample_rate", "cmvn", "den_graph"}``, the denominator graph
+    rebuilt from the stored transcripts (:func:`den_graph` of ``lm_order``; ``lm_order = None``: a CTC run, no
+    graph). ``None`` for a file written before it kept them (no ``cmvn``, or a CTC-CRF run without
+    ``transcripts``): the run's data must be loaded.
+
+    Raises:
+        CheckpointError: a malformed record (:func:`stored_cmvn`, :func:`stored_transcripts`, ``n_classes`` or
+            ``sample_rate`` not an integer of at least 2 / 1).
+    """
+    if "cmvn" not in record or (lm_order is not None and "transcripts" not in record):
+        return None
+    stats, n_classes, rate = stored_cmvn(record, name), record.get("n_classes"), record.get("sample_rate")
+    if type(n_classes) is not int or n_classes < 2 or type(rate) is not int or rate < 1:
+        raise CheckpointError(f"{name}: expected integers 'n_classes' (>= 2) and 'sample_rate' (>= 1); got "
+                              f"{n_classes!r} and {rate!r}: train the run again (--overwrite)")
+    graph = None if lm_order is None else den_graph(stored_transcripts(record, name, n_classes), n_classes, lm_order)
+    return {"n_features": int(stats.mean.shape[0]), "n_classes": n_classes, "sample_rate": rate, "cmvn": stats,
+            "den_graph": graph}
 
 
 @dataclass(frozen=True)

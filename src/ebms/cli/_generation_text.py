@@ -185,6 +185,10 @@ class TextResidualTask(_NCETextTask):
                                   f"{_value(cfg, key)!r}: the residual model needs the base's vocabulary, set it "
                                   f"the same")
 
+    def load_applied(self, cfg: Config, stored: dict[str, bytes]) -> None:
+        """``None``: the full load (its applier refuses, naming the base run to score instead)."""
+        return None
+
     def read(self, cfg: Config, stored: Mapping[str, bytes] | None) -> LanguageData:
         """The base run (its newest checkpoint, unchanged since this run was trained when ``stored`` is
         given) and this run's sentences encoded with the base run's vocabulary (or the stored one)."""

@@ -34,11 +34,11 @@ from typing import Any
 from ebms.cli.config import Config, ConfigError
 from ebms.data.mnist import ChecksumError
 from ebms.data.text import MAX_TEXT_BYTES, Vocabulary, ptb, read_sentences, tiny_shakespeare
-from ebms.errors import CheckpointError, DataError
+from ebms.errors import DataError
 from ebms.sequences import Sequences
-from ebms.train.run_files import dump_json, fingerprint, stored_json
+from ebms.train.run_files import dump_json, fingerprint, stored_json, stored_vocabulary
 
-__all__ = ["DEFAULT_MAX_LENGTH", "VOCAB_FILE", "LanguageData", "load_language_data",
+__all__ = ["DEFAULT_MAX_LENGTH", "VOCAB_FILE", "LanguageData", "applied_language_data", "load_language_data",
            "vocabulary_file"]
 
 #: the held-out splits, in the order ``eval`` reports them.
@@ -169,20 +169,6 @@ def _build_vocabulary(cfg: Config, train: list[list[str]]) -> Vocabulary:
     return vocab
 
 
-def _stored_vocabulary(cfg: Config, payload: Mapping[str, Any]) -> Vocabulary:
-    s = cfg.sections["language"]
-    try:
-        tokens, counts = payload["tokens"], payload["counts"]
-        vocab = Vocabulary(tokens[2:], level=payload["level"], counts=counts)
-        if list(vocab.tokens) != tokens or vocab.level != s.level:
-            raise ValueError(f"tokens {tokens[:2]} at ids 0, 1 or level {payload['level']!r} (language.level="
-                             f"{s.level!r})")
-    except (KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(f"{VOCAB_FILE}: not a vocabulary this run can use ({e}); train the run again "
-                              f"(--overwrite)") from None
-    return vocab
-
-
 def load_language_data(cfg: Config, stored: Mapping[str, bytes] | None = None, *,
                        vocab: Vocabulary | None = None) -> LanguageData:
     """Read, build the vocabulary (or take it), encode (see the module docstring).
@@ -209,7 +195,7 @@ def load_language_data(cfg: Config, stored: Mapping[str, bytes] | None = None, *
     if s.limit is not None:
         train = train[: s.limit]
     if payload is not None:
-        vocab = _stored_vocabulary(cfg, payload)
+        vocab = stored_vocabulary(payload, VOCAB_FILE, level=s.level)
     elif vocab is None:
         vocab = _build_vocabulary(cfg, train)
     held = {}
@@ -235,6 +221,15 @@ def load_language_data(cfg: Config, stored: Mapping[str, bytes] | None = None, *
                         f"with the run's stored {VOCAB_FILE}, differ from the ones recorded there); a run keeps "
                         f"its vocabulary and training data: restore the file, or train a new run")
     return data
+
+
+def applied_language_data(cfg: Config, stored: Mapping[str, bytes]) -> LanguageData:
+    """The vocabulary and ``L`` of a trained run's :data:`VOCAB_FILE`, no sentence and no text read: what a model
+    applied to new text is built from (``ebms score``; :meth:`~ebms.cli.tasks.Task.load_applied`)."""
+    payload = stored_json(stored, VOCAB_FILE, VOCAB_FORMAT)
+    vocab = stored_vocabulary(payload, VOCAB_FILE, level=cfg.sections["language"].level)
+    return LanguageData(vocab, Sequences.from_lists([]), {}, int(payload["max_length"]), name=cfg.data.name,
+                        stored=payload)
 
 
 def _train_fingerprint(data: LanguageData) -> str:

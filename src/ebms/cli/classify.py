@@ -31,9 +31,11 @@ def _temperature(text: str) -> float:
 
 
 def cmd_classify(args: argparse.Namespace) -> int:
-    from ebms.apply.images import read_images
+    from ebms.apply.images import evaluated_calibration, read_images
 
     run, applier = open_applied(args.run, "classify")
+    if applier.has_labels and args.temperature is None:  # the T `ebms eval` fitted on these weights, if it kept it
+        applier.use_calibration(evaluated_calibration(run.path / "eval.json", run.model))
     if not applier.has_labels:
         for flag, value in (("--probs", args.probs or None), ("--temperature", args.temperature)):
             if value is not None:

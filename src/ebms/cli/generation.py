@@ -309,6 +309,12 @@ class BaseLMTask(GenerationTask):
 
     applies: ClassVar[tuple[str, ...]] = ("score",)
 
+    def load_applied(self, cfg: Config, stored: dict[str, bytes]) -> AdditionData | None:
+        """The addition vocabulary (the stored one), no sentence drawn: what the LM and its scorer read."""
+        task, none = AdditionTask(self.settings(cfg).digits), Sequences.from_lists([])
+        was = stored_json(stored, VOCAB_FILE, VOCAB_FORMAT)
+        return AdditionData(task, none, none) if was.get("tokens") == list(task.vocabulary.tokens) else None
+
     def applier(self, command: str, cfg: Config, model: nn.Module, data: AdditionData) -> Any:
         """``score``: :func:`ebms.apply.text.sentence_scorer` on characters (``12+34=046``)."""
         from ebms.apply.text import sentence_scorer

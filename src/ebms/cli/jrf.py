@@ -26,9 +26,10 @@ that length is not an impossible positive).
 * ``crf``: the supervised baseline, the same network trained by the CRF's likelihood on
   ``train.batch_size`` labelled sentences per step (``JRFObjective(None, alpha=0)``).
 
-A run keeps its word and tag lists in ``vocab.json`` with the sha256 of the training set as
-encoded; ``eval`` and a resume use them and refuse training files that no longer encode to the
-recorded sentences (``data.root``). A training sentence longer than :data:`MAX_SENTENCE` tokens is
+A run keeps its word and tag lists in ``vocab.json`` with the counts of its length law and the sha256
+of the training set as encoded; ``eval`` and a resume use them and refuse training files that no
+longer encode to the recorded sentences (``data.root``); ``ebms tag`` builds the model from them
+alone (a run written before the counts were kept reads its training files). A training sentence longer than :data:`MAX_SENTENCE` tokens is
 refused (the length law and the noise draws grow with the longest sentence: a file without the
 blank lines between sentences reads as one). A ``[jrf]`` key set away from its default that the
 objective does not read is refused (``alpha``, ``noise_*``, ``zeta_lr`` are the JRF objective's).
@@ -186,16 +187,31 @@ class JRFTask(StructuredTask[JRFSettings]):
         (test_words,) = vocab.encode(test, chars=False)
         test_split = {"words": test_words, "lengths": torch.tensor([len(x) for x in test], dtype=torch.long),
                       "gold": [x.tags for x in test]}
+        counts = torch.bincount(lengths, minlength=int(lengths.max()) + 1)[1:]
+        maps = {"tags": names, "words": vocab.words, "train_sha256": train_sha256}
+        if was is None or "length_counts" in was:  # a run from before the stored length law keeps its file
+            maps["length_counts"] = counts.tolist()
         info = {"tags": names, "vocab_size": len(vocab.words), "max_length": int(lengths.max()),
-                "length_counts": torch.bincount(lengths, minlength=int(lengths.max()) + 1)[1:],
-                "n_train": len(train),
-                "unlabelled": (words[unl], lengths[unl]),
+                "length_counts": counts, "n_train": len(train), "unlabelled": (words[unl], lengths[unl]),
                 "encode": lambda sents: vocab.encode(sents, chars=False),  # the test split's, also `ebms tag`'s
-                "maps": {"tags": names, "words": vocab.words, "train_sha256": train_sha256}}
+                "maps": maps}
         return TaskData(train=(words[lab], tags[lab], lengths[lab]), test=test_split, info=info, name=cfg.data.name)
 
+    def load_applied(self, cfg: Config, stored: dict[str, bytes]) -> TaskData | None:
+        """The stored word and tag lists and length law, no sentence read (``ebms tag``); ``None``: a run whose
+        file predates the length law (the JRF's ``L`` is its longest training sentence)."""
+        was = stored_json(stored, VOCAB_FILE, VOCAB_FORMAT)
+        if not isinstance(counts := was.get("length_counts"), list) or not counts:
+            return None
+        vocab = stored_word_vocabulary(was, VOCAB_FILE, chars=False)
+        info = {"tags": stored_strings(was, "tags", VOCAB_FILE), "vocab_size": len(vocab.words),
+                "max_length": len(counts), "length_counts": torch.tensor(counts, dtype=torch.long), "n_train": 0,
+                "encode": lambda sents: vocab.encode(sents, chars=False)}
+        return TaskData(train=(), test={}, info=info, name=cfg.data.name)
+
     def run_files(self, cfg: Config, data: TaskData) -> dict[str, bytes]:
-        """``vocab.json``: the tag and word lists and the training fingerprint."""
+        """``vocab.json``: the tag and word lists, the training sentences' length counts (lengths ``1..L``) and the
+        training fingerprint."""
         return {VOCAB_FILE: dump_json({"format": VOCAB_FORMAT, "version": 1, **data.info["maps"]})}
 
     def training_data(self, cfg: Config, data: TaskData) -> Callable[[int, torch.Generator], Any]:

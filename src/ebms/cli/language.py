@@ -69,7 +69,7 @@ import torch
 from torch import Tensor, nn
 
 from ebms.cli._config_rules import COUNT, DROPOUT, NONNEG, POS, Rule
-from ebms.cli._language_data import VOCAB_FILE, LanguageData, load_language_data, vocabulary_file
+from ebms.cli._language_data import VOCAB_FILE, LanguageData, applied_language_data, load_language_data, vocabulary_file
 from ebms.cli._language_eval import normalised_report
 from ebms.cli._unread_keys import refuse_unread
 from ebms.cli.config import Config, ConfigError, ModelConfig
@@ -334,7 +334,15 @@ class LanguageTask(Task[LanguageSettings]):
     def load(self, cfg: Config, *, stored: Mapping[str, bytes] | None = None) -> LanguageData:
         """The run's sentences; with ``stored`` (a trained run's files) its vocabulary, ``L`` and word classes."""
         self.check(cfg)
-        data = self.read(cfg, stored)
+        return self._with_classes(cfg, self.read(cfg, stored))
+
+    def load_applied(self, cfg: Config, stored: dict[str, bytes]) -> LanguageData | None:
+        """The stored vocabulary, ``L`` and word classes, no sentence (:func:`applied_language_data`); ``None``: a
+        ``trf`` whose file holds no classes."""
+        data, n = self._with_classes(cfg, applied_language_data(cfg, stored)), self.class_count(cfg)
+        return None if n and ("classes", n) not in data.cache else data
+
+    def _with_classes(self, cfg: Config, data: LanguageData) -> LanguageData:
         n, V = self.class_count(cfg), len(data.vocab)
         if n > V - 1:
             raise ConfigError(f"trf.classes: exchange clustering sorts the vocabulary's {V - 1} token ids (<unk> "
@@ -449,8 +457,8 @@ class NGramTask(LanguageTask):
         return True
 
     def build_model(self, cfg: Config, data: LanguageData) -> nn.Module:
-        n = cfg.sections["ngram"]
-        return _ngram(data, n.order, "ngram.order", n)
+        n = cfg.sections["ngram"]  # applied from the stored files (no sentence): the checkpoint holds the tables
+        return _ngram(data, n.order, "ngram.order", n) if data.size else BackoffNGram.uniform(len(data.vocab), n.order)
 
     def build_objective(self, cfg: Config, data: LanguageData) -> nn.Module:
         return AutoregressiveNLL()

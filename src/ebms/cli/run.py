@@ -381,7 +381,7 @@ def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = (), *
     _check_model_identity(ckpt, cfg, overrides)
     task = serving_task(cfg)
     stored = read_run_files(run_dir, ckpt.identity)
-    data = None if training_data or not stored else task.load_applied(cfg, stored)
+    data = None if training_data else task.load_applied(cfg, stored)
     light = data is not None
     if data is None:
         data = _load(task, cfg, stored)

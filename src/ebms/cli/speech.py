@@ -18,13 +18,13 @@ concatenated from one FSDD speaker's takes, 40 log-mels + global CMVN, speaker-d
 of greedy (best-path) decoding with its substitutions / deletions / insertions and the sentence
 error rate; for ``ctc-crf`` also ``ler_lm``: decoding with the denominator n-gram.
 
-A run keeps ``data.json``: the sha256 of its training utterances' transcripts and frame counts, the
-sample rate and the global CMVN statistics fitted on them. ``eval`` and a resume refuse recordings that
-no longer give those utterances (the denominator n-gram is fitted to their transcripts), naming
-``data.root``, and normalise with the stored statistics (a run trained before they were stored refits
-them, as it did). ``ebms decode`` (:class:`ebms.apply.speech.SpeechDecoder`) applies a run to wav files
-with the stored statistics; it refuses a run without them. ``speech.ctc_weight`` and
-``speech.lm_order`` belong to ``ctc-crf``: set with ``ctc``, they are refused.
+A run keeps ``data.json``: the sha256 of its training utterances' transcripts and frame counts, the sample rate,
+the global CMVN statistics fitted on them and (``ctc-crf``) the transcripts. ``eval`` and a resume refuse recordings
+that no longer give those utterances (the denominator n-gram is fitted to their transcripts), naming ``data.root``,
+and normalise with the stored statistics (a run trained before they were stored refits them, as it did). ``ebms
+decode`` (:class:`ebms.apply.speech.SpeechDecoder`) reads no recording: the stored statistics, and the graph rebuilt
+from the stored transcripts (older runs: from the data); it refuses a run without the statistics. ``speech.ctc_weight``
+and ``speech.lm_order`` belong to ``ctc-crf``: set with ``ctc``, they are refused.
 """
 
 from __future__ import annotations
@@ -71,13 +71,6 @@ class SpeechSettings:
     lm_order: int = 2
 
 
-def _den_graph(transcripts: list[list[int]], n_classes: int, order: int) -> Any:
-    from ebms.structured.den_graph import DenominatorGraph
-    from ebms.structured.ngram import LabelNGram
-
-    return DenominatorGraph.from_ngram(LabelNGram.fit(transcripts, n_classes, order))
-
-
 class SpeechTask(StructuredTask[SpeechSettings]):
     """Connected-digit recognition trained with CTC or CTC-CRF (module docstring)."""
 
@@ -113,7 +106,7 @@ class SpeechTask(StructuredTask[SpeechSettings]):
 
     def load(self, cfg: Config, *, stored: Mapping[str, bytes] | None = None) -> TaskData:
         """The utterances; with ``stored`` (a trained run's files) the training ones must be the recorded ones."""
-        from ebms.apply.speech import stored_cmvn
+        from ebms.apply.speech import den_graph, stored_cmvn
         from ebms.data.fsdd import SAMPLE_RATE, connected_digits
 
         self.check(cfg)
@@ -128,15 +121,14 @@ class SpeechTask(StructuredTask[SpeechSettings]):
         except ValueError as e:
             raise ConfigError(f"speech.test_speakers: {e}" if str(e).startswith("test_speakers") else f"data: {e}") from None
         tr = task.train
-        graph = None
-        if DEN_GRAPH[cfg.objective.kind]:
-            try:
-                graph = _den_graph(tr.transcripts(), task.n_classes, s.lm_order)
-            except ValueError as e:
-                raise ConfigError(f"speech.lm_order: {e}") from None
+        try:
+            graph = den_graph(tr.transcripts(), task.n_classes, s.lm_order) if DEN_GRAPH[cfg.objective.kind] else None
+        except ValueError as e:
+            raise ConfigError(f"speech.lm_order: {e}") from None
         info = {"n_features": int(tr.features.shape[2]), "n_classes": task.n_classes, "den_graph": graph,
                 "test_speakers": list(task.test_speakers), "sample_rate": SAMPLE_RATE,
                 "cmvn": task.stats if stats is not None or not stored else None,  # None: an older run's file
+                "transcripts": None if graph is None or stored and "transcripts" not in record else tr.transcripts(),
                 "train_sha256": fingerprint(tr.lengths, tr.targets, tr.target_lengths)}
         if stored and record.get("train_sha256") != info["train_sha256"]:
             raise changed_data("data.root", "the fsdd-digits training utterances (transcripts and frame counts)",
@@ -144,13 +136,22 @@ class SpeechTask(StructuredTask[SpeechSettings]):
         return TaskData((tr.features, tr.lengths, tr.targets, tr.target_lengths), task.test, info, name="fsdd-digits")
 
     def run_files(self, cfg: Config, data: TaskData) -> dict[str, bytes]:
-        """``data.json``: the training utterances' fingerprint (transcripts, frame counts), the sample rate and the
-        CMVN statistics fitted on them (a run trained before they were kept keeps its file as it was)."""
+        """``data.json``: the training utterances' fingerprint (transcripts, frame counts), the sample rate, the CMVN
+        statistics fitted on them and a CTC-CRF's transcripts (a run trained before they were kept keeps its file)."""
         from ebms.apply.speech import cmvn_record
 
-        kept = {} if data.info["cmvn"] is None else cmvn_record(data.info["cmvn"], data.info["sample_rate"])
-        return {DATA_FILE: dump_json({"format": DATA_FORMAT, "version": 1, "n_classes": data.info["n_classes"],
-                                      "train_sha256": data.info["train_sha256"], **kept})}
+        i = data.info
+        kept = {} if i["cmvn"] is None else cmvn_record(i["cmvn"], i["sample_rate"], i.get("transcripts"))
+        return {DATA_FILE: dump_json({"format": DATA_FORMAT, "version": 1, "n_classes": i["n_classes"],
+                                      "train_sha256": i["train_sha256"], **kept})}
+
+    def load_applied(self, cfg: Config, stored: dict[str, bytes]) -> TaskData | None:
+        """``decode``'s sizes, statistics and graph from ``data.json`` alone (:func:`ebms.apply.speech.applied_info`)."""
+        from ebms.apply.speech import applied_info
+
+        order = self.settings(cfg).lm_order if DEN_GRAPH[cfg.objective.kind] else None
+        info = applied_info(stored_json(stored, DATA_FILE, DATA_FORMAT), DATA_FILE, lm_order=order)
+        return None if info is None else TaskData((), None, info, name="fsdd-digits")
 
     def build_model(self, cfg: Config, data: TaskData) -> nn.Module:
         from ebms.nets.acoustic import ConvBiLSTM
@@ -166,8 +167,7 @@ class SpeechTask(StructuredTask[SpeechSettings]):
     def evaluate(self, cfg: Config, model: nn.Module, data: TaskData) -> dict[str, float]:
         from ebms.metrics.ctc_eval import evaluate_ctc
 
-        test = data.test
-        return evaluate_ctc(model, test.features, test.lengths, test.transcripts(),
+        return evaluate_ctc(model, data.test.features, data.test.lengths, data.test.transcripts(),
                             den_graph=data.info.get("den_graph"), batch_size=EVAL_BATCH)
 
     def applier(self, command: str, cfg: Config, model: nn.Module, data: TaskData) -> Any:

@@ -51,6 +51,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar
 
 import torch
@@ -70,6 +71,7 @@ from ebms.objectives.conditional_rows import CorpusRowsObjective
 from ebms.objectives.feature_crf import FeatureCRFLikelihood
 from ebms.structured.features import AttributeVocabulary, EncodedCorpus
 from ebms.structured.linear_chain import bio_allowed_transitions
+from ebms.train.owlqn import OWLQN
 from ebms.train.run_files import (
     changed_data,
     dump_json,
@@ -212,6 +214,13 @@ class TaggingTask(StructuredTask[TaggingSettings]):
         test = {k: _split(v, encode(v)) for k, v in splits.items() if v}
         return TaskData(train=(*x, y, lengths), test=test, info=info, name=cfg.data.name)
 
+    def load_applied(self, cfg: Config, stored: dict[str, bytes]) -> TaskData:
+        """The stored maps and the encoding of :meth:`encoder` with no training sentence (``ebms tag``)."""
+        was, none = stored_json(stored, VOCAB_FILE, VOCAB_FORMAT), torch.zeros(0, dtype=torch.long)
+        info: dict[str, Any] = {"tags": stored_strings(was, "tags", VOCAB_FILE), "n_train": 0}
+        info["encode"] = self.encoder(cfg, was, [], none.view(0, 0), none, info)[1]
+        return TaskData(train=(), test={}, info=info, name=cfg.data.name)
+
     @abc.abstractmethod
     def encoder(self, cfg: Config, was: Any, train: list[Sentence], y: Tensor, lengths: Tensor, info: dict[str, Any]
                 ) -> tuple[tuple[Tensor, ...], Callable[[list[Sentence]], Any]]:
@@ -234,16 +243,7 @@ class TaggingTask(StructuredTask[TaggingSettings]):
 
     def build_optimizer(self, cfg: Config,
                         data: TaskData) -> Callable[[list[dict[str, Any]]], torch.optim.Optimizer] | None:
-        if cfg.train.optimizer != "lbfgs":
-            return None
-        l1 = self.settings(cfg).c1 / data.size
-
-        def make(params: Any) -> torch.optim.Optimizer:
-            from ebms.train.owlqn import OWLQN
-
-            return OWLQN(params, l1=l1)
-
-        return make
+        return partial(OWLQN, l1=self.settings(cfg).c1 / data.size) if cfg.train.optimizer == "lbfgs" else None
 
     @staticmethod
     def decoding(model: nn.Module) -> dict[str, Any]:

@@ -67,7 +67,7 @@ from typing import Any, ClassVar, cast
 import torch
 from torch import Tensor, nn
 
-from ebms.apply.images import ImageClassifier, ImageEnergyScorer
+from ebms.apply.images import ImageClassifier, ImageEnergyScorer, applied_splits, weights_digest
 from ebms.cli._config_rules import COUNT, FRACTION, NONNEG, Rule
 from ebms.cli.build import build, build_sampler, check_replay_buffer
 from ebms.cli.config import Config, ConfigError
@@ -75,6 +75,7 @@ from ebms.cli.tasks import Task, check_batch_size, register
 from ebms.data.augment import Augment, random_shift
 from ebms.data.image_sets import OOD_SETS, ImageSplits, load_image_splits, missing_ood_sets, ood_images
 from ebms.distributions.class_gaussian import ClassConditionalGaussian
+from ebms.errors import DataError
 from ebms.metrics.image_eval import (
     ImageClassifierReport,
     ImageEnergyReport,
@@ -165,6 +166,9 @@ class VisionClassifierReport(ImageClassifierReport):
     left out because they are not installed, each with its note (``eval.json`` keeps it)."""
 
     ood_skipped: dict[str, str] = field(default_factory=dict)
+    #: :func:`ebms.apply.images.weights_digest` of the weights evaluated: ``ebms classify`` takes ``temperature``
+    #: for a run whose weights have this digest (:func:`ebms.apply.images.evaluated_calibration`).
+    weights_sha256: str = ""
 
     def lines(self) -> list[str]:
         return [*super().lines(), *_skip_lines(self.ood_skipped)]
@@ -299,9 +303,23 @@ class VisionTask(Task[VisionSettings]):
                      val_fraction=s.val_fraction, labels_per_class=s.labels_per_class,
                      seed=cfg.run.seed + LABEL_SEED, n_test=d.n_test)
 
+    def load_applied(self, cfg: Config, stored: dict[str, bytes]) -> ImageSplits | None:
+        """``classify``'s image size and classes from ``data.name`` (:func:`~ebms.apply.images.applied_splits`), no
+        image read; a classifier trained on ``vision.limit`` images may have seen fewer classes: the full load."""
+        return None if self.labels and self.settings(cfg).limit is not None else applied_splits(cfg.data.name)
+
     def applier(self, command: str, cfg: Config, model: nn.Module, data: ImageSplits) -> Any:
-        """``ebms classify``: labels, probabilities at the temperature ``eval`` fits, ``logsumexp f(x)`` scores."""
-        return ImageClassifier.for_splits(cast(JEM, model).logits, data)
+        """``ebms classify``: labels, probabilities at the temperature ``eval`` fits, ``logsumexp f(x)`` scores
+        (opened without its images: they are loaded if a temperature needs them, :meth:`validation`)."""
+        return ImageClassifier.for_splits(cast(JEM, model).logits, data, validation=partial(self.validation, cfg))
+
+    def validation(self, cfg: Config) -> tuple[Tensor, Tensor]:
+        """The validation images and labels of the run of ``cfg`` (:class:`DataError`: they cannot be loaded)."""
+        try:
+            data = self.load(cfg)
+        except ConfigError as e:
+            raise DataError(str(e)) from None
+        return data.val, data.val_targets
 
     def space(self, data: ImageSplits) -> Box:
         return Box(data.image_shape, -1.0, 1.0)
@@ -392,7 +410,7 @@ class VisionTask(Task[VisionSettings]):
         report = evaluate_image_classifier(cast(JEM, model).logits, data.test, data.test_targets, data.val,
                                            data.val_targets, ood, n_bins=s.ece_bins, n_ood=s.ood_size, step=step,
                                            generator=g, progress=cfg.run.progress)
-        return VisionClassifierReport(**vars(report), ood_skipped=skipped)
+        return VisionClassifierReport(**vars(report), ood_skipped=skipped, weights_sha256=weights_digest(model))
 
     def sampler(self, cfg: Config, data: ImageSplits) -> Sampler:
         return build_sampler(cfg, self.space(data))

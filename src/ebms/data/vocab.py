@@ -65,13 +65,13 @@ class WordVocabulary:
 
     def encode(self, sentences: Sequence[Sentence], *, chars: bool) -> tuple[Tensor, ...]:
         """``words (N, T)`` and, with ``chars``, ``chars (N, T, L)`` (``L <= MAX_WORD_CHARS``); padded with 0."""
-        t = max(len(s) for s in sentences)
+        t = max((len(s) for s in sentences), default=0)
         w = torch.zeros(len(sentences), t, dtype=torch.long)
         for i, s in enumerate(sentences):
             w[i, : len(s)] = torch.tensor([self.word_index.get(self.normalise(x), self.UNK) for x in s.words])
         if not chars:
             return (w,)
-        length = min(MAX_WORD_CHARS, max(len(x) for s in sentences for x in s.words))
+        length = min(MAX_WORD_CHARS, max((len(x) for s in sentences for x in s.words), default=0))
         c = torch.zeros(len(sentences), t, length, dtype=torch.long)
         for i, s in enumerate(sentences):
             for j, x in enumerate(s.words):

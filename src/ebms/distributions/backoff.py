@@ -31,6 +31,7 @@ and on unigrams for add-k.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 
@@ -116,6 +117,32 @@ class BackoffNGram(Distribution):
         Distribution.__init__(model)
         model._install(vocab_size, tables)
         return model
+
+    @classmethod
+    def uniform(cls, vocab_size: int, order: int) -> BackoffNGram:
+        """Every one of the ``V`` outcomes at ``log(1/V)`` after any history, no n-gram stored above the unigrams:
+        a model of ``order`` to load a saved one into (``load_state_dict`` takes the saved tables whatever
+        their sizes, e.g. a trained run's checkpoint without the text it was counted on)."""
+        check_int(vocab_size, "vocab_size", minimum=2)
+        check_int(order, "order", minimum=1)
+        empty = torch.zeros(0, dtype=torch.float64)
+        tables = _kneser_ney.Tables([None, *(torch.zeros(0, dtype=torch.long) for _ in range(order - 1))],
+                                    [torch.full((vocab_size,), -math.log(vocab_size), dtype=torch.float64),
+                                     *(empty for _ in range(order - 1))],
+                                    [torch.zeros(vocab_size, dtype=torch.float64), *(empty for _ in range(order - 1))])
+        return cls._from_tables(vocab_size, tables)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        # the tables above the unigrams hold the n-grams seen in training, so their sizes are the saved model's:
+        # take them (same dtype) before the copy; V and the order stay checked (order 1's size, the buffer names)
+        for m in range(2, self.order + 1):
+            for kind in ("keys", "log_probs", "backoffs"):
+                name, have = f"{kind}_{m}", self._table(kind, m)
+                new = state_dict.get(prefix + name)
+                if isinstance(new, Tensor) and new.dim() == have.dim() == 1 and new.shape != have.shape:
+                    setattr(self, name, torch.empty(new.shape, dtype=have.dtype, device=have.device))
+        self.__dict__.pop("_sampler_cache", None)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _tables(self) -> _kneser_ney.Tables:
         t = _kneser_ney.Tables([None], [], [])

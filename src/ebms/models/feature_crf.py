@@ -71,6 +71,7 @@ class FeatureCRF(nn.Module):
         self.state_values = nn.Parameter(torch.zeros(k, dtype=dtype))
         self.transition_values = nn.Parameter(torch.zeros(k_t, dtype=dtype))
         self.register_load_state_dict_pre_hook(_dense_checkpoint_to_compact)
+        self.register_load_state_dict_pre_hook(_checkpoint_masks)
 
     @staticmethod
     def _index(mask: Tensor | None) -> Tensor | None:
@@ -171,3 +172,18 @@ def _dense_checkpoint_to_compact(module: nn.Module, state_dict: dict[str, Any], 
         if mask is not None and mask.numel() == flat.numel():
             flat = flat[mask.reshape(-1).nonzero().squeeze(1)]
         state_dict[prefix + values_key] = flat
+
+
+def _checkpoint_masks(module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+    """The weights that exist are the checkpoint's: a saved mask of the module's shape that differs from its own
+    (one built before the training data is seen, e.g. the all-false mask of a run applied from its stored files)
+    replaces it, and the values are sized to its count before the copy."""
+    assert isinstance(module, FeatureCRF)
+    for values_key, mask_key in (("state_values", "state_mask"), ("transition_values", "transition_mask")):
+        mask, own = state_dict.get(prefix + mask_key), getattr(module, mask_key)
+        if (not isinstance(mask, Tensor) or own is None or mask.dtype != torch.bool or mask.shape != own.shape
+                or torch.equal(mask.to(own.device), own)):
+            continue
+        values: nn.Parameter = getattr(module, values_key)
+        setattr(module, mask_key, torch.empty_like(own))
+        setattr(module, values_key, nn.Parameter(values.new_empty(int(mask.sum())), requires_grad=values.requires_grad))

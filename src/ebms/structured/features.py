@@ -408,7 +408,7 @@ def observed_transitions(tags: Tensor, lengths: Tensor, n_tags: int) -> Tensor:
     if tags.dim() != 2:
         raise ValueError(f"tags: expected shape (N, T); got {tuple(tags.shape)}")
     check_shape(lengths, (tags.shape[0],), "lengths")
-    both = (torch.arange(1, tags.shape[1]) < lengths[:, None])
+    both = torch.arange(1, max(tags.shape[1], 1)) < lengths[:, None]  # (N, T - 1); no tag at all: (N, 0)
     mask = torch.zeros(n_tags * n_tags, dtype=torch.bool)
     mask[tags[:, :-1][both] * n_tags + tags[:, 1:][both]] = True
     return mask.view(n_tags, n_tags)

@@ -25,11 +25,12 @@ from typing import Any
 
 from torch import Tensor
 
+from ebms.data.text import Vocabulary
 from ebms.data.vocab import WordVocabulary
 from ebms.errors import CheckpointError, DataError
 
 __all__ = ["FILE_PREFIX", "changed_data", "dump_json", "file_identity", "fingerprint", "read_run_files",
-           "stored_json", "stored_strings", "stored_word_vocabulary", "write_run_files"]
+           "stored_json", "stored_strings", "stored_vocabulary", "stored_word_vocabulary", "write_run_files"]
 
 #: prefix of the identity keys that hold a run file's sha256 (``file.vocab.json``).
 FILE_PREFIX = "file."
@@ -135,6 +136,22 @@ def stored_word_vocabulary(payload: Mapping[str, Any], name: str, *, chars: bool
     if chars:
         vocab.chars = stored_strings(payload, "chars", name)
         vocab.char_index = {c: i for i, c in enumerate(vocab.chars)}
+    return vocab
+
+
+def stored_vocabulary(payload: Mapping[str, Any], name: str, *, level: str) -> Vocabulary:
+    """The :class:`~ebms.data.text.Vocabulary` of the stored ``tokens`` (ids in order), ``counts`` and ``level``
+    (a language run's), which must be ``level`` (the run's ``language.level``); anything else is a
+    :class:`CheckpointError`."""
+    try:
+        tokens, counts = payload["tokens"], payload["counts"]
+        vocab = Vocabulary(tokens[2:], level=payload["level"], counts=counts)
+        if list(vocab.tokens) != tokens or vocab.level != level:
+            raise ValueError(f"tokens {tokens[:2]} at ids 0, 1 or level {payload['level']!r} (language.level="
+                             f"{level!r})")
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{name}: not a vocabulary this run can use ({e}); train the run again "
+                              f"(--overwrite)") from None
     return vocab
 
 

@@ -349,6 +349,15 @@ class DiscreteFeatures(SubstitutionScores, nn.Module):
         same = all(isinstance(new := state_dict.get(prefix + name), Tensor) and new.shape == have.shape
                    and torch.equal(new.to(have.device), have)
                    for name, have in (("keys", self.keys), ("class_ids", self.class_ids)))
+        keys = state_dict.get(prefix + "keys")
+        if isinstance(keys, Tensor) and keys.dim() == 1 and keys.shape != self.keys.shape:
+            # the features are the saved model's (fitted on its training text): a module built without them (a
+            # run applied from its stored files) takes their number before the copy
+            n, dev = keys.numel(), self.weight.device
+            self.keys = torch.empty(n, dtype=torch.long, device=self.keys.device)
+            self.observed_counts = torch.empty(n, dtype=torch.float64, device=self.observed_counts.device)
+            self.weight = nn.Parameter(torch.empty(n, dtype=self.weight.dtype, device=dev),
+                                       requires_grad=self.weight.requires_grad)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         self._single_ids = None
         self._last = None
