@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from matplotlib.figure import Figure
 
-from ebms.train.logs import MetricsTable
 from ebms.viz.figure import new_figure
+
+if TYPE_CHECKING:  # the plots import no training code
+    from ebms.train.logs import MetricsTable
 
 __all__ = ["MAX_CURVES", "plot_metrics"]
 
