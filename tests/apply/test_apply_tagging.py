@@ -9,11 +9,12 @@ a CoNLL-2000-format corpus of their own keep this fast.
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import pytest
 import torch
+from _apply_data import conll_corpus as _corpus
+from _apply_data import write_conll2000
 
 from ebms.apply.tagging import SentenceTagger, TagResult, looks_like_tags, read_tagging_input
 from ebms.cli.main import main
@@ -21,16 +22,6 @@ from ebms.data.conll import Sentence, read_conll, to_iob2
 from ebms.errors import DataError
 from ebms.metrics.tagger_eval import decode_tags
 from ebms.runs import load_run
-
-ROWS = [("the", "DT", "B-NP"), ("cat", "NN", "I-NP"), ("dog", "NN", "I-NP"), ("sat", "VBD", "B-VP"),
-        ("ran", "VBD", "B-VP"), ("on", "IN", "B-PP"), ("mat", "NN", "B-NP"), (".", ".", "O"), ("42", "CD", "B-NP")]
-
-
-def _corpus(n: int, seed: int) -> str:
-    rng = random.Random(seed)
-    return "".join("".join(f"{w} {p} {t}\n" for w, p, t in (rng.choice(ROWS) for _ in range(rng.randint(1, 6))))
-                   + "\n" for _ in range(n))
-
 
 KINDS = {
     "cnn-crf": ["model.kind=cnn-crf", "tagging.embedding_dim=8", "tagging.hidden=8", "tagging.char_dim=4",
@@ -45,9 +36,7 @@ KINDS = {
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``runs/<kind>`` for each of :data:`KINDS`, trained on ``conll2000/{train,test}.txt`` of the same folder."""
     root = tmp_path_factory.mktemp("apply-tag")
-    (root / "conll2000").mkdir()
-    (root / "conll2000" / "train.txt").write_text(_corpus(50, 0))
-    (root / "conll2000" / "test.txt").write_text(_corpus(20, 1))
+    write_conll2000(root, _corpus(50, 0), _corpus(20, 1))
     for kind, extra in KINDS.items():
         assert main(["train", "data.name=conll2000", f"data.root={root}", f"run.out_dir={root}/runs",
                      "run.progress=false", "objective.kind=crf", f"run.name={kind}", "--no-eval", *extra]) == 0

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _apply_data import write_fsdd
 
 from ebms.apply.speech import (
     DIGIT_WORDS,
@@ -46,27 +47,10 @@ TINY = ["run.progress=false", f"speech.n_train={SETTINGS['n_train']}", f"data.n_
         "train.batch_size=4", "train.log_every=3", "train.checkpoint_every=6", 'speech.test_speakers=["cy"]']
 
 
-def _tone(path: Path, digit: int, speaker: int) -> None:
-    t = torch.arange(1200 + 80 * digit, dtype=torch.float64) / 8000
-    x = (6000 * torch.sin(2 * math.pi * (300 + 150 * digit + 20 * speaker) * t)).to(torch.int16)
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(8000)
-        w.writeframes(x.numpy().astype("<i2").tobytes())
-
-
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny FSDD-like folder: tones per (digit, speaker); takes 5-6 train, speaker cy held out."""
-    base = tmp_path_factory.mktemp("data")
-    rec = base / "fsdd" / "recordings"
-    rec.mkdir(parents=True)
-    for s_i, spk in enumerate(("ann", "bob", "cy")):
-        for d in range(10):
-            for k in range(4, 7):
-                _tone(rec / f"{d}_{spk}_{k}.wav", d, s_i)
-    return base
+    return write_fsdd(tmp_path_factory.mktemp("data"))
 
 
 @pytest.fixture(scope="module", params=["ctc-digits", "ctc-crf-digits"])

@@ -14,12 +14,14 @@ import json
 import math
 import re
 import shutil
-import wave
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _apply_data import tone as _tone
+from _apply_data import write_fsdd
+from _apply_data import write_wav as _wav
 
 from ebms.apply.speech import DIGIT_WORDS
 from ebms.cli.main import main
@@ -36,30 +38,9 @@ TINY = ["run.progress=false", "speech.n_train=8", "data.n_test=5", "speech.max_d
         'speech.test_speakers=["cy"]']
 
 
-def _wav(path: Path, samples: np.ndarray, *, rate: int = 8000, width: int = 2, channels: int = 1) -> Path:
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(channels)
-        w.setsampwidth(width)
-        w.setframerate(rate)
-        w.writeframes(samples.tobytes())
-    return path
-
-
-def _tone(digit: int, speaker: int) -> np.ndarray:
-    t = np.arange(1200 + 80 * digit) / 8000
-    return (6000 * np.sin(2 * math.pi * (300 + 150 * digit + 20 * speaker) * t)).astype("<i2")
-
-
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("data")
-    rec = base / "fsdd" / "recordings"
-    rec.mkdir(parents=True)
-    for s_i, spk in enumerate(("ann", "bob", "cy")):
-        for d in range(10):
-            for k in range(4, 7):  # takes 5 and 6 train; all of cy's takes are test takes
-                _wav(rec / f"{d}_{spk}_{k}.wav", _tone(d, s_i))
-    return base
+    return write_fsdd(tmp_path_factory.mktemp("data"))  # takes 5 and 6 train; all of cy's takes are test takes
 
 
 @pytest.fixture(scope="module")

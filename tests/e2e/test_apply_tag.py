@@ -12,24 +12,15 @@ from __future__ import annotations
 
 import io
 import json
-import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from _apply_data import conll_corpus as _corpus
+from _apply_data import write_conll2000
 
 from ebms.cli.main import main
-
-ROWS = [("the", "DT", "B-NP"), ("cat", "NN", "I-NP"), ("dog", "NN", "I-NP"), ("sat", "VBD", "B-VP"),
-        ("ran", "VBD", "B-VP"), ("on", "IN", "B-PP"), ("mat", "NN", "B-NP"), (".", ".", "O"), ("7", "CD", "B-NP")]
-
-
-def _corpus(n: int, seed: int) -> str:
-    rng = random.Random(seed)
-    return "".join("".join(f"{w} {p} {t}\n" for w, p, t in (rng.choice(ROWS) for _ in range(rng.randint(1, 6))))
-                   + "\n" for _ in range(n))
-
 
 RUNS = {
     "bilstm-crf": ["model.kind=bilstm-crf", "tagging.embedding_dim=8", "tagging.hidden=8", "tagging.char_dim=4",
@@ -44,9 +35,7 @@ RUNS = {
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder with ``conll2000/{train,test}.txt``, the three runs under ``runs/<kind>`` and a language run."""
     root = tmp_path_factory.mktemp("tag")
-    (root / "conll2000").mkdir()
-    (root / "conll2000" / "train.txt").write_text(_corpus(60, 0))
-    (root / "conll2000" / "test.txt").write_text(_corpus(30, 1))
+    write_conll2000(root, _corpus(60, 0), _corpus(30, 1))
     common = ["train", "data.name=conll2000", f"data.root={root}", f"run.out_dir={root}/runs", "run.progress=false",
               "objective.kind=crf"]
     for kind, extra in RUNS.items():

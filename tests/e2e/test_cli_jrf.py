@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _apply_data import write_conll2000
 
 from ebms.cli.config import load_config
 from ebms.cli.jrf import JRFTask
@@ -44,10 +45,7 @@ def _corpus(n: int, seed: int) -> str:
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     r = tmp_path_factory.mktemp("conll")
-    (r / "conll2000").mkdir()
-    (r / "conll2000" / "train.txt").write_text(_corpus(60, 0))
-    (r / "conll2000" / "test.txt").write_text(_corpus(20, 1))
-    return r
+    return write_conll2000(r, _corpus(60, 0), _corpus(20, 1))
 
 
 def _args(root: Path, out: Path, *extra: str) -> list[str]:

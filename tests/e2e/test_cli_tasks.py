@@ -92,3 +92,15 @@ def test_lbfgs_on_minibatches_is_a_config_error(tmp_path: Path, capsys: pytest.C
     assert "train.batch_size: a quasi-Newton optimizer (OWLQN) steps on the whole training set" in err
     assert "expected batch_size = 32 with tensor data; got 16" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "toy" / "config.toml").exists()  # nothing written before the configuration built
+
+
+def test_every_task_that_lists_an_apply_command_builds_its_applier() -> None:
+    """``Task.applier`` raises for a task that lists commands in ``applies`` but does not override it (a bug in the
+    task): no registered task is such a task, and every listed command is one the command line has."""
+    from ebms.cli.applied import APPLY_COMMANDS
+    from ebms.cli.tasks import Task, registered
+
+    for task in registered():
+        assert set(task.applies) <= set(APPLY_COMMANDS), type(task).__name__
+        if task.applies:
+            assert type(task).applier is not Task.applier, f"{type(task).__name__} lists {task.applies} but builds no applier"

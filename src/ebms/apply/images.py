@@ -30,7 +30,6 @@ References:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -51,6 +50,7 @@ from ebms.data.mnist import read_idx
 from ebms.errors import DataError
 from ebms.metrics.calibration import TemperatureScaling
 from ebms.metrics.image_eval import batched
+from ebms.train.run_files import fingerprint
 
 __all__ = ["CLASS_NAMES", "IMAGE_SIZES", "N_CLASSES", "AppliedSplits", "Calibration", "ImageClassification",
            "ImageClassifier", "ImageEnergyScorer", "ImageInputs", "applied_splits", "as_model_input", "check_images",
@@ -271,14 +271,10 @@ def _at_bound(n: int, t: float) -> str:
 
 
 def weights_digest(model: nn.Module) -> str:
-    """sha256 of ``model``'s weights: every ``state_dict`` entry's name, dtype, shape and bytes (on the CPU). ``ebms
+    """sha256 of ``model``'s weights: every ``state_dict`` entry's dtype, shape and bytes in order
+    (:func:`ebms.train.run_files.fingerprint`). ``ebms
     eval`` writes it to ``eval.json`` beside the temperature it fitted (:func:`evaluated_calibration`)."""
-    h = hashlib.sha256()
-    for name, t in model.state_dict().items():
-        t = t.detach().to("cpu").contiguous()
-        h.update(f"{name};{t.dtype};{tuple(t.shape)};".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()
+    return fingerprint(*model.state_dict().values())
 
 
 def evaluated_calibration(path: str | os.PathLike[str], model: nn.Module) -> Calibration | None:

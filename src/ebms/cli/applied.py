@@ -23,7 +23,7 @@ from typing import Any, TextIO
 from ebms.cli.config import ConfigError
 from ebms.errors import DataError, RunFolderError
 
-__all__ = ["APPLY_COMMANDS", "add_run_argument", "applier_of", "open_applied", "output", "read_lines"]
+__all__ = ["APPLY_COMMANDS", "add_run_argument", "applier_of", "open_applied", "output", "read_lines", "run_folder"]
 
 #: the commands applying a run, each a module ``ebms.cli.<name>`` (``rescore`` lives in ``score``).
 APPLY_COMMANDS = ("score", "tag", "decode", "classify")
@@ -33,6 +33,19 @@ def add_run_argument(s: argparse.ArgumentParser) -> None:
     """The run folder (first positional) and ``--out`` of an apply command."""
     s.add_argument("run", metavar="RUN", help="run folder made by `ebms train` (runs/<name>)")
     s.add_argument("--out", "-o", default="-", help="output file (default -: stdout); written whole or not at all")
+
+
+def run_folder(path: str | Path) -> Path:
+    """``path`` as a run folder (the ``RUN`` argument of the apply commands and ``ebms plot``).
+
+    Raises:
+        RunFolderError: ``path`` is not a folder.
+    """
+    p = Path(path)
+    if not p.is_dir():
+        raise RunFolderError(f"RUN: {str(path)!r} {'is a file, not' if p.exists() else 'is not'} a run folder "
+                             f"(runs are written under runs/<name>/ by `ebms train`)")
+    return p
 
 
 def open_applied(path: str | Path, command: str) -> tuple[Any, Any]:
@@ -45,11 +58,7 @@ def open_applied(path: str | Path, command: str) -> tuple[Any, Any]:
     """
     from ebms.runs import load_run
 
-    p = Path(path)
-    if not p.is_dir():
-        raise RunFolderError(f"RUN: {str(path)!r} {'is a file, not' if p.exists() else 'is not'} a run folder "
-                             f"(runs are written under runs/<name>/ by `ebms train`)")
-    run = load_run(p, training_data=False)  # the run's stored files, not its training data, where the task can
+    run = load_run(run_folder(path), training_data=False)  # the run's stored files, not its training data, where the task can
     return run, applier_of(run, command)
 
 

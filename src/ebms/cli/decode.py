@@ -14,6 +14,7 @@ from typing import Any
 
 from ebms.cli.applied import add_run_argument, open_applied, output, read_lines
 from ebms.cli.config import ConfigError
+from ebms.cli.main import _count
 
 
 def _paths(items: list[str]) -> list[str]:
@@ -35,8 +36,6 @@ def _paths(items: list[str]) -> list[str]:
 def _fn(args: argparse.Namespace) -> int:
     from ebms.apply.speech import read_audio
 
-    if args.batch_size < 1:
-        raise ConfigError(f"--batch-size: expected an integer >= 1; got {args.batch_size}")
     if args.rms is not None and not (0 < args.rms < float("inf")):
         raise ConfigError(f"--rms: expected a positive level (e.g. 0.1); got {args.rms}")
     if args.refs == "-" and "-" in args.wavs:
@@ -66,7 +65,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("wavs", nargs="+", metavar="WAV", help="wav files (PCM); @LIST: a file of paths; -: paths on stdin")
     s.add_argument("--refs", default=None, help="reference transcripts, lines FILE<TAB>TRANSCRIPT: prints the label "
                    "error rate on stderr")
-    s.add_argument("--batch-size", type=int, default=64, help="utterances per forward (default 64, as ebms eval)")
+    s.add_argument("--batch-size", type=_count("--batch-size", 1), default=64, help="utterances per forward (default 64, as ebms eval)")
     s.add_argument("--decoder", choices=("best-path", "ngram"), default=None,
                    help="best-path, or ngram (a CTC-CRF run's denominator n-gram; its default)")
     s.add_argument("--rms", type=float, default=None, help="scale each recording to this RMS level first "

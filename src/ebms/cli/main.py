@@ -349,13 +349,11 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     """``ebms plot``: a run's logged metrics against the step, as a PNG (and with ``--csv`` as a table)."""
+    from ebms.cli.applied import run_folder
     from ebms.train import read_metrics
     from ebms.viz import plot_metrics, save_figure
 
-    run_dir = Path(args.run)
-    if not run_dir.is_dir():
-        raise RunFolderError(f"RUN: {args.run!r} {'is a file, not' if run_dir.exists() else 'is not'} a run folder "
-                             f"(runs are written under runs/<name>/ by `ebms train`)")
+    run_dir = run_folder(args.run)
     table = read_metrics(run_dir)
     names = None if args.metrics is None else [m.strip() for m in args.metrics.split(",") if m.strip()]
     try:

@@ -239,8 +239,7 @@ class LinearChainCRF(GraphResults):
                 tags[self._rows, : tags_in.shape[1]] = tags_in
                 best = self._scatter(best, best_in)
             return tags, self._connect(best)
-        init = self.emissions[:, 0] if self.start is None else self.emissions[:, 0] + self.start
-        tags, best = viterbi(init, self.emissions[:, 1:], self.transitions, self.end, self.lengths)
+        tags, best = viterbi_tags(self.emissions, self.transitions, self.lengths, self.start, self.end)
         if bool(torch.isneginf(best).any()):
             self.log_partition  # noqa: B018  (raises: nothing is allowed)
         return tags, self._connect(best)

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from ebms.data.text import Vocabulary
@@ -115,7 +116,7 @@ def fingerprint(*tensors: Tensor) -> str:
     for t in tensors:
         t = t.detach().to("cpu").contiguous()
         h.update(f"{t.dtype}{tuple(t.shape)};".encode())
-        h.update(t.numpy().tobytes())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")  # = t.numpy().tobytes(), any dtype
     return h.hexdigest()
 
 

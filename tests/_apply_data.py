@@ -1,0 +1,59 @@
+"""Tiny data folders shared by the tests of the commands applying a run: CoNLL-2000 chunking text and an
+FSDD-like folder of tones (one pitch per digit and speaker)."""
+
+from __future__ import annotations
+
+import math
+import random
+import wave
+from pathlib import Path
+
+import numpy as np
+
+#: (word, POS, chunk tag) rows the tiny CoNLL corpora are drawn from.
+CONLL_ROWS = [("the", "DT", "B-NP"), ("cat", "NN", "I-NP"), ("dog", "NN", "I-NP"), ("sat", "VBD", "B-VP"),
+              ("ran", "VBD", "B-VP"), ("on", "IN", "B-PP"), ("mat", "NN", "B-NP"), (".", ".", "O"),
+              ("42", "CD", "B-NP")]
+
+
+def conll_corpus(n: int, seed: int, rows: list[tuple[str, str, str]] = CONLL_ROWS) -> str:
+    """``n`` sentences of 1-6 rows drawn from ``rows`` (seeded), in CoNLL form."""
+    rng = random.Random(seed)
+    return "".join("".join(f"{w} {p} {t}\n" for w, p, t in (rng.choice(rows) for _ in range(rng.randint(1, 6))))
+                   + "\n" for _ in range(n))
+
+
+def write_conll2000(root: Path, train: str, test: str) -> Path:
+    """``root/conll2000/{train,test}.txt`` with the given texts; returns ``root``."""
+    (root / "conll2000").mkdir(parents=True, exist_ok=True)
+    (root / "conll2000" / "train.txt").write_text(train)
+    (root / "conll2000" / "test.txt").write_text(test)
+    return root
+
+
+def write_wav(path: Path, samples: np.ndarray, *, rate: int = 8000, width: int = 2, channels: int = 1) -> Path:
+    """A PCM wav file of ``samples`` (already in the sample width's dtype)."""
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(width)
+        w.setframerate(rate)
+        w.writeframes(samples.tobytes())
+    return path
+
+
+def tone(digit: int, speaker: int) -> np.ndarray:
+    """The 16-bit 8 kHz tone standing for ``digit`` spoken by speaker number ``speaker``."""
+    t = np.arange(1200 + 80 * digit) / 8000
+    return (6000 * np.sin(2 * math.pi * (300 + 150 * digit + 20 * speaker) * t)).astype("<i2")
+
+
+def write_fsdd(base: Path) -> Path:
+    """``base/fsdd/recordings``: takes 4-6 of each digit by ann, bob and cy (takes 5 and 6 train; all of cy's takes
+    are test takes when cy is the held-out speaker); returns ``base``."""
+    rec = base / "fsdd" / "recordings"
+    rec.mkdir(parents=True)
+    for s_i, spk in enumerate(("ann", "bob", "cy")):
+        for d in range(10):
+            for k in range(4, 7):
+                write_wav(rec / f"{d}_{spk}_{k}.wav", tone(d, s_i))
+    return base
