@@ -15,7 +15,8 @@ way). Tests that do not take the fixture run on the CPU whatever the option.
 ``fast_paths`` is a fixture parametrised over ``"fast"`` and ``"public"``: a
 test that takes it runs twice, the second time with every private-PyTorch
 speed path switched off (:mod:`ebms.nets._fastpaths`). To run whole files on
-the public paths, set ``EBMS_DISABLE_FAST_PATHS=1`` in the environment.
+the public paths, set ``EBMS_DISABLE_FAST_PATHS=1`` in the environment. The oneDNN route is
+taken on every CPU in the tests (outside them only where it is the faster one).
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ import pytest
 import torch
 
 torch.set_num_threads(1)
+
+# MLPEnergy and the RBMs route large float32 products to oneDNN only on CPUs where it is faster than
+# MKL (AVX-512: ebms.nets._linear._onednn_faster); the suite takes that route wherever the kernel is
+# usable, so it is checked on every machine the tests run on (CI's CPU may lack AVX-512).
+import ebms.nets._linear as _linear  # noqa: E402
+
+_linear._ONEDNN_FASTER = True
 
 # Commands a test starts (examples, transcripts, CLI subprocesses) take torch's default thread
 # count, one per core. Beside another pytest-xdist worker doing the same, 2 processes x 2 threads

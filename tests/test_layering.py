@@ -19,7 +19,7 @@ ARCH = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
 
 #: Low to high. A module may import from its own layer's packages and from lower layers only.
 LAYERS: list[set[str]] = [
-    {"_checks", "_hf", "_memory", "_numerics", "_progress", "errors", "__version__"},
+    {"_checks", "_hf", "_memory", "_numerics", "_precision", "_progress", "errors", "__version__"},
     {"sequences", "spaces"},
     {"capabilities"},
     {"energy"},

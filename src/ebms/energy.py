@@ -27,22 +27,27 @@ import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_energy_output, check_positive
+from ebms._precision import autocast, autocast_dtype, check_precision
 from ebms.capabilities import SupportsEnergyAndGrad, SupportsLogProb, supports
 from ebms.sequences import Sequences
 
 __all__ = [
+    "Compiled",
     "Energy",
     "EnergyLike",
     "FunctionEnergy",
+    "MixedPrecision",
     "Residual",
     "SumEnergy",
     "Tempered",
     "ZeroEnergy",
     "autograd_energy_and_grad",
+    "compiled",
     "energy_and_grad",
     "energy_to_potential",
     "evaluate",
     "from_fn",
+    "mixed_precision",
     "potential_to_energy",
 ]
 
@@ -51,9 +56,30 @@ __all__ = [
 EnergyLike = Callable[[Tensor], Tensor]
 
 
+_LOW = (torch.bfloat16, torch.float16)
+
+
+def _widened(t: Tensor, x: Tensor) -> Tensor:
+    """``t`` in ``x``'s float dtype when autocast left it in a narrower one (else ``t`` itself).
+
+    Under ``torch.autocast`` an energy's last product comes out in bfloat16; energies and
+    gradients leave every evaluation in the input's dtype (float32 when ``x`` is not floating),
+    so Metropolis ratios, losses and updates are never formed in bfloat16. Outside autocast
+    nothing changes: a model the user keeps in bfloat16 returns bfloat16.
+    """
+    if t.dtype not in _LOW or autocast_dtype(t.device.type) is None:
+        return t
+    want = x.dtype if x.is_floating_point() else torch.float32
+    return t if want in _LOW else t.to(want)
+
+
 def evaluate(energy: EnergyLike, x: Tensor) -> Tensor:
-    """``energy(x)`` with its output shape checked to be ``(B,)`` (no host sync)."""
-    return check_energy_output(energy(x), x.shape[0])
+    """``energy(x)`` with its output shape checked to be ``(B,)`` (no host sync).
+
+    Under ``torch.autocast`` a bfloat16 energy is returned in ``x``'s dtype (see :mod:`ebms._precision`).
+    """
+    e = check_energy_output(energy(x), x.shape[0])
+    return e if e.dtype not in _LOW else _widened(e, x)
 
 
 def _name(energy: Any) -> str:
@@ -128,7 +154,7 @@ def energy_and_grad(energy: EnergyLike, x: Tensor) -> tuple[Tensor, Tensor]:
     Returns detached ``(E: (B,), grad: (B, *event))``. Whether the energy offers
     :class:`~ebms.capabilities.SupportsEnergyAndGrad` is resolved once per class or
     object (:func:`~ebms.capabilities.supports`), so the dispatch costs well under a
-    microsecond per call.
+    microsecond per call. Under ``torch.autocast`` both come back in ``x``'s dtype.
 
     Raises:
         TypeError: the energy or the gradient is not a floating-point tensor.
@@ -138,6 +164,8 @@ def energy_and_grad(energy: EnergyLike, x: Tensor) -> tuple[Tensor, Tensor]:
     if not supports(energy, SupportsEnergyAndGrad):
         return autograd_energy_and_grad(energy, x)
     e, g = energy.energy_and_grad(x)
+    if e.dtype in _LOW or (isinstance(g, Tensor) and g.dtype in _LOW):  # an analytic form run under autocast
+        e, g = _widened(e, x), _widened(g, x) if isinstance(g, Tensor) else g
     # shape metadata only (no host sync): a custom gradient must never broadcast into the state
     check_energy_output(e, x.shape[0], "energy_and_grad(x)[0]")
     _check_floating(e, "energy_and_grad(x)[0]", energy)
@@ -323,6 +351,102 @@ class Residual(Energy):
         e0, g0 = autograd_energy_and_grad(self.base_energy, x, allow_constant=True)  # e.g. a uniform base
         e1, g1 = energy_and_grad(self.correction, x)
         return e0 + e1, g0 + g1
+
+
+class MixedPrecision(Energy):
+    r"""An energy evaluated under ``torch.autocast``: products in bfloat16, energies and gradients returned
+    in the input's dtype (see :func:`mixed_precision`).
+
+    Args:
+        energy: the energy (its parameters stay in their dtype).
+        precision: ``"bf16"`` or ``"fp32"`` (no autocast: the energy unchanged).
+    """
+
+    def __init__(self, energy: EnergyLike, precision: str = "bf16") -> None:
+        super().__init__()
+        self.precision = check_precision(precision)
+        self.base = energy if isinstance(energy, nn.Module) else from_fn(energy)
+
+    def forward(self, x: Tensor) -> Tensor:
+        with autocast(self.precision, x.device.type):
+            e = evaluate(self.base, x)
+        return _widened_out(e, x)
+
+    def energy_and_grad(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        with autocast(self.precision, x.device.type):
+            e, g = energy_and_grad(self.base, x)
+        return _widened_out(e, x), _widened_out(g, x)
+
+    def extra_repr(self) -> str:
+        return f"precision={self.precision!r}"
+
+
+def _widened_out(t: Tensor, x: Tensor) -> Tensor:
+    """``t`` (computed under an autocast that has ended) in ``x``'s float dtype."""
+    if t.dtype in _LOW and x.is_floating_point() and x.dtype not in _LOW:
+        return t.to(x.dtype)
+    return t
+
+
+def mixed_precision(energy: EnergyLike, precision: str = "bf16") -> MixedPrecision:
+    """``energy`` evaluated with its matrix products in bfloat16 (``torch.autocast``), for samplers and objectives.
+
+    Chain states, energies and input gradients stay in the input's dtype; analytic gradients
+    (:meth:`ebms.nets.MLPEnergy.energy_and_grad`) take their bfloat16 path, closed-form energies
+    (Gaussians, RBMs, lattices) stay exact in full precision. Whether it is faster depends on the
+    hardware: without bfloat16 instructions (an AVX2-only CPU) it is much slower
+    (``benchmarks/precision.py`` measures it).
+
+    Example:
+        >>> import torch
+        >>> from ebms.energy import mixed_precision
+        >>> from ebms.nets import MLPEnergy
+        >>> net = MLPEnergy(2, hidden=(16,))
+        >>> e, g = mixed_precision(net).energy_and_grad(torch.randn(4, 2))
+        >>> e.dtype, g.dtype
+        (torch.float32, torch.float32)
+    """
+    return MixedPrecision(energy, precision)
+
+
+class Compiled(Energy):
+    """An energy whose ``forward`` and ``energy_and_grad`` run through ``torch.compile`` (see :func:`compiled`).
+
+    Args:
+        energy: the energy module; its parameters are shared, not copied.
+        **options: passed to ``torch.compile`` (e.g. ``dynamic=False``, ``mode="max-autotune"``).
+    """
+
+    def __init__(self, energy: EnergyLike, **options: Any) -> None:
+        super().__init__()
+        self.base = energy if isinstance(energy, nn.Module) else from_fn(energy)
+        self.options = dict(options)
+        base = self.base
+        self._forward = torch.compile(base, **options)
+        if supports(base, SupportsEnergyAndGrad):
+            self._grad = torch.compile(base.energy_and_grad, **options)
+        else:
+            self._grad = torch.compile(lambda x: autograd_energy_and_grad(base, x), **options)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self._forward(x)
+
+    def energy_and_grad(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        return self._grad(x)
+
+
+def compiled(energy: EnergyLike, **options: Any) -> Compiled:
+    """``energy`` with ``forward`` and ``energy_and_grad`` compiled by ``torch.compile`` (same values to rounding).
+
+    The first calls compile (seconds to a minute on a CPU, a C++ compiler needed); a new batch
+    shape recompiles unless ``dynamic=True``. Pays where Python overhead or unfused elementwise
+    work dominates (small networks, many steps); ``benchmarks/precision.py`` measures it.
+
+    Example:
+        >>> # not run (compiles for several seconds)
+        >>> sampler.sample(compiled(net, dynamic=False), x0, steps=200, generator=g)
+    """
+    return Compiled(energy, **options)
 
 
 class ZeroEnergy(nn.Module):

@@ -572,6 +572,43 @@ ISSUE25 = [
 
 
 #: issue 27: the curves of a run (`ebms plot`) and the writers of its log (run.log_to).
+#: issue 27 item 6: subword units (language.level = "subword") and model.kind = "huggingface"
+ISSUE27_SUBWORD = [
+    Bad("subword key without subword level", (*LM, "model.kind=kn", "language.subword_units=50"),
+        "language.subword_units: the number of subword units fitted for subword units, read with "
+        "language.level='subword'", files=LM_FILES),
+    Bad("tokenizer file and units both", (*LM, "model.kind=kn", "language.level=subword",
+                                          "language.tokenizer={tmp}/tok.json", "language.subword_model=unigram"),
+        "language.subword_model: language.tokenizer gives the units (its file)", files=LM_FILES),
+    Bad("subword with max_vocab", (*LM, "model.kind=kn", "language.level=subword", "language.max_vocab=9"),
+        "language.max_vocab: with language.level='subword' the vocabulary is the units", files=LM_FILES),
+    Bad("subword tokenizer file missing", (*LM, "model.kind=kn", "language.level=subword",
+                                           "language.tokenizer={tmp}/none.json"),
+        "language.tokenizer: '", files=LM_FILES),
+    Bad("subword tokenizer file not a tokenizer", (*LM, "model.kind=kn", "language.level=subword",
+                                                   "language.tokenizer={tmp}/train.txt"),
+        "language.tokenizer: not a tokenizer file of the tokenizers library", files=LM_FILES),
+    Bad("subword without the tokenizers package", (*LM, "model.kind=kn", "language.level=subword"),
+        "language.level: 'subword' units need the tokenizers package: pip install 'ebms[subword]'", files=LM_FILES,
+        setup=lambda tmp, run, mp: mp.setattr("importlib.util.find_spec",
+                                              lambda name, *a: None if name == "tokenizers" else _find_spec(name, *a))),
+    Bad("huggingface without a folder", (*LM, "model.kind=huggingface"),
+        "huggingface.path: expected the folder of a pretrained causal LM", files=LM_FILES),
+    Bad("huggingface folder missing", (*LM, "model.kind=huggingface", "huggingface.path={tmp}/none"),
+        "/none': not found; expected the folder of a pretrained causal LM", files=LM_FILES),
+    Bad("huggingface folder without config.json", (*LM, "model.kind=huggingface", "huggingface.path={tmp}/m"),
+        "a folder without config.json", files={**LM_FILES, "m/readme.txt": "x"}),
+    Bad("huggingface not a causal LM", (*LM, "model.kind=huggingface", "huggingface.path={tmp}/m"),
+        "holds no causal LM transformers can load (its architecture BertModel is not a causal LM)",
+        files={**LM_FILES, "m/config.json": json.dumps({"model_type": "bert", "architectures": ["BertModel"]})}),
+    Bad("huggingface without transformers", (*LM, "model.kind=huggingface", "huggingface.path={tmp}"),
+        "model.kind: 'huggingface' needs the transformers package: pip install 'ebms[text]'", files=LM_FILES,
+        setup=lambda tmp, run, mp: mp.setattr("importlib.util.find_spec",
+                                              lambda name, *a: None if name == "transformers" else _find_spec(name, *a))),
+    Bad("huggingface path with another kind", (*LM, "model.kind=lstm", "huggingface.path={tmp}"),
+        "huggingface.path: ", files=LM_FILES),
+]
+
 ISSUE27 = [
     Bad("plot: no such run folder", ("plot", "{tmp}/none"), "/none' is not a run folder (runs are written under"),
     Bad("plot: a folder without a log", ("plot", "{tmp}"), "metrics.jsonl: no such file"),
@@ -586,6 +623,7 @@ ISSUE27 = [
         "run.log_to: 'tensorboard' needs the tensorboard package",
         setup=lambda tmp, run, mp: mp.setattr("importlib.util.find_spec",
                                               lambda name, *a: None if name == "tensorboard" else _find_spec(name, *a))),
+    *ISSUE27_SUBWORD,
 ]
 
 HAND = [
@@ -597,6 +635,14 @@ HAND = [
     Bad("ema=0", (*TRAIN, "train.ema=0"), "train.ema: expected a finite number in (0, 1) (or unset); got 0.0"),
     Bad("ema=true", (*TRAIN, "train.ema=true"), "train.ema: expected a number; got True (bool)"),
     Bad("eval.ema=2", (*TRAIN, "eval.ema=2"), "eval.ema: expected true or false"),
+    Bad("precision=fp16", (*TRAIN, 'train.precision="fp16"'), "train.precision: unknown value 'fp16'; expected one of fp32, bf16"),
+    Bad("precision=1", (*TRAIN, "train.precision=1"), "train.precision: expected"),
+    Bad("compile=2", (*TRAIN, "train.compile=2"), "train.compile: expected true or false"),
+    Bad("compile with score matching", (*TRAIN, 'objective.kind="dsm"', "train.compile=true"),
+        "train.compile: DenoisingScoreMatching differentiates the energy twice"),
+    Bad("shard=zero3", (*TRAIN, 'train.shard="zero3"'), "train.shard: unknown value 'zero3'; expected one of ddp, fsdp"),
+    Bad("shard=fsdp in one process", (*TRAIN, 'train.shard="fsdp"'),
+        "train.shard: 'fsdp' shards the energy over the ranks of a torchrun job; this is one process"),
     Bad("seed=-1", (*TRAIN, "run.seed=-1"), "run.seed: expected an integer in [0, 2^32 - 1]; got -1"),
     Bad("seed=1e20", (*TRAIN, "run.seed=1e20"), "run.seed: expected an integer; got 1e+20 (float)"),
     Bad("seed=10**20", (*TRAIN, f"run.seed={10**20}"), "run.seed: expected an integer in [0, 2^32 - 1]"),
@@ -786,7 +832,7 @@ HAND = [
     Bad("tiny-shakespeare not found", ("train", "run.out_dir={tmp}/runs", "data.name=tiny-shakespeare",
                                        "data.root={tmp}"), "input.txt: not found"),
     Bad("unknown language model", (*LM, "model.kind=rnn"),
-        "model.kind: unknown value 'rnn' for data.name='text' (a language corpus); expected one of electric, kn, lstm, residual",
+        "model.kind: unknown value 'rnn' for data.name='text' (a language corpus); expected one of electric, huggingface, kn, lstm, residual",
         files=LM_FILES),
     Bad("energy objective on text", (*LM, "objective.kind=pcd"),
         "objective.kind: unknown value 'pcd' for data.name='text' (a language corpus); expected one of dnce, earm, ml, nce",

@@ -42,4 +42,4 @@ def test_every_task_section_is_split_as_its_evaluation_reads_it() -> None:
         "generation.joint_samples", "generation.top_k", "vision.ood", "vision.ood_size", "vision.ece_bins"}
     assert {k for k, r in KEY_ROLES.items() if r == "location"} == {
         "data.path", "data.root", "data.max_mb", "images.download", "language.train_path", "language.valid_path",
-        "language.test_path"}
+        "language.test_path", "language.tokenizer", "huggingface.path"}  # the run keeps a tokenizer's / model's content

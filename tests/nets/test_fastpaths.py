@@ -218,3 +218,15 @@ def test_the_decision_does_not_depend_on_the_grad_mode_at_import():
     expected = [p.available for p in fp.fast_paths().values()] if not os.environ.get(fp.ENV_VAR) else None
     if expected is not None:
         assert out.stdout.strip().splitlines()[-1] == str(expected)
+
+
+def test_onednn_is_chosen_for_speed_only_on_avx512_cpus():
+    assert lin._onednn_faster("AVX512") and lin._onednn_faster("avx512_vnni")
+    assert not lin._onednn_faster("AVX2") and not lin._onednn_faster("DEFAULT") and not lin._onednn_faster("SVE256")
+    w = torch.zeros(128, 128)
+    assert lin.onednn_pays(True, w, 1024)  # the suite forces the route on (tests/conftest.py)
+    try:
+        lin._ONEDNN_FASTER = False
+        assert not lin.onednn_pays(True, w, 1024)
+    finally:
+        lin._ONEDNN_FASTER = True

@@ -22,6 +22,12 @@ What ``log_prob`` is, by model:
   :math:`\sum_t \log\hat p(x_t \mid x_{\setminus t})` (Salazar et al. 2020 call its per-token exponent the
   pseudo-perplexity), a score, not a log-probability: ``measure`` says so and ``tokens`` counts no ``</s>``.
 
+**Subword units** (a run of ``language.level = "subword"``, or ``model.kind = "huggingface"``: a
+:class:`~ebms.data.subword.SubwordVocabulary`): a line's words are split into the run's units as in training;
+``tokens`` counts units (and ``</s>``) and ``perplexity`` is per unit, while ``words[i]`` counts the sentence's
+words and ``perplexity_per_word`` is :math:`\exp(-\log p_i / (w_i + 1))`, the figure a word-level run gives the
+same text (:func:`ebms.cli._language_eval.per_word` of ``ebms eval``).
+
 A sentence outside the lengths a model scores (a TRF beyond ``L``, a Transformer beyond its positions, an empty
 sentence for a TRF or Electric) is refused by :meth:`SentenceScorer.__call__` with one line naming it; rescoring
 gives such a hypothesis ``-inf`` instead (:meth:`SentenceScorer.log_probs`).
@@ -51,6 +57,7 @@ from torch import Tensor, nn
 
 from ebms._progress import progress_bar
 from ebms.data.nbest import NBest
+from ebms.data.subword import SubwordVocabulary
 from ebms.data.text import Vocabulary
 from ebms.distributions import BackoffNGram
 from ebms.errors import DataError
@@ -84,6 +91,8 @@ class SentenceScores:
         measure: ``"log_prob"`` (exact), ``"log_prob_training_zeta"`` (a TRF with its stored normalisers) or
             ``"pseudo_log_likelihood"`` (Electric: a score, not a log-probability).
         kind: the model's kind (``"kn"``, ``"trf"``, ...), for messages.
+        words: ``(N,)`` int64 words of each sentence when ``tokens`` counts subword units (``None``: tokens are
+            the words or characters themselves).
     """
 
     log_prob: Tensor
@@ -91,6 +100,7 @@ class SentenceScores:
     oov: Tensor
     measure: str
     kind: str = ""
+    words: Tensor | None = None
 
     def perplexity(self) -> Tensor:
         """``(N,)`` float64 ``exp(-log_prob / tokens)`` of each sentence (a pseudo-perplexity for Electric)."""
@@ -99,6 +109,25 @@ class SentenceScores:
     def total_perplexity(self) -> float:
         """``exp(-Σ log_prob / Σ tokens)`` over all sentences: ``ebms eval``'s perplexity of the same text."""
         return math.exp(-float(self.log_prob.sum()) / int(self.tokens.sum()))
+
+    def _ends(self) -> int:
+        return 0 if self.measure == "pseudo_log_likelihood" else 1
+
+    def perplexity_per_word(self) -> Tensor:
+        """``(N,)`` float64 ``exp(-log_prob / (words + 1))`` of each sentence of subword units (``</s>`` once).
+
+        Raises:
+            ValueError: the tokens are not subword units (:attr:`words` is ``None``): :meth:`perplexity` is per word.
+        """
+        if self.words is None:
+            raise ValueError("words: these tokens are not subword units; perplexity() is the per-token figure")
+        return torch.exp(-self.log_prob / (self.words + self._ends()).double())
+
+    def total_perplexity_per_word(self) -> float:
+        """``exp(-Σ log_prob / (Σ words + sentences))``: ``ebms eval``'s ``perplexity_per_word`` of the same text."""
+        if self.words is None:
+            raise ValueError("words: these tokens are not subword units; total_perplexity() is the per-token figure")
+        return math.exp(-float(self.log_prob.sum()) / (int(self.words.sum()) + self._ends() * len(self.words)))
 
     @property
     def perplexity_name(self) -> str:
@@ -109,16 +138,28 @@ class SentenceScores:
     def tsv(self, texts: Sequence[str], lines: Sequence[int] | None = None) -> list[str]:
         """Tab-separated lines, a header first: ``line``, :attr:`measure` (natural log), ``tokens``, ``oov``,
         :attr:`perplexity_name`, ``sentence`` (``texts[i]``, tabs as spaces); ``lines``: the input line numbers
-        (default ``1..N``)."""
+        (default ``1..N``). Subword units: ``tokens`` counts units, and ``words`` and ``perplexity_per_word``
+        come before ``sentence``."""
         numbers = range(1, len(texts) + 1) if lines is None else lines
         rows = zip(numbers, self.log_prob.tolist(), self.tokens.tolist(), self.oov.tolist(), self.perplexity().tolist(),
                    texts)
-        return [f"line\t{self.measure}\ttokens\toov\t{self.perplexity_name}\tsentence",
-                *(f"{n}\t{lp:.6f}\t{t}\t{u}\t{p:.4f}\t{x.replace(chr(9), ' ')}" for n, lp, t, u, p, x in rows)]
+        head = f"line\t{self.measure}\ttokens\toov\t{self.perplexity_name}"
+        if self.words is None:
+            return [f"{head}\tsentence",
+                    *(f"{n}\t{lp:.6f}\t{t}\t{u}\t{p:.4f}\t{x.replace(chr(9), ' ')}" for n, lp, t, u, p, x in rows)]
+        pw = zip(self.words.tolist(), self.perplexity_per_word().tolist())
+        return [f"{head}\twords\t{self.perplexity_name}_per_word\tsentence",
+                *(f"{n}\t{lp:.6f}\t{t}\t{u}\t{p:.4f}\t{w}\t{q:.4f}\t{x.replace(chr(9), ' ')}"
+                  for (n, lp, t, u, p, x), (w, q) in zip(rows, pw))]
 
     def summary(self) -> str:
         """One line: sentences, tokens, ``<unk>`` tokens, the total and the perplexity over all, what they are."""
         ends = " with </s>" if self.measure != "pseudo_log_likelihood" else ""
+        if self.words is not None:
+            return (f"{len(self.tokens)} sentences, {int(self.words.sum())} words, {int(self.tokens.sum())} subword "
+                    f"units{ends}, {int(self.oov.sum())} scored as <unk>; {self.measure} "
+                    f"{float(self.log_prob.sum()):.4f}, {self.perplexity_name} {self.total_perplexity():.4f} per "
+                    f"unit, {self.total_perplexity_per_word():.4f} per word [{self.kind}: {MEASURES[self.measure]}]")
         return (f"{len(self.tokens)} sentences, {int(self.tokens.sum())} tokens{ends}, {int(self.oov.sum())} scored "
                 f"as <unk>; {self.measure} {float(self.log_prob.sum()):.4f}, {self.perplexity_name} "
                 f"{self.total_perplexity():.4f} [{self.kind}: {MEASURES[self.measure]}]")
@@ -147,12 +188,20 @@ class SentenceScorer:
         self.batch_size, self.progress, self.device = int(batch_size), bool(progress), device
 
     def tokenize(self, text: str) -> list[str]:
-        """The tokens of one line as the run's training text had them: whitespace-separated words, or the
-        characters with each run of whitespace one space (``lower``: lower-cased first)."""
+        """The tokens of one line as the run's training text had them: whitespace-separated words, the
+        characters with each run of whitespace one space, or the words' subword units (``lower``: lower-cased
+        first)."""
         words = (text.lower() if self.lower else text).split()
+        if isinstance(self.vocabulary, SubwordVocabulary):
+            return self.vocabulary.tokenizer.units(words)
         return words if self.vocabulary.level == "word" else list(" ".join(words))
 
+    def _words(self, sentences: Sequence[str | Sequence[str]]) -> list[list[str]]:
+        return [(s.lower() if self.lower else s).split() if isinstance(s, str) else list(s) for s in sentences]
+
     def _tokens(self, sentences: Sequence[str | Sequence[str]]) -> list[list[str]]:
+        if isinstance(self.vocabulary, SubwordVocabulary):  # a token list is words here, split like a line's
+            return self.vocabulary.split(self._words(sentences))
         return [self.tokenize(s) if isinstance(s, str) else list(s) for s in sentences]
 
     def _raw(self, toks: list[list[str]], ok: list[int]) -> Tensor:
@@ -205,8 +254,13 @@ class SentenceScorer:
                             f"leave out those sentences")
         scores = self._raw(toks, list(range(len(toks))))
         lengths = torch.tensor([len(t) for t in toks], dtype=torch.long)
-        unk = torch.tensor([sum(self.vocabulary.index.get(w, 1) == 1 for w in t) for t in toks], dtype=torch.long)
         ends = 0 if self.measure == "pseudo_log_likelihood" else 1
+        v = self.vocabulary
+        if isinstance(v, SubwordVocabulary):
+            unk = torch.tensor([v.unknown(t) for t in toks], dtype=torch.long)
+            words = torch.tensor([len(w) for w in self._words(sentences)], dtype=torch.long)
+            return SentenceScores(scores, lengths + ends, unk, self.measure, self.kind, words)
+        unk = torch.tensor([sum(v.index.get(w, 1) == 1 for w in t) for t in toks], dtype=torch.long)
         return SentenceScores(scores, lengths + ends, unk, self.measure, self.kind)
 
     def log_probs(self, sentences: Sequence[str | Sequence[str]]) -> Tensor:

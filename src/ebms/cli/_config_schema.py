@@ -108,6 +108,9 @@ class TrainConfig:
     weight_decay: float = 0.0
     grad_clip: float | None = None
     ema: float | None = None
+    precision: str = "fp32"
+    compile: bool = False
+    shard: str = "ddp"
     log_every: int = 50
     checkpoint_every: int = 1000
 

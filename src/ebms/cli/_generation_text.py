@@ -98,7 +98,8 @@ ELECTRIC = Section(ElectricSettings, {**_NET_RULES, "mask_rate": FRACTION, "unif
 
 #: keys that fix a language run's vocabulary: a residual run must have its base run's values.
 SAME_VOCABULARY = ("data.name", "data.root", "language.level", "language.lower", "language.sentence_split",
-                   "language.train_path", "language.limit", "language.min_count", "language.max_vocab")
+                   "language.train_path", "language.limit", "language.min_count", "language.max_vocab",
+                   "language.subword_units", "language.subword_model", "language.tokenizer")
 
 
 def _value(cfg: Config, key: str) -> Any:

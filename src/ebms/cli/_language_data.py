@@ -17,6 +17,14 @@ its key (``language.train_path``, or ``data.root`` for PTB and Tiny Shakespeare)
 file, or train a new run. (Using the stored ids on the edited text instead would train on, or
 evaluate with, other data than the run says.)
 
+**Subword units** (``language.level = "subword"``, :mod:`ebms.data.subword`): the text is read as words, a
+tokenizer of ``language.subword_units`` units (``language.subword_model``: BPE or unigram) is fitted on the
+training words, or ``language.tokenizer`` names a ``tokenizer.json`` to use, and every sentence becomes its
+units; the vocabulary (:class:`~ebms.data.subword.SubwordVocabulary`) holds the units of the training text.
+The run keeps the tokenizer as the run file :data:`TOKENIZER_FILE` (its sha256 in ``vocab.json`` and in every
+checkpoint), so ``eval``, ``sample``, a resume, a residual run and ``ebms score`` split text as training did;
+:attr:`LanguageData.words` counts the held-out words, the denominator of a per-word perplexity.
+
 **Lengths.** ``L`` is ``language.max_length``, else the longest training sentence; for the kinds
 whose cost grows with ``L`` (``bounded_length`` of the kind's task: positions, attention, per-length normalisers,
 back-propagation through whole sentences) an unset ``language.max_length`` may not exceed
@@ -33,19 +41,22 @@ from typing import Any
 
 from ebms.cli.config import Config, ConfigError
 from ebms.data.mnist import ChecksumError
+from ebms.data.subword import SubwordTokenizer, SubwordVocabulary
 from ebms.data.text import MAX_TEXT_BYTES, Vocabulary, ptb, read_sentences, tiny_shakespeare
-from ebms.errors import DataError
+from ebms.errors import CheckpointError, DataError
 from ebms.sequences import Sequences
 from ebms.train.run_files import dump_json, fingerprint, stored_json, stored_vocabulary
 
-__all__ = ["DEFAULT_MAX_LENGTH", "VOCAB_FILE", "LanguageData", "applied_language_data", "load_language_data",
-           "vocabulary_file"]
+__all__ = ["DEFAULT_MAX_LENGTH", "HELD_OUT", "TOKENIZER_FILE", "VOCAB_FILE", "LanguageData", "applied_language_data",
+           "language_files", "load_language_data", "read_split", "vocabulary_file"]
 
 #: the held-out splits, in the order ``eval`` reports them.
 HELD_OUT = ("valid", "test")
 #: the run file holding the vocabulary, ``L`` and the training fingerprint (module docstring).
 VOCAB_FILE = "vocab.json"
 VOCAB_FORMAT = "ebms-language-vocabulary"
+#: the run file holding a subword run's tokenizer (``tokenizers``' JSON).
+TOKENIZER_FILE = "tokenizer.json"
 #: the largest ``L`` an unset ``language.max_length`` gives the kinds whose size or cost grows with it:
 #: Transformer and Electric positions (attention ``L^2``), a TRF's per-length normalisers and sampler, an
 #: LSTM's back-propagation through whole sentences (``bounded_length`` of their task).
@@ -66,6 +77,8 @@ class LanguageData:
         name: ``data.name``.
         cache: objects built from the data once per process (word classes), keyed by their settings.
         stored: the run file :data:`VOCAB_FILE` this data was loaded with (``None``: built now).
+        words: the words of each held-out split of a subword run (``language.level = "subword"``): with the
+            sentences, the denominator of a per-word perplexity. Empty at other levels.
     """
 
     vocab: Vocabulary
@@ -76,6 +89,7 @@ class LanguageData:
     name: str = ""
     cache: dict[Any, Any] = field(default_factory=dict, repr=False)
     stored: dict[str, Any] | None = field(default=None, repr=False)
+    words: dict[str, int] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
@@ -87,12 +101,17 @@ def _ptb(cfg: Config, split: str) -> list[list[str]]:
     s = cfg.sections["language"]
     if s.lower:
         words = [[w.lower() for w in sent] for sent in words]
-    return words if s.level == "word" else [list(" ".join(sent)) for sent in words]
+    return words if s.level != "char" else [list(" ".join(sent)) for sent in words]
+
+
+def _reading(s: Any) -> str:
+    """The level the text is read at: ``"char"``, else words (subword units are split from words)."""
+    return "char" if s.level == "char" else "word"
 
 
 def _shakespeare(cfg: Config, split: str) -> list[list[str]]:
     s = cfg.sections["language"]
-    return tiny_shakespeare(split, cfg.data.root, level=s.level, form="lines", lower=s.lower)
+    return tiny_shakespeare(split, cfg.data.root, level=_reading(s), form="lines", lower=s.lower)
 
 
 def _text(cfg: Config, split: str) -> list[list[str]] | None:
@@ -106,7 +125,7 @@ def _text(cfg: Config, split: str) -> list[list[str]] | None:
         return None
     limit = MAX_TEXT_BYTES if cfg.data.max_mb is None else cfg.data.max_mb << 20
     try:
-        return read_sentences(path, level=s.level, lower=s.lower, sentence_split=s.sentence_split, max_bytes=limit)
+        return read_sentences(path, level=_reading(s), lower=s.lower, sentence_split=s.sentence_split, max_bytes=limit)
     except (FileNotFoundError, IsADirectoryError) as e:
         raise ConfigError(f"{key}: {e}") from None
     except DataError as e:
@@ -133,6 +152,12 @@ def _read(cfg: Config, split: str) -> list[list[str]] | None:
                             f"data.name=text with language.train_path, valid_path and test_path") from None
 
 
+def read_split(cfg: Config, split: str) -> list[list[str]] | None:
+    """The sentences of ``split`` (``"train"``, ``"valid"``, ``"test"``) as the run reads them (``None``: a split
+    ``data.name = "text"`` names no file for); the missing file's key in a :class:`ConfigError`."""
+    return _read(cfg, split)
+
+
 def _train_key(cfg: Config) -> str:
     return "language.train_path" if cfg.data.name == "text" else "data.root"
 
@@ -155,8 +180,35 @@ def _default_length(cfg: Config, encoded: Sequences) -> int:
     return longest
 
 
+def _tokenizer(cfg: Config, train: list[list[str]]) -> SubwordTokenizer:
+    """The subword tokenizer of a new run: ``language.tokenizer``'s file, or one fitted on the training words."""
+    s = cfg.sections["language"]
+    try:
+        if s.tokenizer is None:
+            return SubwordTokenizer.train(train, s.subword_units, model=s.subword_model)
+        try:
+            return SubwordTokenizer.from_file(s.tokenizer)
+        except (FileNotFoundError, ValueError) as e:
+            raise ConfigError(f"language.tokenizer: {e}; expected a tokenizer.json file of the tokenizers library "
+                              f"(a transformers fast tokenizer's), or drop the key to fit one on the training text"
+                              ) from None
+    except ConfigError:
+        raise
+    except ImportError as e:
+        raise ConfigError(f"language.level: {e}") from None
+    except ValueError as e:
+        raise ConfigError(f"language: the training text gives no subword units ({e})") from None
+
+
 def _build_vocabulary(cfg: Config, train: list[list[str]]) -> Vocabulary:
     s = cfg.sections["language"]
+    if s.level == "subword":
+        tok = _tokenizer(cfg, train)
+        try:
+            return SubwordVocabulary.build(tok, train, min_count=s.min_count)
+        except ValueError as e:
+            key = "language.tokenizer" if s.tokenizer is not None else "language.subword_units"
+            raise ConfigError(f"{key}: the training text's units make no vocabulary ({e})") from None
     try:
         vocab = Vocabulary.build(train, level=s.level, min_count=s.min_count, max_size=s.max_vocab)
     except (TypeError, ValueError) as e:
@@ -195,15 +247,17 @@ def load_language_data(cfg: Config, stored: Mapping[str, bytes] | None = None, *
     if s.limit is not None:
         train = train[: s.limit]
     if payload is not None:
-        vocab = stored_vocabulary(payload, VOCAB_FILE, level=s.level)
+        vocab = _stored_vocabulary(cfg, payload, stored or {})
     elif vocab is None:
         vocab = _build_vocabulary(cfg, train)
-    held = {}
+    held, words = {}, {}
     for split in HELD_OUT:
         sents = _read(cfg, split)
         if sents:
-            held[split] = vocab.encode(sents[: cfg.data.n_test])
-    encoded = vocab.encode(train)
+            held[split] = _encode(vocab, sents[: cfg.data.n_test], split)
+            if isinstance(vocab, SubwordVocabulary):
+                words[split] = sum(len(x) for x in sents[: cfg.data.n_test])
+    encoded = _encode(vocab, train, "train")
     if payload is not None:
         L = int(payload["max_length"])
     else:
@@ -213,7 +267,7 @@ def load_language_data(cfg: Config, stored: Mapping[str, bytes] | None = None, *
         raise ConfigError(f"language.max_length: every training sentence is longer than {L} tokens; raise it "
                           f"(the shortest has {int(encoded.lengths.min())})")
     kept = encoded[keep.nonzero().squeeze(1)].canonical() if not bool(keep.all()) else encoded
-    data = LanguageData(vocab, kept, held, L, int((~keep).sum()), cfg.data.name, stored=payload)
+    data = LanguageData(vocab, kept, held, L, int((~keep).sum()), cfg.data.name, stored=payload, words=words)
     if payload is not None and payload.get("train_sha256") != _train_fingerprint(data):
         key = _train_key(cfg)
         where = s.train_path if cfg.data.name == "text" else f"the {cfg.data.name} training split under data.root"
@@ -227,9 +281,41 @@ def applied_language_data(cfg: Config, stored: Mapping[str, bytes]) -> LanguageD
     """The vocabulary and ``L`` of a trained run's :data:`VOCAB_FILE`, no sentence and no text read: what a model
     applied to new text is built from (``ebms score``; :meth:`~ebms.cli.tasks.Task.load_applied`)."""
     payload = stored_json(stored, VOCAB_FILE, VOCAB_FORMAT)
-    vocab = stored_vocabulary(payload, VOCAB_FILE, level=cfg.sections["language"].level)
+    vocab = _stored_vocabulary(cfg, payload, stored)
     return LanguageData(vocab, Sequences.from_lists([]), {}, int(payload["max_length"]), name=cfg.data.name,
                         stored=payload)
+
+
+def _encode(vocab: Vocabulary, sentences: list[list[str]], split: str) -> Sequences:
+    """``sentences`` (tokens; words of a subword run, split into units first) encoded with ``vocab``."""
+    if not isinstance(vocab, SubwordVocabulary):
+        return vocab.encode(sentences)
+    try:
+        return vocab.encode(vocab.split(sentences))
+    except ValueError as e:  # a unit that is a boundary marker (a tokenizer file's special token in the text)
+        raise DataError(f"language.tokenizer: the {split} text splits into a unit the vocabulary reserves ({e})"
+                        ) from None
+
+
+def _stored_vocabulary(cfg: Config, payload: dict[str, Any], stored: Mapping[str, bytes]) -> Vocabulary:
+    """The vocabulary of a trained run's :data:`VOCAB_FILE`; a subword run's with its :data:`TOKENIZER_FILE`."""
+    s = cfg.sections["language"]
+    vocab = stored_vocabulary(payload, VOCAB_FILE, level=_reading(s))
+    sub = payload.get("subword")
+    if s.level != "subword":
+        if sub is not None:
+            raise CheckpointError(f"{VOCAB_FILE}: a vocabulary of subword units; language.level={s.level!r}; train "
+                                  f"the run again (--overwrite)")
+        return vocab
+    if TOKENIZER_FILE not in stored:
+        raise CheckpointError(f"{TOKENIZER_FILE}: missing for language.level='subword'; train the run again "
+                              f"(--overwrite)")
+    try:
+        return SubwordVocabulary.restore(vocab, sub, stored[TOKENIZER_FILE])
+    except ImportError as e:
+        raise ConfigError(f"language.level: {e}") from None
+    except ValueError as e:
+        raise CheckpointError(f"{TOKENIZER_FILE} and {VOCAB_FILE}: {e}; train the run again (--overwrite)") from None
 
 
 def _train_fingerprint(data: LanguageData) -> str:
@@ -239,7 +325,18 @@ def _train_fingerprint(data: LanguageData) -> str:
 def vocabulary_file(data: LanguageData, **extra: Any) -> bytes:
     """The run file :data:`VOCAB_FILE` of ``data`` (``extra``: further fitted maps, e.g. ``classes``)."""
     v = data.vocab
+    if isinstance(v, SubwordVocabulary):
+        extra = {"subword": v.record(), **extra}
     payload = {"format": VOCAB_FORMAT, "version": 1, "level": v.level, "tokens": list(v.tokens),
                "counts": None if v.counts is None else list(v.counts), "max_length": data.max_length,
                "train_sha256": _train_fingerprint(data), **extra}
     return dump_json(payload)
+
+
+def language_files(data: LanguageData, **extra: Any) -> dict[str, bytes]:
+    """The run files of a language run: :data:`VOCAB_FILE` (:func:`vocabulary_file`, ``extra`` as there) and, for
+    subword units, :data:`TOKENIZER_FILE`."""
+    files = {VOCAB_FILE: vocabulary_file(data, **extra)}
+    if isinstance(data.vocab, SubwordVocabulary):
+        files[TOKENIZER_FILE] = data.vocab.tokenizer.to_bytes()
+    return files

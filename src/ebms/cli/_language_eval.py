@@ -1,7 +1,11 @@
 """Private: what ``ebms eval`` prints for a language model (see :mod:`ebms.cli.language`).
 
-* Normalised models (``kn``, ``lstm``, ``transformer``): exact perplexity of every held-out split,
-  :func:`ebms.models.lm.perplexity` (``</s>`` counted as a token).
+* Normalised models (``kn``, ``lstm``, ``transformer``, ``huggingface``): exact perplexity of every held-out
+  split, :func:`ebms.models.lm.perplexity` (``</s>`` counted as a token).
+* Subword units (``language.level = "subword"``, ``huggingface``): the perplexity above is per unit; beside it
+  ``perplexity_per_word`` is :math:`\\exp(-\\log p / (\\text{words} + \\text{sentences}))` of the same total log
+  probability, the denominator of a word-level run on the same text (:func:`per_word`), so the two compare;
+  ``unit`` says which unit ``perplexity`` counts (``"subword"``; absent: the run's ``language.level``).
 * TRFs: :func:`ebms.metrics.trf_perplexity` on the test split, with the normalisers estimated in
   training (:math:`\\zeta`) and re-estimated now for the test set's lengths, by importance sampling
   (:func:`ebms.estimators.importance_log_z_per_length`, ``trf.logz_samples`` draws per length)
@@ -30,7 +34,7 @@ from ebms.metrics import PerplexityRow, trf_perplexity
 from ebms.models.lm import perplexity
 from ebms.models.trf import exact_log_z
 
-__all__ = ["EXACT_LIMIT", "LanguageReport", "normalised_report", "trf_report"]
+__all__ = ["EXACT_LIMIT", "LanguageReport", "normalised_report", "per_word", "trf_report"]
 
 #: largest number of sentences (all lengths 1..L) enumerated for the exact log Z_l.
 EXACT_LIMIT = 200_000
@@ -54,21 +58,39 @@ class LanguageReport:
         return list(self.text)
 
 
+def per_word(log_prob: float, words: int, sentences: int) -> float:
+    """``exp(-log_prob / (words + sentences))``: the per-word perplexity of a total log-probability (``</s>``
+    counted once per sentence, as a word-level run counts it); ``inf`` for a total of ``-inf``."""
+    return math.exp(-log_prob / (words + sentences)) if math.isfinite(log_prob) else math.inf
+
+
 def normalised_report(cfg: Config, model: nn.Module, data: LanguageData, step: int) -> LanguageReport:
-    """Exact perplexity of every held-out split."""
-    figures, text = {}, []
+    """Exact perplexity of every held-out split (and per word, for subword units)."""
+    figures: dict[str, dict[str, Any]] = {}
+    text: list[str] = []
     for split, x in data.held_out.items():
         p = perplexity(model, sentence_batches(x, EVAL_BATCH, shuffle=False))
         figures[split] = {"perplexity": p.perplexity, "nll": p.nll, "tokens": p.tokens, "sentences": p.sentences}
+        if split in data.words:
+            w = data.words[split]
+            figures[split].update(unit="subword", log_prob=p.log_prob, words=w,
+                                  perplexity_per_word=per_word(p.log_prob, w, p.sentences))
+            text.append(f"{split} perplexity, step {step}: {p.perplexity:.2f} per subword unit, "
+                        f"{figures[split]['perplexity_per_word']:.2f} per word  [{cfg.model.kind}: exact; {p.tokens} "
+                        f"units with </s>, {w} words, {p.sentences} sentences]")
+            continue
         text.append(f"{split} perplexity, step {step}: {p.perplexity:.2f}  [{cfg.model.kind}: exact; {p.tokens} tokens "
                     f"with </s>, {p.sentences} sentences]")
     return LanguageReport(step, cfg.data.name, cfg.model.kind, figures, text)
 
 
-def _row(r: PerplexityRow) -> dict[str, Any]:
+def _row(r: PerplexityRow, words: int | None = None, sentences: int = 0) -> dict[str, Any]:
     iv = r.interval()
-    return {"label": r.label, "perplexity": r.perplexity, "nll": r.nll, "stderr": r.stderr,
-            "interval95": None if iv is None else list(iv), "exact": r.exact}
+    out = {"label": r.label, "perplexity": r.perplexity, "nll": r.nll, "stderr": r.stderr,
+           "interval95": None if iv is None else list(iv), "exact": r.exact}
+    if words is not None:
+        out["perplexity_per_word"] = per_word(r.log_prob, words, sentences)
+    return out
 
 
 def trf_report(cfg: Config, model: Any, data: LanguageData, step: int, *, kernel: Any, use_ais: bool) -> LanguageReport:
@@ -96,11 +118,18 @@ def trf_report(cfg: Config, model: Any, data: LanguageData, step: int, *, kernel
            else f"importance sampling, {s.logz_samples} unigram draws per length")
     text = [f"test, step {step}: {cfg.model.kind} with objective.kind={cfg.objective.kind!r}; log Z_l re-estimated "
             f"for the {len(lengths)} test lengths by {how}", *str(result).splitlines()]
-    figures: dict[str, Any] = {"sentences": result.sentences, "tokens": result.tokens,
-                               "training_zeta": _row(result.training), "reestimated": _row(result.reestimated),
+    words, n = data.words.get("test"), result.sentences
+    figures: dict[str, Any] = {"sentences": n, "tokens": result.tokens,
+                               "training_zeta": _row(result.training, words, n),
+                               "reestimated": _row(result.reestimated, words, n),
                                "low_ess_lengths": list(result.low_ess_lengths)}
+    if words is not None:
+        figures.update(unit="subword", words=words)
+        text.append(f"subword units: {result.tokens} units with </s>, {words} words, {n} sentences; per word: "
+                    f"training zeta {figures['training_zeta']['perplexity_per_word']:.2f}, re-estimated "
+                    f"{figures['reestimated']['perplexity_per_word']:.2f}")
     if exact is not None:
-        figures["exact"] = _row(exact)
+        figures["exact"] = _row(exact, words, n)
         text.append(f"{'exact log Z_l (enumeration)':<{len(result.reestimated.label) + 2}}{exact.perplexity:>10.2f}")
     if math.isfinite(result.reestimated.perplexity) and math.isfinite(result.training.perplexity):
         text.append(f"re-estimated / training-zeta perplexity: x{result.reestimated.perplexity / result.training.perplexity:.3f}")

@@ -172,8 +172,8 @@ class EnergyTask(Task[S]):
         g = torch.Generator().manual_seed(cfg.run.seed + SAMPLE_SEED_OFFSET if seed is None else seed)
         with building(f"drawing {n} samples", key, device=cfg.run.device):
             x0 = self.chain_space(data).random(n, generator=g) if start is None else start
-            kw = {"progress": cfg.run.progress} if self.show_progress else {}
-            return self.sampler(cfg, data).sample(model, x0, steps, generator=g, **kw)
+            progress = bool(cfg.run.progress) if self.show_progress else False
+            return self.sampler(cfg, data).sample(model, x0, steps, generator=g, progress=progress)
 
     def write_plots(self, run_dir: Path, cfg: Config, model: nn.Module, data: Any) -> list[Path]:
         """``samples.png`` (test data beside model samples), then :meth:`more_plots`."""

@@ -3,7 +3,9 @@
 ``data.name``: ``ptb`` (Penn Treebank, Mikolov's splits, under ``data.root`` or ``$EBMS_DATA/ptb``),
 ``tiny-shakespeare`` (one sentence per non-blank line, 90/5/5 split) or ``text`` (your files:
 ``language.train_path``, optional ``valid_path`` and ``test_path``, one sentence per line or running
-text with ``language.sentence_split``). Tokens are words or characters (``language.level``); the
+text with ``language.sentence_split``). Tokens are words, characters or subword units (``language.level``;
+``subword``: ``language.subword_units`` BPE or unigram units, ``language.subword_model``, fitted on the training
+words, or the file ``language.tokenizer``: :mod:`ebms.data.subword`, kept in the run as ``tokenizer.json``); the
 vocabulary keeps training tokens seen ``language.min_count`` times (at most ``max_vocab``), else ``<unk>``. ``language.max_length`` leaves longer training sentences out and bounds the TRF's
 lengths and the Transformer's positions (unset: the longest training sentence, refused above
 1,024 tokens for the kinds that grow with it: :data:`ebms.cli._language_data.DEFAULT_MAX_LENGTH`).
@@ -59,6 +61,7 @@ with its interval (:mod:`ebms.cli._language_eval`). ``sample``: sentences, print
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -69,11 +72,12 @@ import torch
 from torch import Tensor, nn
 
 from ebms.cli._config_rules import COUNT, DROPOUT, NONNEG, POS, Rule
-from ebms.cli._language_data import VOCAB_FILE, LanguageData, applied_language_data, load_language_data, vocabulary_file
+from ebms.cli._language_data import VOCAB_FILE, LanguageData, applied_language_data, language_files, load_language_data
 from ebms.cli._language_eval import normalised_report
 from ebms.cli._unread_keys import refuse_unread
 from ebms.cli.config import Config, ConfigError, ModelConfig
 from ebms.cli.tasks import Section, Task, check_batch_size, register, registered
+from ebms.data.subword import SUBWORD_MODELS
 from ebms.data.text import length_windows
 from ebms.distributions import BackoffNGram
 from ebms.errors import CheckpointError, DiscountError
@@ -91,7 +95,10 @@ FEATURE_CUTOFFS, FEATURE_BOUNDARIES = ("none", "source"), ("all", "source")
 KN_SMOOTHINGS = ("modified_kneser_ney", "kneser_ney")
 #: ``[language]`` keys every kind reads: the text, its vocabulary and ``L``.
 DATA_KEYS = ("level", "lower", "sentence_split", "train_path", "valid_path", "test_path", "limit", "min_count",
-             "max_vocab", "max_length")
+             "max_vocab", "max_length", "subword_units", "subword_model", "tokenizer")
+#: the ``[language]`` keys of subword units (``level = "subword"``), with what each is.
+SUBWORD_KEYS = {"subword_units": "the number of subword units fitted", "subword_model": "the subword model fitted",
+                "tokenizer": "a tokenizer file"}
 
 
 def net_keys(section: str, *names: str) -> tuple[str, ...]:
@@ -122,6 +129,9 @@ class LanguageSettings:
     min_count: int = 1
     max_vocab: int | None = None
     max_length: int | None = None
+    subword_units: int = 4000
+    subword_model: str = "bpe"
+    tokenizer: str | None = None
 
 
 @dataclass
@@ -226,9 +236,10 @@ class LanguageTask(Task[LanguageSettings]):
     settings_type = LanguageSettings
     objective_kinds = ("ml", "nce", "dnce", "earm")
     rules: ClassVar[dict[str, Rule]] = {
-        "level": Rule(choices=("word", "char")), "lower": Rule(), "sentence_split": Rule(),
+        "level": Rule(choices=("word", "char", "subword")), "lower": Rule(), "sentence_split": Rule(),
         "train_path": PATH, "valid_path": PATH, "test_path": PATH, "limit": COUNT, "min_count": COUNT,
-        "max_vocab": Rule(low=2), "max_length": COUNT,
+        "max_vocab": Rule(low=2), "max_length": COUNT, "subword_units": Rule(low=2),
+        "subword_model": Rule(choices=SUBWORD_MODELS), "tokenizer": PATH,
     }
     defaults: ClassVar[dict[str, Any]] = {"eval.n_samples": 10, "eval.ais_temperatures": 200}
     supports_ais = True
@@ -280,6 +291,7 @@ class LanguageTask(Task[LanguageSettings]):
         if cfg.data.name != "text" and given:
             raise ConfigError(f"language.{given[0]}: your own files are read with data.name='text'; "
                               f"data.name={cfg.data.name!r} has its own splits: drop it or set data.name=text")
+        self.check_units(cfg)
         self.check_kind(cfg)
         if self.sampled and cfg.train.optimizer == "lbfgs":
             raise ConfigError("train.optimizer: TRF objectives draw fresh samples at every evaluation, so a line "
@@ -289,6 +301,31 @@ class LanguageTask(Task[LanguageSettings]):
         for name in self.sections():
             refuse_unread(name, cfg.section(name), {k.split(".", 1)[1] for k in read if k.startswith(f"{name}.")},
                           context, partial(readers, name))
+
+    def check_units(self, cfg: Config) -> None:
+        """``language.level`` and the subword keys (:data:`SUBWORD_KEYS`): read with ``level = "subword"`` only,
+        ``subword_units``/``subword_model`` (a fitted tokenizer) or ``tokenizer`` (a file), ``tokenizers``
+        installed."""
+        s, default = self.settings(cfg), LanguageSettings()
+        given = [k for k in SUBWORD_KEYS if getattr(s, k) != getattr(default, k)]
+        if s.level != "subword":
+            if given:
+                raise ConfigError(f"language.{given[0]}: {SUBWORD_KEYS[given[0]]} for subword units, read with "
+                                  f"language.level='subword'; got language.level={s.level!r}: set language.level="
+                                  f"subword or drop language.{given[0]}")
+            return
+        if s.tokenizer is not None and len(given) > 1:
+            other = next(k for k in given if k != "tokenizer")
+            raise ConfigError(f"language.{other}: language.tokenizer gives the units (its file), so nothing is "
+                              f"fitted; drop language.{other}, or drop language.tokenizer to fit units on the "
+                              f"training text")
+        if s.max_vocab is not None:
+            raise ConfigError(f"language.max_vocab: with language.level='subword' the vocabulary is the units of the "
+                              f"training text (language.subword_units={s.subword_units} are fitted); drop "
+                              f"language.max_vocab, or set language.subword_units")
+        if importlib.util.find_spec("tokenizers") is None:
+            raise ConfigError("language.level: 'subword' units need the tokenizers package: pip install "
+                              "'ebms[subword]'; or use language.level='word' or 'char'")
 
     def check_kind(self, cfg: Config) -> None:
         """This kind's own combinations: its objectives (and its sizes, in subclasses)."""
@@ -373,9 +410,10 @@ class LanguageTask(Task[LanguageSettings]):
         return data.cache[("classes", n)]  # type: ignore[no-any-return]
 
     def run_files(self, cfg: Config, data: LanguageData) -> dict[str, bytes]:
-        """``vocab.json``: the vocabulary, ``L``, the training fingerprint and the word classes of a ``trf``."""
+        """``vocab.json``: the vocabulary, ``L``, the training fingerprint and the word classes of a ``trf``; with
+        subword units ``tokenizer.json`` too."""
         classes = self.classes(cfg, data)
-        return {VOCAB_FILE: vocabulary_file(data, **({} if classes is None else {"classes": classes.tolist()}))}
+        return language_files(data, **({} if classes is None else {"classes": classes.tolist()}))
 
     def training_data(self, cfg: Config, data: LanguageData) -> Callable[[int, torch.Generator], tuple[Tensor, ...]]:
         """Batches of sentences of similar length (:func:`~ebms.data.text.length_windows`)."""

@@ -58,8 +58,8 @@ TASKS_HELP: tuple[tuple[str, str, str], ...] = (
     ("speech", "fsdd-digits: connected spoken digits, model.kind=conv-bilstm trained by ctc or ctc-crf",
      "the test label error rate"),
     ("language", "ptb, tiny-shakespeare, text (your file): model.kind=kn (n-gram), lstm, transformer, trf, trf-cnn, "
-     "trf-bilstm, residual, electric",
-     "test perplexity (exact for n-grams and LSTM/Transformer LMs; a TRF's with its log Z_l, --ais to "
+     "trf-bilstm, residual, electric, huggingface (a pretrained causal LM folder)",
+     "test perplexity (exact for n-grams, LSTM/Transformer and Hugging Face LMs; a TRF's with its log Z_l, --ais to "
      "re-estimate them; a residual model's bracket; Electric's pseudo-log-likelihood)"),
     ("generation", "addition: a Transformer or LSTM LM of sums (model.kind=transformer, lstm) and a residual EBM "
      "on it (residual)", "the share of correct test sums and the perplexity of the true sums"),
@@ -236,6 +236,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     with building("training", *size_keys(cfg, "train"), device=cfg.run.device):
         run_dir = train(cfg, resume="auto" if args.resume else False, overwrite=args.overwrite)
+    from ebms.train import DistributedContext
+
+    if not DistributedContext.from_env().is_main:  # under torchrun global rank 0 reports; the others are done
+        return 0
     print(f"trained in {time.perf_counter() - t0:.1f} s -> {run_dir}")
     if not args.no_eval:
         _report_and_plots(run_dir, [])

@@ -131,7 +131,7 @@ KEY_ROLES: dict[str, str] = {
         "images": "binarize binarize_seed limit rbm_hidden",
         "tagging": "features limit embedding_dim char_dim hidden layers dropout c1 c2",
         "speech": "n_train max_digits test_speakers channels hidden layers dropout ctc_weight lm_order",
-        "language": "level lower sentence_split limit min_count max_vocab max_length",
+        "language": "level lower sentence_split limit min_count max_vocab max_length subword_units subword_model",
         "ngram": "order smoothing discounts",
         "lm": "embedding_dim hidden layers heads dropout tie_weights earm_weight earm_start earm_truncate earm_clip",
         "trf": "order features feature_cutoffs feature_boundaries trf_init classes chains trials noise_order "
@@ -148,7 +148,8 @@ KEY_ROLES: dict[str, str] = {
     **_rows("training", {
         "run": "device",
         "sampler": "kind step_size noise_scale grad_clamp n_leapfrog sweeps scan temperature n_flips",
-        "train": "batch_size lr lr_schedule lr_final sa_tc sa_beta sa_t0 optimizer momentum weight_decay grad_clip ema",
+        "train": "batch_size lr lr_schedule lr_final sa_tc sa_beta sa_t0 optimizer momentum weight_decay grad_clip ema "
+                 "precision compile shard",
         "trf": "zeta_tc zeta_beta zeta_t0 chain_groups scan",
     }),
     **_rows("run", {"run": "name out_dir progress log_to", "train": "steps log_every checkpoint_every", "trf": "workers",
@@ -162,7 +163,7 @@ KEY_ROLES: dict[str, str] = {
         "vision": "ood ood_size ece_bins",
     }),
     **_rows("location", {"data": "path root max_mb", "images": "download",
-                         "language": "train_path valid_path test_path"}),
+                         "language": "train_path valid_path test_path tokenizer", "huggingface": "path"}),
 }
 
 #: the roles of :data:`KEY_ROLES`.
@@ -315,6 +316,9 @@ def _fit(cfg: Config, run_dir: Path, objective: Any, model: nn.Module, source: A
             checkpoint_every=cfg.train.checkpoint_every,
             grad_clip=cfg.train.grad_clip,
             ema=cfg.train.ema,
+            precision=cfg.train.precision,
+            compile=cfg.train.compile,
+            shard=cfg.train.shard,
             lr_schedule=build_lr_schedule(cfg),
             callbacks=callbacks,
             progress=cfg.run.progress,
@@ -323,18 +327,20 @@ def _fit(cfg: Config, run_dir: Path, objective: Any, model: nn.Module, source: A
             identity={**run_identity(cfg), **file_identity(files)},
         )
     except ValueError as e:
-        if str(e).startswith("batch_size:"):
+        if str(e).startswith(("batch_size:", "compile:", "shard:")):
             raise ConfigError(f"train.{e}") from None
         if str(e).startswith("optimizer: parameter group"):
             raise ConfigError(f"train.lr: {e}") from None
         raise
     if resume is not False:
         trainer.restore(None if resume is True or resume == "auto" else resume)
-    if clear:
-        clear_run(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.toml").write_text(config_toml)
-    write_run_files(run_dir, files)
+    if trainer.is_main:  # under torchrun the folder is shared: global rank 0 writes, the others wait
+        if clear:
+            clear_run(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.toml").write_text(config_toml)
+        write_run_files(run_dir, files)
+    trainer.dist.barrier()
     trainer.fit(overwrite=clear)
 
 

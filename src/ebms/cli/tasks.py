@@ -62,7 +62,8 @@ __all__ = [
 
 #: modules whose import registers the packaged tasks (in this order: their sections' order).
 BUILTIN_TASK_MODULES = ("ebms.cli.continuous", "ebms.cli.images", "ebms.cli.tagging", "ebms.cli.speech",
-                        "ebms.cli.language", "ebms.cli._language_trf", "ebms.cli._generation_text",
+                        "ebms.cli.language", "ebms.cli._language_trf", "ebms.cli._language_hf",
+                        "ebms.cli._generation_text",
                         "ebms.cli.generation", "ebms.cli.vision", "ebms.cli.jrf")
 
 S = TypeVar("S")

@@ -18,9 +18,12 @@ Sentences are read as ``<s> y_1 .. y_L </s>``; a history reaching before the sta
   Witten–Bell or add-k tables, optionally pruned by count (see :mod:`ebms.distributions._kneser_ney`
   for the formulas); every distribution sums to 1 over the ``V`` outcomes;
 * :meth:`to_arpa` / :meth:`from_arpa` move models to and from SRILM and KenLM;
-* scoring is vectorised: the row of every n-gram of a batch is found with ``torch.searchsorted``
-  in the sorted int64 keys ``parent_row * V + w`` of each order (``n - 1`` searches per
-  position), and the backoff sums are tensor ops. Cost ``O(B T n log N)``; memory ``O(B T n)``.
+* scoring is vectorised: the row of every n-gram of a batch is looked up by its int64 key
+  ``parent_row * V + w`` in a cuckoo hash table of each order (:mod:`ebms.distributions._backoff_hash`:
+  two reads per key, built once per model on the first call, about ``2.5 N`` int32 slots per
+  order), only where the ``(m-1)``-gram is stored, and the backoff sums are tensor ops over the
+  packed sentences. Cost ``O(tokens n)``; memory ``O(tokens n)``. The same numbers as the binary
+  search in the sorted keys it replaced (``tests/distributions/test_backoff_fast.py``).
 
 Differences from the dense :class:`~ebms.distributions.NGram` with the same smoothing: that one
 treats ``<s> <s>`` (the padded history of the first word when ``n >= 3``) as a context of its own
@@ -39,7 +42,7 @@ import torch
 from torch import Tensor
 
 from ebms._checks import check_choice, check_int, check_positive
-from ebms.distributions import _arpa, _backoff_sampling, _kneser_ney
+from ebms.distributions import _arpa, _backoff_hash, _backoff_sampling, _kneser_ney
 from ebms.distributions import _backoff_tables as _tables
 from ebms.distributions._base import Distribution
 from ebms.distributions.ngram import _as_sequences
@@ -142,6 +145,7 @@ class BackoffNGram(Distribution):
                 if isinstance(new, Tensor) and new.dim() == have.dim() == 1 and new.shape != have.shape:
                     setattr(self, name, torch.empty(new.shape, dtype=have.dtype, device=have.device))
         self.__dict__.pop("_sampler_cache", None)
+        self.__dict__.pop("_hash_cache", None)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _tables(self) -> _kneser_ney.Tables:
@@ -275,6 +279,22 @@ class BackoffNGram(Distribution):
         _arpa.write_arpa(path, _arpa.check_words(words, self.vocab_size), self._tables(), digits)
 
     # --- scoring ------------------------------------------------------------------------------
+    def _lookup(self, m: int, query: Tensor) -> tuple[Tensor, Tensor]:
+        """``(found, row)`` of the order-``m`` keys ``query`` (1-D), from the cached cuckoo tables
+        (:mod:`ebms.distributions._backoff_hash`): the rows :func:`_tables.find` returns where found."""
+        return _backoff_hash.lookup(self._table("keys", m), self._hash_tables()[m - 2], query)
+
+    def _hash_tables(self) -> list[_backoff_hash.CuckooTable | None]:
+        """The cuckoo tables of orders 2..n, cached until a buffer changes (as the sampler's)."""
+        cached = self.__dict__.get("_hash_cache")
+        fingerprint = _backoff_sampling.fingerprint(self)
+        if cached is None or cached[0] != fingerprint:
+            with torch.no_grad():
+                cached = (fingerprint, [_backoff_hash.build(self._table("keys", m)) for m in range(2, self.order + 1)])
+            self.__dict__["_hash_cache"] = cached
+        tables: list[_backoff_hash.CuckooTable | None] = cached[1]
+        return tables
+
     def _walk(self, z: Tensor) -> list[Tensor]:
         """Rows of the ``m``-gram starting at each position of ``z (B, K)`` (``-1``: not stored or
         crossing a ``-1``), ``m = 1..n``; ``rows[m-1]`` has shape ``(B, K - m + 1)``."""
@@ -283,7 +303,8 @@ class BackoffNGram(Distribution):
             prev, nxt = rows[-1][:, :-1], z[:, m - 1 :]
             live = (prev >= 0) & (nxt >= 0)  # only the windows whose prefix is stored are searched
             row = torch.full_like(prev, -1)
-            row[live] = _tables.find(self._table("keys", m), prev[live] * self.vocab_size + nxt[live])
+            found, at = self._lookup(m, prev[live] * self.vocab_size + nxt[live])
+            row[live] = torch.where(found, at, -1)
             rows.append(row)
         return rows
 
@@ -302,32 +323,69 @@ class BackoffNGram(Distribution):
     def token_log_probs(self, x: Sequences) -> Tensor:
         """``(B, T + 1)``: ``log p(y_t | y_<t)`` at ``t < L``, ``log p(</s> | y)`` at ``t = L``, 0 after.
 
-        Float64 on ``x``'s device; the work runs on the model's device over the packed sentences
-        (padding costs nothing). One host sync (the token check).
+        Float64 (the tables' dtype) on ``x``'s device; the work runs on the model's device over the
+        packed sentences (padding costs nothing). One host sync (the token check), one more for
+        the packed size.
+
+        The sentences are laid end to end, each as ``n - 2`` marks (``-1``), ``<s>``, its words and
+        ``</s>``. The ``m``-grams starting at a position are looked up order by order, only where
+        the ``(m-1)``-gram is stored (a cuckoo table per order, built on the first call and kept
+        until a buffer changes); each stored ``m``-gram gives the log-probability of the word it
+        ends at (the longest wins) and the backoff weight of the word after it, which counts when
+        that word's longest stored n-gram is at most ``m`` long.
         """
-        x = self._checked(x, "x")
-        dev = self.log_probs_1.device
+        x = Sequences.coerce(x, name="x", pairs=False)
+        dev, dtype = self.log_probs_1.device, self.log_probs_1.dtype
         seq = x.to(dev)
-        n, (B, T) = self.order, seq.tokens.shape
-        lead = n - 1  # n - 2 "nothing" marks (-1), then <s>: histories never reach the previous sentence
-        y = torch.cat([seq.tokens.masked_fill(~seq.mask(), 0), seq.tokens.new_zeros(B, 1)], 1)  # </s> at L
-        z = torch.cat([y.new_full((B, max(n - 2, 0)), -1), y.new_zeros(B, min(lead, 1)), y], 1)
-        cols = torch.arange(lead + T + 1, device=dev)
-        inside = cols < (seq.lengths + lead + 1).unsqueeze(1)
-        flat = z[inside].unsqueeze(0)  # (1, N): the sentences one after another
-        at = (cols >= lead).expand(B, -1)[inside].nonzero().squeeze(1)  # outcome positions in flat
-        rows = [r.squeeze(0) for r in self._walk(flat)]
-        # tail[m-1]: sum over j >= m of the backoff weight of the j-gram context before each outcome
-        tail = [torch.zeros(at.numel(), dtype=self.log_probs_1.dtype, device=dev)]
-        for j in range(n - 1, 0, -1):
-            c = rows[j - 1][at - j]
-            tail.insert(0, tail[0] + self._gather(j, "backoffs", c, 0.0))
-        out = self.log_probs_1[flat[0, at]] + tail[0]
+        n, V, (B, T) = self.order, self.vocab_size, seq.tokens.shape
+        if B == 0:
+            return torch.zeros(0, T + 1, dtype=dtype, device=x.device)
+        lengths, lead = seq.lengths, n - 1
+        kept = (torch.arange(T, device=dev) < lengths.unsqueeze(1)).view(-1).nonzero().squeeze(1)
+        words = seq.tokens.reshape(-1).index_select(0, kept)  # the real tokens, one sentence after another
+        if words.numel() and bool(((words < 1) | (words >= V)).any()):
+            seq.check_vocabulary(V, "x", boundary=0, where="sequence")  # raises, naming the first one
+        size = lengths + n  # marks, <s>, words, </s>
+        start = torch.cumsum(size, 0) - size
+        sizes = torch.stack([size.sum(), lengths.sum()]).tolist()
+        P, A = sizes[0], sizes[1] + B  # positions, outcomes (the words and each </s>)
+        sentence = torch.repeat_interleave(torch.arange(B, device=dev), lengths + 1, output_size=A)
+        outcomes = torch.arange(A, device=dev)
+        at = outcomes + (sentence + 1) * lead  # position of each outcome
+        flat = torch.zeros(P + n, dtype=torch.long, device=dev)  # + n marks: no window runs off the end
+        flat[P:] = -1
+        if n > 2:
+            flat.index_fill_(0, (start.unsqueeze(1) + torch.arange(n - 2, device=dev)).view(-1), -1)
+        shift = start + lead - torch.arange(B, device=dev) * T  # kept (b * T + t) -> position
+        flat.index_copy_(0, kept + torch.repeat_interleave(shift, lengths, output_size=words.numel()), words)
+        outcome_at = torch.full((P + n + 1,), A, dtype=torch.long, device=dev)  # A: not an outcome (a spare slot)
+        outcome_at.index_copy_(0, at, outcomes)
+        # best: log p of the longest stored n-gram ending at each outcome, longest: its order
+        best = torch.zeros(A + 1, dtype=dtype, device=dev)
+        best[:A] = self.log_probs_1.index_select(0, flat.index_select(0, at))
+        longest = torch.ones(A + 1, dtype=torch.long, device=dev)
+        start_at = (flat[:P] >= 0).nonzero().squeeze(1)  # the stored m-grams: start, row
+        stored = [(start_at, flat.index_select(0, start_at))]
         for m in range(2, n + 1):
-            e = rows[m - 1][at - m + 1]
-            out = torch.where(e >= 0, self._gather(m, "log_probs", e, 0.0) + tail[m - 1], out)
-        keep = torch.arange(T + 1, device=dev) <= seq.lengths.unsqueeze(1)
-        return torch.zeros(B, T + 1, dtype=out.dtype, device=dev).masked_scatter_(keep, out).to(x.device)
+            prev_at, prev_row = stored[-1]
+            nxt = flat.index_select(0, prev_at + m - 1)
+            found, row = self._lookup(m, torch.where(nxt >= 0, prev_row * V + nxt, -1))
+            hit = found.nonzero().squeeze(1)
+            start_at, row = prev_at.index_select(0, hit), row.index_select(0, hit)
+            stored.append((start_at, row))
+            ends = outcome_at.index_select(0, start_at + m - 1)
+            best.index_copy_(0, ends, self._table("log_probs", m).index_select(0, row))
+            longest.index_fill_(0, ends, m)
+        # tail: the backoff weights of the contexts longer than the n-gram used, longest first
+        tail = torch.zeros(A + 1, dtype=dtype, device=dev)
+        for j in range(n - 1, 0, -1):
+            start_at, row = stored[j - 1]
+            after = outcome_at.index_select(0, start_at + j)
+            weight = self._table("backoffs", j).index_select(0, row)
+            tail.index_add_(0, after, torch.where(longest.index_select(0, after) <= j, weight, 0.0))
+        out = best[:A] + tail[:A]
+        keep = torch.arange(T + 1, device=dev) <= lengths.unsqueeze(1)
+        return torch.zeros(B, T + 1, dtype=dtype, device=dev).masked_scatter_(keep, out).to(x.device)
 
     def log_prob(self, x: Sequences) -> Tensor:
         """``log p(y)`` of each sentence, ``</s>`` included, ``(B,)`` (float64 unless the tables were converted)."""

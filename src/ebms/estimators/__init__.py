@@ -29,6 +29,7 @@ from ebms.estimators.ais import (
     AISResult,
     GeometricPath,
     ais,
+    ais_across_ranks,
     ais_bracket,
     geometric_betas,
     linear_betas,
@@ -73,6 +74,7 @@ from ebms.estimators.sequence_log_z import (
     LengthLogZ,
     ais_log_z_per_length,
     importance_log_z_per_length,
+    log_z_per_length_across_ranks,
 )
 
 __all__ = [
@@ -90,6 +92,7 @@ __all__ = [
     "LengthLogZ",
     "LogLikelihoodReport",
     "ais",
+    "ais_across_ranks",
     "ais_bracket",
     "ais_log_z_per_length",
     "ais_schedule",
@@ -106,6 +109,7 @@ __all__ = [
     "importance_ess",
     "importance_log_partition",
     "importance_log_z_per_length",
+    "log_z_per_length_across_ranks",
     "linear_betas",
     "log_likelihood_report",
     "mcmc_mean",

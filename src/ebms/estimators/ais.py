@@ -67,6 +67,7 @@ from ebms._checks import check_finite, check_int, check_positive, check_tensor
 from ebms._progress import progress_bar
 from ebms.capabilities import AnnealingPath, SupportsWeightIncrement
 from ebms.estimators._base import Estimate
+from ebms.estimators._ranks import gather_pieces, my_pieces, piece_generator
 from ebms.estimators.importance import log_mean_weight
 from ebms.estimators.paths import GeometricPath
 
@@ -74,6 +75,7 @@ __all__ = [
     "AISResult",
     "GeometricPath",
     "ais",
+    "ais_across_ranks",
     "ais_bracket",
     "geometric_betas",
     "linear_betas",
@@ -271,6 +273,53 @@ def ais(
             if k < K:
                 x = path.transition(x, bs[k], generator=generator)
     return _result(path, log_z0, log_w, x, bs, "forward")
+
+
+def ais_across_ranks(
+    path: AnnealingPath,
+    n_chains: int,
+    betas: Sequence[float] | Tensor,
+    *,
+    seed: int,
+    blocks: int = 8,
+    device: torch.device | str | None = None,
+    progress: bool = False,
+) -> AISResult:
+    r"""Forward AIS (as :func:`ais`) with its chains split into ``blocks`` and the blocks shared by the ranks.
+
+    Block ``b`` (``n_chains / blocks`` chains) draws from its own generator, seeded from ``seed``
+    and ``b`` (on ``device``, default CPU: the path's device). Under ``torchrun`` (an initialised
+    default process group) rank ``r`` runs blocks ``r, r + W, ...`` and the blocks' log weights and
+    final states are gathered on every rank in block order, so every rank returns exactly what one
+    process returns with the same ``seed`` and ``blocks``: the estimate, its stderr and ESS from all
+    ``n_chains`` weights. (A different ``blocks`` gives another, equally valid, realisation.)
+
+    Args:
+        path, n_chains, betas, progress: as in :func:`ais`; ``n_chains`` a multiple of ``blocks``.
+        seed: the seed the blocks' generators derive from.
+        blocks: number of blocks, ``>= 1``, each of ``>= 2`` chains.
+        device: where the blocks' generators live.
+    """
+    check_int(blocks, "blocks", minimum=1)
+    check_int(n_chains, "n_chains", minimum=2)
+    check_int(seed, "seed", minimum=0)
+    if n_chains % blocks or n_chains // blocks < 2:
+        raise ValueError(f"n_chains: expected a multiple of blocks={blocks} with at least 2 chains per block; "
+                         f"got {n_chains}")
+    bs = validate_betas(betas)
+    log_z0, _ = _check_path(path)
+    per = n_chains // blocks
+    mine = {}
+    for b in my_pieces(range(blocks)):
+        run = ais(path, per, bs, generator=piece_generator(seed, b, device), progress=progress)
+        mine[b] = (run.log_weights.cpu(), run.samples.detach().cpu())
+    every = gather_pieces(mine)
+    target = torch.device("cpu") if device is None else torch.device(device)
+    log_w = torch.cat([every[b][0] for b in range(blocks)]).to(target)
+    x = torch.cat([every[b][1] for b in range(blocks)]).to(target)
+    out = _result(path, log_z0, log_w, x, bs, "forward")
+    out.estimate.settings.update(blocks=blocks, seed=seed)
+    return out
 
 
 def reverse_ais(

@@ -35,7 +35,7 @@ References:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -44,6 +44,7 @@ from torch import Tensor
 from ebms._checks import check_int, check_positive
 from ebms._progress import progress_bar
 from ebms.estimators._base import Estimate
+from ebms.estimators._ranks import gather_pieces, my_pieces, piece_generator
 from ebms.estimators._seq_ais import annealed_weights
 from ebms.estimators._seq_common import (
     AnnealedSentenceEnergy,
@@ -65,7 +66,8 @@ from ebms.samplers.trans_dimensional import TransDimensional
 from ebms.sequences import Sequences
 from ebms.spaces import TokenSequences
 
-__all__ = ["LengthConditionalLM", "LengthLogZ", "ais_log_z_per_length", "importance_log_z_per_length"]
+__all__ = ["LengthConditionalLM", "LengthLogZ", "ais_log_z_per_length", "importance_log_z_per_length",
+           "log_z_per_length_across_ranks"]
 
 
 def _repeat(lengths: tuple[int, ...], n: int) -> Tensor:
@@ -215,6 +217,63 @@ def ais_log_z_per_length(
     rev = _reverse(target, kernel, target_samples, ls, bs, steps, space, generator, batch_size, progress, settings)
     out = tuple(_bracket(fwd[n][0], rev[n][0], zz) if n in rev else fwd[n][0] for n in ls)
     return LengthLogZ(ls, out, "ais bracket", weights, tuple(rev[n][1] if n in rev else None for n in ls))
+
+
+def log_z_per_length_across_ranks(
+    estimator: Callable[..., LengthLogZ],
+    model: Any,
+    proposal: Any,
+    *args: Any,
+    seed: int,
+    lengths: int | Iterable[int] | None = None,
+    space: TokenSequences | None = None,
+    device: torch.device | str | None = None,
+    **options: Any,
+) -> LengthLogZ:
+    r"""``estimator`` (:func:`importance_log_z_per_length` or :func:`ais_log_z_per_length`) with the lengths
+    shared by the ranks of a ``torchrun`` job; every rank returns the estimates of all lengths.
+
+    Length ``l`` is estimated on its own, with a generator (on ``device``, default CPU) seeded from
+    ``seed`` and ``l``, by ``estimator(model, proposal, *args, lengths=[l], generator=..., **options)``;
+    the lengths (increasing) are dealt round robin to the ranks of the default process group and
+    the estimates gathered, so the result equals this call's in one process (with the same
+    ``seed``). One process computes the same lengths one after another.
+
+    Args:
+        estimator: :func:`importance_log_z_per_length` or :func:`ais_log_z_per_length`.
+        model, proposal, space: as in those functions.
+        *args: the estimator's other positional arguments (``n_samples``; ``n_chains, betas``).
+        seed: the seed every length's generator derives from.
+        lengths: the lengths to estimate (default: all of the space, from 1).
+        device: where the generators live (the model's device).
+        **options: the estimator's other keywords (``batch_size``, ``kernel``, ``target_samples``, ...).
+
+    Example::
+
+        est = log_z_per_length_across_ranks(importance_log_z_per_length, trf, proposal, 4000, seed=0)
+    """
+    if estimator not in (importance_log_z_per_length, ais_log_z_per_length):
+        raise TypeError(f"estimator: expected importance_log_z_per_length or ais_log_z_per_length; got {estimator!r}")
+    if "generator" in options:
+        raise TypeError("generator: each length draws from its own generator seeded from seed; pass seed only")
+    check_int(seed, "seed", minimum=0)
+    _, space = resolve_target(model, space)
+    ls = resolve_lengths(lengths, space)
+    mine = {}
+    for n in my_pieces(ls):
+        one = estimator(model, proposal, *args, lengths=[n], space=space, generator=piece_generator(seed, n, device),
+                        **options)
+        rev = one.reverse_log_weights[0] if one.reverse_log_weights is not None else None
+        mine[n] = (one.method, one.estimates[0], None if one.log_weights is None else one.log_weights[0].cpu(),
+                   None if rev is None else rev.cpu())
+    every = gather_pieces(mine)
+    methods = {every[n][0] for n in ls}
+    method = methods.pop() if len(methods) == 1 else "ais bracket"  # lengths without target samples: plain ais
+    weights = tuple(every[n][2] for n in ls)
+    reverse = tuple(every[n][3] for n in ls)
+    return LengthLogZ(ls, tuple(every[n][1] for n in ls), method,
+                      None if any(w is None for w in weights) else weights,  # type: ignore[arg-type]
+                      reverse if any(r is not None for r in reverse) else None)
 
 
 def _reverse(target: AnnealedSentenceEnergy, kernel: Sampler, x: Sequences, ls: tuple[int, ...],

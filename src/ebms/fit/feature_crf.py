@@ -51,7 +51,8 @@ class FitResult:
         iterations: iterations (L-BFGS) or epochs (SGD/Adam) run.
         loss: final objective ``F`` (L-BFGS) or last epoch's mean minibatch objective.
         stop_reason: ``"epsilon"``, ``"delta"``, ``"max_iterations"`` or ``"linesearch"``.
-        seconds: wall time of the loop.
+        seconds: wall time of the loop (L-BFGS: after the full-batch design matrix is built, as
+            CRFsuite's iteration log starts after its feature generation).
         cpu_seconds: process CPU time of the loop (what CRFsuite's own log reports).
         evaluations: function+gradient passes over the training set (L-BFGS).
         log: one dict per iteration (loss, grad_norm, param_norm, step, evaluations, seconds
@@ -234,12 +235,14 @@ def fit_feature_crf(model: FeatureCRF, ids: Tensor | EncodedCorpus, weights: Ten
     check_int(batch_size, "batch_size", minimum=1)
     n = int(lengths.shape[0])
     params: list[Tensor] = [model.state_values, model.transition_values]
+    if method == "lbfgs":  # the design matrix is built before the loop's clocks start (CRFsuite's features too)
+        objective = FeatureCRFLikelihood(rows, lengths, tags, model.n_attributes, l2=c2, reduction="sum",
+                                         bucket_size=bucket_size)
+        objective.full_batch_corpus(model.state_values.dtype)
     log = _Log(params, callback)
     common: dict[str, Any] = dict(run_dir=None, guard=None, progress=progress, log_every=1,
                                   device=model.state_values.device, distributed=DistributedContext())
     if method == "lbfgs":
-        objective = FeatureCRFLikelihood(rows, lengths, tags, model.n_attributes, l2=c2, reduction="sum",
-                                         bucket_size=bucket_size)
         monitor = _QuasiNewtonLog(log, epsilon=epsilon, period=period, delta=delta)
         Trainer(objective, model, torch.arange(n), optimizer=lambda groups: OWLQN(groups, l1=c1, history=history),
                 steps=max_iterations, batch_size=n, callbacks=[monitor], **common).fit()

@@ -110,7 +110,7 @@ def _columns(lm: Any, nbest: NBest) -> dict[str, Tensor]:
 
 
 def lm_scores(hypotheses: NBest | Sequence[Sequence[str]], lm: Any, *, vocabulary: Any = None,
-              batch_size: int = 256, device: torch.device | str | None = None) -> Tensor:
+              batch_size: int = 256, device: torch.device | str | None = None, across_ranks: bool = False) -> Tensor:
     """``(N,)`` float64 LM log-probabilities of all hypotheses, in length-sorted batches.
 
     Args:
@@ -122,6 +122,11 @@ def lm_scores(hypotheses: NBest | Sequence[Sequence[str]], lm: Any, *, vocabular
             turns the hypotheses into the lm's input).
         batch_size: hypotheses per call (>= 1); batches hold hypotheses of similar length.
         device: where the encoded batches go (the LM's device).
+        across_ranks: under ``torchrun`` (an initialised default process group), rank ``r`` scores
+            batches ``r, r + W, ...`` of the length-sorted batches and the scores are gathered, so
+            every rank returns the ``(N,)`` scores one process computes (the same batches, each
+            scored by one rank); the rest of rescoring (combined scores, WER, tuning) is cheap and
+            runs whole on every rank. Without a process group, the same as ``False``.
 
     Raises:
         TypeError: ``lm`` neither has ``log_prob`` nor is callable, or ``vocabulary`` is missing.
@@ -144,8 +149,10 @@ def lm_scores(hypotheses: NBest | Sequence[Sequence[str]], lm: Any, *, vocabular
                         f"got {type(lm).__name__}")
     order = sorted(range(len(hyps)), key=lambda i: len(hyps[i]))
     out = torch.empty(len(hyps), dtype=torch.float64)
+    starts = list(range(0, len(order), batch_size))
+    rank, world = _rank_world() if across_ranks else (0, 1)
     with torch.no_grad():
-        for start in range(0, len(order), batch_size):
+        for start in starts[rank::world]:
             idx = order[start:start + batch_size]
             got = call([hyps[i] for i in idx])
             got = (got if isinstance(got, Tensor) else torch.as_tensor(got)).detach().double().cpu()
@@ -158,7 +165,23 @@ def lm_scores(hypotheses: NBest | Sequence[Sequence[str]], lm: Any, *, vocabular
                 raise ValueError(f"lm: expected finite log-probabilities; got {float(got[bad][0])} for hypothesis "
                                  f"{k} ({' '.join(hyps[k])!r}); smooth the LM or map unknown words to <unk>")
             out[idx] = got
+    if world > 1:  # each hypothesis was scored on exactly one rank: gather the scores in place
+        import torch.distributed as dist
+
+        parts: list[Any] = [None] * world
+        dist.all_gather_object(parts, {s: out[order[s:s + batch_size]] for s in starts[rank::world]})
+        for part in parts:
+            for start, got in part.items():
+                out[order[start:start + batch_size]] = got
     return out
+
+
+def _rank_world() -> tuple[int, int]:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
 
 
 def hypothesis_errors(nbest: NBest, references: Mapping[str, Sequence[str]]) -> tuple[Tensor, Tensor]:

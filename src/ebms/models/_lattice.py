@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_exactly_one, check_finite, check_int, check_positive, check_tensor
+from ebms._precision import full_precision
 from ebms.energy import Energy
 from ebms.spaces import DiscreteSpace
 
@@ -371,6 +372,7 @@ class PairwiseEnergy(Energy):
         self.space.check_site(site, x.shape[0])
         return self.couplings.site_field(x3, site) + self.field.to(x3.dtype)[site]
 
+    @full_precision
     def energy_and_grad(self, x: Tensor) -> tuple[Tensor, Tensor]:
         r"""Analytic ``E(x)`` and :math:`\nabla_x E = -\beta (J x + h)` (detached), one ``J x`` product."""
         with torch.no_grad():

@@ -37,6 +37,7 @@ from torch import Tensor, nn
 
 from ebms._checks import check_int, check_positive, check_shape
 from ebms._numerics import softplus
+from ebms._precision import full_precision
 from ebms.energy import Energy
 from ebms.spaces import MAX_EXACT_STATES, Binary, Categorical, DiscreteSpace, Reals, Space
 
@@ -295,6 +296,7 @@ class GaussianBernoulliRBM(RBMBase):
     def _visible_states_text(self) -> str:
         return "continuous visibles: the sum runs over the hidden layer"
 
+    @full_precision
     def energy_and_grad(self, v: Tensor) -> tuple[Tensor, Tensor]:
         r"""Analytic :math:`F(v)` and :math:`\nabla_v F = (v - b)/\sigma^2 - W p(h \mid v) / \sigma^2`."""
         with torch.no_grad():
@@ -386,6 +388,7 @@ class CategoricalRBM(RBMBase):
     def hidden_log_marginal(self, h):
         return h @ self.hidden_bias + torch.logsumexp(self.visible_logits(h), -1).sum(-1)
 
+    @full_precision
     def energy_and_grad(self, v: Tensor) -> tuple[Tensor, Tensor]:
         r"""Analytic :math:`F(v)` and :math:`\nabla_v F = -b - W p(h\mid v)` (``(B, N, K)``)."""
         with torch.no_grad():

@@ -73,20 +73,36 @@ class FeatureCRF(nn.Module):
         self.register_load_state_dict_pre_hook(_dense_checkpoint_to_compact)
         self.register_load_state_dict_pre_hook(_checkpoint_masks)
 
-    @staticmethod
-    def _index(mask: Tensor | None) -> Tensor | None:
-        return None if mask is None else mask.reshape(-1).nonzero().squeeze(1)
+    def _index(self, mask: Tensor | None) -> Tensor | None:
+        """The flat positions of ``mask``'s True entries, kept until the mask changes (every pass of a
+        fit reads them; finding them anew costs a scan of the ``A C`` mask)."""
+        if mask is None:
+            return None
+        cache: dict[int, tuple[Tensor, int, Tensor]] = self.__dict__.setdefault("_index_cache", {})
+        hit = cache.get(id(mask))  # the entry holds the mask itself, so its id is not reused while cached
+        if hit is None or hit[0] is not mask or hit[1] != mask._version:
+            hit = (mask, mask._version, mask.reshape(-1).nonzero().squeeze(1))
+            cache[id(mask)] = hit
+        return hit[2]
 
     def _dense(self, values: Tensor, mask: Tensor | None, shape: tuple[int, int]) -> Tensor:
         if mask is None:
             return values.view(shape)
         idx = self._index(mask)
         assert idx is not None
-        return values.new_zeros(shape[0] * shape[1]).index_copy(0, idx, values).view(shape)
+        dense = torch.zeros(shape[0] * shape[1], dtype=values.dtype, device=values.device)
+        return dense.index_copy_(0, idx, values).view(shape)  # in place: no copy of the A C zeros
 
     def effective_weights(self) -> tuple[Tensor, Tensor]:
         """``(W (A, C), transitions (C, C))`` with non-observed entries exactly 0 (differentiable)."""
         return (self._dense(self.state_values, self.state_mask, (self.n_attributes, self.n_tags)),
+                self._dense(self.transition_values, self.transition_mask, (self.n_tags, self.n_tags)))
+
+    def compact_weights(self) -> tuple[Tensor, Tensor | None, Tensor]:
+        """``(state_values (K,), their flat positions in the row-major (A, C) table (None: every entry, in
+        order), transitions (C, C))``: the state weights without building the dense table (a full-batch
+        pass of :class:`~ebms.objectives.FeatureCRFLikelihood` scatters them into a table it keeps)."""
+        return (self.state_values, self._index(self.state_mask),
                 self._dense(self.transition_values, self.transition_mask, (self.n_tags, self.n_tags)))
 
     @property

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from ebms._checks import check_finite, check_int, check_positive, check_shape, check_tensor
+from ebms._precision import full_precision
 from ebms.models._rbm_layers import CategoricalRBM, GaussianBernoulliRBM, RBMBase, bernoulli, softplus
 from ebms.nets import linear
 from ebms.spaces import Binary
@@ -134,6 +135,7 @@ class BernoulliRBM(RBMBase):
     def hidden_log_marginal(self, h):
         return h @ self.hidden_bias + softplus(self.visible_logits(h)).sum(-1)
 
+    @full_precision
     def energy_and_grad(self, v: Tensor) -> tuple[Tensor, Tensor]:
         r"""Analytic :math:`F(v)` and :math:`\nabla_v F = -b - W\,p(h\mid v)`, ``((B,), (B, D))``."""
         with torch.no_grad():

@@ -32,7 +32,8 @@ products. Gradients the running backward pass does not need (the weight's
 under ``torch.autograd.grad(E, x)``) are not computed.
 
 When: eager mode, 2-d float32 CPU tensors, ``torch.backends.mkldnn.enabled``,
-no CPU autocast and no ``torch.func`` transform running. Then oneDNN is used
+no CPU autocast, no ``torch.func`` transform running, and a CPU with AVX-512
+(on an AVX2-only CPU MKL is the faster route: :func:`_onednn_faster`). Then oneDNN is used
 for products with both weight sides at least ``_MIN_WIDTH`` wide and at
 least ``_MIN_MACS`` multiply-adds (no gradient needed) or
 ``_GRAD_MIN_MACS`` (gradient needed: the Python autograd function costs
@@ -152,6 +153,21 @@ if not _fastpaths.record("onednn_linear", _reason):
     _ONEDNN_LINEAR = None
 
 
+def _onednn_faster(capability: str) -> bool:
+    """Whether oneDNN's float32 linear beats MKL on a CPU of this ATen ``capability`` (``"AVX512"``, ``"AVX2"``, ...).
+
+    Measured with one thread on two AMD EPYC machines (``benchmarks/langevin.py``'s ``matmul_routes``): with
+    AVX-512, oneDNN ran a ``1024^3`` product at ~230 GFLOP/s against MKL's ~105 (MKL keeps to AVX2 on AMD
+    CPUs), 2.2x; on an AVX2-only one, 71 against 95 GFLOP/s (0.74x), and ``MLPEnergy``'s energy-and-gradient
+    and training products ran 8-20 % faster without it. So the route is taken only where AVX-512 is.
+    """
+    return capability.upper().startswith("AVX512")
+
+
+#: oneDNN is worth calling on this CPU (decided once; tests force it on to check the route on any CPU)
+_ONEDNN_FASTER = _onednn_faster(torch.backends.cpu.get_cpu_capability())
+
+
 def _functorch_active() -> bool:
     """Whether a ``torch.func`` transform (grad, vmap, jacrev, ...) is running (``True`` when unknown)."""
     return _FUNCTORCH_PEEK is None or _fastpaths.switched_off("functorch_probe") or _FUNCTORCH_PEEK() is not None
@@ -181,10 +197,12 @@ def onednn_usable(x: Tensor) -> bool:
 
 
 def onednn_pays(onednn: bool, w: Tensor, batch: int, *, min_macs: int = _MIN_MACS) -> bool:
-    """``onednn`` and the product with ``w: (N, K)`` over ``batch`` rows is big enough for oneDNN."""
+    """``onednn`` and the product with ``w: (N, K)`` over ``batch`` rows is big enough for oneDNN, on a CPU where
+    oneDNN is the faster route (:func:`_onednn_faster`)."""
     n, k = w.shape
     return (
         onednn
+        and _ONEDNN_FASTER
         and w.dtype == torch.float32
         and w.device.type == "cpu"
         and min(n, k) >= _MIN_WIDTH

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from ebms._checks import check_int, check_shape
 from ebms._numerics import softplus
+from ebms._precision import full_precision
 from ebms.distributions.mixture import GaussianMixture
 from ebms.energy import Energy
 
@@ -112,6 +113,7 @@ class GaussianEnergy(Energy):
         z = (x - self.mean) @ self.factor
         return 0.5 * (z * z).sum(-1)
 
+    @full_precision
     def energy_and_grad(self, x: Tensor) -> tuple[Tensor, Tensor]:
         with torch.no_grad():
             d = x - self.mean

@@ -25,7 +25,8 @@ Speed notes (CPU, float32; measured with one thread on an AMD EPYC, Zen 5):
   same rounding up to the summation order. Small or skinny products stay on
   ``addmm`` (a oneDNN call costs ~10 µs), as does everything off the CPU, in
   float64, under ``torch.compile`` and with ``torch.backends.mkldnn.enabled``
-  off.
+  off. On a CPU without AVX-512 MKL is the faster route (oneDNN ran at 0.74x
+  of it on an AVX2-only EPYC), and every product stays on ``addmm``/``mm``.
 * The input-gradient product ``(B, H) x (H, D)`` with a tiny ``D`` is handed a
   column-major copy of the weight: MKL's row-major path is 2-4x slower there.
 * The differentiable :meth:`MLPEnergy.forward` (training: CD, score
@@ -54,6 +55,7 @@ from torch import Tensor, nn
 from torch.nn.utils.parametrizations import spectral_norm as _spectral_norm
 
 from ebms._checks import check_bool
+from ebms._precision import autocast_dtype
 from ebms.energy import Energy
 from ebms.nets._activations import Activation, resolve_activation
 from ebms.nets._linear import _ONEDNN_LINEAR, linear
@@ -211,7 +213,16 @@ class MLPEnergy(Energy):
         One forward pass keeps the pre-activations; the backward pass applies
         the activation's closed-form derivative layer by layer. Runs under
         ``torch.no_grad()`` and never touches parameter ``.grad`` fields.
+
+        Under ``torch.autocast`` (e.g. :func:`ebms.energy.mixed_precision`) the
+        hidden layers' products and activations and the whole backward pass run
+        in the autocast dtype (bfloat16), as autograd under autocast would run
+        them; the head's dot product is taken in ``x``'s dtype, and the energy
+        and gradient are returned in it.
         """
+        low = autocast_dtype(x.device.type)
+        if low is not None and x.is_floating_point() and low != x.dtype:
+            return self._energy_and_grad_in(x, low)
         h = self._flatten(x)
         vjp, f = self.activation.vjp_now(), self.activation.fn
         onednn = _onednn_usable(h)
@@ -231,6 +242,31 @@ class MLPEnergy(Energy):
                 delta = _times_weight(vjp(delta, z, a), w, onednn)
             delta = vjp(delta, *saved[0])  # (B, H_1)
             grad = _times_weight(delta, weights[0], onednn)  # (B, D)
+        return e, grad if len(self.event_shape) == 1 else grad.view(x.shape)
+
+    def _energy_and_grad_in(self, x: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """:meth:`energy_and_grad` with every product and activation in ``dtype`` (parameters cast once per
+        call, autocast off inside), returned in ``x``'s dtype."""
+        h = self._flatten(x)
+        vjp, f = self.activation.vjp_now(), self.activation.fn
+        with torch.no_grad(), torch.autocast(x.device.type, enabled=False):
+            h = h.to(dtype)
+            weights: list[Tensor] = []
+            saved: list[tuple[Tensor, Tensor]] = []
+            for layer in self.layers:
+                w = cast(Tensor, layer.weight).to(dtype)
+                z = torch.addmm(cast(Tensor, layer.bias).to(dtype), h, w.t())
+                h = f(z)
+                weights.append(w)
+                saved.append((z, h))
+            w_head = cast(Tensor, self.head.weight)
+            # the head (one dot product per sample) in x's dtype: energies as exact as h allows
+            e = torch.addmv(cast(Tensor, self.head.bias).to(x.dtype), h.to(x.dtype), w_head[0].to(x.dtype))
+            delta = w_head.to(dtype).expand_as(h)
+            for w, (z, a) in zip(reversed(weights[1:]), reversed(saved[1:])):
+                delta = torch.mm(vjp(delta, z, a), w)
+            grad = torch.mm(vjp(delta, *saved[0]), weights[0])
+        grad = grad.to(x.dtype)
         return e, grad if len(self.event_shape) == 1 else grad.view(x.shape)
 
     def extra_repr(self) -> str:

@@ -16,7 +16,11 @@ place.
 * **The whole corpus** (every sentence once, in any order: full-batch L-BFGS / OWL-QN) goes
   through a :class:`BucketedCorpus`, built at the first such call: one CSR design matrix ``X``
   over length-sorted buckets, so each pass is two sparse products (``X @ W`` and ``X^T G``) and the
-  forward-backward of :class:`ebms.structured.LinearChainCRF` per bucket.
+  forward-backward of :class:`ebms.structured.LinearChainCRF` per bucket. A model offering
+  ``compact_weights()`` (:class:`~ebms.models.FeatureCRF`) gives its observed weights: they are
+  written into an ``(A, C)`` table the corpus keeps (zero elsewhere), and ``X^T G`` goes into a
+  kept table from which the observed entries are read, so a pass allocates no ``A C`` table (the
+  same numbers as through the dense weights).
 * **Any other batch** is padded to its own longest sentence and its emissions gathered by
   :func:`ebms.structured.features.attribute_emissions` (one ``embedding_bag``).
 
@@ -70,6 +74,31 @@ class _SparseEmit(torch.autograd.Function):
         return ctx.xt @ g, None, None, None
 
 
+class _CompactSparseEmit(torch.autograd.Function):
+    """:class:`_SparseEmit` with ``W (A, C)`` given by its observed values ``(K,)`` and their flat
+    positions: they are written into a table the corpus keeps (zero elsewhere, written once), and the
+    backward's ``X^T @ G`` goes into a kept ``(A, C)`` table too, from which the ``K`` entries are read.
+    The same products as :class:`_SparseEmit` on the dense ``W``, without two ``A C`` allocations (and
+    their page faults) per pass."""
+
+    @staticmethod
+    def forward(ctx, values: Tensor, index: Tensor, corpus: BucketedCorpus,  # type: ignore[override]
+                n_tags: int, shapes: list[tuple[int, int]]) -> tuple[Tensor, ...]:
+        ctx.corpus, ctx.index, ctx.shapes = corpus, index, shapes
+        table = corpus.table("weights", index, values, n_tags)
+        table.view(-1).index_copy_(0, index, values)
+        em = corpus.x @ table
+        parts = em.split([n * t for n, t in shapes])
+        return tuple(p.view(n, t, -1) for p, (n, t) in zip(parts, shapes))
+
+    @staticmethod
+    def backward(ctx, *grads: Tensor):  # type: ignore[override]
+        g = torch.cat([gi.reshape(n * t, -1) for gi, (n, t) in zip(grads, ctx.shapes)])
+        out = ctx.corpus.table("gradient", ctx.index, g, g.shape[1])
+        torch.mm(ctx.corpus.xt, g, out=out)
+        return out.view(-1).index_select(0, ctx.index), None, None, None, None
+
+
 def _csr(rows: Tensor, cols: Tensor, values: Tensor, shape: tuple[int, int]) -> Tensor:
     """CSR matrix of the entries ``(rows, cols, values)`` (repeated entries are summed)."""
     coo = torch.sparse_coo_tensor(torch.stack([rows, cols]), values, shape, check_invariants=False)
@@ -105,6 +134,7 @@ class BucketedCorpus:
             v_parts.append(bw[keep])
             self.buckets.append((start, n, t, ln, tags[b, :t]))
             start += n * t
+        self._tables: dict[str, tuple[tuple[Any, ...], Tensor]] = {}
         r, c, v = torch.cat(r_parts), torch.cat(c_parts), torch.cat(v_parts)
         del r_parts, c_parts, v_parts
         with warnings.catch_warnings():  # CSR support is labelled beta; the ops used are stable
@@ -112,10 +142,24 @@ class BucketedCorpus:
             self.x = _csr(r, c, v, (start, n_attributes))
             self.xt = _csr(c, r, v, (n_attributes, start))
 
-    def nll(self, w: Tensor, a: Tensor) -> Tensor:
-        """``sum_i -log p(y_i | x_i)`` with state weights ``w (A, C)``, transitions ``a (C, C)``."""
+    def table(self, kind: str, index: Tensor, like: Tensor, n_tags: int) -> Tensor:
+        """A kept ``(A, C)`` table (``kind``: ``"weights"``, zero but at ``index``, or ``"gradient"``),
+        new when ``index`` (the object), the dtype, device or ``C`` changes."""
+        key = (index, like.dtype, like.device, n_tags)
+        kept = self._tables.get(kind)
+        if kept is None or kept[0][0] is not index or kept[0][1:] != key[1:]:
+            kept = (key, torch.zeros(self.x.shape[1], n_tags, dtype=like.dtype, device=like.device))
+            self._tables[kind] = kept
+        return kept[1]
+
+    def nll(self, w: Tensor, a: Tensor, index: Tensor | None = None) -> Tensor:
+        """``sum_i -log p(y_i | x_i)`` with state weights ``w (A, C)``, transitions ``a (C, C)``;
+        with ``index``, ``w`` is ``(K,)``: the table's entries at those flat positions (0 elsewhere)."""
         shapes = [(n, t) for _, n, t, _, _ in self.buckets]
-        ems = _SparseEmit.apply(w, self.x, self.xt, shapes)
+        if index is None:
+            ems = _SparseEmit.apply(w, self.x, self.xt, shapes)
+        else:
+            ems = _CompactSparseEmit.apply(w, index, self, a.shape[0], shapes)
         total = w.new_zeros(())
         for em_b, (_, _, _, ln, y) in zip(ems, self.buckets):
             total = total - LinearChainCRF(em_b, a, ln).log_prob(y).sum()
@@ -194,20 +238,29 @@ class FeatureCRFLikelihood(nn.Module):
         if low < 0 or high >= n:
             raise ValueError(f"batch: expected sentence ids in [0, {n - 1}] (the corpus has {n}); "
                              f"got ids from {low} to {high}")
-        w, a = model.effective_weights()
-        if rows.numel() == n and bool((torch.bincount(rows, minlength=n) == 1).all()):
-            if self.corpus is None:
-                self.corpus = BucketedCorpus(self.rows, self.lengths, self.tags, self.n_attributes,
-                                             self.bucket_size, w.dtype)
-            nll = self.corpus.nll(w, a)
+        full = rows.numel() == n and bool((torch.bincount(rows, minlength=n) == 1).all())
+        compact = getattr(model, "compact_weights", None)
+        if full and callable(compact):  # a FeatureCRF: the observed weights, no dense table per pass
+            values, index, a = compact()
+            corpus = self.full_batch_corpus(values.dtype)
+            nll = corpus.nll(values.view(self.n_attributes, -1), a) if index is None else corpus.nll(values, a, index)
         else:
-            nll = self.batch_nll(w, a, [rows])
+            w, a = model.effective_weights()
+            nll = self.full_batch_corpus(w.dtype).nll(w, a) if full else self.batch_nll(w, a, [rows])
         size = rows.numel()
         loss = nll / size if self.reduction == "mean" else nll
         if self.l2:
             loss = loss + self.l2 * sum((p * p).sum() for p in model.parameters() if p.requires_grad)
         return LossOutput(loss, scalar_metrics(nll=nll.detach() / size,
                                                nll_token=nll.detach() / self.lengths[rows].sum()))
+
+    def full_batch_corpus(self, dtype: torch.dtype) -> BucketedCorpus:
+        """The design matrix of the full-batch passes, built at the first call (a fit may build it
+        before its loop, as CRFsuite generates its features before its first iteration)."""
+        if self.corpus is None:
+            self.corpus = BucketedCorpus(self.rows, self.lengths, self.tags, self.n_attributes, self.bucket_size,
+                                         dtype)
+        return self.corpus
 
     def batch_nll(self, w: Tensor, a: Tensor, chunks: list[Tensor]) -> Tensor:
         """``sum_i -log p(y_i | x_i)`` over the sentence ids in ``chunks``, each padded to its longest."""

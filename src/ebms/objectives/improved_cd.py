@@ -83,6 +83,9 @@ class ImprovedCD(nn.Module):
         n_entropy: number ``R >= 1`` of buffer chains the entropy compares against.
     """
 
+    #: the loss holds a Langevin step kept differentiable (``create_graph=True``): a double backward
+    differentiates_twice = True
+
     def __init__(
         self,
         sampler: ULA | SGLD,

@@ -84,6 +84,9 @@ class ScoreMatching(nn.Module):
     models by score matching." JMLR 6.
     """
 
+    #: the loss holds the energy's input gradient (``create_graph=True``): a double backward
+    differentiates_twice = True
+
     def forward(
         self, energy: EnergyLike, batch: Tensor, *, generator: torch.Generator | None = None
     ) -> LossOutput:
@@ -151,6 +154,9 @@ class DenoisingScoreMatching(nn.Module):
             gives Vincent's unweighted loss.
         noise_conditional: pass the level to the energy as a second argument.
     """
+
+    #: the loss holds the energy's input gradient (``create_graph=True``): a double backward
+    differentiates_twice = True
 
     sigmas: Tensor
 
@@ -250,6 +256,9 @@ class SlicedScoreMatching(nn.Module):
     Reference: Song, Y., Garg, S., Shi, J. & Ermon, S. (2019). "Sliced score
     matching: a scalable approach to density and score estimation." UAI.
     """
+
+    #: the loss holds the energy's input gradient (``create_graph=True``): a double backward
+    differentiates_twice = True
 
     def __init__(
         self, n_projections: int = 1, *, distribution: str = "gaussian", variance_reduced: bool = False

@@ -57,8 +57,9 @@ from ebms._checks import (
     check_representable,
     check_tensor,
 )
+from ebms._precision import check_precision
 from ebms._progress import progress_bar
-from ebms.energy import EnergyLike, FunctionEnergy, energy_and_grad, evaluate
+from ebms.energy import EnergyLike, FunctionEnergy, energy_and_grad, evaluate, mixed_precision
 from ebms.sequences import Sequences
 from ebms.spaces import Space
 
@@ -284,6 +285,16 @@ def _check_start(e: Tensor, g: Tensor | None) -> None:
         )
 
 
+def _at_precision(energy: EnergyLike, x0: Any, precision: str) -> EnergyLike:
+    """``energy`` evaluated at ``precision`` (:func:`ebms.energy.mixed_precision`); ``"fp32"``: unchanged."""
+    if check_precision(precision) == "fp32":
+        return energy
+    if not (isinstance(x0, Tensor) and x0.is_floating_point()):
+        raise ValueError(f"precision: {precision!r} evaluates energies of float tensor states; these chains hold "
+                         f"{type(x0).__name__ if not isinstance(x0, Tensor) else x0.dtype} states: use precision='fp32'")
+    return mixed_precision(energy, precision)
+
+
 class Sampler(abc.ABC):
     """Base class for Markov kernels. Subclasses implement :meth:`step`.
 
@@ -418,12 +429,13 @@ class Sampler(abc.ABC):
 
     @overload
     def sample(
-        self, energy: EnergyLike, x0: Tensor, steps: int, *, generator: torch.Generator | None = ..., progress: bool = ...
+        self, energy: EnergyLike, x0: Tensor, steps: int, *, generator: torch.Generator | None = ..., progress: bool = ...,
+        precision: str = ...
     ) -> Tensor: ...
     @overload
     def sample(
         self, energy: EnergyLike, x0: Sequences, steps: int, *, generator: torch.Generator | None = ...,
-        progress: bool = ...
+        progress: bool = ..., precision: str = ...
     ) -> Sequences: ...
     def sample(
         self,
@@ -433,11 +445,17 @@ class Sampler(abc.ABC):
         *,
         generator: torch.Generator | None = None,
         progress: bool = False,
+        precision: str = "fp32",
     ) -> Tensor | Sequences:
         """Run ``steps`` transitions from ``x0`` and return the final positions (same kind as ``x0``).
 
         ``x0``: a tensor ``(B, *event)`` or, for kernels that take them, ``Sequences``.
+        ``precision="bf16"`` evaluates the energy with bfloat16 products
+        (:func:`ebms.energy.mixed_precision`; float tensor states only): the chains, energies
+        and gradients stay in ``x0``'s dtype. To compile the energy, pass
+        :func:`ebms.energy.compiled` ``(energy)``, made once and reused across calls.
         """
+        energy = _at_precision(energy, x0, precision)
         state = self.init(energy, x0)
         for state, _ in self.iterate(energy, state, steps, generator=generator, progress=progress):  # noqa: B007, B020
             pass
@@ -453,11 +471,14 @@ class Sampler(abc.ABC):
         burn_in: int = 0,
         thin: int = 1,
         progress: bool = False,
+        precision: str = "fp32",
     ) -> ChainResult:
         """Run chains and keep the trace: every ``thin``-th state after ``burn_in`` steps.
 
         Only the caller's chains (:meth:`target_rows`) are traced; ``state`` is the full final state.
+        ``precision``: as in :meth:`sample`.
         """
+        energy = _at_precision(energy, x0.x if isinstance(x0, ChainState) else x0, precision)
         check_int(burn_in, "burn_in", minimum=0)
         check_int(thin, "thin", minimum=1)
         state = x0 if isinstance(x0, ChainState) else self.init(energy, x0)

@@ -19,6 +19,10 @@ gradient, an impossible symbol (``lp = -inf``, where torch's formula gives NaN) 
 and an unreachable target (``p = 0``, value ``-inf``) gets a zero gradient, never NaN. The
 subtraction costs one rounding of ``e^{lp}`` (absolute error about ``eps * |g|``).
 
+The forward is ``torch._ctc_loss`` (values and ``log_alpha``, no autograd node of torch's) and the
+backward calls torch's backward kernel (``aten._ctc_loss_backward``) with those, as torch's own
+autograd node would, without re-entering autograd (the same numbers, about 0.1 ms less per call).
+
 A second derivative is not available from torch's kernel; when the backward itself is recorded
 (``create_graph=True``) it differentiates ebms's own log-space recursion
 (:func:`ebms.structured._ctc_dp.dp_total`) instead, which is exact as well.
@@ -42,39 +46,36 @@ class _FusedCTC(torch.autograd.Function):
     @staticmethod
     def forward(ctx, log_probs: Tensor, labels: Tensor, input_lengths: Tensor,  # type: ignore[override]
                 target_lengths: Tensor, blank: int, has_neginf: bool) -> Tensor:
-        with torch.enable_grad():  # keep torch's own graph (it saves log_alpha) for the backward
-            leaf = log_probs.detach().requires_grad_()
-            nll = F.ctc_loss(leaf, labels, input_lengths, target_lengths, blank=blank,
-                             reduction="none", zero_infinity=False)
-        ctx.torch_graph = (leaf, nll)
+        # torch's kernel without its autograd node: the forward values and log_alpha, which its backward reads
+        nll, log_alpha = torch._ctc_loss(log_probs, labels, input_lengths, target_lengths, blank, False)
         ctx.blank = blank
         ctx.has_neginf = has_neginf
-        ctx.all_finite = bool(torch.isfinite(nll).all())
-        ctx.full_length = bool((input_lengths == log_probs.shape[0]).all())
-        ctx.save_for_backward(log_probs, labels, input_lengths, target_lengths)
-        return -nll.detach()
+        ctx.save_for_backward(log_probs, labels, input_lengths, target_lengths, nll, log_alpha)
+        return -nll
 
     @staticmethod
     def backward(ctx, g: Tensor):  # type: ignore[override]
-        log_probs, labels, input_lengths, target_lengths = ctx.saved_tensors
+        log_probs, labels, input_lengths, target_lengths, nll, log_alpha = ctx.saved_tensors
         if torch.is_grad_enabled():  # a second derivative: differentiate ebms's own recursion
             with torch.enable_grad():
                 ll = dp_total(log_probs, labels, input_lengths, target_lengths, ctx.blank,
                               LogSemiring())
             (grad,) = torch.autograd.grad(ll, log_probs, g, create_graph=True)
             return grad, None, None, None, None, None
-        leaf, nll = ctx.torch_graph
         finite = torch.isfinite(nll)
-        gb = g if ctx.all_finite else torch.where(finite, g, 0.0)
-        (torch_grad,) = torch.autograd.grad(nll, leaf, gb, retain_graph=True)
-        t, b, _ = log_probs.shape
+        all_finite, full_length = torch.stack([finite.all(), (input_lengths == log_probs.shape[0]).all()]).tolist()
+        gb = g if all_finite else torch.where(finite, g, 0.0)
         lp = log_probs.detach()
+        # torch's backward pass called as its autograd node would (no autograd re-entry): gb (e^lp - gamma)
+        torch_grad = torch.ops.aten._ctc_loss_backward.Tensor(gb, lp, labels, input_lengths, target_lengths, nll,
+                                                              log_alpha, ctx.blank, False)
+        t, b, _ = log_probs.shape
         coef = gb.view(1, b, 1)
-        if not ctx.full_length:  # frames past T_b carry no gradient (torch's part is 0 there)
+        if not full_length:  # frames past T_b carry no gradient (torch's part is 0 there)
             frames = torch.arange(t, device=lp.device).unsqueeze(1) < input_lengths.unsqueeze(0)
             coef = frames.unsqueeze(-1) * coef  # (T, B, 1)
         grad = lp.exp().mul_(coef).sub_(torch_grad)
-        if not ctx.all_finite:  # an unreachable target: torch's part is NaN, the truth 0
+        if not all_finite:  # an unreachable target: torch's part is NaN, the truth 0
             grad = torch.where(finite.view(1, b, 1), grad, 0.0)
         if ctx.has_neginf:  # an impossible symbol has occupancy 0 (torch's formula gives NaN)
             grad.masked_fill_(torch.isneginf(lp), 0.0)

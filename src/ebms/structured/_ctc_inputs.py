@@ -21,6 +21,7 @@ targets (padding replaced by the blank) and ``(B,)`` long lengths, or a one-line
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +60,11 @@ class CTCInputs:
 
 def check_log_probs(log_probs: Any, blank: Any, *, allow_unbatched: bool = True) -> Tensor:
     """``log_probs`` as ``(T, B, V)`` (an unbatched ``(T, V)`` gets ``B = 1``) after the checks."""
+    return _checked_log_probs(log_probs, blank, allow_unbatched)[0]
+
+
+def _checked_log_probs(log_probs: Any, blank: Any, allow_unbatched: bool) -> tuple[Tensor, bool]:
+    """:func:`check_log_probs`, and whether every entry is finite (no ``-inf`` either)."""
     check_tensor(log_probs, "log_probs", floating=True)
     if log_probs.dim() == 2 and allow_unbatched:
         log_probs = log_probs.unsqueeze(1)
@@ -72,13 +78,13 @@ def check_log_probs(log_probs: Any, blank: Any, *, allow_unbatched: bool = True)
     check_int(blank, "blank")
     if not 0 <= blank < v:
         raise ValueError(f"blank: expected an int in [0, {v}) (V = log_probs.shape[-1]); got {blank}")
-    if bool(torch.isfinite(log_probs.sum())):  # no NaN, no inf: one reduction in the common case
-        return log_probs
+    if math.isfinite(float(log_probs.detach().sum())):  # no NaN, no inf: one reduction in the common case
+        return log_probs, True
     bad = torch.isnan(log_probs) | torch.isposinf(log_probs)
     if bool(bad.any()):
         raise ValueError(f"log_probs: expected no NaN or +inf entries (-inf is allowed); "
                          f"got {int(bad.sum())} in shape {tuple(log_probs.shape)}")
-    return log_probs
+    return log_probs, False
 
 
 def normalization_tolerance(dtype: torch.dtype, n_classes: int) -> float:
@@ -118,15 +124,15 @@ def check_normalized(log_probs: Tensor, input_lengths: Tensor, name: str = "log_
     """
     t, b, v = log_probs.shape
     with torch.no_grad():
-        frames = torch.linspace(0, t - 1, min(t, CHECKED_FRAMES), device=log_probs.device).round().long()
+        frames = _checked_frames(t, log_probs.device)
         lp = log_probs.detach().index_select(0, frames)
         if lp.dtype in (torch.float16, torch.bfloat16):
             lp = lp.float()
         lse = torch.logsumexp(lp, dim=-1)  # (F, B); -inf for a frame of -inf only
         live = frames.unsqueeze(1) < input_lengths.to(lse.device).unsqueeze(0)
         off = torch.where(live, lse.abs(), 0.0).reshape(-1)
-        flat = int(off.argmax()) if off.numel() else 0
-        worst = float(off[flat]) if off.numel() else 0.0
+        most, where = off.max(0) if off.numel() else (off.new_zeros(()), off.new_zeros((), dtype=torch.long))
+        worst, flat = float(most), int(where)
     tol = normalization_tolerance(log_probs.dtype, v)
     if not worst <= tol:  # NaN-proof
         row, seq = divmod(flat, b)
@@ -137,6 +143,12 @@ def check_normalized(log_probs: Tensor, input_lengths: Tensor, name: str = "log_
             "normalized=False to have it applied"
         )
     return log_probs
+
+
+@functools.lru_cache(maxsize=64)
+def _checked_frames(t: int, device: torch.device) -> Tensor:
+    """The frames :func:`check_normalized` reads: :data:`CHECKED_FRAMES` evenly spaced in ``[0, t)``."""
+    return torch.linspace(0, t - 1, min(t, CHECKED_FRAMES), device=device).round().long()
 
 
 def _integer_tensor(x: Any, name: str) -> Tensor:
@@ -168,7 +180,7 @@ def lengths_tensor(x: Any, name: str, batch: int, high: int, what: str, device: 
         raise ValueError(f"{name}: expected shape {shape} (one length per sequence); got "
                          f"{tuple(x.shape)}")
     x = x.to(device=device, dtype=torch.long)
-    lo, hi = (int(e) for e in torch.aminmax(x)) if x.numel() else (0, 0)
+    lo, hi = torch.stack(torch.aminmax(x)).tolist() if x.numel() else (0, 0)
     if lo < 0 or hi > high:
         raise ValueError(f"{name}: expected values in [0, {high}] ({what}); got min {lo}, max {hi}")
     return x
@@ -218,7 +230,7 @@ def prepare(log_probs: Any, targets: Any, input_lengths: Any, target_lengths: An
         raise ValueError(f"log_probs: expected shape (T, B, V) or unbatched (T, V) (time-major, "
                          f"as torch ctc_loss); got {tuple(log_probs.shape)}")
     unbatched = isinstance(log_probs, Tensor) and log_probs.dim() == 2
-    lp = check_log_probs(log_probs, blank)
+    lp, finite = _checked_log_probs(log_probs, blank, True)
     t, b, v = lp.shape
     dev = lp.device
     check_tensor(targets, "targets")
@@ -231,12 +243,13 @@ def prepare(log_probs: Any, targets: Any, input_lengths: Any, target_lengths: An
     valid = torch.arange(s, device=dev) < lengths.unsqueeze(1)
     labels = labels.to(torch.long)
     used = labels[valid]
-    if bool((used == blank).any()):
+    blanks, lo, hi = torch.stack([(used == blank).sum(), *torch.aminmax(used)]).tolist() if used.numel() else (0, 0, 0)
+    if blanks:
         raise ValueError(f"targets: expected no blank ({blank}) within target_lengths; "
-                         f"got {int((used == blank).sum())} blank entries")
-    if used.numel() and (int(used.min()) < 0 or int(used.max()) >= v):
+                         f"got {blanks} blank entries")
+    if lo < 0 or hi >= v:
         raise ValueError(f"targets: expected labels in [0, {v}) (V = log_probs.shape[-1]) within "
-                         f"target_lengths; got min {int(used.min())}, max {int(used.max())}")
-    has_neginf = not bool(torch.isfinite(lp.sum())) and bool(torch.isneginf(lp).any())
+                         f"target_lengths; got min {lo}, max {hi}")
+    has_neginf = not finite and bool(torch.isneginf(lp).any())
     return CTCInputs(lp, torch.where(valid, labels, blank), il, lengths, int(blank), unbatched,
                      has_neginf)

@@ -39,7 +39,14 @@ from ebms.train.ema import WeightAverage
 from ebms.train.guard import DivergenceGuard, TrainingDiverged
 from ebms.train.logs import LOG_WRITERS, CSVLog, MetricsTable, TensorBoardLog, read_metrics
 from ebms.train.owlqn import OWLQN
-from ebms.train.protocols import ClosureOptimizer, GradientObjective, OptimizerLike, ReportsStep, needs_closure
+from ebms.train.protocols import (
+    ClosureOptimizer,
+    GradientObjective,
+    OptimizerLike,
+    ReportsStep,
+    SecondOrderObjective,
+    needs_closure,
+)
 from ebms.train.scaled_sgd import ScaledSGD
 from ebms.train.sgd import LeanSGD
 from ebms.train.trainer import Trainer, TrainResult
@@ -64,6 +71,7 @@ __all__ = [
     "ReportsStep",
     "SampleSnapshot",
     "ScaledSGD",
+    "SecondOrderObjective",
     "TensorBoardLog",
     "TrainResult",
     "Trainer",

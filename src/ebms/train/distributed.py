@@ -24,6 +24,16 @@ the gradient of the mean loss over the global batch. Nothing in the model
 changes, and the test-suite checks that two ranks with batch ``b`` end with the
 same parameters as one process with batch ``2b``.
 
+**Several machines.** Ranks are global: a rank's data shard, generator seed and global-RNG seed
+depend on ``RANK`` alone (``LOCAL_RANK`` only picks the CUDA device), so ``--nnodes 2
+--nproc_per_node 2`` computes exactly what ``--nproc_per_node 4`` does on one machine
+(``tests/train/test_two_node.py``); the run folder must be on storage every machine sees.
+
+**Sharding.** With ``Trainer(shard="fsdp")`` the energy's parameters are FSDP2 DTensors
+(:mod:`ebms.train._fsdp`): their gradients arrive reduced from ``backward()``, so
+:meth:`DistributedContext.average_gradients` and :meth:`DistributedContext.broadcast_` leave
+DTensors alone and handle the rest (objective parameters, buffers) as before.
+
 Cost per step: one small all-reduce of "which parameters have gradients", one
 all-reduce per ~64 MiB bucket of gradients, one all-reduce of the step's
 scalar metrics (so every rank sees the same numbers and takes the same
@@ -34,6 +44,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -140,14 +151,18 @@ class DistributedContext:
         """Overwrite ``tensors`` in place with rank 0's values."""
         if self.enabled:
             for t in tensors:
-                dist.broadcast(t.data, src=0)
+                if not _is_dtensor(t):  # FSDP2 shards: each rank holds its own part (ebms.train._fsdp)
+                    dist.broadcast(t.data, src=0)
 
     def average_gradients(self, params: Sequence[Tensor]) -> None:
         """Replace each ``p.grad`` by its mean over ranks (in place, bucketed).
 
         A parameter without a gradient on every rank keeps ``grad=None``; one with
         a gradient on some ranks only gets zeros on the others before averaging.
+        Parameters sharded by FSDP2 (DTensors) are left out: their backward has
+        already reduce-scattered and averaged their gradients.
         """
+        params = [p for p in params if not _is_dtensor(p)]
         if not self.enabled or not params:
             return
         device = params[0].device
@@ -212,6 +227,12 @@ class DistributedContext:
     def barrier(self) -> None:
         if self.enabled:
             dist.barrier()
+
+
+def _is_dtensor(t: Tensor) -> bool:
+    """A ``torch.distributed.tensor.DTensor`` (none can exist before that module is imported)."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and isinstance(t, module.DTensor)
 
 
 def _destroy() -> None:

@@ -21,6 +21,10 @@ attribute, which the trainer reads through an ``isinstance`` check against one o
   :class:`ebms.objectives.rbm_cd.RBMContrastiveDivergence`); the trainer then calls no
   ``backward()``, and the returned loss needs no graph. The trainer sets every ``.grad`` to
   ``None`` before calling the objective, so the objective may assign or accumulate.
+* :class:`SecondOrderObjective`: ``differentiates_twice = True`` — the loss holds an input
+  gradient of the energy built with ``create_graph=True`` (score matching, a differentiable
+  sampler step), so the parameters' gradient is a double backward through the energy. The
+  trainer refuses ``compile=True`` for it: ``torch.compile`` (AOTAutograd) has no double backward.
 
 Nothing here is discovered by ``hasattr`` at every step: a class that lacks the attribute is
 simply an ordinary optimizer or objective.
@@ -33,7 +37,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["ClosureOptimizer", "GradientObjective", "OptimizerLike", "ReportsStep", "needs_closure", "sets_gradients"]
+__all__ = ["ClosureOptimizer", "GradientObjective", "OptimizerLike", "ReportsStep", "SecondOrderObjective",
+           "differentiates_twice", "needs_closure", "sets_gradients"]
 
 
 @runtime_checkable
@@ -90,6 +95,18 @@ def needs_closure(optimizer: OptimizerLike) -> bool:
     if isinstance(optimizer, torch.optim.LBFGS):
         return True
     return isinstance(optimizer, ClosureOptimizer) and bool(optimizer.needs_closure)
+
+
+@runtime_checkable
+class SecondOrderObjective(Protocol):
+    """An objective whose loss is differentiated twice through the energy (declares ``differentiates_twice``)."""
+
+    differentiates_twice: bool
+
+
+def differentiates_twice(objective: object) -> bool:
+    """Whether ``objective`` needs a double backward through the energy (:class:`SecondOrderObjective`)."""
+    return isinstance(objective, SecondOrderObjective) and bool(objective.differentiates_twice)
 
 
 def sets_gradients(objective: object) -> bool:

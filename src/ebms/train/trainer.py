@@ -10,8 +10,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ebms._checks import check_int, check_positive
-from ebms.train import _loop, _recovery, _run_folder, _setup, _snapshot
+from ebms._checks import check_bool, check_int, check_positive
+from ebms._precision import autocast, check_precision
+from ebms.train import _fsdp, _loop, _recovery, _run_folder, _setup, _snapshot
 from ebms.train._data import Batch, StreamBatches, TensorBatches, to_device
 from ebms.train._interrupt import DeferredInterrupt
 from ebms.train._log import MetricsLog
@@ -24,7 +25,7 @@ from ebms.train.checkpoint import CheckpointStore
 from ebms.train.distributed import DistributedContext
 from ebms.train.ema import WeightAverage
 from ebms.train.guard import DivergenceGuard
-from ebms.train.protocols import needs_closure, sets_gradients
+from ebms.train.protocols import differentiates_twice, needs_closure, sets_gradients
 
 __all__ = ["TrainResult", "Trainer", "needs_closure"]
 
@@ -145,6 +146,24 @@ class Trainer:
             updated after each accepted step, checkpointed under ``ema/`` and
             restored with the rest of the state; part of the identity
             (``trainer.ema``). ``None`` (default): none.
+        precision: ``"fp32"`` (default: the tensors' own dtypes) or ``"bf16"``: each step's objective
+            (energies, samplers inside it) runs under ``torch.autocast`` with bfloat16 products;
+            parameters, gradients, optimizer state and chain states stay float32, energies and
+            gradients leave every evaluation in float32 (:mod:`ebms._precision`). Part of the
+            identity (``trainer.precision``). Faster only on hardware with
+            bfloat16 arithmetic (AVX-512 BF16/AMX CPUs, GPUs); an AVX2-only CPU emulates it, many
+            times slower (``benchmarks/precision.py``).
+        compile: compile the model's ``forward`` in place (``nn.Module.compile``; state-dict keys
+            unchanged): what objectives differentiate (CD's and NCE's energies)
+            runs compiled; refused for objectives differentiated twice (score matching:
+            :class:`~ebms.train.protocols.SecondOrderObjective`). Samplers' analytic gradients
+            stay eager; compile an energy for a sampler with :func:`ebms.energy.compiled`. Part of
+            the identity (``trainer.compile``).
+        shard: under ``torchrun``, ``"ddp"`` (default: every rank holds the whole energy, gradients
+            averaged) or ``"fsdp"``: the energy is wrapped with FSDP2's ``fully_shard``, so parameters,
+            gradients and optimizer state are split over the ranks between evaluations
+            (:mod:`ebms.train._fsdp`); checkpoints still hold whole tensors. Same loss curve as
+            ``"ddp"`` up to float rounding. Not with ``ema`` or a quasi-Newton optimizer.
 
     Example::
 
@@ -177,6 +196,9 @@ class Trainer:
         distributed: DistributedContext | None = None,
         generator: torch.Generator | None = None,
         ema: float | None = None,
+        precision: str = "fp32",
+        compile: bool = False,
+        shard: str = "ddp",
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model: expected a torch.nn.Module; got {type(model).__name__}")
@@ -208,10 +230,23 @@ class Trainer:
         self.dist.setup(self.device)
         self.run_dir = None if run_dir is None else Path(run_dir)
         self.model = model.to(self.device)
+        self.shard = _fsdp.check_shard(shard)
+        if self.shard == "fsdp":
+            _fsdp.shard_model(self.model, self.dist, self.device, ema=ema is not None)
         #: the moving average of the model's weights (``ema=``), else ``None``
         self.ema = None if ema is None else WeightAverage(self.model, ema)
         if self.ema is not None:
             self.identity["trainer.ema"] = self.ema.decay
+        self.precision = check_precision(precision)
+        self.compile = check_bool(compile, "compile")
+        self.identity["trainer.precision"] = self.precision
+        self.identity["trainer.compile"] = self.compile
+        if self.compile and differentiates_twice(objective):
+            raise ValueError(f"compile: {type(objective).__name__} differentiates the energy twice (its loss holds an "
+                             f"input gradient made with create_graph=True), which torch.compile cannot (no double "
+                             f"backward in AOTAutograd); train it with compile=False")
+        if self.compile:
+            self.model.compile()
         self.objective = objective.to(self.device) if isinstance(objective, nn.Module) else objective
         self.generator = _setup.make_generator(generator, self.device, self.seed, self.dist.rank)
         self._batches: TensorBatches | StreamBatches = _setup.make_batches(
@@ -222,6 +257,8 @@ class Trainer:
         self._sets_gradients = sets_gradients(self.objective)
         _setup.check_optimizer(self.optimizer, self._closure, self._batches, self.batch_size, self.dist.world_size)
         self._params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        if self.shard == "fsdp":
+            _fsdp.hook_optimizer(self.optimizer, self._closure)
         self.store = None if self.run_dir is None else CheckpointStore(self.run_dir / "checkpoints", keep=keep_checkpoints)
         self._log = MetricsLog(None if self.run_dir is None else self.run_dir / "metrics.jsonl", enabled=self.is_main)
         self.step = 0
@@ -312,7 +349,11 @@ class Trainer:
         norm = None
         if health or self.grad_clip is not None:
             grads = [p.grad for p in self._params if p.grad is not None]
-            norm = grad_norm(grads) if grads else torch.zeros((), device=self.device)
+            if self.shard == "fsdp":
+                norm = _fsdp.grad_norm(grads, self.dist) if grads else torch.zeros((), device=self.device)
+                grads = _fsdp.local_grads(grads)
+            else:
+                norm = grad_norm(grads) if grads else torch.zeros((), device=self.device)
         host = None
         if health:
             assert norm is not None
@@ -335,7 +376,8 @@ class Trainer:
         optimizer's profiling context)."""
         for p in self._params:
             p.grad = None
-        out = self.objective(self.model, batch, generator=self.generator)
+        with autocast(self.precision, self.device.type):
+            out = self.objective(self.model, batch, generator=self.generator)
         loss, metrics = check_output(out, self._sets_gradients)
         if not self._sets_gradients:
             loss.backward()
