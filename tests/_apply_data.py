@@ -1,5 +1,6 @@
-"""Tiny data folders shared by the tests of the commands applying a run: CoNLL-2000 chunking text and an
-FSDD-like folder of tones (one pitch per digit and speaker)."""
+"""Tiny data folders shared by the tests of the commands applying a run: CoNLL-2000 chunking text, an
+FSDD-like folder of tones (one pitch per digit and speaker), a text corpus of random short sentences, and the
+reader of ``ebms score``'s TSV output."""
 
 from __future__ import annotations
 
@@ -9,6 +10,23 @@ import wave
 from pathlib import Path
 
 import numpy as np
+
+#: the words of :func:`word_corpus`'s sentences.
+WORDS = "the cat sat on mat dog log a and cats dogs at mall house running jumped quickly".split()
+
+
+def word_corpus(path: Path, n: int, seed: int, words: list[str] = WORDS) -> Path:
+    """``n`` lines of 1-6 words drawn from ``words`` (seeded), written to ``path``; returns ``path``."""
+    r = random.Random(seed)
+    path.write_text("\n".join(" ".join(r.choice(words) for _ in range(r.randint(1, 6))) for _ in range(n)) + "\n")
+    return path
+
+
+def tsv_rows(text: str) -> list[dict[str, str]]:
+    """The rows of a TSV text with a header line, as dicts (``ebms score``'s output)."""
+    head, *rows = text.splitlines()
+    return [dict(zip(head.split("\t"), r.split("\t"))) for r in rows]
+
 
 #: (word, POS, chunk tag) rows the tiny CoNLL corpora are drawn from.
 CONLL_ROWS = [("the", "DT", "B-NP"), ("cat", "NN", "I-NP"), ("dog", "NN", "I-NP"), ("sat", "VBD", "B-VP"),

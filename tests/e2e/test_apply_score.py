@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _apply_data import tsv_rows
 
 from ebms.cli.main import main
 from ebms.data.nbest import NBest, write_kaldi_nbest, write_nbest_tsv
@@ -60,9 +61,6 @@ def runs(tmp: Path) -> dict[str, Path]:
     return {name: tmp / "runs" / name for name in jobs}
 
 
-def _tsv(text: str) -> list[dict[str, str]]:
-    head, *rows = text.splitlines()
-    return [dict(zip(head.split("\t"), r.split("\t"))) for r in rows]
 
 
 @pytest.mark.parametrize("kind", ["kn", "lstm"])
@@ -71,7 +69,7 @@ def test_summed_log_probs_give_the_eval_perplexity(kind: str, runs: dict[str, Pa
     capsys.readouterr()
     assert main(["score", str(runs[kind]), str(tmp / "test.txt")]) == 0
     out, err = capsys.readouterr()
-    rows = _tsv(out)
+    rows = tsv_rows(out)
     total, tokens = sum(float(r["log_prob"]) for r in rows), sum(int(r["tokens"]) for r in rows)
     fig = json.loads((runs[kind] / "eval.json").read_text())["figures"]["test"]
     assert len(rows) == fig["sentences"] == 20 and tokens == fig["tokens"]
@@ -85,7 +83,7 @@ def test_kn_scores_are_the_models_own_log_prob(runs: dict[str, Path], tmp: Path,
     (tmp / "new.txt").write_text("\n".join(lines) + "\n")
     capsys.readouterr()
     assert main(["score", str(runs["kn"]), str(tmp / "new.txt"), "--batch-size", "2"]) == 0
-    rows = _tsv(capsys.readouterr().out)
+    rows = tsv_rows(capsys.readouterr().out)
     run = load_run(runs["kn"])
     lp = run.model.log_prob(run.data.vocab.encode([s.split() for s in lines])).tolist()
     assert [float(r["log_prob"]) for r in rows] == pytest.approx(lp, abs=1e-6)
@@ -111,7 +109,7 @@ def test_stdin_with_blank_lines_and_the_line_column(runs: dict[str, Path], monke
     assert main(["score", str(runs["trf"]), "-"]) == 0
     out, err = capsys.readouterr()
     assert out.splitlines()[0].split("\t")[:2] == ["line", "log_prob_training_zeta"]
-    assert [r["line"] for r in _tsv(out)] == ["1", "3"] and "1 blank line skipped" in err and "training" in err
+    assert [r["line"] for r in tsv_rows(out)] == ["1", "3"] and "1 blank line skipped" in err and "training" in err
 
 
 def test_electric_scores_are_labelled_pseudo_log_likelihoods(runs: dict[str, Path], tmp: Path,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import random
 from pathlib import Path
 
 import pytest
@@ -20,17 +19,11 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
+from _apply_data import tsv_rows, word_corpus  # noqa: E402
+
 from ebms.cli.main import main  # noqa: E402
 from ebms.runs import load_run  # noqa: E402
 from ebms.sequences import Sequences  # noqa: E402
-
-WORDS = "the cat sat on mat dog log a and cats dogs at mall house running jumped quickly".split()
-
-
-def _corpus(path: Path, n: int, seed: int) -> Path:
-    r = random.Random(seed)
-    path.write_text("\n".join(" ".join(r.choice(WORDS) for _ in range(r.randint(1, 6))) for _ in range(n)) + "\n")
-    return path
 
 
 def save_tiny_gpt2(folder: Path, text: Path) -> None:
@@ -59,7 +52,7 @@ def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def run(tmp: Path) -> Path:
-    files = {s: _corpus(tmp / f"{s}.txt", n, seed) for s, n, seed in (("train", 100, 0), ("valid", 10, 1),
+    files = {s: word_corpus(tmp / f"{s}.txt", n, seed) for s, n, seed in (("train", 100, 0), ("valid", 10, 1),
                                                                        ("test", 12, 2))}
     save_tiny_gpt2(tmp / "gpt2", files["train"])
     args = ["train", "data.name=text", *(f"language.{s}_path={p}" for s, p in files.items()), f"run.out_dir={tmp}/runs",
@@ -68,9 +61,6 @@ def run(tmp: Path) -> Path:
     return tmp / "runs" / "hf"
 
 
-def _tsv(text: str) -> list[dict[str, str]]:
-    head, *rows = text.splitlines()
-    return [dict(zip(head.split("\t"), r.split("\t"))) for r in rows]
 
 
 def _hf_log_probs(folder: Path, lines: list[str]) -> list[float]:
@@ -103,7 +93,7 @@ def test_score_is_the_models_own_log_prob_and_sums_to_eval(run: Path, tmp: Path,
     capsys.readouterr()
     assert main(["score", str(run), str(tmp / "test.txt")]) == 0
     out, err = capsys.readouterr()
-    rows = _tsv(out)
+    rows = tsv_rows(out)
     lines = (tmp / "test.txt").read_text().splitlines()
     assert [float(r["log_prob"]) for r in rows] == pytest.approx(_hf_log_probs(tmp / "gpt2", lines), abs=1e-4)
     fig = json.loads((run / "eval.json").read_text())["figures"]["test"]

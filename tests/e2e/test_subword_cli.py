@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import random
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,17 +19,11 @@ import torch
 
 pytest.importorskip("tokenizers")
 
+from _apply_data import tsv_rows, word_corpus  # noqa: E402
+
 from ebms.cli.main import main  # noqa: E402
 from ebms.data.subword import SubwordVocabulary  # noqa: E402
 from ebms.runs import load_run  # noqa: E402
-
-WORDS = "the cat sat on mat dog log a and cats dogs at mall house running jumped quickly".split()
-
-
-def _corpus(path: Path, n: int, seed: int) -> Path:
-    r = random.Random(seed)
-    path.write_text("\n".join(" ".join(r.choice(WORDS) for _ in range(r.randint(1, 6))) for _ in range(n)) + "\n")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +32,7 @@ def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _text(tmp: Path) -> list[str]:
-    files = {s: _corpus(tmp / f"{s}.txt", n, seed) for s, n, seed in (("train", 150, 0), ("valid", 15, 1),
+    files = {s: word_corpus(tmp / f"{s}.txt", n, seed) for s, n, seed in (("train", 150, 0), ("valid", 15, 1),
                                                                        ("test", 15, 2))}
     return ["data.name=text", *(f"language.{s}_path={p}" for s, p in files.items()), f"run.out_dir={tmp}/runs",
             "run.progress=false", "language.level=subword", "language.subword_units=60", "language.max_length=40"]
@@ -56,9 +49,6 @@ def runs(tmp: Path) -> dict[str, Path]:
     return {name: tmp / "runs" / name for name in jobs}
 
 
-def _tsv(text: str) -> list[dict[str, str]]:
-    head, *rows = text.splitlines()
-    return [dict(zip(head.split("\t"), r.split("\t"))) for r in rows]
 
 
 @pytest.mark.parametrize("kind", ["kn", "lstm"])
@@ -78,7 +68,7 @@ def test_score_sums_to_evals_total(kind: str, runs: dict[str, Path], tmp: Path,
     capsys.readouterr()
     assert main(["score", str(runs[kind]), str(tmp / "test.txt")]) == 0
     out, err = capsys.readouterr()
-    rows = _tsv(out)
+    rows = tsv_rows(out)
     fig = json.loads((runs[kind] / "eval.json").read_text())["figures"]["test"]
     total = sum(float(r["log_prob"]) for r in rows)
     assert total == pytest.approx(fig["log_prob"], abs=1e-3)
