@@ -50,6 +50,12 @@ def autocast_dtype(device_type: str) -> torch.dtype | None:
         return torch.get_autocast_dtype(device_type)
     except RuntimeError:  # a device type autocast does not know
         return None
+    except TypeError:  # torch before the device-generic autocast queries: the CPU and CUDA ones
+        if device_type == "cpu":
+            return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
+        if device_type == "cuda":
+            return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
+        return None
 
 
 @contextlib.contextmanager

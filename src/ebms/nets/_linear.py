@@ -164,8 +164,9 @@ def _onednn_faster(capability: str) -> bool:
     return capability.upper().startswith("AVX512")
 
 
-#: oneDNN is worth calling on this CPU (decided once; tests force it on to check the route on any CPU)
-_ONEDNN_FASTER = _onednn_faster(torch.backends.cpu.get_cpu_capability())
+#: oneDNN is worth calling on this CPU (decided once; tests force it on to check the route on any CPU; a torch
+#: without ``get_cpu_capability`` keeps the route as before)
+_ONEDNN_FASTER = _onednn_faster(getattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")())
 
 
 def _functorch_active() -> bool:
