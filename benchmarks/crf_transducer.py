@@ -23,17 +23,27 @@ copy positions with their own tags, 8 tags), and ``conll2000-bilstm``: the first
 and 500 test sentences of CoNLL-2000 chunking, words only (lower-cased, train words seen twice
 or more, the rest unknown), BIO-constrained decoding for all three models, chunk F1 by
 :func:`ebms.metrics.chunking.conlleval`.
+* ``crf-transducer-mc`` (only with ``--models``): the same CRF transducer trained by Monte Carlo
+  instead, :class:`ebms.objectives.MonteCarloNLL` (``--mc-samples`` S samples per sentence from the
+  model's own step-wise softmax, self-normalised importance weights; its own generator, seeded by
+  the model seed, so the batch order is the other models'), beam search of the same width for
+  decoding: the monograph's comparison of early updates with Monte Carlo training (section 4.4).
+
 Reported: test tag accuracy, accuracy at copy positions, training seconds, mean +- std over
 seeds, and the first-order ceiling of the task (see the data module). One process, one thread.
 
-Comparisons: for every configuration, the CRF transducer against each of the other two models on
+Comparisons: for every configuration, the CRF transducer against each of the other models run on
 the same seeds (:func:`ebms.metrics.compare_over_seeds`, paired by model seed; test tag accuracy,
 and chunk F1 on CoNLL-2000): the mean difference, its 95 % t interval and the verdict.
 
-Run: ``python benchmarks/crf_transducer.py [--quick] [--configs past-cnn,...] [--steps N] [--seeds S] [--beam W]``.
+Run: ``python benchmarks/crf_transducer.py [--quick] [--configs past-cnn,...] [--steps N] [--seeds S] [--beam W]
+[--models linear-chain,rnnt,crf-transducer,crf-transducer-mc] [--mc-samples S] [--mc-proposal model|uniform]``.
 A full run (not ``--quick``, not ``--no-save``) writes the committed record
 ``benchmarks/records/<stem>.json`` (``crf_transducer`` for the three synthetic configurations,
-``crf_transducer_<configs>`` otherwise): per-seed figures, means, standard deviations and the
+``crf_transducer_<configs>`` otherwise; ``crf_transducer_mc`` for ``--models
+crf-transducer,crf-transducer-mc --configs past-cnn``, ``crf_transducer_mc_<configs>`` for other
+configurations with that row, then ``_s<S>`` unless ``--mc-samples 8`` and ``_uniform`` for that
+proposal): per-seed figures, means, standard deviations and the
 comparisons.
 """
 
@@ -56,15 +66,19 @@ from ebms.metrics.seeds import compare_over_seeds
 from ebms.models.crf_transducer import CRFTransducer
 from ebms.models.rnnt_aligned import AlignedRNNT
 from ebms.nets.transducer import TranscriptionNet
-from ebms.objectives import BeamEarlyUpdate, TransducerML
+from ebms.objectives import BeamEarlyUpdate, MonteCarloNLL, TransducerML
 from ebms.structured.linear_chain import LinearChainCRF, bio_allowed_transitions
 
 MODELS = ("linear-chain", "rnnt", "crf-transducer")
+ALL_MODELS = (*MODELS, "crf-transducer-mc")
 SYNTHETIC = ("past-cnn", "past-bilstm", "future-cnn")
 CONFIGS = (*SYNTHETIC, "conll2000-bilstm")
 Masks = tuple[Tensor, Tensor] | None
 BATCH, LR = 32, 3e-3
-_SHOWN = {"linear-chain": "linear-chain CRF", "rnnt": "aligned RNN-T", "crf-transducer": "CRF transducer"}
+_SHOWN = {"linear-chain": "linear-chain CRF", "rnnt": "aligned RNN-T", "crf-transducer": "CRF transducer",
+          "crf-transducer-mc": "CRF transducer by Monte Carlo"}
+#: Monte Carlo training of the CRF transducer: samples per sentence and proposal (set by main)
+MC: dict[str, Any] = {"n_samples": 8, "proposal": "model"}
 
 
 class LinearChainTagger(nn.Module):
@@ -117,12 +131,16 @@ def conll_task(n_train: int = 2000, n_test: int = 500) -> tuple[SyntheticTagging
     return data, names
 
 
-def loss_of(name: str, model: nn.Module, words: Tensor, tags: Tensor, lengths: Tensor, beam: int) -> Tensor:
+def loss_of(name: str, model: nn.Module, words: Tensor, tags: Tensor, lengths: Tensor, beam: int,
+            generator: torch.Generator | None = None) -> tuple[Tensor, dict[str, float]]:
     if name == "linear-chain":
-        return -model.crf(words, lengths).log_prob(tags).mean()  # type: ignore[operator]
+        return -model.crf(words, lengths).log_prob(tags).mean(), {}  # type: ignore[operator]
     if name == "rnnt":
-        return TransducerML().compute(model, words, lengths, tags).loss
-    return BeamEarlyUpdate(beam).compute(model, words, lengths, tags).loss
+        return TransducerML().compute(model, words, lengths, tags).loss, {}
+    if name == "crf-transducer-mc":
+        out = MonteCarloNLL(MC["n_samples"], MC["proposal"]).compute(model, words, lengths, tags, generator=generator)
+        return out.loss, out.metrics
+    return BeamEarlyUpdate(beam).compute(model, words, lengths, tags).loss, {}
 
 
 @torch.no_grad()
@@ -146,16 +164,20 @@ def train_one(name: str, data: SyntheticTagging, enc: dict[str, Any], *, seed: i
     words, tags, lengths = data.train
     g = torch.Generator().manual_seed(seed)
     order, pos = torch.randperm(words.shape[0], generator=g), 0
+    mc_gen = torch.Generator().manual_seed(10_000 + seed)  # Monte Carlo samples only: the batch order stays shared
+    ess: list[float] = []
     model.train()
     t0 = time.perf_counter()
-    for _ in range(steps):
+    for step in range(steps):
         if pos + BATCH > len(order):
             order, pos = torch.randperm(words.shape[0], generator=g), 0
         idx = order[pos : pos + BATCH]
         pos += BATCH
         ln = lengths[idx]
         t = int(ln.max())
-        loss = loss_of(name, model, words[idx, :t], tags[idx, :t], ln, beam)
+        loss, info = loss_of(name, model, words[idx, :t], tags[idx, :t], ln, beam, mc_gen)
+        if "ess" in info and step >= steps - 100:
+            ess.append(info["ess"])
         opt.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 5.0)
@@ -167,6 +189,8 @@ def train_one(name: str, data: SyntheticTagging, enc: dict[str, Any], *, seed: i
     right = pred == tt
     out = {"accuracy": 100.0 * float(right[valid].float().mean()), "copy_accuracy": float("nan"),
            "train_seconds": seconds, "final_loss": loss.item()}
+    if ess:  # mean effective sample size of the importance weights over the last 100 steps
+        out["final_ess"] = statistics.fmean(ess)
     if data.copy_words:
         out["copy_accuracy"] = 100.0 * float(right[valid & (tw >= data.copy_words[0])].float().mean())
     if names is not None:
@@ -185,7 +209,8 @@ def summary(runs: list[dict[str, float]], key: str) -> dict[str, float]:
     return {"mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else 0.0}
 
 
-def run_config(config: str, *, steps: int, seeds: int, beam: int) -> dict[str, Any]:
+def run_config(config: str, *, steps: int, seeds: int, beam: int,
+               models: tuple[str, ...] = MODELS) -> dict[str, Any]:
     direction, encoder = config.split("-")
     names: list[str] | None = None
     masks: Masks = None
@@ -198,9 +223,9 @@ def run_config(config: str, *, steps: int, seeds: int, beam: int) -> dict[str, A
     enc = {"embedding_dim": 32, "hidden": 64, "kind": encoder, "layers": 1}
     C.note(f"{config}: task {data.settings}; first-order ceiling {100 * data.first_order_ceiling:.2f}%"
            if data_is_synthetic(config) else f"{config}: task {data.settings}")
-    runs: dict[str, list[dict[str, float]]] = {m: [] for m in MODELS}
+    runs: dict[str, list[dict[str, float]]] = {m: [] for m in models}
     for seed in range(seeds):
-        for name in MODELS:  # the models alternate within each seed (same machine load)
+        for name in models:  # the models alternate within each seed (same machine load)
             r = train_one(name, data, enc, seed=seed, steps=steps, beam=beam, names=names, masks=masks)
             runs[name].append(r)
             C.note(f"  seed {seed} {name:15s} acc {r['accuracy']:.2f} copy {r.get('copy_accuracy', math.nan):.2f} "
@@ -208,8 +233,8 @@ def run_config(config: str, *, steps: int, seeds: int, beam: int) -> dict[str, A
             if not data.copy_words:
                 r.pop("copy_accuracy")
     keys = ("accuracy", "train_seconds", "chunk_f1") if names else ("accuracy", "copy_accuracy", "train_seconds")
-    table = {m: {k: summary(runs[m], k) for k in keys} for m in MODELS}
-    rows = [[m, *(f"{table[m][k]['mean']:.2f} +- {table[m][k]['std']:.2f}" for k in keys)] for m in MODELS]
+    table = {m: {k: summary(runs[m], k) for k in keys} for m in models}
+    rows = [[m, *(f"{table[m][k]['mean']:.2f} +- {table[m][k]['std']:.2f}" for k in keys)] for m in models]
     if data_is_synthetic(config):
         print(f"\n{config}: lag-copy tagging ({direction}, {data.n_tags} tags), encoder {encoder}; "
               f"first-order ceiling {100 * data.first_order_ceiling:.2f}%")
@@ -219,10 +244,12 @@ def run_config(config: str, *, steps: int, seeds: int, beam: int) -> dict[str, A
     print(C.format_table(["model", *header], rows))
     metrics = ("accuracy", "chunk_f1") if names else ("accuracy",)
     shown_metric = {"accuracy": "test tag accuracy (%)", "chunk_f1": "chunk F1 (%)"}
+    others = [m for m in models if m != "crf-transducer"] if "crf-transducer" in models else []
     comparisons = {f"crf-transducer_vs_{other}_{key}": compare_over_seeds(
         [r[key] for r in runs["crf-transducer"]], [r[key] for r in runs[other]], seeds=list(range(seeds)),
-        name_a="CRF transducer", name_b=_SHOWN[other], metric=shown_metric[key], higher_is_better=True).to_dict()
-        for other in ("linear-chain", "rnnt") for key in metrics}
+        name_a="CRF transducer by early update" if other == "crf-transducer-mc" else "CRF transducer",
+        name_b=_SHOWN[other], metric=shown_metric[key], higher_is_better=True).to_dict()
+        for other in others for key in metrics}
     for cmp in comparisons.values():
         print(f"{config}: {cmp['sentence']}")
     ceiling = 100 * data.first_order_ceiling if data_is_synthetic(config) else None
@@ -236,23 +263,42 @@ def main() -> None:
         p.add_argument("--steps", type=int, default=None, help="Adam steps per model (default 1000, quick 60)")
         p.add_argument("--seeds", type=int, default=None, help="model seeds (default 3, quick 2)")
         p.add_argument("--beam", type=int, default=8, help="beam for early-update training and decoding")
+        p.add_argument("--models", default=",".join(MODELS), help=f"comma list of {', '.join(ALL_MODELS)}")
+        p.add_argument("--mc-samples", type=int, default=8, help="samples per sentence of crf-transducer-mc")
+        p.add_argument("--mc-proposal", default="model", help="proposal of crf-transducer-mc: model or uniform")
 
     args = C.parse_args("CRF transducer vs aligned RNN-T vs linear-chain CRF", extra)
     configs = [c for c in args.configs.split(",") if c]
     for c in configs:
         if c not in CONFIGS:
             raise SystemExit(f"--configs: expected names from {', '.join(CONFIGS)}; got {c!r}")
+    models = tuple(m for m in args.models.split(",") if m)
+    for m in models:
+        if m not in ALL_MODELS:
+            raise SystemExit(f"--models: expected names from {', '.join(ALL_MODELS)}; got {m!r}")
+    if not models or len(set(models)) != len(models):
+        raise SystemExit(f"--models: expected distinct names from {', '.join(ALL_MODELS)}; got {args.models!r}")
+    if args.mc_samples < 1:
+        raise SystemExit(f"--mc-samples: expected an int >= 1; got {args.mc_samples}")
+    if args.mc_proposal not in ("model", "uniform"):
+        raise SystemExit(f"--mc-proposal: expected model or uniform; got {args.mc_proposal!r}")
+    MC.update(n_samples=args.mc_samples, proposal=args.mc_proposal)
     steps = args.steps or (60 if args.quick else 1000)
     seeds = args.seeds or (2 if args.quick else 3)
     stem = "crf_transducer" if set(configs) == set(SYNTHETIC) else "crf_transducer_" + "_".join(configs)
+    if "crf-transducer-mc" in models:
+        stem = "crf_transducer_mc" + ("" if configs == ["past-cnn"] else "_" + "_".join(configs))
+        stem += "" if args.mc_samples == 8 else f"_s{args.mc_samples}"
+        stem += "" if args.mc_proposal == "model" else f"_{args.mc_proposal}"
     rec = Recorder(stem, seeds=list(range(seeds)), settings={
         "configs": configs, "steps": steps, "batch": BATCH, "lr": LR, "beam": args.beam, "quick": args.quick,
         "sizes": {"embedding_dim": 32, "hidden": 64, "layers": 1, "label_dim": 16, "label_hidden": 32},
         "synthetic_task": {"n_train": 2000, "n_test": 500, "data_seed": 0, "lag": 3, "classes": 4},
-        "clip_grad_norm": 5.0})
+        "clip_grad_norm": 5.0, "models": list(models),
+        **({"mc_samples": args.mc_samples, "mc_proposal": args.mc_proposal} if "crf-transducer-mc" in models else {})})
     print(f"budget per model: {steps} Adam steps (lr {LR}) x batch {BATCH}, beam {args.beam}, seeds 0..{seeds - 1}")
     t0 = time.perf_counter()
-    results = {c: run_config(c, steps=steps, seeds=seeds, beam=args.beam) for c in configs}
+    results = {c: run_config(c, steps=steps, seeds=seeds, beam=args.beam, models=models) for c in configs}
     record = {"bench": "crf_transducer", "steps": steps, "batch": BATCH, "lr": LR, "beam": args.beam,
               "seeds": seeds, "configs": results, "wall_seconds": time.perf_counter() - t0,
               "machine": C.machine_info()}
@@ -263,12 +309,14 @@ def main() -> None:
                      "seconds of the training loop on a shared 2-core machine, one thread: load-dependent). "
                      "comparisons: compare_over_seeds, CRF transducer minus the other model, paired by seed, "
                      "95 % t interval; 'words' is the verdict. first_order_ceiling: the best accuracy a "
-                     "first-order chain can reach on the synthetic task (None for CoNLL-2000)."))
+                     "first-order chain can reach on the synthetic task (None for CoNLL-2000). final_ess "
+                     "(crf-transducer-mc): mean effective sample size of the importance weights over the last "
+                     "100 training steps, out of mc_samples."))
     final: dict[str, Any] = {"bench": "crf_transducer", "steps": steps, "seeds": seeds, "beam": args.beam}
     for c, r in results.items():
         if data_is_synthetic(c):
             final[f"{c}_ceiling"] = round(r["first_order_ceiling"], 2)
-        for m in MODELS:
+        for m in models:
             acc = r["results"][m]["accuracy"]
             final[f"{c}_{m}_acc"] = f"{acc['mean']:.2f}+-{acc['std']:.2f}"
             final[f"{c}_{m}_train_s"] = round(r["results"][m]["train_seconds"]["mean"], 1)

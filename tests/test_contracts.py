@@ -50,6 +50,7 @@ from ebms.objectives import (
     NCE,
     ContrastiveDivergence,
     DenoisingScoreMatching,
+    EnergyMatching,
     GaussianNoise,
     ImprovedCD,
     LossOutput,
@@ -128,18 +129,20 @@ OBJECTIVES: dict[str, Callable[[], tuple[nn.Module, Any, Any]]] = {
     "SlicedScoreMatching": lambda: _on_mlp(SlicedScoreMatching(1)),
     "NCE": lambda: _on_mlp(NCE(GaussianNoise(torch.zeros(D), 2.0), nu=1.0)),
     "ImprovedCD": lambda: _on_mlp(ImprovedCD(ULA(0.05), ReservoirBuffer(64, Reals(D)), k=2, entropy_weight=0.5)),
+    "EnergyMatching": lambda: _on_mlp(EnergyMatching(epsilon_max=0.1, cd_weight=0.5, steps=2, dt=0.05)),
     **MODEL_CASES,
 }
 #: objective(energy, batch) on the MLP energy; every other row is objective(model, batch)
 ON_ENERGY = {"ContrastiveDivergence", "PersistentContrastiveDivergence", "ScoreMatching", "DenoisingScoreMatching",
-             "SlicedScoreMatching", "NCE", "ImprovedCD"}
+             "SlicedScoreMatching", "NCE", "ImprovedCD", "EnergyMatching"}
 #: objectives that report the health of a contrast: e_pos, e_neg and gap = e_neg - e_pos
 CONTRASTIVE = {"ContrastiveDivergence", "PersistentContrastiveDivergence", "NCE", "ImprovedCD",
                "RBMContrastiveDivergence", "RBMContrastiveDivergence-pcd", "AugSA", "TRFNCE", "DynamicNCE",
                "ResidualNCE", "ElectricNCE", "JEMObjective", "JEMObjective-conditional", "RecoveryLikelihood",
-               "JRFObjective"}
+               "JRFObjective", "EnergyMatching"}
 #: losses of the score only: an additive constant in E (the head's bias) cannot reach them.
-SCORE_BASED = {"ScoreMatching", "DenoisingScoreMatching", "SlicedScoreMatching"}
+#: (EnergyMatching: a score regression plus a difference of energies)
+SCORE_BASED = {"ScoreMatching", "DenoisingScoreMatching", "SlicedScoreMatching", "EnergyMatching"}
 #: trainable parameters an objective sets otherwise than by the gradient: (parameter, reason). A nearer
 #: check runs instead (test_augsa_sets_log_z_in_place_not_by_gradient)
 NO_GRADIENT = {
@@ -147,14 +150,15 @@ NO_GRADIENT = {
 }
 #: objectives that keep no state (their state_dict is empty); every other one round-trips a non-empty one
 STATELESS = {"ContrastiveDivergence", "ScoreMatching", "DenoisingScoreMatching", "SlicedScoreMatching",
-             "ConditionalML", "TransducerML", "BeamEarlyUpdate", "CTCObjective", "CTCObjective-crf",
+             "ConditionalML", "TransducerML", "BeamEarlyUpdate", "MonteCarloNLL", "CTCObjective", "CTCObjective-crf",
              "FeatureCRFLikelihood", "AutoregressiveNLL", "AutoregressiveNLL-bptt", "ResidualNCE", "ElectricNCE",
              "CrossEntropy", "PixelNLL", "Seq2SeqNLL"}
 #: batches that cannot hold a NaN (integer ids): their bad batch has an id of 100, out of every
 #: vocabulary and corpus, at its first entry instead
 NAN_BATCH_EXEMPT = {
     name: "integer batch (token, tag or sentence ids): the bad batch holds an out-of-range id instead"
-    for name in ("ConditionalML", "ConditionalNCE", "TransducerML", "BeamEarlyUpdate", "FeatureCRFLikelihood",
+    for name in ("ConditionalML", "ConditionalNCE", "TransducerML", "BeamEarlyUpdate", "MonteCarloNLL",
+                 "FeatureCRFLikelihood",
                  "CorpusRowsObjective", "AutoregressiveNLL", "AutoregressiveNLL-bptt", "AugSA", "TRFNCE",
                  "DynamicNCE", "EARM", "EARM-active", "ResidualNCE", "ElectricNCE", "JRFObjective", "Seq2SeqNLL")
 }
@@ -163,6 +167,7 @@ NAN_BATCH_EXEMPT = {
 #: check: their NaN is refused where it reaches the loss, as the model's log_probs.
 BAD_BATCH_NAME = {
     "ConditionalML": "words", "ConditionalNCE": "words", "TransducerML": "words", "BeamEarlyUpdate": "words",
+    "MonteCarloNLL": "words",
     "JRFObjective": "words", "CTCObjective": "log_probs", "CTCObjective-crf": "log_probs",
     "CorpusRowsObjective": "rows", "AutoregressiveNLL": "x", "EARM": "x", "EARM-active": "x", "ElectricNCE": "x",
     "PixelNLL": "x", "CrossEntropy": "x", "ResidualNCE": "prefix", "Seq2SeqNLL": "src",

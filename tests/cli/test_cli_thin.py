@@ -68,6 +68,10 @@ APPLY_HOOK_LINES = 130
 #: error; their meaning: ``ebms._precision``, ``Trainer``, ``ebms.train._fsdp``), the run folder written and the
 #: result printed by global rank 0 only under ``torchrun``, and the ``huggingface`` kind's registration.
 RUN_OPTION_LINES = 15
+#: issue 28: ``objective.kind = "energy-matching"`` on the energy tasks: its factory in ``build`` (the refusal on
+#: binary data), its five keys (schema fields, rules, roles) and its name in the help text; the objective itself
+#: is ``ebms.objectives.EnergyMatching``.
+OBJECTIVE_KIND_LINES = 24
 #: the same for each new task's own modules (the language task's kind tables and stored vocabulary).
 TASK_CHECK_LINES = 300
 #: issue 27: subword units for every language kind, in the language task's modules: the three ``[language]``
@@ -108,7 +112,7 @@ def _imported(path: Path) -> set[str]:
 def test_cli_is_clearly_shorter_than_before_the_task_registry() -> None:
     lines = sum(len(p.read_text().splitlines()) for p in _modules())
     limit = (LINES_BEFORE_REGISTRY - MARGIN + HOOK_LINES + CHECK_LINES + SECTION_LINES + KEY_LINES + APPLY_HOOK_LINES
-             + RUN_OPTION_LINES)
+             + RUN_OPTION_LINES + OBJECTIVE_KIND_LINES)
     assert lines <= limit, (
         f"src/ebms/cli has {lines} lines; keep it at most {limit}: move library code "
         "(computations, plots, data handling) to its layer and call it from the task")

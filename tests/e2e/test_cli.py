@@ -121,9 +121,10 @@ def test_console_script_is_installed():
         ["objective.kind=dsm", "objective.sigmas=[0.05, 0.1, 0.2]"],
         ["objective.kind=ssm"],
         ["objective.kind=nce", "objective.nu=2.0"],
+        ["objective.kind=energy-matching", "objective.warmup_steps=5", "objective.k=2"],
         ["data.name=two_moons", "train.lr_schedule=linear"],
     ],
-    ids=["cd-sgld", "pcd-mala", "pcd-hmc", "sm", "dsm", "dsm-multi", "ssm", "nce", "moons-linear"],
+    ids=["cd-sgld", "pcd-mala", "pcd-hmc", "sm", "dsm", "dsm-multi", "ssm", "nce", "energy-matching", "moons-linear"],
 )
 def test_every_configurable_objective_and_sampler_trains_from_the_command_line(extra, tmp_path, capsys):
     args = ["train", f"run.out_dir={tmp_path}", "run.name=r", *FAST, "train.steps=10", "train.log_every=5", *extra]

@@ -150,6 +150,11 @@ CORE_RULES: dict[str, Rule] = {
     "objective.n_projections": COUNT,
     "objective.nu": POS,
     "objective.noise_scale": POS,
+    "objective.epsilon_max": POS,
+    "objective.tau_star": Rule(low=0, high=1),
+    "objective.cd_weight": NONNEG,
+    "objective.warmup_steps": NONNEG,
+    "objective.flow_weighting": Rule(),
     "train.steps": COUNT,
     "train.batch_size": COUNT,
     # a larger rate overflows float32 weights in one step (Adam's first step is 10 lr), which no

@@ -91,6 +91,11 @@ class ObjectiveConfig:
     n_projections: int = 1
     nu: float = 1.0
     noise_scale: float = 1.5
+    epsilon_max: float = 1.0  # energy-matching: the toy settings of docs/energy-matching.md
+    tau_star: float = 0.9
+    cd_weight: float = 10.0
+    warmup_steps: int = 0
+    flow_weighting: bool = False
 
 
 @dataclass

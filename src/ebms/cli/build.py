@@ -43,6 +43,7 @@ from ebms.objectives import (
     NCE,
     ContrastiveDivergence,
     DenoisingScoreMatching,
+    EnergyMatching,
     GaussianNoise,
     PersistentContrastiveDivergence,
     ReplayBuffer,
@@ -246,6 +247,17 @@ def _pcd(c: ObjectiveConfig, sampler: Sampler, space: Space, fit: Callable[[], t
     return PersistentContrastiveDivergence(sampler, buffer, k=c.k, regularization=c.regularization)
 
 
+def _energy_matching(c: ObjectiveConfig, sampler: Sampler, space: Space, fit: Callable[[], torch.Tensor]) -> nn.Module:
+    """Energy Matching; its CD chains take ``objective.k`` Langevin steps of ``sampler.step_size`` (the paper's dt)."""
+    step = getattr(sampler, "step_size", None)
+    if isinstance(space, DiscreteSpace) or step is None:
+        raise ConfigError("objective.kind: 'energy-matching' moves points continuously (a gradient of the energy); "
+                          "this run's data is binary; use pcd, cd or nce")
+    return EnergyMatching(epsilon_max=c.epsilon_max, tau_star=c.tau_star, cd_weight=c.cd_weight,
+                          warmup_steps=c.warmup_steps, steps=c.k, dt=float(step),
+                          flow_weighting=c.flow_weighting)
+
+
 #: the energy tasks' objectives: ``factory(objective section, sampler, chain space, fit points)``,
 #: where ``fit()`` returns points to fit auxiliary models on (NCE's noise).
 OBJECTIVES: dict[str, Callable[[ObjectiveConfig, Sampler, Space, Callable[[], torch.Tensor]], nn.Module]] = {
@@ -255,6 +267,7 @@ OBJECTIVES: dict[str, Callable[[ObjectiveConfig, Sampler, Space, Callable[[], to
     "dsm": lambda c, s, space, fit: DenoisingScoreMatching(c.sigmas if c.sigmas else c.sigma),
     "ssm": lambda c, s, space, fit: SlicedScoreMatching(c.n_projections),
     "nce": lambda c, s, space, fit: NCE(GaussianNoise.fit(fit(), scale=c.noise_scale), nu=c.nu),
+    "energy-matching": _energy_matching,
 }
 
 LR_SCHEDULES: dict[str, Callable[[Config], Callable[[int], float] | None]] = {

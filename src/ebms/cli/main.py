@@ -44,7 +44,7 @@ __all__ = ["OS_ERRORS", "TASKS_HELP", "build_parser", "main", "user_error"]
 TASKS_HELP: tuple[tuple[str, str, str], ...] = (
     ("toy / continuous", "2-D toy sets (checkerboard, eight_gaussians, pinwheel, rings, swiss_roll, two_moons, "
      "two_spirals) or your own points (data.path=FILE): an MLP energy (model.kind=mlp) trained by pcd, cd, sm, "
-     "dsm, ssm or nce",
+     "dsm, ssm, nce or energy-matching",
      "the test NLL normalised on an eval.resolution grid (2-D; beside the true density's NLL for toy sets with "
      "one), or mean test and train energies (other dimensions)"),
     ("discrete", "binarised digits, mnist, fashion-mnist with model.kind=mlp or rbm, trained by pcd or cd with "

@@ -126,7 +126,8 @@ KEY_ROLES: dict[str, str] = {
         "run": "seed",  # the initial weights and the seeded data splits (a test split, labels kept)
         "data": "name key test_fraction",
         "model": "kind hidden activation",
-        "objective": "kind k regularization buffer_size reinit_prob sigma sigmas n_projections nu noise_scale",
+        "objective": "kind k regularization buffer_size reinit_prob sigma sigmas n_projections nu noise_scale "
+                     "epsilon_max tau_star cd_weight warmup_steps flow_weighting",
         "toy": "scale noise",
         "images": "binarize binarize_seed limit rbm_hidden",
         "tagging": "features limit embedding_dim char_dim hidden layers dropout c1 c2",

@@ -44,6 +44,9 @@ Which one:
 * :class:`RecoveryLikelihood` — diffusion recovery likelihood: short-run conditional
   EBMs ``p(x_t | x_{t+1})`` at noise levels (Gao et al. 2021); :func:`recovery_sample`;
   the authors' levels, steps and options :func:`gao_sigmas`, :func:`gao_step_sizes`, :func:`protocol_options`.
+* :class:`EnergyMatching` — one static energy whose :math:`-\nabla` is fitted to the OT flow from noise to
+  data, then sharpened near the data by CD with tempered Langevin negatives (Balcerak et al. 2025);
+  :func:`energy_matching_sample` is its sampler with the temperature schedule :func:`em_temperature`.
 * :class:`JEMObjective` — a classifier as an EBM (:class:`~ebms.models.JEM`):
   cross-entropy on labelled rows plus PCD on ``E(x) = -logsumexp f(x)``, per-class
   buffers, warm-up, unlabelled rows (semi-supervised); :class:`CrossEntropy` — the
@@ -65,6 +68,8 @@ Conditional and sequence objectives ``p(y | x)`` have the same call and output, 
   corpus (pads only each batch), batch ``(rows, tags, lengths)``.
 * :class:`TransducerML` — teacher-forced ML of a locally normalised transducer (aligned RNN-T).
 * :class:`BeamEarlyUpdate` — beam search with early updates for a CRF transducer.
+* :class:`MonteCarloNLL` — the CRF transducer's NLL with the model expectation by self-normalised
+  importance sampling (the Monte Carlo training early updates replace).
 * :class:`CTCObjective` — CTC and CTC-CRF for acoustic models,
   batch ``(features, lengths, targets, target_lengths)``.
 * :class:`AutoregressiveNLL` — teacher-forced maximum likelihood of an autoregressive LM
@@ -95,6 +100,7 @@ from ebms.objectives.conditional_rows import CorpusRowsObjective
 from ebms.objectives.ctc import CTCObjective
 from ebms.objectives.earm import EARM, EARMTerms, LMAdapter, energy_resample, sequence_energy
 from ebms.objectives.electric import ElectricNCE
+from ebms.objectives.energy_matching import EnergyMatching, em_flow_weight, em_temperature, energy_matching_sample
 from ebms.objectives.feature_crf import FeatureCRFLikelihood
 from ebms.objectives.improved_cd import ImprovedCD
 from ebms.objectives.jem import JEMObjective
@@ -114,7 +120,7 @@ from ebms.objectives.reservoir import ReservoirBuffer
 from ebms.objectives.residual_nce import ResidualNCE
 from ebms.objectives.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
 from ebms.objectives.seq2seq import Seq2SeqNLL
-from ebms.objectives.transducer import BeamEarlyUpdate, TransducerML
+from ebms.objectives.transducer import BeamEarlyUpdate, MonteCarloNLL, TransducerML
 from ebms.objectives.trf_augsa import AugSA
 from ebms.objectives.trf_nce import TRFNCE, DynamicNCE
 
@@ -142,6 +148,7 @@ __all__ = [
     "TagBigramNoise",
     "TRFNCE",
     "TransducerML",
+    "MonteCarloNLL",
     "ZetaEstimate",
     "nce_logits",
     "nce_loss",
@@ -167,4 +174,8 @@ __all__ = [
     "JRFObjective",
     "PixelNLL",
     "Seq2SeqNLL",
+    "EnergyMatching",
+    "energy_matching_sample",
+    "em_temperature",
+    "em_flow_weight",
 ]
