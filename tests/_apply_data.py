@@ -4,12 +4,26 @@ reader of ``ebms score``'s TSV output."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import wave
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+
+
+@contextlib.contextmanager
+def moved_away(path: Path) -> Iterator[None]:
+    """``path`` renamed away for the block (restored after it, whatever happens)."""
+    away = path.with_name(path.name + ".away")
+    path.rename(away)
+    try:
+        yield
+    finally:
+        away.rename(path)
+
 
 #: the words of :func:`word_corpus`'s sentences.
 WORDS = "the cat sat on mat dog log a and cats dogs at mall house running jumped quickly".split()

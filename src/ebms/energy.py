@@ -369,23 +369,14 @@ class MixedPrecision(Energy):
 
     def forward(self, x: Tensor) -> Tensor:
         with autocast(self.precision, x.device.type):
-            e = evaluate(self.base, x)
-        return _widened_out(e, x)
+            return evaluate(self.base, x)  # in x's dtype: evaluate widens what autocast narrowed
 
     def energy_and_grad(self, x: Tensor) -> tuple[Tensor, Tensor]:
         with autocast(self.precision, x.device.type):
-            e, g = energy_and_grad(self.base, x)
-        return _widened_out(e, x), _widened_out(g, x)
+            return energy_and_grad(self.base, x)  # in x's dtype, as evaluate
 
     def extra_repr(self) -> str:
         return f"precision={self.precision!r}"
-
-
-def _widened_out(t: Tensor, x: Tensor) -> Tensor:
-    """``t`` (computed under an autocast that has ended) in ``x``'s float dtype."""
-    if t.dtype in _LOW and x.is_floating_point() and x.dtype not in _LOW:
-        return t.to(x.dtype)
-    return t
 
 
 def mixed_precision(energy: EnergyLike, precision: str = "bf16") -> MixedPrecision:

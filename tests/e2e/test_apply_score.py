@@ -10,17 +10,15 @@ one line on stderr and exit status 2.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import math
 import random
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from _apply_data import tsv_rows
+from _apply_data import moved_away, tsv_rows
 
 from ebms.cli.main import main
 from ebms.data.nbest import NBest, write_kaldi_nbest, write_nbest_tsv
@@ -226,15 +224,6 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], files: dict[str, str 
 
 
 # --- applied without the training text (Task.load_applied) ----------------------------------------------------------
-@contextlib.contextmanager
-def _moved_away(path: Path) -> Iterator[None]:
-    """``path`` renamed away for the block (restored after it, whatever happens)."""
-    away = path.with_name(path.name + ".away")
-    path.rename(away)
-    try:
-        yield
-    finally:
-        away.rename(path)
 
 
 @pytest.mark.parametrize("kind", ["kn", "lstm", "trf", "electric"])
@@ -246,7 +235,7 @@ def test_a_run_scores_without_its_training_text_as_with_it(kind: str, runs: dict
     (tmp / "score-in.txt").write_text("\n".join(lines) + "\nthe zebra ran\n")
     full = load_run(runs[kind])
     expected = full.score([*lines, "the zebra ran"])
-    with _moved_away(tmp / "train.txt"):
+    with moved_away(tmp / "train.txt"):
         light = load_run(runs[kind], training_data=False)
         capsys.readouterr()
         assert main(["score", str(runs[kind]), str(tmp / "score-in.txt")]) == 0

@@ -8,10 +8,8 @@ without its training text use the stored tokenizer, and a residual run takes its
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,7 @@ import torch
 
 pytest.importorskip("tokenizers")
 
-from _apply_data import tsv_rows, word_corpus  # noqa: E402
+from _apply_data import moved_away, tsv_rows, word_corpus  # noqa: E402
 
 from ebms.cli.main import main  # noqa: E402
 from ebms.data.subword import SubwordVocabulary  # noqa: E402
@@ -102,14 +100,6 @@ def test_an_altered_tokenizer_file_is_refused(runs: dict[str, Path], tmp: Path,
         path.write_bytes(good)
 
 
-@contextlib.contextmanager
-def _moved_away(path: Path) -> Iterator[None]:
-    away = path.with_name(path.name + ".away")
-    path.rename(away)
-    try:
-        yield
-    finally:
-        away.rename(path)
 
 
 @pytest.mark.parametrize("kind", ["kn", "lstm"])
@@ -117,7 +107,7 @@ def test_applied_without_training_text_as_with_it(kind: str, runs: dict[str, Pat
     lines = [*(tmp / "test.txt").read_text().splitlines(), "the zebra jumped"]
     full = load_run(runs[kind])
     expected = full.score(lines)
-    with _moved_away(tmp / "train.txt"):
+    with moved_away(tmp / "train.txt"):
         light = load_run(runs[kind], training_data=False)
         got = light.score(lines)
     assert light.data.size == 0 and light.data.vocab == full.data.vocab
