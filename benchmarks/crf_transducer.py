@@ -42,8 +42,8 @@ A full run (not ``--quick``, not ``--no-save``) writes the committed record
 ``benchmarks/records/<stem>.json`` (``crf_transducer`` for the three synthetic configurations,
 ``crf_transducer_<configs>`` otherwise; ``crf_transducer_mc`` for ``--models
 crf-transducer,crf-transducer-mc --configs past-cnn``, ``crf_transducer_mc_<configs>`` for other
-configurations with that row, then ``_s<S>`` unless ``--mc-samples 8`` and ``_uniform`` for that
-proposal): per-seed figures, means, standard deviations and the
+configurations with that row, then ``_s<S>`` unless ``--mc-samples 8``, ``_uniform`` for that
+proposal and ``_steps<N>`` unless ``--steps 1000``): per-seed figures, means, standard deviations and the
 comparisons.
 """
 
@@ -290,6 +290,7 @@ def main() -> None:
         stem = "crf_transducer_mc" + ("" if configs == ["past-cnn"] else "_" + "_".join(configs))
         stem += "" if args.mc_samples == 8 else f"_s{args.mc_samples}"
         stem += "" if args.mc_proposal == "model" else f"_{args.mc_proposal}"
+        stem += "" if steps == 1000 else f"_steps{steps}"
     rec = Recorder(stem, seeds=list(range(seeds)), settings={
         "configs": configs, "steps": steps, "batch": BATCH, "lr": LR, "beam": args.beam, "quick": args.quick,
         "sizes": {"embedding_dim": 32, "hidden": 64, "layers": 1, "label_dim": 16, "label_hidden": 32},

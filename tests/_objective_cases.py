@@ -22,6 +22,7 @@ from ebms.models.crf_tagger import NeuralCRFTagger
 from ebms.models.crf_transducer import CRFTransducer
 from ebms.models.lm import LSTMLM
 from ebms.models.pixelcnn import PixelCNNModel
+from ebms.models.residual_text import MaskedCompletionLM, ResidualTextClassifier
 from ebms.models.rnnt_aligned import AlignedRNNT
 from ebms.models.seq2seq import Seq2SeqTransformer
 from ebms.models.trf import TRF, DiscreteFeatures, feature_templates
@@ -33,6 +34,7 @@ from ebms.objectives import (
     AugSA,
     AutoregressiveNLL,
     BeamEarlyUpdate,
+    ClozePLL,
     ConditionalML,
     ConditionalNCE,
     CorpusRowsObjective,
@@ -48,6 +50,7 @@ from ebms.objectives import (
     RBMContrastiveDivergence,
     RecoveryLikelihood,
     ReplayBuffer,
+    ResidualJointNCE,
     ResidualNCE,
     Seq2SeqNLL,
     TagBigramNoise,
@@ -136,6 +139,17 @@ def _trf_case(objective: nn.Module) -> tuple[nn.Module, nn.Module, tuple[Tensor,
     return objective, TRF.from_corpus(feats, corpus, vocab_size=V), (words, lengths)
 
 
+def _residual_joint_case() -> tuple[nn.Module, nn.Module, tuple[Tensor, ...]]:
+    """A sentence classifier (scalar energy) on the tagging sentences against masked-completion noise, nu = 2."""
+    words, _, lengths = tagging()
+    x = Sequences(words, lengths)
+    torch.manual_seed(0)
+    noise = MaskedCompletionLM(V, dim=4).complete(x, n=2, generator=torch.Generator().manual_seed(1))
+    model = ResidualTextClassifier(V, C, embedding_dim=4, hidden=4)
+    y = torch.arange(B) % C
+    return ResidualJointNCE(energy="scalar", nu=2), model, ResidualJointNCE.pack(x, y, noise)
+
+
 def _residual_case() -> tuple[nn.Module, nn.Module, tuple[Tensor, ...]]:
     """A residual EBM over the LSTM LM: prefixes are the tagging sentences' first two tokens."""
     words, _, lengths = tagging()
@@ -152,6 +166,12 @@ def _electric_case() -> tuple[nn.Module, nn.Module, tuple[Tensor, Tensor]]:
     torch.manual_seed(0)
     model = ElectricCloze(V, dim=8, layers=1, heads=2, max_length=T, noise=TwoTowerCloze(V, dim=8, layers=1, heads=2))
     return ElectricNCE(mask_rate=0.3), model, (words, lengths)
+
+
+def _cloze_case() -> tuple[nn.Module, nn.Module, tuple[Tensor, Tensor]]:
+    words, _, lengths = tagging()
+    torch.manual_seed(0)
+    return ClozePLL(), TwoTowerCloze(V, dim=8, layers=1, heads=2), (words, lengths)
 
 
 def _jem_case(objective: nn.Module) -> tuple[nn.Module, nn.Module, tuple[Tensor, Tensor]]:
@@ -221,7 +241,9 @@ CASES: dict[str, Case] = {
     "EARM": lambda: (EARM(), _lm(), (tagging()[0], tagging()[2])),
     "EARM-active": lambda: (EARM(weight=0.5, truncate=1), _lm(), (tagging()[0], tagging()[2])),
     "ResidualNCE": lambda: _residual_case(),
+    "ResidualJointNCE": lambda: _residual_joint_case(),
     "ElectricNCE": lambda: _electric_case(),
+    "ClozePLL": lambda: _cloze_case(),
     "JEMObjective": lambda: _jem_case(JEMObjective(SGLD(0.5, 0.01), ReplayBuffer(32, 4), k=2, warmup_steps=3)),
     "JEMObjective-conditional": lambda: _jem_case(JEMObjective(SGLD(0.5, 0.01), ReplayBuffer(33, 4, n_classes=C),
                                                                k=2, conditional=True)),

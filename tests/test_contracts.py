@@ -53,6 +53,8 @@ from ebms.objectives import (
     EnergyMatching,
     GaussianNoise,
     ImprovedCD,
+    InclusiveNRF,
+    LatentGaussianGenerator,
     LossOutput,
     PersistentContrastiveDivergence,
     ReplayBuffer,
@@ -72,6 +74,7 @@ from ebms.samplers import (
     IndependentCategorical,
     MetropolisHastings,
     MetropolisIndependence,
+    MixAndMatch,
     ParallelTempering,
     Sampler,
     StepInfo,
@@ -106,10 +109,11 @@ SAMPLERS: dict[str, Callable[[], Sampler]] = {
     "MetropolisIndependence": lambda: MetropolisIndependence(IndependentCategorical(SPINS), space=SPINS),
     "GibbsWithGradients": lambda: GibbsWithGradients(space=SPINS),
     "TransDimensional": lambda: TransDimensional(space=TOKENS, token_probs=NO_BOUNDARY),
+    "MixAndMatch": lambda: MixAndMatch(lambda x, i: NO_BOUNDARY.log().expand(x.batch_size, VOCAB)),
 }
 DISCRETE = {"Gibbs", "BlockGibbs", "MetropolisHastings", "MetropolisIndependence", "GibbsWithGradients"}
 #: samplers that need a target over token sequences (length and tokens), not fixed-size tensors
-SEQUENCE = {"TransDimensional"}
+SEQUENCE = {"TransDimensional", "MixAndMatch"}
 #: wrappers whose state stacks R replicas per chain (R*B rows) and caches tempered energies beta_r * E
 REPLICATED = {"ParallelTempering": 2}
 
@@ -130,16 +134,19 @@ OBJECTIVES: dict[str, Callable[[], tuple[nn.Module, Any, Any]]] = {
     "NCE": lambda: _on_mlp(NCE(GaussianNoise(torch.zeros(D), 2.0), nu=1.0)),
     "ImprovedCD": lambda: _on_mlp(ImprovedCD(ULA(0.05), ReservoirBuffer(64, Reals(D)), k=2, entropy_weight=0.5)),
     "EnergyMatching": lambda: _on_mlp(EnergyMatching(epsilon_max=0.1, cd_weight=0.5, steps=2, dt=0.05)),
+    "InclusiveNRF": lambda: _on_mlp(InclusiveNRF(LatentGaussianGenerator.mlp(D, latent_dim=2, hidden=(8,), sigma=0.3),
+                                                 steps=2, step_size=0.01)),
     **MODEL_CASES,
 }
 #: objective(energy, batch) on the MLP energy; every other row is objective(model, batch)
 ON_ENERGY = {"ContrastiveDivergence", "PersistentContrastiveDivergence", "ScoreMatching", "DenoisingScoreMatching",
-             "SlicedScoreMatching", "NCE", "ImprovedCD", "EnergyMatching"}
+             "SlicedScoreMatching", "NCE", "ImprovedCD", "EnergyMatching", "InclusiveNRF"}
 #: objectives that report the health of a contrast: e_pos, e_neg and gap = e_neg - e_pos
 CONTRASTIVE = {"ContrastiveDivergence", "PersistentContrastiveDivergence", "NCE", "ImprovedCD",
                "RBMContrastiveDivergence", "RBMContrastiveDivergence-pcd", "AugSA", "TRFNCE", "DynamicNCE",
-               "ResidualNCE", "ElectricNCE", "JEMObjective", "JEMObjective-conditional", "RecoveryLikelihood",
-               "JRFObjective", "EnergyMatching"}
+               "ResidualNCE", "ResidualJointNCE", "ElectricNCE", "JEMObjective", "JEMObjective-conditional",
+               "RecoveryLikelihood",
+               "JRFObjective", "EnergyMatching", "InclusiveNRF"}
 #: losses of the score only: an additive constant in E (the head's bias) cannot reach them.
 #: (EnergyMatching: a score regression plus a difference of energies)
 SCORE_BASED = {"ScoreMatching", "DenoisingScoreMatching", "SlicedScoreMatching", "EnergyMatching"}
@@ -151,8 +158,9 @@ NO_GRADIENT = {
 #: objectives that keep no state (their state_dict is empty); every other one round-trips a non-empty one
 STATELESS = {"ContrastiveDivergence", "ScoreMatching", "DenoisingScoreMatching", "SlicedScoreMatching",
              "ConditionalML", "TransducerML", "BeamEarlyUpdate", "MonteCarloNLL", "CTCObjective", "CTCObjective-crf",
-             "FeatureCRFLikelihood", "AutoregressiveNLL", "AutoregressiveNLL-bptt", "ResidualNCE", "ElectricNCE",
-             "CrossEntropy", "PixelNLL", "Seq2SeqNLL"}
+             "FeatureCRFLikelihood", "AutoregressiveNLL", "AutoregressiveNLL-bptt", "ResidualNCE", "ResidualJointNCE",
+             "ElectricNCE",
+             "CrossEntropy", "PixelNLL", "Seq2SeqNLL", "ClozePLL"}
 #: batches that cannot hold a NaN (integer ids): their bad batch has an id of 100, out of every
 #: vocabulary and corpus, at its first entry instead
 NAN_BATCH_EXEMPT = {
@@ -160,7 +168,9 @@ NAN_BATCH_EXEMPT = {
     for name in ("ConditionalML", "ConditionalNCE", "TransducerML", "BeamEarlyUpdate", "MonteCarloNLL",
                  "FeatureCRFLikelihood",
                  "CorpusRowsObjective", "AutoregressiveNLL", "AutoregressiveNLL-bptt", "AugSA", "TRFNCE",
-                 "DynamicNCE", "EARM", "EARM-active", "ResidualNCE", "ElectricNCE", "JRFObjective", "Seq2SeqNLL")
+                 "DynamicNCE", "EARM", "EARM-active", "ResidualNCE", "ResidualJointNCE", "ElectricNCE", "JRFObjective",
+                 "Seq2SeqNLL",
+                 "ClozePLL")
 }
 #: how the refusal of a bad batch starts, where not "batch": the part of the batch named as the model
 #: (or the objective) calls it. CTC's features are its acoustic model's input, which the objective cannot
@@ -170,7 +180,7 @@ BAD_BATCH_NAME = {
     "MonteCarloNLL": "words",
     "JRFObjective": "words", "CTCObjective": "log_probs", "CTCObjective-crf": "log_probs",
     "CorpusRowsObjective": "rows", "AutoregressiveNLL": "x", "EARM": "x", "EARM-active": "x", "ElectricNCE": "x",
-    "PixelNLL": "x", "CrossEntropy": "x", "ResidualNCE": "prefix", "Seq2SeqNLL": "src",
+    "PixelNLL": "x", "CrossEntropy": "x", "ResidualNCE": "prefix", "ResidualJointNCE": "x", "Seq2SeqNLL": "src", "ClozePLL": "x",
 }
 
 

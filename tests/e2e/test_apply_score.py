@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from _apply_data import moved_away, tsv_rows
+from _apply_data import moved_away, tsv_rows, write_conll2000
 
 from ebms.cli.main import main
 from ebms.data.nbest import NBest, write_kaldi_nbest, write_nbest_tsv
 from ebms.runs import load_run
+from ebms.sequences import Sequences
 
 WORDS = ("the", "cat", "dog", "sat", "ran")
 
@@ -35,6 +36,14 @@ def _corpus(path: Path, n: int, seed: int) -> Path:
     return path
 
 
+def _conll(n: int, seed: int) -> str:
+    """CoNLL-2000 columns (word, POS, chunk) of ``n`` sentences of 1..5 of WORDS (and a number)."""
+    r = random.Random(seed)
+    table = {"the": "DT", "cat": "NN", "dog": "NN", "sat": "VBD", "ran": "VBD", "12": "CD"}
+    return "".join("".join(f"{w} {table[w]} O\n" for w in (r.choice([*WORDS, "12"]) for _ in range(r.randint(1, 5))))
+                   + "\n" for _ in range(n))
+
+
 @pytest.fixture(scope="module")
 def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("apply_score")
@@ -42,7 +51,8 @@ def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def runs(tmp: Path) -> dict[str, Path]:
-    """Run folders ``kn``, ``lstm``, ``trf`` (lengths up to 5), ``electric`` and ``toy`` (not a language run)."""
+    """Run folders ``kn``, ``lstm``, ``trf`` (lengths up to 5), ``electric``, ``toy`` (not a language run), ``jrf``
+    (a JRF on CoNLL-2000 columns, lengths up to 5) and ``jrfsup`` (the same, ``objective.kind = "crf"``)."""
     files = {s: _corpus(tmp / f"{s}.txt", n, seed) for s, n, seed in (("train", 200, 0), ("valid", 20, 1),
                                                                        ("test", 20, 2))}
     text = ["data.name=text", *(f"language.{s}_path={p}" for s, p in files.items()), f"run.out_dir={tmp}/runs",
@@ -54,6 +64,11 @@ def runs(tmp: Path) -> dict[str, Path]:
             "electric": [*text, "model.kind=electric", "objective.kind=nce", "electric.embedding_dim=8",
                          "electric.layers=1", "electric.heads=2", "--no-eval"],
             "toy": ["data.name=rings", "train.steps=2", f"run.out_dir={tmp}/runs", "run.progress=false", "--no-eval"]}
+    root = write_conll2000(tmp / "conll", _conll(60, 3), _conll(10, 4))
+    jrf = ["data.name=conll2000", "model.kind=jrf", f"data.root={root}", "jrf.label_fraction=0.5", "jrf.min_count=1",
+           "jrf.embed=4", "jrf.hidden=4", "train.steps=2", "train.batch_size=8", f"run.out_dir={tmp}/runs",
+           "run.progress=false", "--no-eval"]
+    jobs.update(jrf=[*jrf, "jrf.noise_hidden=4", "jrf.noise_steps=2"], jrfsup=[*jrf, "objective.kind=crf"])
     for name, args in jobs.items():
         assert main(["train", *args, f"run.name={name}"]) == 0
     return {name: tmp / "runs" / name for name in jobs}
@@ -98,6 +113,29 @@ def test_trf_scores_are_log_density_minus_the_stored_zeta(runs: dict[str, Path])
         expected = m.log_pi[x.lengths - 1] - m.energy(x) - m.log_normalisers()[x.lengths - 1]
     torch.testing.assert_close(s.log_prob, expected.double(), rtol=0, atol=1e-5)
     assert s.measure == "log_prob_training_zeta"
+
+
+def test_jrf_scores_are_its_marginal_minus_the_stored_zeta(runs: dict[str, Path], tmp: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A JRF run scores ``log pi_l - E(x) - zeta_l`` (E: minus the CRF's log-partition), its words normalised as in
+    training (``34`` is the training word ``12`` -> ``00``), an unknown word as ``<unk>``."""
+    run = load_run(runs["jrf"])
+    lines = ["the cat 34", "dog ran the", "zebra"]
+    s = run.score([line.split() for line in lines])  # token lists are normalised as lines are
+    words = run.data.info["words"]
+    x = Sequences.from_lists([[words.index(w) if w in words else 1 for w in line.replace("34", "00").split()]
+                              for line in lines])
+    with torch.no_grad():
+        m = run.model
+        expected = m.log_pi[x.lengths - 1] - m.marginal_energy(x) - m.log_z[x.lengths - 1]
+    torch.testing.assert_close(s.log_prob, expected.double(), rtol=0, atol=1e-5)
+    assert s.measure == "log_prob_training_zeta" and s.oov.tolist() == [0, 0, 1] and s.tokens.tolist() == [4, 4, 2]
+    (tmp / "jrf-in.txt").write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert main(["score", str(runs["jrf"]), str(tmp / "jrf-in.txt")]) == 0
+    out, err = capsys.readouterr()
+    assert [float(r["log_prob_training_zeta"]) for r in tsv_rows(out)] == pytest.approx(expected.tolist(), abs=1e-5)
+    assert "[jrf: log-probability with the normalisers log Z_l estimated in training" in err
 
 
 def test_stdin_with_blank_lines_and_the_line_column(runs: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
@@ -154,6 +192,20 @@ def test_weight_zero_keeps_the_acoustic_best(runs: dict[str, Path], nbest: Path,
     assert _best(capsys.readouterr().out) == {"u1": "cat the dog sat", "u2": "dog dog the"}
 
 
+def test_a_jrf_run_rescores_beside_kn_with_the_argmax_by_hand(runs: dict[str, Path], nbest: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    kn, jrf = load_run(runs["kn"]), load_run(runs["jrf"])
+    hyps = [list(h) for h in NB.hypotheses]
+    lps = [kn.model.log_prob(kn.data.vocab.encode(hyps)).double(), jrf.score(hyps).log_prob]
+    total = NB.acoustic + 0.4 * lps[0] + 1.5 * lps[1]
+    expected = {u: " ".join(max((float(total[i]), -i, hyps[i]) for i in range(len(NB)) if int(NB.utterance[i]) == k)[2])
+                for k, u in enumerate(NB.utt_ids)}
+    capsys.readouterr()
+    assert main(["rescore", str(runs["kn"]), str(runs["jrf"]), str(nbest), "--weights", "0.4", "1.5"]) == 0
+    out, err = capsys.readouterr()
+    assert _best(out) == expected and "LM weights kn 0.4, jrf 1.5" in err
+
+
 def test_weights_pick_the_argmax_by_hand_and_refs_give_wer(runs: dict[str, Path], nbest: Path, tmp: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     kn, lstm = load_run(runs["kn"]), load_run(runs["lstm"])
@@ -205,6 +257,11 @@ BAD_INPUTS = [  # (id, arguments with {run kind} / {tmp} / {nbest} placeholders,
     ("rescore-refs-lack-utt", ["rescore", "{kn}", "{nbest}", "--refs", "{tmp}/refs1.txt"],
      {"refs1.txt": "u1 the cat\n"}, "no reference for utterance 'u2'"),
     ("rescore-not-a-language-run", ["rescore", "{kn}", "{toy}", "{nbest}"], {}, "is not one `ebms score` applies"),
+    ("score-jrf-without-log-z", ["score", "{jrfsup}", "{tmp}/test.txt"], {},
+     "objective.kind='crf' (the CRF likelihood alone): its zeta was never trained, so it has no log Z_l table"),
+    ("rescore-jrf-without-log-z", ["rescore", "{kn}", "{jrfsup}", "{nbest}"], {}, "has no log Z_l table"),
+    ("too-long-for-jrf", ["score", "{jrf}", "{tmp}/long-jrf.txt"], {"long-jrf.txt": "the cat\nthe cat sat the dog ran\n"},
+     "long-jrf.txt:2: a sentence of 6 tokens; this jrf run scores sentences of 1..5"),
 ]
 
 

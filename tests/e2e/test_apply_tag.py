@@ -1,6 +1,6 @@
 """End-to-end: ``ebms tag`` applies a trained tagging run to new sentences (issue 27).
 
-Three tiny runs (a BiLSTM-CRF with characters, a feature CRF, a JRF) are trained once on a small
+Four tiny runs (a BiLSTM-CRF with characters, a feature CRF, a CRF transducer, a JRF) are trained once on a small
 CoNLL-2000-format corpus of their own (random sentences from a word/POS/chunk table, under
 ``data.root``), so these checks do not need the real data. Checked: the run's own test file tagged
 through ``ebms tag`` gives the F1, precision and recall ``ebms eval`` wrote to ``eval.json``; plain
@@ -26,6 +26,9 @@ RUNS = {
     "bilstm-crf": ["model.kind=bilstm-crf", "tagging.embedding_dim=8", "tagging.hidden=8", "tagging.char_dim=4",
                    "train.steps=4", "train.batch_size=8", "train.lr=0.05"],
     "feature-crf": ["model.kind=feature-crf", "train.optimizer=lbfgs", "train.batch_size=60", "train.steps=2"],
+    "crf-transducer": ["model.kind=crf-transducer", "objective.kind=early-update", "tagging.embedding_dim=8",
+                       "tagging.hidden=8", "tagging.char_dim=4", "tagging.beam=3", "train.steps=4",
+                       "train.batch_size=8", "train.lr=0.05"],  # decoded by beam search of width 3
     "jrf": ["model.kind=jrf", "jrf.label_fraction=0.5", "jrf.embed=4", "jrf.hidden=4", "train.steps=2",
             "train.batch_size=4"],  # the supervised baseline (objective.kind=crf): no noise LM to fit
 }

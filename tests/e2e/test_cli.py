@@ -122,9 +122,11 @@ def test_console_script_is_installed():
         ["objective.kind=ssm"],
         ["objective.kind=nce", "objective.nu=2.0"],
         ["objective.kind=energy-matching", "objective.warmup_steps=5", "objective.k=2"],
+        ["objective.kind=inclusive-nrf", "objective.k=2", "objective.revision=sghmc", "objective.generator_hidden=[8]"],
         ["data.name=two_moons", "train.lr_schedule=linear"],
     ],
-    ids=["cd-sgld", "pcd-mala", "pcd-hmc", "sm", "dsm", "dsm-multi", "ssm", "nce", "energy-matching", "moons-linear"],
+    ids=["cd-sgld", "pcd-mala", "pcd-hmc", "sm", "dsm", "dsm-multi", "ssm", "nce", "energy-matching", "inclusive-nrf",
+         "moons-linear"],
 )
 def test_every_configurable_objective_and_sampler_trains_from_the_command_line(extra, tmp_path, capsys):
     args = ["train", f"run.out_dir={tmp_path}", "run.name=r", *FAST, "train.steps=10", "train.log_every=5", *extra]

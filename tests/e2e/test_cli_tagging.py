@@ -16,7 +16,8 @@ from ebms.cli.tagging import FeatureCRFTask, TaggingTask
 from ebms.cli.tasks import task_for
 from ebms.data.paths import DATA_ENV_VAR, data_root
 
-RECIPES = ["bilstm-crf-conll2000", "bilstm-crf-conll2002", "feature-crf-conll2000", "feature-crf-conll2002"]
+RECIPES = ["bilstm-crf-conll2000", "bilstm-crf-conll2002", "crf-transducer-conll2000", "feature-crf-conll2000",
+           "feature-crf-conll2002"]
 QUICK = ["run.progress=false", "train.log_every=5", "train.checkpoint_every=5", "tagging.limit=120"]
 SMALL_NET = ["tagging.embedding_dim=16", "tagging.hidden=16", "train.batch_size=20", "train.lr=0.01"]
 
@@ -116,7 +117,7 @@ def test_feature_crf_loss_is_crfsuite_objective_over_n(tmp_path):
     ("override", "message"),
     [
         ("model.kind=bilstm-crff", r"model.kind: unknown value 'bilstm-crff'.*; expected one of bilstm-crf, "
-                                   r"cnn-crf, feature-crf, jrf; did you mean 'bilstm-crf'\?"),
+                                   r"cnn-crf, crf-transducer, feature-crf, jrf; did you mean 'bilstm-crf'\?"),
         ("objective.kind=crf-nse", r"objective.kind: unknown value 'crf-nse'.*; expected one of crf, crf-nce; "
                                    r"did you mean 'crf-nce'\?"),
         ("tagging.hidden=0", r"tagging.hidden: expected an integer >= 1; got 0"),
@@ -126,6 +127,27 @@ def test_feature_crf_loss_is_crfsuite_objective_over_n(tmp_path):
         ("objective.kind=crf-nce train.optimizer=lbfgs",
          "train.optimizer: crf-nce draws fresh noise sequences at every evaluation"),
         ("objective.kind=crf-nce tagging.c2=1.0", "tagging.c1/c2: the L1/L2 terms belong to the crf objective"),
+        ("tagging.beam=4", r"tagging.beam: model.kind='bilstm-crf' does not read it, so tagging.beam=4 would be "
+                           r"ignored; it is read with model.kind = crf-transducer: drop it"),
+        ("model.kind=crf-transducer", r"objective.kind: unknown value 'crf' for data.name='conll2000' \(a structured "
+                                      r"task\); expected one of early-update, monte-carlo; 'crf' trains model.kind = "
+                                      r"bilstm-crf, cnn-crf, feature-crf, jrf: set model.kind to one of them"),
+        ("model.kind=crf-transducer objective.kind=monte-carlo train.optimizer=lbfgs",
+         "train.optimizer: monte-carlo draws fresh tag sequences at every evaluation"),
+        ("model.kind=crf-transducer objective.kind=early-update tagging.beam=0",
+         r"tagging.beam: expected an integer >= 1; got 0"),
+        ("model.kind=crf-transducer objective.kind=early-update tagging.mc_samples=4",
+         r"tagging.mc_samples: model.kind='crf-transducer' with objective.kind='early-update' does not read it, so "
+         r"tagging.mc_samples=4 would be ignored; it is read with model.kind = crf-transducer and objective.kind = "
+         r"monte-carlo: drop it"),
+        ("model.kind=crf-transducer objective.kind=monte-carlo tagging.mc_samples=0",
+         r"tagging.mc_samples: expected an integer >= 1; got 0"),
+        ("model.kind=crf-transducer objective.kind=monte-carlo tagging.mc_proposal=unifrom",
+         r"tagging.mc_proposal: unknown value 'unifrom'; expected one of model, uniform; did you mean 'uniform'\?"),
+        ("model.kind=crf-transducer objective.kind=early-update tagging.potentials=softmax",
+         r"tagging.potentials: unknown value 'softmax'; expected one of log_softmax, raw; did you mean 'log_softmax'\?"),
+        ("model.kind=crf-transducer objective.kind=early-update tagging.c2=1.0",
+         r"tagging.c2: model.kind='crf-transducer' with objective.kind='early-update' does not read it"),
     ],
 )
 def test_bad_tagging_configuration_is_a_one_line_error(override, message, tmp_path, capsys):
@@ -134,6 +156,32 @@ def test_bad_tagging_configuration_is_a_one_line_error(override, message, tmp_pa
     assert main([*args, *override.split()]) == 2
     err = capsys.readouterr().err.strip()
     assert re.search(message, err) and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize(("objective", "metric"), [("early-update", "early"), ("monte-carlo", "ess")])
+def test_crf_transducer_trains_by_its_objective_writes_f1_and_resumes(objective, metric, tmp_path, capsys):
+    """``model.kind = "crf-transducer"``: beam search with early updates or the Monte Carlo NLL (each logs its own
+    metric: the share of early updates, the effective sample size), decoded by beam search; eval and a resume."""
+    _need("conll2000")
+    args = ["train", "data.name=conll2000", "model.kind=crf-transducer", f"objective.kind={objective}",
+            f"run.out_dir={tmp_path}", "run.name=ct", "tagging.beam=4", *QUICK, *SMALL_NET]
+    if objective == "monte-carlo":
+        args.append("tagging.mc_samples=4")
+    assert main([*args, "train.steps=10"]) == 0, capsys.readouterr().err
+    report = _eval(tmp_path / "ct")
+    assert report["step"] == 10 and 0.0 <= report["figures"]["f1"] <= 100.0
+    lines = [json.loads(x) for x in (tmp_path / "ct" / "metrics.jsonl").read_text().splitlines()]
+    logged = [r["metrics"] for r in lines if "metrics" in r]
+    assert len(logged) == 2 and all(metric in r for r in logged)
+    if objective == "monte-carlo":
+        assert all(1.0 <= r["ess"] <= 4.0 for r in logged)
+    else:
+        assert all(0.0 <= r["early"] <= 1.0 for r in logged)
+    assert main([*args, "train.steps=15", "--resume"]) == 0, capsys.readouterr().err
+    assert _eval(tmp_path / "ct")["step"] == 15
+    capsys.readouterr()
+    assert main(["eval", "--run", str(tmp_path / "ct")]) == 0
+    assert f"f1 {_eval(tmp_path / 'ct')['figures']['f1']:.4g}" in capsys.readouterr().out
 
 
 def test_nce_needs_a_whole_number_of_noise_sequences(tmp_path, capsys):
@@ -207,7 +255,7 @@ def test_a_tagger_keeps_its_maps_and_refuses_training_files_edited_since(kind, t
     ("feature-crf", "tagging.hidden=16", "tagging.hidden: model.kind='feature-crf' does not read it"),
     ("feature-crf", "tagging.char_dim=8", "tagging.char_dim: model.kind='feature-crf' does not read it, so "
                                           "tagging.char_dim=8 would be ignored; it is read with model.kind = "
-                                          "bilstm-crf, cnn-crf: drop it"),
+                                          "bilstm-crf, cnn-crf, crf-transducer: drop it"),
 ])
 def test_a_tagging_key_the_model_does_not_read_is_refused(kind, override, start, tmp_path, capsys):
     args = ["train", "data.name=conll2000", f"model.kind={kind}", "objective.kind=crf", override,

@@ -136,7 +136,10 @@ def test_the_classifier_never_sees_a_withheld_label(tmp_path: Path) -> None:
      "vision.recovery_b=0.0002", "vision.normalize=false"],
     ["model.kind=classifier", "vision.labels_per_class=5"],
     ["model.kind=jem", "vision.labels_per_class=5"],
-], ids=["pcd", "pcd-no-groupnorm", "improved-cd", "recovery", "recovery-gao", "classifier", "semi-supervised-jem"])
+    ["model.kind=conv", 'objective.kind="energy-matching"', "objective.warmup_steps=3", "sampler.kind=ula",
+     "sampler.step_size=0.1"],
+], ids=["pcd", "pcd-no-groupnorm", "improved-cd", "recovery", "recovery-gao", "classifier", "semi-supervised-jem",
+        "energy-matching"])
 def test_every_image_objective_trains_and_evaluates(extra: list[str], tmp_path: Path) -> None:
     assert main(["train", f"run.out_dir={tmp_path}", "run.name=r", *SMALL, "train.steps=6", *extra]) == 0
     got = _eval(tmp_path / "r")
@@ -162,7 +165,8 @@ def _have(name: str) -> bool:
 
 @pytest.mark.slow  # reads the 60,000 MNIST images per recipe; the digits runs above cover the same code
 @pytest.mark.parametrize("recipe", ["conv-ebm-mnist", "conv-ebm-fashion-mnist", "improved-cd-mnist", "recovery-mnist",
-                                    "jem-mnist", "classifier-mnist", "pcd-tutorial-mnist"])
+                                    "jem-mnist", "classifier-mnist", "pcd-tutorial-mnist",
+                                    "energy-matching-mnist"])
 def test_every_image_recipe_runs_on_a_few_images(recipe: str, tmp_path: Path) -> None:
     data = "fashion-mnist" if "fashion" in recipe else "mnist"
     if not _have(data):

@@ -39,7 +39,9 @@ def test_every_task_section_is_split_as_its_evaluation_reads_it() -> None:
     assert evaluation == {
         "data.n_test", "eval.resolution", "eval.n_samples", "eval.sample_steps", "eval.ais_chains",
         "eval.ais_temperatures", "eval.reverse_ais", "eval.ema", "trf.logz_samples", "residual.joint_samples",
-        "generation.joint_samples", "generation.top_k", "vision.ood", "vision.ood_size", "vision.ece_bins"}
+        "generation.joint_samples", "generation.top_k", "generation.mm_alpha", "generation.mm_epochs",
+        "generation.cold_lambda", "generation.cold_steps", "generation.cold_step_size", "generation.cold_top_k",
+        "vision.ood", "vision.ood_size", "vision.ece_bins", "textclass.ece_bins"}
     assert {k for k, r in KEY_ROLES.items() if r == "location"} == {
         "data.path", "data.root", "data.max_mb", "images.download", "language.train_path", "language.valid_path",
-        "language.test_path", "language.tokenizer", "huggingface.path"}  # the run keeps a tokenizer's / model's content
+        "language.test_path", "language.tokenizer", "huggingface.path", "textclass.csv"}  # the run keeps a tokenizer's / model's content

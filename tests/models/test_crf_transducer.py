@@ -247,3 +247,29 @@ def test_early_update_loss_is_never_negative_at_large_float32_potentials(potenti
                 g = m64.score(words[b : b + 1], lengths[b : b + 1], gold[b : b + 1].clamp_min(0))[0]
                 nll.append(torch.logsumexp(s, 0) - g)
             assert out.loss.item() == pytest.approx(torch.stack(nll).mean().item(), abs=1e-9)
+
+
+@pytest.mark.parametrize("potentials", ["raw", "log_softmax"])
+def test_calling_the_model_decodes_by_beam_search_as_the_taggers_do(potentials):
+    """``model(words, lengths).argmax`` (the taggers' decoding call, ``ebms.metrics.tagger_eval``) is the
+    beam search's best hypothesis: the exhaustive argmax with a full beam, ``-1`` beyond each length."""
+    m = _model(potentials)
+    words, lengths = _batch()
+    out = m(words, lengths, beam=K**T)
+    assert torch.equal(out.argmax, out.tags) and torch.equal(out.argmax, m.beam_search(words, lengths, beam=K**T)[0])
+    for i, n in enumerate(lengths.tolist()):
+        tags, s = _enumerate(m, words[i : i + 1], n)
+        assert out.argmax[i, :n].tolist() == tags[int(s.argmax()), :n].tolist()
+        assert (out.argmax[i, n:] == -1).all()
+    narrow = m(words, lengths, beam=1).argmax  # greedy: a valid sequence, not necessarily the best
+    assert narrow.shape == (3, T) and bool((narrow[lengths[:, None] > torch.arange(T)] >= 0).all())
+
+
+def test_calling_the_model_accepts_the_inputs_then_lengths_order_with_characters():
+    torch.manual_seed(0)
+    m = CRFTransducer(V, K, embedding_dim=5, hidden=4, char_vocab_size=7, char_dim=3).double().eval()
+    assert m.transcription.encoder.char_embed.embedding_dim == 3
+    words, lengths = _batch()
+    chars = torch.randint(1, 7, (3, T, 5), generator=torch.Generator().manual_seed(2))
+    a, b = m(words, lengths, chars, beam=4), m(words, chars, lengths, beam=4)
+    assert torch.equal(a.argmax, b.argmax) and torch.equal(a.scores, b.scores)

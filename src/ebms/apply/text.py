@@ -18,6 +18,12 @@ What ``log_prob`` is, by model:
   :math:`\log\pi_l - E(x) - \zeta_l`, with the per-length normalisers :math:`\zeta_l` *estimated in training* and
   stored in the run (the "training zeta" row of ``ebms eval``; an estimate of :math:`\log Z_l`, not the exact value,
   so the figure is exact only as far as :math:`\zeta` is). Lengths ``1..L`` only: the model puts no mass elsewhere.
+* JRFs (:class:`~ebms.models.jrf.JRF`, ``model.kind = "jrf"``): the marginal over tag sequences,
+  :math:`\log\pi_l - E(x) - \zeta_l` with :math:`E(x) = -\log\sum_y e^{U(x, y)}` (the CRF's forward algorithm) and
+  the :math:`\zeta_l` learned by DNCE in training, as for a TRF; words normalised as the run's training words were
+  (``normalise``: digits to ``0``). A JRF trained by the CRF likelihood alone has no trained :math:`\zeta`: its run
+  is refused (:mod:`ebms.cli.jrf`). Re-estimated :math:`\log Z_l` (e.g.
+  :func:`~ebms.estimators.importance_log_z_per_length`) go into ``model.log_z`` before scoring.
 * Electric (:class:`~ebms.models.ElectricCloze`): the one-pass **pseudo**-log-likelihood
   :math:`\sum_t \log\hat p(x_t \mid x_{\setminus t})` (Salazar et al. 2020 call its per-token exponent the
   pseudo-perplexity), a score, not a log-probability: ``measure`` says so and ``tokens`` counts no ``</s>``.
@@ -63,7 +69,7 @@ from ebms.distributions import BackoffNGram
 from ebms.errors import DataError
 from ebms.metrics.error_rate import ErrorRate, error_rate
 from ebms.metrics.rescoring import combined_scores
-from ebms.models import TRF, ElectricCloze
+from ebms.models import JRF, TRF, ElectricCloze
 from ebms.models.lm import AutoregressiveLM
 from ebms.sequences import Sequences
 
@@ -176,15 +182,17 @@ class SentenceScorer:
         lengths: ``(shortest, longest)`` sentence in tokens the model scores (``longest`` ``None``: no bound).
         what: the bound in words for messages (e.g. ``"language.max_length"``).
         lower: lower-case text first, as the run's training text was (``language.lower``).
+        normalise: applied to every word before it is looked up (a JRF run's: digits to ``0``); ``None``: none.
         batch_size: sentences per call. progress: a progress bar over more than one batch.
         device: where the encoded batches go (the model's device).
     """
 
     def __init__(self, score: Callable[[Sequences], Tensor], vocabulary: Vocabulary, *, kind: str, measure: str,
                  lengths: tuple[int, int | None], what: str = "", lower: bool = False, batch_size: int = BATCH_SIZE,
-                 progress: bool = False, device: torch.device | None = None) -> None:
+                 progress: bool = False, device: torch.device | None = None,
+                 normalise: Callable[[str], str] | None = None) -> None:
         self.score, self.vocabulary, self.kind, self.measure = score, vocabulary, kind, measure
-        self.lengths, self.what, self.lower = lengths, what, bool(lower)
+        self.lengths, self.what, self.lower, self.normalise = lengths, what, bool(lower), normalise
         self.batch_size, self.progress, self.device = int(batch_size), bool(progress), device
 
     def tokenize(self, text: str) -> list[str]:
@@ -192,6 +200,8 @@ class SentenceScorer:
         characters with each run of whitespace one space, or the words' subword units (``lower``: lower-cased
         first)."""
         words = (text.lower() if self.lower else text).split()
+        if self.normalise is not None:
+            words = [self.normalise(w) for w in words]
         if isinstance(self.vocabulary, SubwordVocabulary):
             return self.vocabulary.tokenizer.units(words)
         return words if self.vocabulary.level == "word" else list(" ".join(words))
@@ -202,6 +212,8 @@ class SentenceScorer:
     def _tokens(self, sentences: Sequence[str | Sequence[str]]) -> list[list[str]]:
         if isinstance(self.vocabulary, SubwordVocabulary):  # a token list is words here, split like a line's
             return self.vocabulary.split(self._words(sentences))
+        if self.normalise is not None:
+            return [self.tokenize(s) if isinstance(s, str) else [self.normalise(w) for w in s] for s in sentences]
         return [self.tokenize(s) if isinstance(s, str) else list(s) for s in sentences]
 
     def _raw(self, toks: list[list[str]], ok: list[int]) -> Tensor:
@@ -276,20 +288,24 @@ def _device(model: nn.Module) -> torch.device:
 
 
 def sentence_scorer(model: nn.Module, vocabulary: Vocabulary, *, kind: str = "", lower: bool = False,
-                    batch_size: int = BATCH_SIZE, progress: bool = False) -> SentenceScorer:
+                    batch_size: int = BATCH_SIZE, progress: bool = False,
+                    normalise: Callable[[str], str] | None = None) -> SentenceScorer:
     """The :class:`SentenceScorer` of a trained language model (module docstring says what each one scores).
 
     Args:
         model: a :class:`~ebms.distributions.BackoffNGram`, an :class:`~ebms.models.lm.AutoregressiveLM`, a
-            :class:`~ebms.models.trf.TRF` or an :class:`~ebms.models.ElectricCloze`, in eval mode.
+            :class:`~ebms.models.trf.TRF`, a :class:`~ebms.models.jrf.JRF` (its marginal over tags, with its
+            ``log_z``) or an :class:`~ebms.models.ElectricCloze`, in eval mode.
         vocabulary: the vocabulary its token ids come from.
-        kind: its name in messages (a run's ``model.kind``). lower, batch_size, progress: see :class:`SentenceScorer`.
+        kind: its name in messages (a run's ``model.kind``). lower, batch_size, progress, normalise: see
+            :class:`SentenceScorer`.
 
     Raises:
         TypeError: another model (no sentence log-probability or score).
     """
     kind = kind or type(model).__name__
-    common: dict[str, Any] = {"kind": kind, "lower": lower, "batch_size": batch_size, "progress": progress, "device": _device(model)}
+    common: dict[str, Any] = {"kind": kind, "lower": lower, "batch_size": batch_size, "progress": progress,
+                              "device": _device(model), "normalise": normalise}
     model.eval()
     if isinstance(model, (BackoffNGram, AutoregressiveLM)):
         longest = getattr(model, "max_length", None)
@@ -299,10 +315,14 @@ def sentence_scorer(model: nn.Module, vocabulary: Vocabulary, *, kind: str = "",
         return SentenceScorer(model.log_prob, vocabulary, measure="log_prob_training_zeta",
                               lengths=(1, model.max_length), what="the lengths 1..L of the TRF, language.max_length",
                               **common)
+    if isinstance(model, JRF):
+        return SentenceScorer(model.log_prob, vocabulary, measure="log_prob_training_zeta",
+                              lengths=(1, model.max_length),
+                              what="the lengths 1..L of the JRF, L its longest training sentence", **common)
     if isinstance(model, ElectricCloze):
         return SentenceScorer(model.pseudo_log_likelihood, vocabulary, measure="pseudo_log_likelihood",
                               lengths=(1, model.max_length), what="its positions, language.max_length", **common)
-    raise TypeError(f"model: expected a BackoffNGram, an AutoregressiveLM, a TRF or an ElectricCloze; got "
+    raise TypeError(f"model: expected a BackoffNGram, an AutoregressiveLM, a TRF, a JRF or an ElectricCloze; got "
                     f"{type(model).__name__}")
 
 

@@ -155,6 +155,11 @@ CORE_RULES: dict[str, Rule] = {
     "objective.cd_weight": NONNEG,
     "objective.warmup_steps": NONNEG,
     "objective.flow_weighting": Rule(),
+    "objective.latent_dim": COUNT,
+    "objective.generator_hidden": Rule(low=1, min_items=1),
+    "objective.generator_sigma": POS,
+    "objective.revision": Rule(choices=("sgld", "sghmc")),
+    "objective.friction": Rule(low=0, high=1, low_open=True),
     "train.steps": COUNT,
     "train.batch_size": COUNT,
     # a larger rate overflows float32 weights in one step (Adam's first step is 10 lr), which no

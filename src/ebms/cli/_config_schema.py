@@ -96,6 +96,11 @@ class ObjectiveConfig:
     cd_weight: float = 10.0
     warmup_steps: int = 0
     flow_weighting: bool = False
+    latent_dim: int = 2  # inclusive-nrf: the generator of docs/inclusive-nrf.md
+    generator_hidden: list[int] = field(default_factory=lambda: [128, 128])
+    generator_sigma: float = 0.3
+    revision: str = "sgld"
+    friction: float = 0.1
 
 
 @dataclass

@@ -45,6 +45,8 @@ from ebms.objectives import (
     DenoisingScoreMatching,
     EnergyMatching,
     GaussianNoise,
+    InclusiveNRF,
+    LatentGaussianGenerator,
     PersistentContrastiveDivergence,
     ReplayBuffer,
     SAGain,
@@ -258,6 +260,19 @@ def _energy_matching(c: ObjectiveConfig, sampler: Sampler, space: Space, fit: Ca
                           flow_weighting=c.flow_weighting)
 
 
+def _inclusive_nrf(c: ObjectiveConfig, sampler: Sampler, space: Space, fit: Callable[[], torch.Tensor]) -> nn.Module:
+    """Inclusive-NRF: ``objective.k`` exact Langevin steps in (x, h) of the sampler's gradient step δ."""
+    exact_sgld = isinstance(sampler, SGLD) and sampler.noise_scale is None and sampler.grad_clamp is None
+    if isinstance(space, DiscreteSpace) or not (isinstance(sampler, ULA) or exact_sgld):
+        raise ConfigError("objective.kind: 'inclusive-nrf' revises samples by exact Langevin steps in (x, h) of "
+                          "continuous data; set sampler.kind = 'ula' or 'sgld' without noise_scale or grad_clamp")
+    step = float(sampler.step_size) / (2.0 if isinstance(sampler, ULA) else 1.0)  # δ of x + δ∇ + sqrt(2δ)ξ
+    q = LatentGaussianGenerator.mlp(tuple(space.event_shape), latent_dim=c.latent_dim, hidden=c.generator_hidden,
+                                    sigma=c.generator_sigma)
+    return InclusiveNRF(q, steps=c.k, step_size=step, revision=c.revision, friction=c.friction,
+                        regularization=c.regularization)
+
+
 #: the energy tasks' objectives: ``factory(objective section, sampler, chain space, fit points)``,
 #: where ``fit()`` returns points to fit auxiliary models on (NCE's noise).
 OBJECTIVES: dict[str, Callable[[ObjectiveConfig, Sampler, Space, Callable[[], torch.Tensor]], nn.Module]] = {
@@ -268,6 +283,7 @@ OBJECTIVES: dict[str, Callable[[ObjectiveConfig, Sampler, Space, Callable[[], to
     "ssm": lambda c, s, space, fit: SlicedScoreMatching(c.n_projections),
     "nce": lambda c, s, space, fit: NCE(GaussianNoise.fit(fit(), scale=c.noise_scale), nu=c.nu),
     "energy-matching": _energy_matching,
+    "inclusive-nrf": _inclusive_nrf,
 }
 
 LR_SCHEDULES: dict[str, Callable[[Config], Callable[[int], float] | None]] = {
@@ -342,14 +358,19 @@ def _unknown_data_name(name: str) -> ConfigError:
                        f"points{hint}")
 
 
-def _served_by(task: Task[Any], kind: str, kinds: Callable[[Task[Any]], tuple[str, ...]]) -> str:
+def _served_by(task: Task[Any], kind: str, kinds: Callable[[Task[Any]], tuple[str, ...]],
+               data_name: str | None = None) -> str:
     """Which other tasks take ``kind`` (a model or objective name): the hint of an unknown kind
-    (none for ``ml``, which names a principle every task trains by, not a model family)."""
+    (none for ``ml``, which names a principle every task trains by, not a model family). With
+    ``data_name`` (an objective's hint), other model kinds on the same data come first."""
     if kind == "ml":
         return ""
     others = [t for t in registered() if t is not task and t.data_names and kind in kinds(t)]
     if not others:
         return ""
+    models = sorted({k for t in others if data_name in t.data_names for k in t.model_kinds})
+    if models:
+        return f"{kind!r} trains model.kind = {', '.join(models)}: set model.kind to one of them"
     names = sorted({n for t in others for n in t.data_names})
     what = " / ".join(sorted({t.what for t in others}))
     return f"{kind!r} belongs to {what} (data.name = {', '.join(names)}): set data.name to one of them"
@@ -417,7 +438,7 @@ def validate_config(cfg: Config, *, device: bool = True) -> Config:
                 note=_served_by(task, cfg.model.kind, lambda t: t.model_kinds))
     if task.objective_kinds:
         resolve(dict.fromkeys(task.objective_kinds), cfg.objective.kind, "objective.kind", context=where,
-                note=_served_by(task, cfg.objective.kind, lambda t: t.objective_kinds))
+                note=_served_by(task, cfg.objective.kind, lambda t: t.objective_kinds, cfg.data.name))
     task.check(cfg)
     _check_other_sections(cfg, task)
     resolve(SAMPLERS, cfg.sampler.kind, "sampler.kind")

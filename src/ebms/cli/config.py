@@ -118,7 +118,7 @@ def _planned_kind(table: dict[str, Any], overrides: list[str] | tuple[str, ...])
 #: keys holding a path; a relative one is made absolute when the config is loaded, so the run's
 #: ``config.toml`` means the same file from any folder.
 PATH_KEYS = ("data.path", "data.root", "language.train_path", "language.valid_path", "language.test_path",
-             "generation.base_run", "residual.base_run")
+             "generation.base_run", "residual.base_run", "textclass.csv")
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (), *,

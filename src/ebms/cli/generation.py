@@ -42,7 +42,8 @@ other weights or another step) is refused with one line naming ``generation.base
 (:mod:`ebms.cli._base_run`). A key of ``[generation]`` set away from its default that the
 configured kind does not read is refused (each kind's :attr:`GenerationTask.keys`). Each ``model.kind`` is
 a :class:`GenerationTask` subclass registered for it: :class:`TransformerAdditionTask`,
-:class:`LSTMAdditionTask` (the base LMs, :class:`BaseLMTask`) and :class:`ResidualAdditionTask`.
+:class:`LSTMAdditionTask` (the base LMs, :class:`BaseLMTask`) and :class:`ResidualAdditionTask`;
+``controlled`` (controlled generation: mix-and-match and COLD) lives in :mod:`ebms.cli._generation_control`.
 """
 
 from __future__ import annotations
@@ -111,6 +112,12 @@ class GenerationSettings:
     earm_start: int = 0
     earm_truncate: int = 2
     earm_clip: float | None = None
+    mm_alpha: float = 6.0
+    mm_epochs: int = 10
+    cold_lambda: float = 3.0
+    cold_steps: int = 100
+    cold_step_size: float = 0.3
+    cold_top_k: int = 3
 
 
 @dataclass
@@ -163,6 +170,8 @@ class GenerationTask(Task[GenerationSettings]):
         "base_run": Rule(text="a run folder path (not empty)", check=_is_path),
         "energy": Rule(choices=("transformer", "bilstm")), "negatives": COUNT, "joint_samples": COUNT,
         "top_k": NONNEG, "earm_weight": POS, "earm_start": NONNEG, "earm_truncate": COUNT, "earm_clip": POS,
+        "mm_alpha": NONNEG, "mm_epochs": COUNT, "cold_lambda": NONNEG, "cold_steps": COUNT,
+        "cold_step_size": POS, "cold_top_k": COUNT,
     }
     defaults: ClassVar[dict[str, Any]] = {"data.n_test": 300, "eval.n_samples": 10}
     sample_format = "txt"
@@ -352,8 +361,8 @@ class ResidualAdditionTask(GenerationTask):
     model_kinds = ("residual",)
     trained_by = ("nce",)
     trained_by_text = "nce"
-    keys = ("digits", "n_train", "base_run", "energy", "dim", "layers", "dropout", "negatives", "joint_samples",
-            "top_k")
+    keys: ClassVar[tuple[str, ...]] = ("digits", "n_train", "base_run", "energy", "dim", "layers", "dropout",
+                                       "negatives", "joint_samples", "top_k")
     objective_keys: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     def check_kind(self, cfg: Config) -> None:

@@ -37,6 +37,12 @@ objective does not read is refused (``alpha``, ``noise_*``, ``zeta_lr`` are the 
 ``eval``: chunk precision, recall, F1 (conlleval) and token accuracy of the JRF's CRF on the test
 set (Viterbi), in percent; the final model is scored (no development-set selection: see
 ``benchmarks/jrf_conll.py`` for that, and for self-training).
+
+``ebms score`` and ``ebms rescore`` take a JRF run as a language model (:func:`ebms.apply.text.sentence_scorer`):
+its marginal over tag sequences :math:`\\log\\pi_l - E(x) - \\zeta_l`, with the :math:`\\zeta_l` that DNCE learned
+(the TRF's "training zeta"), the words normalised as in training (digits to ``0``, case kept; an unknown word is
+``<unk>``), lengths ``1..L`` (``L`` the longest training sentence). A run of ``objective.kind = "crf"`` never
+trains :math:`\\zeta` (no log Z_l table: it stays at its initial value) and is refused.
 """
 
 from __future__ import annotations
@@ -126,7 +132,7 @@ class JRFTask(StructuredTask[JRFSettings]):
     data_names = ("conll2000",)
     model_kinds = ("jrf",)
     objective_kinds = tuple(SEMI_SUPERVISED)
-    applies = ("tag",)
+    applies = ("tag", "score")
     routes_by_kind = True
     section = "jrf"
     settings_type = JRFSettings
@@ -191,7 +197,7 @@ class JRFTask(StructuredTask[JRFSettings]):
         maps = {"tags": names, "words": vocab.words, "train_sha256": train_sha256}
         if was is None or "length_counts" in was:  # a run from before the stored length law keeps its file
             maps["length_counts"] = counts.tolist()
-        info = {"tags": names, "vocab_size": len(vocab.words), "max_length": int(lengths.max()),
+        info = {"tags": names, "words": vocab.words, "vocab_size": len(vocab.words), "max_length": int(lengths.max()),
                 "length_counts": counts, "n_train": len(train), "unlabelled": (words[unl], lengths[unl]),
                 "encode": lambda sents: vocab.encode(sents, chars=False),  # the test split's, also `ebms tag`'s
                 "maps": maps}
@@ -204,7 +210,7 @@ class JRFTask(StructuredTask[JRFSettings]):
         if not isinstance(counts := was.get("length_counts"), list) or not counts:
             return None
         vocab = stored_word_vocabulary(was, VOCAB_FILE, chars=False)
-        info = {"tags": stored_strings(was, "tags", VOCAB_FILE), "vocab_size": len(vocab.words),
+        info = {"tags": stored_strings(was, "tags", VOCAB_FILE), "words": vocab.words, "vocab_size": len(vocab.words),
                 "max_length": len(counts), "length_counts": torch.tensor(counts, dtype=torch.long), "n_train": 0,
                 "encode": lambda sents: vocab.encode(sents, chars=False)}
         return TaskData(train=(), test={}, info=info, name=cfg.data.name)
@@ -265,12 +271,27 @@ class JRFTask(StructuredTask[JRFSettings]):
 
     # -- evaluation and application -------------------------------------------------------------
     def applier(self, command: str, cfg: Config, model: nn.Module, data: TaskData) -> Any:
-        """``ebms tag``: the JRF's CRF (:class:`ebms.apply.tagging.SentenceTagger`) decoded as ``eval`` decodes it."""
+        """``ebms tag``: the JRF's CRF (:class:`ebms.apply.tagging.SentenceTagger`) decoded as ``eval`` decodes it;
+        ``ebms score`` / ``rescore``: its marginal as a language model (module docstring)."""
         from ebms.apply.tagging import SentenceTagger
 
         assert isinstance(model, JRF)
+        if command == "score":
+            return self._scorer(cfg, model, data)
         return SentenceTagger(model.tagger, data.info["tags"], data.info["encode"], what="model.kind='jrf'",
                               batch_size=DECODE_CHUNK, progress=cfg.run.progress)
+
+    def _scorer(self, cfg: Config, model: JRF, data: TaskData) -> Any:
+        """The JRF's marginal :math:`\\log\\pi_l - E(x) - \\zeta_l` as a sentence scorer; refused without trained zeta."""
+        from ebms.apply.text import sentence_scorer
+        from ebms.data.text import Vocabulary
+
+        if not SEMI_SUPERVISED[cfg.objective.kind]:
+            raise ConfigError(f"RUN: {cfg.run.name!r} is a JRF run of objective.kind={cfg.objective.kind!r} (the CRF "
+                              f"likelihood alone): its zeta was never trained, so it has no log Z_l table and no "
+                              f"sentence log-probability; score with a run of objective.kind = 'jrf'")
+        return sentence_scorer(model, Vocabulary(data.info["words"][2:]), kind="jrf", progress=cfg.run.progress,
+                               normalise=WordVocabulary.normalise)
 
     def evaluate(self, cfg: Config, model: nn.Module, data: TaskData) -> dict[str, float]:
         assert isinstance(model, JRF)

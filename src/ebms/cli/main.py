@@ -44,7 +44,7 @@ __all__ = ["OS_ERRORS", "TASKS_HELP", "build_parser", "main", "user_error"]
 TASKS_HELP: tuple[tuple[str, str, str], ...] = (
     ("toy / continuous", "2-D toy sets (checkerboard, eight_gaussians, pinwheel, rings, swiss_roll, two_moons, "
      "two_spirals) or your own points (data.path=FILE): an MLP energy (model.kind=mlp) trained by pcd, cd, sm, "
-     "dsm, ssm, nce or energy-matching",
+     "dsm, ssm, nce, energy-matching or inclusive-nrf",
      "the test NLL normalised on an eval.resolution grid (2-D; beside the true density's NLL for toy sets with "
      "one), or mean test and train energies (other dimensions)"),
     ("discrete", "binarised digits, mnist, fashion-mnist with model.kind=mlp or rbm, trained by pcd or cd with "
@@ -53,7 +53,8 @@ TASKS_HELP: tuple[tuple[str, str, str], ...] = (
     ("images / vision", "digits, mnist, fashion-mnist with model.kind=conv (an image energy), jem or classifier",
      "accuracy, NLL and calibration (ECE, temperature scaling), out-of-distribution AUROC (vision.ood); for "
      "model.kind=conv the energies of test images and samples and the AUROC of -E"),
-    ("tagging", "conll2000, conll2002-esp, conll2002-ned: CRF taggers (model.kind=bilstm-crf, cnn-crf, feature-crf)",
+    ("tagging", "conll2000, conll2002-esp, conll2002-ned: CRF taggers (model.kind=bilstm-crf, cnn-crf, feature-crf, "
+     "crf-transducer)",
      "test F1, precision and recall of the chunks or entities"),
     ("speech", "fsdd-digits: connected spoken digits, model.kind=conv-bilstm trained by ctc or ctc-crf",
      "the test label error rate"),
@@ -61,10 +62,15 @@ TASKS_HELP: tuple[tuple[str, str, str], ...] = (
      "trf-bilstm, residual, electric, huggingface (a pretrained causal LM folder)",
      "test perplexity (exact for n-grams, LSTM/Transformer and Hugging Face LMs; a TRF's with its log Z_l, --ais to "
      "re-estimate them; a residual model's bracket; Electric's pseudo-log-likelihood)"),
-    ("generation", "addition: a Transformer or LSTM LM of sums (model.kind=transformer, lstm) and a residual EBM "
-     "on it (residual)", "the share of correct test sums and the perplexity of the true sums"),
+    ("generation", "addition: a Transformer or LSTM LM of sums (model.kind=transformer, lstm), a residual EBM "
+     "on it (residual) and generation under a constraint (controlled: mix-and-match, COLD)",
+     "the share of correct test sums and the perplexity of the true sums; for controlled, the share of "
+     "constraints met"),
     ("jrf", "conll2000 with model.kind=jrf: a semi-supervised CRF tagger whose marginal is a TRF",
      "test F1, precision and recall"),
+    ("text classes", "tweet-sentiment (labelled sentences) with model.kind=text-classifier: a CNN or BiLSTM classifier "
+     "trained by ce or residual-joint (cross-entropy + NCE of a residual energy)",
+     "test accuracy, NLL and class-wise / top-label ECE, raw and after temperature scaling"),
 )
 
 

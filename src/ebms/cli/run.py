@@ -127,10 +127,11 @@ KEY_ROLES: dict[str, str] = {
         "data": "name key test_fraction",
         "model": "kind hidden activation",
         "objective": "kind k regularization buffer_size reinit_prob sigma sigmas n_projections nu noise_scale "
-                     "epsilon_max tau_star cd_weight warmup_steps flow_weighting",
+                     "epsilon_max tau_star cd_weight warmup_steps flow_weighting latent_dim generator_hidden "
+                     "generator_sigma revision friction",
         "toy": "scale noise",
         "images": "binarize binarize_seed limit rbm_hidden",
-        "tagging": "features limit embedding_dim char_dim hidden layers dropout c1 c2",
+        "tagging": "features limit embedding_dim char_dim hidden layers dropout c1 c2 beam potentials",
         "speech": "n_train max_digits test_speakers channels hidden layers dropout ctc_weight lm_order",
         "language": "level lower sentence_split limit min_count max_vocab max_length subword_units subword_model",
         "ngram": "order smoothing discounts",
@@ -145,6 +146,8 @@ KEY_ROLES: dict[str, str] = {
                   "warmup_steps conditional informative_init kl_weight entropy_weight augment reservoir recovery_b "
                   "recovery_protocol normalize",
         "jrf": "label_fraction limit min_count embed hidden alpha noise_hidden noise_steps zeta_lr",
+        "textclass": "train_size dev_size test_size min_count encoder embedding_dim hidden dropout energy nce_weight "
+                     "mask_ratio noise_dim noise_steps",
     }),
     **_rows("training", {
         "run": "device",
@@ -152,6 +155,7 @@ KEY_ROLES: dict[str, str] = {
         "train": "batch_size lr lr_schedule lr_final sa_tc sa_beta sa_t0 optimizer momentum weight_decay grad_clip ema "
                  "precision compile shard",
         "trf": "zeta_tc zeta_beta zeta_t0 chain_groups scan",
+        "tagging": "mc_samples mc_proposal",
     }),
     **_rows("run", {"run": "name out_dir progress log_to", "train": "steps log_every checkpoint_every", "trf": "workers",
                     "vision": "snapshot_every"}),
@@ -160,11 +164,13 @@ KEY_ROLES: dict[str, str] = {
         "eval": "resolution n_samples sample_steps ais_chains ais_temperatures reverse_ais ema",
         "trf": "logz_samples",
         "residual": "joint_samples",
-        "generation": "joint_samples top_k",
+        "generation": "joint_samples top_k mm_alpha mm_epochs cold_lambda cold_steps cold_step_size cold_top_k",
         "vision": "ood ood_size ece_bins",
+        "textclass": "ece_bins",
     }),
     **_rows("location", {"data": "path root max_mb", "images": "download",
-                         "language": "train_path valid_path test_path tokenizer", "huggingface": "path"}),
+                         "language": "train_path valid_path test_path tokenizer", "huggingface": "path",
+                         "textclass": "csv"}),
 }
 
 #: the roles of :data:`KEY_ROLES`.

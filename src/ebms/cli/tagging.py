@@ -66,9 +66,11 @@ from ebms.data.conll import CONLL_NAMES, MAX_CONLL_BYTES, Sentence, load_conll, 
 from ebms.data.vocab import WordVocabulary
 from ebms.metrics.tagger_eval import evaluate_tagger
 from ebms.models.crf_tagger import NeuralCRFTagger
-from ebms.objectives import ConditionalML, ConditionalNCE, TagBigramNoise
+from ebms.models.crf_transducer import POTENTIALS, CRFTransducer
+from ebms.objectives import BeamEarlyUpdate, ConditionalML, ConditionalNCE, MonteCarloNLL, TagBigramNoise
 from ebms.objectives.conditional_rows import CorpusRowsObjective
 from ebms.objectives.feature_crf import FeatureCRFLikelihood
+from ebms.objectives.transducer import PROPOSALS
 from ebms.structured.features import AttributeVocabulary, EncodedCorpus
 from ebms.structured.linear_chain import bio_allowed_transitions
 from ebms.train.owlqn import OWLQN
@@ -81,10 +83,12 @@ from ebms.train.run_files import (
     stored_word_vocabulary,
 )
 
-__all__ = ["FeatureCRFTask", "NeuralTaggingTask", "TaggingSettings", "TaggingTask"]
+__all__ = ["FeatureCRFTask", "NeuralTaggingTask", "TaggingSettings", "TaggingTask", "TransducerTaggingTask"]
 
 #: each ``objective.kind``: does it draw noise (``crf-nce``: a whole ``nu``, no line search, no L1/L2 terms)?
 DRAWS_NOISE = {"crf": False, "crf-nce": True}
+#: the CRF transducer's ``objective.kind`` values: beam search with early updates, Monte Carlo NLL.
+TRANSDUCER_OBJECTIVES = ("early-update", "monte-carlo")
 DEFAULT_FEATURES = {"conll2000": "crfsuite-chunking", "conll2002-esp": "crfsuite-ner", "conll2002-ned": "crfsuite-ner"}
 #: sentences per length-sorted chunk in a full-batch (L-BFGS) pass: fewer, larger chunks pay the
 #: per-call cost of the model (e.g. FeatureCRF's masked weights) less often; 2048 halved the time
@@ -132,6 +136,10 @@ class TaggingSettings:
     dropout: float = 0.0
     c1: float = 0.0
     c2: float = 0.0
+    beam: int = 8
+    mc_samples: int = 8
+    mc_proposal: str = "model"
+    potentials: str = "raw"
 
 
 class TaggingTask(StructuredTask[TaggingSettings]):
@@ -149,7 +157,9 @@ class TaggingTask(StructuredTask[TaggingSettings]):
         "features": Rule(names="'' (the data set's usual template) or an attribute template name of "
                                "ebms.structured.features"),
         "limit": COUNT, "embedding_dim": COUNT, "char_dim": NONNEG, "hidden": COUNT, "layers": COUNT,
-        "dropout": DROPOUT, "c1": NONNEG, "c2": NONNEG,
+        "dropout": DROPOUT, "c1": NONNEG, "c2": NONNEG, "beam": COUNT, "mc_samples": COUNT,
+        "mc_proposal": Rule(names="'model' (the transducer's step-wise softmax) or 'uniform'"),
+        "potentials": Rule(names="'raw' (design 1) or 'log_softmax' (design 2)"),
     }
     moved: ClassVar[dict[str, str]] = {
         "data.features": "features", "data.limit": "limit", "model.embedding_dim": "embedding_dim",
@@ -159,11 +169,13 @@ class TaggingTask(StructuredTask[TaggingSettings]):
 
     # -- configuration ------------------------------------------------------------------------
     def check_names(self, cfg: Config) -> None:
-        features = self.settings(cfg).features
-        if features:
+        s = self.settings(cfg)
+        if s.features:
             from ebms.structured.features import FEATURE_SETS
 
-            resolve(FEATURE_SETS, features, "tagging.features")
+            resolve(FEATURE_SETS, s.features, "tagging.features")
+        resolve(dict.fromkeys(PROPOSALS), s.mc_proposal, "tagging.mc_proposal")
+        resolve(dict.fromkeys(POTENTIALS), s.potentials, "tagging.potentials")
 
     def check(self, cfg: Config) -> None:
         s, o = self.settings(cfg), cfg.objective
@@ -245,8 +257,7 @@ class TaggingTask(StructuredTask[TaggingSettings]):
                         data: TaskData) -> Callable[[list[dict[str, Any]]], torch.optim.Optimizer] | None:
         return partial(OWLQN, l1=self.settings(cfg).c1 / data.size) if cfg.train.optimizer == "lbfgs" else None
 
-    @staticmethod
-    def decoding(model: nn.Module) -> dict[str, Any]:
+    def decoding(self, cfg: Config, model: nn.Module) -> dict[str, Any]:
         """The keywords of the model's decoding calls: BIO-constrained Viterbi for the neural taggers."""
         return {"constrained": True} if isinstance(model, NeuralCRFTagger) else {}
 
@@ -255,13 +266,13 @@ class TaggingTask(StructuredTask[TaggingSettings]):
         from ebms.apply.tagging import SentenceTagger
 
         return SentenceTagger(model, data.info["tags"], data.info["encode"], reads=self.reads,
-                              what=f"model.kind={cfg.model.kind!r}", model_kwargs=self.decoding(model),
+                              what=f"model.kind={cfg.model.kind!r}", model_kwargs=self.decoding(cfg, model),
                               batch_size=DECODE_CHUNK, progress=cfg.run.progress)
 
     def evaluate(self, cfg: Config, model: nn.Module, data: TaskData) -> dict[str, float]:
         tags = data.info["tags"]
         labels = None if cfg.data.name == "conll2000" else [t for t in tags if t != "O"]
-        kw = self.decoding(model)
+        kw = self.decoding(cfg, model)
         out: dict[str, float] = {}
         for name, split in data.test.items():
             prefix = "" if name == "test" else f"{name}_"
@@ -274,8 +285,8 @@ class TaggingTask(StructuredTask[TaggingSettings]):
 class NeuralTaggingTask(TaggingTask):
     """``bilstm-crf`` / ``cnn-crf``: :class:`~ebms.models.crf_tagger.NeuralCRFTagger` on word (and character) ids."""
 
-    model_kinds = ("bilstm-crf", "cnn-crf")
-    keys = ("limit", "embedding_dim", "char_dim", "hidden", "layers", "dropout", "c1", "c2")
+    model_kinds: ClassVar[tuple[str, ...]] = ("bilstm-crf", "cnn-crf")
+    keys: ClassVar[tuple[str, ...]] = ("limit", "embedding_dim", "char_dim", "hidden", "layers", "dropout", "c1", "c2")
     encoders: ClassVar[dict[str, str]] = {"bilstm-crf": "bilstm", "cnn-crf": "cnn"}  #: each kind's encoder
 
     def encoder(self, cfg: Config, was: Any, train: list[Sentence], y: Tensor, lengths: Tensor, info: dict[str, Any]
@@ -349,10 +360,55 @@ class FeatureCRFTask(TaggingTask):
         return CorpusRowsObjective(info["corpus"], self.inner_objective(cfg, data, chunk))
 
 
+class TransducerTaggingTask(NeuralTaggingTask):
+    """``crf-transducer``: :class:`~ebms.models.CRFTransducer` (unbounded tag history, no dynamic program) on
+    word (and character) ids, trained by beam search with early updates (``early-update``,
+    :class:`~ebms.objectives.BeamEarlyUpdate` of width ``tagging.beam``) or by the Monte Carlo NLL
+    (``monte-carlo``, :class:`~ebms.objectives.MonteCarloNLL` with ``tagging.mc_samples`` draws from
+    ``tagging.mc_proposal``); decoded by beam search of width ``tagging.beam`` under the BIO mask."""
+
+    model_kinds = ("crf-transducer",)
+    objective_kinds = TRANSDUCER_OBJECTIVES
+    keys = ("limit", "embedding_dim", "char_dim", "hidden", "layers", "dropout", "beam", "mc_samples", "mc_proposal",
+            "potentials")
+
+    def check(self, cfg: Config) -> None:
+        s = self.settings(cfg)
+        if cfg.model.hidden != ModelConfig().hidden:
+            raise ConfigError(f"model.hidden: the MLP's hidden widths; the CoNLL taggers' width is tagging.hidden "
+                              f"(renamed); got model.hidden={cfg.model.hidden}")
+        if cfg.objective.kind == "monte-carlo" and cfg.train.optimizer == "lbfgs":
+            raise ConfigError("train.optimizer: monte-carlo draws fresh tag sequences at every evaluation, so a "
+                              "line search would compare different objectives; expected 'adam' or 'sgd'; got 'lbfgs'")
+        unread = ("mc_samples", "mc_proposal") if cfg.objective.kind == "early-update" else ()
+        refuse_unread("tagging", s, tuple(k for k in self.keys if k not in unread),
+                      f"model.kind={cfg.model.kind!r} with objective.kind={cfg.objective.kind!r}", _readers)
+
+    def build_model(self, cfg: Config, data: TaskData) -> nn.Module:
+        s, info = self.settings(cfg), data.info
+        allowed, allowed_start = bio_allowed_transitions(info["tags"])
+        return CRFTransducer(info["vocab_size"], len(info["tags"]), potentials=s.potentials,
+                             embedding_dim=s.embedding_dim, hidden=s.hidden, kind="bilstm", layers=s.layers,
+                             dropout=s.dropout, char_vocab_size=info["char_vocab_size"], char_dim=max(s.char_dim, 1),
+                             allowed=allowed, allowed_start=allowed_start)
+
+    def build_objective(self, cfg: Config, data: TaskData) -> nn.Module:
+        s = self.settings(cfg)
+        if cfg.objective.kind == "monte-carlo":
+            return MonteCarloNLL(s.mc_samples, proposal=s.mc_proposal)
+        return BeamEarlyUpdate(s.beam)
+
+    def decoding(self, cfg: Config, model: nn.Module) -> dict[str, Any]:
+        """Beam search of width ``tagging.beam`` (the BIO mask is the model's own)."""
+        return {"beam": self.settings(cfg).beam}
+
+
 def _readers(key: str) -> list[str]:
     kinds = (k for t in registered() if isinstance(t, TaggingTask) and key in t.keys for k in t.model_kinds)
-    return [f"model.kind = {', '.join(kinds)}"]
+    monte_carlo = " and objective.kind = monte-carlo" if key.startswith("mc_") else ""
+    return [f"model.kind = {', '.join(kinds)}{monte_carlo}"]
 
 
 register(NeuralTaggingTask())
 register(FeatureCRFTask())
+register(TransducerTaggingTask())

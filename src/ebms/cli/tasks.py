@@ -64,7 +64,8 @@ __all__ = [
 BUILTIN_TASK_MODULES = ("ebms.cli.continuous", "ebms.cli.images", "ebms.cli.tagging", "ebms.cli.speech",
                         "ebms.cli.language", "ebms.cli._language_trf", "ebms.cli._language_hf",
                         "ebms.cli._generation_text",
-                        "ebms.cli.generation", "ebms.cli.vision", "ebms.cli.jrf")
+                        "ebms.cli.generation", "ebms.cli._generation_control", "ebms.cli.vision", "ebms.cli.jrf",
+                        "ebms.cli.textclass")
 
 S = TypeVar("S")
 

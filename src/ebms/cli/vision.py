@@ -15,8 +15,10 @@ practice for image EBMs). Chains move in the box ``[-1, 1]`` (SGLD clips to it).
   ``objective.buffer_size`` chains, ``objective.k`` sampler steps per update),
   ``improved-cd`` (:class:`~ebms.objectives.ImprovedCD`: the KL term through the sampler with
   ``vision.kl_weight``, the entropy term ``vision.entropy_weight``, ``vision.augment``,
-  ``vision.reservoir``) or ``recovery`` (:class:`~ebms.objectives.RecoveryLikelihood` on a
-  noise-conditional energy with the levels ``objective.sigmas``).
+  ``vision.reservoir``), ``recovery`` (:class:`~ebms.objectives.RecoveryLikelihood` on a
+  noise-conditional energy with the levels ``objective.sigmas``) or ``energy-matching``
+  (:class:`~ebms.objectives.EnergyMatching`: flow matching from Gaussian noise, then plus CD; its samples
+  follow its own path from that noise, :func:`transport_sample`).
 * ``jem``: :class:`~ebms.models.JEM` on a :class:`~ebms.nets.ConvClassifier` trained by
   :class:`~ebms.objectives.JEMObjective` (``objective.kind = "jem"``): cross-entropy on labelled
   images plus ``vision.generative_weight`` (ramped up over ``vision.warmup_steps``) times PCD on
@@ -69,7 +71,7 @@ from torch import Tensor, nn
 
 from ebms.apply.images import ImageClassifier, ImageEnergyScorer, applied_splits, weights_digest
 from ebms.cli._config_rules import COUNT, FRACTION, NONNEG, Rule
-from ebms.cli.build import build, build_sampler, check_replay_buffer
+from ebms.cli.build import OBJECTIVES, build, build_sampler, check_replay_buffer
 from ebms.cli.config import Config, ConfigError
 from ebms.cli.tasks import Task, check_batch_size, register
 from ebms.data.augment import Augment, random_shift
@@ -90,6 +92,7 @@ from ebms.nets.classifier import ConvClassifier
 from ebms.nets.noise_conditional import NoiseConditionalEnergy
 from ebms.objectives import PersistentContrastiveDivergence, ReplayBuffer
 from ebms.objectives.classification import CrossEntropy
+from ebms.objectives.energy_matching import energy_matching_sample
 from ebms.objectives.improved_cd import ImprovedCD
 from ebms.objectives.jem import JEMObjective
 from ebms.objectives.recovery import PROTOCOLS, RecoveryLikelihood, protocol_options, recovery_sample
@@ -99,7 +102,7 @@ from ebms.spaces import Box
 from ebms.train.callbacks import SampleSnapshot
 
 __all__ = ["IMAGE_OBJECTIVES", "ClassifierTask", "ConvTask", "ImageObjective", "JEMTask", "VisionClassifierReport",
-           "VisionEnergyReport", "VisionSettings", "VisionTask"]
+           "VisionEnergyReport", "VisionSettings", "VisionTask", "transport_sample"]
 
 #: seed offsets: the labelled subset, the evaluation's noise and bootstrap, the samples of ``sample``.
 LABEL_SEED, EVAL_SEED, SAMPLE_SEED = 37, 41, 7
@@ -116,16 +119,20 @@ class ImageObjective:
         noise_conditional: it trains a noise-conditional energy (levels ``objective.sigmas``), sampled
             progressively and evaluated at its lowest level (the recovery likelihood).
         restarts: its chains may restart at ``vision.informative_init``'s Gaussians.
+        transport: it is sampled by its own schedule from Gaussian noise (energy matching:
+            :func:`~ebms.objectives.energy_matching_sample`), not by ``sampler.kind`` from uniform noise.
     """
 
     replay: bool = False
     noise_conditional: bool = False
     restarts: bool = True
+    transport: bool = False
 
 
 IMAGE_OBJECTIVES = {"pcd": ImageObjective(replay=True), "improved-cd": ImageObjective(replay=True),
                     "recovery": ImageObjective(noise_conditional=True, restarts=False),
-                    "jem": ImageObjective(replay=True), "ce": ImageObjective(restarts=False)}
+                    "jem": ImageObjective(replay=True), "ce": ImageObjective(restarts=False),
+                    "energy-matching": ImageObjective(restarts=False, transport=True)}
 
 
 @dataclass
@@ -154,6 +161,18 @@ class VisionSettings:
     ood_size: int = 2000
     ece_bins: int = 20
     snapshot_every: int = 0
+
+
+def transport_sample(cfg: Config, model: nn.Module, shape: tuple[int, ...], n: int, steps: int,
+                     generator: torch.Generator) -> Tensor:
+    r"""Energy matching's samples (``objective.kind = "energy-matching"``): ``n`` chains of
+    :func:`~ebms.objectives.energy_matching_sample` from :math:`\mathcal N(0, I)` (the noise its flow term starts
+    from), over the horizon of its training chains, ``objective.k * sampler.step_size``, cut into ``steps`` steps
+    (``dt = horizon / steps``: more steps integrate the same path more finely)."""
+    o = cfg.objective
+    x0 = torch.randn((n, *shape), generator=generator)
+    return energy_matching_sample(model, x0, 0.0, steps=steps, dt=o.k * cfg.sampler.step_size / steps,
+                                  tau_star=o.tau_star, epsilon_max=o.epsilon_max, generator=generator)
 
 
 def _skip_lines(skipped: dict[str, str]) -> list[str]:
@@ -425,9 +444,11 @@ class VisionTask(Task[VisionSettings]):
             return recovery_sample(model, tuple(cfg.objective.sigmas), n, k=cfg.objective.k,
                                    **self.recovery_options(cfg),
                                    event_shape=data.image_shape, generator=g)
+        steps = cfg.eval.sample_steps if steps is None else steps
+        if self.objective(cfg).transport:
+            return transport_sample(cfg, model, data.image_shape, n, steps, g)
         q = self.informative_start(cfg, data)
         x0 = self.space(data).random(n, generator=g) if q is None else q.sample(n, g).clamp(-1.0, 1.0)
-        steps = cfg.eval.sample_steps if steps is None else steps
         return self.sampler(cfg, data).sample(model, x0, steps, generator=g)
     def plot(self, x: Tensor, data: ImageSplits, title: str, ax: Any = None) -> Any:
         from ebms.viz import image_grid
@@ -500,7 +521,7 @@ class ConvTask(VisionTask):
     recovery likelihood) trained by ``pcd``, ``improved-cd`` or ``recovery``; no labels."""
 
     model_kinds = ("conv",)
-    trained_by = ("pcd", "improved-cd", "recovery")
+    trained_by = ("pcd", "improved-cd", "recovery", "energy-matching")
     labels = False
 
     def build_model(self, cfg: Config, data: ImageSplits) -> nn.Module:
@@ -533,7 +554,8 @@ class ConvTask(VisionTask):
                                           **self.recovery_options(cfg, weights=True)),
                 "pcd": lambda: PersistentContrastiveDivergence(sampler, self._buffer(cfg, data, None), k=o.k,
                                                                regularization=o.regularization),
-                "improved-cd": lambda: improved_cd(self._buffer(cfg, data, None))}
+                "improved-cd": lambda: improved_cd(self._buffer(cfg, data, None)),
+                "energy-matching": lambda: OBJECTIVES["energy-matching"](o, sampler, self.space(data), lambda: data.train)}
 
     def evaluate(self, cfg: Config, model: nn.Module, data: ImageSplits, step: int, ood: dict[str, Tensor],
                  skipped: dict[str, str], g: torch.Generator) -> Any:

@@ -28,6 +28,9 @@ Models sit below the objectives and the trainer: they import nothing from ``ebms
   ``E(x, y) = -f(x)[y]``, ``p(y | x) = softmax f(x)`` (Grathwohl et al. 2020), trained by
   :class:`~ebms.objectives.JEMObjective`; :class:`ScalarHeadEBM` — ``E(x) = -w^T h(x)`` on a
   classifier's trunk (pre-training for semi-supervised learning).
+* :class:`ResidualTextClassifier` — a sentence classifier with a scalar energy head, and
+  :class:`MaskedCompletionLM`, the masked-completion noise law it is contrasted with by
+  :class:`~ebms.objectives.ResidualJointNCE` (calibrated classification, monograph §5.5).
 * :class:`JRF` — a joint random field for sequence labelling: a neural CRF whose conditional is the CRF and
   whose marginal (the CRF's log partition by the forward algorithm) is a TRF language model
   (the monograph's §5.3), trained on unlabelled text by NCE/DNCE (:class:`~ebms.objectives.JRFObjective`;
@@ -46,6 +49,7 @@ from ebms.models.pixelcnn import PixelCNNAdapter, PixelCNNModel
 from ebms.models.potts import PottsModel
 from ebms.models.rbm import BernoulliRBM, CategoricalRBM, GaussianBernoulliRBM, RBMBase
 from ebms.models.residual_lm import NGramContinuations, ResidualLM
+from ebms.models.residual_text import MaskedCompletionLM, ResidualTextClassifier, mask_positions
 from ebms.models.rnnt_aligned import AlignedRNNT
 from ebms.models.seq2seq import Seq2SeqAdapter, Seq2SeqTransformer
 from ebms.models.trf import GNELM, TRF, DiscreteFeatures, Hidden2Scalar, MixedEnergy, SumTargetLogit, WordClasses
@@ -75,6 +79,9 @@ __all__ = [
     "PottsModel",
     "RBMBase",
     "ElectricCloze",
+    "MaskedCompletionLM",
+    "ResidualTextClassifier",
+    "mask_positions",
     "NGramContinuations",
     "PixelCNNAdapter",
     "PixelCNNModel",

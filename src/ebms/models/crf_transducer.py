@@ -52,7 +52,7 @@ class CRFTransducer(AlignedTransducer):
         potentials: ``"raw"`` (design 1) or ``"log_softmax"`` (design 2).
         **kwargs: network sizes and the allowed-label masks of
             :class:`~ebms.nets.transducer.AlignedTransducer` (``embedding_dim``, ``hidden``, ``kind``,
-            ``layers``, ``dropout``, ``char_vocab_size``, ``label_dim``, ``label_hidden``,
+            ``layers``, ``dropout``, ``char_vocab_size``, ``char_dim``, ``label_dim``, ``label_hidden``,
             ``label_layers``, ``allowed``, ``allowed_start``).
 
     Example:

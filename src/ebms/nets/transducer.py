@@ -59,16 +59,16 @@ class TranscriptionNet(nn.Module):
 
     Args:
         vocab_size, n_tags: word ids and tags ``K``.
-        embedding_dim, hidden, kind, layers, dropout, char_vocab_size: passed to the encoder.
+        embedding_dim, hidden, kind, layers, dropout, char_vocab_size, char_dim: passed to the encoder.
     """
 
     def __init__(self, vocab_size: int, n_tags: int, *, embedding_dim: int = 50, hidden: int = 50,
                  kind: str = "bilstm", layers: int = 1, dropout: float = 0.0,
-                 char_vocab_size: int | None = None) -> None:
+                 char_vocab_size: int | None = None, char_dim: int = 25) -> None:
         super().__init__()
         self.n_tags = check_int(n_tags, "n_tags", minimum=1)
         self.encoder = SequenceEncoder(vocab_size, embedding_dim, hidden, kind=kind, layers=layers,
-                                       dropout=dropout, char_vocab_size=char_vocab_size)
+                                       dropout=dropout, char_vocab_size=char_vocab_size, char_dim=char_dim)
         self.out = nn.Linear(self.encoder.out_dim, n_tags)
 
     def forward(self, words: Tensor, lengths: Tensor, chars: Tensor | None = None) -> Tensor:
@@ -148,6 +148,12 @@ class BeamSearchResult:
     beam_scores: Tensor
     step_scores: list[Tensor]
     in_beam: Tensor | None
+
+    @property
+    def argmax(self) -> Tensor:
+        """``tags``: the best hypothesis ``(B, T)``, so a transducer decodes where a CRF tagger's
+        distribution does (``model(*inputs, lengths).argmax``, :mod:`ebms.metrics.tagger_eval`)."""
+        return self.tags
 
 
 def transducer_beam_search(f: Tensor, lengths: Tensor, prediction: PredictionNet, local: LocalScore,
@@ -245,7 +251,7 @@ class AlignedTransducer(nn.Module, abc.ABC):
 
     Args:
         vocab_size, n_tags: word ids and tags ``K``.
-        embedding_dim, hidden, kind, layers, dropout, char_vocab_size: the transcription encoder.
+        embedding_dim, hidden, kind, layers, dropout, char_vocab_size, char_dim: the transcription encoder.
         label_dim, label_hidden, label_layers: the prediction network (no dropout there, so that
             teacher-forced and incremental scores agree in training mode too).
         allowed: optional ``(K, K)`` bool, ``allowed[j, k]``: tag ``k`` may follow tag ``j``
@@ -260,14 +266,14 @@ class AlignedTransducer(nn.Module, abc.ABC):
 
     def __init__(self, vocab_size: int, n_tags: int, *, embedding_dim: int = 50, hidden: int = 50,
                  kind: str = "bilstm", layers: int = 1, dropout: float = 0.0,
-                 char_vocab_size: int | None = None, label_dim: int = 16, label_hidden: int = 32,
+                 char_vocab_size: int | None = None, char_dim: int = 25, label_dim: int = 16, label_hidden: int = 32,
                  label_layers: int = 1, allowed: Tensor | None = None,
                  allowed_start: Tensor | None = None) -> None:
         super().__init__()
         self.n_tags = check_int(n_tags, "n_tags", minimum=1)
         self.transcription = TranscriptionNet(vocab_size, n_tags, embedding_dim=embedding_dim, hidden=hidden,
                                               kind=kind, layers=layers, dropout=dropout,
-                                              char_vocab_size=char_vocab_size)
+                                              char_vocab_size=char_vocab_size, char_dim=char_dim)
         self.prediction = PredictionNet(n_tags, embedding_dim=label_dim, hidden=label_hidden, layers=label_layers)
         bias = torch.zeros(n_tags + 1, n_tags)
         a = check_bool_mask(allowed, (n_tags, n_tags), "allowed")
@@ -292,6 +298,22 @@ class AlignedTransducer(nn.Module, abc.ABC):
         valid = torch.arange(y.shape[1], device=y.device) < lengths.to(y.device)[:, None]
         return torch.where(valid, loc, loc.new_zeros(()))
 
+    def forward(self, words: Tensor, lengths: Tensor, chars: Tensor | None = None, *,
+                beam: int = 8) -> BeamSearchResult:
+        """Beam search of a padded batch, the whole :class:`BeamSearchResult` (its ``argmax`` the best tags
+        ``(B, T)``, ``-1`` beyond each length): the decoding call of the taggers, ``model(*inputs, lengths)``.
+
+        The ``(*inputs, lengths)`` order ``model(words, chars, lengths)`` is accepted too (a 3-D second
+        argument with a 1-D third one is read as ``chars, lengths``), as by
+        :meth:`ebms.models.NeuralCRFTagger.forward`.
+        """
+        if isinstance(lengths, Tensor) and isinstance(chars, Tensor) and lengths.dim() == 3 and chars.dim() == 1:
+            lengths, chars = chars, lengths
+        check_tagging_batch(words, lengths, None, self.n_tags)
+        check_int(beam, "beam", minimum=1)
+        f = self.transcription(words, lengths, chars)
+        return transducer_beam_search(f, lengths.to(f.device).long(), self.prediction, self.local, beam=beam)
+
     def beam_search(self, words: Tensor, lengths: Tensor, *, beam: int = 8,
                     chars: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Approximate ``argmax_y`` of the sequence score by beam search of width ``beam``.
@@ -299,8 +321,5 @@ class AlignedTransducer(nn.Module, abc.ABC):
         Returns ``tags (B, T)`` (``-1`` beyond each length) and their scores ``(B,)``. Exact when
         ``beam >= K^T``. Cost ``O(T B W K)`` plus ``T`` LSTM steps on ``B W`` rows.
         """
-        check_tagging_batch(words, lengths, None, self.n_tags)
-        check_int(beam, "beam", minimum=1)
-        f = self.transcription(words, lengths, chars)
-        res = transducer_beam_search(f, lengths.to(f.device).long(), self.prediction, self.local, beam=beam)
+        res = self(words, lengths, chars, beam=beam)
         return res.tags, res.scores

@@ -47,10 +47,15 @@ Which one:
 * :class:`EnergyMatching` — one static energy whose :math:`-\nabla` is fitted to the OT flow from noise to
   data, then sharpened near the data by CD with tempered Langevin negatives (Balcerak et al. 2025);
   :func:`energy_matching_sample` is its sampler with the temperature schedule :func:`em_temperature`.
+* :class:`InclusiveNRF` — maximum likelihood with negatives from a latent-variable generator
+  (:class:`LatentGaussianGenerator`) revised by Langevin/SGHMC moves in :math:`(x, h)`
+  (:func:`inclusive_nrf_revise`), the generator fitted to the revised samples (inclusive KL; Song & Ou 2018).
 * :class:`JEMObjective` — a classifier as an EBM (:class:`~ebms.models.JEM`):
   cross-entropy on labelled rows plus PCD on ``E(x) = -logsumexp f(x)``, per-class
   buffers, warm-up, unlabelled rows (semi-supervised); :class:`CrossEntropy` — the
   supervised baseline on the same batches.
+* :class:`ResidualJointNCE` — calibrated classification (monograph §5.5): cross-entropy plus NCE of a
+  residual energy (scalar head, ``-logsumexp`` or ``-max`` of the logits) against masked-completion noise.
 * :class:`JRFObjective` — semi-supervised joint random fields: the CRF likelihood on labelled
   sentences plus DNCE of the JRF's marginal on unlabelled ones (monograph Eq. 5.11).
 
@@ -95,6 +100,7 @@ from ebms.objectives.autoregressive import AutoregressiveNLL
 from ebms.objectives.buffer import BufferInit, ReplayBuffer
 from ebms.objectives.cd import ContrastiveDivergence, PersistentContrastiveDivergence
 from ebms.objectives.classification import CrossEntropy
+from ebms.objectives.cloze import ClozePLL
 from ebms.objectives.conditional import ConditionalML, ConditionalNCE, TagBigramNoise
 from ebms.objectives.conditional_rows import CorpusRowsObjective
 from ebms.objectives.ctc import CTCObjective
@@ -103,6 +109,7 @@ from ebms.objectives.electric import ElectricNCE
 from ebms.objectives.energy_matching import EnergyMatching, em_flow_weight, em_temperature, energy_matching_sample
 from ebms.objectives.feature_crf import FeatureCRFLikelihood
 from ebms.objectives.improved_cd import ImprovedCD
+from ebms.objectives.inclusive_nrf import InclusiveNRF, LatentGaussianGenerator, inclusive_nrf_revise
 from ebms.objectives.jem import JEMObjective
 from ebms.objectives.jrf import JRFObjective
 from ebms.objectives.nce import NCE, GaussianNoise
@@ -117,6 +124,7 @@ from ebms.objectives.recovery import (
     recovery_sample,
 )
 from ebms.objectives.reservoir import ReservoirBuffer
+from ebms.objectives.residual_joint import RESIDUAL_ENERGIES, ResidualJointNCE, residual_energy
 from ebms.objectives.residual_nce import ResidualNCE
 from ebms.objectives.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
 from ebms.objectives.seq2seq import Seq2SeqNLL
@@ -153,8 +161,12 @@ __all__ = [
     "nce_logits",
     "nce_loss",
     "scalar_metrics",
+    "ClozePLL",
     "ElectricNCE",
     "ResidualNCE",
+    "ResidualJointNCE",
+    "RESIDUAL_ENERGIES",
+    "residual_energy",
     "EARM",
     "EARMTerms",
     "LMAdapter",
@@ -178,4 +190,7 @@ __all__ = [
     "energy_matching_sample",
     "em_temperature",
     "em_flow_weight",
+    "InclusiveNRF",
+    "LatentGaussianGenerator",
+    "inclusive_nrf_revise",
 ]

@@ -32,11 +32,17 @@ Token sequences (:class:`~ebms.spaces.TokenSequences`, states are :class:`~ebms.
 Gibbs and MetropolisHastings move tokens within fixed lengths; :class:`TransDimensional` also jumps
 between lengths, for targets ``p(l, x) ∝ exp(a_l - E(x))`` such as TRF language models
 (:class:`~ebms.capabilities.TransDimensionalTarget`).
+
+Controlled generation (monograph §4.4.2): :class:`MixAndMatch` samples a :class:`ProductOfExperts`
+over token sequences by MH-within-Gibbs with a cloze (masked-LM) proposal; :func:`cold_decode` runs
+Langevin dynamics on soft logits of a sequence and discretises them guided by a language model's
+top-k (COLD).
 """
 
 from ebms.samplers._base import ChainResult, ChainState, Sampler, StepInfo, energy_dtype, mh_accept
 from ebms.samplers.adaptation import StepSizeAdaptation, StepSizeAdaptationState, warmup
 from ebms.samplers.block_gibbs import BlockGibbs
+from ebms.samplers.cold import ColdResult, cold_decode, cold_langevin, guided_discretise, noise_schedule
 from ebms.samplers.gibbs import Gibbs
 from ebms.samplers.gwg import GibbsWithGradients
 from ebms.samplers.hmc import HMC, HMCInfo, Trajectory, leapfrog
@@ -50,6 +56,7 @@ from ebms.samplers.joint_resampling import (
 from ebms.samplers.langevin import SGLD, ULA
 from ebms.samplers.mala import MALA
 from ebms.samplers.metropolis import MetropolisHastings, MetropolisIndependence
+from ebms.samplers.mix_and_match import MixAndMatch, ProductOfExperts, mix_and_match_log_ratio
 from ebms.samplers.model_samples import ModelSamples, model_samples
 from ebms.samplers.proposals import IndependentCategorical
 from ebms.samplers.tempering import ParallelTempering, TemperingInfo
@@ -89,4 +96,12 @@ __all__ = [
     "resample",
     "token_level_joint_sample",
     "top_k_joint_sample",
+    "ColdResult",
+    "MixAndMatch",
+    "ProductOfExperts",
+    "cold_decode",
+    "cold_langevin",
+    "guided_discretise",
+    "mix_and_match_log_ratio",
+    "noise_schedule",
 ]

@@ -1,0 +1,81 @@
+"""benchmarks/energy_matching_mnist.py: both arms are valid and share the budget; the quick mode judges samples (slow)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from _benchmarks import bench
+
+em_mnist = bench("energy_matching_mnist")
+
+
+def _cfg(arm: str, steps: int):
+    from ebms.cli.build import validate_config
+    from ebms.cli.config import load_config
+    from ebms.cli.main import recipe_path
+
+    return validate_config(load_config(str(recipe_path(em_mnist.ARMS[arm])), em_mnist.overrides(arm, steps, False)),
+                           device=False)
+
+
+def test_both_arms_train_the_same_energy_with_the_same_steps_batch_and_chain_length():
+    pcd, em = _cfg("pcd", 200), _cfg("energy_matching", 200)
+    assert (pcd.objective.kind, em.objective.kind) == ("pcd", "energy-matching")
+    for cfg in (pcd, em):
+        v = cfg.sections["vision"]
+        assert (v.channels, v.normalize, v.data_noise) == ([16, 32, 64, 64], False, 0.005)
+        assert (cfg.model.kind, cfg.model.activation, cfg.train.steps, cfg.train.batch_size, cfg.objective.k) == (
+            "conv", "silu", 200, 32, 30)
+    assert em.objective.warmup_steps == 100  # phase 2 (the chains) for the second half
+    assert em.objective.k * em.sampler.step_size == pytest.approx(1.2)  # the horizon of its chains and samples
+
+
+def test_too_few_steps_for_two_phases_is_refused():
+    with pytest.raises(SystemExit, match="--steps: expected at least 2"):
+        em_mnist.main(["--steps", "1"])
+
+
+def test_flow_only_is_the_deterministic_euler_path_of_a_quadratic_energy(monkeypatch):
+    """``E(x) = a ||x||^2 / 2``: each step multiplies by ``1 - dt * eps * a`` with ``dt = k h / steps``, so the
+    path from the seeded Gaussian start is a closed form."""
+    import types
+    from pathlib import Path
+
+    import torch
+
+    import ebms.cli.run
+
+    a, eps, k, h, steps = 3.0, 0.5, 4, 0.1, 5
+
+    class Quadratic(torch.nn.Module):
+        def forward(self, x):
+            return 0.5 * a * x.flatten(1).pow(2).sum(1)
+
+    cfg = types.SimpleNamespace(objective=types.SimpleNamespace(k=k, epsilon_max=eps),
+                                sampler=types.SimpleNamespace(step_size=h), eval=types.SimpleNamespace(sample_steps=steps))
+    monkeypatch.setattr(ebms.cli.run, "load_run", lambda run: (cfg, Quadratic(), types.SimpleNamespace(
+        image_shape=(1, 3, 3)), 0))
+    got = em_mnist.flow_only(Path("run"), 6, seed=2)
+    x0 = torch.randn((6, 1, 3, 3), generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(got, (1 - (k * h / steps) * eps * a) ** steps * x0)
+
+
+@pytest.mark.slow  # five CLI runs on 300 MNIST images (~1 min on one core)
+def test_quick_mode_judges_both_arms_and_prints_the_paired_comparison(tmp_path, capsys):
+    from ebms.data.images import load_continuous_images
+
+    try:
+        load_continuous_images("mnist", "test", limit=1)
+    except (FileNotFoundError, OSError):
+        pytest.skip("MNIST is not installed ($EBMS_DATA)")
+    grid = tmp_path / "grid.png"
+    assert em_mnist.main(["--quick", "--out", str(tmp_path), "--grid", str(grid)]) == 0
+    out = capsys.readouterr().out
+    assert "energy matching − PCD, fd" in out and "auroc_noise" in out and "temperature 0" in out
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert set(summary["means"]) == {"pcd", "energy_matching"}
+    assert all(0.0 <= m["auroc_noise"] <= 1.0 and 0.0 <= m["confident"] <= 1.0 for m in summary["means"].values())
+    assert grid.is_file()
+    for arm, recipe in em_mnist.ARMS.items():
+        assert (tmp_path / arm / "seed1" / recipe / "eval.json").is_file()
