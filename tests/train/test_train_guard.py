@@ -221,6 +221,28 @@ def test_runaway_energy_triggers_restore(tmp_path: Path) -> None:
     assert ev["step"] == 10 and result.restores == 1
 
 
+class _Unanchored(FailAt):
+    """An objective whose energy level is free (energy matching's): the guard leaves ``e_pos`` be."""
+
+    unanchored_metrics = ("e_pos",)
+
+
+def test_a_metric_the_objective_leaves_unanchored_is_logged_but_not_watched(tmp_path: Path) -> None:
+    from ebms.objectives import EnergyMatching
+    from ebms.train.protocols import unanchored_metrics
+
+    result = make_trainer(_Unanchored(GaussianML(), {12}, what="metric"), tmp_path, steps=20).fit()
+    assert result.restores == 0 and not events(tmp_path, "diverged")
+    t = make_trainer(_Unanchored(GaussianML(), set()), tmp_path / "b", steps=3)
+    t.fit()
+    assert "e_pos" not in t._guard_history and "loss" in t._guard_history
+    assert unanchored_metrics(EnergyMatching()) == ("e_pos", "e_neg") and unanchored_metrics(GaussianML()) == ()
+    bad = GaussianML()
+    bad.unanchored_metrics = "e_pos"  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match=r"objective.unanchored_metrics: expected a tuple of metric names; got 'e_pos'"):
+        make_trainer(bad, tmp_path / "c", steps=1)
+
+
 def test_persistent_divergence_stops_with_training_diverged(tmp_path: Path) -> None:
     t = make_trainer(FailAt(GaussianML(), range(15, 10**9)), tmp_path, steps=40, checkpoint_every=10)
     msg = (

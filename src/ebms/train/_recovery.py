@@ -55,6 +55,7 @@ def healthy(t: Trainer, loss_f: float, metrics: dict[str, float], gnorm: float) 
     otherwise the snapshot taken before this step becomes the last good one."""
     if t.guard is None:
         return True
+    metrics = {k: v for k, v in metrics.items() if k not in t._unanchored}  # levels the objective leaves free
     reason = t.guard.check(loss_f, metrics, gnorm, t._guard_history)
     if reason is not None:
         recover(t, reason)

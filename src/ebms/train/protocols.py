@@ -38,7 +38,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 __all__ = ["ClosureOptimizer", "GradientObjective", "OptimizerLike", "ReportsStep", "SecondOrderObjective",
-           "differentiates_twice", "needs_closure", "sets_gradients"]
+           "differentiates_twice", "needs_closure", "sets_gradients", "unanchored_metrics"]
 
 
 @runtime_checkable
@@ -112,3 +112,16 @@ def differentiates_twice(objective: object) -> bool:
 def sets_gradients(objective: object) -> bool:
     """Whether ``objective`` fills parameter ``.grad`` itself (:class:`GradientObjective`)."""
     return isinstance(objective, GradientObjective) and bool(objective.sets_gradients)
+
+
+def unanchored_metrics(objective: object) -> tuple[str, ...]:
+    """The metrics whose level ``objective`` leaves free (its ``unanchored_metrics`` attribute; none by default).
+
+    An objective that constrains only the energy's input gradient and energy differences (energy matching's flow
+    and CD terms) leaves the energy's additive constant free, so the mean energies it reports (``e_pos``,
+    ``e_neg``) may drift by orders of magnitude with no fault: the divergence guard does not watch them.
+    """
+    keys = getattr(objective, "unanchored_metrics", ())
+    if isinstance(keys, str) or not all(isinstance(k, str) for k in keys):
+        raise TypeError(f"objective.unanchored_metrics: expected a tuple of metric names; got {keys!r}")
+    return tuple(keys)

@@ -25,7 +25,7 @@ from ebms.train.checkpoint import CheckpointStore
 from ebms.train.distributed import DistributedContext
 from ebms.train.ema import WeightAverage
 from ebms.train.guard import DivergenceGuard
-from ebms.train.protocols import differentiates_twice, needs_closure, sets_gradients
+from ebms.train.protocols import differentiates_twice, needs_closure, sets_gradients, unanchored_metrics
 
 __all__ = ["TrainResult", "Trainer", "needs_closure"]
 
@@ -216,6 +216,7 @@ class Trainer:
         if guard is not None and not isinstance(guard, DivergenceGuard):
             raise TypeError(f"guard: expected a DivergenceGuard or None; got {type(guard).__name__}")
         self.guard = guard
+        self._unanchored = unanchored_metrics(objective)  # metrics the guard does not watch
         self.callbacks = _setup.check_callbacks(callbacks)
         self.user_config = _setup.json_settings(config, "config", "a JSON-serialisable mapping")
         user_identity = _setup.json_settings(identity, "identity", "a flat JSON-serialisable mapping")
