@@ -179,9 +179,7 @@ class TaggingTask(StructuredTask[TaggingSettings]):
 
     def check(self, cfg: Config) -> None:
         s, o = self.settings(cfg), cfg.objective
-        if cfg.model.hidden != ModelConfig().hidden:
-            raise ConfigError(f"model.hidden: the MLP's hidden widths; the CoNLL taggers' width is tagging.hidden "
-                              f"(renamed); got model.hidden={cfg.model.hidden}")
+        _refuse_model_hidden(cfg)
         noise = DRAWS_NOISE[o.kind]
         if noise and not (o.nu >= 1 and float(o.nu).is_integer()):
             raise ConfigError(f"objective.nu: expected a whole number >= 1 of noise sequences per sentence; got {o.nu}")
@@ -374,9 +372,7 @@ class TransducerTaggingTask(NeuralTaggingTask):
 
     def check(self, cfg: Config) -> None:
         s = self.settings(cfg)
-        if cfg.model.hidden != ModelConfig().hidden:
-            raise ConfigError(f"model.hidden: the MLP's hidden widths; the CoNLL taggers' width is tagging.hidden "
-                              f"(renamed); got model.hidden={cfg.model.hidden}")
+        _refuse_model_hidden(cfg)
         if cfg.objective.kind == "monte-carlo" and cfg.train.optimizer == "lbfgs":
             raise ConfigError("train.optimizer: monte-carlo draws fresh tag sequences at every evaluation, so a "
                               "line search would compare different objectives; expected 'adam' or 'sgd'; got 'lbfgs'")
@@ -401,6 +397,13 @@ class TransducerTaggingTask(NeuralTaggingTask):
     def decoding(self, cfg: Config, model: nn.Module) -> dict[str, Any]:
         """Beam search of width ``tagging.beam`` (the BIO mask is the model's own)."""
         return {"beam": self.settings(cfg).beam}
+
+
+def _refuse_model_hidden(cfg: Config) -> None:
+    """``model.hidden`` is the MLP's; every CoNLL tagger takes ``tagging.hidden``."""
+    if cfg.model.hidden != ModelConfig().hidden:
+        raise ConfigError(f"model.hidden: the MLP's hidden widths; the CoNLL taggers' width is tagging.hidden "
+                          f"(renamed); got model.hidden={cfg.model.hidden}")
 
 
 def _readers(key: str) -> list[str]:
