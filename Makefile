@@ -24,7 +24,7 @@ define install_torch
 	       $(1)/bin/python -m pip install -q "torch==$(2)"; }
 endef
 
-.PHONY: demo test test-slow test-public-paths test-all lint bench bench-quick docs docs-images transcripts clean venv
+.PHONY: demo test test-slow test-bench test-public-paths test-all lint bench bench-quick docs docs-images transcripts clean venv
 
 venv: $(STAMP)
 
@@ -52,10 +52,16 @@ TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --durations=10
 
-# only the tests marked slow, on TEST_WORKERS processes too; pytest's exit status 5 ("no tests
+# the tests marked slow but not bench, on TEST_WORKERS processes too; pytest's exit status 5 ("no tests
 # collected") counts as success here
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow -n $(TEST_WORKERS) --durations=10 || { rc=$$?; test $$rc -eq 5 && echo "no tests marked slow"; test $$rc -eq 5; }
+	$(BIN)/python -m pytest -q -m "slow and not bench" -n $(TEST_WORKERS) --durations=10 || { rc=$$?; test $$rc -eq 5 && echo "no tests marked slow"; test $$rc -eq 5; }
+
+# the checks of several minutes each (also marked slow): a docs transcript that trains a recipe to its end, an
+# example at its documented budget; kept out of CI's 40 minutes, run before a release and after changing what they
+# cover (`make test-all` runs them too)
+test-bench: $(STAMP)
+	$(BIN)/python -m pytest -q -m bench -n $(TEST_WORKERS) --durations=10 || { rc=$$?; test $$rc -eq 5 && echo "no tests marked bench"; test $$rc -eq 5; }
 
 # the nets, samplers and energies (a) on the newest torch with every private-PyTorch speed path switched
 # off (the route another torch version, CPU or device takes when a path's import-time check fails), and

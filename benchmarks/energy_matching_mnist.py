@@ -22,7 +22,7 @@ Workload (issue 28, item 1; Balcerak et al. 2025, *Energy Matching*, arXiv:2504.
 Resumable: runs live under ``--out`` (default ``runs/energy-matching-mnist``), ``<arm>/seed<s>``; a run with its
 ``eval.json`` is kept, its samples are drawn once. ``--grid PATH`` writes a PNG of 50 samples of each arm (first seed).
 Run: ``python benchmarks/energy_matching_mnist.py [--steps 300] [--seeds 0 1] [--n 200] [--record NAME]
-[--grid docs/img/energy-matching-mnist.png] [--quick]``. ``--quick``: 300 images, 4 steps, 40 samples (a smoke test).
+[--grid docs/img/energy-matching-mnist.png] [--quick] [--arms pcd|energy_matching ...]``. ``--quick``: 300 images, 4 steps, 40 samples (a smoke test).
 """
 
 from __future__ import annotations
@@ -116,7 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--record", default=None, help="write benchmarks/records/NAME.json")
     p.add_argument("--grid", type=Path, default=None, help="write a PNG of samples of each arm (first seed)")
     p.add_argument("--quick", action="store_true", help="300 images, 4 steps, 40 samples: a smoke test")
+    p.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS),
+                   help="train only these arms (to run the arms in two processes; the record needs both)")
     args = p.parse_args(argv)
+    if set(args.arms) != set(ARMS) and (args.record or args.grid):
+        raise SystemExit(f"--arms: --record and --grid compare both arms; got only {args.arms} (run without --arms "
+                         "once both have trained: finished runs are kept)")
     if len(set(args.seeds)) != len(args.seeds):
         raise SystemExit(f"--seeds: expected distinct seeds; got {args.seeds}")
     if args.steps < 2:
@@ -138,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     grid: dict[str, torch.Tensor] = {}
     for seed in args.seeds:
         for arm, recipe in ARMS.items():
+            if arm not in args.arms:
+                continue
             C.note(f"[energy_matching_mnist] {arm}, seed {seed}")
             t1 = time.perf_counter()
             run = IG.train(out / arm / f"seed{seed}", recipe, [*overrides(arm, args.steps, args.quick), f"run.seed={seed}"])
@@ -154,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                 per[arm][seed]["flow_only"] = judge.judge(flow_only(run, args.n, seed))
             C.note(f"[energy_matching_mnist] {arm}, seed {seed}: confident {per[arm][seed]['confident']:.3f}, "
                    f"fd {per[arm][seed]['fd']:.4g}")
+    if set(args.arms) != set(ARMS):
+        return 0
     figures = [k for k in (*IG.FIGURES, *(f"auroc_{o}" for o in OOD)) if all(k in per[a][s] for a in per for s in args.seeds)]
     rows = [["training images", "-", *(f"{floor['test'][k]:.4g}" if k in floor["test"] else "-" for k in figures)],
             ["uniform noise", "-", *(f"{floor['noise'][k]:.4g}" if k in floor["noise"] else "-" for k in figures)]]

@@ -15,7 +15,10 @@ marker takes options, separated by spaces (quote values with spaces, as in a she
     <!-- transcript slow session=demo command="cat runs/demo/eval.json" needs=mnist -->
 
 ``slow``
-    the commands take long: the block is checked in the ``slow`` set (``make test-all``).
+    the commands take long: the block is checked in the ``slow`` set (``make test-slow``, CI).
+``bench``
+    the commands take several minutes (a recipe trained to its end): the block is checked by
+    ``make test-bench`` and ``make test-all``, not by CI (implies ``slow``).
 ``command="..."``
     the block shows only the output of this command (no ``$`` lines), e.g. below a ``bash``
     block that says how it is started.
@@ -73,7 +76,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 DEFAULT_TIMEOUT_S = 600.0
-_OPTIONS = {"slow", "command", "setup", "session", "needs", "rtol", "atol", "vary", "timeout"}
+_OPTIONS = {"slow", "bench", "command", "setup", "session", "needs", "rtol", "atol", "vary", "timeout"}
 
 _MARKER = re.compile(r"^<!--\s*transcript\b(?P<opts>.*?)-->[ \t]*\n(?P<fence>```[a-z]*)[ \t]*\n", re.M)
 
@@ -97,6 +100,7 @@ class Block:
     end: int
     content: str
     slow: bool = False
+    bench: bool = False
     command: str | None = None
     setup: str | None = None
     session: str | None = None
@@ -153,6 +157,10 @@ class Session:
         return any(b.slow for b in self.blocks)
 
     @property
+    def bench(self) -> bool:
+        return any(b.bench for b in self.blocks)
+
+    @property
     def id(self) -> str:
         return f"{_rel(self.page)}:{self.name}"
 
@@ -173,6 +181,8 @@ def parse_blocks(page: Path, text: str | None = None) -> list[Block]:
                 raise ValueError(f"{block.where}: unknown transcript option {key!r}; expected one of {sorted(_OPTIONS)}")
             if key == "slow":
                 block.slow = True
+            elif key == "bench":
+                block.slow = block.bench = True
             elif key in ("rtol", "atol", "timeout"):
                 setattr(block, key, float(value))
             elif key == "vary":
@@ -351,11 +361,21 @@ def test_marker_options_and_commands_are_parsed() -> None:
     assert (second.slow, second.session, second.rtol, second.commands()) == (True, "s", 0.1, ["cat a b.json"])
     (third,) = parse_blocks(ROOT / "README.md", '<!-- transcript atol=0.5 vary="=\\d+ (a|b)" -->\n```text\n$ ls\n```\n')
     assert (third.atol, third.vary) == (0.5, "=\\d+ (a|b)")
+    assert (first.slow, first.bench, second.bench) == (False, False, False)
+    (fourth,) = parse_blocks(ROOT / "README.md", "<!-- transcript bench -->\n```text\n$ ls\n```\n")
+    assert (fourth.slow, fourth.bench) == (True, True)
     assert second.render(['{"a": 1}\n']) == '{"a": 1}\n'
     with pytest.raises(ValueError, match="unknown transcript option 'sloww'"):
         parse_blocks(ROOT / "README.md", "<!-- transcript sloww -->\n```text\n$ ls\n```\n")
     with pytest.raises(ValueError, match="needs `\\$ command` lines"):
         parse_blocks(ROOT / "README.md", "<!-- transcript -->\n```text\nno command\n```\n")
+
+
+def test_the_longest_transcripts_are_marked_bench_and_every_bench_one_is_slow() -> None:
+    # the marks pytest sees: a bench session carries both marks, so `-m "slow and not bench"` (CI) leaves it out
+    params = {p.id: {m.name for m in p.marks} for p in _params()}
+    bench = {i for i, m in params.items() if "bench" in m}
+    assert bench and all("slow" in params[i] for i in bench), bench
 
 
 def test_masks_hide_timings_paths_and_bars_but_not_messages(tmp_path: Path) -> None:
@@ -406,7 +426,8 @@ def test_every_page_with_a_transcript_parses() -> None:
 
 
 def _params() -> list:
-    return [pytest.param(s, id=s.id, marks=[pytest.mark.slow] if s.slow else []) for s in sessions()]
+    return [pytest.param(s, id=s.id, marks=[pytest.mark.slow, pytest.mark.bench] if s.bench else
+                         [pytest.mark.slow] if s.slow else []) for s in sessions()]
 
 
 @pytest.mark.parametrize("session", _params())
@@ -478,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for s in sessions(pages):
             for b in s.blocks:
-                print(f"{b.where}{' [slow]' if b.slow else ''}: {' ; '.join(b.commands())}")
+                print(f"{b.where}{' [bench]' if b.bench else ' [slow]' if b.slow else ''}: {' ; '.join(b.commands())}")
         return 0
     if args.update:
         return 1 if update(pages, fast_only=args.fast)[1] else 0
