@@ -169,8 +169,9 @@ def curve(folder: Path) -> dict[str, dict[str, float]]:
 
 
 def train(out: Path, arm: Arm, seed: int, steps: int | None, diag: bool = False,
-          with_curve: bool = False) -> dict[str, Any]:
-    """The run's test figures (training and evaluating it first unless its ``eval.json`` exists)."""
+          with_curve: bool = False, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The run's test figures (training and evaluating it first unless its ``eval.json`` exists); ``extra``: more
+    ``key=value`` overrides of a new run (the tests' smaller ``data.n_test``)."""
     folder = run_dir(out, arm, seed)
     report = folder / RECIPE / "eval.json"
     if not report.is_file():
@@ -181,7 +182,7 @@ def train(out: Path, arm: Arm, seed: int, steps: int | None, diag: bool = False,
         code = ebms_main(["train", RECIPE, f"run.out_dir={folder}", f"run.seed={seed}",
                           f"electric.uniform_mix={arm[0]}", f"electric.positions={arm[1]}",
                           f"run.progress={str(sys.stderr.isatty()).lower()}",
-                          *more, *resume])
+                          *more, *extra, *resume])
         if code != 0:
             raise SystemExit(f"ebms train {RECIPE} ({arm_name(arm)}, seed {seed}) failed with exit status {code}")
         (folder / "wall_s.txt").write_text(f"{time.perf_counter() - t0:.1f}\n")

@@ -69,7 +69,8 @@ def test_the_diagnosis_splits_the_evaluations_own_corruption_test(tmp_path, monk
     if not (data_root() / "tinyshakespeare" / "input.txt").is_file():
         pytest.skip("Tiny Shakespeare is not under the data root ($EBMS_DATA)")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    got = electric_noise.train(tmp_path, (0.25, "bernoulli"), 0, 5, diag=True)
+    got = electric_noise.train(tmp_path, (0.25, "bernoulli"), 0, 5, diag=True, extra=("data.n_test=300",))
+    assert got["sentences"] == 300
     d = got["diagnosis"]
     assert d["prefers"] == got["prefers"]  # own + rest reproduces eval.json's figure: the same corruptions
     assert 0 <= d["own_prefers"] <= 1 and 0 <= d["rest_lowers"] <= 1
@@ -109,7 +110,7 @@ def test_the_curve_evaluates_every_checkpoint_as_eval_does(tmp_path, monkeypatch
     folder = tmp_path / electric_noise.RECIPE
     assert electric_noise.ebms_main(["train", electric_noise.RECIPE, f"run.out_dir={tmp_path}", "train.steps=4",
                                      "train.checkpoint_every=2", "train.log_every=1", "run.progress=false",
-                                     "electric.uniform_mix=0.25", "electric.positions=bernoulli"]) == 0
+                                     "electric.uniform_mix=0.25", "electric.positions=bernoulli", "data.n_test=300"]) == 0
     got = electric_noise.curve(folder)
     assert list(got) == ["2", "4"]
     test = json.loads((folder / "eval.json").read_text())["figures"]["test"]

