@@ -22,7 +22,8 @@ Workload (issue 28, item 1; Balcerak et al. 2025, *Energy Matching*, arXiv:2504.
 Resumable: runs live under ``--out`` (default ``runs/energy-matching-mnist``), ``<arm>/seed<s>``; a run with its
 ``eval.json`` is kept, its samples are drawn once. ``--grid PATH`` writes a PNG of 50 samples of each arm (first seed).
 Run: ``python benchmarks/energy_matching_mnist.py [--steps 300] [--seeds 0 1] [--n 200] [--record NAME]
-[--grid docs/img/energy-matching-mnist.png] [--quick] [--arms pcd|energy_matching ...]``. ``--quick``: 300 images, 4 steps, 40 samples (a smoke test).
+[--grid docs/img/energy-matching-mnist.png] [--quick] [--arms pcd|energy_matching ...]``. ``--quick``: 300 images, 4 steps, 3 Langevin steps per update, 40 samples (a
+smoke test).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def overrides(arm: str, steps: int, quick: bool) -> list[str]:
     if arm == "energy_matching":
         out.append(f"objective.warmup_steps={steps // 2}")
     if quick:
-        out += ["vision.limit=300", "eval.sample_steps=3", "eval.n_samples=16", 'vision.ood=["noise"]',
+        out += ["vision.limit=300", "eval.sample_steps=3", "eval.n_samples=16", 'vision.ood=["noise"]', "objective.k=3",
                 "vision.ood_size=40", "data.n_test=200"]
     return out
 

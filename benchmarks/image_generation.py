@@ -38,7 +38,8 @@ schedule must not depend on ``train.steps``: the recipes' is constant). The last
 
 Resumable: runs live under ``--out`` (default ``runs/image-generation``), ``<arm>/seed<s>``.
 Run: ``python benchmarks/image_generation.py [--arms A ...] [--seeds 0 1 2] [--steps N] [--n 500]
-[--record NAME] [--quick]``. ``--quick``: 300 images, 4 steps, 40 samples (a smoke test, not a figure).
+[--record NAME] [--quick]``. ``--quick``: 300 images, 4 steps, 3 Langevin steps per update, 40 samples (a smoke test,
+not a figure).
 """
 
 from __future__ import annotations
@@ -200,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"--curve: expected ascending step counts >= 1; got {' '.join(map(str, args.curve))}")
     small = ["vision.limit=300", "eval.sample_steps=3", "eval.n_samples=16", "vision.ood=[]",
              "data.n_test=200"] if args.quick else []
+    # --quick: the arms' chains take 3 Langevin steps per update (recovery: per level), for a smoke test of minutes
+    chains = ["objective.k=3"] if args.quick else []
     if args.quick:
         args.steps, args.n = (None if args.curve else 4), 40
     out = args.out or ROOT / "runs" / ("image-generation-quick" if args.quick else "image-generation")
@@ -221,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             C.note(f"[image_generation] {arm}, seed {seed}")
             t1 = time.perf_counter()
             for steps in args.curve or []:
-                run = train(out / arm / f"seed{seed}", recipe, [*overrides, *small, f"train.steps={steps}",
+                run = train(out / arm / f"seed{seed}", recipe, [*overrides, *small, *chains, f"train.steps={steps}",
                                                                  f"run.seed={seed}"], steps)
                 curve[arm].setdefault(seed, {})[steps] = {
                     **judge.judge(samples(run, args.n, run / f"curve-step{steps}")),
@@ -233,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.curve:  # the run's figures are its last segment's
                 figures = {k: v for k, v in curve[arm][seed][args.curve[-1]].items() if k != "train_seconds"}
             else:
-                run = train(out / arm / f"seed{seed}", recipe, [*overrides, *small, *more, f"run.seed={seed}"])
+                run = train(out / arm / f"seed{seed}", recipe, [*overrides, *small, *chains, *more, f"run.seed={seed}"])
                 figures = judge.judge(samples(run, args.n))
             per[arm][seed] = {**figures, "run": str(run.relative_to(ROOT) if run.is_relative_to(ROOT) else run),
                               "seconds": time.perf_counter() - t1,
