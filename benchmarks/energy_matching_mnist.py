@@ -143,9 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     per: dict[str, dict[int, dict[str, Any]]] = {a: {} for a in ARMS}
     grid: dict[str, torch.Tensor] = {}
     for seed in args.seeds:
-        for arm, recipe in ARMS.items():
-            if arm not in args.arms:
-                continue
+        for arm in args.arms:
+            recipe = ARMS[arm]
             C.note(f"[energy_matching_mnist] {arm}, seed {seed}")
             t1 = time.perf_counter()
             run = IG.train(out / arm / f"seed{seed}", recipe, [*overrides(arm, args.steps, args.quick), f"run.seed={seed}"])

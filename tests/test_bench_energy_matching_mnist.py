@@ -36,6 +36,12 @@ def test_too_few_steps_for_two_phases_is_refused():
         em_mnist.main(["--steps", "1"])
 
 
+@pytest.mark.parametrize("extra", [["--record", "x"], ["--grid", "x.png"]])
+def test_one_arm_cannot_write_the_comparison(extra):
+    with pytest.raises(SystemExit, match="--arms: --record and --grid compare both arms"):
+        em_mnist.main(["--arms", "pcd", *extra])
+
+
 def test_flow_only_is_the_deterministic_euler_path_of_a_quadratic_energy(monkeypatch):
     """``E(x) = a ||x||^2 / 2``: each step multiplies by ``1 - dt * eps * a`` with ``dt = k h / steps``, so the
     path from the seeded Gaussian start is a closed form."""

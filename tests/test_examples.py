@@ -69,7 +69,7 @@ def test_example_runs_as_documented(script: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("script", [p for p in EXAMPLES if p.name in BENCH_ARGS], ids=[p.name for p in EXAMPLES if p.name in BENCH_ARGS])
+@pytest.mark.parametrize("script", [pytest.param(p, id=p.name) for p in EXAMPLES if p.name in BENCH_ARGS])
 def test_a_bench_example_runs_with_smaller_settings(script: Path, tmp_path: Path) -> None:
     _check(script, _run(script, BENCH_ARGS[script.name], tmp_path), tmp_path)
 
