@@ -20,15 +20,19 @@ Workload (issue 28, item 1; Balcerak et al. 2025, *Energy Matching*, arXiv:2504.
     seeds       ``--seeds`` (default 0 1): ``run.seed`` (initialisation, data stream, draws).
 
 Resumable: runs live under ``--out`` (default ``runs/energy-matching-mnist``), ``<arm>/seed<s>``; a run with its
-``eval.json`` is kept, its samples are drawn once. ``--grid PATH`` writes a PNG of 50 samples of each arm (first seed).
+``eval.json`` is kept, its samples are drawn once. ``--run-records NAME`` also commits each finished run's figures
+as ``benchmarks/records/NAME-ARM-seedS.json`` (a full record of that run: command, commit, CPU, wall time) and takes a
+run's figures from there when its folder is not on this machine, so that runs of hours finished on another machine
+still count. ``--grid PATH`` writes a PNG of 50 samples of each arm (the first seed whose run is here).
 Run: ``python benchmarks/energy_matching_mnist.py [--steps 300] [--seeds 0 1] [--n 200] [--record NAME]
-[--grid docs/img/energy-matching-mnist.png] [--quick] [--arms pcd|energy_matching ...]``. ``--quick``: 300 images, 4 steps, 3 Langevin steps per update, 40 samples (a
+[--grid docs/img/energy-matching-mnist.png] [--quick] [--arms pcd|energy_matching ...] [--run-records NAME]``. ``--quick``: 300 images, 4 steps, 3 Langevin steps per update, 40 samples (a
 smoke test).
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import statistics
@@ -39,7 +43,7 @@ from typing import Any
 import _common as C
 import image_generation as IG
 import torch
-from _record import ROOT, Recorder
+from _record import RECORDS_DIR, ROOT, Recorder
 
 from ebms.data import noise_images
 from ebms.metrics import compare_over_seeds
@@ -108,6 +112,11 @@ def write_grid(path: Path, images: dict[str, torch.Tensor]) -> None:
     save_figure(fig, path)
 
 
+def _plain_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` as a record holds them (tuples become lists), to compare with a kept record's."""
+    return json.loads(json.dumps(settings))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=300, help="train.steps of both arms")
@@ -119,10 +128,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="300 images, 4 steps, 40 samples: a smoke test")
     p.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS),
                    help="train only these arms (to run the arms in two processes; the record needs both)")
+    p.add_argument("--run-records", default=None, metavar="NAME",
+                   help="write each finished run's figures to benchmarks/records/NAME-ARM-seedS.json, and take a "
+                        "run's figures from that record where its folder is not on this machine")
     args = p.parse_args(argv)
     if set(args.arms) != set(ARMS) and (args.record or args.grid):
         raise SystemExit(f"--arms: --record and --grid compare both arms; got only {args.arms} (run without --arms "
                          "once both have trained: finished runs are kept)")
+    if args.run_records is not None and (not args.run_records or "/" in args.run_records):
+        raise SystemExit(f"--run-records: expected a record name without '/'; got {args.run_records!r}")
     if len(set(args.seeds)) != len(args.seeds):
         raise SystemExit(f"--seeds: expected distinct seeds; got {args.seeds}")
     if args.steps < 2:
@@ -130,14 +144,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.steps, args.n = 4, 40
     out = args.out or ROOT / "runs" / ("energy-matching-mnist-quick" if args.quick else "energy-matching-mnist")
-    rec = Recorder(args.record, seeds=args.seeds, settings={
-        "arms": {a: [r, overrides(a, args.steps, args.quick)] for a, r in ARMS.items()}, "steps": args.steps,
-        "n": args.n, "quick": args.quick, "judge": "classifier-mnist, seed 0",
-        "threads": int(os.environ.get("OMP_NUM_THREADS", "0") or 0)}) if args.record else None
+    settings = {"arms": {a: [r, overrides(a, args.steps, args.quick)] for a, r in ARMS.items()}, "steps": args.steps,
+                "n": args.n, "quick": args.quick, "judge": "classifier-mnist, seed 0",
+                "threads": int(os.environ.get("OMP_NUM_THREADS", "0") or 0)}
+    rec = Recorder(args.record, seeds=args.seeds, settings=settings) if args.record else None
     t0 = time.perf_counter()
     small = ["vision.limit=300", "eval.sample_steps=3", "eval.n_samples=16", "vision.ood=[]", "data.n_test=200",
              "train.steps=4"] if args.quick else []
-    judge = IG.Judge(IG.train(out / "judge", "classifier-mnist", small), args.n)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "judge.lock", "w") as lock:  # one process trains the shared judge; one per --arms waits for it
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        judge = IG.Judge(IG.train(out / "judge", "classifier-mnist", small), args.n)
     floor = {"test": judge.judge(judge.train),
              "noise": judge.judge(noise_images(args.n, tuple(judge.test.shape[1:]), torch.Generator().manual_seed(0)))}
     per: dict[str, dict[int, dict[str, Any]]] = {a: {} for a in ARMS}
@@ -145,12 +162,23 @@ def main(argv: list[str] | None = None) -> int:
     for seed in args.seeds:
         for arm in args.arms:
             recipe = ARMS[arm]
+            part = f"{args.run_records}-{arm}-seed{seed}" if args.run_records else None
+            kept = RECORDS_DIR / f"{part}.json" if part else None
+            if kept is not None and kept.is_file() and not (out / arm / f"seed{seed}" / recipe / "eval.json").is_file():
+                kept_record = json.loads(kept.read_text())
+                same = ("arms", "steps", "n", "quick", "judge")
+                if any(kept_record["settings"].get(k) != _plain_settings(settings)[k] for k in same):
+                    raise SystemExit(f"{kept.name}: recorded with other settings than this command's "
+                                     "(steps, n, overrides); pass another --run-records name")
+                per[arm][seed] = kept_record["figures"]
+                C.note(f"[energy_matching_mnist] {arm}, seed {seed}: its run is not here; figures from {kept.name}")
+                continue
             C.note(f"[energy_matching_mnist] {arm}, seed {seed}")
+            run_rec = Recorder(part, seeds=[seed], settings=settings | {"seed": seed}) if part else None
             t1 = time.perf_counter()
             run = IG.train(out / arm / f"seed{seed}", recipe, [*overrides(arm, args.steps, args.quick), f"run.seed={seed}"])
             x = IG.samples(run, args.n)
-            if seed == args.seeds[0]:
-                grid[arm] = x
+            grid.setdefault(arm, x)  # the first seed whose run is on this machine
             ood = aurocs(run)
             per[arm][seed] = {**judge.judge(x), **{f"auroc_{k}": v["auroc"] for k, v in ood.items()}, "ood": ood,
                               "run": str(run.relative_to(ROOT) if run.is_relative_to(ROOT) else run),
@@ -161,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
                 per[arm][seed]["flow_only"] = judge.judge(flow_only(run, args.n, seed))
             C.note(f"[energy_matching_mnist] {arm}, seed {seed}: confident {per[arm][seed]['confident']:.3f}, "
                    f"fd {per[arm][seed]['fd']:.4g}")
+            if run_rec is not None and kept is not None and not kept.is_file():
+                run_rec.write(per[arm][seed], notes=f"One run of the comparison ({arm}, seed {seed}), kept so that "
+                              "the comparison survives the loss of its run folder; the figures as in the "
+                              "comparison's record (its notes say what each means).")
     if set(args.arms) != set(ARMS):
         return 0
     figures = [k for k in (*IG.FIGURES, *(f"auroc_{o}" for o in OOD)) if all(k in per[a][s] for a in per for s in args.seeds)]
@@ -181,10 +213,14 @@ def main(argv: list[str] | None = None) -> int:
                     higher_is_better=higher).to_dict()
                 print(comparisons[key]["sentence"])
     means = {a: {k: statistics.mean(per[a][s][k] for s in args.seeds) for k in figures} for a in per}
-    if args.grid is not None:
+    if args.grid is not None and set(grid) != set(ARMS):
+        C.note(f"--grid: no run of {sorted(set(ARMS) - set(grid))} is on this machine; no grid written")
+    elif args.grid is not None:
         write_grid(args.grid, {"PCD tutorial" if a == "pcd" else "energy matching": x for a, x in grid.items()})
     if rec is not None:
         rec.write({"floor": floor, "per_run": {a: {f"seed{s}": v for s, v in per[a].items()} for a in per},
+                   "run_records": {a: {f"seed{s}": f"{args.run_records}-{a}-seed{s}" for s in args.seeds} for a in per}
+                   if args.run_records else None,
                    "means": means, "energy_matching_minus_pcd": comparisons},
                   notes="Samples from noise of each arm's run (PCD: SGLD chains from uniform noise; energy matching: "
                         "its own path from N(0, I)), judged by the classifier-mnist network (seed 0): confident = "

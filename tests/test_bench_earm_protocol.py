@@ -107,6 +107,7 @@ def test_the_mt_ceiling_is_the_true_model_bleu_100_and_its_exact_nll_on_canonica
 
 
 @pytest.mark.slow
+@pytest.mark.bench  # about 1.5 min on two idle cores; the pure helpers it relies on are tested above
 def test_an_earm_arm_branches_from_the_ce_checkpoint_of_its_start_epoch(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     args = ["--task", "mt", "--seeds", "0", "--quick", "--runs-dir", str(tmp_path), "--clip", "0.5"]

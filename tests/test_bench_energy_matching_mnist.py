@@ -67,16 +67,28 @@ def test_flow_only_is_the_deterministic_euler_path_of_a_quadratic_energy(monkeyp
     torch.testing.assert_close(got, (1 - (k * h / steps) * eps * a) ** steps * x0)
 
 
+def test_run_records_name_is_checked():
+    with pytest.raises(SystemExit, match="--run-records: expected a record name without '/'"):
+        em_mnist.main(["--run-records", "a/b"])
+
+
 @pytest.mark.slow  # five CLI runs on 300 MNIST images (~1 min on one core)
-def test_quick_mode_judges_both_arms_and_prints_the_paired_comparison(tmp_path, capsys):
+def test_quick_mode_judges_both_arms_and_prints_the_paired_comparison(tmp_path, capsys, monkeypatch):
+    import shutil
+
+    import _record
+
     from ebms.data.images import load_continuous_images
 
     try:
         load_continuous_images("mnist", "test", limit=1)
     except (FileNotFoundError, OSError):
         pytest.skip("MNIST is not installed ($EBMS_DATA)")
+    records = tmp_path / "records"
+    monkeypatch.setattr(em_mnist, "RECORDS_DIR", records)
+    monkeypatch.setattr(_record, "RECORDS_DIR", records)
     grid = tmp_path / "grid.png"
-    assert em_mnist.main(["--quick", "--out", str(tmp_path), "--grid", str(grid)]) == 0
+    assert em_mnist.main(["--quick", "--out", str(tmp_path), "--grid", str(grid), "--run-records", "q"]) == 0
     out = capsys.readouterr().out
     assert "energy matching − PCD, fd" in out and "auroc_noise" in out and "temperature 0" in out
     summary = json.loads(out.strip().splitlines()[-1])
@@ -85,3 +97,20 @@ def test_quick_mode_judges_both_arms_and_prints_the_paired_comparison(tmp_path, 
     assert grid.is_file()
     for arm, recipe in em_mnist.ARMS.items():
         assert (tmp_path / arm / "seed1" / recipe / "eval.json").is_file()
+    # each finished run left its own record; a run whose folder is gone is taken from it, not trained again
+    kept = {p.name: json.loads(p.read_text()) for p in records.glob("q-*.json")}
+    assert set(kept) == {f"q-{a}-seed{s}.json" for a in em_mnist.ARMS for s in (0, 1)}
+    assert kept["q-pcd-seed1.json"]["seeds"] == [1] and kept["q-pcd-seed1.json"]["settings"]["seed"] == 1
+    shutil.move(tmp_path / "pcd" / "seed1", tmp_path / "gone")
+    capsys.readouterr()
+    assert em_mnist.main(["--quick", "--out", str(tmp_path), "--run-records", "q", "--record", "agg"]) == 0
+    assert not (tmp_path / "pcd" / "seed1").exists()
+    agg = json.loads((records / "agg.json").read_text())
+    assert agg["figures"]["per_run"]["pcd"]["seed1"] == kept["q-pcd-seed1.json"]["figures"]
+    assert agg["figures"]["run_records"]["pcd"]["seed1"] == "q-pcd-seed1"
+    # a kept record of other settings (here: another budget) is refused
+    other = kept["q-pcd-seed1.json"]
+    other["settings"]["steps"] = 5
+    (records / "q-pcd-seed1.json").write_text(json.dumps(other))
+    with pytest.raises(SystemExit, match="q-pcd-seed1.json: recorded with other settings"):
+        em_mnist.main(["--quick", "--out", str(tmp_path), "--run-records", "q"])

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
+@pytest.mark.bench  # about 1.5 min on two idle cores; `make test-bench` runs it
 def test_recovery_scale_quick_mode_prints_both_energies_and_the_data() -> None:
     if not (data_root() / "mnist").is_dir():
         pytest.skip("MNIST is not under the data root ($EBMS_DATA)")

@@ -143,6 +143,7 @@ def test_interpolated_row_uses_the_dev_tuned_weights_on_test() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.bench  # about a minute; the two tests below run the same script's other modes in CI
 def test_quick_mode_with_a_trf_run_ends_with_every_row(tmp_path: Path) -> None:
     if not (data_root() / "ptb").is_dir():
         pytest.skip("PTB is not under the data root ($EBMS_DATA)")

@@ -38,6 +38,7 @@ def test_residual_text_quick_mode_ends_with_a_summary_whose_bounds_are_ordered()
 
 
 @pytest.mark.slow
+@pytest.mark.bench  # about 1.5 min; the quick-mode test above runs the same script in CI
 def test_residual_text_reads_finished_seeds_and_cached_bases_back(tmp_path: Path) -> None:
     if not (data_root() / "tinyshakespeare" / "input.txt").is_file():
         pytest.skip("Tiny Shakespeare is not under the data root ($EBMS_DATA)")

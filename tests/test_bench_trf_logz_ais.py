@@ -369,6 +369,7 @@ def test_neural_is_vs_ais_mode_reports_the_lstm_beside(
 
 
 @pytest.mark.slow
+@pytest.mark.bench  # about a minute on two idle cores; the plain quick mode above runs in CI
 def test_neural_quick_mode_on_a_quick_neural_trf_lstm_folder_ends_with_its_json_line(tmp_path: Path) -> None:
     if not (data_root() / "ptb").is_dir():
         pytest.skip("PTB is not under the data root ($EBMS_DATA)")

@@ -91,7 +91,7 @@ def _trial(tmp_path: Path, sig: int, seed: int) -> tuple[str, int]:
 
 
 # one trial by default, fifteen more with the slow set (`make test-slow`, CI)
-@pytest.mark.parametrize("seed", [0, *(pytest.param(s, marks=pytest.mark.slow) for s in range(1, 16))])
+@pytest.mark.parametrize("seed", [0, *(pytest.param(s, marks=[pytest.mark.slow, *([pytest.mark.bench] if s > 5 else [])]) for s in range(1, 16))])
 def test_ctrl_c_at_a_random_moment_saves_the_step_it_was_in(tmp_path: Path, reference: list[dict], seed: int) -> None:
     last, announce = _trial(tmp_path, signal.SIGINT, seed)
     run = tmp_path / "run"
@@ -139,7 +139,7 @@ def test_the_first_sigterm_waits_for_the_step_boundary_and_a_second_stops_at_onc
         signal.signal(signal.SIGTERM, previous)
 
 
-@pytest.mark.parametrize("seed", [100, *(pytest.param(s, marks=pytest.mark.slow) for s in range(101, 112))])
+@pytest.mark.parametrize("seed", [100, *(pytest.param(s, marks=[pytest.mark.slow, *([pytest.mark.bench] if s > 104 else [])]) for s in range(101, 112))])
 def test_kill_9_at_a_random_moment_resumes_exactly(tmp_path: Path, reference: list[dict], seed: int) -> None:
     _trial(tmp_path, signal.SIGKILL, seed)
     run = tmp_path / "run"
