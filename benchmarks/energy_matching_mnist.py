@@ -112,11 +112,6 @@ def write_grid(path: Path, images: dict[str, torch.Tensor]) -> None:
     save_figure(fig, path)
 
 
-def _plain_settings(settings: dict[str, Any]) -> dict[str, Any]:
-    """``settings`` as a record holds them (tuples become lists), to compare with a kept record's."""
-    return json.loads(json.dumps(settings))
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=300, help="train.steps of both arms")
@@ -148,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                 "n": args.n, "quick": args.quick, "judge": "classifier-mnist, seed 0",
                 "threads": int(os.environ.get("OMP_NUM_THREADS", "0") or 0)}
     rec = Recorder(args.record, seeds=args.seeds, settings=settings) if args.record else None
+    plain = json.loads(json.dumps(settings))  # as a record holds them (tuples become lists), to compare with one
     t0 = time.perf_counter()
     small = ["vision.limit=300", "eval.sample_steps=3", "eval.n_samples=16", "vision.ood=[]", "data.n_test=200",
              "train.steps=4"] if args.quick else []
@@ -167,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             if kept is not None and kept.is_file() and not (out / arm / f"seed{seed}" / recipe / "eval.json").is_file():
                 kept_record = json.loads(kept.read_text())
                 same = ("arms", "steps", "n", "quick", "judge")
-                if any(kept_record["settings"].get(k) != _plain_settings(settings)[k] for k in same):
+                if any(kept_record["settings"].get(k) != plain[k] for k in same):
                     raise SystemExit(f"{kept.name}: recorded with other settings than this command's "
                                      "(steps, n, overrides); pass another --run-records name")
                 per[arm][seed] = kept_record["figures"]
