@@ -199,6 +199,22 @@ def _other_runs_checkpoints(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> Non
     shutil.copytree(_checkpoints(tmp / "other"), _checkpoints(run))
 
 
+#: the run-folder locks a row's setup holds for its command (one at a time; the next setup drops the last)
+_HELD: list[Any] = []
+
+
+def _another_writer(tmp: Path, run: Path, mp: pytest.MonkeyPatch) -> None:
+    """Hold ``run``'s folder as a running ``ebms train`` would (this process; the real-executable test runs the
+    command in another one)."""
+    from ebms.train import RunFolderLock
+
+    while _HELD:
+        _HELD.pop().release()
+    lock = RunFolderLock(run)
+    lock.take()
+    _HELD.append(lock)
+
+
 def _os_fails(code: int, under: str, *, on: str = "write") -> Callable[[Path, Path, pytest.MonkeyPatch], None]:
     """Make creating folders (``on="mkdir"``) or opening files for writing (``on="write"``) under
     ``{tmp}/under`` fail with ``errno`` ``code``, as a read-only or full disk would (the tests run
@@ -813,6 +829,12 @@ HAND = [
         setup=lambda tmp, run, mp: _os_fails(errno.EACCES, "runs/a")(tmp, run, mp)),
     Bad("existing run without --resume", ("train", "{run}/config.toml", "run.out_dir={tmp}/runs", "--no-eval"),
         "--resume"),
+    Bad("resume while another train writes", ("train", "{run}/config.toml", "run.out_dir={tmp}/runs", "--resume",
+                                              "--no-eval", "train.steps=6"), "is being written by another ebms train",
+        setup=_another_writer, real=True),
+    Bad("overwrite while another train writes", ("train", "{run}/config.toml", "run.out_dir={tmp}/runs", "--overwrite",
+                                                 "--no-eval"), "wait for it to end, or use another run.name",
+        setup=_another_writer),
     Bad("resume with other settings", ("train", "{run}/config.toml", "run.out_dir={tmp}/runs", "--resume", "--no-eval",
                                        "train.lr=0.5"), "train.lr"),
     Bad("training diverges", ("train", "run.out_dir={tmp}/runs", *TINY, "--no-eval"), "training diverged at step 3",

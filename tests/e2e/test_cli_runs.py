@@ -117,6 +117,88 @@ def test_plain_train_into_an_existing_run_is_refused_and_changes_nothing(runs, t
     assert [r["step"] for r in _steps(run)] == [2, 4]
 
 
+def test_a_folder_another_train_holds_is_refused_and_left_as_it_was(runs, tmp_path, capsys) -> None:
+    from ebms.train import RunFolderLock
+
+    run = _copy(runs, "gauss", tmp_path)
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    args = ["train", str(run / "config.toml"), f"run.out_dir={tmp_path}", "--no-eval", "train.steps=12"]
+    with RunFolderLock(run) as other:
+        other.take()
+        for flags in (["--resume"], ["--overwrite"]):
+            assert main([*args, *flags]) == 2
+            assert f"run folder {str(run)!r} is being written by another ebms train" in _one_line_error(capsys)
+        assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    assert main([*args, "--resume"]) == 0  # released: the run goes on, exactly as if never stopped
+    assert _steps(run) == _steps(runs / "ref12")
+    with RunFolderLock(run) as again:  # and `ebms train` let go of it when it ended
+        again.take()
+        assert again.held
+
+
+def test_a_folder_locked_or_trained_into_while_the_command_prepared_is_refused(runs, tmp_path, capsys,
+                                                                              monkeypatch) -> None:
+    """The folder does not exist when `ebms train` reads its state; another process creates it while this one loads
+    its data: either still training (locked) or finished (a run is there now). Both are refused before any write."""
+    import ebms.cli.run as R
+    from ebms.train import RunFolderLock
+
+    load = R._load
+    held: list[RunFolderLock] = []
+
+    def meanwhile(finished: bool):
+        def _load(task, cfg, stored):
+            if finished:
+                shutil.copytree(runs / "gauss", tmp_path / "new")
+            else:
+                held.append(RunFolderLock(tmp_path / "new"))
+                held[-1].take()
+            return load(task, cfg, stored)
+        return _load
+
+    for finished, expect in ((False, "is being written by another ebms train"),
+                             (True, "another process trained into it while this command prepared")):
+        monkeypatch.setattr(R, "_load", meanwhile(finished))
+        assert _train(tmp_path, "new", "train.steps=8") == 2
+        assert expect in _one_line_error(capsys)
+        if held:
+            assert sorted(p.name for p in (tmp_path / "new").iterdir()) == []  # nothing written beside the holder
+            held.pop().release()
+            (tmp_path / "new").rmdir()
+    assert _steps(tmp_path / "new") == _steps(runs / "gauss")  # the finished run is untouched
+
+
+@pytest.mark.slow  # two real processes: the kernel's lock between them, and kill -9 releasing it
+def test_a_second_train_into_a_running_one_is_refused_until_the_first_is_killed(tmp_path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    exe = str(Path(sys.executable).with_name("ebms"))
+    args = [exe, "train", f"run.out_dir={tmp_path}", "run.name=r", *TINY, "train.steps=100000", "--no-eval"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        store = CheckpointStore(tmp_path / "r" / "checkpoints")
+        deadline = time.monotonic() + 120
+        while not store.has_checkpoint():
+            assert first.poll() is None and time.monotonic() < deadline, "the first training did not start"
+            time.sleep(0.2)
+        second = subprocess.run([*args, "--resume"], capture_output=True, text=True, timeout=120, env=env)
+        assert second.returncode == 2, second.stderr
+        assert second.stderr.strip().splitlines() == [
+            f"ebms train: error: run folder {str(tmp_path / 'r')!r} is being written by another ebms train; "
+            "wait for it to end, or use another run.name"]
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    done = subprocess.run([*args[:-2], "train.steps=4", "--resume", "--no-eval"], capture_output=True, text=True,
+                          timeout=120, env=env)  # the killed holder's lock went with it
+    assert done.returncode == 0, done.stderr
+
+
 @pytest.mark.parametrize("settings", [("objective.kind=dsm", "train.lr=10"), ("objective.kind=sm", "train.lr=100")])
 def test_exploding_training_stops_with_the_setting_to_change(tmp_path, capsys, settings) -> None:
     code = main(["train", f"run.out_dir={tmp_path}", "run.name=x", "run.progress=false", "train.steps=20",

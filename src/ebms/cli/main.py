@@ -219,36 +219,38 @@ def _load_run(run_dir: Path, overrides: list[str]) -> tuple[Any, Any, Any, int]:
 def cmd_demo(args: argparse.Namespace) -> int:
     """``ebms demo``: train the packaged demo recipe (always from scratch), then evaluate and plot."""
     from ebms.cli.build import building, size_keys, validate_config
-    from ebms.cli.run import train
+    from ebms.cli.run import run_dir_of, train
+    from ebms.train import RunFolderLock
 
     cfg = validate_config(load_config(recipe_path("demo"), args.overrides))
     print(f"ebms {__version__} demo: {cfg.objective.kind.upper()} on '{cfg.data.name}', "
           f"{cfg.train.steps} steps -> {Path(cfg.run.out_dir) / cfg.run.name}")
     t0 = time.perf_counter()
-    with building("training", *size_keys(cfg, "train"), device=cfg.run.device):
-        run_dir = train(cfg, resume=False, overwrite=True)
-    print(f"trained in {time.perf_counter() - t0:.1f} s; metrics in {run_dir / 'metrics.jsonl'}, "
-          f"checkpoint in {run_dir / 'checkpoints'}")
-    _report_and_plots(run_dir, [])
+    with RunFolderLock(run_dir_of(cfg)) as lock:  # held through the report: one writer per run folder
+        with building("training", *size_keys(cfg, "train"), device=cfg.run.device):
+            run_dir = train(cfg, resume=False, overwrite=True, lock=lock)
+        print(f"trained in {time.perf_counter() - t0:.1f} s; metrics in {run_dir / 'metrics.jsonl'}, "
+              f"checkpoint in {run_dir / 'checkpoints'}")
+        _report_and_plots(run_dir, [])
     return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     """``ebms train``: every value checked up front, then train, then (unless ``--no-eval``) report."""
     from ebms.cli.build import building, size_keys, validate_config
-    from ebms.cli.run import train
+    from ebms.cli.run import run_dir_of, train
+    from ebms.train import DistributedContext, RunFolderLock
 
     cfg = validate_config(load_config(_config_arg(args), args.overrides))
     t0 = time.perf_counter()
-    with building("training", *size_keys(cfg, "train"), device=cfg.run.device):
-        run_dir = train(cfg, resume="auto" if args.resume else False, overwrite=args.overwrite)
-    from ebms.train import DistributedContext
-
-    if not DistributedContext.from_env().is_main:  # under torchrun global rank 0 reports; the others are done
-        return 0
-    print(f"trained in {time.perf_counter() - t0:.1f} s -> {run_dir}")
-    if not args.no_eval:
-        _report_and_plots(run_dir, [])
+    with RunFolderLock(run_dir_of(cfg)) as lock:  # held through the report: one writer per run folder
+        with building("training", *size_keys(cfg, "train"), device=cfg.run.device):
+            run_dir = train(cfg, resume="auto" if args.resume else False, overwrite=args.overwrite, lock=lock)
+        if not DistributedContext.from_env().is_main:  # under torchrun global rank 0 reports; the others are done
+            return 0
+        print(f"trained in {time.perf_counter() - t0:.1f} s -> {run_dir}")
+        if not args.no_eval:
+            _report_and_plots(run_dir, [])
     return 0
 
 

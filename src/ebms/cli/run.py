@@ -40,6 +40,7 @@ from ebms.cli.tasks import Task, stored_identity, task_for
 from ebms.errors import CheckpointError, RunFolderError
 from ebms.train import CheckpointStore, CSVLog, ReleaseMemory, TensorBoardLog, Trainer
 from ebms.train.checkpoint import Checkpoint, identity_differences
+from ebms.train.folder_lock import RunFolderLock, run_state
 from ebms.train.run_files import file_identity, read_run_files, write_run_files
 
 __all__ = ["KEY_ROLES", "ROLES", "key_role", "load_run", "model_identity", "open_run", "run_dir_of", "run_identity",
@@ -89,16 +90,6 @@ def log_writers(names: list[str]) -> list[Any]:
         raise ConfigError("run.log_to: 'tensorboard' needs the tensorboard package; pip install 'ebms[tensorboard]', "
                           "or leave 'tensorboard' out")
     return [CSVLog() if name == "csv" else TensorBoardLog() for name in dict.fromkeys(names)]
-
-
-def run_state(run_dir: Path) -> str:
-    """``"empty"``, ``"checkpoints"`` (a committed checkpoint) or ``"log"`` (a metrics log or the weights of
-    a first checkpoint killed before it committed: something to keep, nothing to continue from)."""
-    store = CheckpointStore(run_dir / "checkpoints")
-    if store.has_checkpoint():
-        return "checkpoints"
-    log = run_dir / "metrics.jsonl"
-    return "log" if store.has_any() or (log.is_file() and log.stat().st_size > 0) else "empty"
 
 
 def _rows(role: str, table: dict[str, str]) -> dict[str, str]:
@@ -247,18 +238,24 @@ def build_seeded_model(cfg: Config, task: Task[Any], data: Any) -> nn.Module:
         return task.build_model(cfg, data)
 
 
-def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -> Path:
+def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False, lock: RunFolderLock | None = None) -> Path:
     """Train the configured model; returns the run folder.
 
     A folder that already holds a run (checkpoints, or a metrics log) is
     continued with ``resume`` (from its newest valid checkpoint), deleted and
     started again with ``overwrite``, and otherwise refused
     (:class:`~ebms.errors.RunFolderError`); nothing is deleted without
-    ``overwrite``.
+    ``overwrite``. A folder another process is training into is refused too (:class:`RunFolderLock`): pass
+    ``lock`` to keep holding it after this returns (``ebms train`` does, while it reports), else it is released.
     """
     run_dir = run_dir_of(cfg)
     if resume is not False and overwrite:
         raise ConfigError("--resume continues a run and --overwrite deletes it; pass one of them")
+    if lock is None:
+        with RunFolderLock(run_dir) as own:
+            return train(cfg, resume=resume, overwrite=overwrite, lock=own)
+    if run_dir.is_dir():
+        lock.take()  # before reading the folder's state: a second writer is refused before it loads anything
     state = run_state(run_dir)
     if state == "checkpoints" and resume is False and not overwrite:
         raise RunFolderError(
@@ -292,18 +289,18 @@ def train(cfg: Config, *, resume: bool | str = False, overwrite: bool = False) -
     model = build_seeded_model(cfg, task, data)
     files = task.run_files(cfg, data)
     if task.fitted(cfg):
-        _save_fitted(cfg, run_dir, task, model, data, files, clear=state != "empty" and overwrite)
+        _save_fitted(cfg, run_dir, task, model, data, files, clear=state != "empty" and overwrite, lock=lock)
         return run_dir
     objective = task.build_objective(cfg, data)
     source = task.training_data(cfg, data)
     make_optimizer = task.build_optimizer(cfg, data) or _optimizer_factory(cfg)
     _fit(cfg, run_dir, objective, model, source, make_optimizer, [*task.callbacks(cfg, data), ReleaseMemory(), *writers], files,
-         clear=state != "empty" and overwrite, resume=resume if state == "checkpoints" else False)
+         clear=state != "empty" and overwrite, resume=resume if state == "checkpoints" else False, lock=lock)
     return run_dir
 
 
 def _fit(cfg: Config, run_dir: Path, objective: Any, model: nn.Module, source: Any, make_optimizer: Any,
-         callbacks: list[Any], files: dict[str, bytes], *, clear: bool, resume: bool | str) -> None:
+         callbacks: list[Any], files: dict[str, bytes], *, clear: bool, resume: bool | str, lock: RunFolderLock) -> None:
     """Build the trainer (a batch size or learning rate the optimizer cannot use is a config error),
     load the checkpoint to resume from (checked against this configuration and the task's run
     ``files``), then, only once all of that has succeeded, clear an overwritten run, write
@@ -342,6 +339,7 @@ def _fit(cfg: Config, run_dir: Path, objective: Any, model: nn.Module, source: A
     if resume is not False:
         trainer.restore(None if resume is True or resume == "auto" else resume)
     if trainer.is_main:  # under torchrun the folder is shared: global rank 0 writes, the others wait
+        lock.take_fresh()
         if clear:
             clear_run(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -352,10 +350,11 @@ def _fit(cfg: Config, run_dir: Path, objective: Any, model: nn.Module, source: A
 
 
 def _save_fitted(cfg: Config, run_dir: Path, task: Task[Any], model: nn.Module, data: Any, files: dict[str, bytes],
-                 *, clear: bool) -> None:
+                 *, clear: bool, lock: RunFolderLock) -> None:
     """A model estimated when it was built (n-gram counts): no optimizer steps; ``config.toml``, the
     run files, the task's model files and one checkpoint of step 0 (what ``eval`` and ``sample`` load)."""
     config_toml = to_toml(cfg)
+    lock.take_fresh()
     if clear:
         clear_run(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -36,6 +36,7 @@ from ebms.train.callbacks import Callback, EarlyStopping, PeriodicEval, ReleaseM
 from ebms.train.checkpoint import Checkpoint, CheckpointStore
 from ebms.train.distributed import DistributedContext
 from ebms.train.ema import WeightAverage
+from ebms.train.folder_lock import RunFolderLock
 from ebms.train.guard import DivergenceGuard, TrainingDiverged
 from ebms.train.logs import LOG_WRITERS, CSVLog, MetricsTable, TensorBoardLog, read_metrics
 from ebms.train.owlqn import OWLQN
@@ -69,6 +70,7 @@ __all__ = [
     "PeriodicEval",
     "ReleaseMemory",
     "ReportsStep",
+    "RunFolderLock",
     "SampleSnapshot",
     "ScaledSGD",
     "SecondOrderObjective",
